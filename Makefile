@@ -1,0 +1,44 @@
+# roomd: the two commands a new machine needs.
+#   make run    install what is missing, build, start roomd on SQLite (configs/local.yaml)
+#   make test   install, build with ASan+UBSan, start mariadb/redis/nats, run every test
+# Other targets: build, asan, bench, format, check-config, clean.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= 2
+WERROR ?= OFF
+CONFIG ?= configs/local.yaml
+
+.PHONY: all deps build asan run test bench format check-config clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROOMD_WERROR=$(WERROR) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DROOMD_SANITIZE=ON -DROOMD_WERROR=$(WERROR) >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+run: build
+	mkdir -p var
+	$(BUILD)/roomd -c $(CONFIG)
+
+check-config: build
+	$(BUILD)/roomd --check-config $(CONFIG)
+
+test: asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  scripts/test.sh $(ASAN_BUILD)
+
+bench: build
+	bench/run.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tools/*.c' 'tests/*.c' 'tests/*.h' 'bench/*.c')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

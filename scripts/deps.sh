@@ -1,0 +1,26 @@
+#!/bin/sh
+# deps.sh: installs the Debian packages roomd builds and tests with (and the npm
+# packages of the gRPC stand-in). Safe to run again: it only installs what is missing.
+# Needs root (or sudo) on a Debian 12 machine.
+set -eu
+PKGS="build-essential cmake pkg-config python3 curl ca-certificates openssl \
+ libmicrohttpd-dev libjansson-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler libgrpc-dev \
+ libcurl4-openssl-dev libssl-dev zlib1g-dev libmariadb-dev libhiredis-dev libnats-dev \
+ libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server nodejs npm"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ -n "$missing" ]; then
+    echo "deps: installing$missing"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+# gRPC stand-in for the activity service (tests only).
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -f "$here/tests/standins/package.json" ] && [ ! -d "$here/tests/standins/node_modules/@grpc/grpc-js" ]; then
+    (cd "$here/tests/standins" && npm install --no-audit --no-fund --silent)
+fi
+exit 0

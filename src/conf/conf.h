@@ -1,0 +1,215 @@
+/*
+ * conf.h: roomd's configuration, loaded once from YAML (configs/*.yaml, the
+ * seed's shape) and validated before anything starts. Every rule of the
+ * seed's 配置规则 table is enforced by conf_load(); an error names the key
+ * ("outbox_worker.poll_interval: must be > 0"). Durations are written
+ * "500ms", "3s", "5m", "1h" and stored as milliseconds.
+ *
+ * The struct is read-only after conf_load() and may be read from any thread.
+ * Strings inside are owned by the struct and freed by conf_free().
+ */
+#ifndef ROOMD_CONF_H
+#define ROOMD_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONF_MAX_LIST 16
+#define CONF_MAX_ROCKET_LEVELS 16
+
+enum publish_mode { PUBLISH_DIRECT = 0, PUBLISH_MQ, PUBLISH_DUAL };
+
+struct conf_app {
+    char *default_app_code; /* X-App-Code when the header is absent ("hyapp") */
+    char *node_id;          /* this process' name in locked_by and leases; "" = host-pid */
+    char *log_file;         /* "" = stderr */
+    char *log_level;        /* debug|info|warn|error */
+};
+
+struct conf_http {
+    char *listen;            /* "127.0.0.1:8080" */
+    char *advertise_addr;    /* address other nodes/gateways use to reach us; "" = listen */
+    int64_t max_body_bytes;  /* bodies above answer 413 */
+    int max_connections;
+    int64_t request_timeout_ms; /* idle connection timeout */
+};
+
+struct conf_sqlite {
+    char *path;          /* "./var/roomd.db" */
+    bool synchronous_full; /* synchronous: "full" (default, durable) or "normal" (dev) */
+    int64_t busy_timeout_ms;
+};
+
+struct conf_mysql {
+    char *host;
+    int port;
+    char *user;
+    char *password;          /* or password_env names an environment variable */
+    char *password_env;
+    char *database;
+    int pool_size;
+    int64_t connect_timeout_ms;
+    int64_t read_timeout_ms;
+    int64_t write_timeout_ms;
+    int deadlock_retries;    /* bounded retries of a deadlocked/lock-wait transaction */
+};
+
+struct conf_store {
+    char *driver;            /* "sqlite" | "mysql" */
+    struct conf_sqlite sqlite;
+    struct conf_mysql mysql;
+    int group_commit_max;    /* mutations committed together in one transaction (>= 1) */
+    int64_t retention_delivered_ms; /* purge delivered rows older than this; 0 = keep */
+    int purge_batch;
+    int64_t purge_interval_ms;
+};
+
+struct conf_rocket {
+    int64_t thresholds[CONF_MAX_ROCKET_LEVELS]; /* energy needed to ignite level i+1 */
+    int nthresholds;
+    int64_t countdown_ms;    /* ignition -> launch_at_ms */
+};
+
+struct conf_room {
+    int snapshot_every_n;    /* snapshot when version % n == 0 */
+    int snapshots_keep;
+    int64_t idle_evict_ms;   /* evict a cell idle this long; reload on demand */
+    int seat_count;          /* mic seats per room */
+    int max_members;
+    int64_t kick_ban_ms;     /* a kicked user cannot rejoin for this long; 0 = no ban */
+    struct conf_rocket rocket;
+};
+
+struct conf_wallet {
+    char *driver;            /* "embedded" (ledger in the store) */
+    int64_t initial_balance; /* balance of a never-seen user (development) */
+    bool allow_topup;        /* POST /v1/wallet/topup (development) */
+};
+
+struct conf_redis {
+    bool enabled;
+    char *addr;              /* "127.0.0.1:6379" */
+    char *password;
+    int db;
+    char *key_prefix;        /* "roomd:" */
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+};
+
+struct conf_lease {
+    char *driver;            /* "local" (one node) | "redis" */
+    int64_t ttl_ms;
+    int64_t renew_every_ms;
+};
+
+struct conf_projection {
+    char *driver;            /* "memory" | "redis" */
+};
+
+struct conf_rocketmq_outbox {
+    bool enabled;
+    char *topic;             /* "hyapp_room_outbox" -> stream + subject prefix */
+    char *producer_group;
+    bool tencent_im_consumer_enabled;
+    char *tencent_im_consumer_group;
+    char *activity_consumer_group;   /* "hyapp-activity-room-outbox" */
+    char *notice_consumer_group;     /* "hyapp-notice-room-outbox" */
+    int consumer_max_reconsume_times;
+};
+
+struct conf_rocketmq_rocket {
+    bool enabled;
+    char *topic;             /* "hyapp_room_rocket_launch" */
+    char *producer_group;
+    char *consumer_group;    /* "hyapp-room-rocket-open" */
+    int consumer_max_reconsume_times;
+};
+
+/* The seed's rocketmq section, served by NATS JetStream (ARCHITECTURE §7). */
+struct conf_rocketmq {
+    bool enabled;
+    char *name_servers[CONF_MAX_LIST]; /* NATS URLs: "nats://127.0.0.1:4222" */
+    int nname_servers;
+    char *name_server_domain;
+    char *access_key;        /* NATS user */
+    char *secret_key;        /* NATS password */
+    char *namespace_;        /* subject prefix; "" = none */
+    int64_t send_timeout_ms;
+    int retry;
+    int stream_replicas;
+    int64_t stream_max_age_ms;
+    int64_t duplicate_window_ms;
+    struct conf_rocketmq_outbox room_outbox;
+    struct conf_rocketmq_rocket rocket_launch;
+};
+
+struct conf_outbox {
+    bool enabled;
+    enum publish_mode publish_mode;
+    int64_t poll_interval_ms;
+    int batch_size;
+    int64_t publish_timeout_ms;
+    char *retry_strategy;    /* "exponential_backoff" */
+    int max_retry_count;
+    int64_t initial_backoff_ms;
+    int64_t max_backoff_ms;
+    int workers;             /* worker threads */
+    int64_t lock_timeout_ms; /* lock_until_ms = claim time + this */
+    bool log_sink_enabled;   /* direct sink writing event JSON lines */
+    char *log_sink_path;     /* "./var/outbox-events.jsonl" */
+};
+
+struct conf_tencent_im {
+    bool enabled;
+    char *base_url;          /* "https://console.tim.qq.com" */
+    int64_t sdk_app_id;
+    char *admin_identifier;  /* App admin account */
+    char *secret_key_env;    /* environment variable holding the key */
+    char *secret_key_file;   /* or a file holding it */
+    int64_t usersig_ttl_ms;
+    char *group_type;        /* AVChatRoom | Public | ChatRoom | Private */
+    char *ca_file;           /* extra CA bundle (stand-in in tests); "" = system */
+    int64_t timeout_ms;      /* per HTTP call; above IM's own 3 s */
+};
+
+struct conf_activity {
+    bool enabled;
+    char *target;            /* "127.0.0.1:50051" */
+};
+
+struct conf {
+    char *path;              /* file it was loaded from */
+    struct conf_app app;
+    struct conf_http http;
+    struct conf_store store;
+    struct conf_room room;
+    struct conf_wallet wallet;
+    struct conf_redis redis;
+    struct conf_lease lease;
+    struct conf_projection projection;
+    struct conf_rocketmq rocketmq;
+    struct conf_outbox outbox_worker;
+    struct conf_tencent_im tencent_im;
+    struct conf_activity activity;
+};
+
+/* Loads and validates path. On success returns 0 and *out (free with
+ * conf_free). On failure returns ROOMD_EINVAL, *out = NULL, and err holds
+ * "file:line:col: key: problem". Keys absent from the file take the
+ * defaults of conf_defaults(); unknown keys are an error. Blocks on file I/O. */
+int conf_load(const char *path, struct conf **out, char *err, size_t errlen);
+
+/* Fills c with the built-in defaults (what configs/local.yaml spells out). */
+void conf_defaults(struct conf *c);
+
+/* Re-checks the cross-key rules (conf_load calls it). Returns 0 or
+ * ROOMD_EINVAL with the key named in err. */
+int conf_validate(const struct conf *c, char *err, size_t errlen);
+
+/* Parses "500ms", "3s", "5m", "1h", "2h30m"; returns 0 or -1. */
+int conf_parse_duration(const char *s, int64_t *out_ms);
+
+void conf_free(struct conf *c);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * err.h: roomd's error codes. Every fallible function returns 0 or one of
+ * these negative codes; detail text lives on the object that failed
+ * (store_errmsg(), a caller's char err[] buffer). Read roomd_err_retryable()
+ * before deciding to retry anything.
+ */
+#ifndef ROOMD_ERR_H
+#define ROOMD_ERR_H
+
+#include <stdbool.h>
+
+/* X-macro table: name, http status a command answers with, text. */
+#define ROOMD_ERR_MAP(X)                                                      \
+    X(ENOMEM, 500, "out of memory")                                           \
+    X(EINVAL, 400, "invalid argument")                                        \
+    X(ENOTFOUND, 404, "not found")                                            \
+    X(ECONFLICT, 409, "state conflict")                                       \
+    X(EEXIST, 409, "already exists")                                          \
+    X(EREUSED, 409, "idempotency key reused")                                 \
+    X(EFUNDS, 402, "insufficient balance")                                    \
+    X(ETOOBIG, 413, "too large")                                              \
+    X(EUNAVAIL, 503, "dependency unavailable")                                \
+    X(ETIMEDOUT, 503, "timed out")                                            \
+    X(EFENCED, 503, "fenced: another owner committed first")                  \
+    X(ENOTOWNER, 503, "room is owned by another node")                        \
+    X(ESTALE, 409, "lost the claim on this row")                              \
+    X(ERETRY, 503, "temporary failure, retry")                                \
+    X(EPERM, 400, "permanent failure")                                        \
+    X(EIO, 500, "i/o error")                                                  \
+    X(EINTERNAL, 500, "internal error")
+
+enum roomd_err {
+    ROOMD_OK = 0,
+#define X(name, http, text) ROOMD_##name,
+    ROOMD_ERR_FIRST_ = -1000,
+    ROOMD_ERR_MAP(X)
+#undef X
+};
+
+/* Returns a static string for rc (0 or a ROOMD_E* code). Thread: any. */
+const char *roomd_strerror(int rc);
+
+/* Returns the HTTP status a command answers with for rc (200 for 0). */
+int roomd_err_http_status(int rc);
+
+/* Returns the short snake_case code used in JSON error bodies ("not_found").
+ * Static string. */
+const char *roomd_err_code(int rc);
+
+/* True when the failure is transient and the same operation may succeed if
+ * retried later (EUNAVAIL, ETIMEDOUT, ERETRY, EIO, ENOMEM). This alone drives
+ * retry and backoff decisions. */
+bool roomd_err_retryable(int rc);
+
+#endif

@@ -1,0 +1,22 @@
+/*
+ * xmalloc.h: allocation that aborts on out-of-memory (as Redis' zmalloc and
+ * h2o_mem_alloc do), so callers never handle NULL from these.
+ * Thread: any.
+ */
+#ifndef ROOMD_XMALLOC_H
+#define ROOMD_XMALLOC_H
+
+#include <stddef.h>
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t size);
+void *xrealloc(void *p, size_t n);
+/* Returns a malloc'd copy of s; xstrdup(NULL) returns NULL. */
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* Returns a malloc'd formatted string. */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Copies src into dst[len] always NUL-terminating; returns strlen(src). */
+size_t strlcpy_(char *dst, const char *src, size_t len);
+
+#endif

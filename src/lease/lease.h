@@ -1,0 +1,39 @@
+/*
+ * lease.h: which node owns a room's cell. lease_local.c (one node: always
+ * granted, token 0) and lease_redis.c (SET NX PX with a fencing token, renewed
+ * while the cell lives). The token travels in struct mutation and the store
+ * refuses a commit carrying a token older than the room's, so an owner whose
+ * lease expired can never commit.
+ *
+ * Threads: any, concurrently. acquire/release block on Redis (bounded by
+ * redis.command_timeout).
+ */
+#ifndef ROOMD_LEASE_H
+#define ROOMD_LEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct conf;
+struct lease;
+
+struct lease_ops {
+    /* Ensures this node holds the lease of (app, room_id), taking or renewing
+     * it. Returns 0 and *token (monotonic per room), ROOMD_ENOTOWNER with the
+     * owner's advertised address in owner[ownerlen], or ROOMD_EUNAVAIL. */
+    int (*acquire)(struct lease *l, const char *app, const char *room_id, int64_t *token,
+                   char *owner, size_t ownerlen);
+    /* Gives the lease up (cell evicted, shutdown). Best effort. */
+    void (*release)(struct lease *l, const char *app, const char *room_id, int64_t token);
+    void (*close)(struct lease *l);
+};
+
+struct lease {
+    const struct lease_ops *ops;
+};
+
+/* Opens the lease named by conf->lease.driver. Returns 0 and *out, or an error. */
+int lease_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
+void lease_close(struct lease *l);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * sink.h: one interface for every place an outbox event is delivered to.
+ * One file per sink: sink_log.c (event JSON lines to a file), sink_tim.c
+ * (Tencent IM REST), sink_activity.c (activity gRPC), sink_bus.c (JetStream
+ * hyapp_room_outbox), sink_rocket.c (JetStream rocket launch wake-ups).
+ *
+ * The outbox worker (outbox/worker.c) calls publish() for each claimed row
+ * and each sink whose bit is not yet in the row's sinks_done and that
+ * accepts() the event. A row is delivered when every such sink succeeded; a
+ * retry re-sends only to the sinks that have not.
+ *
+ * Threads: publish() is called from several worker threads at once; a sink
+ * makes itself safe for that. publish() blocks, at most until deadline.
+ */
+#ifndef ROOMD_SINK_H
+#define ROOMD_SINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct outbox_row;
+
+/* Stable bit per sink, stored in room_outbox.sinks_done. Never renumber. */
+#define SINK_BIT_LOG (1u << 0)
+#define SINK_BIT_TIM (1u << 1)
+#define SINK_BIT_ACTIVITY (1u << 2)
+#define SINK_BIT_BUS (1u << 3)
+#define SINK_BIT_ROCKET (1u << 4)
+
+/* One event as the sinks see it, built once per row by the worker.
+ * Everything is borrowed for the duration of publish(). */
+struct outbox_event {
+    const struct outbox_row *row;
+    const uint8_t *envelope;  /* packed roomd.v1.RoomOutboxEvent */
+    size_t envelope_len;
+    const char *json;         /* the envelope as JSON, payload decoded as an object */
+};
+
+struct sink {
+    const char *name;
+    uint32_t bit;
+    /* True when this sink handles ev (NULL = every event). */
+    bool (*accepts)(struct sink *s, const struct outbox_event *ev);
+    /* Delivers ev. Returns 0 (delivered; also when the peer says it already
+     * had it), ROOMD_ERETRY (transient: retry with backoff) or ROOMD_EPERM
+     * (permanent: the row fails at once). err gets a one-line reason without
+     * secrets, kept in room_outbox.last_error. deadline is clock_mono_ms(). */
+    int (*publish)(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms,
+                   char *err, size_t errlen);
+    /* Frees the sink. Called once, after all publish calls returned. */
+    void (*close)(struct sink *s);
+};
+
+/* The log sink: appends ev->json lines to path. Returns 0 and *out, or
+ * ROOMD_EIO with err. */
+int sink_log_open(struct sink **out, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,113 @@
+/*
+ * command.h: room write commands as data, and room_apply(), the one pure
+ * function that turns (state, command, now) into a new state plus events.
+ * The live path (service.c) and the replay of the command log on load
+ * (cell.c) both call room_apply, so replay reproduces state exactly: every
+ * input that is not in the command (the time, generated ids) is derived from
+ * the command log row (created_at_ms, command_id, version).
+ *
+ * One file per command: cmd_create.c, cmd_join.c, ... each defining
+ * its apply step; command.c parses/validates JSON and dispatches.
+ * Thread: any (pure functions).
+ */
+#ifndef ROOMD_ROOM_COMMAND_H
+#define ROOMD_ROOM_COMMAND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "room/state.h"
+#include "store/store.h"
+
+struct conf_room;
+
+enum room_cmd_type {
+    CMD_CREATE_ROOM = 0,
+    CMD_JOIN_ROOM,
+    CMD_LEAVE_ROOM,
+    CMD_MIC_UP,
+    CMD_MIC_DOWN,
+    CMD_SEND_GIFT,
+    CMD_KICK_USER,
+    CMD_CLOSE_ROOM,
+    CMD_LAUNCH_ROCKET,
+    CMD_COUNT_
+};
+
+/* "CreateRoom", ... (the command_type column and timing log). */
+const char *room_cmd_name(enum room_cmd_type t);
+int room_cmd_parse_name(const char *name); /* -1 when unknown */
+
+struct room_cmd {
+    enum room_cmd_type type;
+    char app_code[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+    char command_id[STORE_ID_MAX];
+    int64_t uid;             /* join/leave/mic/gift sender/kick target */
+    int64_t owner_uid;       /* create */
+    int64_t operator_uid;    /* kick, close */
+    int64_t to_uid;          /* gift */
+    int seat;                /* mic up: requested seat, -1 = first free */
+    char title[ROOM_TITLE_MAX + 1];
+    char gift_id[STORE_ID_MAX];
+    int64_t count;
+    int64_t unit_price;
+    char reason[256];
+    char rocket_id[STORE_ID_MAX]; /* launch */
+    int level;               /* launch */
+    int64_t launch_at_ms;    /* launch */
+    char *request;           /* canonical request JSON (sorted keys), malloc'd */
+};
+
+/* A validation failure: the field at fault and a message. */
+struct cmd_error {
+    char field[64];
+    char message[256];
+};
+
+/*
+ * Parses and validates a command body (JSON object) for type. app and
+ * path_room_id come from the request line (path_room_id NULL for create).
+ * Returns 0 and fills *cmd (free with room_cmd_clear), or ROOMD_EINVAL with
+ * *e naming the field ("uid: must be a positive integer"). Unknown fields
+ * are refused. Builds cmd->request, which also equals the stored request a
+ * replay parses again.
+ */
+int room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_id,
+                   const char *body, size_t len, struct room_cmd *cmd, struct cmd_error *e);
+void room_cmd_clear(struct room_cmd *cmd);
+
+/* One event produced by a command, before it gets its event_id. */
+struct room_event {
+    const char *type;        /* static "RoomUserJoined" ... */
+    uint8_t *payload;        /* packed protobuf, malloc'd */
+    size_t payload_len;
+};
+
+struct room_events {
+    struct room_event *v;
+    size_t n, cap;
+};
+void room_events_clear(struct room_events *ev);
+
+/* Result details of apply when it refuses: ROOMD_ENOTFOUND / ECONFLICT /
+ * EINVAL plus a code ("seat_taken", "not_member", "room_closed", "banned",
+ * "rocket_stale") and message for the JSON error. */
+struct apply_error {
+    char code[64];
+    char message[256];
+};
+
+/*
+ * Applies cmd to s (a clone owned by the caller) at time now_ms, appending
+ * events to ev. On success bumps s->version by one and returns 0; a no-op
+ * command (stale/duplicate LaunchRocket) returns ROOMD_ECONFLICT with code
+ * "rocket_stale" and leaves s untouched in meaning (caller discards the clone).
+ * Any refusal returns a negative code with *e filled; s is then garbage
+ * (discard the clone). For CMD_CREATE_ROOM, s is a fresh room_state_new().
+ * Also performs the lazy UTC-day rocket reset (RoomRocketReset).
+ */
+int room_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
+               const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * service.h: the COMMAND PATH entry point. room_service_execute() runs one
+ * write command through the steps of ARCHITECTURE §2:
+ *   idempotency check -> lease + cell (cell.c) -> clone + room_apply
+ *   -> wallet debit (SendGift) -> SaveMutation via group commit
+ *   -> snapshot when due -> projections -> swap, wake outbox -> timing log
+ * and builds the HTTP answer. Read it top-down in service.c.
+ */
+#ifndef ROOMD_ROOM_SERVICE_H
+#define ROOMD_ROOM_SERVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "room/command.h"
+
+struct conf;
+struct store;
+struct group_commit;
+struct wallet;
+struct lease;
+struct projection;
+struct outbox;
+struct room_service;
+
+/* CreateRoom's synchronous side call (Tencent IM create_group). Returns 0 or
+ * an error; an error never fails the command (the outbox RoomCreated
+ * compensates). Thread: any; blocks up to its own timeout. */
+typedef int (*room_create_hook)(void *arg, const char *app, const char *room_id,
+                                const char *title, int64_t owner_uid);
+
+/* Everything the service uses; all borrowed and must outlive it. NULL lease
+ * means the local lease; NULL projection/outbox/create_hook are skipped. */
+struct room_deps {
+    const struct conf *conf;
+    struct store *store;
+    struct group_commit *gc;
+    struct wallet *wallet;
+    struct lease *lease;
+    struct projection *projection;
+    struct outbox *outbox;
+    room_create_hook create_hook;
+    void *create_hook_arg;
+    bool rocket_timer;       /* wake ourselves at launch_at_ms (no broker) */
+};
+
+/* The answer to one command. */
+struct room_reply {
+    int status;              /* HTTP status */
+    char *body;              /* JSON, malloc'd (room_reply_clear frees) */
+    bool replay;             /* Idempotent-Replay: true */
+    char owner[128];         /* ENOTOWNER: owner's address, else "" */
+};
+void room_reply_clear(struct room_reply *r);
+
+/* Starts the service (cells, idle eviction, and the rocket timer rebuilt
+ * from store_rockets_pending when deps->rocket_timer). Thread: main. */
+int room_service_open(struct room_service **out, const struct room_deps *deps);
+/* Stops timers and eviction, frees all cells. No execute may be in flight. */
+void room_service_close(struct room_service *svc);
+
+/*
+ * Executes cmd (validated by room_cmd_parse; borrowed) and fills *reply.
+ * Blocks until the command committed or failed. A failed command changes
+ * nothing and writes no outbox row. Logs one room_command_timing line.
+ * Thread: any; commands on one room run one at a time in arrival order,
+ * commands on different rooms in parallel.
+ */
+void room_service_execute(struct room_service *svc, const struct room_cmd *cmd,
+                          struct room_reply *reply);
+
+/* GET /v1/rooms/{id}: the current state as JSON into *reply (200 or 404). */
+void room_service_get(struct room_service *svc, const char *app, const char *room_id,
+                      struct room_reply *reply);
+
+/* Number of cells in memory (tests, metrics). */
+size_t room_service_cells(struct room_service *svc);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * state.h: RoomState, the authoritative in-memory state of one room, owned
+ * by its cell (cell.c). Commands mutate a clone (room_state_clone), and the
+ * cell swaps the clone in only after the commit succeeded. The JSON form
+ * (room_state_to_json) is both the snapshot stored in room_snapshots and the
+ * "room" object of responses; from_json(to_json(s)) == s exactly.
+ *
+ * A room_state is not thread-safe; its cell serializes access.
+ */
+#ifndef ROOMD_ROOM_STATE_H
+#define ROOMD_ROOM_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+#define ROOM_TITLE_MAX 128
+#define ROOM_MAX_SEATS 32
+
+enum room_status { ROOM_OPEN = 0, ROOM_CLOSED };
+enum rocket_status { ROCKET_IDLE = 0, ROCKET_IGNITED, ROCKET_DONE };
+
+struct room_member {
+    int64_t uid;
+    int64_t joined_at_ms;
+};
+
+struct room_ban {
+    int64_t uid;
+    int64_t until_ms;
+};
+
+struct room_rocket {
+    enum rocket_status status;
+    int level;               /* level being charged or ignited, 1-based */
+    int64_t energy;          /* energy toward this level's threshold */
+    int64_t utc_day;         /* the UTC day this state belongs to */
+    char rocket_id[STORE_ID_MAX]; /* set while ignited */
+    int64_t ignited_at_ms;
+    int64_t launch_at_ms;
+    int launched;            /* rockets launched today */
+};
+
+struct room_state {
+    char app_code[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+    int64_t owner_uid;
+    char title[ROOM_TITLE_MAX + 1];
+    enum room_status status;
+    int64_t version;
+    int64_t created_at_ms;
+    int64_t updated_at_ms;
+    struct room_member *members; /* in join order */
+    size_t nmembers, cap_members;
+    int nseats;
+    int64_t seats[ROOM_MAX_SEATS]; /* uid on each seat, 0 = free */
+    struct room_ban *bans;
+    size_t nbans, cap_bans;
+    int64_t gift_total;      /* sum of all gift values */
+    struct room_rocket rocket;
+};
+
+struct room_state *room_state_new(const char *app, const char *room_id);
+/* Deep copy. */
+struct room_state *room_state_clone(const struct room_state *s);
+void room_state_free(struct room_state *s);
+
+/* Returns a malloc'd compact JSON text with sorted keys. */
+char *room_state_to_json(const struct room_state *s);
+/* Parses a snapshot. Returns 0 and *out, or ROOMD_EINVAL. */
+int room_state_from_json(const char *json, struct room_state **out);
+
+/* Member helpers: index or -1. */
+int room_state_member_index(const struct room_state *s, int64_t uid);
+int room_state_seat_of(const struct room_state *s, int64_t uid);
+
+#endif

@@ -1,0 +1,34 @@
+/*
+ * group_commit.h: one committer thread in front of store_save. Callers
+ * queue a mutation and block; the committer takes everything queued (up to
+ * max_batch) and commits it in ONE transaction, so N rooms' commands cost
+ * one fsync. Each mutation still succeeds or fails alone (savepoints in
+ * store_save).
+ */
+#ifndef ROOMD_GROUP_COMMIT_H
+#define ROOMD_GROUP_COMMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct store;
+struct mutation;
+struct group_commit;
+
+/* Starts the committer thread. Returns 0 and *out. Thread: main. */
+int group_commit_open(struct group_commit **out, struct store *store, int max_batch);
+/* Drains the queue, stops and joins the thread. NULL is a no-op. */
+void group_commit_close(struct group_commit *gc);
+
+/*
+ * Commits m (borrowed until return) together with whatever else is queued.
+ * Blocks until its transaction ended. Returns m->rc: 0, ROOMD_EREUSED,
+ * ROOMD_EEXIST, ROOMD_EFENCED, or the batch's failure (EUNAVAIL, EIO).
+ * Thread: any.
+ */
+int group_commit_submit(struct group_commit *gc, struct mutation *m);
+
+/* Batches committed and mutations in them so far (bench, metrics). */
+void group_commit_stats(struct group_commit *gc, uint64_t *batches, uint64_t *mutations);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * store.c: backend selection and the parts every backend shares (status
+ * names, freeing results, the thread-local error text, fault hooks). The SQL
+ * lives in store_sqlite.c and store_mysql.c.
+ */
+#include "store/store.h"
+
+#include "conf/conf.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char errbuf[512];
+
+static const char *const status_names[] = {"pending", "delivering", "delivered", "retryable",
+                                           "failed"};
+
+const char *
+outbox_status_name(enum outbox_status s)
+{
+    return (unsigned)s < 5 ? status_names[s] : "unknown";
+}
+
+int
+outbox_status_parse(const char *name)
+{
+    for (int i = 0; i < 5; i++)
+        if (strcmp(name, status_names[i]) == 0)
+            return i;
+    if (strcmp(name, "published") == 0) /* legacy, read as delivered */
+        return OUTBOX_DELIVERED;
+    return -1;
+}
+
+const char *
+store_errmsg(void)
+{
+    return errbuf;
+}
+
+void
+store_set_errmsg(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
+    va_end(ap);
+}
+
+void
+command_record_clear(struct command_record *r)
+{
+    free(r->command_type);
+    free(r->request);
+    free(r->response);
+    memset(r, 0, sizeof(*r));
+}
+
+void
+room_load_clear(struct room_load *l)
+{
+    free(l->snapshot);
+    for (size_t i = 0; i < l->ntail; i++)
+        command_record_clear(&l->tail[i]);
+    free(l->tail);
+    memset(l, 0, sizeof(*l));
+}
+
+void
+outbox_rows_free(struct outbox_row *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].payload);
+        free(rows[i].last_error);
+    }
+    free(rows);
+}
+
+int
+store_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen)
+{
+    const struct store_ops *ops;
+
+    *out = NULL;
+    if (strcmp(cs->driver, "sqlite") == 0)
+        ops = &store_sqlite_ops;
+    else if (strcmp(cs->driver, "mysql") == 0)
+        ops = &store_mysql_ops;
+    else {
+        snprintf(err, errlen, "store.driver: unknown driver \"%s\" (sqlite|mysql)", cs->driver);
+        return ROOMD_EINVAL;
+    }
+    return ops->open(out, cs, err, errlen);
+}
+
+void
+store_close(struct store *s)
+{
+    if (s != NULL)
+        s->ops->close(s);
+}
+
+int
+store_find_command(struct store *s, const char *app, const char *command_id,
+                   struct command_record *out)
+{
+    return s->ops->find_command(s, app, command_id, out);
+}
+
+int
+store_load_room(struct store *s, const char *app, const char *room_id, struct room_load *out)
+{
+    return s->ops->load_room(s, app, room_id, out);
+}
+
+int
+store_save(struct store *s, struct mutation *const *muts, size_t n)
+{
+    return s->ops->save(s, muts, n);
+}
+
+int
+store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                   int limit, struct outbox_row **rows, size_t *n)
+{
+    return s->ops->outbox_claim(s, now_ms, lock_until_ms, locked_by, limit, rows, n);
+}
+
+int
+store_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
+{
+    return s->ops->outbox_complete(s, res, n);
+}
+
+int
+store_outbox_list(struct store *s, int status, int64_t after_id, int limit,
+                  struct outbox_row **rows, size_t *n)
+{
+    return s->ops->outbox_list(s, status, after_id, limit, rows, n);
+}
+
+int
+store_outbox_get(struct store *s, const char *event_id, struct outbox_row *out)
+{
+    return s->ops->outbox_get(s, event_id, out);
+}
+
+int
+store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms)
+{
+    return s->ops->outbox_replay(s, event_id, now_ms);
+}
+
+int
+store_outbox_counts(struct store *s, struct outbox_counts *out)
+{
+    return s->ops->outbox_counts(s, out);
+}
+
+int
+store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged)
+{
+    return s->ops->outbox_purge(s, delivered_before_ms, limit, purged);
+}
+
+int
+store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount,
+                   const char *ref_id, int64_t initial_balance, int64_t *balance_after)
+{
+    return s->ops->wallet_debit(s, app, uid, amount, ref_id, initial_balance, balance_after);
+}
+
+int
+store_wallet_refund(struct store *s, const char *app, const char *ref_id)
+{
+    return s->ops->wallet_refund(s, app, ref_id);
+}
+
+int
+store_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
+                   const char *ref_id, int64_t initial_balance, int64_t *balance_after)
+{
+    return s->ops->wallet_topup(s, app, uid, amount, ref_id, initial_balance, balance_after);
+}
+
+int
+store_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
+                     int64_t *balance)
+{
+    return s->ops->wallet_balance(s, app, uid, initial_balance, balance);
+}
+
+int
+store_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n)
+{
+    return s->ops->rockets_pending(s, out, n);
+}
+
+#ifdef ROOMD_TESTING
+static atomic_int fail_saves;
+
+void
+store_fail_next_saves(int n)
+{
+    atomic_store(&fail_saves, n);
+}
+
+int
+store_should_fail_save(void)
+{
+    int v = atomic_load(&fail_saves);
+
+    while (v > 0)
+        if (atomic_compare_exchange_weak(&fail_saves, &v, v - 1))
+            return 1;
+    return 0;
+}
+#endif

@@ -1,0 +1,305 @@
+/*
+ * store.h: the SQL store, authority for room state and room_outbox.
+ * One interface, one file per backend: store_sqlite.c (embedded default),
+ * store_mysql.c (MariaDB Connector/C). store.c dispatches through
+ * struct store_ops and holds what the backends share.
+ *
+ * Schema (ARCHITECTURE §4; migrations live in each backend):
+ *   rooms(app_code, room_id, owner_uid, title, status, version, fence_token,
+ *         rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,
+ *         created_at_ms, updated_at_ms)                PK (app_code, room_id)
+ *   room_command_log(id, app_code, room_id, version, command_id, command_type,
+ *         request, response, created_at_ms)
+ *         UNIQUE (app_code, command_id)   -- idempotency key
+ *         UNIQUE (app_code, room_id, version) -- fence against two owners
+ *   room_snapshots(app_code, room_id, version, state, created_at_ms)
+ *         PK (app_code, room_id, version); the last snapshots_keep are kept
+ *   room_outbox(id, event_id UNIQUE, app_code, room_id, room_version, command_id,
+ *         event_type, payload BLOB, status, retry_count, sinks_done,
+ *         next_retry_at_ms, lock_until_ms, locked_by, last_error,
+ *         due_at_ms, created_at_ms, updated_at_ms, delivered_at_ms)
+ *         due_at_ms is the claim key: created_at_ms for pending, next_retry_at_ms
+ *         for retryable, lock_until_ms for delivering, NULL for delivered/failed.
+ *         INDEX (due_at_ms, id) lets a claim touch only claimable rows.
+ *   wallet_accounts(app_code, uid, balance, updated_at_ms)  PK (app_code, uid)
+ *   wallet_ledger(app_code, ref_id, uid, amount, kind, created_at_ms)
+ *         PK (app_code, ref_id, kind)  -- debit/refund/topup idempotency
+ *   schema_migrations(version, applied_at_ms)
+ *
+ * Statuses: pending, delivering, delivered, retryable, failed. Legacy
+ * "published" is read as delivered and never written.
+ *
+ * Threads: every function may be called from any thread at once; the backend
+ * serializes what it must (SQLite: one writer connection). Every function
+ * blocks on the database. Returns 0 or a negative ROOMD_E* code; detail text
+ * is in store_errmsg() of the calling thread.
+ */
+#ifndef ROOMD_STORE_H
+#define ROOMD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct conf_store;
+
+#define STORE_ID_MAX 64      /* app_code, room_id, command_id: at most 63 bytes */
+
+enum outbox_status {
+    OUTBOX_PENDING = 0,
+    OUTBOX_DELIVERING,
+    OUTBOX_DELIVERED,
+    OUTBOX_RETRYABLE,
+    OUTBOX_FAILED,
+};
+const char *outbox_status_name(enum outbox_status s);
+/* Returns the status for name ("published" -> OUTBOX_DELIVERED), or -1. */
+int outbox_status_parse(const char *name);
+
+/* One event of a mutation, becoming one room_outbox row. */
+struct outbox_new {
+    char event_id[37];       /* UUIDv7 */
+    const char *event_type;  /* static string, "RoomCreated" ... */
+    uint8_t *payload;        /* packed protobuf payload, owned by the mutation */
+    size_t payload_len;
+};
+
+/* The room's meta row after a mutation. */
+struct room_meta {
+    int64_t owner_uid;
+    const char *title;
+    const char *status;      /* "open" | "closed" */
+    int64_t version;
+    const char *rocket_status; /* "idle" | "ignited" | "done" */
+    const char *rocket_id;
+    int rocket_level;
+    int64_t rocket_launch_at_ms;
+    int64_t created_at_ms;
+    int64_t updated_at_ms;
+};
+
+/*
+ * One committed room command: its command log row, its outbox rows, the room
+ * meta and, when due, a snapshot. All borrowed by store_save for the call.
+ */
+struct mutation {
+    char app_code[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+    char command_id[STORE_ID_MAX];
+    const char *command_type;   /* "CreateRoom", ... */
+    const char *request;        /* canonical request JSON (replayed on load) */
+    const char *response;       /* response JSON (returned on idempotent replay) */
+    int64_t version;            /* new room version; version-1 must be the current one */
+    int64_t created_at_ms;      /* the command's clock; replay uses it */
+    int64_t fence_token;        /* lease token; 0 with the local lease */
+    bool create;                /* first command of the room: INSERT rooms */
+    struct room_meta meta;
+    struct outbox_new *events;
+    size_t nevents;
+    const char *snapshot;       /* state JSON when a snapshot is due, else NULL */
+    int snapshots_keep;
+    /* Out: result of this mutation, set by store_save. 0 committed;
+     * ROOMD_EREUSED its command_id already exists (look it up);
+     * ROOMD_EEXIST create of an existing room; ROOMD_EFENCED its version was
+     * taken or its fence token is older than the room's. */
+    int rc;
+};
+
+/* A command log entry, for replay and idempotency. */
+struct command_record {
+    char room_id[STORE_ID_MAX];
+    char command_id[STORE_ID_MAX];
+    char *command_type;
+    char *request;
+    char *response;
+    int64_t version;
+    int64_t created_at_ms;
+};
+void command_record_clear(struct command_record *r);
+
+/* What loading a room returns: the latest snapshot (NULL state when the
+ * room has none yet) and the log entries after it, in version order. */
+struct room_load {
+    char *snapshot;             /* state JSON or NULL */
+    int64_t snapshot_version;   /* 0 when no snapshot */
+    struct command_record *tail;
+    size_t ntail;
+    int64_t version;            /* rooms.version */
+    int64_t fence_token;        /* rooms.fence_token */
+};
+void room_load_clear(struct room_load *l);
+
+/* A claimed (or listed) room_outbox row. */
+struct outbox_row {
+    int64_t id;
+    char event_id[37];
+    char app_code[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+    char command_id[STORE_ID_MAX];
+    char event_type[32];
+    int64_t room_version;
+    uint8_t *payload;
+    size_t payload_len;
+    enum outbox_status status;
+    int retry_count;
+    uint32_t sinks_done;        /* bit per direct sink that already succeeded */
+    int64_t next_retry_at_ms;
+    int64_t lock_until_ms;
+    char locked_by[STORE_ID_MAX];
+    char *last_error;
+    int64_t created_at_ms;
+    int64_t delivered_at_ms;
+};
+void outbox_rows_free(struct outbox_row *rows, size_t n);
+
+/* The outcome of one delivery attempt, written fenced by locked_by. */
+struct outbox_result {
+    int64_t id;
+    const char *locked_by;      /* the claimer; completion is refused otherwise */
+    enum outbox_status status;  /* DELIVERED | RETRYABLE | FAILED */
+    int retry_count;
+    uint32_t sinks_done;
+    int64_t next_retry_at_ms;   /* RETRYABLE only */
+    const char *last_error;     /* NULL when delivered */
+    int64_t now_ms;
+    int rc;                     /* out: 0, or ROOMD_ESTALE when the fence refused */
+};
+
+struct outbox_counts {
+    int64_t pending, delivering, delivered, retryable, failed;
+    int64_t oldest_undelivered_ms; /* created_at_ms of the oldest, 0 when none */
+};
+
+/* A room whose rocket is ignited (in-process launch timer rebuild). */
+struct rocket_pending {
+    char app_code[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+    char rocket_id[STORE_ID_MAX];
+    int level;
+    int64_t launch_at_ms;
+};
+
+struct store;
+
+struct store_ops {
+    const char *name;
+    int (*open)(struct store **out, const struct conf_store *cs, char *err, size_t errlen);
+    void (*close)(struct store *s);
+    int (*find_command)(struct store *s, const char *app, const char *command_id,
+                        struct command_record *out);
+    int (*load_room)(struct store *s, const char *app, const char *room_id,
+                     struct room_load *out);
+    int (*save)(struct store *s, struct mutation *const *muts, size_t n);
+    int (*outbox_claim)(struct store *s, int64_t now_ms, int64_t lock_until_ms,
+                        const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
+    int (*outbox_complete)(struct store *s, struct outbox_result *res, size_t n);
+    int (*outbox_list)(struct store *s, int status, int64_t after_id, int limit,
+                       struct outbox_row **rows, size_t *n);
+    int (*outbox_get)(struct store *s, const char *event_id, struct outbox_row *out);
+    int (*outbox_replay)(struct store *s, const char *event_id, int64_t now_ms);
+    int (*outbox_counts)(struct store *s, struct outbox_counts *out);
+    int (*outbox_purge)(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
+    int (*wallet_debit)(struct store *s, const char *app, int64_t uid, int64_t amount,
+                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+    int (*wallet_refund)(struct store *s, const char *app, const char *ref_id);
+    int (*wallet_topup)(struct store *s, const char *app, int64_t uid, int64_t amount,
+                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+    int (*wallet_balance)(struct store *s, const char *app, int64_t uid,
+                          int64_t initial_balance, int64_t *balance);
+    int (*rockets_pending)(struct store *s, struct rocket_pending **out, size_t *n);
+};
+
+/* Common head of every backend's handle ("super" first member, as h2o). */
+struct store {
+    const struct store_ops *ops;
+};
+
+extern const struct store_ops store_sqlite_ops;
+extern const struct store_ops store_mysql_ops;
+
+/* Opens the backend named by cs->driver and applies pending migrations.
+ * Returns 0 and *out, or ROOMD_EINVAL/EUNAVAIL/EIO with err filled; *out NULL.
+ * Thread: main, before serving. */
+int store_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen);
+/* Closes s; store_close(NULL) is a no-op. No call may be in flight. */
+void store_close(struct store *s);
+
+/* Detail text of the calling thread's last failed store call (thread-local). */
+const char *store_errmsg(void);
+/* Backends set the calling thread's detail text. */
+void store_set_errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Looks up a command by its idempotency key. 0 and *out filled (clear with
+ * command_record_clear), ROOMD_ENOTFOUND, or EUNAVAIL. */
+int store_find_command(struct store *s, const char *app, const char *command_id,
+                       struct command_record *out);
+
+/* Loads a room: latest snapshot + log tail. 0, ROOMD_ENOTFOUND, or EUNAVAIL.
+ * Clear *out with room_load_clear. */
+int store_load_room(struct store *s, const char *app, const char *room_id,
+                    struct room_load *out);
+
+/*
+ * Commits n mutations (n >= 1, different rooms, or the same room in version
+ * order) in ONE transaction: per mutation a command log row, its outbox rows
+ * (status pending, due_at_ms = created_at_ms), the rooms row, and the
+ * snapshot when given. A mutation that violates a uniqueness or fence rule is
+ * rolled back alone (savepoint) with its muts[i]->rc set; the others commit.
+ * Returns 0 when the transaction committed (check each rc), or a negative
+ * code when nothing committed (EUNAVAIL, EIO): then every rc equals it.
+ */
+int store_save(struct store *s, struct mutation *const *muts, size_t n);
+
+/*
+ * Claims up to limit claimable rows: pending, retryable with
+ * next_retry_at_ms <= now, delivering with lock_until_ms <= now (expired
+ * lock). Sets status=delivering, locked_by, lock_until_ms in a short
+ * transaction (MySQL: SELECT ... FOR UPDATE SKIP LOCKED). *rows is an array
+ * of *n rows, free with outbox_rows_free. 0 (possibly *n == 0) or EUNAVAIL.
+ */
+int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
+                       const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
+
+/*
+ * Writes n delivery outcomes, each only if the row is still delivering and
+ * locked_by the given claimer (fence); a refused one gets res[i].rc =
+ * ROOMD_ESTALE. Returns 0 when written (check rc), or EUNAVAIL.
+ */
+int store_outbox_complete(struct store *s, struct outbox_result *res, size_t n);
+
+/* Lists rows with status (or all when status < 0) and id > after_id, by id. */
+int store_outbox_list(struct store *s, int status, int64_t after_id, int limit,
+                      struct outbox_row **rows, size_t *n);
+/* Reads one row by event_id: 0, ROOMD_ENOTFOUND. Free with outbox_rows_free(out, 1)
+ * semantics on a single row (its payload and last_error). */
+int store_outbox_get(struct store *s, const char *event_id, struct outbox_row *out);
+/* Operator replay of a failed row: back to pending, retry_count 0, same
+ * event_id. ROOMD_ENOTFOUND, or ROOMD_ECONFLICT when the row is not failed. */
+int store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
+int store_outbox_counts(struct store *s, struct outbox_counts *out);
+/* Deletes up to limit delivered rows with delivered_at_ms < before. */
+int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
+
+/* Embedded wallet ledger (see wallet/wallet.h). Idempotent by ref_id:
+ * a second debit with the same ref_id succeeds without charging again.
+ * Debit returns ROOMD_EFUNDS when the balance is short (nothing written). */
+int store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount,
+                       const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+/* Reverses the debit ref_id if it exists and was not refunded. 0 or ENOTFOUND. */
+int store_wallet_refund(struct store *s, const char *app, const char *ref_id);
+int store_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
+                       const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+int store_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
+                         int64_t *balance);
+
+/* Lists rooms whose rocket is ignited, for the launch timer rebuild. */
+int store_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n);
+
+#ifdef ROOMD_TESTING
+/* Fault injection: the next n store_save calls fail inside the transaction
+ * after writing the command log row (then roll back) with ROOMD_EIO. */
+void store_fail_next_saves(int n);
+int store_should_fail_save(void);
+#endif
+
+#endif

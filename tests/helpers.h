@@ -1,0 +1,32 @@
+/*
+ * helpers.h: what the C tests share: a fresh temp directory, a default conf
+ * pointing at it, and the test servers' addresses from the environment
+ * (scripts/servers.sh). A test needing a server that is not there skips
+ * (exit 77) locally and fails when ROOMD_REQUIRE_SERVERS is set (make test).
+ */
+#ifndef ROOMD_TEST_HELPERS_H
+#define ROOMD_TEST_HELPERS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+struct conf;
+
+/* Creates and returns a new empty directory under $TMPDIR (static buffer per call
+ * is NOT used: the string is malloc'd). */
+char *th_tmpdir(void);
+/* conf_defaults() with the SQLite file, logs and log sink inside dir. Free with conf_free. */
+struct conf *th_conf_sqlite(const char *dir);
+/* conf_defaults() pointed at the test MariaDB (database roomd_test) or NULL
+ * when it is not reachable (then th_skip_or_fail was called). */
+struct conf *th_conf_mysql(const char *dir);
+/* Port of a test server from the environment (ROOMD_MYSQL_PORT, ...) or dflt. */
+int th_env_port(const char *name, int dflt);
+/* Skips the calling test program (exit 77) unless ROOMD_REQUIRE_SERVERS is set,
+ * in which case it fails with why. */
+void th_skip_or_fail(const char *why);
+
+#endif

@@ -1,0 +1,203 @@
+"""roomd_test: what the Python integration tests share.
+
+Roomd(cfg_overrides) writes a config (JSON is YAML) into a fresh temp dir, starts the
+built roomd binary as a process on a free port, waits for /healthz, and offers
+http(method, path, body) -> (status, headers, json). stop() sends SIGTERM; kill() SIGKILL.
+Test servers (scripts/servers.sh) are reached through ROOMD_*_PORT variables; need()
+skips (exit 77) or, under make test (ROOMD_REQUIRE_SERVERS=1), fails when one is down.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import http.client
+
+BUILD = os.environ.get("ROOMD_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build"))
+SOURCE = os.environ.get("ROOMD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
+ROOMD = os.path.join(BUILD, "roomd")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def env_port(name, dflt):
+    return int(os.environ.get(name, dflt))
+
+
+def need(host, port, what):
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        if os.environ.get("ROOMD_REQUIRE_SERVERS", "") not in ("", "0"):
+            print(f"FAIL: required server missing: {what} at {host}:{port}")
+            sys.exit(1)
+        print(f"SKIP: {what} not reachable at {host}:{port}")
+        sys.exit(77)
+
+
+def merge(dst, src):
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            merge(dst[k], v)
+        else:
+            dst[k] = v
+    return dst
+
+
+def base_config(tmp, port):
+    """A test config: SQLite in tmp, short timers, log sink on."""
+    return {
+        "app": {"default_app_code": "hyapp", "node_id": f"test-{port}",
+                "log_file": os.path.join(tmp, "roomd.log"), "log_level": "info"},
+        "http": {"listen": f"127.0.0.1:{port}", "max_body_bytes": 65536},
+        "store": {"driver": "sqlite",
+                  "sqlite": {"path": os.path.join(tmp, "roomd.db"), "synchronous": "full"}},
+        "room": {"snapshot_every_n": 5, "idle_evict_after": "10m", "seat_count": 8,
+                 "rocket": {"thresholds": [1000, 5000], "countdown": "2s"}},
+        "wallet": {"driver": "embedded", "initial_balance": 100000, "allow_topup": True},
+        "outbox_worker": {"enabled": True, "publish_mode": "direct", "poll_interval": "200ms",
+                          "batch_size": 100, "publish_timeout": "2s", "max_retry_count": 3,
+                          "initial_backoff": "100ms", "max_backoff": "1s", "workers": 2,
+                          "lock_timeout": "5s", "log_sink": {"enabled": True,
+                          "path": os.path.join(tmp, "events.jsonl")}},
+    }
+
+
+class Roomd:
+    def __init__(self, overrides=None, tmp=None, port=None, binary=None):
+        self.tmp = tmp or tempfile.mkdtemp(prefix="roomd-it-")
+        self.port = port or free_port()
+        self.cfg = merge(base_config(self.tmp, self.port), overrides or {})
+        self.cfg_path = os.path.join(self.tmp, f"roomd-{self.port}.yaml")
+        with open(self.cfg_path, "w") as f:
+            json.dump(self.cfg, f, indent=1)
+        self.binary = binary or ROOMD
+        self.proc = None
+        self.log_path = self.cfg["app"]["log_file"]
+
+    def start(self, wait=True, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        self.stderr = open(os.path.join(self.tmp, f"stderr-{self.port}.txt"), "ab")
+        self.proc = subprocess.Popen([self.binary, "-c", self.cfg_path],
+                                     stdout=self.stderr, stderr=self.stderr, env=e)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout=20):
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"roomd exited {self.proc.returncode}: {self.stderr_text()}")
+            try:
+                st, _, _ = self.http("GET", "/healthz")
+                if st == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("roomd did not become healthy")
+
+    def stderr_text(self):
+        with open(os.path.join(self.tmp, f"stderr-{self.port}.txt"), "rb") as f:
+            return f.read().decode(errors="replace")[-4000:]
+
+    def http(self, method, path, body=None, headers=None, raw=None, timeout=30):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        try:
+            js = json.loads(text) if text else None
+        except ValueError:
+            js = text
+        return r.status, dict(r.getheaders()), js
+
+    def post(self, path, body, **kw):
+        return self.http("POST", path, body, **kw)
+
+    def log_lines(self):
+        try:
+            with open(self.log_path) as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def json_log(self, kind):
+        out = []
+        for line in self.log_lines():
+            if line.startswith("{"):
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                if j.get("msg") == kind or j.get("event") == kind:
+                    out.append(j)
+        return out
+
+    def events(self):
+        p = self.cfg["outbox_worker"]["log_sink"]["path"]
+        try:
+            with open(p) as f:
+                return [json.loads(l) for l in f if l.strip()]
+        except FileNotFoundError:
+            return []
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("roomd did not stop on SIGTERM")
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        return rc
+
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+
+def wait_until(fn, timeout=10, step=0.05, what="condition"):
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        last = fn()
+        if last:
+            return last
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what} (last={last!r})")
+
+
+def run(tests):
+    """Runs test functions in order; prints a summary; exits non-zero on failure."""
+    failed = 0
+    for t in tests:
+        name = t.__name__
+        t0 = time.time()
+        try:
+            t()
+            print(f"ok   {name} ({time.time() - t0:.2f}s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every failure
+            failed += 1
+            import traceback
+            traceback.print_exc()
+            print(f"FAIL {name}: {e}", flush=True)
+    print(f"{len(tests) - failed}/{len(tests)} passed")
+    sys.exit(1 if failed else 0)
