@@ -1,0 +1,28 @@
+/* lease.c: picks the lease backend named by lease.driver (see lease.h). */
+#include "lease/lease.h"
+
+#include "conf/conf.h"
+#include "core/err.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int lease_local_open(struct lease **out);
+
+int
+lease_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (strcmp(conf->lease.driver, "local") == 0)
+        return lease_local_open(out);
+    snprintf(err, errlen, "lease.driver: unknown driver \"%s\" (local|redis)",
+             conf->lease.driver);
+    return ROOMD_EINVAL;
+}
+
+void
+lease_close(struct lease *l)
+{
+    if (l != NULL)
+        l->ops->close(l);
+}
