@@ -1,5 +1,5 @@
 /*
- * conf.h: roomd's configuration, loaded once from YAML (configs/*.yaml, the
+ * conf.h: roomd's configuration, loaded once from YAML (configs/ (YAML), the
  * seed's shape) and validated before anything starts. Every rule of the
  * seed's 配置规则 table is enforced by conf_load(); an error names the key
  * ("outbox_worker.poll_interval: must be > 0"). Durations are written
