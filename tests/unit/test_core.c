@@ -1,0 +1,85 @@
+/* test_core.c: core utilities: error table, backoff bounds, UUIDv7, UTC days. */
+#include "helpers.h"
+
+#include "core/backoff.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/uuid.h"
+
+#include <string.h>
+
+static void
+test_err_table(void **state)
+{
+    assert_int_equal(roomd_err_http_status(0), 200);
+    assert_int_equal(roomd_err_http_status(ROOMD_ENOTFOUND), 404);
+    assert_int_equal(roomd_err_http_status(ROOMD_EFUNDS), 402);
+    assert_int_equal(roomd_err_http_status(ROOMD_ETOOBIG), 413);
+    assert_int_equal(roomd_err_http_status(ROOMD_EUNAVAIL), 503);
+    assert_string_equal(roomd_err_code(ROOMD_EREUSED), "idempotency_key_reused");
+    assert_true(roomd_err_retryable(ROOMD_EUNAVAIL));
+    assert_false(roomd_err_retryable(ROOMD_EPERM));
+    assert_false(roomd_err_retryable(ROOMD_EINVAL));
+    assert_string_equal(roomd_strerror(-12345), "unknown error");
+}
+
+static void
+test_backoff(void **state)
+{
+    /* 100ms doubling, capped at 1s */
+    assert_int_equal(backoff_ceiling_ms(1, 100, 1000), 100);
+    assert_int_equal(backoff_ceiling_ms(2, 100, 1000), 200);
+    assert_int_equal(backoff_ceiling_ms(4, 100, 1000), 800);
+    assert_int_equal(backoff_ceiling_ms(5, 100, 1000), 1000);
+    assert_int_equal(backoff_ceiling_ms(60, 5000, 300000), 300000);
+    for (int n = 1; n < 12; n++)
+        for (int i = 0; i < 200; i++) {
+            int64_t c = backoff_ceiling_ms(n, 100, 1000);
+            int64_t d = backoff_delay_ms(n, 100, 1000);
+            assert_true(d >= c / 2 && d <= c);
+        }
+}
+
+static void
+test_uuid_v7(void **state)
+{
+    char a[UUID_STR_LEN], b[UUID_STR_LEN];
+
+    uuid_v7(1700000000000, a);
+    uuid_v7(1700000000001, b);
+    assert_int_equal(strlen(a), 36);
+    assert_int_equal(a[14], '7');                /* version */
+    assert_true(strchr("89ab", a[19]) != NULL);  /* variant */
+    assert_memory_equal(a, "018bcfe5-6800", 13); /* 48-bit ms prefix */
+    assert_true(strcmp(a, b) < 0);               /* time ordered */
+    uuid_v7(1700000000000, b);
+    assert_string_not_equal(a, b); /* random tail */
+}
+
+static void
+test_utc_day(void **state)
+{
+    assert_int_equal(clock_utc_day(0), 0);
+    assert_int_equal(clock_utc_day(86399999), 0);
+    assert_int_equal(clock_utc_day(86400000), 1);
+    assert_int_equal(clock_utc_day(-1), -1);
+    char buf[32];
+    clock_format_utc(1700000000123, buf, sizeof(buf));
+    assert_string_equal(buf, "2023-11-14T22:13:20.123Z");
+    int64_t before = clock_wall_ms();
+    clock_set_offset_ms(86400000);
+    assert_true(clock_wall_ms() - before >= 86400000);
+    clock_set_offset_ms(0);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_err_table),
+        cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_uuid_v7),
+        cmocka_unit_test(test_utc_day),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
