@@ -1,0 +1,358 @@
+/*
+ * bench_commands.c: load generator for the command path (issue 2's speed goal).
+ *
+ *   bench_commands http URL CLIENTS ROOMS SECONDS DBFILE
+ *       CLIENTS threads, each with one keep-alive connection, send a mix of
+ *       join / mic up / gift / mic down / leave commands over ROOMS rooms for
+ *       SECONDS; prints commands/s, p50/p99 latency and the largest outbox
+ *       backlog (undelivered rows, sampled from DBFILE every 100 ms).
+ *   bench_commands raw DBFILE CLIENTS SECONDS
+ *       the baseline: CLIENTS threads write the same rows (command log row,
+ *       one outbox row, room meta) with one transaction per command straight
+ *       through store_save, into the same SQLite file.
+ * Figures only, no assertions; bench/run.sh runs both in one go.
+ */
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/uuid.h"
+#include "core/xmalloc.h"
+#include "store/store.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *base_url;
+static int nclients, nrooms, seconds;
+static atomic_int stop_flag;
+static atomic_long ok_count, err_count;
+
+struct lat {
+    int64_t *v;
+    size_t n, cap;
+};
+
+static void
+lat_add(struct lat *l, int64_t us)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 4096;
+        l->v = xrealloc(l->v, l->cap * sizeof(*l->v));
+    }
+    l->v[l->n++] = us;
+}
+
+static int
+cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static size_t
+discard(char *p, size_t sz, size_t n, void *arg)
+{
+    return sz * n;
+}
+
+static long
+post(CURL *c, const char *path, const char *body)
+{
+    char url[512];
+    long code = 0;
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+
+    snprintf(url, sizeof(url), "%s%s", base_url, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(h);
+    return code;
+}
+
+struct client {
+    int id;
+    struct lat lat;
+    pthread_t th;
+};
+
+/* Each client owns rooms id, id+nclients, ...; per room it cycles one user through
+ * join -> mic up -> gift -> gift -> mic down -> leave. */
+static void *
+client_main(void *arg)
+{
+    struct client *cl = arg;
+    CURL *c = curl_easy_init();
+    char path[256], body[512];
+    uint64_t seq = 0;
+
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    int my = 0;
+    for (int r = cl->id; r < nrooms; r += nclients)
+        my++;
+    if (my == 0)
+        my = 1;
+    while (!atomic_load(&stop_flag)) {
+        int r = cl->id + nclients * (int)(seq / 6 % (uint64_t)my);
+        if (r >= nrooms)
+            r = cl->id % nrooms;
+        int step = (int)(seq % 6);
+        long uid = 1000 + cl->id;
+        const char *p = "join";
+        switch (step) {
+        case 0:
+            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
+                     (unsigned long)seq, uid);
+            p = "join";
+            break;
+        case 1:
+            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
+                     (unsigned long)seq, uid);
+            p = "mic/up";
+            break;
+        case 2:
+        case 3:
+            snprintf(body, sizeof(body),
+                     "{\"command_id\":\"b%d-%lu\",\"uid\":%ld,\"to_uid\":%ld,\"gift_id\":\"rose\","
+                     "\"count\":1,\"unit_price\":1}",
+                     cl->id, (unsigned long)seq, uid, uid);
+            p = "gifts";
+            break;
+        case 4:
+            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
+                     (unsigned long)seq, uid);
+            p = "mic/down";
+            break;
+        default:
+            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
+                     (unsigned long)seq, uid);
+            p = "leave";
+            break;
+        }
+        snprintf(path, sizeof(path), "/v1/rooms/bench-%d/%s", r, p);
+        int64_t t0 = clock_mono_us();
+        long code = post(c, path, body);
+        lat_add(&cl->lat, clock_mono_us() - t0);
+        if (code == 200)
+            atomic_fetch_add(&ok_count, 1);
+        else
+            atomic_fetch_add(&err_count, 1);
+        seq++;
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static struct store *
+open_store(const char *db)
+{
+    struct conf c;
+    struct store *s;
+    char err[256];
+
+    conf_defaults(&c);
+    free(c.store.driver);
+    c.store.driver = xstrdup("sqlite");
+    free(c.store.sqlite.path);
+    c.store.sqlite.path = xstrdup(db);
+    if (store_open(&s, &c.store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "store: %s\n", err);
+        exit(1);
+    }
+    return s;
+}
+
+static struct store *sample_store;
+static int64_t max_backlog;
+
+static void *
+sampler_main(void *arg)
+{
+    while (!atomic_load(&stop_flag)) {
+        struct outbox_counts oc;
+        if (store_outbox_counts(sample_store, &oc) == 0) {
+            int64_t b = oc.pending + oc.delivering + oc.retryable;
+            if (b > max_backlog)
+                max_backlog = b;
+        }
+        struct timespec ts = {0, 100 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void
+report(const char *what, struct lat *all, double secs)
+{
+    qsort(all->v, all->n, sizeof(int64_t), cmp64);
+    double p50 = all->n ? all->v[all->n / 2] / 1000.0 : 0;
+    double p99 = all->n ? all->v[all->n * 99 / 100] / 1000.0 : 0;
+    printf("%-6s clients=%d ops=%zu ok=%ld err=%ld rate=%.0f/s p50=%.2fms p99=%.2fms\n", what,
+           nclients, all->n, atomic_load(&ok_count), atomic_load(&err_count), all->n / secs, p50,
+           p99);
+}
+
+static int
+run_http(char **argv)
+{
+    base_url = argv[2];
+    nclients = atoi(argv[3]);
+    nrooms = atoi(argv[4]);
+    seconds = atoi(argv[5]);
+    curl_global_init(CURL_GLOBAL_ALL);
+    /* Create the rooms first (not timed). */
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    for (int r = 0; r < nrooms; r++) {
+        char body[256];
+        snprintf(body, sizeof(body),
+                 "{\"command_id\":\"create-bench-%d\",\"room_id\":\"bench-%d\",\"owner_uid\":1,"
+                 "\"title\":\"bench\"}",
+                 r, r);
+        post(c, "/v1/rooms", body);
+    }
+    curl_easy_cleanup(c);
+    sample_store = open_store(argv[6]);
+    pthread_t sampler;
+    pthread_create(&sampler, NULL, sampler_main, NULL);
+    struct client *cl = xcalloc((size_t)nclients, sizeof(*cl));
+    int64_t t0 = clock_mono_us();
+    for (int i = 0; i < nclients; i++) {
+        cl[i].id = i;
+        pthread_create(&cl[i].th, NULL, client_main, &cl[i]);
+    }
+    struct timespec ts = {seconds, 0};
+    nanosleep(&ts, NULL);
+    atomic_store(&stop_flag, 1);
+    struct lat all = {0};
+    for (int i = 0; i < nclients; i++) {
+        pthread_join(cl[i].th, NULL);
+        for (size_t j = 0; j < cl[i].lat.n; j++)
+            lat_add(&all, cl[i].lat.v[j]);
+        free(cl[i].lat.v);
+    }
+    double secs = (clock_mono_us() - t0) / 1e6;
+    pthread_join(sampler, NULL);
+    report("roomd", &all, secs);
+    printf("roomd  max_outbox_backlog=%lld rows\n", (long long)max_backlog);
+    struct outbox_counts oc;
+    int64_t wait0 = clock_mono_ms();
+    while (store_outbox_counts(sample_store, &oc) == 0 &&
+           oc.pending + oc.delivering + oc.retryable > 0 && clock_mono_ms() - wait0 < 60000) {
+        struct timespec w = {0, 50 * 1000000};
+        nanosleep(&w, NULL);
+    }
+    printf("roomd  outbox drained in %.2fs after the load stopped (delivered=%lld)\n",
+           (clock_mono_ms() - wait0) / 1000.0, (long long)oc.delivered);
+    store_close(sample_store);
+    free(cl);
+    free(all.v);
+    curl_global_cleanup();
+    return 0;
+}
+
+static struct store *raw_store;
+
+/* One transaction per command: a single-mutation store_save, like a service without
+ * group commit, writing the rows a gift command writes. */
+static void *
+raw_main(void *arg)
+{
+    struct client *cl = arg;
+    char room[48], cmd[STORE_ID_MAX];
+    int64_t version = 0;
+    static const char req[] =
+        "{\"command_id\":\"x\",\"count\":1,\"gift_id\":\"rose\",\"room_id\":"
+        "\"raw\",\"to_uid\":1,\"type\":\"SendGift\",\"uid\":1,\"unit_price\":1}";
+    uint8_t payload[32] = {0x08, 0x01, 0x10, 0x01, 0x1a, 0x04, 'r', 'o', 's', 'e'};
+
+    snprintf(room, sizeof(room), "raw-%d-%lld", cl->id, (long long)clock_wall_ms());
+    while (!atomic_load(&stop_flag)) {
+        struct mutation m;
+        struct outbox_new ev;
+        memset(&m, 0, sizeof(m));
+        snprintf(m.app_code, sizeof(m.app_code), "bench");
+        snprintf(m.room_id, sizeof(m.room_id), "%s", room);
+        snprintf(cmd, sizeof(cmd), "%s-%lld", room, (long long)version);
+        snprintf(m.command_id, sizeof(m.command_id), "%s", cmd);
+        m.command_type = version == 0 ? "CreateRoom" : "SendGift";
+        m.request = req;
+        m.response = "{\"room_id\":\"raw\",\"version\":1,\"events\":[]}";
+        m.version = version + 1;
+        m.created_at_ms = clock_wall_ms();
+        m.create = version == 0;
+        m.meta = (struct room_meta){.owner_uid = 1,
+                                    .title = "raw",
+                                    .status = "open",
+                                    .version = version + 1,
+                                    .rocket_status = "idle",
+                                    .rocket_id = "",
+                                    .rocket_level = 1,
+                                    .created_at_ms = m.created_at_ms,
+                                    .updated_at_ms = m.created_at_ms};
+        uuid_v7(m.created_at_ms, ev.event_id);
+        ev.event_type = "RoomGiftSent";
+        ev.payload = payload;
+        ev.payload_len = 10;
+        m.events = &ev;
+        m.nevents = 1;
+        struct mutation *mp = &m;
+        int64_t t0 = clock_mono_us();
+        int rc = store_save(raw_store, &mp, 1);
+        lat_add(&cl->lat, clock_mono_us() - t0);
+        if (rc == 0 && m.rc == 0) {
+            version++;
+            atomic_fetch_add(&ok_count, 1);
+        } else
+            atomic_fetch_add(&err_count, 1);
+    }
+    return NULL;
+}
+
+static int
+run_raw(char **argv)
+{
+    raw_store = open_store(argv[2]);
+    nclients = atoi(argv[3]);
+    seconds = atoi(argv[4]);
+    struct client *cl = xcalloc((size_t)nclients, sizeof(*cl));
+    int64_t t0 = clock_mono_us();
+    for (int i = 0; i < nclients; i++) {
+        cl[i].id = i;
+        pthread_create(&cl[i].th, NULL, raw_main, &cl[i]);
+    }
+    struct timespec ts = {seconds, 0};
+    nanosleep(&ts, NULL);
+    atomic_store(&stop_flag, 1);
+    struct lat all = {0};
+    for (int i = 0; i < nclients; i++) {
+        pthread_join(cl[i].th, NULL);
+        for (size_t j = 0; j < cl[i].lat.n; j++)
+            lat_add(&all, cl[i].lat.v[j]);
+        free(cl[i].lat.v);
+    }
+    report("raw", &all, (clock_mono_us() - t0) / 1e6);
+    store_close(raw_store);
+    free(cl);
+    free(all.v);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc == 7 && strcmp(argv[1], "http") == 0)
+        return run_http(argv);
+    if (argc == 5 && strcmp(argv[1], "raw") == 0)
+        return run_raw(argv);
+    fprintf(stderr, "usage: bench_commands http URL CLIENTS ROOMS SECONDS DBFILE\n"
+                    "       bench_commands raw DBFILE CLIENTS SECONDS\n");
+    return 2;
+}
