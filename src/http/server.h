@@ -14,15 +14,18 @@ struct room_service;
 struct wallet;
 struct projection;
 struct store;
+struct group_commit;
 struct http_server;
 
-/* Borrowed; must outlive the server. projection may be NULL. */
+/* Borrowed; must outlive the server. projection and gc may be NULL (gc only
+ * feeds the group commit counters of /metrics). */
 struct http_deps {
     const struct conf *conf;
     struct room_service *rooms;
     struct wallet *wallet;
     struct projection *projection;
     struct store *store;
+    struct group_commit *gc;
 };
 
 /* Binds conf->http.listen and starts serving. Returns 0 and *out, or

@@ -1,0 +1,232 @@
+/*
+ * handlers_ops.c: the operational endpoints (/healthz, /readyz, /metrics and
+ * the collector feeding /metrics with the store's outbox counts, group
+ * commit batches and cells in memory) and the development wallet endpoints
+ * (POST /v1/wallet/topup when wallet.allow_topup, GET /v1/wallet/{uid}).
+ */
+#include "http/router.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+#include "metrics/metrics.h"
+#include "room/service.h"
+#include "store/group_commit.h"
+#include "store/store.h"
+#include "wallet/wallet.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+void
+handle_healthz(const struct http_deps *d, struct http_response *resp)
+{
+    (void)d;
+    http_response_take(resp, 200, xstrdup("{\"status\":\"ok\"}"));
+}
+
+void
+handle_readyz(const struct http_deps *d, struct http_response *resp)
+{
+    struct outbox_counts oc;
+    int rc = store_outbox_counts(d->store, &oc);
+
+    if (rc != 0) {
+        http_response_error(resp, 503, "unavailable", "store: %s: %s", roomd_strerror(rc),
+                            store_errmsg());
+        return;
+    }
+    http_response_take(resp, 200, xstrdup("{\"status\":\"ready\"}"));
+}
+
+void
+handle_metrics(const struct http_deps *d, struct http_response *resp)
+{
+    (void)d;
+    http_response_take(resp, 200, metrics_render());
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+/* The collector of http_metrics_register: arg is the server's http_deps. */
+static void
+collect(void *arg, struct metrics_text *t)
+{
+    const struct http_deps *d = arg;
+    struct outbox_counts oc;
+
+    if (store_outbox_counts(d->store, &oc) == 0) {
+        metrics_printf(t, "# HELP roomd_outbox_rows room_outbox rows by status.\n"
+                          "# TYPE roomd_outbox_rows gauge\n");
+        metrics_printf(t, "roomd_outbox_rows{status=\"pending\"} %" PRId64 "\n", oc.pending);
+        metrics_printf(t, "roomd_outbox_rows{status=\"delivering\"} %" PRId64 "\n", oc.delivering);
+        metrics_printf(t, "roomd_outbox_rows{status=\"delivered\"} %" PRId64 "\n", oc.delivered);
+        metrics_printf(t, "roomd_outbox_rows{status=\"retryable\"} %" PRId64 "\n", oc.retryable);
+        metrics_printf(t, "roomd_outbox_rows{status=\"failed\"} %" PRId64 "\n", oc.failed);
+        double age = 0;
+        if (oc.oldest_undelivered_ms > 0) {
+            age = (double)(clock_wall_ms() - oc.oldest_undelivered_ms) / 1000.0;
+            if (age < 0)
+                age = 0;
+        }
+        metrics_printf(t,
+                       "# HELP roomd_outbox_oldest_undelivered_seconds Age of the oldest "
+                       "undelivered room_outbox row (0 when none).\n"
+                       "# TYPE roomd_outbox_oldest_undelivered_seconds gauge\n"
+                       "roomd_outbox_oldest_undelivered_seconds %.3f\n",
+                       age);
+    }
+    if (d->gc != NULL) {
+        uint64_t batches = 0, muts = 0;
+        group_commit_stats(d->gc, &batches, &muts);
+        metrics_printf(t,
+                       "# HELP roomd_group_commit_batches_total Transactions of the group "
+                       "committer.\n# TYPE roomd_group_commit_batches_total counter\n"
+                       "roomd_group_commit_batches_total %" PRIu64 "\n"
+                       "# HELP roomd_group_commit_mutations_total Mutations committed by the "
+                       "group committer.\n# TYPE roomd_group_commit_mutations_total counter\n"
+                       "roomd_group_commit_mutations_total %" PRIu64 "\n",
+                       batches, muts);
+    }
+    if (d->rooms != NULL)
+        metrics_printf(t,
+                       "# HELP roomd_room_cells Room cells in memory.\n"
+                       "# TYPE roomd_room_cells gauge\nroomd_room_cells %zu\n",
+                       room_service_cells(d->rooms));
+}
+
+void
+http_metrics_register(const struct http_deps *d)
+{
+    metrics_add_collector(collect, (void *)d);
+}
+
+void
+http_metrics_unregister(const struct http_deps *d)
+{
+    metrics_remove_collector(collect, (void *)d);
+}
+
+/* Parses a positive int64 from text; false when it is not one. */
+static bool
+parse_uid(const char *s, int64_t *out)
+{
+    char *end;
+    long long v;
+
+    if (s[0] < '1' || s[0] > '9')
+        return false;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v <= 0)
+        return false;
+    *out = v;
+    return true;
+}
+
+static void
+wallet_reply(struct http_response *resp, const char *app, int64_t uid, int64_t balance)
+{
+    json_t *j = json_pack("{s:s, s:I, s:I}", "app_code", app, "uid", (json_int_t)uid, "balance",
+                          (json_int_t)balance);
+    http_response_take(resp, 200, json_dumps(j, JSON_COMPACT));
+    json_decref(j);
+}
+
+static void
+wallet_error(struct http_response *resp, int rc)
+{
+    http_response_error(resp, roomd_err_http_status(rc), roomd_err_code(rc), "wallet: %s",
+                        roomd_strerror(rc));
+}
+
+/* A positive JSON integer field, or a 400 naming it. */
+static bool
+positive_field(json_t *j, const char *name, int64_t *out, struct http_response *resp)
+{
+    json_t *v = json_object_get(j, name);
+    char msg[128];
+
+    if (json_is_integer(v) && json_integer_value(v) > 0) {
+        *out = json_integer_value(v);
+        return true;
+    }
+    snprintf(msg, sizeof(msg), "%s: %s", name,
+             v == NULL ? "required" : "must be a positive integer");
+    http_response_field_error(resp, "invalid_argument", name, msg);
+    return false;
+}
+
+void
+handle_wallet_topup(const struct http_deps *d, const struct http_request *req, const char *app,
+                    struct http_response *resp)
+{
+    json_error_t je;
+    json_t *j = json_loadb(req->body, req->body_len, 0, &je);
+    json_t *cid;
+    const char *key;
+    json_t *val;
+    int64_t uid, amount, balance = 0;
+    int rc;
+
+    if (j == NULL) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "body: invalid JSON: %s", je.text);
+        http_response_field_error(resp, "invalid_json", "body", msg);
+        return;
+    }
+    if (!json_is_object(j)) {
+        http_response_field_error(resp, "invalid_argument", "body", "body: must be a JSON object");
+        goto out;
+    }
+    json_object_foreach(j, key, val)
+    {
+        if (strcmp(key, "command_id") != 0 && strcmp(key, "uid") != 0 &&
+            strcmp(key, "amount") != 0) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "%.60s: unknown field", key);
+            http_response_field_error(resp, "invalid_argument", key, msg);
+            goto out;
+        }
+    }
+    cid = json_object_get(j, "command_id");
+    if (!json_is_string(cid) || json_string_length(cid) < 1 ||
+        json_string_length(cid) >= STORE_ID_MAX) {
+        http_response_field_error(resp, "invalid_argument", "command_id",
+                                  "command_id: must be a string of 1..63 bytes");
+        goto out;
+    }
+    if (!positive_field(j, "uid", &uid, resp) || !positive_field(j, "amount", &amount, resp))
+        goto out;
+    rc = d->wallet->ops->topup(d->wallet, app, uid, amount, json_string_value(cid), &balance);
+    if (rc != 0) {
+        wallet_error(resp, rc);
+        goto out;
+    }
+    wallet_reply(resp, app, uid, balance);
+out:
+    json_decref(j);
+}
+
+void
+handle_wallet_get(const struct http_deps *d, const char *app, const char *uid_text,
+                  struct http_response *resp)
+{
+    int64_t uid, balance = 0;
+    int rc;
+
+    if (!parse_uid(uid_text, &uid)) {
+        http_response_field_error(resp, "invalid_argument", "uid",
+                                  "uid: must be a positive integer");
+        return;
+    }
+    rc = d->wallet->ops->balance(d->wallet, app, uid, &balance);
+    if (rc != 0) {
+        wallet_error(resp, rc);
+        return;
+    }
+    wallet_reply(resp, app, uid, balance);
+}

@@ -1,0 +1,81 @@
+/*
+ * router.h: the seam between server.c (libmicrohttpd: connections, bodies,
+ * limits) and the handlers. server.c builds a struct http_request once the
+ * body is complete; router_handle() picks the handler of ARCHITECTURE §6 by
+ * method and path; handlers (handlers_room.c, handlers_ops.c) fill a struct
+ * http_response, which server.c sends. Nothing here knows about MHD.
+ * Thread: any (one connection thread per request); handlers block.
+ */
+#ifndef ROOMD_HTTP_ROUTER_H
+#define ROOMD_HTTP_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "http/server.h"
+#include "room/command.h"
+
+#define HTTP_MAX_HEADERS 4
+
+/* One complete request; every pointer is borrowed for the call. */
+struct http_request {
+    const char *method;     /* "GET", "POST", ... */
+    const char *path;       /* without the query string */
+    const char *app_header; /* X-App-Code, NULL when absent */
+    const char *body;       /* NUL-terminated, may be "" */
+    size_t body_len;
+};
+
+/* The answer; http_response_clear frees it. */
+struct http_response {
+    int status;
+    char *body;               /* malloc'd */
+    const char *content_type; /* static; NULL = application/json */
+    struct {
+        const char *name; /* static */
+        char value[160];
+    } headers[HTTP_MAX_HEADERS];
+    int nheaders;
+};
+
+/* Adds a response header (name static; value copied, truncated at 159). */
+void http_response_header(struct http_response *r, const char *name, const char *value);
+/* Sets status and a JSON body, taking ownership of body (malloc'd). */
+void http_response_take(struct http_response *r, int status, char *body);
+/* Sets status and {"error":{"code":code,"message":...}}; a 503 also gets Retry-After. */
+void http_response_error(struct http_response *r, int status, const char *code, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
+/* As http_response_error, plus "field": the request field at fault. */
+void http_response_field_error(struct http_response *r, const char *code, const char *field,
+                               const char *message);
+void http_response_clear(struct http_response *r);
+
+/* Fills resp for req. Never fails: every outcome is a response. */
+void router_handle(const struct http_deps *d, const struct http_request *req,
+                   struct http_response *resp);
+
+/* True when s is a valid app code ([a-z0-9_-]{1,32}). */
+bool http_valid_app_code(const char *s);
+/* True when s is a valid room_id path segment ([A-Za-z0-9_.:-]{1,63}). */
+bool http_valid_room_id(const char *s);
+
+/* Handlers (resolved app code, validated room_id). */
+void handle_command(const struct http_deps *d, const struct http_request *req,
+                    enum room_cmd_type type, const char *app, const char *room_id,
+                    struct http_response *resp);
+void handle_get_room(const struct http_deps *d, const char *app, const char *room_id,
+                     struct http_response *resp);
+void handle_healthz(const struct http_deps *d, struct http_response *resp);
+void handle_readyz(const struct http_deps *d, struct http_response *resp);
+void handle_metrics(const struct http_deps *d, struct http_response *resp);
+void handle_wallet_topup(const struct http_deps *d, const struct http_request *req, const char *app,
+                         struct http_response *resp);
+void handle_wallet_get(const struct http_deps *d, const char *app, const char *uid,
+                       struct http_response *resp);
+
+/* Registers/removes the /metrics collector of the store, group commit and
+ * cells (handlers_ops.c); called by http_server_open/close. */
+void http_metrics_register(const struct http_deps *d);
+void http_metrics_unregister(const struct http_deps *d);
+
+#endif
