@@ -22,16 +22,23 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
+
+/* How long http_server_close waits for in-flight requests. */
+#define DRAIN_MAX_MS 10000
 
 struct http_server {
     struct MHD_Daemon *mhd;
     struct http_deps deps; /* copy; its pointers are borrowed */
     size_t max_body;
+    atomic_int inflight;  /* requests between their headers and completion */
+    atomic_bool stopping; /* close began: new requests get 503 + close */
 };
 
 /* Per-request state, freed in on_completed. */
@@ -138,6 +145,14 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     if (rs == NULL) {
         rs = xcalloc(1, sizeof(*rs));
         *con_cls = rs;
+        atomic_fetch_add(&srv->inflight, 1);
+        if (atomic_load(&srv->stopping)) {
+            http_response_error(&resp, 503, "unavailable", "server is shutting down");
+            http_response_header(&resp, MHD_HTTP_HEADER_CONNECTION, "close");
+            ret = send_response(c, &resp);
+            http_response_clear(&resp);
+            return ret;
+        }
         if (announced_too_big(srv, c)) {
             rs->too_big = true;
             return send_too_big(srv, c);
@@ -171,15 +186,16 @@ static void
 on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
              enum MHD_RequestTerminationCode toe)
 {
+    struct http_server *srv = cls;
     struct req_state *rs = *con_cls;
 
-    (void)cls;
     (void)c;
     (void)toe;
     if (rs != NULL) {
         free(rs->body);
         free(rs);
         *con_cls = NULL;
+        atomic_fetch_sub(&srv->inflight, 1);
     }
 }
 
@@ -273,14 +289,14 @@ http_server_open(struct http_server **out, const struct http_deps *d, char *err,
     if (hc->request_timeout_ms > 0)
         timeout_s = (unsigned int)((hc->request_timeout_ms + 999) / 1000);
 
-    srv->mhd = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-            MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)(hc->max_connections > 0 ? hc->max_connections : 1024),
-        MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_END);
+    srv->mhd =
+        MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                             MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+                         srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned int)(hc->max_connections > 0 ? hc->max_connections : 1024),
+                         MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, srv, MHD_OPTION_END);
     if (srv->mhd == NULL) {
         snprintf(err, errlen, "%s: libmicrohttpd did not start", hc->listen);
         close(fd);
@@ -295,9 +311,21 @@ http_server_open(struct http_server **out, const struct http_deps *d, char *err,
 void
 http_server_close(struct http_server *srv)
 {
+    MHD_socket lfd;
+    struct timespec tick = {0, 5 * 1000 * 1000};
+
     if (srv == NULL)
         return;
-    /* Joins every connection thread, so in-flight requests finish first. */
+    /* Stop accepting, let in-flight requests answer (MHD_stop_daemon would
+     * shut their sockets down mid-request), then stop and join. */
+    atomic_store(&srv->stopping, true);
+    lfd = MHD_quiesce_daemon(srv->mhd);
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
+    for (int waited = 0; atomic_load(&srv->inflight) > 0 && waited < DRAIN_MAX_MS; waited += 5)
+        nanosleep(&tick, NULL);
+    if (atomic_load(&srv->inflight) > 0)
+        log_warn("http", "closing with requests in flight", "n=%d", atomic_load(&srv->inflight));
     MHD_stop_daemon(srv->mhd);
     http_metrics_unregister(&srv->deps);
     free(srv);
