@@ -1,0 +1,1053 @@
+/*
+ * store_suite.c: the store conformance suite (see store_suite.h). Written
+ * against store.h only, so every backend passes the same tests. Times are
+ * synthetic milliseconds (T0 + offsets): the store never reads the clock for
+ * outbox semantics, the caller passes now.
+ */
+#include "store_suite.h"
+
+#include "conf/conf.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+#include "store/store.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#define T0 1000000000LL
+
+static struct conf *(*suite_make_conf)(void);
+static int (*suite_reset)(struct store *s);
+static int event_seq;
+
+struct fixture {
+    struct conf *conf;
+    struct store *st;
+};
+
+/* ---- building mutations ---- */
+
+/* A mutation with its own storage for events and payloads. */
+struct tmut {
+    struct mutation m;
+    struct outbox_new ev[8];
+    uint8_t payload[8][4];
+};
+
+static struct tmut *
+tmut_new(const char *app, const char *room, const char *cmd, int64_t version, int nevents,
+         int64_t t)
+{
+    struct tmut *x = xcalloc(1, sizeof(*x));
+    struct mutation *m = &x->m;
+
+    assert_true(nevents <= 8);
+    strlcpy_(m->app_code, app, sizeof(m->app_code));
+    strlcpy_(m->room_id, room, sizeof(m->room_id));
+    strlcpy_(m->command_id, cmd, sizeof(m->command_id));
+    m->command_type = version == 1 ? "CreateRoom" : "JoinRoom";
+    m->request = "{\"req\":1}";
+    m->response = "{\"ok\":true}";
+    m->version = version;
+    m->created_at_ms = t;
+    m->create = version == 1;
+    m->meta.owner_uid = 42;
+    m->meta.title = "room title";
+    m->meta.status = "open";
+    m->meta.version = version;
+    m->meta.rocket_status = "idle";
+    m->meta.rocket_id = "";
+    m->meta.created_at_ms = t;
+    m->meta.updated_at_ms = t;
+    m->snapshots_keep = 3;
+    for (int i = 0; i < nevents; i++) {
+        /* 36 chars, unique in the process: "00000000-0000-7000-8000-<seq>". */
+        snprintf(x->ev[i].event_id, sizeof(x->ev[i].event_id), "%08x-0000-7000-8000-%012d",
+                 (unsigned)getpid(), ++event_seq);
+        x->ev[i].event_type = "RoomUserJoined";
+        x->payload[i][0] = 0x0a;
+        x->payload[i][1] = 0x00; /* an embedded NUL must survive */
+        x->payload[i][2] = (uint8_t)i;
+        x->payload[i][3] = 0xff;
+        x->ev[i].payload = x->payload[i];
+        x->ev[i].payload_len = 4;
+    }
+    m->events = x->ev;
+    m->nevents = (size_t)nevents;
+    return x;
+}
+
+/* Saves one mutation alone; returns store_save's rc (m.rc holds the mutation's). */
+static int
+save1(struct store *st, struct tmut *x)
+{
+    struct mutation *ms[1] = {&x->m};
+
+    return store_save(st, ms, 1);
+}
+
+/* Creates room with version 1 and nevents events at t; asserts success. */
+static void
+create_room(struct store *st, const char *app, const char *room, int nevents, int64_t t)
+{
+    char cmd[64];
+    struct tmut *x;
+
+    snprintf(cmd, sizeof(cmd), "%s-create", room);
+    x = tmut_new(app, room, cmd, 1, nevents, t);
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+}
+
+static void
+step_room(struct store *st, const char *app, const char *room, int64_t version, int nevents,
+          int64_t t)
+{
+    char cmd[64];
+    struct tmut *x;
+
+    snprintf(cmd, sizeof(cmd), "%s-v%lld", room, (long long)version);
+    x = tmut_new(app, room, cmd, version, nevents, t);
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+}
+
+/* Number of outbox rows of room (any status). */
+static size_t
+room_rows(struct store *st, const char *room)
+{
+    struct outbox_row *rows;
+    size_t n, k = 0;
+
+    assert_int_equal(store_outbox_list(st, -1, 0, 100000, &rows, &n), 0);
+    for (size_t i = 0; i < n; i++)
+        k += strcmp(rows[i].room_id, room) == 0;
+    outbox_rows_free(rows, n);
+    return k;
+}
+
+/* ---- fixture ---- */
+
+static struct store *
+open_store(struct conf *conf)
+{
+    struct store *st = NULL;
+    char err[256] = "";
+    int rc = store_open(&st, &conf->store, err, sizeof(err));
+
+    if (rc != 0)
+        fail_msg("store_open: %s", err);
+    return st;
+}
+
+static int
+setup(void **state)
+{
+    struct fixture *f = xcalloc(1, sizeof(*f));
+
+    f->conf = suite_make_conf();
+    assert_non_null(f->conf);
+    f->st = open_store(f->conf);
+    if (suite_reset != NULL)
+        assert_int_equal(suite_reset(f->st), 0);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    store_close(f->st);
+    conf_free(f->conf);
+    free(f);
+    return 0;
+}
+
+/* ---- command path ---- */
+
+static void
+t_save_load(void **state)
+{
+    struct fixture *f = *state;
+    struct room_load l;
+    struct tmut *x;
+
+    create_room(f->st, "a1", "r1", 2, T0);
+    step_room(f->st, "a1", "r1", 2, 1, T0 + 1);
+    x = tmut_new("a1", "r1", "r1-v3", 3, 0, T0 + 2);
+    x->m.snapshot = "{\"state\":3}";
+    assert_int_equal(save1(f->st, x), 0);
+    free(x);
+    step_room(f->st, "a1", "r1", 4, 1, T0 + 3);
+    step_room(f->st, "a1", "r1", 5, 0, T0 + 4);
+
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.version, 5);
+    assert_int_equal(l.snapshot_version, 3);
+    assert_string_equal(l.snapshot, "{\"state\":3}");
+    assert_int_equal(l.ntail, 2);
+    assert_int_equal(l.tail[0].version, 4);
+    assert_string_equal(l.tail[0].command_id, "r1-v4");
+    assert_string_equal(l.tail[0].request, "{\"req\":1}");
+    assert_string_equal(l.tail[0].response, "{\"ok\":true}");
+    assert_string_equal(l.tail[0].command_type, "JoinRoom");
+    assert_int_equal(l.tail[0].created_at_ms, T0 + 3);
+    assert_int_equal(l.tail[1].version, 5);
+    room_load_clear(&l);
+
+    /* No snapshot: the whole log, in version order. */
+    create_room(f->st, "a1", "r2", 0, T0);
+    for (int v = 2; v <= 12; v++)
+        step_room(f->st, "a1", "r2", v, 0, T0 + v);
+    assert_int_equal(store_load_room(f->st, "a1", "r2", &l), 0);
+    assert_null(l.snapshot);
+    assert_int_equal(l.snapshot_version, 0);
+    assert_int_equal(l.ntail, 12);
+    for (size_t i = 0; i < l.ntail; i++)
+        assert_int_equal(l.tail[i].version, (int64_t)i + 1);
+    assert_string_equal(l.tail[0].command_type, "CreateRoom");
+    room_load_clear(&l);
+
+    /* Unknown room, and the same room id under another app. */
+    assert_int_equal(store_load_room(f->st, "a1", "nope", &l), ROOMD_ENOTFOUND);
+    assert_int_equal(store_load_room(f->st, "a2", "r1", &l), ROOMD_ENOTFOUND);
+}
+
+static void
+t_find_command(void **state)
+{
+    struct fixture *f = *state;
+    struct command_record r;
+
+    create_room(f->st, "a1", "r1", 1, T0);
+    step_room(f->st, "a1", "r1", 2, 1, T0 + 5);
+    assert_int_equal(store_find_command(f->st, "a1", "r1-v2", &r), 0);
+    assert_string_equal(r.room_id, "r1");
+    assert_string_equal(r.command_id, "r1-v2");
+    assert_string_equal(r.command_type, "JoinRoom");
+    assert_string_equal(r.response, "{\"ok\":true}");
+    assert_int_equal(r.version, 2);
+    assert_int_equal(r.created_at_ms, T0 + 5);
+    command_record_clear(&r);
+    assert_int_equal(store_find_command(f->st, "a1", "missing", &r), ROOMD_ENOTFOUND);
+    /* command ids are per app */
+    assert_int_equal(store_find_command(f->st, "a2", "r1-v2", &r), ROOMD_ENOTFOUND);
+}
+
+static void
+t_batch_reused(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *a, *b, *c;
+    struct room_load l;
+    struct command_record r;
+
+    create_room(f->st, "a1", "r0", 1, T0);
+    a = tmut_new("a1", "rA", "cmd-A", 1, 2, T0 + 1);
+    b = tmut_new("a1", "rB", "r0-create", 1, 2, T0 + 1); /* reuses r0's command_id */
+    c = tmut_new("a1", "rC", "cmd-C", 1, 1, T0 + 1);
+    struct mutation *ms[3] = {&a->m, &b->m, &c->m};
+    assert_int_equal(store_save(f->st, ms, 3), 0);
+    assert_int_equal(a->m.rc, 0);
+    assert_int_equal(b->m.rc, ROOMD_EREUSED);
+    assert_int_equal(c->m.rc, 0);
+
+    assert_int_equal(store_load_room(f->st, "a1", "rA", &l), 0);
+    room_load_clear(&l);
+    assert_int_equal(store_load_room(f->st, "a1", "rC", &l), 0);
+    room_load_clear(&l);
+    assert_int_equal(store_load_room(f->st, "a1", "rB", &l), ROOMD_ENOTFOUND);
+    assert_int_equal(room_rows(f->st, "rA"), 2);
+    assert_int_equal(room_rows(f->st, "rB"), 0);
+    assert_int_equal(room_rows(f->st, "rC"), 1);
+    /* The original command is untouched. */
+    assert_int_equal(store_find_command(f->st, "a1", "r0-create", &r), 0);
+    assert_string_equal(r.room_id, "r0");
+    command_record_clear(&r);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void
+t_fence(void **state)
+{
+    struct fixture *f = *state;
+    struct room_load l;
+    struct tmut *x;
+
+    x = tmut_new("a1", "r1", "c1", 1, 0, T0);
+    x->m.fence_token = 5;
+    assert_int_equal(save1(f->st, x), 0);
+    free(x);
+
+    /* A version gap and a repeated version are both fenced. */
+    x = tmut_new("a1", "r1", "c3", 3, 1, T0);
+    x->m.fence_token = 5;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EFENCED);
+    free(x);
+    x = tmut_new("a1", "r1", "c1b", 1, 1, T0);
+    x->m.create = false;
+    x->m.fence_token = 5;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EFENCED);
+    free(x);
+
+    /* An older lease token is fenced; equal and newer pass. */
+    x = tmut_new("a1", "r1", "c2old", 2, 1, T0);
+    x->m.fence_token = 4;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EFENCED);
+    free(x);
+    x = tmut_new("a1", "r1", "c2", 2, 1, T0);
+    x->m.fence_token = 5;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+    x = tmut_new("a1", "r1", "c3new", 3, 0, T0);
+    x->m.fence_token = 7;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+    x = tmut_new("a1", "r1", "c4stale", 4, 0, T0);
+    x->m.fence_token = 5; /* the old owner after the new one took over */
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EFENCED);
+    free(x);
+
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.version, 3);
+    assert_int_equal(l.fence_token, 7);
+    assert_int_equal(l.ntail, 3);
+    room_load_clear(&l);
+    assert_int_equal(room_rows(f->st, "r1"), 1); /* only c2's event */
+
+    /* In one batch, two owners' versions of the same room: the second is fenced. */
+    struct tmut *p = tmut_new("a1", "r1", "p4", 4, 1, T0);
+    struct tmut *q = tmut_new("a1", "r1", "q4", 4, 1, T0);
+    p->m.fence_token = q->m.fence_token = 7;
+    struct mutation *ms[2] = {&p->m, &q->m};
+    assert_int_equal(store_save(f->st, ms, 2), 0);
+    assert_int_equal(p->m.rc, 0);
+    assert_int_equal(q->m.rc, ROOMD_EFENCED);
+    free(p);
+    free(q);
+}
+
+static void
+t_create_exists(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *x;
+    struct room_load l;
+
+    create_room(f->st, "a1", "r1", 1, T0);
+    x = tmut_new("a1", "r1", "another-create", 1, 1, T0 + 1);
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EEXIST);
+    free(x);
+    assert_int_equal(room_rows(f->st, "r1"), 1);
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.ntail, 1);
+    room_load_clear(&l);
+    /* The same room id in another app is another room. */
+    create_room(f->st, "a2", "r1", 0, T0);
+}
+
+static void
+t_fail_hook(void **state)
+{
+#ifdef ROOMD_TESTING
+    struct fixture *f = *state;
+    struct outbox_counts oc;
+    struct command_record r;
+    struct room_load l;
+    struct tmut *x, *y;
+
+    create_room(f->st, "a1", "r1", 1, T0);
+    store_fail_next_saves(1);
+    x = tmut_new("a1", "r1", "boom", 2, 3, T0 + 1);
+    x->m.snapshot = "{\"v\":2}";
+    y = tmut_new("a1", "r9", "boom-create", 1, 1, T0 + 1);
+    struct mutation *ms[2] = {&x->m, &y->m};
+    assert_int_equal(store_save(f->st, ms, 2), ROOMD_EIO);
+    assert_int_equal(x->m.rc, ROOMD_EIO);
+    assert_int_equal(y->m.rc, ROOMD_EIO);
+    assert_true(store_errmsg()[0] != '\0');
+
+    assert_int_equal(store_find_command(f->st, "a1", "boom", &r), ROOMD_ENOTFOUND);
+    assert_int_equal(store_find_command(f->st, "a1", "boom-create", &r), ROOMD_ENOTFOUND);
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.version, 1);
+    assert_null(l.snapshot);
+    assert_int_equal(l.ntail, 1);
+    room_load_clear(&l);
+    assert_int_equal(store_load_room(f->st, "a1", "r9", &l), ROOMD_ENOTFOUND);
+    assert_int_equal(store_outbox_counts(f->st, &oc), 0);
+    assert_int_equal(oc.pending, 1);
+
+    /* The hook is spent: the same mutations now commit. */
+    assert_int_equal(store_save(f->st, ms, 2), 0);
+    assert_int_equal(x->m.rc, 0);
+    assert_int_equal(y->m.rc, 0);
+    assert_int_equal(store_outbox_counts(f->st, &oc), 0);
+    assert_int_equal(oc.pending, 5);
+    free(x);
+    free(y);
+#else
+    (void)state;
+    skip();
+#endif
+}
+
+static void
+t_snapshots(void **state)
+{
+    struct fixture *f = *state;
+    struct room_load l;
+
+    create_room(f->st, "a1", "r1", 0, T0);
+    for (int v = 2; v <= 9; v++) {
+        char cmd[32], snap[32];
+        struct tmut *x;
+
+        snprintf(cmd, sizeof(cmd), "c%d", v);
+        snprintf(snap, sizeof(snap), "{\"v\":%d}", v);
+        x = tmut_new("a1", "r1", cmd, v, 0, T0 + v);
+        x->m.snapshots_keep = 2;
+        if (v % 2 == 0)
+            x->m.snapshot = snap;
+        assert_int_equal(save1(f->st, x), 0);
+        assert_int_equal(x->m.rc, 0);
+        free(x);
+    }
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.version, 9);
+    assert_int_equal(l.snapshot_version, 8);
+    assert_string_equal(l.snapshot, "{\"v\":8}");
+    assert_int_equal(l.ntail, 1);
+    assert_int_equal(l.tail[0].version, 9);
+    room_load_clear(&l);
+}
+
+/* ---- outbox ---- */
+
+static void
+t_claim(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, got;
+    size_t n;
+    int64_t id1, id2, id3;
+
+    create_room(f->st, "a1", "r1", 3, T0);
+    /* Not due before its created_at_ms. */
+    assert_int_equal(store_outbox_claim(f->st, T0 - 1, T0 + 1000, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_outbox_claim(f->st, T0, T0 + 1000, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(rows[i].status, OUTBOX_DELIVERING);
+        assert_string_equal(rows[i].locked_by, "A");
+        assert_int_equal(rows[i].lock_until_ms, T0 + 1000);
+        assert_string_equal(rows[i].app_code, "a1");
+        assert_string_equal(rows[i].room_id, "r1");
+        assert_string_equal(rows[i].command_id, "r1-create");
+        assert_string_equal(rows[i].event_type, "RoomUserJoined");
+        assert_int_equal(rows[i].room_version, 1);
+        assert_int_equal(rows[i].created_at_ms, T0);
+        assert_int_equal(rows[i].payload_len, 4);
+        assert_int_equal(rows[i].payload[1], 0);
+        assert_int_equal(rows[i].payload[2], i);
+        assert_int_equal(rows[i].retry_count, 0);
+        assert_true(strlen(rows[i].event_id) == 36);
+        if (i > 0)
+            assert_true(rows[i].id > rows[i - 1].id);
+    }
+    id1 = rows[0].id;
+    id2 = rows[1].id;
+    id3 = rows[2].id;
+    outbox_rows_free(rows, n);
+
+    /* Locked: nobody else gets them inside the lock window. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 999, T0 + 2000, "B", 10, &rows, &n), 0);
+    assert_int_equal(n, 0);
+
+    struct outbox_result res[3] = {
+        {.id = id1, .locked_by = "A", .status = OUTBOX_DELIVERED, .now_ms = T0 + 10,
+         .sinks_done = 3},
+        {.id = id2, .locked_by = "A", .status = OUTBOX_RETRYABLE, .retry_count = 1,
+         .sinks_done = 2, .next_retry_at_ms = T0 + 2000, .last_error = "boom", .now_ms = T0 + 10},
+        {.id = id3, .locked_by = "A", .status = OUTBOX_FAILED, .retry_count = 10,
+         .last_error = "poison", .now_ms = T0 + 10},
+    };
+    assert_int_equal(store_outbox_complete(f->st, res, 3), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(res[i].rc, 0);
+
+    /* Retryable only when due. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 1999, T0 + 3000, "B", 10, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 2000, T0 + 3000, "B", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].id, id2);
+    assert_int_equal(rows[0].retry_count, 1);
+    assert_int_equal(rows[0].sinks_done, 2);
+    assert_string_equal(rows[0].last_error, "boom");
+    assert_string_equal(rows[0].locked_by, "B");
+    outbox_rows_free(rows, n);
+
+    /* B dies: its row is reclaimed only after its lock expired. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 2999, T0 + 4000, "C", 10, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 3000, T0 + 4000, "C", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].id, id2);
+    assert_string_equal(rows[0].locked_by, "C");
+    outbox_rows_free(rows, n);
+
+    /* Delivered and failed rows are never claimed, however late. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 100000000, T0 + 100001000, "D", 10, &rows,
+                                        &n),
+                     0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].id, id2);
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_list(f->st, OUTBOX_DELIVERED, 0, 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].id, id1);
+    assert_int_equal(rows[0].sinks_done, 3);
+    assert_int_equal(rows[0].delivered_at_ms, T0 + 10);
+    assert_int_equal(store_outbox_get(f->st, rows[0].event_id, &got), 0);
+    assert_int_equal(got.status, OUTBOX_DELIVERED);
+    free(got.payload);
+    free(got.last_error);
+    outbox_rows_free(rows, n);
+}
+
+static void
+t_claim_order_limit(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, *all;
+    size_t n, nall;
+
+    create_room(f->st, "a1", "r2", 4, T0 + 50); /* created later, claimed later */
+    create_room(f->st, "a1", "r1", 4, T0);
+    assert_int_equal(store_outbox_list(f->st, -1, 0, 100, &all, &nall), 0);
+    assert_int_equal(nall, 8);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 100, T0 + 1000, "A", 3, &rows, &n), 0);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(rows[i].room_id, "r1");
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 100, T0 + 1000, "A", 3, &rows, &n), 0);
+    assert_int_equal(n, 3);
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 100, T0 + 1000, "A", 3, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(rows[i].room_id, "r2");
+    outbox_rows_free(rows, n);
+    outbox_rows_free(all, nall);
+}
+
+static void
+t_fenced_complete(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, got;
+    size_t n;
+    char event_id[37];
+    int64_t id;
+
+    create_room(f->st, "a1", "r1", 1, T0);
+    assert_int_equal(store_outbox_claim(f->st, T0, T0 + 100, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    id = rows[0].id;
+    strlcpy_(event_id, rows[0].event_id, sizeof(event_id));
+    outbox_rows_free(rows, n);
+    /* A stalls past its lock; B reclaims. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 200, T0 + 1200, "B", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    outbox_rows_free(rows, n);
+
+    struct outbox_result late = {.id = id, .locked_by = "A", .status = OUTBOX_DELIVERED,
+                                 .now_ms = T0 + 300};
+    assert_int_equal(store_outbox_complete(f->st, &late, 1), 0);
+    assert_int_equal(late.rc, ROOMD_ESTALE);
+    assert_int_equal(store_outbox_get(f->st, event_id, &got), 0);
+    assert_int_equal(got.status, OUTBOX_DELIVERING);
+    assert_string_equal(got.locked_by, "B");
+    free(got.payload);
+    free(got.last_error);
+
+    struct outbox_result mine = {.id = id, .locked_by = "B", .status = OUTBOX_RETRYABLE,
+                                 .retry_count = 1, .sinks_done = 1,
+                                 .next_retry_at_ms = T0 + 5000, .last_error = "im 503",
+                                 .now_ms = T0 + 400};
+    assert_int_equal(store_outbox_complete(f->st, &mine, 1), 0);
+    assert_int_equal(mine.rc, 0);
+    /* A again, and B again: the row is no longer delivering, both refused. */
+    late.rc = 0;
+    assert_int_equal(store_outbox_complete(f->st, &late, 1), 0);
+    assert_int_equal(late.rc, ROOMD_ESTALE);
+    assert_int_equal(store_outbox_complete(f->st, &mine, 1), 0);
+    assert_int_equal(mine.rc, ROOMD_ESTALE);
+
+    assert_int_equal(store_outbox_get(f->st, event_id, &got), 0);
+    assert_int_equal(got.status, OUTBOX_RETRYABLE);
+    assert_int_equal(got.retry_count, 1);
+    assert_int_equal(got.sinks_done, 1);
+    assert_int_equal(got.next_retry_at_ms, T0 + 5000);
+    assert_string_equal(got.last_error, "im 503");
+    assert_int_equal(got.id, id);
+    free(got.payload);
+    free(got.last_error);
+    assert_int_equal(store_outbox_get(f->st, "no-such-event", &got), ROOMD_ENOTFOUND);
+}
+
+static void
+t_retry_fields(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, got;
+    size_t n;
+    char *big = xmalloc(3001);
+
+    memset(big, 'x', 3000);
+    big[3000] = '\0';
+    create_room(f->st, "a1", "r1", 1, T0);
+    assert_int_equal(store_outbox_claim(f->st, T0, T0 + 100, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    struct outbox_result r = {.id = rows[0].id, .locked_by = "A", .status = OUTBOX_RETRYABLE,
+                              .retry_count = 3, .sinks_done = 0x5, .next_retry_at_ms = T0 + 777,
+                              .last_error = big, .now_ms = T0 + 1};
+    assert_int_equal(store_outbox_complete(f->st, &r, 1), 0);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(store_outbox_get(f->st, rows[0].event_id, &got), 0);
+    assert_int_equal(got.status, OUTBOX_RETRYABLE);
+    assert_int_equal(got.retry_count, 3);
+    assert_int_equal(got.sinks_done, 0x5);
+    assert_int_equal(got.next_retry_at_ms, T0 + 777);
+    assert_non_null(got.last_error);
+    assert_true(strlen(got.last_error) <= 1000 && strlen(got.last_error) >= 900);
+    free(got.payload);
+    free(got.last_error);
+
+    /* Delivered: the row records when. */
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 777, T0 + 900, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].retry_count, 3);
+    struct outbox_result d = {.id = rows[0].id, .locked_by = "A", .status = OUTBOX_DELIVERED,
+                              .retry_count = 3, .sinks_done = 0x7, .now_ms = T0 + 800};
+    assert_int_equal(store_outbox_complete(f->st, &d, 1), 0);
+    assert_int_equal(d.rc, 0);
+    assert_int_equal(store_outbox_get(f->st, rows[0].event_id, &got), 0);
+    assert_int_equal(got.status, OUTBOX_DELIVERED);
+    assert_int_equal(got.delivered_at_ms, T0 + 800);
+    assert_int_equal(got.sinks_done, 0x7);
+    assert_null(got.last_error);
+    free(got.payload);
+    free(got.last_error);
+    outbox_rows_free(rows, n);
+    free(big);
+}
+
+/* Claims all claimable rows at now and completes them with status. */
+static void
+claim_and_complete(struct store *st, int64_t now, enum outbox_status status, size_t expect)
+{
+    struct outbox_row *rows;
+    size_t n;
+
+    assert_int_equal(store_outbox_claim(st, now, now + 100, "Z", 1000, &rows, &n), 0);
+    assert_int_equal(n, expect);
+    struct outbox_result *res = xcalloc(n ? n : 1, sizeof(*res));
+    for (size_t i = 0; i < n; i++) {
+        res[i].id = rows[i].id;
+        res[i].locked_by = "Z";
+        res[i].status = status;
+        res[i].retry_count = status == OUTBOX_FAILED ? 10 : 1;
+        res[i].next_retry_at_ms = now + 1000;
+        res[i].now_ms = now;
+        res[i].last_error = status == OUTBOX_DELIVERED ? NULL : "err";
+    }
+    assert_int_equal(store_outbox_complete(st, res, n), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(res[i].rc, 0);
+    free(res);
+    outbox_rows_free(rows, n);
+}
+
+static void
+t_replay(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, got;
+    size_t n;
+    char ev[37];
+
+    create_room(f->st, "a1", "r1", 1, T0);
+    claim_and_complete(f->st, T0, OUTBOX_FAILED, 1);
+    assert_int_equal(store_outbox_list(f->st, OUTBOX_FAILED, 0, 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    strlcpy_(ev, rows[0].event_id, sizeof(ev));
+    outbox_rows_free(rows, n);
+    /* Failed rows are never claimed automatically. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 1000000, T0 + 1000100, "A", 10, &rows, &n),
+                     0);
+    assert_int_equal(n, 0);
+
+    assert_int_equal(store_outbox_replay(f->st, ev, T0 + 5000), 0);
+    assert_int_equal(store_outbox_get(f->st, ev, &got), 0);
+    assert_int_equal(got.status, OUTBOX_PENDING);
+    assert_int_equal(got.retry_count, 0);
+    assert_string_equal(got.event_id, ev);
+    free(got.payload);
+    free(got.last_error);
+    /* Pending now: a second replay conflicts; it is claimable from now on. */
+    assert_int_equal(store_outbox_replay(f->st, ev, T0 + 5000), ROOMD_ECONFLICT);
+    assert_int_equal(store_outbox_replay(f->st, "no-such-event", T0), ROOMD_ENOTFOUND);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 4999, T0 + 6000, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 5000, T0 + 6000, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].event_id, ev);
+    assert_int_equal(rows[0].retry_count, 0);
+    outbox_rows_free(rows, n);
+}
+
+static void
+t_list(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows;
+    size_t n;
+    int64_t after = 0;
+    size_t total = 0;
+
+    create_room(f->st, "a1", "r1", 5, T0);
+    create_room(f->st, "a1", "r2", 2, T0 + 10);
+    claim_and_complete(f->st, T0, OUTBOX_DELIVERED, 5);
+    for (;;) { /* pages of 3 by id */
+        assert_int_equal(store_outbox_list(f->st, -1, after, 3, &rows, &n), 0);
+        if (n == 0)
+            break;
+        assert_true(n <= 3);
+        for (size_t i = 0; i < n; i++)
+            assert_true(rows[i].id > after && (i == 0 || rows[i].id > rows[i - 1].id));
+        after = rows[n - 1].id;
+        total += n;
+        outbox_rows_free(rows, n);
+    }
+    assert_int_equal(total, 7);
+    assert_int_equal(store_outbox_list(f->st, OUTBOX_DELIVERED, 0, 100, &rows, &n), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(rows[0].status, OUTBOX_DELIVERED);
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_list(f->st, OUTBOX_PENDING, 0, 100, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(rows[0].room_id, "r2");
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_list(f->st, OUTBOX_FAILED, 0, 100, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    outbox_rows_free(rows, n);
+}
+
+static void
+t_purge(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_counts oc;
+    struct outbox_row *rows;
+    size_t n, purged;
+
+    create_room(f->st, "a1", "r1", 5, T0);
+    create_room(f->st, "a1", "r2", 5, T0);
+    create_room(f->st, "a1", "r3", 5, T0);
+    create_room(f->st, "a1", "r4", 5, T0);
+    create_room(f->st, "a1", "r5", 5, T0);
+    /* 20 delivered at T0+100, 5 delivered later at T0+900 */
+    assert_int_equal(store_outbox_claim(f->st, T0, T0 + 50, "Z", 20, &rows, &n), 0);
+    assert_int_equal(n, 20);
+    outbox_rows_free(rows, n);
+    claim_and_complete(f->st, T0 + 100, OUTBOX_DELIVERED, 25); /* reclaims the 20 too */
+    create_room(f->st, "a1", "r6", 3, T0 + 200);               /* pending, never purged */
+
+    assert_int_equal(store_outbox_purge(f->st, T0 + 100, 7, &purged), 0);
+    assert_int_equal(purged, 0); /* strictly before */
+    assert_int_equal(store_outbox_purge(f->st, T0 + 101, 7, &purged), 0);
+    assert_int_equal(purged, 7);
+    assert_int_equal(store_outbox_purge(f->st, T0 + 101, 7, &purged), 0);
+    assert_int_equal(purged, 7);
+    assert_int_equal(store_outbox_purge(f->st, T0 + 101, 7, &purged), 0);
+    assert_int_equal(purged, 7);
+    assert_int_equal(store_outbox_purge(f->st, T0 + 101, 7, &purged), 0);
+    assert_int_equal(purged, 4);
+    assert_int_equal(store_outbox_purge(f->st, T0 + 1000000, 7, &purged), 0);
+    assert_int_equal(purged, 0);
+    assert_int_equal(store_outbox_counts(f->st, &oc), 0);
+    assert_int_equal(oc.delivered, 0);
+    assert_int_equal(oc.pending, 3);
+}
+
+static void
+t_counts(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_counts oc;
+    struct outbox_row *rows;
+    size_t n;
+
+    assert_int_equal(store_outbox_counts(f->st, &oc), 0);
+    assert_int_equal(oc.pending + oc.delivering + oc.delivered + oc.retryable + oc.failed, 0);
+    assert_int_equal(oc.oldest_undelivered_ms, 0);
+
+    create_room(f->st, "a1", "r1", 1, T0 + 1);
+    claim_and_complete(f->st, T0 + 1, OUTBOX_DELIVERED, 1);
+    create_room(f->st, "a1", "r2", 1, T0 + 2);
+    claim_and_complete(f->st, T0 + 2, OUTBOX_FAILED, 1);
+    create_room(f->st, "a1", "r3", 1, T0 + 3);
+    claim_and_complete(f->st, T0 + 3, OUTBOX_RETRYABLE, 1);
+    create_room(f->st, "a1", "r4", 1, T0 + 4);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 4, T0 + 10000, "Y", 1, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].room_id, "r4");
+    outbox_rows_free(rows, n);
+    create_room(f->st, "a1", "r5", 2, T0 + 5);
+
+    assert_int_equal(store_outbox_counts(f->st, &oc), 0);
+    assert_int_equal(oc.pending, 2);
+    assert_int_equal(oc.delivering, 1);
+    assert_int_equal(oc.delivered, 1);
+    assert_int_equal(oc.retryable, 1);
+    assert_int_equal(oc.failed, 1);
+    assert_int_equal(oc.oldest_undelivered_ms, T0 + 3);
+}
+
+/* ---- wallet and rockets ---- */
+
+static void
+t_wallet(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    int64_t b;
+
+    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
+    assert_int_equal(b, 100);
+    assert_int_equal(store_wallet_debit(st, "a1", 7, 30, "g1", 100, &b), 0);
+    assert_int_equal(b, 70);
+    /* Idempotent: the same ref charges once. */
+    assert_int_equal(store_wallet_debit(st, "a1", 7, 30, "g1", 100, &b), 0);
+    assert_int_equal(b, 70);
+    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
+    assert_int_equal(b, 70);
+    /* Short: EFUNDS, nothing written (no debit to refund). */
+    assert_int_equal(store_wallet_debit(st, "a1", 7, 71, "g2", 100, &b), ROOMD_EFUNDS);
+    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
+    assert_int_equal(b, 70);
+    assert_int_equal(store_wallet_refund(st, "a1", "g2"), ROOMD_ENOTFOUND);
+    assert_int_equal(store_wallet_debit(st, "a1", 7, 70, "g2", 100, &b), 0);
+    assert_int_equal(b, 0);
+    /* Refund credits back once. */
+    assert_int_equal(store_wallet_refund(st, "a1", "g2"), 0);
+    assert_int_equal(store_wallet_refund(st, "a1", "g2"), 0);
+    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
+    assert_int_equal(b, 70);
+    /* A refunded ref debited again (the command retried) is charged again. */
+    assert_int_equal(store_wallet_debit(st, "a1", 7, 70, "g2", 100, &b), 0);
+    assert_int_equal(b, 0);
+    assert_int_equal(store_wallet_debit(st, "a1", 7, 70, "g2", 100, &b), 0);
+    assert_int_equal(b, 0);
+    /* Top-up, idempotent by ref. */
+    assert_int_equal(store_wallet_topup(st, "a1", 7, 50, "t1", 100, &b), 0);
+    assert_int_equal(b, 50);
+    assert_int_equal(store_wallet_topup(st, "a1", 7, 50, "t1", 100, &b), 0);
+    assert_int_equal(b, 50);
+    /* A never-seen account tops up from initial_balance. */
+    assert_int_equal(store_wallet_topup(st, "a1", 8, 5, "t2", 100, &b), 0);
+    assert_int_equal(b, 105);
+    /* Accounts and refs are per app. */
+    assert_int_equal(store_wallet_balance(st, "a2", 7, 100, &b), 0);
+    assert_int_equal(b, 100);
+    assert_int_equal(store_wallet_debit(st, "a2", 7, 30, "g1", 100, &b), 0);
+    assert_int_equal(b, 70);
+    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
+    assert_int_equal(b, 50);
+    assert_int_equal(store_wallet_refund(st, "a1", "nope"), ROOMD_ENOTFOUND);
+}
+
+static void
+t_rockets(void **state)
+{
+    struct fixture *f = *state;
+    struct rocket_pending *rp;
+    size_t n;
+    struct tmut *x;
+
+    assert_int_equal(store_rockets_pending(f->st, &rp, &n), 0);
+    assert_int_equal(n, 0);
+    free(rp);
+    create_room(f->st, "a1", "r1", 0, T0);
+    create_room(f->st, "a1", "r2", 0, T0);
+    x = tmut_new("a1", "r1", "ignite", 2, 1, T0 + 1);
+    x->m.meta.rocket_status = "ignited";
+    x->m.meta.rocket_id = "rk-1";
+    x->m.meta.rocket_level = 2;
+    x->m.meta.rocket_launch_at_ms = T0 + 60000;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+    assert_int_equal(store_rockets_pending(f->st, &rp, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rp[0].app_code, "a1");
+    assert_string_equal(rp[0].room_id, "r1");
+    assert_string_equal(rp[0].rocket_id, "rk-1");
+    assert_int_equal(rp[0].level, 2);
+    assert_int_equal(rp[0].launch_at_ms, T0 + 60000);
+    free(rp);
+    x = tmut_new("a1", "r1", "launch", 3, 1, T0 + 60000);
+    x->m.meta.rocket_status = "done";
+    x->m.meta.rocket_id = "rk-1";
+    x->m.meta.rocket_level = 2;
+    assert_int_equal(save1(f->st, x), 0);
+    free(x);
+    assert_int_equal(store_rockets_pending(f->st, &rp, &n), 0);
+    assert_int_equal(n, 0);
+    free(rp);
+}
+
+/* ---- two stores (two processes) claiming at once ---- */
+
+#define CC_ROOMS 40
+#define CC_EVENTS 8
+#define CC_THREADS 4
+
+struct claimer {
+    struct store *st;
+    char name[16];
+    int64_t *ids;
+    size_t nids;
+    int errors;
+};
+
+static void *
+claimer_main(void *arg)
+{
+    struct claimer *c = arg;
+    int empty = 0;
+
+    c->ids = xcalloc(CC_ROOMS * CC_EVENTS, sizeof(*c->ids));
+    while (empty < 3) {
+        struct outbox_row *rows;
+        size_t n;
+        int rc = store_outbox_claim(c->st, T0 + 10, T0 + 100000000, c->name, 5, &rows, &n);
+
+        if (rc != 0) { /* busy beyond the timeout counts as an error, not a pass */
+            c->errors++;
+            continue;
+        }
+        empty = n == 0 ? empty + 1 : 0;
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(rows[i].locked_by, c->name) != 0)
+                c->errors++;
+            if (c->nids < CC_ROOMS * CC_EVENTS)
+                c->ids[c->nids++] = rows[i].id;
+            else
+                c->errors++;
+        }
+        outbox_rows_free(rows, n);
+    }
+    return NULL;
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static void
+t_concurrent_claim(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st2 = open_store(f->conf);
+    struct claimer cl[2 * CC_THREADS];
+    pthread_t th[2 * CC_THREADS];
+    int64_t *all = xcalloc(CC_ROOMS * CC_EVENTS, sizeof(*all));
+    size_t nall = 0;
+
+    for (int r = 0; r < CC_ROOMS; r++) {
+        char room[16];
+
+        snprintf(room, sizeof(room), "cc%d", r);
+        create_room(r % 2 ? f->st : st2, "a1", room, CC_EVENTS, T0 + r % 7);
+    }
+    for (int i = 0; i < 2 * CC_THREADS; i++) {
+        memset(&cl[i], 0, sizeof(cl[i]));
+        cl[i].st = i % 2 ? f->st : st2;
+        snprintf(cl[i].name, sizeof(cl[i].name), "node%d-w%d", i % 2, i / 2);
+        assert_int_equal(pthread_create(&th[i], NULL, claimer_main, &cl[i]), 0);
+    }
+    for (int i = 0; i < 2 * CC_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(cl[i].errors, 0);
+        for (size_t k = 0; k < cl[i].nids && nall < CC_ROOMS * CC_EVENTS; k++)
+            all[nall++] = cl[i].ids[k];
+        free(cl[i].ids);
+    }
+    assert_int_equal(nall, CC_ROOMS * CC_EVENTS);
+    qsort(all, nall, sizeof(*all), cmp_i64);
+    for (size_t k = 1; k < nall; k++)
+        assert_true(all[k] != all[k - 1]); /* no row claimed twice */
+    free(all);
+    store_close(st2);
+}
+
+int
+store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
+                int (*reset)(struct store *s))
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(t_save_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_find_command, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_batch_reused, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_fence, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_create_exists, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_fail_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_snapshots, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_retry_fields, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_purge, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_wallet, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_rockets, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_concurrent_claim, setup, teardown),
+    };
+
+    suite_make_conf = make_conf;
+    suite_reset = reset;
+    return cmocka_run_group_tests_name(backend_name, tests, NULL, NULL);
+}

