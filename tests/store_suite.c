@@ -6,6 +6,8 @@
  */
 #include "store_suite.h"
 
+#include "helpers.h" /* cmocka and what it needs */
+
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
@@ -16,11 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include <unistd.h>
 
 #define T0 1000000000LL
 
@@ -35,7 +33,8 @@ struct fixture {
 
 /* ---- building mutations ---- */
 
-/* A mutation with its own storage for events and payloads. */
+/* A mutation with its own storage for events and payloads (m first: freeing
+ * the mutation frees it all). */
 struct tmut {
     struct mutation m;
     struct outbox_new ev[8];
@@ -138,8 +137,21 @@ room_rows(struct store *st, const char *room)
 
 /* ---- fixture ---- */
 
-static struct store *
-open_store(struct conf *conf)
+struct mutation *
+store_suite_mutation(const char *app, const char *room, const char *cmd, int64_t version,
+                     int nevents, int64_t t)
+{
+    return &tmut_new(app, room, cmd, version, nevents, t)->m;
+}
+
+void
+store_suite_create_room(struct store *st, const char *app, const char *room, int nevents, int64_t t)
+{
+    create_room(st, app, room, nevents, t);
+}
+
+struct store *
+store_suite_open(struct conf *conf)
 {
     struct store *st = NULL;
     char err[256] = "";
@@ -157,7 +169,7 @@ setup(void **state)
 
     f->conf = suite_make_conf();
     assert_non_null(f->conf);
-    f->st = open_store(f->conf);
+    f->st = store_suite_open(f->conf);
     if (suite_reset != NULL)
         assert_int_equal(suite_reset(f->st), 0);
     *state = f;
@@ -487,12 +499,25 @@ t_claim(void **state)
     assert_int_equal(n, 0);
 
     struct outbox_result res[3] = {
-        {.id = id1, .locked_by = "A", .status = OUTBOX_DELIVERED, .now_ms = T0 + 10,
+        {.id = id1,
+         .locked_by = "A",
+         .status = OUTBOX_DELIVERED,
+         .now_ms = T0 + 10,
          .sinks_done = 3},
-        {.id = id2, .locked_by = "A", .status = OUTBOX_RETRYABLE, .retry_count = 1,
-         .sinks_done = 2, .next_retry_at_ms = T0 + 2000, .last_error = "boom", .now_ms = T0 + 10},
-        {.id = id3, .locked_by = "A", .status = OUTBOX_FAILED, .retry_count = 10,
-         .last_error = "poison", .now_ms = T0 + 10},
+        {.id = id2,
+         .locked_by = "A",
+         .status = OUTBOX_RETRYABLE,
+         .retry_count = 1,
+         .sinks_done = 2,
+         .next_retry_at_ms = T0 + 2000,
+         .last_error = "boom",
+         .now_ms = T0 + 10},
+        {.id = id3,
+         .locked_by = "A",
+         .status = OUTBOX_FAILED,
+         .retry_count = 10,
+         .last_error = "poison",
+         .now_ms = T0 + 10},
     };
     assert_int_equal(store_outbox_complete(f->st, res, 3), 0);
     for (int i = 0; i < 3; i++)
@@ -520,8 +545,7 @@ t_claim(void **state)
     outbox_rows_free(rows, n);
 
     /* Delivered and failed rows are never claimed, however late. */
-    assert_int_equal(store_outbox_claim(f->st, T0 + 100000000, T0 + 100001000, "D", 10, &rows,
-                                        &n),
+    assert_int_equal(store_outbox_claim(f->st, T0 + 100000000, T0 + 100001000, "D", 10, &rows, &n),
                      0);
     assert_int_equal(n, 1);
     assert_int_equal(rows[0].id, id2);
@@ -585,8 +609,8 @@ t_fenced_complete(void **state)
     assert_int_equal(n, 1);
     outbox_rows_free(rows, n);
 
-    struct outbox_result late = {.id = id, .locked_by = "A", .status = OUTBOX_DELIVERED,
-                                 .now_ms = T0 + 300};
+    struct outbox_result late = {
+        .id = id, .locked_by = "A", .status = OUTBOX_DELIVERED, .now_ms = T0 + 300};
     assert_int_equal(store_outbox_complete(f->st, &late, 1), 0);
     assert_int_equal(late.rc, ROOMD_ESTALE);
     assert_int_equal(store_outbox_get(f->st, event_id, &got), 0);
@@ -595,9 +619,13 @@ t_fenced_complete(void **state)
     free(got.payload);
     free(got.last_error);
 
-    struct outbox_result mine = {.id = id, .locked_by = "B", .status = OUTBOX_RETRYABLE,
-                                 .retry_count = 1, .sinks_done = 1,
-                                 .next_retry_at_ms = T0 + 5000, .last_error = "im 503",
+    struct outbox_result mine = {.id = id,
+                                 .locked_by = "B",
+                                 .status = OUTBOX_RETRYABLE,
+                                 .retry_count = 1,
+                                 .sinks_done = 1,
+                                 .next_retry_at_ms = T0 + 5000,
+                                 .last_error = "im 503",
                                  .now_ms = T0 + 400};
     assert_int_equal(store_outbox_complete(f->st, &mine, 1), 0);
     assert_int_equal(mine.rc, 0);
@@ -633,9 +661,14 @@ t_retry_fields(void **state)
     create_room(f->st, "a1", "r1", 1, T0);
     assert_int_equal(store_outbox_claim(f->st, T0, T0 + 100, "A", 10, &rows, &n), 0);
     assert_int_equal(n, 1);
-    struct outbox_result r = {.id = rows[0].id, .locked_by = "A", .status = OUTBOX_RETRYABLE,
-                              .retry_count = 3, .sinks_done = 0x5, .next_retry_at_ms = T0 + 777,
-                              .last_error = big, .now_ms = T0 + 1};
+    struct outbox_result r = {.id = rows[0].id,
+                              .locked_by = "A",
+                              .status = OUTBOX_RETRYABLE,
+                              .retry_count = 3,
+                              .sinks_done = 0x5,
+                              .next_retry_at_ms = T0 + 777,
+                              .last_error = big,
+                              .now_ms = T0 + 1};
     assert_int_equal(store_outbox_complete(f->st, &r, 1), 0);
     assert_int_equal(r.rc, 0);
     assert_int_equal(store_outbox_get(f->st, rows[0].event_id, &got), 0);
@@ -653,8 +686,12 @@ t_retry_fields(void **state)
     assert_int_equal(store_outbox_claim(f->st, T0 + 777, T0 + 900, "A", 10, &rows, &n), 0);
     assert_int_equal(n, 1);
     assert_int_equal(rows[0].retry_count, 3);
-    struct outbox_result d = {.id = rows[0].id, .locked_by = "A", .status = OUTBOX_DELIVERED,
-                              .retry_count = 3, .sinks_done = 0x7, .now_ms = T0 + 800};
+    struct outbox_result d = {.id = rows[0].id,
+                              .locked_by = "A",
+                              .status = OUTBOX_DELIVERED,
+                              .retry_count = 3,
+                              .sinks_done = 0x7,
+                              .now_ms = T0 + 800};
     assert_int_equal(store_outbox_complete(f->st, &d, 1), 0);
     assert_int_equal(d.rc, 0);
     assert_int_equal(store_outbox_get(f->st, rows[0].event_id, &got), 0);
@@ -709,8 +746,7 @@ t_replay(void **state)
     strlcpy_(ev, rows[0].event_id, sizeof(ev));
     outbox_rows_free(rows, n);
     /* Failed rows are never claimed automatically. */
-    assert_int_equal(store_outbox_claim(f->st, T0 + 1000000, T0 + 1000100, "A", 10, &rows, &n),
-                     0);
+    assert_int_equal(store_outbox_claim(f->st, T0 + 1000000, T0 + 1000100, "A", 10, &rows, &n), 0);
     assert_int_equal(n, 0);
 
     assert_int_equal(store_outbox_replay(f->st, ev, T0 + 5000), 0);
@@ -989,7 +1025,7 @@ static void
 t_concurrent_claim(void **state)
 {
     struct fixture *f = *state;
-    struct store *st2 = open_store(f->conf);
+    struct store *st2 = store_suite_open(f->conf);
     struct claimer cl[2 * CC_THREADS];
     pthread_t th[2 * CC_THREADS];
     int64_t *all = xcalloc(CC_ROOMS * CC_EVENTS, sizeof(*all));

@@ -19,7 +19,7 @@
 struct waiter {
     struct mutation *m;
     bool done;
-    char err[256];               /* detail text for the caller's thread */
+    char err[256]; /* detail text for the caller's thread */
     pthread_cond_t cond;
     struct waiter *next;
 };
@@ -29,8 +29,8 @@ struct group_commit {
     int max_batch;
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t work;         /* signalled when the queue gets a waiter or on close */
-    struct waiter *head, *tail;  /* FIFO of queued waiters */
+    pthread_cond_t work;        /* signalled when the queue gets a waiter or on close */
+    struct waiter *head, *tail; /* FIFO of queued waiters */
     bool closing;
     uint64_t batches, mutations;
 };

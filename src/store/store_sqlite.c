@@ -72,9 +72,9 @@ static const char *const migrations[] = {
 
 /* ==== Statements: prepared once per connection, on first use ==== */
 
-#define OUTBOX_COLS                                                                        \
-    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"     \
-    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"       \
+#define OUTBOX_COLS                                                                                \
+    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
+    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
     " last_error, created_at_ms, delivered_at_ms"
 
 enum stmt_id {
@@ -206,9 +206,9 @@ struct conn {
 struct sq_store {
     struct store super;
     char *path;
-    pthread_mutex_t wlock;       /* the writer connection: one write at a time */
+    pthread_mutex_t wlock; /* the writer connection: one write at a time */
     struct conn writer;
-    pthread_mutex_t rlock;       /* the reader pool */
+    pthread_mutex_t rlock; /* the reader pool */
     pthread_cond_t rcond;
     struct conn readers[NREADERS];
     bool rbusy[NREADERS];
@@ -218,8 +218,7 @@ struct sq_store {
 static int
 sq_fail(sqlite3 *db, int rc, const char *what)
 {
-    store_set_errmsg("sqlite %s: %s (%d)", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc),
-                     rc);
+    store_set_errmsg("sqlite %s: %s (%d)", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), rc);
     switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
@@ -240,9 +239,8 @@ sq_fail(sqlite3 *db, int rc, const char *what)
 static sqlite3_stmt *
 stmt(struct conn *c, enum stmt_id id)
 {
-    if (c->st[id] == NULL &&
-        sqlite3_prepare_v3(c->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &c->st[id],
-                           NULL) != SQLITE_OK) {
+    if (c->st[id] == NULL && sqlite3_prepare_v3(c->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+                                                &c->st[id], NULL) != SQLITE_OK) {
         store_set_errmsg("sqlite prepare %d: %s", (int)id, sqlite3_errmsg(c->db));
         c->st[id] = NULL;
     }
@@ -338,7 +336,7 @@ out:
         sqlite3_close(c->db);
         c->db = NULL;
         return (rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_BUSY ? ROOMD_EUNAVAIL
-                                                                             : ROOMD_EIO;
+                                                                            : ROOMD_EIO;
     }
     return 0;
 }
@@ -1224,8 +1222,8 @@ w_ledger_get(struct conn *c, const char *app, const char *ref, const char *kind,
 
 /* Writes ledger row (app, ref, kind) with stmt id (insert, update or delete). */
 static int
-w_ledger_write(struct conn *c, enum stmt_id id, const char *app, const char *ref,
-               const char *kind, int64_t uid, int64_t amount, int64_t now)
+w_ledger_write(struct conn *c, enum stmt_id id, const char *app, const char *ref, const char *kind,
+               int64_t uid, int64_t amount, int64_t now)
 {
     sqlite3_stmt *q = stmt(c, id);
 
@@ -1329,8 +1327,7 @@ sq_wallet_refund(struct store *st, const char *app, const char *ref_id)
     /* The account exists: the debit wrote it. */
     if ((rc = w_balance(c, app, uid, 0, &bal)) != 0)
         goto out;
-    if ((rc = w_ledger_write(c, ST_W_LEDGER_INSERT, app, ref_id, "refund", uid, amount, now)) !=
-        0)
+    if ((rc = w_ledger_write(c, ST_W_LEDGER_INSERT, app, ref_id, "refund", uid, amount, now)) != 0)
         goto out;
     if ((rc = w_set_balance(c, app, uid, bal + amount, now)) != 0)
         goto out;
@@ -1362,8 +1359,8 @@ sq_wallet_topup(struct store *st, const char *app, int64_t uid, int64_t amount, 
     if ((rc = w_balance(c, app, found ? luid : uid, initial_balance, &bal)) != 0)
         goto out;
     if (!found) {
-        if ((rc = w_ledger_write(c, ST_W_LEDGER_INSERT, app, ref_id, "topup", uid, amount,
-                                 now)) != 0)
+        if ((rc = w_ledger_write(c, ST_W_LEDGER_INSERT, app, ref_id, "topup", uid, amount, now)) !=
+            0)
             goto out;
         bal += amount;
         if ((rc = w_set_balance(c, app, uid, bal, now)) != 0)

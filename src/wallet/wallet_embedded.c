@@ -15,7 +15,7 @@ int wallet_embedded_open(struct wallet **out, const struct conf_wallet *cfg, str
 
 struct embedded {
     struct wallet super;
-    struct store *store;      /* borrowed */
+    struct store *store; /* borrowed */
     int64_t initial_balance;
 };
 

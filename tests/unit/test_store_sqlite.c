@@ -5,11 +5,25 @@
  * a file.
  */
 #include "helpers.h"
-#include "store_suite.c" /* the suite is compiled into each backend's test program */
+#include "store_suite.h"
+
+#include "conf/conf.h"
+#include "core/xmalloc.h"
+#include "store/store.h"
 
 #include <ftw.h>
 #include <sqlite3.h>
-#include <unistd.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define T0 1000000000LL
+
+struct fixture {
+    struct conf *conf;
+    struct store *st;
+};
 
 static char *dirs[256];
 static int ndirs;
@@ -22,6 +36,28 @@ make_conf(void)
     assert_true(ndirs < 256);
     dirs[ndirs++] = dir;
     return th_conf_sqlite(dir);
+}
+
+static int
+setup(void **state)
+{
+    struct fixture *f = xcalloc(1, sizeof(*f));
+
+    f->conf = make_conf();
+    f->st = store_suite_open(f->conf);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    store_close(f->st);
+    conf_free(f->conf);
+    free(f);
+    return 0;
 }
 
 static int
@@ -60,17 +96,18 @@ t_sqlite_snapshot_prune(void **state)
     struct fixture *f = *state;
     sqlite3 *db;
 
-    create_room(f->st, "a1", "r1", 0, T0);
+    store_suite_create_room(f->st, "a1", "r1", 0, T0);
     for (int v = 2; v <= 12; v++) {
         char cmd[32];
-        struct tmut *x;
+        struct mutation *m;
 
         snprintf(cmd, sizeof(cmd), "c%d", v);
-        x = tmut_new("a1", "r1", cmd, v, 0, T0 + v);
-        x->m.snapshots_keep = 3;
-        x->m.snapshot = "{}";
-        assert_int_equal(save1(f->st, x), 0);
-        free(x);
+        m = store_suite_mutation("a1", "r1", cmd, v, 0, T0 + v);
+        m->snapshots_keep = 3;
+        m->snapshot = "{}";
+        assert_int_equal(store_save(f->st, &m, 1), 0);
+        assert_int_equal(m->rc, 0);
+        free(m);
     }
     db = raw_open(f->conf);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM room_snapshots"), 3);
@@ -113,9 +150,9 @@ t_sqlite_schema(void **state)
     sqlite3_close(db);
 
     /* Reopening applies nothing again and keeps the data. */
-    create_room(f->st, "a1", "r1", 1, T0);
+    store_suite_create_room(f->st, "a1", "r1", 1, T0);
     store_close(f->st);
-    f->st = open_store(f->conf);
+    f->st = store_suite_open(f->conf);
     struct room_load l;
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     room_load_clear(&l);
