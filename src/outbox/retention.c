@@ -1,0 +1,140 @@
+/*
+ * retention.c: the purge thread for delivered room_outbox rows (see
+ * retention.h). Every purge_interval it deletes rows delivered longer than
+ * retention_delivered_ms ago, purge_batch rows per transaction, and logs one
+ * line per pass that purged something, or per store state change.
+ */
+#include "outbox/retention.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* Batches per pass: bounds one pass' work; the next pass continues. */
+#define MAX_BATCHES_PER_PASS 1000
+
+struct retention {
+    struct store *store;
+    int64_t keep_ms;
+    int batch;
+    int64_t interval_ms;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stopping;
+};
+
+int
+retention_purge(struct store *store, int64_t before_ms, int batch, int max_batches, size_t *purged)
+{
+    int rc = 0;
+
+    *purged = 0;
+    for (int i = 0; i < max_batches; i++) {
+        size_t n = 0;
+        if ((rc = store_outbox_purge(store, before_ms, batch, &n)) != 0)
+            break;
+        *purged += n;
+        if (n < (size_t)batch)
+            break;
+    }
+    return rc;
+}
+
+/* Sleeps ms unless stopped; returns false when stopping. */
+static bool
+sleep_unless_stopped(struct retention *r, int64_t ms)
+{
+    struct timespec ts;
+    bool stop;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (!r->stopping)
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT)
+            break;
+    stop = r->stopping;
+    pthread_mutex_unlock(&r->mu);
+    return !stop;
+}
+
+static void *
+purge_main(void *arg)
+{
+    struct retention *r = arg;
+    bool down = false;
+
+    do {
+        size_t purged = 0;
+        int64_t before = clock_wall_ms() - r->keep_ms;
+        int rc = retention_purge(r->store, before, r->batch, MAX_BATCHES_PER_PASS, &purged);
+        if (rc != 0 && !down)
+            log_warn("outbox", "purge failed, store unavailable", "err=\"%s\"", store_errmsg());
+        else if (rc == 0 && down)
+            log_info("outbox", "purge resumed", NULL);
+        down = rc != 0;
+        if (purged > 0)
+            log_info("outbox", "purged delivered rows", "rows=%zu delivered_before_ms=%lld", purged,
+                     (long long)before);
+    } while (sleep_unless_stopped(r, r->interval_ms));
+    return NULL;
+}
+
+int
+retention_open(struct retention **out, const struct conf_store *cs, struct store *store)
+{
+    struct retention *r;
+    pthread_condattr_t ca;
+
+    *out = NULL;
+    if (cs->retention_delivered_ms <= 0)
+        return 0;
+    r = xcalloc(1, sizeof(*r));
+    r->store = store;
+    r->keep_ms = cs->retention_delivered_ms;
+    r->batch = cs->purge_batch > 0 ? cs->purge_batch : 1000;
+    r->interval_ms = cs->purge_interval_ms > 0 ? cs->purge_interval_ms : 60000;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&r->thread, NULL, purge_main, r) != 0) {
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return ROOMD_EINTERNAL;
+    }
+    *out = r;
+    return 0;
+}
+
+void
+retention_close(struct retention *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stopping = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}

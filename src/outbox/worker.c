@@ -1,0 +1,484 @@
+/*
+ * worker.c: the OUTBOX PATH (ARCHITECTURE §2; seed 数据状态, 重试和死信).
+ * cfg->workers threads each loop: wait for a wake-up (outbox_wake after a
+ * commit) or poll_interval -> claim a batch -> build each event once
+ * (event.c) -> publish to the sinks not yet done -> complete the batch,
+ * fenced by locked_by. Outcomes: delivered, retryable with backoff, failed
+ * (dead letter). Read top-down; sinks are in publish/, the SQL in store/.
+ */
+#include "outbox/outbox.h"
+
+#include "conf/conf.h"
+#include "core/backoff.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "outbox/retention.h"
+#include "publish/sink.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LAST_ERROR_MAX 512
+/* Retries of a batch completion while the store is briefly unavailable. */
+#define COMPLETE_TRIES 3
+
+struct worker {
+    struct outbox *ob;
+    int index;
+    char locked_by[STORE_ID_MAX];
+    pthread_t thread;
+    bool started;
+};
+
+struct outbox {
+    struct conf_outbox cfg; /* copy; its strings are not used */
+    struct store *store;
+    struct sink **sinks;
+    size_t nsinks;
+    struct worker *workers;
+    int nworkers;
+    struct retention *retention;
+
+    /* Wake-ups: outbox_wake bumps wake_seq; an idle worker that sees
+     * wake_seq != taken_seq takes it (taken_seq = wake_seq) and claims. A
+     * wake that arrives while every worker is busy is thus never lost. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t wake_seq;
+    uint64_t taken_seq;
+    bool stopping;
+
+    atomic_bool store_down; /* logged once per state change */
+};
+
+/* ==== waiting ==== */
+
+static void
+deadline_after(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+/*
+ * Waits up to ms for a wake-up (when take_wakes) or only for stop. Returns
+ * false when the outbox is stopping.
+ */
+static bool
+wait_for_work(struct outbox *ob, int64_t ms, bool take_wakes)
+{
+    struct timespec ts;
+    bool stop;
+
+    deadline_after(&ts, ms);
+    pthread_mutex_lock(&ob->mu);
+    while (!ob->stopping && !(take_wakes && ob->wake_seq != ob->taken_seq))
+        if (pthread_cond_timedwait(&ob->cv, &ob->mu, &ts) == ETIMEDOUT)
+            break;
+    if (take_wakes)
+        ob->taken_seq = ob->wake_seq;
+    stop = ob->stopping;
+    pthread_mutex_unlock(&ob->mu);
+    return !stop;
+}
+
+static bool
+stopping(struct outbox *ob)
+{
+    bool s;
+
+    pthread_mutex_lock(&ob->mu);
+    s = ob->stopping;
+    pthread_mutex_unlock(&ob->mu);
+    return s;
+}
+
+void
+outbox_wake(struct outbox *ob)
+{
+    if (ob == NULL)
+        return;
+    pthread_mutex_lock(&ob->mu);
+    ob->wake_seq++;
+    pthread_cond_signal(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
+}
+
+/* ==== store state, logged once per change ==== */
+
+static void
+store_trouble(struct outbox *ob, const char *what, int rc)
+{
+    if (!atomic_exchange(&ob->store_down, true))
+        log_warn("outbox", "store unavailable, backing off", "op=%s rc=%s err=\"%s\"", what,
+                 roomd_strerror(rc), store_errmsg());
+}
+
+static void
+store_fine(struct outbox *ob)
+{
+    if (atomic_exchange(&ob->store_down, false))
+        log_info("outbox", "store available again", NULL);
+}
+
+/* ==== one row ==== */
+
+static void
+append_error(char *buf, const char *sink, const char *msg)
+{
+    size_t len = strlen(buf);
+
+    if (len + 3 >= LAST_ERROR_MAX)
+        return;
+    snprintf(buf + len, LAST_ERROR_MAX - len, "%s%s: %s", len > 0 ? "; " : "", sink,
+             *msg ? msg : "failed");
+    for (char *p = buf + len; *p; p++)
+        if (*p == '"' || *p == '\n')
+            *p = '\''; /* keeps the logfmt line one line, its quoting intact */
+}
+
+/* Hands a row back without an attempt (its lock is too short to publish
+ * safely, or we are stopping): retryable now, nothing counted. */
+static void
+release_row(const struct outbox_row *row, struct outbox_result *res, int64_t now)
+{
+    res->status = OUTBOX_RETRYABLE;
+    res->retry_count = row->retry_count;
+    res->sinks_done = row->sinks_done;
+    res->next_retry_at_ms = now;
+    res->last_error = row->last_error;
+}
+
+/*
+ * Publishes ev to every sink not in *done that accepts it, all within one
+ * publish_timeout. Sets the bits of the sinks that succeeded in *done and
+ * appends each failure to err. Returns 0 (all succeeded), ROOMD_EPERM (a
+ * sink refused for good; the rest are not called) or ROOMD_ERETRY.
+ */
+static int
+publish_sinks(struct outbox *ob, const struct outbox_event *ev, uint32_t *done, char *err)
+{
+    int64_t deadline = clock_mono_ms() + ob->cfg.publish_timeout_ms;
+    int rc = 0;
+
+    for (size_t i = 0; i < ob->nsinks; i++) {
+        struct sink *s = ob->sinks[i];
+        char serr[256] = "";
+
+        if (*done & s->bit)
+            continue;
+        if (s->accepts != NULL && !s->accepts(s, ev))
+            continue;
+        if (clock_mono_ms() >= deadline) {
+            append_error(err, s->name, "publish_timeout exceeded before the call");
+            rc = ROOMD_ERETRY;
+            continue;
+        }
+        int prc = s->publish(s, ev, deadline, serr, sizeof(serr));
+        if (prc == 0) {
+            *done |= s->bit;
+        } else if (prc == ROOMD_EPERM) {
+            append_error(err, s->name, serr);
+            return ROOMD_EPERM;
+        } else {
+            append_error(err, s->name, *serr ? serr : roomd_strerror(prc));
+            rc = ROOMD_ERETRY;
+        }
+    }
+    return rc;
+}
+
+/*
+ * Builds row's event once, publishes it (publish_sinks) and fills res with
+ * the outcome. *errtext gets the malloc'd last_error (or NULL) that res
+ * points at. Logs at most one line: a failed attempt.
+ */
+static void
+deliver_row(struct outbox *ob, const struct outbox_row *row, struct outbox_result *res,
+            char **errtext)
+{
+    const struct conf_outbox *cfg = &ob->cfg;
+    uint8_t *env = NULL;
+    size_t envlen = 0;
+    char *json = NULL;
+    char err[LAST_ERROR_MAX] = "";
+    uint32_t done = row->sinks_done;
+    int rc;
+
+    if (outbox_event_build(row, &env, &envlen, &json) != 0) {
+        /* A poison event: the payload cannot become an event and retrying
+         * cannot help. Dead letter at once, one log line. */
+        snprintf(err, sizeof(err), "poison: payload does not decode as event_type %s",
+                 row->event_type);
+        rc = ROOMD_EPERM;
+    } else {
+        struct outbox_event ev = {
+            .row = row, .envelope = env, .envelope_len = envlen, .json = json};
+        rc = publish_sinks(ob, &ev, &done, err);
+    }
+    bool permanent = rc == ROOMD_EPERM;
+    int64_t now = clock_wall_ms();
+    res->sinks_done = done;
+    res->retry_count = row->retry_count;
+    res->next_retry_at_ms = 0;
+    res->last_error = NULL;
+    *errtext = NULL;
+    if (rc == 0) {
+        res->status = OUTBOX_DELIVERED;
+    } else {
+        res->retry_count = row->retry_count + 1;
+        *errtext = xstrdup(err);
+        res->last_error = *errtext;
+        if (!permanent && res->retry_count < cfg->max_retry_count) {
+            res->status = OUTBOX_RETRYABLE;
+            res->next_retry_at_ms =
+                now +
+                backoff_delay_ms(res->retry_count, cfg->initial_backoff_ms, cfg->max_backoff_ms);
+            log_warn("outbox", "publish failed, will retry",
+                     "id=%lld event_id=%s event_type=%s attempt=%d next_retry_at_ms=%lld "
+                     "sinks_done=%u err=\"%s\"",
+                     (long long)row->id, row->event_id, row->event_type, res->retry_count,
+                     (long long)res->next_retry_at_ms, (unsigned)done, err);
+        } else {
+            res->status = OUTBOX_FAILED;
+            log_error("outbox", "dead letter: event failed",
+                      "id=%lld event_id=%s event_type=%s attempt=%d permanent=%d sinks_done=%u "
+                      "err=\"%s\"",
+                      (long long)row->id, row->event_id, row->event_type, res->retry_count,
+                      (int)permanent, (unsigned)done, err);
+        }
+    }
+    free(env);
+    free(json);
+}
+
+/* ==== one batch ==== */
+
+/* Writes the batch's outcomes, fenced by locked_by. A completion the store
+ * cannot take now is left: the rows are reclaimed after their lock expires. */
+static void
+complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_result *res,
+               size_t n)
+{
+    int rc = 0;
+
+    for (int attempt = 0; attempt < COMPLETE_TRIES; attempt++) {
+        if ((rc = store_outbox_complete(ob->store, res, n)) == 0)
+            break;
+        store_trouble(ob, "complete", rc);
+        usleep(100 * 1000);
+    }
+    if (rc != 0)
+        return;
+    store_fine(ob);
+    for (size_t i = 0; i < n; i++)
+        if (res[i].rc == ROOMD_ESTALE)
+            log_warn("outbox",
+                     "completion refused: the lock expired and another claimer took "
+                     "the row",
+                     "id=%lld event_id=%s locked_by=%s status=%s", (long long)rows[i].id,
+                     rows[i].event_id, res[i].locked_by, outbox_status_name(res[i].status));
+}
+
+static void
+run_batch(struct worker *w, struct outbox_row *rows, size_t n, int64_t lock_until)
+{
+    struct outbox *ob = w->ob;
+    struct outbox_result *res = xcalloc(n, sizeof(*res));
+    char **errs = xcalloc(n, sizeof(*errs));
+
+    for (size_t i = 0; i < n; i++) {
+        int64_t now = clock_wall_ms();
+
+        res[i].id = rows[i].id;
+        res[i].locked_by = w->locked_by;
+        /* Publish only while our lock outlasts the publish deadline, so no
+         * other claimer can deliver the row inside our window. */
+        if (stopping(ob) || now + ob->cfg.publish_timeout_ms > lock_until)
+            release_row(&rows[i], &res[i], now);
+        else
+            deliver_row(ob, &rows[i], &res[i], &errs[i]);
+        res[i].now_ms = clock_wall_ms();
+    }
+    complete_batch(ob, rows, res, n);
+    for (size_t i = 0; i < n; i++)
+        free(errs[i]);
+    free(errs);
+    free(res);
+}
+
+/* ==== the worker loop ==== */
+
+static void *
+worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct outbox *ob = w->ob;
+    const struct conf_outbox *cfg = &ob->cfg;
+    int64_t wait_ms = 0; /* claim at once on start: rows left by a previous run */
+    int down_count = 0;
+
+    for (;;) {
+        if (wait_ms > 0 && !wait_for_work(ob, wait_ms, true))
+            break;
+        if (stopping(ob))
+            break;
+
+        struct outbox_row *rows = NULL;
+        size_t n = 0;
+        int64_t now = clock_wall_ms();
+        int64_t lock_until = now + cfg->lock_timeout_ms;
+        int rc = store_outbox_claim(ob->store, now, lock_until, w->locked_by, cfg->batch_size,
+                                    &rows, &n);
+        if (rc != 0) {
+            store_trouble(ob, "claim", rc);
+            down_count++;
+            int64_t initial = cfg->poll_interval_ms < 100 ? cfg->poll_interval_ms : 100;
+            int64_t cap = cfg->poll_interval_ms > 2000 ? cfg->poll_interval_ms : 2000;
+            if (!wait_for_work(ob, backoff_delay_ms(down_count, initial, cap), false))
+                break;
+            wait_ms = 0;
+            continue;
+        }
+        down_count = 0;
+        store_fine(ob);
+        if (n == (size_t)cfg->batch_size)
+            outbox_wake(ob); /* more may be waiting: let an idle worker claim too */
+        if (n > 0)
+            run_batch(w, rows, n, lock_until);
+        outbox_rows_free(rows, n);
+        /* A full batch: claim again at once; else idle until woken or polled. */
+        wait_ms = n == (size_t)cfg->batch_size ? 0 : cfg->poll_interval_ms;
+    }
+    return NULL;
+}
+
+/* ==== open / close ==== */
+
+static void
+node_name(const char *node_id, char *buf, size_t len)
+{
+    char host[64] = "host";
+
+    if (node_id != NULL && *node_id) {
+        strlcpy_(buf, node_id, len);
+        return;
+    }
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    snprintf(buf, len, "%s-%d", host, (int)getpid());
+}
+
+/* The store section of the conf whose outbox_worker section cfg is (see the
+ * contract of outbox_open). */
+static const struct conf_store *
+conf_store_of(const struct conf_outbox *cfg)
+{
+    const struct conf *c =
+        (const struct conf *)((const char *)cfg - offsetof(struct conf, outbox_worker));
+    return &c->store;
+}
+
+int
+outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *store,
+            const char *node_id, struct sink **sinks, size_t nsinks)
+{
+    struct outbox *ob = xcalloc(1, sizeof(*ob));
+    pthread_condattr_t ca;
+    char node[STORE_ID_MAX];
+    int rc = 0;
+
+    *out = NULL;
+    ob->cfg = *cfg;
+    if (ob->cfg.workers < 1)
+        ob->cfg.workers = 1;
+    if (ob->cfg.batch_size < 1)
+        ob->cfg.batch_size = 1;
+    if (ob->cfg.poll_interval_ms < 1)
+        ob->cfg.poll_interval_ms = 1000;
+    if (ob->cfg.lock_timeout_ms < 1)
+        ob->cfg.lock_timeout_ms = 60000;
+    ob->store = store;
+    ob->nsinks = nsinks;
+    ob->sinks = xcalloc(nsinks > 0 ? nsinks : 1, sizeof(*ob->sinks));
+    for (size_t i = 0; i < nsinks; i++)
+        ob->sinks[i] = sinks[i];
+    pthread_mutex_init(&ob->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ob->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&ob->store_down, false);
+
+    if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)
+        log_warn("outbox", "lock_timeout <= publish_timeout: rows are handed back unpublished",
+                 "lock_timeout_ms=%lld publish_timeout_ms=%lld", (long long)ob->cfg.lock_timeout_ms,
+                 (long long)ob->cfg.publish_timeout_ms);
+
+    node_name(node_id, node, sizeof(node));
+    ob->nworkers = ob->cfg.workers;
+    ob->workers = xcalloc((size_t)ob->nworkers, sizeof(*ob->workers));
+    for (int i = 0; i < ob->nworkers; i++) {
+        struct worker *w = &ob->workers[i];
+        w->ob = ob;
+        w->index = i;
+        snprintf(w->locked_by, sizeof(w->locked_by), "%.48s/w%d", node, i); /* fits 63 */
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            rc = ROOMD_EINTERNAL;
+            break;
+        }
+        w->started = true;
+    }
+    if (rc == 0)
+        rc = retention_open(&ob->retention, conf_store_of(cfg), store);
+    if (rc != 0) {
+        outbox_close(ob);
+        return rc;
+    }
+    log_info("outbox", "workers started",
+             "workers=%d batch_size=%d poll_interval_ms=%lld lock_timeout_ms=%lld sinks=%zu "
+             "node=%s",
+             ob->nworkers, ob->cfg.batch_size, (long long)ob->cfg.poll_interval_ms,
+             (long long)ob->cfg.lock_timeout_ms, nsinks, node);
+    *out = ob;
+    return 0;
+}
+
+void
+outbox_close(struct outbox *ob)
+{
+    if (ob == NULL)
+        return;
+    pthread_mutex_lock(&ob->mu);
+    ob->stopping = true;
+    pthread_cond_broadcast(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
+    for (int i = 0; i < ob->nworkers; i++)
+        if (ob->workers[i].started)
+            pthread_join(ob->workers[i].thread, NULL);
+    retention_close(ob->retention);
+    for (size_t i = 0; i < ob->nsinks; i++)
+        if (ob->sinks[i] != NULL && ob->sinks[i]->close != NULL)
+            ob->sinks[i]->close(ob->sinks[i]);
+    pthread_cond_destroy(&ob->cv);
+    pthread_mutex_destroy(&ob->mu);
+    free(ob->workers);
+    free(ob->sinks);
+    free(ob);
+}
