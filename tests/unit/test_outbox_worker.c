@@ -1,0 +1,780 @@
+/*
+ * test_outbox_worker.c: the outbox worker (src/outbox/worker.c) and the
+ * retention purge against a real SQLite store in a temp dir, with scriptable
+ * test sinks (struct sink implementations that succeed, fail transiently or
+ * permanently on demand): retry schedule within the jittered backoff bounds,
+ * dead letter at max_retry_count, permanent errors, fenced completion,
+ * reclaim after lock expiry, per-sink state, poison events with bounded log
+ * lines, wake-up latency, full batches, several workers, purge.
+ */
+#include "helpers.h"
+
+#include "conf/conf.h"
+#include "core/backoff.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/uuid.h"
+#include "core/xmalloc.h"
+#include "outbox/outbox.h"
+#include "outbox/retention.h"
+#include "publish/sink.h"
+#include "room_events.pb-c.h"
+#include "store/store.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ==== fixture ==== */
+
+struct fx {
+    char *dir;
+    char *log_path;
+    struct conf *conf;
+    struct store *store;
+};
+
+static struct fx fx;
+
+static int
+setup(void **state)
+{
+    char err[512];
+
+    fx.dir = th_tmpdir();
+    fx.log_path = xasprintf("%s/roomd.log", fx.dir);
+    fx.conf = th_conf_sqlite(fx.dir);
+    fx.conf->store.retention_delivered_ms = 0; /* tests that purge turn it on */
+    struct conf_outbox *ob = &fx.conf->outbox_worker;
+    ob->workers = 1;
+    ob->batch_size = 100;
+    ob->poll_interval_ms = 50;
+    ob->publish_timeout_ms = 1000;
+    ob->lock_timeout_ms = 5000;
+    ob->max_retry_count = 3;
+    ob->initial_backoff_ms = 50;
+    ob->max_backoff_ms = 100;
+    log_close();
+    assert_int_equal(log_open(fx.log_path, LOG_DEBUG), 0);
+    assert_int_equal(store_open(&fx.store, &fx.conf->store, err, sizeof(err)), 0);
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    store_close(fx.store);
+    log_close();
+    conf_free(fx.conf);
+    char *cmd = xasprintf("rm -rf '%s'", fx.dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", fx.dir);
+    free(cmd);
+    free(fx.log_path);
+    free(fx.dir);
+    memset(&fx, 0, sizeof(fx));
+    return 0;
+}
+
+/* ==== a scriptable sink ==== */
+
+#define TSINK_MAX_CALLS 4096
+
+struct tsink {
+    struct sink super;
+    pthread_mutex_t mu;
+    int rc;              /* what publish returns once fail_first is used up */
+    int fail_first;      /* the first n calls return ROOMD_ERETRY */
+    int64_t delay_ms;    /* sleep inside publish (ignoring the deadline) */
+    const char *message; /* err text on failure */
+    int calls;
+    int returned; /* calls that finished */
+    int64_t call_wall_ms[TSINK_MAX_CALLS];
+    char event_ids[TSINK_MAX_CALLS][37];
+    bool closed;
+};
+
+static int
+tsink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
+              size_t errlen)
+{
+    struct tsink *t = (struct tsink *)s;
+    int rc, k;
+
+    pthread_mutex_lock(&t->mu);
+    k = t->calls++;
+    if (k < TSINK_MAX_CALLS) {
+        t->call_wall_ms[k] = clock_wall_ms();
+        strlcpy_(t->event_ids[k], ev->row->event_id, 37);
+    }
+    rc = k < t->fail_first ? ROOMD_ERETRY : t->rc;
+    int64_t delay = t->delay_ms;
+    pthread_mutex_unlock(&t->mu);
+    if (delay > 0)
+        usleep((useconds_t)delay * 1000);
+    if (rc != 0)
+        snprintf(err, errlen, "%s", t->message ? t->message : "scripted failure");
+    pthread_mutex_lock(&t->mu);
+    t->returned++;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+static void
+tsink_close(struct sink *s)
+{
+    ((struct tsink *)s)->closed = true;
+}
+
+static struct tsink *
+tsink_new(const char *name, uint32_t bit, int rc)
+{
+    struct tsink *t = xcalloc(1, sizeof(*t));
+
+    t->super.name = name;
+    t->super.bit = bit;
+    t->super.publish = tsink_publish;
+    t->super.close = tsink_close;
+    t->rc = rc;
+    pthread_mutex_init(&t->mu, NULL);
+    return t;
+}
+
+static int
+tsink_calls(struct tsink *t)
+{
+    pthread_mutex_lock(&t->mu);
+    int n = t->calls;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+static int
+tsink_returned(struct tsink *t)
+{
+    pthread_mutex_lock(&t->mu);
+    int n = t->returned;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+static void
+tsink_free(struct tsink *t)
+{
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+/* ==== rows ==== */
+
+static uint8_t *
+gift_payload(size_t *len)
+{
+    Roomd__V1__RoomGiftSent g = ROOMD__V1__ROOM_GIFT_SENT__INIT;
+    g.uid = 1;
+    g.to_uid = 2;
+    g.gift_id = "rose";
+    g.count = 1;
+    g.unit_price = 10;
+    g.total = 10;
+    *len = roomd__v1__room_gift_sent__get_packed_size(&g);
+    uint8_t *b = xmalloc(*len);
+    roomd__v1__room_gift_sent__pack(&g, b);
+    return b;
+}
+
+/*
+ * Commits one CreateRoom-like mutation of a new room carrying n events of
+ * type with payload (a valid gift when payload is NULL). Event ids go to
+ * ids[0..n).
+ */
+static void
+insert_events(int n, const char *type, const uint8_t *payload, size_t plen, char (*ids)[37])
+{
+    static int seq;
+    size_t glen;
+    uint8_t *gift = gift_payload(&glen);
+    struct outbox_new *ev = xcalloc((size_t)n, sizeof(*ev));
+    struct mutation m;
+    int64_t now = clock_wall_ms();
+
+    memset(&m, 0, sizeof(m));
+    seq++;
+    snprintf(m.app_code, sizeof(m.app_code), "hyapp");
+    snprintf(m.room_id, sizeof(m.room_id), "room-%d-%d", (int)getpid(), seq);
+    snprintf(m.command_id, sizeof(m.command_id), "cmd-%d-%d", (int)getpid(), seq);
+    m.command_type = "CreateRoom";
+    m.request = "{}";
+    m.response = "{}";
+    m.version = 1;
+    m.created_at_ms = now;
+    m.create = true;
+    m.meta = (struct room_meta){.owner_uid = 1,
+                                .title = "t",
+                                .status = "open",
+                                .version = 1,
+                                .rocket_status = "idle",
+                                .rocket_id = "",
+                                .created_at_ms = now,
+                                .updated_at_ms = now};
+    for (int i = 0; i < n; i++) {
+        uuid_v7(now, ev[i].event_id);
+        ev[i].event_type = type;
+        ev[i].payload = payload ? (uint8_t *)payload : gift;
+        ev[i].payload_len = payload ? plen : glen;
+        if (ids != NULL)
+            memcpy(ids[i], ev[i].event_id, 37);
+    }
+    m.events = ev;
+    m.nevents = (size_t)n;
+    m.snapshots_keep = 3;
+    struct mutation *mp = &m;
+    assert_int_equal(store_save(fx.store, &mp, 1), 0);
+    assert_int_equal(m.rc, 0);
+    free(ev);
+    free(gift);
+}
+
+static void
+insert_one(char id[37])
+{
+    char ids[1][37];
+
+    insert_events(1, "RoomGiftSent", NULL, 0, ids);
+    memcpy(id, ids[0], 37);
+}
+
+/* Reads a row; the caller frees with row_clear. */
+static void
+get_row(const char *event_id, struct outbox_row *r)
+{
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(store_outbox_get(fx.store, event_id, r), 0);
+}
+
+static void
+row_clear(struct outbox_row *r)
+{
+    free(r->payload);
+    free(r->last_error);
+    memset(r, 0, sizeof(*r));
+}
+
+static enum outbox_status
+row_status(const char *event_id)
+{
+    struct outbox_row r;
+
+    get_row(event_id, &r);
+    enum outbox_status s = r.status;
+    row_clear(&r);
+    return s;
+}
+
+/* Polls until status(event_id) == want or timeout_ms; returns whether it got there. */
+static bool
+wait_status(const char *event_id, enum outbox_status want, int64_t timeout_ms)
+{
+    int64_t end = clock_mono_ms() + timeout_ms;
+
+    while (clock_mono_ms() < end) {
+        if (row_status(event_id) == want)
+            return true;
+        usleep(5000);
+    }
+    return row_status(event_id) == want;
+}
+
+static bool
+wait_calls(struct tsink *t, int n, int64_t timeout_ms)
+{
+    int64_t end = clock_mono_ms() + timeout_ms;
+
+    while (tsink_calls(t) < n && clock_mono_ms() < end)
+        usleep(2000);
+    return tsink_calls(t) >= n;
+}
+
+/* Lines of the log file containing needle. */
+static int
+log_lines_with(const char *needle)
+{
+    FILE *f = fopen(fx.log_path, "r");
+    char line[4096];
+    int n = 0;
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strstr(line, needle) != NULL)
+            n++;
+    fclose(f);
+    return n;
+}
+
+static struct outbox *
+open_outbox(struct tsink **sinks, size_t n)
+{
+    struct sink *s[8];
+    struct outbox *ob = NULL;
+
+    for (size_t i = 0; i < n; i++)
+        s[i] = &sinks[i]->super;
+    assert_int_equal(outbox_open(&ob, &fx.conf->outbox_worker, fx.store, "node-a", s, n), 0);
+    return ob;
+}
+
+/* ==== tests ==== */
+
+/* Transient failures: retry_count counts attempts, next_retry_at_ms lies in
+ * the equal-jitter window [d/2, d] after the attempt, attempts never come
+ * early, and at max_retry_count the row is failed. */
+static void
+test_retry_schedule(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->max_retry_count = 4;
+    c->initial_backoff_ms = 200;
+    c->max_backoff_ms = 400;
+    c->poll_interval_ms = 20;
+    struct tsink *t = tsink_new("flaky", SINK_BIT_TIM, ROOMD_ERETRY);
+    t->message = "peer said 503";
+    char id[37];
+    insert_one(id);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    int64_t prev_next = 0;
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        assert_true(wait_calls(t, attempt, 5000));
+        int64_t call_ms = t->call_wall_ms[attempt - 1];
+        if (attempt > 1)
+            assert_true(call_ms >= prev_next); /* never before next_retry_at_ms */
+        /* wait until the attempt's outcome is stored */
+        struct outbox_row r;
+        int64_t end = clock_mono_ms() + 3000;
+        for (;;) {
+            get_row(id, &r);
+            if (r.retry_count == attempt || clock_mono_ms() > end)
+                break;
+            row_clear(&r);
+            usleep(2000);
+        }
+        int64_t seen_ms = clock_wall_ms();
+        assert_int_equal(r.retry_count, attempt);
+        assert_int_equal(r.status, OUTBOX_RETRYABLE);
+        int64_t d = backoff_ceiling_ms(attempt, 200, 400);
+        assert_true(r.next_retry_at_ms >= call_ms + d / 2);
+        assert_true(r.next_retry_at_ms <= seen_ms + d);
+        assert_non_null(r.last_error);
+        assert_non_null(strstr(r.last_error, "flaky: peer said 503"));
+        prev_next = r.next_retry_at_ms;
+        row_clear(&r);
+    }
+    assert_true(wait_status(id, OUTBOX_FAILED, 5000));
+    assert_int_equal(tsink_calls(t), 4);
+    assert_true(t->call_wall_ms[3] >= prev_next);
+    struct outbox_row r;
+    get_row(id, &r);
+    assert_int_equal(r.retry_count, 4);
+    row_clear(&r);
+    outbox_close(ob);
+    assert_true(t->closed);
+    tsink_free(t);
+}
+
+/* A dead letter is never retried automatically: not by the worker, not by
+ * any claim however late. */
+static void
+test_dead_letter_never_reclaimed(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->max_retry_count = 2;
+    c->initial_backoff_ms = 10;
+    c->max_backoff_ms = 20;
+    c->poll_interval_ms = 10;
+    struct tsink *t = tsink_new("down", SINK_BIT_TIM, ROOMD_ERETRY);
+    char id[37];
+    insert_one(id);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    assert_true(wait_status(id, OUTBOX_FAILED, 5000));
+    usleep(300 * 1000); /* 30 poll intervals */
+    assert_int_equal(tsink_calls(t), 2);
+    outbox_close(ob);
+
+    struct outbox_row *rows = NULL;
+    size_t n = 99;
+    int64_t later = clock_wall_ms() + 86400000LL * 365;
+    assert_int_equal(store_outbox_claim(fx.store, later, later + 1000, "x/w0", 100, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    outbox_rows_free(rows, n);
+    assert_int_equal(row_status(id), OUTBOX_FAILED);
+    tsink_free(t);
+}
+
+/* ROOMD_EPERM from a sink fails the row on its first attempt. */
+static void
+test_permanent_error_fails_at_once(void **state)
+{
+    fx.conf->outbox_worker.max_retry_count = 10;
+    struct tsink *t = tsink_new("im", SINK_BIT_TIM, ROOMD_EPERM);
+    t->message = "ErrorCode 10004 invalid parameter";
+    char id[37];
+    insert_one(id);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    assert_true(wait_status(id, OUTBOX_FAILED, 5000));
+    usleep(200 * 1000);
+    assert_int_equal(tsink_calls(t), 1);
+    struct outbox_row r;
+    get_row(id, &r);
+    assert_int_equal(r.retry_count, 1);
+    assert_non_null(r.last_error);
+    assert_non_null(strstr(r.last_error, "im: ErrorCode 10004"));
+    row_clear(&r);
+    assert_int_equal(log_lines_with(id), 1);
+    outbox_close(ob);
+    tsink_free(t);
+}
+
+/* A worker whose lock expired mid-publish loses the row to a second claimer;
+ * its completion is refused (ESTALE, logged) and does not overwrite. */
+static void
+test_fenced_completion(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->lock_timeout_ms = 300;
+    c->publish_timeout_ms = 100;
+    struct tsink *t = tsink_new("slow", SINK_BIT_TIM, ROOMD_ERETRY);
+    t->delay_ms = 900; /* misbehaves: ignores its deadline */
+    char id[37];
+    insert_one(id);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    assert_true(wait_calls(t, 1, 5000));
+    struct outbox_row r;
+    get_row(id, &r);
+    assert_int_equal(r.status, OUTBOX_DELIVERING);
+    assert_string_equal(r.locked_by, "node-a/w0");
+    int64_t lock_until = r.lock_until_ms;
+    row_clear(&r);
+    while (clock_wall_ms() <= lock_until)
+        usleep(5000);
+
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
+    int64_t now = clock_wall_ms();
+    assert_int_equal(store_outbox_claim(fx.store, now, now + 60000, "other/w0", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].event_id, id);
+    struct outbox_result res = {.id = rows[0].id,
+                                .locked_by = "other/w0",
+                                .status = OUTBOX_DELIVERED,
+                                .sinks_done = SINK_BIT_TIM,
+                                .now_ms = clock_wall_ms()};
+    assert_int_equal(store_outbox_complete(fx.store, &res, 1), 0);
+    assert_int_equal(res.rc, 0);
+    outbox_rows_free(rows, n);
+
+    /* the first worker's sink returns a failure; its completion is fenced */
+    int64_t end = clock_mono_ms() + 5000;
+    while (log_lines_with("completion refused") == 0 && clock_mono_ms() < end)
+        usleep(5000);
+    assert_int_equal(log_lines_with("completion refused"), 1);
+    get_row(id, &r);
+    assert_int_equal(r.status, OUTBOX_DELIVERED);
+    assert_int_equal(r.retry_count, 0);
+    assert_null(r.last_error);
+    row_clear(&r);
+    outbox_close(ob);
+    assert_int_equal(tsink_calls(t), 1);
+    tsink_free(t);
+}
+
+/* Rows claimed by a process that died are delivered after their lock expires,
+ * not before. */
+static void
+test_reclaim_after_lock_expiry(void **state)
+{
+    char id[37];
+    insert_one(id);
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
+    int64_t now = clock_wall_ms();
+    int64_t lock_until = now + 400;
+    assert_int_equal(store_outbox_claim(fx.store, now, lock_until, "crashed/w0", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    outbox_rows_free(rows, n);
+
+    fx.conf->outbox_worker.poll_interval_ms = 20;
+    struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    assert_true(wait_status(id, OUTBOX_DELIVERED, 5000));
+    assert_int_equal(tsink_calls(t), 1);
+    assert_true(t->call_wall_ms[0] >= lock_until);
+    outbox_close(ob);
+    tsink_free(t);
+}
+
+/* A sink that succeeded is recorded in sinks_done and not called again when
+ * the row is retried for another sink. */
+static void
+test_per_sink_state(void **state)
+{
+    struct tsink *ts[2];
+    ts[0] = tsink_new("a", SINK_BIT_TIM, 0);
+    ts[1] = tsink_new("b", SINK_BIT_ACTIVITY, 0);
+    ts[1]->fail_first = 2;
+    fx.conf->outbox_worker.max_retry_count = 5;
+    fx.conf->outbox_worker.initial_backoff_ms = 150;
+    fx.conf->outbox_worker.max_backoff_ms = 150;
+    char id[37];
+    insert_one(id);
+    struct outbox *ob = open_outbox(ts, 2);
+
+    assert_true(wait_calls(ts[1], 1, 5000));
+    struct outbox_row r;
+    int64_t end = clock_mono_ms() + 3000;
+    do {
+        get_row(id, &r);
+        if (r.status == OUTBOX_RETRYABLE)
+            break;
+        row_clear(&r);
+        usleep(2000);
+    } while (clock_mono_ms() < end);
+    assert_int_equal(r.status, OUTBOX_RETRYABLE);
+    assert_int_equal(r.sinks_done, SINK_BIT_TIM);
+    assert_non_null(strstr(r.last_error, "b: "));
+    row_clear(&r);
+
+    assert_true(wait_status(id, OUTBOX_DELIVERED, 5000));
+    assert_int_equal(tsink_calls(ts[0]), 1);
+    assert_int_equal(tsink_calls(ts[1]), 3);
+    get_row(id, &r);
+    assert_int_equal(r.sinks_done, SINK_BIT_TIM | SINK_BIT_ACTIVITY);
+    assert_int_equal(r.retry_count, 2);
+    row_clear(&r);
+    outbox_close(ob);
+    tsink_free(ts[0]);
+    tsink_free(ts[1]);
+}
+
+/* Undecodable payloads and unknown types are dead letters at once, with one
+ * log line each however many polls follow; good rows of the same batch go on. */
+static void
+test_poison_event(void **state)
+{
+    static const uint8_t garbage[] = {0x08}; /* truncated varint */
+    fx.conf->outbox_worker.poll_interval_ms = 10;
+    fx.conf->outbox_worker.max_retry_count = 10;
+    struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+    char bad[1][37], unknown[1][37], good[1][37];
+    insert_events(1, "RoomGiftSent", garbage, sizeof(garbage), bad);
+    insert_events(1, "RoomNoSuchThing", NULL, 0, unknown);
+    insert_events(1, "RoomGiftSent", NULL, 0, good);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    assert_true(wait_status(bad[0], OUTBOX_FAILED, 5000));
+    assert_true(wait_status(unknown[0], OUTBOX_FAILED, 5000));
+    assert_true(wait_status(good[0], OUTBOX_DELIVERED, 5000));
+    usleep(500 * 1000); /* ~50 polls */
+    assert_int_equal(log_lines_with(bad[0]), 1);
+    assert_int_equal(log_lines_with(unknown[0]), 1);
+    assert_int_equal(log_lines_with(good[0]), 0);
+    assert_int_equal(tsink_calls(t), 1);
+    struct outbox_row r;
+    get_row(bad[0], &r);
+    assert_non_null(strstr(r.last_error, "poison"));
+    row_clear(&r);
+    outbox_close(ob);
+    tsink_free(t);
+}
+
+/* An event that keeps failing (the seed's poison event) logs one line per
+ * attempt, max_retry_count lines in all, then nothing more. */
+static void
+test_failing_event_bounded_logs(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->max_retry_count = 3;
+    c->initial_backoff_ms = 20;
+    c->max_backoff_ms = 40;
+    c->poll_interval_ms = 10;
+    struct tsink *t = tsink_new("im", SINK_BIT_TIM, ROOMD_ERETRY);
+    char id[37];
+    insert_one(id);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    assert_true(wait_status(id, OUTBOX_FAILED, 5000));
+    usleep(500 * 1000);
+    assert_int_equal(tsink_calls(t), 3);
+    assert_int_equal(log_lines_with(id), 3);
+    assert_int_equal(log_lines_with("dead letter"), 1);
+    outbox_close(ob);
+    tsink_free(t);
+}
+
+/* Woken right after a commit: delivery does not wait for poll_interval (10 s
+ * here), also when the wake-up arrives while the worker is busy. Closing does
+ * not wait for the poll either. */
+static void
+test_wake_latency(void **state)
+{
+    fx.conf->outbox_worker.poll_interval_ms = 10000;
+    struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    usleep(300 * 1000); /* the start-up claim found nothing; now idle */
+
+    char id[37];
+    insert_one(id);
+    int64_t t0 = clock_mono_ms();
+    outbox_wake(ob);
+    assert_true(wait_calls(t, 1, 3000));
+    int64_t latency = clock_mono_ms() - t0;
+    assert_true(wait_status(id, OUTBOX_DELIVERED, 3000));
+    fprintf(stderr, "# commit -> publish latency after outbox_wake: %lld ms\n", (long long)latency);
+    assert_true(latency < 1000);
+
+    /* a wake-up while the only worker is busy is not lost */
+    t->delay_ms = 300;
+    char id2[37], id3[37];
+    insert_one(id2);
+    outbox_wake(ob);
+    assert_true(wait_calls(t, 2, 3000));
+    insert_one(id3); /* the worker is inside publish now */
+    outbox_wake(ob);
+    t0 = clock_mono_ms();
+    assert_true(wait_status(id3, OUTBOX_DELIVERED, 3000));
+    assert_true(clock_mono_ms() - t0 < 2000);
+    assert_int_equal(row_status(id2), OUTBOX_DELIVERED);
+
+    t0 = clock_mono_ms();
+    outbox_close(ob);
+    assert_true(clock_mono_ms() - t0 < 2000);
+    tsink_free(t);
+}
+
+/* A full batch is followed by another claim at once (no poll wait). */
+static void
+test_full_batches_drain(void **state)
+{
+    fx.conf->outbox_worker.poll_interval_ms = 10000;
+    fx.conf->outbox_worker.batch_size = 5;
+    char ids[23][37];
+    insert_events(23, "RoomGiftSent", NULL, 0, ids);
+    struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    for (int i = 0; i < 23; i++)
+        assert_true(wait_status(ids[i], OUTBOX_DELIVERED, 3000));
+    assert_int_equal(tsink_calls(t), 23);
+    outbox_close(ob);
+    tsink_free(t);
+}
+
+/* Several workers claiming at once deliver every row exactly once. */
+static void
+test_workers_deliver_once(void **state)
+{
+    enum { N = 300 };
+    fx.conf->outbox_worker.workers = 4;
+    fx.conf->outbox_worker.batch_size = 7;
+    fx.conf->outbox_worker.poll_interval_ms = 20;
+    struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    char(*ids)[37] = xcalloc(N, 37);
+    for (int i = 0; i < N; i += 10) {
+        insert_events(10, "RoomUserJoined", NULL, 0, &ids[i]);
+        outbox_wake(ob);
+    }
+    for (int i = 0; i < N; i++)
+        assert_true(wait_status(ids[i], OUTBOX_DELIVERED, 10000));
+    outbox_close(ob);
+    assert_int_equal(t->calls, N);
+    for (int i = 0; i < N; i++) {
+        int seen = 0;
+        for (int k = 0; k < t->calls; k++)
+            seen += strcmp(t->event_ids[k], ids[i]) == 0;
+        assert_int_equal(seen, 1);
+    }
+    free(ids);
+    tsink_free(t);
+}
+
+/* Delivered rows older than the retention are purged in batches by the
+ * thread outbox_open starts; failed and pending rows stay. */
+static void
+test_purge(void **state)
+{
+    static const uint8_t garbage[] = {0x08};
+    fx.conf->store.retention_delivered_ms = 1;
+    fx.conf->store.purge_batch = 2;
+    fx.conf->store.purge_interval_ms = 50;
+    char good[7][37], bad[1][37];
+    insert_events(7, "RoomGiftSent", NULL, 0, good);
+    insert_events(1, "RoomGiftSent", garbage, sizeof(garbage), bad);
+    struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    struct outbox_counts oc;
+    int64_t end = clock_mono_ms() + 5000;
+    do {
+        assert_int_equal(store_outbox_counts(fx.store, &oc), 0);
+        if (tsink_calls(t) == 7 && oc.delivered == 0 && oc.failed == 1)
+            break;
+        usleep(10000);
+    } while (clock_mono_ms() < end);
+    assert_int_equal(tsink_calls(t), 7);
+    assert_int_equal(oc.delivered, 0);
+    assert_int_equal(oc.failed, 1);
+    struct outbox_row r;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(store_outbox_get(fx.store, good[0], &r), ROOMD_ENOTFOUND);
+    assert_int_equal(row_status(bad[0]), OUTBOX_FAILED);
+    outbox_close(ob);
+    tsink_free(t);
+
+    /* the pass function itself: bounded batches, reports what it purged */
+    insert_events(5, "RoomGiftSent", NULL, 0, NULL);
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
+    int64_t now = clock_wall_ms();
+    assert_int_equal(store_outbox_claim(fx.store, now, now + 1000, "p/w0", 10, &rows, &n), 0);
+    assert_int_equal(n, 5);
+    struct outbox_result res[5];
+    for (size_t i = 0; i < n; i++)
+        res[i] = (struct outbox_result){
+            .id = rows[i].id, .locked_by = "p/w0", .status = OUTBOX_DELIVERED, .now_ms = now};
+    assert_int_equal(store_outbox_complete(fx.store, res, n), 0);
+    outbox_rows_free(rows, n);
+    size_t purged = 0;
+    assert_int_equal(retention_purge(fx.store, now - 60000, 2, 100, &purged), 0);
+    assert_int_equal(purged, 0); /* delivered just now: not old enough */
+    assert_int_equal(retention_purge(fx.store, now + 1, 2, 2, &purged), 0);
+    assert_int_equal(purged, 4); /* two batches of two */
+    assert_int_equal(retention_purge(fx.store, now + 1, 2, 100, &purged), 0);
+    assert_int_equal(purged, 1);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_retry_schedule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_letter_never_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_permanent_error_fails_at_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_completion, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reclaim_after_lock_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_per_sink_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_poison_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failing_event_bounded_logs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wake_latency, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_batches_drain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workers_deliver_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
