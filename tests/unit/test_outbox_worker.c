@@ -481,6 +481,8 @@ test_fenced_completion(void **state)
 
     /* the first worker's sink returns a failure; its completion is fenced */
     int64_t end = clock_mono_ms() + 5000;
+    while (tsink_returned(t) == 0 && clock_mono_ms() < end)
+        usleep(5000);
     while (log_lines_with("completion refused") == 0 && clock_mono_ms() < end)
         usleep(5000);
     assert_int_equal(log_lines_with("completion refused"), 1);
