@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define T0 1000000000LL
 
@@ -161,6 +163,89 @@ t_sqlite_schema(void **state)
     sqlite3_close(db);
 }
 
+/* Claims until three empty rounds; writes each claimed id to fd (when >= 0)
+ * or counts it in seen[]. Returns the number of rows claimed. */
+static int
+claim_all(struct store *st, const char *who, int fd, unsigned char *seen, int nrows)
+{
+    int empty = 0, got = 0;
+
+    while (empty < 3) {
+        struct outbox_row *rows;
+        size_t n;
+
+        if (store_outbox_claim(st, T0 + 10, T0 + 100000000, who, 3, &rows, &n) != 0)
+            return -1;
+        empty = n == 0 ? empty + 1 : 0;
+        for (size_t i = 0; i < n; i++) {
+            int64_t id = rows[i].id;
+
+            if (fd >= 0 && write(fd, &id, sizeof(id)) != (ssize_t)sizeof(id))
+                return -1;
+            if (fd < 0 && id >= 1 && id <= nrows)
+                seen[id - 1]++;
+            got++;
+        }
+        outbox_rows_free(rows, n);
+        usleep(200); /* let the other process take the write lock too */
+    }
+    return got;
+}
+
+/* A second process (fork) claims from the same file beside this one: every
+ * row is claimed exactly once. */
+static void
+t_sqlite_two_processes(void **state)
+{
+    struct fixture *f = *state;
+    enum { ROOMS = 100, EVENTS = 8, NROWS = ROOMS * EVENTS };
+    unsigned char *seen = xcalloc(NROWS, 1);
+    int fds[2], status, mine, theirs = 0;
+    int64_t id;
+    pid_t pid;
+
+    for (int r = 0; r < ROOMS; r++) {
+        char room[16];
+
+        snprintf(room, sizeof(room), "p%d", r);
+        store_suite_create_room(f->st, "a1", room, EVENTS, T0);
+    }
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The child opens its own store; it never touches the parent's handle. */
+        struct store *st = NULL;
+        char err[256];
+
+        close(fds[0]);
+        if (store_open(&st, &f->conf->store, err, sizeof(err)) != 0)
+            _exit(2);
+        /* Ready: a zero id tells the parent to start claiming too. */
+        id = 0;
+        if (write(fds[1], &id, sizeof(id)) != (ssize_t)sizeof(id))
+            _exit(4);
+        _exit(claim_all(st, "child", fds[1], NULL, NROWS) < 0 ? 3 : 0);
+    }
+    close(fds[1]);
+    assert_int_equal(read(fds[0], &id, sizeof(id)), sizeof(id));
+    assert_int_equal(id, 0);
+    mine = claim_all(f->st, "parent", -1, seen, NROWS);
+    while (read(fds[0], &id, sizeof(id)) == (ssize_t)sizeof(id)) {
+        assert_true(id >= 1 && id <= NROWS);
+        seen[id - 1]++;
+        theirs++;
+    }
+    close(fds[0]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    print_message("two processes: parent claimed %d, child %d\n", mine, theirs);
+    assert_int_equal(mine + theirs, NROWS);
+    for (int i = 0; i < NROWS; i++)
+        assert_int_equal(seen[i], 1);
+    free(seen);
+}
+
 static void
 t_sqlite_bad_path(void **state)
 {
@@ -182,6 +267,7 @@ main(void)
     const struct CMUnitTest sqlite_only[] = {
         cmocka_unit_test_setup_teardown(t_sqlite_snapshot_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(t_sqlite_schema, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_sqlite_two_processes, setup, teardown),
         cmocka_unit_test(t_sqlite_bad_path),
     };
     int failed = store_suite_run("store_sqlite", make_conf, NULL);
