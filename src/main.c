@@ -16,6 +16,9 @@
 #include "outbox/outbox.h"
 #include "projection/projection.h"
 #include "publish/sink.h"
+#include "publish/sink_activity.h" /* ISSUE-4 */
+#include "publish/sink_tim.h"      /* ISSUE-4 */
+#include "publish/tim_client.h"    /* ISSUE-4 */
 #include "room/service.h"
 #include "store/group_commit.h"
 #include "store/store.h"
@@ -52,7 +55,17 @@ open_sinks(const struct conf *c, struct sink **sinks)
             fatalx("outbox_worker.log_sink: %s", err);
         n++;
     }
-    /* ISSUE-4: direct Tencent IM and activity sinks are added here. */
+    /* ISSUE-4: direct Tencent IM and activity sinks (docs/direct.md). */
+    if (direct && c->tencent_im.enabled) {
+        if (sink_tim_open(&sinks[n], &c->tencent_im, err, sizeof(err)) != 0)
+            fatalx("%s", err);
+        n++;
+    }
+    if (direct && c->activity.enabled) {
+        if (sink_activity_open(&sinks[n], &c->activity, err, sizeof(err)) != 0)
+            fatalx("%s", err);
+        n++;
+    }
     /* ISSUE-5: the JetStream bus sink (mq, dual) and rocket wake-up sink are added here. */
     return n;
 }
@@ -133,7 +146,11 @@ main(int argc, char **argv)
         .outbox = outbox,
         .rocket_timer = !(conf->rocketmq.enabled && conf->rocketmq.rocket_launch.enabled),
     };
-    /* ISSUE-4: rd.create_hook = synchronous IM create_group when tencent_im.enabled. */
+    /* ISSUE-4: CreateRoom's synchronous IM create_group when tencent_im.enabled. */
+    if (conf->tencent_im.enabled) {
+        rd.create_hook = tim_create_hook;
+        rd.create_hook_arg = sink_tim_hook_client(&conf->tencent_im);
+    }
     struct room_service *rooms = NULL;
     if (room_service_open(&rooms, &rd) != 0)
         fatalx("room: cannot start the room service");

@@ -1,0 +1,86 @@
+/*
+ * sink_tim.c: the direct Tencent IM sink. A thin wrapper: publish() is
+ * tim_client_deliver_event() (tim_events.c), whose 0 / ROOMD_ERETRY /
+ * ROOMD_EPERM and "tim <code>: ..." reason go straight to the worker, so a
+ * permanent IM error fails the row on its first attempt.
+ */
+#include "publish/sink_tim.h"
+
+#include "conf/conf.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "publish/sink.h"
+#include "publish/tim_client.h"
+
+#include <stdlib.h>
+
+struct sink_tim {
+    struct sink base; /* first: the worker sees a struct sink * */
+    struct tim_client *client;
+};
+
+static int
+tim_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
+            size_t errlen)
+{
+    struct sink_tim *t = (struct sink_tim *)s;
+
+    return tim_client_deliver_event(t->client, ev, deadline, err, errlen);
+}
+
+static void
+tim_close(struct sink *s)
+{
+    struct sink_tim *t = (struct sink_tim *)s;
+
+    tim_client_close(t->client);
+    free(t);
+}
+
+int
+sink_tim_open(struct sink **out, const struct conf_tencent_im *cfg, char *err, size_t errlen)
+{
+    struct sink_tim *t;
+    struct tim_client *c = NULL;
+    int rc;
+
+    *out = NULL;
+    if ((rc = tim_client_open(&c, cfg, err, errlen)) != 0)
+        return rc;
+    t = xcalloc(1, sizeof(*t));
+    t->base.name = "tim";
+    t->base.bit = SINK_BIT_TIM;
+    t->base.accepts = NULL; /* every room event has an IM action */
+    t->base.publish = tim_publish;
+    t->base.close = tim_close;
+    t->client = c;
+    *out = &t->base;
+    log_info("tim", "IM sink ready", "base_url=%s group_type=%s timeout_ms=%lld", cfg->base_url,
+             tim_client_group_type(c), (long long)cfg->timeout_ms);
+    return 0;
+}
+
+/* ---- CreateRoom hook client ------------------------------------------------------- */
+
+static struct tim_client *hook_client;
+
+static void
+hook_client_free(void)
+{
+    tim_client_close(hook_client);
+    hook_client = NULL;
+}
+
+void *
+sink_tim_hook_client(const struct conf_tencent_im *cfg)
+{
+    char err[512];
+
+    if (hook_client == NULL) {
+        if (tim_client_open(&hook_client, cfg, err, sizeof(err)) != 0)
+            fatalx("%s", err);
+        atexit(hook_client_free);
+    }
+    return hook_client;
+}

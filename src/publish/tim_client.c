@@ -1,0 +1,720 @@
+/*
+ * tim_client.c: the Tencent IM REST transport (tim_client.h): libcurl handles
+ * from a small pool (keep-alive per handle), the admin UserSig cache, the
+ * error classes of tencent-im-rest.md §4, and one function per IM API used.
+ * The room-event mapping is in tim_events.c.
+ */
+#include "publish/tim_client.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "publish/tim_usersig.h"
+
+#include <curl/curl.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIM_MAX_RESPONSE (1 << 20)
+#define TIM_MAX_DATA 8000 /* MsgBody limit (doc §4: 80002 / 93000) */
+#define TIM_KEY_MAX 512
+
+struct tim_client {
+    char *base_url; /* without a trailing '/' */
+    char *admin;
+    int64_t sdkappid;
+    const char *group_type; /* normalized, static */
+    char *ca_file;          /* NULL = system CAs */
+    int64_t timeout_ms;
+    char *key_env; /* where the key comes from */
+    char *key_file;
+    struct tim_usersig_cache sig;
+
+    pthread_mutex_t pool_mu; /* idle curl handles */
+    CURL **pool;
+    size_t npool, cappool;
+};
+
+/* ---- error classes (doc §4) ------------------------------------------------ */
+
+static const int retry_codes[] = {60008, 60014, 60007, 60011, 60018, 60019, 10006, 10023, 10002,
+                                  20004, 20005, 90992, 90994, 90995, 91000, 70169, 70500};
+static const int resig_codes[] = {60004, 60005, 70052, 70013, 70014};
+static const int perm_codes[] = {
+    60002, 60003, 60009, 60012, 60013, 60015, 10003, 10004, 10011, 90031, 90044, 60010, 90009,
+    70403, 60006, 60016, 60017, 60020, 60021, 10010, 10015, 10019, 20003, 90012, 90048, 70107,
+    10007, 10017, 20012, 10036, 10037, 10038, 70398, 10016, 20006, 80001, 80002, 93000, 90026};
+
+static bool
+in_list(int code, const int *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (list[i] == code)
+            return true;
+    return false;
+}
+
+enum tim_class
+tim_classify(int code)
+{
+    if (code == 0)
+        return TIM_CLASS_OK;
+    if (in_list(code, retry_codes, sizeof(retry_codes) / sizeof(retry_codes[0])))
+        return TIM_CLASS_RETRY;
+    if (in_list(code, resig_codes, sizeof(resig_codes) / sizeof(resig_codes[0])))
+        return TIM_CLASS_RESIG;
+    if ((code >= 90001 && code <= 90010) ||
+        in_list(code, perm_codes, sizeof(perm_codes) / sizeof(perm_codes[0])))
+        return TIM_CLASS_PERM;
+    return TIM_CLASS_UNKNOWN;
+}
+
+/* ---- secret key ------------------------------------------------------------------ */
+
+/* Reads the key into buf from the env variable or the file (trailing
+ * whitespace trimmed). Returns 0 or ROOMD_EINVAL with err (no key text). */
+static int
+load_key(const char *env, const char *file, char *buf, size_t len, char *err, size_t errlen)
+{
+    const char *v = (env && env[0]) ? getenv(env) : NULL;
+    size_t n;
+
+    if (v != NULL && v[0] != '\0') {
+        if (strlen(v) >= len) {
+            snprintf(err, errlen, "tencent_im.secret_key_env: $%s is too long", env);
+            return ROOMD_EINVAL;
+        }
+        strcpy(buf, v);
+    } else if (file && file[0]) {
+        FILE *f = fopen(file, "r");
+        if (f == NULL) {
+            snprintf(err, errlen, "tencent_im.secret_key_file: cannot open %s", file);
+            return ROOMD_EINVAL;
+        }
+        n = fread(buf, 1, len - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+    } else {
+        snprintf(err, errlen,
+                 "tencent_im.secret_key_env: %s%s%s is empty and no "
+                 "secret_key_file is set",
+                 env && env[0] ? "$" : "", env ? env : "", env && env[0] ? "" : "(unset)");
+        return ROOMD_EINVAL;
+    }
+    n = strlen(buf);
+    while (n > 0 &&
+           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        buf[--n] = '\0';
+    if (n == 0) {
+        snprintf(err, errlen, "tencent_im: the secret key is empty");
+        return ROOMD_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- open / close ---------------------------------------------------------------- */
+
+static pthread_mutex_t curl_mu = PTHREAD_MUTEX_INITIALIZER;
+static int curl_users;
+
+static const char *
+normalize_type(const char *t)
+{
+    static const char *const names[][2] = {
+        {"AVChatRoom", "AVChatRoom"}, {"Public", "Public"},   {"ChatRoom", "ChatRoom"},
+        {"Meeting", "ChatRoom"},      {"Private", "Private"}, {"Work", "Private"},
+        {"Community", "Community"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (t != NULL && strcmp(t, names[i][0]) == 0)
+            return names[i][1];
+    return NULL;
+}
+
+int
+tim_client_open(struct tim_client **out, const struct conf_tencent_im *cfg, char *err,
+                size_t errlen)
+{
+    struct tim_client *c;
+    char key[TIM_KEY_MAX];
+    const char *type = normalize_type(cfg->group_type);
+    size_t n;
+    int rc;
+
+    *out = NULL;
+    if (type == NULL) {
+        snprintf(err, errlen,
+                 "tencent_im.group_type: \"%s\" is not one of AVChatRoom, Public, "
+                 "ChatRoom, Private, Community",
+                 cfg->group_type ? cfg->group_type : "");
+        return ROOMD_EINVAL;
+    }
+    if (cfg->base_url == NULL || strncmp(cfg->base_url, "http", 4) != 0) {
+        snprintf(err, errlen, "tencent_im.base_url: want https://host");
+        return ROOMD_EINVAL;
+    }
+    if (cfg->admin_identifier == NULL || cfg->admin_identifier[0] == '\0') {
+        snprintf(err, errlen, "tencent_im.admin_identifier: empty");
+        return ROOMD_EINVAL;
+    }
+    if ((rc = load_key(cfg->secret_key_env, cfg->secret_key_file, key, sizeof(key), err, errlen)) !=
+        0)
+        return rc;
+
+    c = xcalloc(1, sizeof(*c));
+    c->base_url = xstrdup(cfg->base_url);
+    n = strlen(c->base_url);
+    while (n > 0 && c->base_url[n - 1] == '/')
+        c->base_url[--n] = '\0';
+    c->admin = xstrdup(cfg->admin_identifier);
+    c->sdkappid = cfg->sdk_app_id;
+    c->group_type = type;
+    c->ca_file = (cfg->ca_file && cfg->ca_file[0]) ? xstrdup(cfg->ca_file) : NULL;
+    c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 5000;
+    c->key_env = xstrdup(cfg->secret_key_env ? cfg->secret_key_env : "");
+    c->key_file = xstrdup(cfg->secret_key_file ? cfg->secret_key_file : "");
+    rc = tim_usersig_cache_init(&c->sig, key, c->sdkappid, c->admin,
+                                cfg->usersig_ttl_ms >= 1000 ? cfg->usersig_ttl_ms / 1000 : 86400);
+    OPENSSL_cleanse(key, sizeof(key));
+    if (rc != 0) {
+        snprintf(err, errlen, "tencent_im.admin_identifier: too long");
+        tim_client_close(c);
+        return rc;
+    }
+    pthread_mutex_init(&c->pool_mu, NULL);
+
+    pthread_mutex_lock(&curl_mu);
+    if (curl_users++ == 0)
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+    pthread_mutex_unlock(&curl_mu);
+    *out = c;
+    return 0;
+}
+
+void
+tim_client_close(struct tim_client *c)
+{
+    if (c == NULL)
+        return;
+    if (c->sig.key != NULL) { /* fully opened */
+        for (size_t i = 0; i < c->npool; i++)
+            curl_easy_cleanup(c->pool[i]);
+        free(c->pool);
+        pthread_mutex_destroy(&c->pool_mu);
+        tim_usersig_cache_destroy(&c->sig);
+        pthread_mutex_lock(&curl_mu);
+        if (--curl_users == 0)
+            curl_global_cleanup();
+        pthread_mutex_unlock(&curl_mu);
+    }
+    free(c->base_url);
+    free(c->admin);
+    free(c->ca_file);
+    free(c->key_env);
+    free(c->key_file);
+    free(c);
+}
+
+const char *
+tim_client_group_type(const struct tim_client *c)
+{
+    return c->group_type;
+}
+
+int64_t
+tim_client_timeout_ms(const struct tim_client *c)
+{
+    return c->timeout_ms;
+}
+
+/* ---- transport ------------------------------------------------------------------- */
+
+static CURL *
+pool_take(struct tim_client *c)
+{
+    CURL *h = NULL;
+
+    pthread_mutex_lock(&c->pool_mu);
+    if (c->npool > 0)
+        h = c->pool[--c->npool];
+    pthread_mutex_unlock(&c->pool_mu);
+    if (h == NULL && (h = curl_easy_init()) == NULL)
+        return NULL;
+    return h;
+}
+
+static void
+pool_give(struct tim_client *c, CURL *h)
+{
+    pthread_mutex_lock(&c->pool_mu);
+    if (c->npool == c->cappool) {
+        c->cappool = c->cappool ? 2 * c->cappool : 8;
+        c->pool = xrealloc(c->pool, c->cappool * sizeof(*c->pool));
+    }
+    c->pool[c->npool++] = h;
+    pthread_mutex_unlock(&c->pool_mu);
+}
+
+struct buf {
+    char *p;
+    size_t n;
+    bool overflow;
+};
+
+static size_t
+on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct buf *b = arg;
+    size_t add = size * nmemb;
+
+    if (b->n + add > TIM_MAX_RESPONSE) {
+        b->overflow = true;
+        return 0;
+    }
+    b->p = xrealloc(b->p, b->n + add + 1);
+    memcpy(b->p + b->n, data, add);
+    b->n += add;
+    b->p[b->n] = '\0';
+    return add;
+}
+
+static uint32_t
+random_u32(void)
+{
+    uint32_t r = 0;
+
+    if (RAND_bytes((unsigned char *)&r, sizeof(r)) != 1)
+        r = (uint32_t)clock_mono_us();
+    return r;
+}
+
+/* The short API name for messages: "create_group" of "group_open_http_svc/create_group". */
+static const char *
+api_short(const char *api)
+{
+    const char *s = strrchr(api, '/');
+    return s ? s + 1 : api;
+}
+
+/* POSTs body to api with the current sig. Returns 0 with *status and the
+ * body in *b, or ROOMD_ERETRY (transport) with err. */
+static int
+http_post(struct tim_client *c, const char *api, const char *sig, const char *body,
+          int64_t deadline, long *status, struct buf *b, char *err, size_t errlen)
+{
+    int64_t left = deadline - clock_mono_ms();
+    int64_t tmo = c->timeout_ms < left ? c->timeout_ms : left;
+    struct curl_slist *hdrs = NULL;
+    char *url = NULL, *ident = NULL;
+    CURL *h;
+    CURLcode cc;
+    int rc = 0;
+
+    if (tmo <= 0) {
+        snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
+        return ROOMD_ERETRY;
+    }
+    if ((h = pool_take(c)) == NULL) {
+        snprintf(err, errlen, "tim %s: curl_easy_init failed", api_short(api));
+        return ROOMD_ERETRY;
+    }
+    ident = curl_easy_escape(h, c->admin, 0);
+    url =
+        xasprintf("%s/v4/%s?sdkappid=%lld&identifier=%s&usersig=%s&random=%u"
+                  "&contenttype=json",
+                  c->base_url, api, (long long)c->sdkappid, ident ? ident : "", sig, random_u32());
+    hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    hdrs = curl_slist_append(hdrs, "Expect:");
+
+    curl_easy_reset(h); /* keeps the connection cache: keep-alive survives */
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)tmo);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)tmo);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-tim/1");
+    if (c->ca_file != NULL)
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+
+    cc = curl_easy_perform(h);
+    if (cc != CURLE_OK) {
+        snprintf(err, errlen, "tim %s: curl %d: %s", api_short(api), (int)cc,
+                 curl_easy_strerror(cc));
+        rc = ROOMD_ERETRY;
+    } else {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    }
+    curl_slist_free_all(hdrs);
+    /* The URL holds the sig: wipe it from the handle before it idles in the pool. */
+    curl_easy_setopt(h, CURLOPT_URL, "");
+    pool_give(c, h);
+    curl_free(ident);
+    free(url);
+    return rc;
+}
+
+static void
+reload_key(struct tim_client *c)
+{
+    char key[TIM_KEY_MAX], err[256];
+
+    if (load_key(c->key_env, c->key_file, key, sizeof(key), err, sizeof(err)) == 0)
+        tim_usersig_cache_set_key(&c->sig, key);
+    else
+        log_warn("tim", "cannot re-read the secret key", "why=\"%s\"", err);
+    OPENSSL_cleanse(key, sizeof(key));
+}
+
+int
+tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t deadline, json_t **resp,
+                int *im_code, char *err, size_t errlen)
+{
+    char *body = json_dumps(req, JSON_COMPACT);
+    char sig[1024];
+    unsigned gen = 0;
+    int rc = ROOMD_ERETRY, code = -1;
+    json_t *j = NULL;
+
+    if (resp != NULL)
+        *resp = NULL;
+    if (body == NULL) {
+        snprintf(err, errlen, "tim %s: cannot encode the request", api_short(api));
+        rc = ROOMD_EPERM;
+        goto out;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct buf b = {0};
+        long status = 0;
+        json_error_t jerr;
+        enum tim_class cls;
+        const char *info;
+
+        json_decref(j);
+        j = NULL;
+        code = -1;
+        if (tim_usersig_cache_get(&c->sig, clock_wall_ms() / 1000, sig, sizeof(sig), &gen) != 0) {
+            snprintf(err, errlen, "tim %s: cannot make the UserSig", api_short(api));
+            rc = ROOMD_EPERM;
+            goto out;
+        }
+        rc = http_post(c, api, sig, body, deadline, &status, &b, err, errlen);
+        OPENSSL_cleanse(sig, sizeof(sig));
+        if (rc != 0) {
+            free(b.p);
+            goto out;
+        }
+        if (status != 200) {
+            snprintf(err, errlen, "tim %s: http %ld", api_short(api), status);
+            free(b.p);
+            rc = ROOMD_ERETRY;
+            goto out;
+        }
+        j = b.p ? json_loads(b.p, 0, &jerr) : NULL;
+        free(b.p);
+        if (!json_is_object(j) || !json_is_integer(json_object_get(j, "ErrorCode"))) {
+            snprintf(err, errlen, "tim %s: answer is not an IM JSON envelope", api_short(api));
+            rc = ROOMD_ERETRY;
+            goto out;
+        }
+        code = (int)json_integer_value(json_object_get(j, "ErrorCode"));
+        info = json_string_value(json_object_get(j, "ErrorInfo"));
+        cls = tim_classify(code);
+        if (cls == TIM_CLASS_OK) {
+            rc = 0;
+            goto out;
+        }
+        snprintf(err, errlen, "tim %d: %.160s (%s)", code, info ? info : "", api_short(api));
+        if (cls == TIM_CLASS_RESIG && attempt == 0) {
+            log_warn("tim", "UserSig refused; regenerating", "api=%s code=%d", api_short(api),
+                     code);
+            tim_usersig_cache_invalidate(&c->sig, gen);
+            reload_key(c);
+            continue;
+        }
+        if (cls == TIM_CLASS_PERM || code == 70013 || code == 70014)
+            rc = ROOMD_EPERM;
+        else
+            rc = ROOMD_ERETRY;
+        goto out;
+    }
+out:
+    if (im_code != NULL)
+        *im_code = code;
+    if (resp != NULL)
+        *resp = j;
+    else
+        json_decref(j);
+    free(body);
+    return rc;
+}
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+void
+tim_group_id(const char *app, const char *room_id, char *out, size_t outlen)
+{
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char *s = xasprintf("%s_%s", app, room_id);
+
+    if (strlen(s) < TIM_GROUP_ID_MAX && strlen(s) < outlen && strncmp(s, "@TGS#", 5) != 0) {
+        strcpy(out, s);
+    } else {
+        char hex[2 * SHA256_DIGEST_LENGTH + 1];
+        SHA256((const unsigned char *)s, strlen(s), md);
+        for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+        snprintf(out, outlen, "r_%.46s", hex);
+    }
+    free(s);
+}
+
+uint32_t
+tim_derive_u32(const char *id, int which)
+{
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    const unsigned char *p;
+
+    SHA256((const unsigned char *)id, strlen(id), md);
+    p = md + (which ? 4 : 0);
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Copies at most max bytes of s into out without cutting a UTF-8 sequence. */
+static void
+utf8_cut(const char *s, size_t max, char *out)
+{
+    size_t n = strlen(s);
+
+    if (n > max) {
+        n = max;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(out, s, n);
+    out[n] = '\0';
+}
+
+/* Calls api with req (reference stolen). */
+static int
+call_steal(struct tim_client *c, const char *api, json_t *req, int64_t deadline, json_t **resp,
+           int *im_code, char *err, size_t errlen)
+{
+    int rc;
+
+    if (req == NULL) {
+        snprintf(err, errlen, "tim %s: cannot build the request", api_short(api));
+        return ROOMD_EPERM;
+    }
+    rc = tim_client_call(c, api, req, deadline, resp, im_code, err, errlen);
+    json_decref(req);
+    return rc;
+}
+
+/* ---- group calls ------------------------------------------------------------------- */
+
+int
+tim_group_type(struct tim_client *c, const char *group_id, char *type, size_t typelen,
+               int64_t deadline, char *err, size_t errlen)
+{
+    json_t *resp = NULL, *item;
+    const char *t;
+    int rc, code;
+
+    rc = call_steal(c, "group_open_http_svc/get_group_info",
+                    json_pack("{s:[s], s:{s:[s, s]}}", "GroupIdList", group_id, "ResponseFilter",
+                              "GroupBaseInfoFilter", "Type", "Name"),
+                    deadline, &resp, NULL, err, errlen);
+    if (rc != 0)
+        goto out;
+    item = json_array_get(json_object_get(resp, "GroupInfo"), 0);
+    if (!json_is_object(item)) {
+        snprintf(err, errlen, "tim get_group_info: no GroupInfo item");
+        rc = ROOMD_ERETRY;
+        goto out;
+    }
+    code = (int)json_integer_value(json_object_get(item, "ErrorCode"));
+    if (code == 10010 || code == 10015) {
+        snprintf(err, errlen, "tim %d: group %s not found (get_group_info)", code, group_id);
+        rc = ROOMD_ENOTFOUND;
+        goto out;
+    }
+    if (code != 0) {
+        snprintf(err, errlen, "tim %d: %.120s (get_group_info)", code,
+                 json_string_value(json_object_get(item, "ErrorInfo"))
+                     ? json_string_value(json_object_get(item, "ErrorInfo"))
+                     : "");
+        rc = tim_classify(code) == TIM_CLASS_PERM ? ROOMD_EPERM : ROOMD_ERETRY;
+        goto out;
+    }
+    t = json_string_value(json_object_get(item, "Type"));
+    snprintf(type, typelen, "%s", t ? t : "");
+out:
+    json_decref(resp);
+    return rc;
+}
+
+int
+tim_ensure_group(struct tim_client *c, const char *group_id, const char *name, int64_t deadline,
+                 char *err, size_t errlen)
+{
+    char cut[31], type[32];
+    const char *have;
+    json_t *req;
+    int rc, code = -1;
+
+    utf8_cut(name && name[0] ? name : group_id, 30, cut);
+    req = json_pack("{s:s, s:s, s:s}", "Type", c->group_type, "Name", cut, "GroupId", group_id);
+    if (req != NULL && strcmp(c->group_type, "Private") != 0)
+        json_object_set_new(req, "ApplyJoinOption", json_string("FreeAccess"));
+    rc = call_steal(c, "group_open_http_svc/create_group", req, deadline, NULL, &code, err, errlen);
+    if (rc == 0 || (code != 10021 && code != 10025))
+        return rc;
+    /* "ID in use": ours (10025) or maybe someone else's (10021); confirm its type. */
+    rc = tim_group_type(c, group_id, type, sizeof(type), deadline, err, errlen);
+    if (rc == ROOMD_ENOTFOUND)
+        return ROOMD_ERETRY; /* destroyed in between: create again next time */
+    if (rc != 0)
+        return rc;
+    have = normalize_type(type);
+    if (have == NULL || strcmp(have, c->group_type) != 0) {
+        snprintf(err, errlen, "tim %d: group %s exists with type %s, want %s", code, group_id, type,
+                 c->group_type);
+        return ROOMD_EPERM;
+    }
+    return 0;
+}
+
+int
+tim_destroy_group(struct tim_client *c, const char *group_id, int64_t deadline, char *err,
+                  size_t errlen)
+{
+    int code = -1;
+    int rc =
+        call_steal(c, "group_open_http_svc/destroy_group", json_pack("{s:s}", "GroupId", group_id),
+                   deadline, NULL, &code, err, errlen);
+
+    if (rc != 0 && (code == 10010 || code == 10015))
+        return 0; /* already gone */
+    return rc;
+}
+
+int
+tim_send_group_custom(struct tim_client *c, const char *group_id, const char *data,
+                      const char *desc, const char *dedupe_id, const char *priority,
+                      int64_t deadline, int *im_code, char *err, size_t errlen)
+{
+    json_t *req, *resp = NULL;
+    const char *drop;
+    int rc;
+
+    if (im_code != NULL)
+        *im_code = -1;
+    if (strlen(data) >= TIM_MAX_DATA) {
+        snprintf(err, errlen, "tim send_group_msg: event JSON is %zu bytes (limit %d)",
+                 strlen(data), TIM_MAX_DATA);
+        return ROOMD_EPERM;
+    }
+    req =
+        json_pack("{s:s, s:I, s:s, s:[{s:s, s:{s:s, s:s}}]}", "GroupId", group_id, "Random",
+                  (json_int_t)tim_derive_u32(dedupe_id, 0), "MsgPriority", priority, "MsgBody",
+                  "MsgType", "TIMCustomElem", "MsgContent", "Data", data, "Desc", desc ? desc : "");
+    rc = call_steal(c, "group_open_http_svc/send_group_msg", req, deadline, &resp, im_code, err,
+                    errlen);
+    if (rc == 0 && (drop = json_string_value(json_object_get(resp, "MsgDropReason"))) != NULL &&
+        drop[0] != '\0') {
+        snprintf(err, errlen, "tim send_group_msg: dropped (%.80s)", drop);
+        rc = ROOMD_ERETRY;
+    }
+    json_decref(resp);
+    return rc;
+}
+
+int
+tim_add_member(struct tim_client *c, const char *group_id, const char *account, int64_t deadline,
+               char *err, size_t errlen)
+{
+    json_t *resp = NULL, *m;
+    int code = -1, rc;
+
+    rc = call_steal(c, "group_open_http_svc/add_group_member",
+                    json_pack("{s:s, s:i, s:[{s:s}]}", "GroupId", group_id, "Silence", 1,
+                              "MemberList", "Member_Account", account),
+                    deadline, &resp, &code, err, errlen);
+    if (rc != 0) {
+        json_decref(resp);
+        return code == 10013 ? 0 : rc; /* 10013: already a member */
+    }
+    m = json_array_get(json_object_get(resp, "MemberList"), 0);
+    if (json_is_object(m) && json_integer_value(json_object_get(m, "Result")) == 0) {
+        snprintf(err, errlen, "tim add_group_member: %s not added (Result 0)", account);
+        rc = ROOMD_ERETRY;
+    }
+    json_decref(resp);
+    return rc;
+}
+
+int
+tim_delete_member(struct tim_client *c, const char *group_id, const char *account,
+                  const char *reason, int64_t deadline, int *im_code, char *err, size_t errlen)
+{
+    return call_steal(c, "group_open_http_svc/delete_group_member",
+                      json_pack("{s:s, s:[s], s:i, s:s}", "GroupId", group_id,
+                                "MemberToDel_Account", account, "Silence", 1, "Reason",
+                                reason ? reason : ""),
+                      deadline, NULL, im_code, err, errlen);
+}
+
+int
+tim_mute_member(struct tim_client *c, const char *group_id, const char *account, int64_t seconds,
+                int64_t deadline, char *err, size_t errlen)
+{
+    return call_steal(c, "group_open_http_svc/forbid_send_msg",
+                      json_pack("{s:s, s:[s], s:I}", "GroupId", group_id, "Members_Account",
+                                account, "ShutUpTime", (json_int_t)seconds),
+                      deadline, NULL, NULL, err, errlen);
+}
+
+int
+tim_ban_member(struct tim_client *c, const char *group_id, const char *account, int64_t seconds,
+               const char *description, int64_t deadline, int *im_code, char *err, size_t errlen)
+{
+    return call_steal(c, "group_open_http_svc/ban_group_member",
+                      json_pack("{s:s, s:[s], s:I, s:s}", "GroupId", group_id, "Members_Account",
+                                account, "Duration", (json_int_t)seconds, "Description",
+                                description ? description : ""),
+                      deadline, NULL, im_code, err, errlen);
+}
+
+int
+tim_send_c2c(struct tim_client *c, const char *to_account, const char *data, const char *desc,
+             const char *notice_id, int64_t lifetime_s, int64_t deadline, char *err, size_t errlen)
+{
+    if (strlen(data) >= TIM_MAX_DATA) {
+        snprintf(err, errlen, "tim sendmsg: notice JSON is %zu bytes (limit %d)", strlen(data),
+                 TIM_MAX_DATA);
+        return ROOMD_EPERM;
+    }
+    if (lifetime_s < 0 || lifetime_s > 604800)
+        lifetime_s = 604800;
+    return call_steal(c, "openim/sendmsg",
+                      json_pack("{s:i, s:s, s:I, s:I, s:I, s:[{s:s, s:{s:s, s:s}}]}",
+                                "SyncOtherMachine", 2, "To_Account", to_account, "MsgSeq",
+                                (json_int_t)tim_derive_u32(notice_id, 1), "MsgRandom",
+                                (json_int_t)tim_derive_u32(notice_id, 0), "MsgLifeTime",
+                                (json_int_t)lifetime_s, "MsgBody", "MsgType", "TIMCustomElem",
+                                "MsgContent", "Data", data, "Desc", desc ? desc : ""),
+                      deadline, NULL, NULL, err, errlen);
+}
