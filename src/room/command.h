@@ -13,6 +13,7 @@
 #ifndef ROOMD_ROOM_COMMAND_H
 #define ROOMD_ROOM_COMMAND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,8 @@ struct room_cmd {
     int level;               /* launch */
     int64_t launch_at_ms;    /* launch */
     char *request;           /* canonical request JSON (sorted keys), malloc'd */
+    bool room_id_generated;  /* create without room_id: the id was generated, so an
+                              * idempotent retry compares requests ignoring room_id */
 };
 
 /* A validation failure: the field at fault and a message. */

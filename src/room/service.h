@@ -52,6 +52,9 @@ struct room_reply {
     char owner[128];         /* ENOTOWNER: owner's address, else "" */
 };
 void room_reply_clear(struct room_reply *r);
+/* Sets *r to status with the error body {"error":{"code":..,"message":..}}
+ * (ARCHITECTURE §6), freeing a previous body. */
+void room_reply_error(struct room_reply *r, int status, const char *code, const char *message);
 
 /* Starts the service (cells, idle eviction, and the rocket timer rebuilt
  * from store_rockets_pending when deps->rocket_timer). Thread: main. */
@@ -75,5 +78,7 @@ void room_service_get(struct room_service *svc, const char *app, const char *roo
 
 /* Number of cells in memory (tests, metrics). */
 size_t room_service_cells(struct room_service *svc);
+/* Rocket wake-ups waiting in the in-process timer (tests, metrics). */
+size_t room_service_rockets_pending(struct room_service *svc);
 
 #endif

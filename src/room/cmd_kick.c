@@ -1,0 +1,69 @@
+/*
+ * cmd_kick.c: KickUser, by the owner only (409 forbidden), of a member
+ * other than the owner. The user loses the seat and membership and cannot
+ * rejoin before now + kick_ban_ms. Events: RoomMicChanged (when seated),
+ * RoomUserKicked, RoomUserLeft (reason "kicked").
+ */
+#include "room/apply.h"
+
+#include "conf/conf.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+#include "room_events.pb-c.h"
+
+static void
+ban(struct room_state *s, int64_t uid, int64_t until_ms)
+{
+    for (size_t i = 0; i < s->nbans; i++)
+        if (s->bans[i].uid == uid) {
+            s->bans[i].until_ms = until_ms;
+            return;
+        }
+    if (s->nbans == s->cap_bans) {
+        s->cap_bans = s->cap_bans ? s->cap_bans * 2 : 4;
+        s->bans = xrealloc(s->bans, s->cap_bans * sizeof(*s->bans));
+    }
+    s->bans[s->nbans].uid = uid;
+    s->bans[s->nbans].until_ms = until_ms;
+    s->nbans++;
+}
+
+int
+cmd_kick_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
+               const struct conf_room *rc, struct room_events *ev, struct apply_error *e)
+{
+    Roomd__V1__RoomMicChanged mic = ROOMD__V1__ROOM_MIC_CHANGED__INIT;
+    Roomd__V1__RoomUserKicked k = ROOMD__V1__ROOM_USER_KICKED__INIT;
+    Roomd__V1__RoomUserLeft left = ROOMD__V1__ROOM_USER_LEFT__INIT;
+    int64_t until = rc->kick_ban_ms > 0 ? now_ms + rc->kick_ban_ms : 0;
+    int seat;
+
+    if (cmd->operator_uid != s->owner_uid)
+        return apply_fail(e, ROOMD_ECONFLICT, "forbidden", "only the owner may kick");
+    if (cmd->uid == s->owner_uid)
+        return apply_fail(e, ROOMD_ECONFLICT, "forbidden", "the owner cannot be kicked");
+    if (room_state_member_index(s, cmd->uid) < 0)
+        return apply_fail(e, ROOMD_ECONFLICT, "not_member", "uid %lld is not a member",
+                          (long long)cmd->uid);
+    if ((seat = room_state_seat_of(s, cmd->uid)) >= 0) {
+        s->seats[seat] = 0;
+        mic.uid = cmd->uid;
+        mic.seat = seat;
+        mic.on_mic = 0;
+        room_events_push(ev, "RoomMicChanged", &mic.base);
+    }
+    room_state_remove_member(s, cmd->uid);
+    if (until > 0)
+        ban(s, cmd->uid, until);
+
+    k.operator_uid = cmd->operator_uid;
+    k.uid = cmd->uid;
+    k.reason = (char *)cmd->reason;
+    k.ban_until_ms = until;
+    room_events_push(ev, "RoomUserKicked", &k.base);
+    left.uid = cmd->uid;
+    left.member_count = (int32_t)s->nmembers;
+    left.reason = "kicked";
+    room_events_push(ev, "RoomUserLeft", &left.base);
+    return 0;
+}

@@ -1,0 +1,397 @@
+/*
+ * command.c: command names, and room_cmd_parse(): strict validation of a
+ * command body (every field typed and bounded, unknown fields refused, the
+ * error naming the field) and the canonical request JSON that the command
+ * log stores, idempotency compares, and a replay parses again.
+ * The apply steps live in cmd_*.c, dispatched by apply.c.
+ */
+#include "room/command.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/uuid.h"
+#include "core/xmalloc.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROOM_ID_MAX 48 /* Tencent IM GroupId limit */
+#define GIFT_COUNT_MAX 9999
+#define GIFT_PRICE_MAX 1000000000LL
+#define REASON_MAX 255
+
+static const char *const cmd_names[CMD_COUNT_] = {
+    "CreateRoom", "JoinRoom", "LeaveRoom", "MicUp",        "MicDown",
+    "SendGift",   "KickUser", "CloseRoom", "LaunchRocket",
+};
+
+const char *
+room_cmd_name(enum room_cmd_type t)
+{
+    return (unsigned)t < CMD_COUNT_ ? cmd_names[t] : "Unknown";
+}
+
+int
+room_cmd_parse_name(const char *name)
+{
+    for (int i = 0; i < CMD_COUNT_; i++)
+        if (strcmp(name, cmd_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+void
+room_cmd_clear(struct room_cmd *cmd)
+{
+    free(cmd->request);
+    memset(cmd, 0, sizeof(*cmd));
+    cmd->seat = -1;
+}
+
+void
+room_events_clear(struct room_events *ev)
+{
+    for (size_t i = 0; i < ev->n; i++)
+        free(ev->v[i].payload);
+    free(ev->v);
+    memset(ev, 0, sizeof(*ev));
+}
+
+/* ---- validation helpers --------------------------------------------------------- */
+
+static int
+fail(struct cmd_error *e, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    char msg[200];
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    strlcpy_(e->field, field, sizeof(e->field));
+    snprintf(e->message, sizeof(e->message), "%s: %s", field, msg);
+    return ROOMD_EINVAL;
+}
+
+static int
+id_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == ':' || c == '-';
+}
+
+/* True when s is 1..maxlen bytes of [A-Za-z0-9_.:-]. */
+static int
+id_ok(const char *s, size_t maxlen)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > maxlen)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!id_char_ok(s[i]))
+            return 0;
+    return 1;
+}
+
+/* Reads an identifier field into dst. Returns 0 (found), 1 (absent and
+ * optional) or ROOMD_EINVAL. */
+static int
+get_id(json_t *o, const char *field, size_t maxlen, int required, char *dst, size_t dstlen,
+       struct cmd_error *e)
+{
+    json_t *v = json_object_get(o, field);
+
+    if (v == NULL) {
+        if (required)
+            return fail(e, field, "is required");
+        return 1;
+    }
+    if (!json_is_string(v) || !id_ok(json_string_value(v), maxlen))
+        return fail(e, field, "must be a string of 1..%zu characters [A-Za-z0-9_.:-]", maxlen);
+    strlcpy_(dst, json_string_value(v), dstlen);
+    return 0;
+}
+
+/* Reads an integer field in [lo, hi]. Returns 0, 1 (absent, optional) or EINVAL. */
+static int
+get_int(json_t *o, const char *field, int64_t lo, int64_t hi, int required, int64_t *out,
+        struct cmd_error *e)
+{
+    json_t *v = json_object_get(o, field);
+
+    if (v == NULL) {
+        if (required)
+            return fail(e, field, "is required");
+        return 1;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        if (lo == 1 && hi == INT64_MAX)
+            return fail(e, field, "must be a positive integer");
+        return fail(e, field, "must be an integer in %lld..%lld", (long long)lo, (long long)hi);
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static int
+get_uid(json_t *o, const char *field, int64_t *out, struct cmd_error *e)
+{
+    return get_int(o, field, 1, INT64_MAX, 1, out, e);
+}
+
+/* Reads a text field of minlen..maxlen bytes (jansson guarantees UTF-8). */
+static int
+get_text(json_t *o, const char *field, size_t minlen, size_t maxlen, int required, char *dst,
+         size_t dstlen, struct cmd_error *e)
+{
+    json_t *v = json_object_get(o, field);
+    size_t n;
+
+    if (v == NULL) {
+        if (required)
+            return fail(e, field, "is required");
+        return 1;
+    }
+    if (!json_is_string(v))
+        return fail(e, field, "must be a string");
+    n = json_string_length(v);
+    if (n < minlen || n > maxlen || strlen(json_string_value(v)) != n)
+        return fail(e, field, "must be %zu..%zu bytes of UTF-8 text", minlen, maxlen);
+    strlcpy_(dst, json_string_value(v), dstlen);
+    return 0;
+}
+
+/* Field lists per command; "type" and "room_id" are accepted by all (the
+ * canonical request carries both). */
+static const char *const fields_of[CMD_COUNT_][8] = {
+    [CMD_CREATE_ROOM] = {"command_id", "owner_uid", "title"},
+    [CMD_JOIN_ROOM] = {"command_id", "uid"},
+    [CMD_LEAVE_ROOM] = {"command_id", "uid"},
+    [CMD_MIC_UP] = {"command_id", "uid", "seat"},
+    [CMD_MIC_DOWN] = {"command_id", "uid"},
+    [CMD_SEND_GIFT] = {"command_id", "uid", "to_uid", "gift_id", "count", "unit_price"},
+    [CMD_KICK_USER] = {"command_id", "operator_uid", "uid", "reason"},
+    [CMD_CLOSE_ROOM] = {"command_id", "operator_uid"},
+    [CMD_LAUNCH_ROCKET] = {"command_id", "rocket_id", "level", "launch_at_ms"},
+};
+
+static int
+field_known(enum room_cmd_type t, const char *key)
+{
+    if (strcmp(key, "type") == 0 || strcmp(key, "room_id") == 0)
+        return 1;
+    for (int i = 0; i < 8 && fields_of[t][i] != NULL; i++)
+        if (strcmp(key, fields_of[t][i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Validates the fields specific to cmd->type into cmd. */
+static int
+parse_fields(json_t *o, struct room_cmd *cmd, struct cmd_error *e)
+{
+    int64_t v;
+    int rc;
+
+    switch (cmd->type) {
+    case CMD_CREATE_ROOM:
+        if ((rc = get_uid(o, "owner_uid", &cmd->owner_uid, e)) != 0)
+            return rc;
+        return get_text(o, "title", 1, ROOM_TITLE_MAX, 1, cmd->title, sizeof(cmd->title), e);
+    case CMD_JOIN_ROOM:
+    case CMD_LEAVE_ROOM:
+    case CMD_MIC_DOWN:
+        return get_uid(o, "uid", &cmd->uid, e);
+    case CMD_MIC_UP:
+        if ((rc = get_uid(o, "uid", &cmd->uid, e)) != 0)
+            return rc;
+        rc = get_int(o, "seat", 0, ROOM_MAX_SEATS - 1, 0, &v, e);
+        if (rc < 0)
+            return rc;
+        cmd->seat = rc == 0 ? (int)v : -1;
+        return 0;
+    case CMD_SEND_GIFT:
+        if ((rc = get_uid(o, "uid", &cmd->uid, e)) != 0 ||
+            (rc = get_uid(o, "to_uid", &cmd->to_uid, e)) != 0 ||
+            (rc = get_id(o, "gift_id", STORE_ID_MAX - 1, 1, cmd->gift_id, sizeof(cmd->gift_id),
+                         e)) != 0 ||
+            (rc = get_int(o, "count", 1, GIFT_COUNT_MAX, 1, &cmd->count, e)) != 0 ||
+            (rc = get_int(o, "unit_price", 1, GIFT_PRICE_MAX, 1, &cmd->unit_price, e)) != 0)
+            return rc;
+        return 0; /* count * unit_price <= 9999e9: no overflow */
+    case CMD_KICK_USER:
+        if ((rc = get_uid(o, "operator_uid", &cmd->operator_uid, e)) != 0 ||
+            (rc = get_uid(o, "uid", &cmd->uid, e)) != 0)
+            return rc;
+        rc = get_text(o, "reason", 0, REASON_MAX, 0, cmd->reason, sizeof(cmd->reason), e);
+        return rc < 0 ? rc : 0;
+    case CMD_CLOSE_ROOM:
+        return get_uid(o, "operator_uid", &cmd->operator_uid, e);
+    case CMD_LAUNCH_ROCKET:
+        if ((rc = get_id(o, "rocket_id", STORE_ID_MAX - 1, 1, cmd->rocket_id,
+                         sizeof(cmd->rocket_id), e)) != 0 ||
+            (rc = get_int(o, "level", 1, CONF_MAX_ROCKET_LEVELS, 1, &v, e)) != 0)
+            return rc;
+        cmd->level = (int)v;
+        return get_int(o, "launch_at_ms", 1, INT64_MAX, 1, &cmd->launch_at_ms, e);
+    default:
+        return fail(e, "type", "unknown command type");
+    }
+}
+
+/* The canonical request: every validated field, "type" and "room_id", sorted keys. */
+static char *
+canonical_request(const struct room_cmd *cmd)
+{
+    json_t *o = json_object();
+    char *text;
+
+    json_object_set_new(o, "type", json_string(room_cmd_name(cmd->type)));
+    json_object_set_new(o, "room_id", json_string(cmd->room_id));
+    json_object_set_new(o, "command_id", json_string(cmd->command_id));
+    switch (cmd->type) {
+    case CMD_CREATE_ROOM:
+        json_object_set_new(o, "owner_uid", json_integer(cmd->owner_uid));
+        json_object_set_new(o, "title", json_string(cmd->title));
+        break;
+    case CMD_JOIN_ROOM:
+    case CMD_LEAVE_ROOM:
+    case CMD_MIC_DOWN:
+        json_object_set_new(o, "uid", json_integer(cmd->uid));
+        break;
+    case CMD_MIC_UP:
+        json_object_set_new(o, "uid", json_integer(cmd->uid));
+        if (cmd->seat >= 0)
+            json_object_set_new(o, "seat", json_integer(cmd->seat));
+        break;
+    case CMD_SEND_GIFT:
+        json_object_set_new(o, "uid", json_integer(cmd->uid));
+        json_object_set_new(o, "to_uid", json_integer(cmd->to_uid));
+        json_object_set_new(o, "gift_id", json_string(cmd->gift_id));
+        json_object_set_new(o, "count", json_integer(cmd->count));
+        json_object_set_new(o, "unit_price", json_integer(cmd->unit_price));
+        break;
+    case CMD_KICK_USER:
+        json_object_set_new(o, "operator_uid", json_integer(cmd->operator_uid));
+        json_object_set_new(o, "uid", json_integer(cmd->uid));
+        json_object_set_new(o, "reason", json_string(cmd->reason));
+        break;
+    case CMD_CLOSE_ROOM:
+        json_object_set_new(o, "operator_uid", json_integer(cmd->operator_uid));
+        break;
+    case CMD_LAUNCH_ROCKET:
+        json_object_set_new(o, "rocket_id", json_string(cmd->rocket_id));
+        json_object_set_new(o, "level", json_integer(cmd->level));
+        json_object_set_new(o, "launch_at_ms", json_integer(cmd->launch_at_ms));
+        break;
+    default:
+        break;
+    }
+    text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (text == NULL)
+        abort();
+    return text;
+}
+
+/* Generated room ids: a UUIDv7 without dashes (32 hex characters). */
+static void
+generate_room_id(char *dst, size_t len)
+{
+    char u[UUID_STR_LEN];
+    size_t j = 0;
+
+    uuid_v7(clock_wall_ms(), u);
+    for (size_t i = 0; u[i] != '\0' && j + 1 < len; i++)
+        if (u[i] != '-')
+            dst[j++] = u[i];
+    dst[j] = '\0';
+}
+
+int
+room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_id, const char *body,
+               size_t len, struct room_cmd *cmd, struct cmd_error *e)
+{
+    json_error_t jerr;
+    json_t *o = NULL, *v;
+    const char *key;
+    char body_room[STORE_ID_MAX] = "";
+    int rc;
+
+    memset(cmd, 0, sizeof(*cmd));
+    memset(e, 0, sizeof(*e));
+    cmd->seat = -1;
+    cmd->type = type;
+    if ((unsigned)type >= CMD_COUNT_)
+        return fail(e, "type", "unknown command type");
+    if (app == NULL || !id_ok(app, STORE_ID_MAX - 1))
+        return fail(e, "app_code", "must be 1..%d characters [A-Za-z0-9_.:-]", STORE_ID_MAX - 1);
+    strlcpy_(cmd->app_code, app, sizeof(cmd->app_code));
+    if (path_room_id != NULL && !id_ok(path_room_id, ROOM_ID_MAX)) {
+        rc =
+            fail(e, "room_id", "must be a string of 1..%d characters [A-Za-z0-9_.:-]", ROOM_ID_MAX);
+        goto out;
+    }
+
+    o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    if (o == NULL) {
+        rc = fail(e, "body", "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                  jerr.text);
+        goto out;
+    }
+    if (!json_is_object(o)) {
+        rc = fail(e, "body", "must be a JSON object");
+        goto out;
+    }
+    json_object_foreach(o, key, v)
+    {
+        if (!field_known(type, key)) {
+            char f[64];
+            strlcpy_(f, key, sizeof(f));
+            rc = fail(e, f, "unknown field");
+            goto out;
+        }
+    }
+    if ((v = json_object_get(o, "type")) != NULL &&
+        (!json_is_string(v) || strcmp(json_string_value(v), room_cmd_name(type)) != 0)) {
+        rc = fail(e, "type", "must be \"%s\"", room_cmd_name(type));
+        goto out;
+    }
+    if ((rc = get_id(o, "command_id", STORE_ID_MAX - 1, 1, cmd->command_id, sizeof(cmd->command_id),
+                     e)) != 0)
+        goto out;
+    rc = get_id(o, "room_id", ROOM_ID_MAX, 0, body_room, sizeof(body_room), e);
+    if (rc < 0)
+        goto out;
+    if (path_room_id != NULL) {
+        if (rc == 0 && strcmp(body_room, path_room_id) != 0) {
+            rc = fail(e, "room_id", "does not match the room in the path");
+            goto out;
+        }
+        strlcpy_(cmd->room_id, path_room_id, sizeof(cmd->room_id));
+    } else if (rc == 0) {
+        strlcpy_(cmd->room_id, body_room, sizeof(cmd->room_id));
+    } else if (type == CMD_CREATE_ROOM) {
+        generate_room_id(cmd->room_id, sizeof(cmd->room_id));
+        cmd->room_id_generated = true;
+    } else {
+        rc = fail(e, "room_id", "is required");
+        goto out;
+    }
+    if ((rc = parse_fields(o, cmd, e)) != 0)
+        goto out;
+    cmd->request = canonical_request(cmd);
+    rc = 0;
+out:
+    json_decref(o);
+    if (rc != 0) {
+        free(cmd->request);
+        cmd->request = NULL;
+    }
+    return rc;
+}

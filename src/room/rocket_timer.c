@@ -1,0 +1,205 @@
+/*
+ * rocket_timer.c: the in-process rocket launch timer (see rocket_timer.h).
+ * One thread sleeps until the earliest launch_at_ms (at most a second at a
+ * time, so a shifted test clock is noticed), pops every due wake-up and
+ * executes its LaunchRocket outside the lock.
+ */
+#include "room/rocket_timer.h"
+
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "room/apply.h"
+#include "room/service.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wakeup {
+    int64_t launch_at_ms;
+    int level;
+    char app[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+    char rocket_id[STORE_ID_MAX];
+};
+
+struct rocket_timer {
+    struct room_service *svc;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    struct wakeup *heap;
+    size_t n, cap;
+};
+
+static void
+heap_push(struct rocket_timer *t, const struct wakeup *w)
+{
+    size_t i;
+
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 16;
+        t->heap = xrealloc(t->heap, t->cap * sizeof(*t->heap));
+    }
+    i = t->n++;
+    while (i > 0 && t->heap[(i - 1) / 2].launch_at_ms > w->launch_at_ms) {
+        t->heap[i] = t->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    t->heap[i] = *w;
+}
+
+static struct wakeup
+heap_pop(struct rocket_timer *t)
+{
+    struct wakeup top = t->heap[0], last = t->heap[--t->n];
+    size_t i = 0;
+
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        int64_t v = last.launch_at_ms;
+        if (l < t->n && t->heap[l].launch_at_ms < v) {
+            m = l;
+            v = t->heap[l].launch_at_ms;
+        }
+        if (r < t->n && t->heap[r].launch_at_ms < v)
+            m = r;
+        if (m == i)
+            break;
+        t->heap[i] = t->heap[m];
+        i = m;
+    }
+    if (t->n > 0)
+        t->heap[i] = last;
+    return top;
+}
+
+static void
+launch(struct rocket_timer *t, const struct wakeup *w)
+{
+    char cid[STORE_ID_MAX], *body;
+    struct room_cmd cmd;
+    struct cmd_error ce;
+    struct room_reply reply = {0};
+
+    rocket_launch_command_id(w->rocket_id, cid, sizeof(cid));
+    body = xasprintf("{\"command_id\":\"%s\",\"rocket_id\":\"%s\",\"level\":%d,"
+                     "\"launch_at_ms\":%lld}",
+                     cid, w->rocket_id, w->level, (long long)w->launch_at_ms);
+    if (room_cmd_parse(CMD_LAUNCH_ROCKET, w->app, w->room_id, body, strlen(body), &cmd, &ce) != 0) {
+        log_warn("room", "rocket wake-up refused", "app=%s room=%s rocket=%s err=\"%s\"", w->app,
+                 w->room_id, w->rocket_id, ce.message);
+        free(body);
+        return;
+    }
+    free(body);
+    room_service_execute(t->svc, &cmd, &reply);
+    log_info("room", "rocket wake-up", "app=%s room=%s rocket=%s level=%d status=%d", w->app,
+             w->room_id, w->rocket_id, w->level, reply.status);
+    room_reply_clear(&reply);
+    room_cmd_clear(&cmd);
+}
+
+static void *
+timer_main(void *arg)
+{
+    struct rocket_timer *t = arg;
+    struct timespec ts;
+
+    pthread_mutex_lock(&t->mu);
+    while (!t->stop) {
+        int64_t wait_ms = 1000, now = clock_wall_ms();
+        if (t->n > 0 && t->heap[0].launch_at_ms <= now) {
+            struct wakeup w = heap_pop(t);
+            pthread_mutex_unlock(&t->mu);
+            launch(t, &w);
+            pthread_mutex_lock(&t->mu);
+            continue;
+        }
+        if (t->n > 0 && t->heap[0].launch_at_ms - now < wait_ms)
+            wait_ms = t->heap[0].launch_at_ms - now;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += wait_ms / 1000;
+        ts.tv_nsec += (wait_ms % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+int
+rocket_timer_open(struct rocket_timer **out, struct room_service *svc)
+{
+    struct rocket_timer *t = xcalloc(1, sizeof(*t));
+    pthread_condattr_t ca;
+
+    t->svc = svc;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&t->thread, NULL, timer_main, t) != 0) {
+        pthread_mutex_destroy(&t->mu);
+        pthread_cond_destroy(&t->cv);
+        free(t);
+        *out = NULL;
+        return ROOMD_EINTERNAL;
+    }
+    *out = t;
+    return 0;
+}
+
+void
+rocket_timer_close(struct rocket_timer *t)
+{
+    if (t == NULL)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->thread, NULL);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t->heap);
+    free(t);
+}
+
+void
+rocket_timer_schedule(struct rocket_timer *t, const char *app, const char *room_id,
+                      const char *rocket_id, int level, int64_t launch_at_ms)
+{
+    struct wakeup w;
+
+    memset(&w, 0, sizeof(w));
+    w.launch_at_ms = launch_at_ms;
+    w.level = level;
+    strlcpy_(w.app, app, sizeof(w.app));
+    strlcpy_(w.room_id, room_id, sizeof(w.room_id));
+    strlcpy_(w.rocket_id, rocket_id, sizeof(w.rocket_id));
+    pthread_mutex_lock(&t->mu);
+    heap_push(t, &w);
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+size_t
+rocket_timer_pending(struct rocket_timer *t)
+{
+    size_t n;
+
+    pthread_mutex_lock(&t->mu);
+    n = t->n;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}

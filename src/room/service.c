@@ -1,0 +1,538 @@
+/*
+ * service.c: the COMMAND PATH (ARCHITECTURE §2). room_service_execute()
+ * reads top-down in the order a command goes: idempotency check -> lease +
+ * cell -> clone + room_apply -> wallet debit (SendGift) -> SaveMutation
+ * (group commit; snapshot when due) -> swap -> projection -> outbox wake ->
+ * rocket timer -> the room_command_timing line. cell.c owns the cells,
+ * apply.c and cmd_*.c the rules, rocket_timer.c the in-process wake-ups.
+ */
+#include "room/service.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/uuid.h"
+#include "core/xmalloc.h"
+#include "lease/lease.h"
+#include "outbox/outbox.h"
+#include "projection/projection.h"
+#include "room/cell.h"
+#include "room/rocket_timer.h"
+#include "store/group_commit.h"
+#include "store/store.h"
+#include "wallet/wallet.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct room_service {
+    struct room_deps d;
+    struct cell_map *cells;
+    struct rocket_timer *timer;
+};
+
+/* Stage durations of one command (µs) for the timing line. */
+struct timing {
+    int64_t t0;
+    int64_t idempotency_us, lease_us, wallet_us, save_us, snapshot_us, projection_us, im_us;
+    bool outbox;     /* the command wrote outbox rows */
+    char result[64]; /* "ok", "replay", or the error code */
+};
+
+/* ---- replies ------------------------------------------------------------------------ */
+
+void
+room_reply_clear(struct room_reply *r)
+{
+    free(r->body);
+    memset(r, 0, sizeof(*r));
+}
+
+void
+room_reply_error(struct room_reply *r, int status, const char *code, const char *message)
+{
+    json_t *o = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message);
+
+    free(r->body);
+    r->status = status;
+    r->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (r->body == NULL)
+        abort();
+}
+
+/* An error reply whose result (timing log) is its code. */
+static void
+fail_reply(struct room_reply *r, struct timing *tm, int status, const char *code,
+           const char *message)
+{
+    room_reply_error(r, status, code, message);
+    strlcpy_(tm->result, code, sizeof(tm->result));
+}
+
+/* The reply for a store failure rc (503 unless it is a bug). */
+static void
+store_fail_reply(struct room_reply *r, struct timing *tm, int rc, const char *what)
+{
+    char msg[256];
+
+    snprintf(msg, sizeof(msg), "%s: %s", what, roomd_strerror(rc));
+    fail_reply(r, tm, rc == ROOMD_EINTERNAL ? 500 : 503,
+               rc == ROOMD_EINTERNAL                          ? "internal"
+               : rc == ROOMD_EFENCED || rc == ROOMD_ENOTOWNER ? roomd_err_code(rc)
+                                                              : "unavailable",
+               msg);
+}
+
+/* ---- idempotency --------------------------------------------------------------------- */
+
+/* True when the stored request is the same command as cmd. A create whose
+ * room_id was generated compares with the stored room_id put in, since a
+ * retry cannot repeat an id it never chose. */
+static bool
+same_request(const struct room_cmd *cmd, const char *stored)
+{
+    json_t *o;
+    char *text;
+    bool same;
+
+    if (stored == NULL)
+        return false;
+    if (strcmp(cmd->request, stored) == 0)
+        return true;
+    if (!cmd->room_id_generated || (o = json_loads(stored, 0, NULL)) == NULL)
+        return false;
+    json_object_set_new(o, "room_id", json_string(cmd->room_id));
+    text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    same = text != NULL && strcmp(text, cmd->request) == 0;
+    free(text);
+    return same;
+}
+
+/* Answers a command whose command_id is already in the log. */
+static void
+answer_logged(struct room_reply *r, struct timing *tm, const struct room_cmd *cmd,
+              const struct command_record *rec)
+{
+    char msg[256];
+
+    if (same_request(cmd, rec->request) && rec->response != NULL) {
+        free(r->body);
+        r->status = 200;
+        r->body = xstrdup(rec->response);
+        r->replay = true;
+        strlcpy_(tm->result, "replay", sizeof(tm->result));
+        return;
+    }
+    snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
+             cmd->command_id);
+    fail_reply(r, tm, 409, "idempotency_key_reused", msg);
+}
+
+/* ---- the mutation --------------------------------------------------------------------- */
+
+static const char *const room_status_str[] = {"open", "closed"};
+static const char *const rocket_status_str[] = {"idle", "ignited", "done"};
+
+/* {"events":[{"event_id","event_type"}],"room":{..},"room_id":..,"version":..} */
+static char *
+build_response(const struct room_cmd *cmd, const struct room_state *s, const struct outbox_new *evs,
+               size_t n, const char *state_json)
+{
+    json_t *events = json_array();
+    char *ev_text, *id_text, *out;
+
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(events, json_pack("{s:s, s:s}", "event_id", evs[i].event_id,
+                                                "event_type", evs[i].event_type));
+    ev_text = json_dumps(events, JSON_COMPACT);
+    id_text = json_dumps(json_string(s->room_id), JSON_ENCODE_ANY | JSON_COMPACT);
+    json_decref(events);
+    if (ev_text == NULL || id_text == NULL)
+        abort();
+    out = xasprintf("{\"events\":%s,%s\"room\":%s,\"room_id\":%s,\"version\":%lld}", ev_text,
+                    cmd->type == CMD_LAUNCH_ROCKET ? "\"launched\":true," : "", state_json, id_text,
+                    (long long)s->version);
+    free(ev_text);
+    free(id_text);
+    return out;
+}
+
+/* Commits m through the group committer (or the store directly). */
+static int
+commit(struct room_service *svc, struct mutation *m)
+{
+    struct mutation *one[1] = {m};
+    int rc;
+
+    if (svc->d.gc != NULL)
+        return group_commit_submit(svc->d.gc, m);
+    rc = store_save(svc->d.store, one, 1);
+    return rc != 0 ? rc : m->rc;
+}
+
+/* ---- the timing line -------------------------------------------------------------- */
+
+static double
+ms(int64_t us)
+{
+    return (double)us / 1000.0;
+}
+
+static void
+log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct timing *tm)
+{
+    char ts[32], *text;
+    json_t *o;
+
+    clock_format_utc(clock_wall_ms(), ts, sizeof(ts));
+    o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, "
+                  "s:f, s:f, s:f, s:b, s:b}",
+                  "ts", ts, "level", "info", "msg", "room_command_timing", "command",
+                  room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
+                  "command_id", cmd->command_id, "result", tm->result, "status", r->status,
+                  "total_ms", ms(clock_mono_us() - tm->t0), "idempotency_ms",
+                  ms(tm->idempotency_us), "lease_ms", ms(tm->lease_us), "wallet_debit_ms",
+                  ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us), "snapshot_ms",
+                  ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "activity_ms", 0.0,
+                  "tencent_im_ms", ms(tm->im_us), "activity_async_outbox", tm->outbox,
+                  "tencent_im_async_outbox", tm->outbox);
+    if (o == NULL)
+        return;
+    text = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (text != NULL)
+        log_json_line(text);
+    free(text);
+}
+
+/* ---- execute ------------------------------------------------------------------------- */
+
+/* Reverses the gift debit of cmd after its commit failed. */
+static void
+refund(struct room_service *svc, const struct room_cmd *cmd)
+{
+    int rc = svc->d.wallet->ops->refund(svc->d.wallet, cmd->app_code, cmd->command_id);
+
+    if (rc != 0)
+        log_error("room", "refund failed", "app=%s command_id=%s rc=%s", cmd->app_code,
+                  cmd->command_id, roomd_strerror(rc));
+}
+
+void
+room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struct room_reply *reply)
+{
+    const struct conf *conf = svc->d.conf;
+    struct timing tm;
+    struct command_record rec;
+    struct cell *c = NULL;
+    struct room_state *clone = NULL;
+    struct room_events ev = {0};
+    struct apply_error ae;
+    struct mutation m;
+    struct outbox_new *obx = NULL;
+    char *state_json = NULL, *response = NULL, msg[320];
+    bool debited = false, drop = false, created = false, snapshot_due;
+    int64_t now, t, balance;
+    int rc;
+
+    memset(&tm, 0, sizeof(tm));
+    memset(&rec, 0, sizeof(rec));
+    memset(reply, 0, sizeof(*reply));
+    tm.t0 = clock_mono_us();
+    strlcpy_(tm.result, "ok", sizeof(tm.result));
+
+    /* 1. idempotency: a known command_id answers from the log */
+    t = clock_mono_us();
+    rc = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
+    tm.idempotency_us = clock_mono_us() - t;
+    if (rc == 0) {
+        answer_logged(reply, &tm, cmd, &rec);
+        goto out;
+    }
+    if (rc != ROOMD_ENOTFOUND) {
+        store_fail_reply(reply, &tm, rc, "idempotency check");
+        goto out;
+    }
+
+    /* 2. lease + cell: our turn on the room, state loaded */
+    rc = cell_acquire(svc->cells, cmd->app_code, cmd->room_id, &c, reply->owner,
+                      sizeof(reply->owner), &tm.lease_us);
+    if (rc != 0) {
+        c = NULL;
+        store_fail_reply(reply, &tm, rc, "room load");
+        goto out;
+    }
+
+    /* 3. apply to a clone */
+    if (cmd->type == CMD_CREATE_ROOM) {
+        if (c->state != NULL) {
+            snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
+            fail_reply(reply, &tm, 409, "room_exists", msg);
+            goto out;
+        }
+        clone = room_state_new(cmd->app_code, cmd->room_id);
+    } else {
+        if (c->state == NULL) {
+            snprintf(msg, sizeof(msg), "room %s does not exist", cmd->room_id);
+            fail_reply(reply, &tm, 404, "not_found", msg);
+            goto out;
+        }
+        clone = room_state_clone(c->state);
+    }
+    /* the room's clock never runs backwards, even when the wall clock does */
+    now = clock_wall_ms();
+    if (c->state != NULL && now < c->state->updated_at_ms)
+        now = c->state->updated_at_ms;
+    rc = room_apply(clone, cmd, now, &conf->room, &ev, &ae);
+    if (rc != 0) {
+        if (cmd->type == CMD_LAUNCH_ROCKET && strcmp(ae.code, "rocket_stale") == 0) {
+            json_t *o = json_pack("{s:b, s:s}", "launched", 0, "reason", ae.message);
+            reply->status = 200;
+            reply->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+            json_decref(o);
+            strlcpy_(tm.result, "rocket_stale", sizeof(tm.result));
+        } else {
+            fail_reply(reply, &tm, roomd_err_http_status(rc), ae.code, ae.message);
+        }
+        goto out;
+    }
+
+    /* 4. SendGift: debit the sender, idempotent by command_id */
+    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL) {
+        t = clock_mono_us();
+        rc = svc->d.wallet->ops->debit(svc->d.wallet, cmd->app_code, cmd->uid,
+                                       cmd->count * cmd->unit_price, cmd->command_id, &balance);
+        tm.wallet_us = clock_mono_us() - t;
+        if (rc == ROOMD_EFUNDS) {
+            snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld", (long long)cmd->uid,
+                     (long long)(cmd->count * cmd->unit_price));
+            fail_reply(reply, &tm, 402, "insufficient_balance", msg);
+            goto out;
+        }
+        if (rc != 0) {
+            snprintf(msg, sizeof(msg), "wallet: %s", roomd_strerror(rc));
+            fail_reply(reply, &tm, 503, "unavailable", msg);
+            goto out;
+        }
+        debited = true;
+    }
+
+    /* 5. SaveMutation: log row + outbox rows + room meta (+ snapshot), one transaction */
+    obx = xcalloc(ev.n ? ev.n : 1, sizeof(*obx));
+    for (size_t i = 0; i < ev.n; i++) {
+        uuid_v7(now, obx[i].event_id);
+        obx[i].event_type = ev.v[i].type;
+        obx[i].payload = ev.v[i].payload;
+        obx[i].payload_len = ev.v[i].payload_len;
+    }
+    /* the state JSON is the response's "room" and, when due, the snapshot; the
+     * snapshot row is written inside the commit (its time is in save_mutation_ms) */
+    snapshot_due =
+        conf->room.snapshot_every_n > 0 && clone->version % conf->room.snapshot_every_n == 0;
+    t = clock_mono_us();
+    state_json = room_state_to_json(clone);
+    if (snapshot_due)
+        tm.snapshot_us = clock_mono_us() - t;
+    response = build_response(cmd, clone, obx, ev.n, state_json);
+
+    memset(&m, 0, sizeof(m));
+    strlcpy_(m.app_code, cmd->app_code, sizeof(m.app_code));
+    strlcpy_(m.room_id, cmd->room_id, sizeof(m.room_id));
+    strlcpy_(m.command_id, cmd->command_id, sizeof(m.command_id));
+    m.command_type = room_cmd_name(cmd->type);
+    m.request = cmd->request;
+    m.response = response;
+    m.version = clone->version;
+    m.created_at_ms = now;
+    m.fence_token = c->lease_token;
+    m.create = cmd->type == CMD_CREATE_ROOM;
+    m.meta.owner_uid = clone->owner_uid;
+    m.meta.title = clone->title;
+    m.meta.status = room_status_str[clone->status];
+    m.meta.version = clone->version;
+    m.meta.rocket_status = rocket_status_str[clone->rocket.status];
+    m.meta.rocket_id = clone->rocket.rocket_id;
+    m.meta.rocket_level = clone->rocket.level;
+    m.meta.rocket_launch_at_ms = clone->rocket.launch_at_ms;
+    m.meta.created_at_ms = clone->created_at_ms;
+    m.meta.updated_at_ms = clone->updated_at_ms;
+    m.events = obx;
+    m.nevents = ev.n;
+    m.snapshot = snapshot_due ? state_json : NULL;
+    m.snapshots_keep = conf->room.snapshots_keep;
+
+    t = clock_mono_us();
+    rc = commit(svc, &m);
+    tm.save_us = clock_mono_us() - t;
+    if (rc == ROOMD_EREUSED) {
+        /* the same command_id committed meanwhile (a concurrent retry, or another room) */
+        int lr = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
+        if (lr != 0) {
+            store_fail_reply(reply, &tm, lr, "idempotency check");
+            goto out;
+        }
+        /* a debit under this command_id belongs to the logged gift, if it was one */
+        if (debited && strcmp(rec.command_type ? rec.command_type : "", "SendGift") != 0)
+            refund(svc, cmd);
+        answer_logged(reply, &tm, cmd, &rec);
+        goto out;
+    }
+    if (rc != 0) {
+        if (debited)
+            refund(svc, cmd);
+        if (rc == ROOMD_EEXIST) {
+            snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
+            fail_reply(reply, &tm, 409, "room_exists", msg);
+            drop = true; /* someone else created it: reload */
+        } else {
+            drop = rc == ROOMD_EFENCED; /* another owner committed: reload next time */
+            log_warn("room", "commit failed", "app=%s room=%s command_id=%s rc=%s err=\"%s\"",
+                     cmd->app_code, cmd->room_id, cmd->command_id, roomd_strerror(rc),
+                     store_errmsg());
+            store_fail_reply(reply, &tm, rc, "commit");
+        }
+        goto out;
+    }
+
+    /* 6. committed: swap the clone in */
+    room_state_free(c->state);
+    c->state = clone;
+    clone = NULL;
+    tm.outbox = ev.n > 0;
+    created = cmd->type == CMD_CREATE_ROOM;
+
+    /* 7. projections, best effort */
+    if (svc->d.projection != NULL) {
+        t = clock_mono_us();
+        rc = svc->d.projection->ops->update(svc->d.projection, c->state);
+        tm.projection_us = clock_mono_us() - t;
+        if (rc != 0)
+            log_warn("room", "projection update failed", "app=%s room=%s rc=%s", cmd->app_code,
+                     cmd->room_id, roomd_strerror(rc));
+    }
+    /* 8. the outbox worker delivers the new rows now, not at its next poll */
+    if (svc->d.outbox != NULL && ev.n > 0)
+        outbox_wake(svc->d.outbox);
+    /* 9. no broker: wake ourselves at launch_at_ms */
+    if (svc->timer != NULL)
+        for (size_t i = 0; i < ev.n; i++)
+            if (strcmp(ev.v[i].type, "RoomRocketIgnited") == 0)
+                rocket_timer_schedule(svc->timer, cmd->app_code, cmd->room_id,
+                                      c->state->rocket.rocket_id, c->state->rocket.level,
+                                      c->state->rocket.launch_at_ms);
+    reply->status = 200;
+    reply->body = response;
+    response = NULL;
+
+out:
+    if (c != NULL)
+        cell_release(svc->cells, c, drop);
+    /* CreateRoom: the synchronous IM group, outside the room's turn; never fails the command */
+    if (created && svc->d.create_hook != NULL) {
+        t = clock_mono_us();
+        rc = svc->d.create_hook(svc->d.create_hook_arg, cmd->app_code, cmd->room_id, cmd->title,
+                                cmd->owner_uid);
+        tm.im_us = clock_mono_us() - t;
+        if (rc != 0)
+            log_warn("room", "create hook failed", "app=%s room=%s rc=%s", cmd->app_code,
+                     cmd->room_id, roomd_strerror(rc));
+    }
+    log_timing(cmd, reply, &tm);
+    room_state_free(clone);
+    room_events_clear(&ev);
+    command_record_clear(&rec);
+    free(obx);
+    free(state_json);
+    free(response);
+}
+
+/* ---- reads, lifetime ----------------------------------------------------------------- */
+
+void
+room_service_get(struct room_service *svc, const char *app, const char *room_id,
+                 struct room_reply *reply)
+{
+    struct cell *c = NULL;
+    int64_t lease_us;
+    char msg[160];
+    int rc;
+
+    memset(reply, 0, sizeof(*reply));
+    rc = cell_acquire(svc->cells, app, room_id, &c, reply->owner, sizeof(reply->owner), &lease_us);
+    if (rc != 0) {
+        snprintf(msg, sizeof(msg), "room load: %s", roomd_strerror(rc));
+        room_reply_error(reply, rc == ROOMD_EINTERNAL ? 500 : 503,
+                         rc == ROOMD_EINTERNAL ? "internal" : roomd_err_code(rc), msg);
+        return;
+    }
+    if (c->state == NULL) {
+        snprintf(msg, sizeof(msg), "room %s does not exist", room_id);
+        room_reply_error(reply, 404, "not_found", msg);
+    } else {
+        reply->status = 200;
+        reply->body = room_state_to_json(c->state);
+    }
+    cell_release(svc->cells, c, false);
+}
+
+size_t
+room_service_cells(struct room_service *svc)
+{
+    return cell_map_count(svc->cells);
+}
+
+int
+room_service_open(struct room_service **out, const struct room_deps *deps)
+{
+    struct room_service *svc = xcalloc(1, sizeof(*svc));
+    struct rocket_pending *rp = NULL;
+    size_t n = 0;
+    int rc;
+
+    *out = NULL;
+    svc->d = *deps;
+    if ((rc = cell_map_open(&svc->cells, deps->conf, deps->store, deps->lease)) != 0)
+        goto fail;
+    if (deps->rocket_timer) {
+        if ((rc = rocket_timer_open(&svc->timer, svc)) != 0)
+            goto fail;
+        rc = store_rockets_pending(deps->store, &rp, &n);
+        if (rc != 0) {
+            log_warn("room", "rocket timer rebuild failed", "rc=%s err=\"%s\"", roomd_strerror(rc),
+                     store_errmsg());
+        } else {
+            for (size_t i = 0; i < n; i++)
+                rocket_timer_schedule(svc->timer, rp[i].app_code, rp[i].room_id, rp[i].rocket_id,
+                                      rp[i].level, rp[i].launch_at_ms);
+            if (n > 0)
+                log_info("room", "rocket timer rebuilt", "pending=%zu", n);
+        }
+        free(rp);
+    }
+    *out = svc;
+    return 0;
+fail:
+    room_service_close(svc);
+    return rc;
+}
+
+void
+room_service_close(struct room_service *svc)
+{
+    if (svc == NULL)
+        return;
+    rocket_timer_close(svc->timer);
+    cell_map_close(svc->cells);
+    free(svc);
+}
+
+size_t
+room_service_rockets_pending(struct room_service *svc)
+{
+    return svc->timer != NULL ? rocket_timer_pending(svc->timer) : 0;
+}

@@ -1,0 +1,234 @@
+/*
+ * state.c: RoomState lifetime (new/clone/free), its JSON form (the snapshot
+ * and the "room" object of responses) and small lookup helpers. The JSON is
+ * canonical: sorted keys, compact, uids as integers, so that
+ * from_json(to_json(s)) reproduces s and two equal states serialize equal.
+ * Read command.h / apply.c next.
+ */
+#include "room/state.h"
+
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct room_state *
+room_state_new(const char *app, const char *room_id)
+{
+    struct room_state *s = xcalloc(1, sizeof(*s));
+
+    strlcpy_(s->app_code, app, sizeof(s->app_code));
+    strlcpy_(s->room_id, room_id, sizeof(s->room_id));
+    s->status = ROOM_OPEN;
+    s->rocket.status = ROCKET_IDLE;
+    s->rocket.level = 1;
+    return s;
+}
+
+struct room_state *
+room_state_clone(const struct room_state *s)
+{
+    struct room_state *c = xmalloc(sizeof(*c));
+
+    *c = *s;
+    c->members = NULL;
+    c->cap_members = s->nmembers;
+    if (s->nmembers > 0) {
+        c->members = xmalloc(s->nmembers * sizeof(*c->members));
+        memcpy(c->members, s->members, s->nmembers * sizeof(*c->members));
+    }
+    c->bans = NULL;
+    c->cap_bans = s->nbans;
+    if (s->nbans > 0) {
+        c->bans = xmalloc(s->nbans * sizeof(*c->bans));
+        memcpy(c->bans, s->bans, s->nbans * sizeof(*c->bans));
+    }
+    return c;
+}
+
+void
+room_state_free(struct room_state *s)
+{
+    if (s == NULL)
+        return;
+    free(s->members);
+    free(s->bans);
+    free(s);
+}
+
+int
+room_state_member_index(const struct room_state *s, int64_t uid)
+{
+    for (size_t i = 0; i < s->nmembers; i++)
+        if (s->members[i].uid == uid)
+            return (int)i;
+    return -1;
+}
+
+int
+room_state_seat_of(const struct room_state *s, int64_t uid)
+{
+    for (int i = 0; i < s->nseats; i++)
+        if (s->seats[i] == uid)
+            return i;
+    return -1;
+}
+
+/* ---- JSON ---------------------------------------------------------------------- */
+
+static const char *const room_status_names[] = {"open", "closed"};
+static const char *const rocket_status_names[] = {"idle", "ignited", "done"};
+
+static json_t *
+rocket_to_json(const struct room_rocket *r)
+{
+    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:I, s:I, s:i}", "status",
+                     rocket_status_names[r->status], "level", r->level, "energy",
+                     (json_int_t)r->energy, "utc_day", (json_int_t)r->utc_day, "rocket_id",
+                     r->rocket_id, "ignited_at_ms", (json_int_t)r->ignited_at_ms, "launch_at_ms",
+                     (json_int_t)r->launch_at_ms, "launched", r->launched);
+}
+
+char *
+room_state_to_json(const struct room_state *s)
+{
+    json_t *members = json_array(), *seats = json_array(), *bans = json_array();
+    json_t *o;
+    char *text;
+
+    for (size_t i = 0; i < s->nmembers; i++)
+        json_array_append_new(members,
+                              json_pack("{s:I, s:I}", "uid", (json_int_t)s->members[i].uid,
+                                        "joined_at_ms", (json_int_t)s->members[i].joined_at_ms));
+    for (int i = 0; i < s->nseats; i++)
+        json_array_append_new(seats, json_integer(s->seats[i]));
+    for (size_t i = 0; i < s->nbans; i++)
+        json_array_append_new(bans, json_pack("{s:I, s:I}", "uid", (json_int_t)s->bans[i].uid,
+                                              "until_ms", (json_int_t)s->bans[i].until_ms));
+    o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:o, s:i}",
+                  "app_code", s->app_code, "room_id", s->room_id, "owner_uid",
+                  (json_int_t)s->owner_uid, "title", s->title, "status",
+                  room_status_names[s->status], "version", (json_int_t)s->version, "created_at_ms",
+                  (json_int_t)s->created_at_ms, "updated_at_ms", (json_int_t)s->updated_at_ms,
+                  "members", members, "seats", seats, "bans", bans, "gift_total",
+                  (json_int_t)s->gift_total, "rocket", rocket_to_json(&s->rocket), "member_count",
+                  (int)s->nmembers);
+    if (o == NULL)
+        abort(); /* only on out of memory or a programming error in the format */
+    text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (text == NULL)
+        abort();
+    return text;
+}
+
+static int
+name_index(const char *name, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int
+copy_str(char *dst, size_t len, const char *src)
+{
+    if (strlen(src) >= len)
+        return -1;
+    strlcpy_(dst, src, len);
+    return 0;
+}
+
+int
+room_state_from_json(const char *json, struct room_state **out)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr), *members, *seats, *bans, *v;
+    const char *app, *room_id, *title, *status, *rstatus, *rocket_id;
+    json_int_t owner, version, created, updated, gift_total, energy, utc_day, ignited_at, launch_at;
+    int level, launched, member_count, si;
+    struct room_state *s = NULL;
+    size_t i;
+
+    *out = NULL;
+    if (root == NULL)
+        return ROOMD_EINVAL;
+    if (json_unpack_ex(root, &jerr, JSON_STRICT,
+                       "{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:i, "
+                       "s:{s:s, s:i, s:I, s:I, s:s, s:I, s:I, s:i}}",
+                       "app_code", &app, "room_id", &room_id, "owner_uid", &owner, "title", &title,
+                       "status", &status, "version", &version, "created_at_ms", &created,
+                       "updated_at_ms", &updated, "members", &members, "seats", &seats, "bans",
+                       &bans, "gift_total", &gift_total, "member_count", &member_count, "rocket",
+                       "status", &rstatus, "level", &level, "energy", &energy, "utc_day", &utc_day,
+                       "rocket_id", &rocket_id, "ignited_at_ms", &ignited_at, "launch_at_ms",
+                       &launch_at, "launched", &launched) != 0)
+        goto fail;
+    if (!json_is_array(members) || !json_is_array(seats) || !json_is_array(bans) ||
+        json_array_size(seats) > ROOM_MAX_SEATS)
+        goto fail;
+    s = room_state_new(app, room_id);
+    if (strlen(app) >= sizeof(s->app_code) || strlen(room_id) >= sizeof(s->room_id) ||
+        copy_str(s->title, sizeof(s->title), title) != 0 ||
+        copy_str(s->rocket.rocket_id, sizeof(s->rocket.rocket_id), rocket_id) != 0)
+        goto fail;
+    if ((si = name_index(status, room_status_names, 2)) < 0)
+        goto fail;
+    s->status = (enum room_status)si;
+    if ((si = name_index(rstatus, rocket_status_names, 3)) < 0)
+        goto fail;
+    s->rocket.status = (enum rocket_status)si;
+    s->owner_uid = owner;
+    s->version = version;
+    s->created_at_ms = created;
+    s->updated_at_ms = updated;
+    s->gift_total = gift_total;
+    s->rocket.level = level;
+    s->rocket.energy = energy;
+    s->rocket.utc_day = utc_day;
+    s->rocket.ignited_at_ms = ignited_at;
+    s->rocket.launch_at_ms = launch_at;
+    s->rocket.launched = launched;
+
+    s->nmembers = s->cap_members = json_array_size(members);
+    s->members = s->nmembers ? xcalloc(s->nmembers, sizeof(*s->members)) : NULL;
+    json_array_foreach(members, i, v)
+    {
+        json_int_t uid, at;
+        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "joined_at_ms", &at) !=
+            0)
+            goto fail;
+        s->members[i].uid = uid;
+        s->members[i].joined_at_ms = at;
+    }
+    if ((size_t)member_count != s->nmembers)
+        goto fail;
+    s->nseats = (int)json_array_size(seats);
+    json_array_foreach(seats, i, v)
+    {
+        if (!json_is_integer(v))
+            goto fail;
+        s->seats[i] = json_integer_value(v);
+    }
+    s->nbans = s->cap_bans = json_array_size(bans);
+    s->bans = s->nbans ? xcalloc(s->nbans, sizeof(*s->bans)) : NULL;
+    json_array_foreach(bans, i, v)
+    {
+        json_int_t uid, until;
+        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "until_ms", &until) !=
+            0)
+            goto fail;
+        s->bans[i].uid = uid;
+        s->bans[i].until_ms = until;
+    }
+    json_decref(root);
+    *out = s;
+    return 0;
+fail:
+    room_state_free(s);
+    json_decref(root);
+    return ROOMD_EINVAL;
+}
