@@ -23,9 +23,12 @@ struct outbox;
 
 /*
  * Starts cfg->workers threads delivering to sinks[0..nsinks) (the worker
- * takes ownership of the sinks and closes them in outbox_close). node_id
- * prefixes locked_by ("<node_id>/w<n>"). Returns 0 and *out, or an error.
- * Thread: main.
+ * takes ownership of the sinks and closes them in outbox_close, also when
+ * outbox_open fails). node_id prefixes locked_by ("<node_id>/w<n>"; "" =
+ * "<hostname>-<pid>"). Also starts the retention purge of delivered rows
+ * (outbox/retention.h) with the settings of the same conf's store section:
+ * cfg must therefore be the outbox_worker member of a struct conf, which
+ * must outlive the outbox. Returns 0 and *out, or an error. Thread: main.
  */
 int outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *store,
                 const char *node_id, struct sink **sinks, size_t nsinks);
