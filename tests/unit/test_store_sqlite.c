@@ -125,8 +125,8 @@ t_sqlite_schema(void **state)
     sqlite3_stmt *q = NULL;
     bool uses_index = false;
 
-    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 1);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 1);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 2);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 2);
     /* journal_mode is persistent in the file */
     sqlite3_stmt *jm = NULL;
     assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &jm, NULL), SQLITE_OK);
@@ -159,8 +159,61 @@ t_sqlite_schema(void **state)
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     room_load_clear(&l);
     db = raw_open(f->conf);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 1);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 2);
     sqlite3_close(db);
+}
+
+static void
+raw_exec(sqlite3 *db, const char *sql)
+{
+    char *emsg = NULL;
+
+    if (sqlite3_exec(db, sql, NULL, NULL, &emsg) != SQLITE_OK)
+        fail_msg("%s: %s", sql, emsg);
+}
+
+/* A file at schema version 1 is brought to the latest on open; legacy
+ * "published" rows read as delivered. */
+static void
+t_sqlite_migrate_legacy(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_counts oc;
+    struct outbox_row *rows, got;
+    size_t n;
+    sqlite3 *db;
+
+    store_suite_create_room(f->st, "a1", "r1", 2, T0);
+    store_close(f->st);
+    f->st = NULL;
+    db = raw_open(f->conf);
+    raw_exec(db, "DROP INDEX room_outbox_status; DELETE FROM schema_migrations WHERE version > 1;"
+                 "UPDATE room_outbox SET status = 'published', due_at_ms = NULL,"
+                 " delivered_at_ms = 5 WHERE id = 1");
+    sqlite3_close(db);
+
+    f->st = store_suite_open(f->conf);
+    db = raw_open(f->conf);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 2);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
+                                 " AND name = 'room_outbox_status'"),
+                     1);
+    sqlite3_close(db);
+
+    assert_int_equal(store_outbox_counts(f->st, &oc), 0);
+    assert_int_equal(oc.delivered, 1);
+    assert_int_equal(oc.pending, 1);
+    assert_int_equal(store_outbox_list(f->st, OUTBOX_DELIVERED, 0, 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].status, OUTBOX_DELIVERED);
+    assert_int_equal(store_outbox_get(f->st, rows[0].event_id, &got), 0);
+    assert_int_equal(got.status, OUTBOX_DELIVERED);
+    free(got.payload);
+    free(got.last_error);
+    outbox_rows_free(rows, n);
+    /* Legacy delivered rows are purged like delivered ones. */
+    assert_int_equal(store_outbox_purge(f->st, 6, 10, &n), 0);
+    assert_int_equal(n, 1);
 }
 
 /* Claims until three empty rounds; writes each claimed id to fd (when >= 0)
@@ -268,6 +321,7 @@ main(void)
         cmocka_unit_test_setup_teardown(t_sqlite_snapshot_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(t_sqlite_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(t_sqlite_two_processes, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_sqlite_migrate_legacy, setup, teardown),
         cmocka_unit_test(t_sqlite_bad_path),
     };
     int failed = store_suite_run("store_sqlite", make_conf, NULL);
