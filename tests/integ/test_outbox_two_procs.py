@@ -99,14 +99,26 @@ def drive_both(procs, rooms, joins, threads=4):
 
 def test_no_double_delivery():
     tmp = tempfile.mkdtemp(prefix="roomd-2p-")
-    db, (a, b) = pair(tmp, {"outbox_worker": {"workers": 2, "batch_size": 20,
-                                              "poll_interval": "100ms"}})
-    a.start()
-    b.start()
+    cfg = {"outbox_worker": {"workers": 2, "batch_size": 20, "poll_interval": "20ms"}}
+    db, (a, b) = pair(tmp, cfg)
+    # A backlog both workers compete for: commands through a third process whose
+    # outbox worker is off, on the same file.
+    os.makedirs(os.path.join(tmp, "c"))
+    c = Roomd({"store": {"sqlite": {"path": db}}, "outbox_worker": {"enabled": False}},
+              tmp=os.path.join(tmp, "c"))
+    c.start()
+    backlog = drive_both([c], rooms=5, joins=10)
+    c.stop()
+    assert all(s == "pending" for s, _ in outbox_rows(db).values())
+    a.start(wait=False)
+    b.start(wait=False)
+    a.wait_ready()
+    b.wait_ready()
     try:
         t0 = time.time()
         n = drive_both((a, b), rooms=5, joins=6)
-        print(f"# {n} commands against two processes in {time.time() - t0:.2f}s")
+        print(f"# backlog of {backlog} commands, then {n} commands against two processes "
+              f"in {time.time() - t0:.2f}s")
         rows = wait_until(lambda: all_delivered(db), timeout=30, what="every row delivered")
         ea, eb = sink_event_ids(events_path(a)), sink_event_ids(events_path(b))
         union = ea + eb
@@ -133,8 +145,9 @@ def test_kill9_midflight():
     db, (a, b) = pair(tmp, cfg, a_sink=fifo)
     a.start()
     try:
-        # Commands on A only: its worker claims them and blocks on the full pipe.
-        drive(a, rooms=40, joins=15, tag="k")
+        # Commands on A only, concurrently so batches fill: its worker claims them and
+        # blocks on the full pipe.
+        drive_both([a], rooms=10, joins=15)
 
         def a_holds():
             return [e for e, (st, lb) in outbox_rows(db).items()
