@@ -322,9 +322,10 @@ conn_open(struct conn *c, const struct conf_sqlite *cq, bool writer, char *err, 
     sqlite3_extended_result_codes(c->db, 1);
     sqlite3_busy_timeout(c->db, (int)(cq->busy_timeout_ms > 0 ? cq->busy_timeout_ms : 5000));
     /* Static text, no data: exec is fine here. journal_mode=WAL is
-     * persistent in the file; synchronous is per connection. */
+     * persistent in the file; synchronous is per connection; the WAL file is
+     * truncated back to 64 MiB after a checkpoint that emptied it. */
     pragmas = xasprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;"
-                        " PRAGMA foreign_keys=OFF;",
+                        " PRAGMA foreign_keys=OFF; PRAGMA journal_size_limit=67108864;",
                         cq->synchronous_full ? "FULL" : "NORMAL");
     rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &emsg);
     if (rc != SQLITE_OK) {

@@ -299,6 +299,24 @@ t_sqlite_two_processes(void **state)
     free(seen);
 }
 
+/* synchronous: normal (development) opens and commits the same way. */
+static void
+t_sqlite_sync_normal(void **state)
+{
+    struct conf *c = make_conf();
+    struct store *st;
+    struct room_load l;
+
+    c->store.sqlite.synchronous_full = false;
+    st = store_suite_open(c);
+    store_suite_create_room(st, "a1", "r1", 1, T0);
+    assert_int_equal(store_load_room(st, "a1", "r1", &l), 0);
+    assert_int_equal(l.version, 1);
+    room_load_clear(&l);
+    store_close(st);
+    conf_free(c);
+}
+
 static void
 t_sqlite_bad_path(void **state)
 {
@@ -322,6 +340,7 @@ main(void)
         cmocka_unit_test_setup_teardown(t_sqlite_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(t_sqlite_two_processes, setup, teardown),
         cmocka_unit_test_setup_teardown(t_sqlite_migrate_legacy, setup, teardown),
+        cmocka_unit_test(t_sqlite_sync_normal),
         cmocka_unit_test(t_sqlite_bad_path),
     };
     int failed = store_suite_run("store_sqlite", make_conf, NULL);
