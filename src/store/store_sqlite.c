@@ -215,6 +215,7 @@ struct sq_store {
     pthread_cond_t rcond;
     struct conn readers[NREADERS];
     bool rbusy[NREADERS];
+    int nreaders; /* 0 for ":memory:": a private database, reads use the writer */
 };
 
 /* Maps a SQLite result code to ROOMD_E* and sets the thread's detail text. */
@@ -433,9 +434,11 @@ reader_get(struct sq_store *s)
 {
     struct conn *c = NULL;
 
+    if (s->nreaders == 0)
+        return writer_get(s);
     pthread_mutex_lock(&s->rlock);
     while (c == NULL) {
-        for (int i = 0; i < NREADERS && c == NULL; i++)
+        for (int i = 0; i < s->nreaders && c == NULL; i++)
             if (!s->rbusy[i]) {
                 s->rbusy[i] = true;
                 c = &s->readers[i];
@@ -450,6 +453,10 @@ reader_get(struct sq_store *s)
 static void
 reader_put(struct sq_store *s, struct conn *c)
 {
+    if (c == &s->writer) {
+        writer_put(s, c);
+        return;
+    }
     rollback(c);
     pthread_mutex_lock(&s->rlock);
     s->rbusy[c - s->readers] = false;
@@ -493,7 +500,9 @@ sq_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
         goto out;
     if ((rc = migrate(&s->writer, err, errlen)) != 0)
         goto out;
-    for (int i = 0; i < NREADERS; i++)
+    /* Every other connection to ":memory:" would open another, empty database. */
+    s->nreaders = strcmp(cs->sqlite.path, ":memory:") == 0 ? 0 : NREADERS;
+    for (int i = 0; i < s->nreaders; i++)
         if ((rc = conn_open(&s->readers[i], &cs->sqlite, false, err, errlen)) != 0)
             goto out;
 out:

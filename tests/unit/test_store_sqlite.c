@@ -317,6 +317,31 @@ t_sqlite_sync_normal(void **state)
     conf_free(c);
 }
 
+/* ":memory:" (unit tests of other modules): one private database, reads
+ * through the writer connection. */
+static void
+t_sqlite_memory(void **state)
+{
+    struct conf *c = make_conf();
+    struct store *st;
+    struct room_load l;
+    struct outbox_row *rows;
+    size_t n;
+
+    free(c->store.sqlite.path);
+    c->store.sqlite.path = xstrdup(":memory:");
+    st = store_suite_open(c);
+    store_suite_create_room(st, "a1", "r1", 2, T0);
+    assert_int_equal(store_load_room(st, "a1", "r1", &l), 0);
+    assert_int_equal(l.ntail, 1);
+    room_load_clear(&l);
+    assert_int_equal(store_outbox_claim(st, T0, T0 + 10, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    outbox_rows_free(rows, n);
+    store_close(st);
+    conf_free(c);
+}
+
 static void
 t_sqlite_bad_path(void **state)
 {
@@ -341,6 +366,7 @@ main(void)
         cmocka_unit_test_setup_teardown(t_sqlite_two_processes, setup, teardown),
         cmocka_unit_test_setup_teardown(t_sqlite_migrate_legacy, setup, teardown),
         cmocka_unit_test(t_sqlite_sync_normal),
+        cmocka_unit_test(t_sqlite_memory),
         cmocka_unit_test(t_sqlite_bad_path),
     };
     int failed = store_suite_run("store_sqlite", make_conf, NULL);
