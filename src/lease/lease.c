@@ -8,6 +8,7 @@
 #include <string.h>
 
 int lease_local_open(struct lease **out);
+int lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
 
 int
 lease_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
@@ -15,8 +16,9 @@ lease_open(struct lease **out, const struct conf *conf, char *err, size_t errlen
     *out = NULL;
     if (strcmp(conf->lease.driver, "local") == 0)
         return lease_local_open(out);
-    snprintf(err, errlen, "lease.driver: unknown driver \"%s\" (local|redis)",
-             conf->lease.driver);
+    if (strcmp(conf->lease.driver, "redis") == 0)
+        return lease_redis_open(out, conf, err, errlen);
+    snprintf(err, errlen, "lease.driver: unknown driver \"%s\" (local|redis)", conf->lease.driver);
     return ROOMD_EINVAL;
 }
 

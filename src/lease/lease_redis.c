@@ -1,0 +1,502 @@
+/*
+ * lease_redis.c: room ownership across nodes (lease.h) on one Redis.
+ *   key   <prefix>lease:<app>:<room>        value "<token> <instance> <addr>", PX ttl
+ *   key   <prefix>lease_token:<app>:<room>  INCR counter, the fencing token
+ * Acquire is one EVAL (set-if-absent + INCR, atomic); a renewer thread extends
+ * every held lease each renew_every with a compare-and-PEXPIRE; release is a
+ * compare-and-delete. While a lease was confirmed less than ttl - ttl/10 ago,
+ * acquire answers from memory without a round trip. Read lease.h first.
+ */
+#include "lease/lease.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "lease/redis_conn.h"
+
+#include <pthread.h>
+#include <search.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
+
+#define RENEW_BATCH 256
+
+/*
+ * KEYS[1] lease key, KEYS[2] token counter; ARGV instance, addr, ttl_ms, seed.
+ * Returns {token, ""} when this instance holds the lease now (taken or
+ * already ours), {"0", owner_addr} when another holds it. The counter starts
+ * at the wall clock in ms, so tokens keep growing even if Redis lost its data.
+ */
+static const char acquire_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v then\n"
+    "  local t, inst, addr = string.match(v, '^(%d+) (%S+) (.*)$')\n"
+    "  if inst == ARGV[1] then\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+    "    return {t, ''}\n"
+    "  end\n"
+    "  return {'0', addr or v}\n"
+    "end\n"
+    "if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[4]) end\n"
+    "local t = string.format('%d', redis.call('INCR', KEYS[2]))\n"
+    "redis.call('SET', KEYS[1], t .. ' ' .. ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])\n"
+    "return {t, ''}\n";
+
+/* KEYS lease keys; ARGV[1] ttl_ms, ARGV[i+1] the value we wrote. Returns 1/0 each. */
+static const char renew_lua[] = "local out = {}\n"
+                                "for i, k in ipairs(KEYS) do\n"
+                                "  if redis.call('GET', k) == ARGV[i + 1] then\n"
+                                "    redis.call('PEXPIRE', k, ARGV[1]); out[i] = 1\n"
+                                "  else out[i] = 0 end\n"
+                                "end\n"
+                                "return out\n";
+
+static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                  "  return redis.call('DEL', KEYS[1])\n"
+                                  "end\n"
+                                  "return 0\n";
+
+/* A lease this node holds. */
+struct held {
+    char *name;  /* "<app>:<room>" (the map key) */
+    char *key;   /* full Redis key */
+    char *value; /* what we wrote: "<token> <instance> <addr>" */
+    int64_t token;
+    int64_t confirmed_ms; /* monotonic time the last acquire/renew was SENT */
+};
+
+struct lease_redis {
+    struct lease base;
+    char *prefix;
+    char *addr;     /* our advertised address (owner shown to others) */
+    char *instance; /* unique per handle: "<node_id>/<random>" */
+    int64_t ttl_ms, renew_ms, margin_ms;
+
+    pthread_mutex_t map_mu; /* guards held, nheld */
+    void *held;             /* tsearch tree of struct held, by name */
+    size_t nheld;
+
+    pthread_mutex_t conn_mu; /* guards conn (acquire, release) */
+    struct redis_conn conn;
+    bool conn_down;          /* last acquire found Redis down (log once) */
+    struct redis_conn rconn; /* the renewer's own */
+
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cv;
+    bool stop;
+    bool thread_started;
+    pthread_t thread;
+};
+
+static int
+held_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct held *)a)->name, ((const struct held *)b)->name);
+}
+
+static void
+held_free(void *p)
+{
+    struct held *h = p;
+
+    free(h->name);
+    free(h->key);
+    free(h->value);
+    free(h);
+}
+
+static struct held *
+held_find(struct lease_redis *lr, const char *name)
+{
+    struct held probe = {.name = (char *)name};
+    void *n = tfind(&probe, &lr->held, held_cmp);
+
+    return n ? *(struct held **)n : NULL;
+}
+
+static void
+held_remove(struct lease_redis *lr, struct held *h)
+{
+    tdelete(h, &lr->held, held_cmp);
+    lr->nheld--;
+    held_free(h);
+}
+
+/* Stores (name -> token, value) confirmed at sent_ms, replacing any older entry. */
+static void
+held_put(struct lease_redis *lr, const char *name, const char *key, int64_t token, int64_t sent_ms)
+{
+    struct held *h = held_find(lr, name);
+
+    if (h == NULL) {
+        h = xcalloc(1, sizeof(*h));
+        h->name = xstrdup(name);
+        h->key = xstrdup(key);
+        tsearch(h, &lr->held, held_cmp);
+        lr->nheld++;
+    }
+    if (h->token != token || h->value == NULL) {
+        free(h->value);
+        h->value = xasprintf("%lld %s %s", (long long)token, lr->instance, lr->addr);
+        h->token = token;
+    }
+    h->confirmed_ms = sent_ms;
+}
+
+static void
+set_owner(char *owner, size_t ownerlen, const char *s)
+{
+    if (ownerlen > 0)
+        strlcpy_(owner, s, ownerlen);
+}
+
+static int
+redis_acquire(struct lease *l, const char *app, const char *room_id, int64_t *token, char *owner,
+              size_t ownerlen)
+{
+    struct lease_redis *lr = (struct lease_redis *)l;
+    char *name = xasprintf("%s:%s", app, room_id);
+    char *key = NULL, *tkey = NULL, ttl[24], seed[24];
+    redisReply *r = NULL;
+    int rc = ROOMD_EUNAVAIL;
+
+    set_owner(owner, ownerlen, "");
+    pthread_mutex_lock(&lr->map_mu);
+    struct held *h = held_find(lr, name);
+    if (h != NULL && clock_mono_ms() < h->confirmed_ms + lr->ttl_ms - lr->margin_ms) {
+        *token = h->token;
+        pthread_mutex_unlock(&lr->map_mu);
+        rc = 0;
+        goto out;
+    }
+    pthread_mutex_unlock(&lr->map_mu);
+
+    key = xasprintf("%slease:%s", lr->prefix, name);
+    tkey = xasprintf("%slease_token:%s", lr->prefix, name);
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)lr->ttl_ms);
+    snprintf(seed, sizeof(seed), "%lld", (long long)clock_wall_ms());
+    const char *argv[] = {"EVAL", acquire_lua, "2", key, tkey, lr->instance, lr->addr, ttl, seed};
+
+    pthread_mutex_lock(&lr->conn_mu);
+    int64_t sent = clock_mono_ms();
+    r = redis_conn_cmd(&lr->conn, 9, argv);
+    if (r == NULL && !lr->conn_down)
+        log_warn("lease", "redis unavailable, refusing to lease", "room=%s err=\"%s\"", name,
+                 lr->conn.errstr);
+    lr->conn_down = r == NULL;
+    pthread_mutex_unlock(&lr->conn_mu);
+    if (r == NULL)
+        goto out;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING) {
+        log_warn("lease", "unexpected redis reply", "room=%s type=%d err=\"%s\"", name, r->type,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "");
+        goto out;
+    }
+    int64_t t = strtoll(r->element[0]->str, NULL, 10);
+    pthread_mutex_lock(&lr->map_mu);
+    if (t > 0) {
+        held_put(lr, name, key, t, sent);
+        *token = t;
+        rc = 0;
+    } else {
+        if ((h = held_find(lr, name)) != NULL)
+            held_remove(lr, h); /* taken over while we were not looking */
+        set_owner(owner, ownerlen, r->element[1]->str);
+        rc = ROOMD_ENOTOWNER;
+    }
+    pthread_mutex_unlock(&lr->map_mu);
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    free(name);
+    free(key);
+    free(tkey);
+    return rc;
+}
+
+/* Compare-and-delete on conn (caller holds conn_mu when conn is shared). */
+static void
+delete_if_ours(struct redis_conn *conn, const char *key, const char *value)
+{
+    const char *argv[] = {"EVAL", release_lua, "1", key, value};
+    redisReply *r = redis_conn_cmd(conn, 5, argv);
+
+    if (r == NULL)
+        log_warn("lease", "release failed, the lease will expire", "key=%s err=\"%s\"", key,
+                 conn->errstr);
+    else
+        freeReplyObject(r);
+}
+
+static void
+redis_release(struct lease *l, const char *app, const char *room_id, int64_t token)
+{
+    struct lease_redis *lr = (struct lease_redis *)l;
+    char *name = xasprintf("%s:%s", app, room_id);
+    char *key = NULL, *value = NULL;
+
+    pthread_mutex_lock(&lr->map_mu);
+    struct held *h = held_find(lr, name);
+    if (h != NULL && (token == 0 || h->token == token)) {
+        key = xstrdup(h->key);
+        value = xstrdup(h->value);
+        held_remove(lr, h);
+    }
+    pthread_mutex_unlock(&lr->map_mu);
+    if (key != NULL) {
+        pthread_mutex_lock(&lr->conn_mu);
+        delete_if_ours(&lr->conn, key, value);
+        pthread_mutex_unlock(&lr->conn_mu);
+    }
+    free(name);
+    free(key);
+    free(value);
+}
+
+/* ==== Renewer thread ==== */
+
+struct snap {
+    char **names, **keys, **values;
+    size_t n, cap;
+};
+
+static void
+snap_add(const void *nodep, VISIT which, void *arg)
+{
+    struct snap *s = arg;
+    const struct held *h = *(struct held *const *)nodep;
+
+    if (which != postorder && which != leaf)
+        return;
+    if (s->n == s->cap)
+        return;
+    s->names[s->n] = xstrdup(h->name);
+    s->keys[s->n] = xstrdup(h->key);
+    s->values[s->n] = xstrdup(h->value);
+    s->n++;
+}
+
+static void
+snap_free(struct snap *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->names[i]);
+        free(s->keys[i]);
+        free(s->values[i]);
+    }
+    free(s->names);
+    free(s->keys);
+    free(s->values);
+}
+
+/* Renews every held lease, in batches of one EVAL each. */
+static void
+renew_all(struct lease_redis *lr, bool *was_up)
+{
+    struct snap s = {0};
+    char ttl[24];
+
+    pthread_mutex_lock(&lr->map_mu);
+    s.cap = lr->nheld;
+    s.names = xcalloc(s.cap + 1, sizeof(char *));
+    s.keys = xcalloc(s.cap + 1, sizeof(char *));
+    s.values = xcalloc(s.cap + 1, sizeof(char *));
+    twalk_r(lr->held, snap_add, &s);
+    pthread_mutex_unlock(&lr->map_mu);
+
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)lr->ttl_ms);
+    for (size_t at = 0; at < s.n; at += RENEW_BATCH) {
+        size_t n = s.n - at < RENEW_BATCH ? s.n - at : RENEW_BATCH;
+        int argc = 3 + 2 * (int)n + 1;
+        const char **argv = xcalloc((size_t)argc, sizeof(char *));
+        char nkeys[16];
+
+        snprintf(nkeys, sizeof(nkeys), "%zu", n);
+        argv[0] = "EVAL";
+        argv[1] = renew_lua;
+        argv[2] = nkeys;
+        for (size_t i = 0; i < n; i++)
+            argv[3 + i] = s.keys[at + i];
+        argv[3 + n] = ttl;
+        for (size_t i = 0; i < n; i++)
+            argv[4 + n + i] = s.values[at + i];
+        int64_t sent = clock_mono_ms();
+        redisReply *r = redis_conn_cmd(&lr->rconn, argc, argv);
+        free(argv);
+        if (r == NULL) {
+            if (*was_up)
+                log_warn("lease", "redis unavailable, leases not renewed", "held=%zu err=\"%s\"",
+                         s.n, lr->rconn.errstr);
+            *was_up = false;
+            break;
+        }
+        if (!*was_up)
+            log_info("lease", "redis reachable again", "held=%zu", s.n);
+        *was_up = true;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+            log_warn("lease", "unexpected renew reply", "type=%d", r->type);
+            freeReplyObject(r);
+            break;
+        }
+        pthread_mutex_lock(&lr->map_mu);
+        for (size_t i = 0; i < n; i++) {
+            struct held *h = held_find(lr, s.names[at + i]);
+            if (h == NULL || strcmp(h->value, s.values[at + i]) != 0)
+                continue; /* released or re-acquired meanwhile */
+            if (r->element[i]->integer == 1) {
+                if (sent > h->confirmed_ms)
+                    h->confirmed_ms = sent;
+            } else {
+                log_warn("lease", "lease lost", "room=%s token=%lld", h->name, (long long)h->token);
+                held_remove(lr, h);
+            }
+        }
+        pthread_mutex_unlock(&lr->map_mu);
+        freeReplyObject(r);
+    }
+    snap_free(&s);
+}
+
+static void *
+renewer(void *arg)
+{
+    struct lease_redis *lr = arg;
+    bool was_up = true;
+
+    pthread_mutex_lock(&lr->stop_mu);
+    while (!lr->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += lr->renew_ms / 1000;
+        ts.tv_nsec += (lr->renew_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&lr->stop_cv, &lr->stop_mu, &ts);
+        if (lr->stop)
+            break;
+        pthread_mutex_unlock(&lr->stop_mu);
+        renew_all(lr, &was_up);
+        pthread_mutex_lock(&lr->stop_mu);
+    }
+    pthread_mutex_unlock(&lr->stop_mu);
+    return NULL;
+}
+
+/* ==== Open / close ==== */
+
+static void
+release_one(const void *nodep, VISIT which, void *arg)
+{
+    const struct held *h = *(struct held *const *)nodep;
+
+    if (which == postorder || which == leaf)
+        delete_if_ours(arg, h->key, h->value);
+}
+
+static void
+redis_close(struct lease *l)
+{
+    struct lease_redis *lr = (struct lease_redis *)l;
+
+    if (lr->thread_started) {
+        pthread_mutex_lock(&lr->stop_mu);
+        lr->stop = true;
+        pthread_cond_signal(&lr->stop_cv);
+        pthread_mutex_unlock(&lr->stop_mu);
+        pthread_join(lr->thread, NULL);
+    }
+    /* Shutdown gives every lease up so another node takes over at once. */
+    twalk_r(lr->held, release_one, &lr->conn);
+    tdestroy(lr->held, held_free);
+    redis_conn_close(&lr->conn);
+    redis_conn_close(&lr->rconn);
+    pthread_mutex_destroy(&lr->map_mu);
+    pthread_mutex_destroy(&lr->conn_mu);
+    pthread_mutex_destroy(&lr->stop_mu);
+    pthread_cond_destroy(&lr->stop_cv);
+    free(lr->prefix);
+    free(lr->addr);
+    free(lr->instance);
+    free(lr);
+}
+
+static const struct lease_ops redis_ops = {
+    .acquire = redis_acquire, .release = redis_release, .close = redis_close};
+
+int
+lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
+{
+    struct lease_redis *lr = xcalloc(1, sizeof(*lr));
+    pthread_condattr_t ca;
+    unsigned char rnd[8] = {0};
+    FILE *f;
+
+    *out = NULL;
+    if (redis_conn_init(&lr->conn, &conf->redis, err, errlen) != 0 ||
+        redis_conn_init(&lr->rconn, &conf->redis, err, errlen) != 0) {
+        redis_conn_close(&lr->conn);
+        free(lr);
+        return ROOMD_EINVAL;
+    }
+    lr->base.ops = &redis_ops;
+    lr->prefix = xstrdup(conf->redis.key_prefix ? conf->redis.key_prefix : "");
+    lr->addr = xstrdup(conf->http.advertise_addr && conf->http.advertise_addr[0]
+                           ? conf->http.advertise_addr
+                           : conf->http.listen);
+    if ((f = fopen("/dev/urandom", "rb")) != NULL) {
+        if (fread(rnd, 1, sizeof(rnd), f) != sizeof(rnd))
+            memset(rnd, 0, sizeof(rnd));
+        fclose(f);
+    }
+    uint64_t r64 = 0;
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        r64 = r64 << 8 | rnd[i];
+    r64 ^= (uint64_t)clock_mono_us() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)lr;
+    /* The instance is one token (no spaces) as the value format needs. */
+    lr->instance = xasprintf(
+        "%s/%016llx", conf->app.node_id && conf->app.node_id[0] ? conf->app.node_id : "roomd",
+        (unsigned long long)r64);
+    for (char *p = lr->instance; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+    lr->ttl_ms = conf->lease.ttl_ms;
+    lr->renew_ms = conf->lease.renew_every_ms > 0 ? conf->lease.renew_every_ms : lr->ttl_ms / 3;
+    lr->margin_ms = lr->ttl_ms / 10;
+    pthread_mutex_init(&lr->map_mu, NULL);
+    pthread_mutex_init(&lr->conn_mu, NULL);
+    pthread_mutex_init(&lr->stop_mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&lr->stop_cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    /* Try once now so a wrong address shows in the log at start-up; a Redis
+     * that is down is not fatal: writes wait for it, reads go on. */
+    const char *ping[] = {"PING"};
+    redisReply *r = redis_conn_cmd(&lr->conn, 1, ping);
+    if (r == NULL)
+        log_warn("lease", "redis not reachable yet", "addr=%s err=\"%s\"", conf->redis.addr,
+                 lr->conn.errstr);
+    else
+        freeReplyObject(r);
+
+    if (pthread_create(&lr->thread, NULL, renewer, lr) != 0) {
+        snprintf(err, errlen, "lease: cannot start the renewer thread");
+        redis_close(&lr->base);
+        return ROOMD_EINTERNAL;
+    }
+    lr->thread_started = true;
+    *out = &lr->base;
+    return 0;
+}

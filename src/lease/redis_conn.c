@@ -1,0 +1,157 @@
+/*
+ * redis_conn.c: the self-reconnecting hiredis connection of redis_conn.h.
+ * Read lease_redis.c and projection_redis.c for its users.
+ */
+#include "lease/redis_conn.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RETRY_MS 200
+
+static struct timeval
+tv_ms(int64_t ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return tv;
+}
+
+int
+redis_conn_init(struct redis_conn *rc, const struct conf_redis *cr, char *err, size_t errlen)
+{
+    const char *colon = strrchr(cr->addr ? cr->addr : "", ':');
+
+    memset(rc, 0, sizeof(*rc));
+    if (colon == NULL || colon == cr->addr || (size_t)(colon - cr->addr) >= sizeof(rc->host)) {
+        snprintf(err, errlen, "redis.addr: must be host:port, got \"%s\"",
+                 cr->addr ? cr->addr : "");
+        return ROOMD_EINVAL;
+    }
+    memcpy(rc->host, cr->addr, (size_t)(colon - cr->addr));
+    rc->port = atoi(colon + 1);
+    rc->password = xstrdup(cr->password ? cr->password : "");
+    rc->db = cr->db;
+    rc->connect_timeout_ms = cr->connect_timeout_ms > 0 ? cr->connect_timeout_ms : 500;
+    rc->command_timeout_ms = cr->command_timeout_ms > 0 ? cr->command_timeout_ms : 500;
+    return 0;
+}
+
+static void
+drop(struct redis_conn *rc, const char *why)
+{
+    snprintf(rc->errstr, sizeof(rc->errstr), "%s", why);
+    if (rc->ctx != NULL) {
+        redisFree(rc->ctx);
+        rc->ctx = NULL;
+    }
+}
+
+/* One command on a connected context; NULL (and the context dropped) on I/O error. */
+static redisReply *
+raw(struct redis_conn *rc, int argc, const char **argv, const size_t *lens, int *stale)
+{
+    redisReply *r = redisCommandArgv(rc->ctx, argc, argv, lens);
+
+    if (r == NULL) {
+        /* EOF or a reset on a connection idle since the last call: the server
+         * restarted and never saw the command. A timeout is not stale (the
+         * command may have run), so it is not repeated. */
+        if (stale != NULL)
+            *stale = rc->ctx->err == REDIS_ERR_EOF ||
+                     (rc->ctx->err == REDIS_ERR_IO &&
+                      (strstr(rc->ctx->errstr, "reset") || strstr(rc->ctx->errstr, "pipe")));
+        drop(rc, rc->ctx->errstr[0] ? rc->ctx->errstr : "connection lost");
+        return NULL;
+    }
+    return r;
+}
+
+static int
+connect_now(struct redis_conn *rc)
+{
+    int64_t now = clock_mono_ms();
+    redisReply *r;
+    char db[16];
+
+    if (now < rc->next_try_ms)
+        return -1;
+    rc->ctx = redisConnectWithTimeout(rc->host, rc->port, tv_ms(rc->connect_timeout_ms));
+    if (rc->ctx == NULL || rc->ctx->err) {
+        drop(rc, rc->ctx ? rc->ctx->errstr : "cannot allocate a redis context");
+        rc->next_try_ms = now + RETRY_MS;
+        return -1;
+    }
+    redisSetTimeout(rc->ctx, tv_ms(rc->command_timeout_ms));
+    if (rc->password[0] != '\0') {
+        const char *av[] = {"AUTH", rc->password};
+        if ((r = raw(rc, 2, av, NULL, NULL)) == NULL || r->type == REDIS_REPLY_ERROR) {
+            if (r != NULL)
+                drop(rc, "AUTH refused");
+            freeReplyObject(r);
+            rc->next_try_ms = now + RETRY_MS;
+            return -1;
+        }
+        freeReplyObject(r);
+    }
+    if (rc->db != 0) {
+        snprintf(db, sizeof(db), "%d", rc->db);
+        const char *av[] = {"SELECT", db};
+        if ((r = raw(rc, 2, av, NULL, NULL)) == NULL || r->type == REDIS_REPLY_ERROR) {
+            if (r != NULL)
+                drop(rc, "SELECT refused");
+            freeReplyObject(r);
+            rc->next_try_ms = now + RETRY_MS;
+            return -1;
+        }
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+redisReply *
+redis_conn_argv(struct redis_conn *rc, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r;
+    int stale = 0;
+
+    if (rc->ctx == NULL && connect_now(rc) != 0)
+        return NULL;
+    r = raw(rc, argc, argv, lens, &stale);
+    if (r == NULL && stale) {
+        /* A connection that broke while idle (server restarted): one fresh try. */
+        if (connect_now(rc) != 0)
+            return NULL;
+        r = raw(rc, argc, argv, lens, NULL);
+    }
+    if (r == NULL)
+        rc->next_try_ms = clock_mono_ms() + RETRY_MS;
+    return r;
+}
+
+redisReply *
+redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv)
+{
+    return redis_conn_argv(rc, argc, argv, NULL);
+}
+
+int
+redis_conn_up(const struct redis_conn *rc)
+{
+    return rc->ctx != NULL;
+}
+
+void
+redis_conn_close(struct redis_conn *rc)
+{
+    if (rc->ctx != NULL)
+        redisFree(rc->ctx);
+    rc->ctx = NULL;
+    free(rc->password);
+    rc->password = NULL;
+}
