@@ -26,6 +26,8 @@ struct projection_ops {
                       char **json);
     /* JSON presence of uid: {"uid":..,"room_id":..|null}. *json malloc'd. */
     int (*presence)(struct projection *p, const char *app, int64_t uid, char **json);
+    /* Drops everything projected for app (rebuild's first step). */
+    int (*clear)(struct projection *p, const char *app);
     void (*close)(struct projection *p);
 };
 
@@ -33,7 +35,19 @@ struct projection {
     const struct projection_ops *ops;
 };
 
+/* Opens the projection named by conf->projection.driver (memory | redis).
+ * Returns 0 and *out, or ROOMD_EINVAL with err. A Redis that is down is not
+ * an error: updates are kept and replayed when it is back. Thread: main. */
 int projection_open(struct projection **out, const struct conf *conf, char *err, size_t errlen);
 void projection_close(struct projection *p);
+
+/* Yields the states a rebuild re-projects: returns 1 and *st (borrowed until
+ * the next call), 0 at the end, or a negative ROOMD_E* code. */
+typedef int (*projection_next_fn)(void *arg, const struct room_state **st);
+
+/* Replaces what is projected for app by the states next() yields (after an
+ * outage, a Redis flush, or at start-up from the store). Returns 0 or the
+ * first error. Thread: any; blocks. */
+int projection_rebuild(struct projection *p, const char *app, projection_next_fn next, void *arg);
 
 #endif
