@@ -143,15 +143,16 @@ static char *
 build_response(const struct room_cmd *cmd, const struct room_state *s, const struct outbox_new *evs,
                size_t n, const char *state_json)
 {
-    json_t *events = json_array();
+    json_t *events = json_array(), *id = json_string(s->room_id);
     char *ev_text, *id_text, *out;
 
     for (size_t i = 0; i < n; i++)
         json_array_append_new(events, json_pack("{s:s, s:s}", "event_id", evs[i].event_id,
                                                 "event_type", evs[i].event_type));
     ev_text = json_dumps(events, JSON_COMPACT);
-    id_text = json_dumps(json_string(s->room_id), JSON_ENCODE_ANY | JSON_COMPACT);
+    id_text = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
     json_decref(events);
+    json_decref(id);
     if (ev_text == NULL || id_text == NULL)
         abort();
     out = xasprintf("{\"events\":%s,%s\"room\":%s,\"room_id\":%s,\"version\":%lld}", ev_text,

@@ -479,6 +479,7 @@ test_json_roundtrip(void **state)
     assert_string_equal(a, b);
     free(a);
     free(b);
+    room_state_free(t);
     assert_int_equal(room_state_from_json("{\"app_code\":1}", &t), ROOMD_EINVAL);
     assert_null(t);
     assert_int_equal(room_state_from_json("not json", &t), ROOMD_EINVAL);

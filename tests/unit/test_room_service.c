@@ -1,0 +1,841 @@
+/*
+ * test_room_service.c: the command path end to end on a real SQLite store
+ * (a file in a temp dir), real group commit, embedded wallet and local
+ * lease: replies and error codes, outbox rows per command, idempotent replay
+ * and key reuse (also across a restart), atomicity under an injected
+ * SaveMutation failure, per-room ordering under concurrent threads, cell
+ * eviction and reload, snapshot + replay after a restart, the in-process
+ * rocket timer (and its rebuild), the UTC-day reset, the timing line.
+ */
+#include "helpers.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "lease/lease.h"
+#include "room/command.h"
+#include "room/service.h"
+#include "store/group_commit.h"
+#include "store/store.h"
+#include "wallet/wallet.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define APP "app1"
+
+struct fx {
+    char *dir;
+    char *log_path;
+    struct conf *conf;
+    struct store *store;
+    struct group_commit *gc;
+    struct wallet *wallet;
+    struct lease *lease;
+    struct room_service *svc;
+    bool timer;
+};
+
+static void
+svc_open(struct fx *f)
+{
+    char err[512];
+    struct room_deps d;
+
+    if (store_open(&f->store, &f->conf->store, err, sizeof(err)) != 0)
+        fail_msg("store_open: %s", err);
+    assert_int_equal(group_commit_open(&f->gc, f->store, f->conf->store.group_commit_max), 0);
+    assert_int_equal(wallet_open(&f->wallet, &f->conf->wallet, f->store), 0);
+    assert_int_equal(lease_open(&f->lease, f->conf, err, sizeof(err)), 0);
+    memset(&d, 0, sizeof(d));
+    d.conf = f->conf;
+    d.store = f->store;
+    d.gc = f->gc;
+    d.wallet = f->wallet;
+    d.lease = f->lease;
+    d.rocket_timer = f->timer;
+    assert_int_equal(room_service_open(&f->svc, &d), 0);
+}
+
+static void
+svc_close(struct fx *f)
+{
+    room_service_close(f->svc);
+    lease_close(f->lease);
+    wallet_close(f->wallet);
+    group_commit_close(f->gc);
+    store_close(f->store);
+    f->svc = NULL;
+}
+
+static int
+setup(void **state)
+{
+    struct fx *f = xcalloc(1, sizeof(*f));
+
+    f->dir = th_tmpdir();
+    f->conf = th_conf_sqlite(f->dir);
+    f->conf->store.sqlite.synchronous_full = false;
+    f->conf->room.seat_count = 3;
+    f->conf->room.max_members = 50;
+    f->conf->room.snapshot_every_n = 5;
+    f->conf->room.kick_ban_ms = 60000;
+    f->conf->room.rocket.thresholds[0] = 100;
+    f->conf->room.rocket.thresholds[1] = 200;
+    f->conf->room.rocket.nthresholds = 2;
+    f->conf->room.rocket.countdown_ms = 60000;
+    f->conf->wallet.initial_balance = 1000;
+    f->log_path = xasprintf("%s/roomd.log", f->dir);
+    log_close();
+    assert_int_equal(log_open(f->log_path, LOG_INFO), 0);
+    *state = f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fx *f = *state;
+
+    if (f->svc != NULL)
+        svc_close(f);
+    clock_set_offset_ms(0);
+    log_close();
+    conf_free(f->conf);
+    free(f->log_path);
+    free(f->dir);
+    free(f);
+    return 0;
+}
+
+/* Parses body and executes it; returns the HTTP status. *r is cleared first. */
+static int
+run(struct fx *f, enum room_cmd_type t, const char *room, const char *body, struct room_reply *r)
+{
+    struct room_cmd cmd;
+    struct cmd_error e;
+
+    room_reply_clear(r);
+    if (room_cmd_parse(t, APP, room, body, strlen(body), &cmd, &e) != 0)
+        fail_msg("parse %s: %s", body, e.message);
+    room_service_execute(f->svc, &cmd, r);
+    room_cmd_clear(&cmd);
+    assert_non_null(r->body);
+    return r->status;
+}
+
+/* Runs a command that must answer 200 and returns the new version. */
+static int64_t
+ok(struct fx *f, enum room_cmd_type t, const char *room, const char *body)
+{
+    struct room_reply r = {0};
+    json_t *j;
+    int64_t v;
+
+    if (run(f, t, room, body, &r) != 200)
+        fail_msg("%s: %d %s", body, r.status, r.body);
+    j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    v = json_integer_value(json_object_get(j, "version"));
+    json_decref(j);
+    room_reply_clear(&r);
+    return v;
+}
+
+/* Runs a command that must fail with status and error code. */
+static void
+refused(struct fx *f, enum room_cmd_type t, const char *room, const char *body, int status,
+        const char *code)
+{
+    struct room_reply r = {0};
+    json_t *j;
+
+    run(f, t, room, body, &r);
+    if (r.status != status)
+        fail_msg("%s: want %d, got %d %s", body, status, r.status, r.body);
+    j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        code);
+    assert_non_null(json_string_value(json_object_get(json_object_get(j, "error"), "message")));
+    json_decref(j);
+    assert_false(r.replay);
+    room_reply_clear(&r);
+}
+
+static char *
+get_room(struct fx *f, const char *room)
+{
+    struct room_reply r = {0};
+    char *body;
+
+    room_service_get(f->svc, APP, room, &r);
+    if (r.status != 200)
+        fail_msg("GET %s: %d %s", room, r.status, r.body);
+    body = r.body;
+    r.body = NULL;
+    room_reply_clear(&r);
+    return body;
+}
+
+static size_t
+outbox_rows(struct fx *f)
+{
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
+
+    assert_int_equal(store_outbox_list(f->store, -1, 0, 100000, &rows, &n), 0);
+    outbox_rows_free(rows, n);
+    return n;
+}
+
+static bool
+logged(struct fx *f, const char *command_id)
+{
+    struct command_record rec;
+    int rc;
+
+    memset(&rec, 0, sizeof(rec));
+    rc = store_find_command(f->store, APP, command_id, &rec);
+    command_record_clear(&rec);
+    assert_true(rc == 0 || rc == ROOMD_ENOTFOUND);
+    return rc == 0;
+}
+
+static void
+create(struct fx *f, const char *room, int64_t owner)
+{
+    char body[256];
+
+    snprintf(body, sizeof(body),
+             "{\"command_id\":\"create-%s\",\"room_id\":\"%s\",\"owner_uid\":%lld,"
+             "\"title\":\"room %s\"}",
+             room, room, (long long)owner, room);
+    assert_int_equal(ok(f, CMD_CREATE_ROOM, NULL, body), 1);
+}
+
+static void
+join(struct fx *f, const char *room, int64_t uid)
+{
+    char body[128];
+
+    snprintf(body, sizeof(body), "{\"command_id\":\"join-%s-%lld\",\"uid\":%lld}", room,
+             (long long)uid, (long long)uid);
+    ok(f, CMD_JOIN_ROOM, room, body);
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+static void
+test_happy_path(void **state)
+{
+    struct fx *f = *state;
+    struct room_reply r = {0};
+    json_t *j, *ev;
+    int64_t bal;
+
+    svc_open(f);
+    assert_int_equal(run(f, CMD_CREATE_ROOM, NULL,
+                         "{\"command_id\":\"c1\",\"room_id\":\"r1\",\"owner_uid\":1,"
+                         "\"title\":\"Hello\"}",
+                         &r),
+                     200);
+    j = json_loads(r.body, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "room_id")), "r1");
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
+    ev = json_object_get(j, "events");
+    assert_int_equal(json_array_size(ev), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ev, 0), "event_type")),
+                        "RoomCreated");
+    assert_int_equal(strlen(json_string_value(json_object_get(json_array_get(ev, 0), "event_id"))),
+                     36);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "room"), "title")),
+                        "Hello");
+    json_decref(j);
+    assert_int_equal(outbox_rows(f), 1);
+    assert_true(logged(f, "c1"));
+
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    assert_int_equal(ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m1\",\"uid\":2,\"seat\":1}"), 4);
+    assert_int_equal(ok(f, CMD_SEND_GIFT, "r1",
+                        "{\"command_id\":\"g1\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\","
+                        "\"count\":2,\"unit_price\":10}"),
+                     5);
+    assert_int_equal(f->wallet->ops->balance(f->wallet, APP, 2, &bal), 0);
+    assert_int_equal(bal, 980);
+    assert_int_equal(ok(f, CMD_LEAVE_ROOM, "r1", "{\"command_id\":\"l1\",\"uid\":2}"), 6);
+    assert_int_equal(outbox_rows(f), 1 + 1 + 1 + 1 + 1 + 2); /* leave: mic down + left */
+    assert_int_equal(room_service_cells(f->svc), 1);
+
+    /* a create without room_id gets a generated one */
+    assert_int_equal(run(f, CMD_CREATE_ROOM, NULL,
+                         "{\"command_id\":\"c2\",\"owner_uid\":1,\"title\":\"gen\"}", &r),
+                     200);
+    j = json_loads(r.body, 0, NULL);
+    assert_int_equal(strlen(json_string_value(json_object_get(j, "room_id"))), 32);
+    json_decref(j);
+    room_reply_clear(&r);
+}
+
+static void
+test_rejections(void **state)
+{
+    struct fx *f = *state;
+    size_t rows;
+
+    svc_open(f);
+    refused(f, CMD_JOIN_ROOM, "nope", "{\"command_id\":\"x1\",\"uid\":1}", 404, "not_found");
+    assert_int_equal(room_service_cells(f->svc), 0); /* no cell for a room that is not there */
+    create(f, "r1", 1);
+    refused(f, CMD_CREATE_ROOM, NULL,
+            "{\"command_id\":\"x2\",\"room_id\":\"r1\",\"owner_uid\":1,\"title\":\"t\"}", 409,
+            "room_exists");
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    rows = outbox_rows(f);
+    refused(f, CMD_JOIN_ROOM, "r1", "{\"command_id\":\"x3\",\"uid\":2}", 409, "already_member");
+    refused(f, CMD_LEAVE_ROOM, "r1", "{\"command_id\":\"x4\",\"uid\":9}", 409, "not_member");
+    refused(f, CMD_MIC_UP, "r1", "{\"command_id\":\"x5\",\"uid\":2,\"seat\":7}", 400,
+            "invalid_argument");
+    ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m1\",\"uid\":2,\"seat\":0}");
+    refused(f, CMD_MIC_UP, "r1", "{\"command_id\":\"x6\",\"uid\":1,\"seat\":0}", 409, "seat_taken");
+    refused(f, CMD_MIC_UP, "r1", "{\"command_id\":\"x7\",\"uid\":2}", 409, "already_on_mic");
+    refused(f, CMD_MIC_DOWN, "r1", "{\"command_id\":\"x8\",\"uid\":1}", 409, "not_on_mic");
+    refused(f, CMD_SEND_GIFT, "r1",
+            "{\"command_id\":\"x9\",\"uid\":1,\"to_uid\":7,\"gift_id\":\"g\",\"count\":1,"
+            "\"unit_price\":1}",
+            409, "not_member");
+    refused(f, CMD_SEND_GIFT, "r1",
+            "{\"command_id\":\"x10\",\"uid\":1,\"to_uid\":2,\"gift_id\":\"g\",\"count\":2,"
+            "\"unit_price\":600}",
+            402, "insufficient_balance");
+    refused(f, CMD_KICK_USER, "r1", "{\"command_id\":\"x11\",\"operator_uid\":2,\"uid\":1}", 409,
+            "forbidden");
+    ok(f, CMD_KICK_USER, "r1", "{\"command_id\":\"k1\",\"operator_uid\":1,\"uid\":2}");
+    rows = outbox_rows(f);
+    refused(f, CMD_JOIN_ROOM, "r1", "{\"command_id\":\"x12\",\"uid\":2}", 409, "banned");
+    refused(f, CMD_CLOSE_ROOM, "r1", "{\"command_id\":\"x13\",\"operator_uid\":2}", 409,
+            "forbidden");
+    ok(f, CMD_CLOSE_ROOM, "r1", "{\"command_id\":\"close\",\"operator_uid\":1}");
+    refused(f, CMD_JOIN_ROOM, "r1", "{\"command_id\":\"x14\",\"uid\":5}", 409, "room_closed");
+    /* refusals wrote nothing */
+    assert_int_equal(outbox_rows(f), rows + 1);
+    for (int i = 1; i <= 14; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "x%d", i);
+        assert_false(logged(f, id));
+    }
+}
+
+static void
+test_idempotency(void **state)
+{
+    struct fx *f = *state;
+    struct room_reply r = {0};
+    char *first, *gen_room, *before, *after;
+    const char *gift = "{\"command_id\":\"g1\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\","
+                       "\"count\":1,\"unit_price\":30}";
+    json_t *j;
+    int64_t bal;
+    size_t rows;
+
+    svc_open(f);
+    create(f, "r1", 1);
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    assert_int_equal(run(f, CMD_SEND_GIFT, "r1", gift, &r), 200);
+    assert_false(r.replay);
+    first = xstrdup(r.body);
+    rows = outbox_rows(f);
+    /* the same command again: the first answer, flagged, nothing new written or charged */
+    assert_int_equal(run(f, CMD_SEND_GIFT, "r1", gift, &r), 200);
+    assert_true(r.replay);
+    assert_string_equal(r.body, first);
+    assert_int_equal(outbox_rows(f), rows);
+    assert_int_equal(f->wallet->ops->balance(f->wallet, APP, 2, &bal), 0);
+    assert_int_equal(bal, 970);
+    /* same id, other body: 409 */
+    refused(f, CMD_SEND_GIFT, "r1",
+            "{\"command_id\":\"g1\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\",\"count\":2,"
+            "\"unit_price\":30}",
+            409, "idempotency_key_reused");
+    refused(f, CMD_JOIN_ROOM, "r1", "{\"command_id\":\"g1\",\"uid\":3}", 409,
+            "idempotency_key_reused");
+    /* a create without room_id, retried: the same (generated) room */
+    assert_int_equal(run(f, CMD_CREATE_ROOM, NULL,
+                         "{\"command_id\":\"cg\",\"owner_uid\":4,\"title\":\"gen\"}", &r),
+                     200);
+    j = json_loads(r.body, 0, NULL);
+    gen_room = xstrdup(json_string_value(json_object_get(j, "room_id")));
+    json_decref(j);
+    assert_int_equal(run(f, CMD_CREATE_ROOM, NULL,
+                         "{\"command_id\":\"cg\",\"owner_uid\":4,\"title\":\"gen\"}", &r),
+                     200);
+    assert_true(r.replay);
+    assert_non_null(strstr(r.body, gen_room));
+    refused(f, CMD_CREATE_ROOM, NULL, "{\"command_id\":\"cg\",\"owner_uid\":4,\"title\":\"other\"}",
+            409, "idempotency_key_reused");
+
+    /* restart: the log still answers, and the state reloads the same */
+    before = get_room(f, "r1");
+    svc_close(f);
+    svc_open(f);
+    assert_int_equal(room_service_cells(f->svc), 0);
+    assert_int_equal(run(f, CMD_SEND_GIFT, "r1", gift, &r), 200);
+    assert_true(r.replay);
+    assert_string_equal(r.body, first);
+    after = get_room(f, "r1");
+    assert_string_equal(before, after);
+    assert_int_equal(f->wallet->ops->balance(f->wallet, APP, 2, &bal), 0);
+    assert_int_equal(bal, 970);
+    room_reply_clear(&r);
+    free(first);
+    free(gen_room);
+    free(before);
+    free(after);
+}
+
+static void
+test_atomicity(void **state)
+{
+    struct fx *f = *state;
+    char *before, *after;
+    size_t rows;
+    int64_t bal;
+
+    svc_open(f);
+    create(f, "r1", 1);
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    before = get_room(f, "r1");
+    rows = outbox_rows(f);
+    store_fail_next_saves(1);
+    refused(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m1\",\"uid\":2}", 503, "unavailable");
+    assert_false(logged(f, "m1"));
+    assert_int_equal(outbox_rows(f), rows);
+    after = get_room(f, "r1");
+    assert_string_equal(before, after);
+    free(after);
+    /* a gift whose commit fails is refunded */
+    store_fail_next_saves(1);
+    refused(f, CMD_SEND_GIFT, "r1",
+            "{\"command_id\":\"g1\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\",\"count\":1,"
+            "\"unit_price\":30}",
+            503, "unavailable");
+    assert_int_equal(f->wallet->ops->balance(f->wallet, APP, 2, &bal), 0);
+    assert_int_equal(bal, 1000);
+    assert_false(logged(f, "g1"));
+    assert_int_equal(outbox_rows(f), rows);
+    after = get_room(f, "r1");
+    assert_string_equal(before, after);
+    free(after);
+    /* the next command works, and the same command_id may now be used */
+    assert_int_equal(ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m1\",\"uid\":2}"), 4);
+    assert_int_equal(outbox_rows(f), rows + 1);
+    /* and a restart agrees with memory */
+    free(before);
+    before = get_room(f, "r1");
+    svc_close(f);
+    svc_open(f);
+    after = get_room(f, "r1");
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+}
+
+#define NTHREADS 6
+#define PER_THREAD 40
+
+struct worker {
+    struct fx *f;
+    int id;
+    int64_t versions[PER_THREAD * 2];
+    int n;
+    int failures;
+};
+
+/* Each thread joins and leaves its own uids on room "hot" and on its own room. */
+static void *
+worker_main(void *arg)
+{
+    struct worker *w = arg;
+    char body[128], room[32];
+    struct room_reply r = {0};
+
+    snprintf(room, sizeof(room), "own%d", w->id);
+    for (int i = 0; i < PER_THREAD; i++) {
+        int64_t uid = 1000 * (w->id + 1) + i;
+        struct room_cmd cmd;
+        struct cmd_error e;
+        json_t *j;
+
+        snprintf(body, sizeof(body), "{\"command_id\":\"t%d-%d\",\"uid\":%lld}", w->id, i,
+                 (long long)uid);
+        if (room_cmd_parse(CMD_JOIN_ROOM, APP, "hot", body, strlen(body), &cmd, &e) != 0)
+            abort();
+        room_service_execute(w->f->svc, &cmd, &r);
+        room_cmd_clear(&cmd);
+        if (r.status != 200) {
+            w->failures++;
+        } else {
+            j = json_loads(r.body, 0, NULL);
+            w->versions[w->n++] = json_integer_value(json_object_get(j, "version"));
+            json_decref(j);
+        }
+        room_reply_clear(&r);
+        snprintf(body, sizeof(body), "{\"command_id\":\"o%d-%d\",\"uid\":%lld}", w->id, i,
+                 (long long)uid);
+        if (room_cmd_parse(CMD_JOIN_ROOM, APP, room, body, strlen(body), &cmd, &e) != 0)
+            abort();
+        room_service_execute(w->f->svc, &cmd, &r);
+        room_cmd_clear(&cmd);
+        if (r.status != 200)
+            w->failures++;
+        room_reply_clear(&r);
+    }
+    return NULL;
+}
+
+static void
+test_concurrency(void **state)
+{
+    struct fx *f = *state;
+    struct worker w[NTHREADS];
+    pthread_t th[NTHREADS];
+    char room[32], *before, *after;
+    bool seen[NTHREADS * PER_THREAD + 2] = {0};
+    json_t *j;
+
+    f->conf->room.max_members = NTHREADS * PER_THREAD;
+    svc_open(f);
+    create(f, "hot", 1);
+    for (int i = 0; i < NTHREADS; i++) {
+        snprintf(room, sizeof(room), "own%d", i);
+        create(f, room, 1);
+    }
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < NTHREADS; i++) {
+        w[i].f = f;
+        w[i].id = i;
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(th[i], NULL);
+    /* every command applied once, each on its own version, per thread in order */
+    for (int i = 0; i < NTHREADS; i++) {
+        assert_int_equal(w[i].failures, 0);
+        for (int k = 0; k < w[i].n; k++) {
+            int64_t v = w[i].versions[k];
+            assert_true(v >= 2 && v <= NTHREADS * PER_THREAD + 1);
+            assert_false(seen[v]);
+            seen[v] = true;
+            if (k > 0)
+                assert_true(v > w[i].versions[k - 1]);
+        }
+    }
+    before = get_room(f, "hot");
+    j = json_loads(before, 0, NULL);
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), NTHREADS * PER_THREAD + 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "member_count")), NTHREADS * PER_THREAD);
+    json_decref(j);
+    /* the log (snapshots every 5 + tail) replays to the same state */
+    svc_close(f);
+    svc_open(f);
+    after = get_room(f, "hot");
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+}
+
+static void
+test_eviction(void **state)
+{
+    struct fx *f = *state;
+    char *before, *after;
+    int waited = 0;
+
+    f->conf->room.idle_evict_ms = 100;
+    svc_open(f);
+    create(f, "r1", 1);
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    before = get_room(f, "r1");
+    assert_int_equal(room_service_cells(f->svc), 1);
+    while (room_service_cells(f->svc) > 0 && waited < 5000) {
+        usleep(20000);
+        waited += 20;
+    }
+    assert_int_equal(room_service_cells(f->svc), 0);
+    /* reload on demand: the same state, and commands go on from there */
+    after = get_room(f, "r1");
+    assert_string_equal(before, after);
+    assert_int_equal(room_service_cells(f->svc), 1);
+    assert_int_equal(ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m1\",\"uid\":2}"), 4);
+    free(before);
+    free(after);
+}
+
+static void
+test_snapshot_replay(void **state)
+{
+    struct fx *f = *state;
+    char body[160], *before, *after;
+    struct room_load l;
+
+    svc_open(f);
+    create(f, "r1", 1);
+    for (int i = 1; i <= 9; i++)
+        join(f, "r1", i);
+    for (int i = 1; i <= 3; i++) {
+        snprintf(body, sizeof(body), "{\"command_id\":\"m%d\",\"uid\":%d}", i, i);
+        ok(f, CMD_MIC_UP, "r1", body);
+    }
+    for (int i = 0; i < 5; i++) {
+        snprintf(body, sizeof(body),
+                 "{\"command_id\":\"g%d\",\"uid\":%d,\"to_uid\":1,\"gift_id\":\"rose\","
+                 "\"count\":1,\"unit_price\":7}",
+                 i, 2 + i);
+        ok(f, CMD_SEND_GIFT, "r1", body);
+    }
+    ok(f, CMD_KICK_USER, "r1", "{\"command_id\":\"k\",\"operator_uid\":1,\"uid\":3}");
+    ok(f, CMD_LEAVE_ROOM, "r1", "{\"command_id\":\"l\",\"uid\":2}");
+    /* version 1 + 9 + 3 + 5 + 1 + 1 = 20: a snapshot at 20, an empty tail; one more */
+    assert_int_equal(ok(f, CMD_MIC_DOWN, "r1", "{\"command_id\":\"d\",\"uid\":1}"), 21);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_load_room(f->store, APP, "r1", &l), 0);
+    assert_int_equal(l.snapshot_version, 20);
+    assert_int_equal(l.ntail, 1);
+    room_load_clear(&l);
+    before = get_room(f, "r1");
+    svc_close(f);
+    svc_open(f);
+    after = get_room(f, "r1");
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+}
+
+/* Polls GET until the rocket's "launched" count reaches want (or 5 s). */
+static json_t *
+wait_launched(struct fx *f, const char *room, int want)
+{
+    for (int i = 0; i < 250; i++) {
+        char *s = get_room(f, room);
+        json_t *j = json_loads(s, 0, NULL);
+        free(s);
+        if (json_integer_value(json_object_get(json_object_get(j, "rocket"), "launched")) >= want)
+            return j;
+        json_decref(j);
+        usleep(20000);
+    }
+    fail_msg("rocket of %s did not launch", room);
+    return NULL;
+}
+
+static void
+test_rocket_timer(void **state)
+{
+    struct fx *f = *state;
+    struct room_reply r = {0};
+    struct command_record rec;
+    char rocket_id[64], cid[80], body[256];
+    json_t *j, *rk;
+    int64_t launch_at;
+
+    f->timer = true;
+    f->conf->room.rocket.countdown_ms = 300;
+    svc_open(f);
+    create(f, "r1", 1);
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    assert_int_equal(run(f, CMD_SEND_GIFT, "r1",
+                         "{\"command_id\":\"g1\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\","
+                         "\"count\":10,\"unit_price\":10}",
+                         &r),
+                     200);
+    assert_non_null(strstr(r.body, "RoomRocketIgnited"));
+    j = json_loads(r.body, 0, NULL);
+    rk = json_object_get(json_object_get(j, "room"), "rocket");
+    strlcpy_(rocket_id, json_string_value(json_object_get(rk, "rocket_id")), sizeof(rocket_id));
+    launch_at = json_integer_value(json_object_get(rk, "launch_at_ms"));
+    json_decref(j);
+    assert_int_equal(room_service_rockets_pending(f->svc), 1);
+
+    j = wait_launched(f, "r1", 1);
+    rk = json_object_get(j, "rocket");
+    assert_int_equal(json_integer_value(json_object_get(rk, "level")), 2);
+    assert_string_equal(json_string_value(json_object_get(rk, "status")), "idle");
+    assert_int_equal(json_integer_value(json_object_get(j, "version")), 5);
+    json_decref(j);
+    snprintf(cid, sizeof(cid), "rl-%s", rocket_id);
+    memset(&rec, 0, sizeof(rec));
+    assert_int_equal(store_find_command(f->store, APP, cid, &rec), 0);
+    assert_string_equal(rec.command_type, "LaunchRocket");
+    command_record_clear(&rec);
+
+    /* a repeated wake-up gets the logged answer; a stale one changes nothing */
+    snprintf(body, sizeof(body),
+             "{\"command_id\":\"%s\",\"rocket_id\":\"%s\",\"level\":1,\"launch_at_ms\":%lld}", cid,
+             rocket_id, (long long)launch_at);
+    assert_int_equal(run(f, CMD_LAUNCH_ROCKET, "r1", body, &r), 200);
+    assert_true(r.replay);
+    snprintf(body, sizeof(body),
+             "{\"command_id\":\"rl-stale\",\"rocket_id\":\"%s\",\"level\":1,"
+             "\"launch_at_ms\":%lld}",
+             rocket_id, (long long)launch_at);
+    assert_int_equal(run(f, CMD_LAUNCH_ROCKET, "r1", body, &r), 200);
+    assert_false(r.replay);
+    assert_non_null(strstr(r.body, "\"launched\":false"));
+    assert_false(logged(f, "rl-stale"));
+    room_reply_clear(&r);
+}
+
+static void
+test_rocket_rebuild_and_reset(void **state)
+{
+    struct fx *f = *state;
+    struct room_reply r = {0};
+    json_t *j, *ev;
+
+    f->timer = true;
+    f->conf->room.rocket.countdown_ms = 700;
+    svc_open(f);
+    create(f, "r1", 1);
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    ok(f, CMD_SEND_GIFT, "r1",
+       "{\"command_id\":\"g1\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\",\"count\":5,"
+       "\"unit_price\":20}");
+    /* restart before launch_at: the timer is rebuilt from the store */
+    svc_close(f);
+    svc_open(f);
+    assert_int_equal(room_service_rockets_pending(f->svc), 1);
+    j = wait_launched(f, "r1", 1);
+    json_decref(j);
+
+    /* the next UTC day: the first command resets the rocket first */
+    clock_set_offset_ms(86400000);
+    assert_int_equal(run(f, CMD_SEND_GIFT, "r1",
+                         "{\"command_id\":\"g2\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\","
+                         "\"count\":1,\"unit_price\":1}",
+                         &r),
+                     200);
+    j = json_loads(r.body, 0, NULL);
+    ev = json_object_get(j, "events");
+    assert_int_equal(json_array_size(ev), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ev, 0), "event_type")),
+                        "RoomRocketReset");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ev, 1), "event_type")),
+                        "RoomGiftSent");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(json_object_get(j, "room"), "rocket"), "level")),
+                     1);
+    json_decref(j);
+    room_reply_clear(&r);
+    /* and the reset replays after a restart */
+    {
+        char *before = get_room(f, "r1"), *after;
+        svc_close(f);
+        svc_open(f);
+        after = get_room(f, "r1");
+        assert_string_equal(before, after);
+        free(before);
+        free(after);
+    }
+}
+
+static void
+test_timing_log(void **state)
+{
+    struct fx *f = *state;
+    static const char *const fields[] = {"command",
+                                         "app_code",
+                                         "room_id",
+                                         "command_id",
+                                         "result",
+                                         "status",
+                                         "total_ms",
+                                         "idempotency_ms",
+                                         "lease_ms",
+                                         "wallet_debit_ms",
+                                         "save_mutation_ms",
+                                         "snapshot_ms",
+                                         "projection_ms",
+                                         "activity_ms",
+                                         "tencent_im_ms",
+                                         "activity_async_outbox",
+                                         "tencent_im_async_outbox"};
+    FILE *fp;
+    char line[4096];
+    int n = 0, gifts = 0, failed = 0;
+
+    svc_open(f);
+    create(f, "r1", 1);
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m\",\"uid\":2}");
+    ok(f, CMD_SEND_GIFT, "r1",
+       "{\"command_id\":\"g\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\",\"count\":1,"
+       "\"unit_price\":5}");
+    ok(f, CMD_LEAVE_ROOM, "r1", "{\"command_id\":\"l\",\"uid\":2}");
+    refused(f, CMD_LEAVE_ROOM, "r1", "{\"command_id\":\"l2\",\"uid\":2}", 409, "not_member");
+    svc_close(f);
+
+    fp = fopen(f->log_path, "r");
+    assert_non_null(fp);
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (j == NULL || json_object_get(j, "msg") == NULL ||
+            strcmp(json_string_value(json_object_get(j, "msg")), "room_command_timing") != 0) {
+            json_decref(j);
+            continue;
+        }
+        n++;
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+            if (json_object_get(j, fields[i]) == NULL)
+                fail_msg("timing line lacks %s: %s", fields[i], line);
+        assert_true(json_is_boolean(json_object_get(j, "tencent_im_async_outbox")));
+        assert_true(json_number_value(json_object_get(j, "total_ms")) > 0);
+        assert_true(json_number_value(json_object_get(j, "activity_ms")) == 0);
+        if (strcmp(json_string_value(json_object_get(j, "command")), "SendGift") == 0) {
+            gifts++;
+            assert_true(json_number_value(json_object_get(j, "wallet_debit_ms")) > 0);
+            assert_true(json_is_true(json_object_get(j, "activity_async_outbox")));
+        }
+        if (strcmp(json_string_value(json_object_get(j, "result")), "not_member") == 0) {
+            failed++;
+            assert_int_equal(json_integer_value(json_object_get(j, "status")), 409);
+            assert_true(json_is_false(json_object_get(j, "tencent_im_async_outbox")));
+        }
+        json_decref(j);
+    }
+    fclose(fp);
+    assert_int_equal(n, 7);
+    assert_int_equal(gifts, 1);
+    assert_int_equal(failed, 1);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_happy_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rejections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotency, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_atomicity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrency, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rocket_timer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rocket_rebuild_and_reset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timing_log, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
