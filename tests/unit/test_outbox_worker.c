@@ -337,8 +337,8 @@ test_retry_schedule(void **state)
 {
     struct conf_outbox *c = &fx.conf->outbox_worker;
     c->max_retry_count = 4;
-    c->initial_backoff_ms = 200;
-    c->max_backoff_ms = 400;
+    c->initial_backoff_ms = 400; /* >= 200 ms to observe each retryable state */
+    c->max_backoff_ms = 800;
     c->poll_interval_ms = 20;
     struct tsink *t = tsink_new("flaky", SINK_BIT_TIM, ROOMD_ERETRY);
     t->message = "peer said 503";
@@ -365,7 +365,7 @@ test_retry_schedule(void **state)
         int64_t seen_ms = clock_wall_ms();
         assert_int_equal(r.retry_count, attempt);
         assert_int_equal(r.status, OUTBOX_RETRYABLE);
-        int64_t d = backoff_ceiling_ms(attempt, 200, 400);
+        int64_t d = backoff_ceiling_ms(attempt, 400, 800);
         assert_true(r.next_retry_at_ms >= call_ms + d / 2);
         assert_true(r.next_retry_at_ms <= seen_ms + d);
         assert_non_null(r.last_error);
@@ -531,8 +531,8 @@ test_per_sink_state(void **state)
     ts[1] = tsink_new("b", SINK_BIT_ACTIVITY, 0);
     ts[1]->fail_first = 2;
     fx.conf->outbox_worker.max_retry_count = 5;
-    fx.conf->outbox_worker.initial_backoff_ms = 150;
-    fx.conf->outbox_worker.max_backoff_ms = 150;
+    fx.conf->outbox_worker.initial_backoff_ms = 400;
+    fx.conf->outbox_worker.max_backoff_ms = 400;
     char id[37];
     insert_one(id);
     struct outbox *ob = open_outbox(ts, 2);
