@@ -121,6 +121,10 @@ static const struct key keys[] = {
     KEY("rocketmq.stream_replicas", K_INT, rocketmq.stream_replicas),
     KEY("rocketmq.stream_max_age", K_DUR, rocketmq.stream_max_age_ms),
     KEY("rocketmq.duplicate_window", K_DUR, rocketmq.duplicate_window_ms),
+    KEY("rocketmq.consumer_store_dir", K_STR, rocketmq.consumer_store_dir),
+    LIST("rocketmq.consumer_retry_delays_ms", K_INT64LIST, rocketmq.consumer_retry_delays_ms,
+         rocketmq.nconsumer_retry_delays),
+    KEY("rocketmq.consumer_ack_wait", K_DUR, rocketmq.consumer_ack_wait_ms),
     KEY("rocketmq.room_outbox.enabled", K_BOOL, rocketmq.room_outbox.enabled),
     KEY("rocketmq.room_outbox.topic", K_STR, rocketmq.room_outbox.topic),
     KEY("rocketmq.room_outbox.producer_group", K_STR, rocketmq.room_outbox.producer_group),
@@ -134,6 +138,10 @@ static const struct key keys[] = {
         rocketmq.room_outbox.notice_consumer_group),
     KEY("rocketmq.room_outbox.consumer_max_reconsume_times", K_INT,
         rocketmq.room_outbox.consumer_max_reconsume_times),
+    KEY("rocketmq.room_outbox.activity_consumer_enabled", K_BOOL,
+        rocketmq.room_outbox.activity_consumer_enabled),
+    KEY("rocketmq.room_outbox.notice_consumer_enabled", K_BOOL,
+        rocketmq.room_outbox.notice_consumer_enabled),
     KEY("rocketmq.rocket_launch.enabled", K_BOOL, rocketmq.rocket_launch.enabled),
     KEY("rocketmq.rocket_launch.topic", K_STR, rocketmq.rocket_launch.topic),
     KEY("rocketmq.rocket_launch.producer_group", K_STR, rocketmq.rocket_launch.producer_group),
@@ -281,6 +289,16 @@ conf_defaults(struct conf *c)
     mq->stream_replicas = 1;
     mq->stream_max_age_ms = 72LL * 3600 * 1000;
     mq->duplicate_window_ms = 10 * 60000;
+    mq->consumer_store_dir = xstrdup("./var/consumers");
+    {
+        /* RocketMQ's reconsume delay levels 3..18: 10s 30s 1m 2m ... 1h 2h. */
+        static const int64_t sched[] = {10000,  30000,  60000,  120000,  180000,  240000,
+                                        300000, 360000, 420000, 480000,  540000,  600000,
+                                        1200000, 1800000, 3600000, 7200000};
+        memcpy(mq->consumer_retry_delays_ms, sched, sizeof(sched));
+        mq->nconsumer_retry_delays = (int)(sizeof(sched) / sizeof(sched[0]));
+    }
+    mq->consumer_ack_wait_ms = 30000;
     mq->room_outbox.enabled = false;
     mq->room_outbox.topic = xstrdup("hyapp_room_outbox");
     mq->room_outbox.producer_group = xstrdup("hyapp-room-outbox-producer");
@@ -852,7 +870,18 @@ validate(const struct conf *c, struct vctx *v)
             bad(v, "rocketmq.stream_max_age", "must be >= 0 (0 = unlimited)");
         if (mq->duplicate_window_ms <= 0)
             bad(v, "rocketmq.duplicate_window", "must be > 0");
+        if (mq->consumer_ack_wait_ms <= 0)
+            bad(v, "rocketmq.consumer_ack_wait", "must be > 0");
+        for (int i = 0; i < mq->nconsumer_retry_delays; i++)
+            if (mq->consumer_retry_delays_ms[i] <= 0)
+                bad(v, "rocketmq.consumer_retry_delays_ms", "every delay must be > 0");
     }
+    if ((mq->room_outbox.activity_consumer_enabled || mq->room_outbox.notice_consumer_enabled) &&
+        !mq->enabled)
+        bad(v, mq->room_outbox.activity_consumer_enabled
+                   ? "rocketmq.room_outbox.activity_consumer_enabled"
+                   : "rocketmq.room_outbox.notice_consumer_enabled",
+            "needs rocketmq.enabled: true");
     if (mq->room_outbox.enabled) {
         if (!mq->enabled)
             bad(v, "rocketmq.room_outbox.enabled", "needs rocketmq.enabled: true");

@@ -116,6 +116,10 @@ struct conf_rocketmq_outbox {
     char *activity_consumer_group;   /* "hyapp-activity-room-outbox" */
     char *notice_consumer_group;     /* "hyapp-notice-room-outbox" */
     int consumer_max_reconsume_times;
+    /* Run the reference activity / notice consumer groups inside this
+     * process (roles; tools/roomd_consumer runs them on their own). */
+    bool activity_consumer_enabled;
+    bool notice_consumer_enabled;
 };
 
 struct conf_rocketmq_rocket {
@@ -140,6 +144,14 @@ struct conf_rocketmq {
     int stream_replicas;
     int64_t stream_max_age_ms;
     int64_t duplicate_window_ms;
+    /* Consumer groups (src/consume): each group's inbox is the SQLite file
+     * "<consumer_store_dir>/<group>.db" ("" = "./var/consumers"). A failed
+     * message is redelivered after consumer_retry_delays[k] (k = failures-1,
+     * the last entry repeats; none = RocketMQ's 10s 30s 1m 2m ... 2h). */
+    char *consumer_store_dir;
+    int64_t consumer_retry_delays_ms[CONF_MAX_LIST];
+    int nconsumer_retry_delays;
+    int64_t consumer_ack_wait_ms;    /* AckWait of the group consumers; 0 = 30s */
     struct conf_rocketmq_outbox room_outbox;
     struct conf_rocketmq_rocket rocket_launch;
 };

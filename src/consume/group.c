@@ -1,0 +1,614 @@
+/*
+ * group.c: the consumer kit (see group.h for the contract and the inbox).
+ * Read top-down: options, the inbox database, the per-message verdicts
+ * (process, dead_letter), then the group thread (bind, fetch loop).
+ */
+#include "consume/group.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "room_events.pb-c.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define DEFAULT_ACK_WAIT_MS 30000
+#define PURGE_EVERY_MS (10LL * 60 * 1000)
+/* Deliveries past the last allowed one that still get no verdict (the
+ * process died or hung in the handler each time) end in the DLQ too. */
+#define CRASH_SLACK 2
+
+/* RocketMQ's reconsume levels 3..18 (10s 30s 1m 2m ... 2h). */
+static const int64_t rocketmq_delays_ms[] = {
+    10000,  30000,  60000,  120000, 180000,  240000,  300000,  360000,
+    420000, 480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000,
+};
+
+struct consume_group {
+    struct bus *bus;
+    struct consume_handler h;
+    struct consume_opts o;
+    char *db_path;
+    sqlite3 *db;
+    natsSubscription *sub;
+    pthread_t thread;
+    atomic_bool stop;
+    pthread_mutex_t stats_mu;
+    struct consume_stats stats;
+    int last_bind_rc;
+};
+
+/* ==== options ==== */
+
+void
+consume_opts_from_conf(struct consume_opts *o, const struct conf_rocketmq *c, int max_reconsume)
+{
+    memset(o, 0, sizeof(*o));
+    o->store_dir =
+        c->consumer_store_dir && *c->consumer_store_dir ? c->consumer_store_dir : "./var/consumers";
+    o->ack_wait_ms = c->consumer_ack_wait_ms > 0 ? c->consumer_ack_wait_ms : DEFAULT_ACK_WAIT_MS;
+    o->max_reconsume = max_reconsume >= 0 ? max_reconsume : 16;
+    if (c->nconsumer_retry_delays > 0) {
+        o->ndelays = c->nconsumer_retry_delays > 16 ? 16 : c->nconsumer_retry_delays;
+        memcpy(o->delays_ms, c->consumer_retry_delays_ms, sizeof(int64_t) * o->ndelays);
+    } else {
+        o->ndelays = 16;
+        memcpy(o->delays_ms, rocketmq_delays_ms, sizeof(rocketmq_delays_ms));
+    }
+    o->fetch_batch = 16;
+    o->fetch_timeout_ms = 1000;
+    int64_t age = c->stream_max_age_ms > 0 ? c->stream_max_age_ms : 72LL * 3600 * 1000;
+    o->inbox_keep_ms = age + 24LL * 3600 * 1000; /* longer than any redelivery */
+}
+
+int64_t
+consume_retry_delay_ms(const struct consume_opts *o, int failures)
+{
+    if (o->ndelays <= 0)
+        return 1000;
+    int i = failures - 1;
+    if (i < 0)
+        i = 0;
+    if (i >= o->ndelays)
+        i = o->ndelays - 1;
+    return o->delays_ms[i];
+}
+
+/* ==== the inbox database ==== */
+
+static int
+db_exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(err, errlen, "%s", msg ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        return ROOMD_EIO;
+    }
+    return 0;
+}
+
+static int
+mkdir_p(const char *dir)
+{
+    char *p = xstrdup(dir);
+    int rc = 0;
+
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            rc = -1;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        rc = -1;
+    free(p);
+    return rc;
+}
+
+static int
+inbox_open(struct consume_group *g, char *err, size_t errlen)
+{
+    static const char schema[] =
+        "PRAGMA journal_mode=WAL;"
+        "PRAGMA synchronous=FULL;"
+        "CREATE TABLE IF NOT EXISTS inbox("
+        " key TEXT PRIMARY KEY,"
+        " state TEXT NOT NULL," /* received | done | dead */
+        " failures INTEGER NOT NULL DEFAULT 0,"
+        " updated_ms INTEGER NOT NULL,"
+        " last_error TEXT);"
+        "CREATE INDEX IF NOT EXISTS inbox_purge ON inbox(state, updated_ms);";
+
+    if (mkdir_p(g->o.store_dir) != 0) {
+        snprintf(err, errlen, "rocketmq.consumer_store_dir: cannot create %s: %s", g->o.store_dir,
+                 strerror(errno));
+        return ROOMD_EIO;
+    }
+    g->db_path = xasprintf("%s/%s.db", g->o.store_dir, g->h.group);
+    if (sqlite3_open_v2(g->db_path, &g->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "%s: %s", g->db_path, sqlite3_errmsg(g->db));
+        return ROOMD_EIO;
+    }
+    sqlite3_busy_timeout(g->db, 5000);
+    if (db_exec(g->db, schema, err, errlen) != 0)
+        return ROOMD_EIO;
+    if (g->h.init && g->h.init(g->h.arg, g->db, err, errlen) != 0)
+        return ROOMD_EIO;
+    return 0;
+}
+
+/* Runs sql binding ?1 = key, ?2 = now, ?3 = text (when the statement has
+ * them). With out != NULL, stores the first column of the first row. */
+static int
+inbox_stmt(sqlite3 *db, const char *sql, const char *key, const char *text, int *out, char *state,
+           size_t statelen)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = 0, n;
+
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return ROOMD_EIO;
+    n = sqlite3_bind_parameter_count(st);
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    if (n >= 2)
+        sqlite3_bind_int64(st, 2, clock_wall_ms());
+    if (n >= 3)
+        sqlite3_bind_text(st, 3, text ? text : "", -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        if (state)
+            snprintf(state, statelen, "%s", (const char *)sqlite3_column_text(st, 0));
+        if (out)
+            *out = sqlite3_column_int(st, state ? 1 : 0);
+    } else if (step == SQLITE_DONE) {
+        if (state)
+            *state = '\0';
+    } else {
+        rc = ROOMD_EIO;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static const char SQL_LOOKUP[] = "SELECT state, failures FROM inbox WHERE key = ?1";
+static const char SQL_RECEIVED[] =
+    "INSERT OR IGNORE INTO inbox(key, state, failures, updated_ms) VALUES(?1, 'received', 0, ?2)";
+static const char SQL_DONE[] =
+    "INSERT INTO inbox(key, state, failures, updated_ms) VALUES(?1, 'done', 0, ?2) "
+    "ON CONFLICT(key) DO UPDATE SET state = 'done', updated_ms = excluded.updated_ms";
+static const char SQL_FAIL[] =
+    "UPDATE inbox SET failures = failures + 1, updated_ms = ?2, last_error = ?3 WHERE key = ?1 "
+    "RETURNING failures";
+static const char SQL_DEAD[] =
+    "UPDATE inbox SET state = 'dead', updated_ms = ?2, last_error = ?3 WHERE key = ?1";
+
+int
+consume_tx_begin(struct consume_msg *m)
+{
+    if (db_exec(m->db, "BEGIN IMMEDIATE", m->err, sizeof(m->err)) != 0)
+        return ROOMD_EIO;
+    m->in_tx = true;
+    return 0;
+}
+
+int
+consume_tx_commit_done(struct consume_msg *m)
+{
+    if (!m->in_tx)
+        return ROOMD_EINVAL;
+    if (inbox_stmt(m->db, SQL_DONE, m->key, NULL, NULL, NULL, 0) != 0) {
+        snprintf(m->err, sizeof(m->err), "inbox: %s", sqlite3_errmsg(m->db));
+        consume_tx_rollback(m);
+        return ROOMD_EIO;
+    }
+    if (db_exec(m->db, "COMMIT", m->err, sizeof(m->err)) != 0) {
+        consume_tx_rollback(m);
+        return ROOMD_EIO;
+    }
+    m->in_tx = false;
+    m->done = true;
+    return 0;
+}
+
+void
+consume_tx_rollback(struct consume_msg *m)
+{
+    char e[128];
+
+    if (m->in_tx)
+        db_exec(m->db, "ROLLBACK", e, sizeof(e));
+    m->in_tx = false;
+}
+
+static void
+inbox_purge(struct consume_group *g)
+{
+    sqlite3_stmt *st = NULL;
+
+    if (sqlite3_prepare_v2(g->db,
+                           "DELETE FROM inbox WHERE state IN ('done', 'dead') AND updated_ms < ?1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, clock_wall_ms() - g->o.inbox_keep_ms);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+}
+
+int
+consume_envelope_key(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen)
+{
+    Roomd__V1__RoomOutboxEvent *ev = roomd__v1__room_outbox_event__unpack(NULL, len, data);
+    int rc = 0;
+
+    (void)arg;
+    if (ev == NULL || ev->event_id == NULL || *ev->event_id == '\0')
+        rc = ROOMD_EINVAL;
+    else
+        snprintf(key, keylen, "%s", ev->event_id);
+    if (ev)
+        roomd__v1__room_outbox_event__free_unpacked(ev, NULL);
+    return rc;
+}
+
+/* ==== verdicts ==== */
+
+static void
+count(struct consume_group *g, uint64_t *field)
+{
+    pthread_mutex_lock(&g->stats_mu);
+    (*field)++;
+    pthread_mutex_unlock(&g->stats_mu);
+}
+
+static jsOptions *
+ack_opts(struct consume_group *g, jsOptions *jo)
+{
+    jsOptions_Init(jo);
+    jo->Wait = bus_api_wait_ms(g->bus);
+    return jo;
+}
+
+/* Publishes the message to "<ns>hyapp_dlq.<group>", waits for the PubAck,
+ * then Terms it. On failure the message is Nak'ed to come back. */
+static void
+dead_letter(struct consume_group *g, natsMsg *msg, const char *key, uint64_t seq,
+            uint64_t delivered, const char *why)
+{
+    char subject[256], seqs[32], dels[32], e[256];
+    natsMsg *dm = NULL;
+    jsOptions jo;
+    int rc = ROOMD_ERETRY;
+
+    snprintf(seqs, sizeof(seqs), "%" PRIu64, seq);
+    snprintf(dels, sizeof(dels), "%" PRIu64, delivered);
+    char *msg_id = xasprintf("dlq-%s-%" PRIu64, g->h.group, seq);
+    snprintf(e, sizeof(e), "cannot build the dead letter");
+    if (bus_subject(g->bus, BUS_STREAM_DLQ, g->h.group, subject, sizeof(subject)) == 0 &&
+        natsMsg_Create(&dm, subject, NULL, natsMsg_GetData(msg), natsMsg_GetDataLength(msg)) ==
+            NATS_OK &&
+        natsMsgHeader_Set(dm, "Roomd-Group", g->h.group) == NATS_OK &&
+        natsMsgHeader_Set(dm, "Roomd-Subject", natsMsg_GetSubject(msg)) == NATS_OK &&
+        natsMsgHeader_Set(dm, "Roomd-Stream-Seq", seqs) == NATS_OK &&
+        natsMsgHeader_Set(dm, "Roomd-Deliveries", dels) == NATS_OK &&
+        natsMsgHeader_Set(dm, "Roomd-Key", key) == NATS_OK &&
+        natsMsgHeader_Set(dm, "Roomd-Error", why && *why ? why : "-") == NATS_OK)
+        rc = bus_publish_msg(g->bus, BUS_STREAM_DLQ, dm, msg_id,
+                             clock_mono_ms() + bus_api_wait_ms(g->bus), NULL, NULL, e, sizeof(e));
+    natsMsg_Destroy(dm);
+    free(msg_id);
+    if (rc != 0) {
+        log_warn("consume", "dead letter publish failed, will retry",
+                 "group=%s key=%s error=\"%s\"", g->h.group, key, e);
+        natsMsg_NakWithDelay(msg, consume_retry_delay_ms(&g->o, 1), ack_opts(g, &jo));
+        return;
+    }
+    natsMsg_Term(msg, ack_opts(g, &jo));
+    if (*key)
+        inbox_stmt(g->db, SQL_DEAD, key, why, NULL, NULL, 0);
+    count(g, &g->stats.dead);
+    log_warn("consume", "message dead-lettered",
+             "group=%s key=%s stream_seq=%" PRIu64 " deliveries=%" PRIu64 " error=\"%s\"",
+             g->h.group, key, seq, delivered, why ? why : "");
+}
+
+/* Handles one fetched message to its verdict (see group.h). */
+static void
+process(struct consume_group *g, natsMsg *msg)
+{
+    jsMsgMetaData *meta = NULL;
+    char key[CONSUME_KEY_MAX] = "", state[16] = "";
+    int failures = 0, rc;
+    uint64_t seq = 0, delivered = 1;
+    jsOptions jo;
+    jsErrCode jerr = 0;
+    const uint8_t *data = (const uint8_t *)natsMsg_GetData(msg);
+    size_t len = (size_t)natsMsg_GetDataLength(msg);
+
+    if (natsMsg_GetMetaData(&meta, msg) == NATS_OK) {
+        seq = meta->Sequence.Stream;
+        delivered = meta->NumDelivered;
+        jsMsgMetaData_Destroy(meta);
+    }
+    rc = g->h.key ? g->h.key(g->h.arg, data, len, key, sizeof(key))
+                  : consume_envelope_key(NULL, data, len, key, sizeof(key));
+    if (rc != 0) {
+        dead_letter(g, msg, "", seq, delivered, "undecodable message");
+        return;
+    }
+    if (inbox_stmt(g->db, SQL_LOOKUP, key, NULL, &failures, state, sizeof(state)) != 0) {
+        log_warn("consume", "inbox read failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
+                 sqlite3_errmsg(g->db));
+        natsMsg_NakWithDelay(msg, consume_retry_delay_ms(&g->o, 1), ack_opts(g, &jo));
+        return;
+    }
+    if (strcmp(state, "done") == 0 || strcmp(state, "dead") == 0) {
+        /* A redelivery of something already settled: no second effect. */
+        natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr);
+        count(g, &g->stats.duplicates);
+        log_debug("consume", "duplicate acknowledged", "group=%s key=%s state=%s", g->h.group, key,
+                  state);
+        return;
+    }
+    if (!g->h.holds && delivered > (uint64_t)g->o.max_reconsume + 1 + CRASH_SLACK) {
+        dead_letter(g, msg, key, seq, delivered, "delivery limit reached without a verdict");
+        return;
+    }
+    if (*state == '\0')
+        inbox_stmt(g->db, SQL_RECEIVED, key, NULL, NULL, NULL, 0);
+
+    struct consume_msg m = {
+        .group = g->h.group,
+        .subject = natsMsg_GetSubject(msg),
+        .data = data,
+        .len = len,
+        .key = key,
+        .stream_seq = seq,
+        .num_delivered = delivered,
+        .failures = failures,
+        .nmsg = msg,
+        .db = g->db,
+    };
+    rc = g->h.handle(g->h.arg, &m);
+    if (m.in_tx) {
+        consume_tx_rollback(&m);
+        if (rc == 0) {
+            rc = ROOMD_EINTERNAL;
+            snprintf(m.err, sizeof(m.err), "handler left a transaction open");
+        }
+    }
+    if (rc == 0 && m.hold_ms > 0) {
+        natsMsg_NakWithDelay(msg, m.hold_ms, ack_opts(g, &jo));
+        count(g, &g->stats.held);
+        return;
+    }
+    if (rc == 0) {
+        if (!m.done && inbox_stmt(g->db, SQL_DONE, key, NULL, NULL, NULL, 0) != 0)
+            log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group,
+                     key, sqlite3_errmsg(g->db));
+        if (natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr) != NATS_OK)
+            log_warn("consume", "ack failed; the redelivery will be deduplicated",
+                     "group=%s key=%s", g->h.group, key);
+        count(g, &g->stats.handled);
+        return;
+    }
+    if (!roomd_err_retryable(rc)) {
+        dead_letter(g, msg, key, seq, delivered, *m.err ? m.err : roomd_strerror(rc));
+        return;
+    }
+    failures = 0;
+    inbox_stmt(g->db, SQL_FAIL, key, m.err, &failures, NULL, 0);
+    if (!g->h.holds && (uint64_t)failures < delivered)
+        failures = (int)delivered; /* AckWait expiries count as failures too */
+    if (failures > g->o.max_reconsume) {
+        dead_letter(g, msg, key, seq, delivered, *m.err ? m.err : roomd_strerror(rc));
+        return;
+    }
+    int64_t delay = consume_retry_delay_ms(&g->o, failures);
+    natsMsg_NakWithDelay(msg, delay, ack_opts(g, &jo));
+    count(g, &g->stats.retried);
+    log_info("consume", "message failed, redelivery scheduled",
+             "group=%s key=%s failures=%d delay_ms=%" PRId64 " error=\"%s\"", g->h.group, key,
+             failures, delay, m.err);
+}
+
+/* ==== the group thread ==== */
+
+static void
+sleep_ms(struct consume_group *g, int64_t ms)
+{
+    int64_t end = clock_mono_ms() + ms;
+
+    while (!atomic_load(&g->stop) && clock_mono_ms() < end) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void
+unbind(struct consume_group *g)
+{
+    if (g->sub) {
+        natsSubscription_Unsubscribe(g->sub);
+        natsSubscription_Destroy(g->sub);
+        g->sub = NULL;
+    }
+    pthread_mutex_lock(&g->stats_mu);
+    g->stats.bound = false;
+    pthread_mutex_unlock(&g->stats_mu);
+}
+
+static int
+bind(struct consume_group *g, char *err, size_t errlen)
+{
+    char subject[256];
+    jsSubOptions so;
+    jsOptions jo;
+    jsErrCode jerr = 0;
+    /* The kit decides when a message is dead (CRASH_SLACK included), so
+     * the server never stops delivering on its own. */
+    int rc = bus_ensure_consumer(g->bus, g->h.stream, g->h.group, g->o.ack_wait_ms, -1,
+                                 g->o.max_ack_pending, err, errlen);
+
+    if (rc != 0)
+        return rc;
+    snprintf(subject, sizeof(subject), "%s.*", bus_subject_prefix(g->bus, g->h.stream));
+    jsSubOptions_Init(&so);
+    so.Stream = bus_stream_name(g->bus, g->h.stream);
+    so.Consumer = g->h.group;
+    natsStatus s = js_PullSubscribe(&g->sub, bus_js(g->bus), subject, g->h.group, ack_opts(g, &jo),
+                                    &so, &jerr);
+    if (s != NATS_OK) {
+        snprintf(err, errlen, "pull subscribe %s: %s (jerr %d)", g->h.group, natsStatus_GetText(s),
+                 (int)jerr);
+        g->sub = NULL;
+        return ROOMD_ERETRY;
+    }
+    pthread_mutex_lock(&g->stats_mu);
+    g->stats.bound = true;
+    pthread_mutex_unlock(&g->stats_mu);
+    return 0;
+}
+
+static void *
+group_main(void *arg)
+{
+    struct consume_group *g = arg;
+    int64_t backoff = 100, next_purge = 0;
+    int errs = 0;
+    char err[512];
+
+    while (!atomic_load(&g->stop)) {
+        if (g->sub == NULL) {
+            int rc = bind(g, err, sizeof(err));
+            if (rc != 0) {
+                if (g->last_bind_rc == 0)
+                    log_warn("consume", "group not bound yet, retrying", "group=%s error=\"%s\"",
+                             g->h.group, err);
+                g->last_bind_rc = rc;
+                sleep_ms(g, backoff);
+                backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+                continue;
+            }
+            g->last_bind_rc = 0;
+            backoff = 100;
+            log_info("consume", "group bound", "group=%s stream=%s db=%s", g->h.group,
+                     bus_stream_name(g->bus, g->h.stream), g->db_path);
+        }
+        natsMsgList list = {0};
+        jsErrCode jerr = 0;
+        int64_t t0 = clock_mono_ms();
+        natsStatus s =
+            natsSubscription_Fetch(&list, g->sub, g->o.fetch_batch, g->o.fetch_timeout_ms, &jerr);
+        if (s == NATS_TIMEOUT) {
+            /* "No messages" -- also returned at once for a stale 408 from
+             * an earlier pull (nats.c 3.4.1 pitfall 1): never spin. */
+            if (clock_mono_ms() - t0 < 2)
+                sleep_ms(g, 5);
+            errs = 0;
+            continue;
+        }
+        if (s != NATS_OK) {
+            count(g, &g->stats.fetch_errors);
+            if (errs++ == 0)
+                log_warn("consume", "fetch failed", "group=%s status=\"%s\" jerr=%d", g->h.group,
+                         natsStatus_GetText(s), (int)jerr);
+            sleep_ms(g, errs * 100 > 1000 ? 1000 : errs * 100);
+            if (errs >= 3 && bus_connected(g->bus)) {
+                unbind(g); /* consumer or stream gone: set up and bind again */
+                bus_invalidate(g->bus);
+            }
+            continue;
+        }
+        errs = 0;
+        for (int i = 0; i < list.Count; i++)
+            process(g, list.Msgs[i]);
+        natsMsgList_Destroy(&list);
+        if (clock_mono_ms() >= next_purge) {
+            inbox_purge(g);
+            next_purge = clock_mono_ms() + PURGE_EVERY_MS;
+        }
+    }
+    unbind(g);
+    return NULL;
+}
+
+/* ==== start / stop ==== */
+
+static void
+group_free(struct consume_group *g)
+{
+    if (g->db)
+        sqlite3_close(g->db);
+    bus_unref(g->bus);
+    pthread_mutex_destroy(&g->stats_mu);
+    free(g->db_path);
+    free(g);
+}
+
+int
+consume_group_start(struct consume_group **out, struct bus *bus, const struct consume_handler *h,
+                    const struct consume_opts *o, char *err, size_t errlen)
+{
+    struct consume_group *g = xcalloc(1, sizeof(*g));
+
+    *out = NULL;
+    g->h = *h;
+    g->o = *o;
+    if (g->o.fetch_batch <= 0 || g->o.fetch_batch > 64)
+        g->o.fetch_batch = 16;
+    if (g->o.fetch_timeout_ms <= 0)
+        g->o.fetch_timeout_ms = 1000;
+    bus_ref(bus);
+    g->bus = bus;
+    pthread_mutex_init(&g->stats_mu, NULL);
+    atomic_init(&g->stop, false);
+    if (inbox_open(g, err, errlen) != 0) {
+        group_free(g);
+        return ROOMD_EIO;
+    }
+    if (pthread_create(&g->thread, NULL, group_main, g) != 0) {
+        snprintf(err, errlen, "cannot start the %s thread", h->group);
+        group_free(g);
+        return ROOMD_EIO;
+    }
+    *out = g;
+    return 0;
+}
+
+void
+consume_group_stop(struct consume_group *g)
+{
+    if (g == NULL)
+        return;
+    atomic_store(&g->stop, true);
+    pthread_join(g->thread, NULL);
+    log_info("consume", "group stopped",
+             "group=%s handled=%" PRIu64 " duplicates=%" PRIu64 " retried=%" PRIu64
+             " dead=%" PRIu64,
+             g->h.group, g->stats.handled, g->stats.duplicates, g->stats.retried, g->stats.dead);
+    group_free(g);
+}
+
+void
+consume_group_stats(struct consume_group *g, struct consume_stats *out)
+{
+    pthread_mutex_lock(&g->stats_mu);
+    *out = g->stats;
+    pthread_mutex_unlock(&g->stats_mu);
+}

@@ -1,0 +1,149 @@
+/*
+ * group.h: the consumer kit. One consumer group = one durable JetStream
+ * pull consumer (durable name = group name) worked by one thread that
+ * Fetches small batches, calls the group's handler per message, and
+ * acknowledges by the handler's verdict. Each group keeps its own SQLite
+ * database "<rocketmq.consumer_store_dir>/<group>.db" holding the inbox
+ * (dedupe by event_id) and the handler's own tables, so a group's effects
+ * and its dedupe record can commit in one transaction.
+ *
+ *   inbox(key PRIMARY KEY, state received|done|dead, failures, updated_ms,
+ *         last_error)
+ *
+ * Per message: inbox says done -> Ack (a redelivery; no second effect).
+ * Else the handler runs, and
+ *   0               -> inbox done (in the handler's transaction when it used
+ *                      consume_tx_*; else right after), then AckSync
+ *   0 + hold_ms > 0 -> NakWithDelay(hold_ms): not a failure (rocket holds)
+ *   retryable rc    -> failures+1; NakWithDelay(delays[failures-1]), the
+ *                      last delay repeating; when failures exceed
+ *                      max_reconsume: dead letter
+ *   other rc        -> dead letter at once (permanent)
+ * Dead letter: publish the message to "<ns>hyapp_dlq.<group>" (headers
+ * Roomd-Group, Roomd-Subject, Roomd-Stream-Seq, Roomd-Deliveries,
+ * Roomd-Error; Msg-Id "dlq-<group>-<stream seq>"), wait for its PubAck, then
+ * Term; inbox dead. A failing DLQ publish leaves the message to come back.
+ *
+ * Groups never touch room_outbox and never share a thread, a connection
+ * pool or a database with another group or the command path.
+ * Handlers: activity.c, notice.c, im_bridge.c, rocket_open.c; roles.c
+ * starts the configured ones.
+ */
+#ifndef ROOMD_CONSUME_GROUP_H
+#define ROOMD_CONSUME_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+
+#include "publish/bus.h"
+
+struct conf_rocketmq;
+struct consume_group;
+
+#define CONSUME_KEY_MAX 200
+
+/* One delivery as a handler sees it. Borrowed for the handle() call. */
+struct consume_msg {
+    const char *group;
+    const char *subject;
+    const uint8_t *data; /* message body */
+    size_t len;
+    const char *key; /* dedupe key (the event_id for outbox groups) */
+    uint64_t stream_seq;
+    uint64_t num_delivered; /* JetStream's count, holds included */
+    int failures;           /* failed attempts recorded before this one */
+    natsMsg *nmsg;          /* headers: natsMsgHeader_Get(m->nmsg, ...) */
+    sqlite3 *db;            /* the group's database; no transaction open */
+    /* Out. */
+    int64_t hold_ms; /* > 0 with return 0: see it again after this */
+    char err[256];   /* reason of a failure (no secrets) */
+    /* Kit-private. */
+    bool in_tx;
+    bool done;
+};
+
+/* What makes a group. Borrowed by consume_group_start until stop. */
+struct consume_handler {
+    const char *group;      /* durable name and DLQ subject token */
+    enum bus_stream stream; /* BUS_STREAM_OUTBOX or BUS_STREAM_ROCKET */
+    /* Holding groups (rocket) see one message many times on purpose:
+     * MaxDeliver is unlimited and failures are counted in the inbox only. */
+    bool holds;
+    /* Fills key from the body; NULL = the RoomOutboxEvent's event_id.
+     * Returns 0 or ROOMD_EINVAL (undecodable: dead letter). */
+    int (*key)(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen);
+    /* Creates the handler's tables (CREATE ... IF NOT EXISTS). May be NULL. */
+    int (*init)(void *arg, sqlite3 *db, char *err, size_t errlen);
+    /* Does the group's work for m (see the verdicts above). Runs on the
+     * group's thread; may block (bounded by its own timeouts). */
+    int (*handle)(void *arg, struct consume_msg *m);
+    void *arg;
+};
+
+/* Tunables, from the rocketmq section by consume_opts_from_conf. */
+struct consume_opts {
+    const char *store_dir; /* inbox databases live here */
+    int64_t ack_wait_ms;
+    int max_reconsume;     /* consumer_max_reconsume_times */
+    int64_t delays_ms[16]; /* reconsume schedule */
+    int ndelays;
+    int64_t max_ack_pending;  /* 0 = server default (1000) */
+    int fetch_batch;          /* <= 64 (nats.c 3.4.1 pitfall 2) */
+    int64_t fetch_timeout_ms; /* also bounds how long stop waits */
+    int64_t inbox_keep_ms;    /* done/dead inbox rows are purged after this */
+};
+
+/* Fills o from c for a group allowed max_reconsume reconsumes. Defaults:
+ * store "./var/consumers", AckWait 30 s, RocketMQ's schedule 10s 30s 1m 2m
+ * 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h, batch 16, fetch 1 s. */
+void consume_opts_from_conf(struct consume_opts *o, const struct conf_rocketmq *c,
+                            int max_reconsume);
+
+/* Delay before redelivery after the failures-th failure (failures >= 1). */
+int64_t consume_retry_delay_ms(const struct consume_opts *o, int failures);
+
+/*
+ * Opens the group's database (creating dir and tables), then starts its
+ * thread, which creates/updates the durable consumer and binds a pull
+ * subscription as soon as the broker is reachable (the broker may be down
+ * now). Takes a reference on bus. Returns 0 and *out, or ROOMD_EIO with err
+ * (database). Thread: main.
+ */
+int consume_group_start(struct consume_group **out, struct bus *bus,
+                        const struct consume_handler *h, const struct consume_opts *o, char *err,
+                        size_t errlen);
+
+/* Stops the thread after the message in hand (waits at most about one
+ * fetch timeout), closes the database and frees g. NULL is a no-op.
+ * Unacknowledged messages come back after AckWait. Thread: main. */
+void consume_group_stop(struct consume_group *g);
+
+/* Counters since start. Thread: any. */
+struct consume_stats {
+    uint64_t handled;    /* handler returned 0 (done) */
+    uint64_t duplicates; /* acked from the inbox without the handler */
+    uint64_t held;
+    uint64_t retried;
+    uint64_t dead;
+    uint64_t fetch_errors;
+    bool bound; /* the pull subscription is up */
+};
+void consume_group_stats(struct consume_group *g, struct consume_stats *out);
+
+/*
+ * Transactions for handlers whose effect lives in m->db: begin, write,
+ * then consume_tx_commit_done(), which records the inbox row as done in the
+ * same transaction. A handler returning with a transaction open has it
+ * rolled back. Return 0 or ROOMD_EIO (err in m->err).
+ */
+int consume_tx_begin(struct consume_msg *m);
+int consume_tx_commit_done(struct consume_msg *m);
+void consume_tx_rollback(struct consume_msg *m);
+
+/* Decodes the RoomOutboxEvent key (event_id): the default key function. */
+int consume_envelope_key(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen);
+
+#endif

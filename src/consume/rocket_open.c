@@ -1,0 +1,126 @@
+/*
+ * rocket_open.c: hyapp-room-rocket-open. Each wake-up
+ * (roomd.v1.RocketLaunchWakeup, published by sink_rocket.c) is held with
+ * NakWithDelay until launch_at_ms, then sent in-process as LaunchRocket with
+ * the wake-up's command_id. The Room Cell re-validates status, rocket_id,
+ * level, launch_at_ms and the UTC day: a stale or repeated wake-up answers
+ * 409 rocket_stale (or a replay), which is success here. Every redelivery
+ * re-checks the clock, so a restart or a lost Nak only delays, never skips.
+ */
+#include "consume/handlers.h"
+
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "room/command.h"
+#include "room/service.h"
+#include "room_events.pb-c.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+int
+consume_rocket_key(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen)
+{
+    Roomd__V1__RocketLaunchWakeup *w = roomd__v1__rocket_launch_wakeup__unpack(NULL, len, data);
+    int rc = 0;
+
+    (void)arg;
+    if (w == NULL || !w->app_code || !*w->app_code || !w->room_id || !*w->room_id ||
+        !w->rocket_id || !*w->rocket_id)
+        rc = ROOMD_EINVAL;
+    else
+        snprintf(key, keylen, "rocket-%s-%s-%s", w->app_code, w->room_id, w->rocket_id);
+    if (w)
+        roomd__v1__rocket_launch_wakeup__free_unpacked(w, NULL);
+    return rc;
+}
+
+static int
+launch(struct room_service *rooms, const Roomd__V1__RocketLaunchWakeup *w, struct consume_msg *m)
+{
+    struct room_cmd cmd;
+    struct cmd_error ce;
+    struct room_reply reply = {0};
+    char body[512];
+    int rc;
+
+    memset(&cmd, 0, sizeof(cmd));
+    memset(&ce, 0, sizeof(ce));
+    int n = snprintf(body, sizeof(body),
+                     "{\"command_id\":\"%s\",\"rocket_id\":\"%s\",\"level\":%d,"
+                     "\"launch_at_ms\":%" PRId64 "}",
+                     w->command_id, w->rocket_id, w->level, w->launch_at_ms);
+    if (n < 0 || (size_t)n >= sizeof(body) || strpbrk(w->command_id, "\"\\") ||
+        strpbrk(w->rocket_id, "\"\\")) {
+        snprintf(m->err, sizeof(m->err), "wake-up fields do not fit a command");
+        return ROOMD_EPERM;
+    }
+    rc = room_cmd_parse(CMD_LAUNCH_ROCKET, w->app_code, w->room_id, body, (size_t)n, &cmd, &ce);
+    if (rc != 0) {
+        snprintf(m->err, sizeof(m->err), "LaunchRocket refused: %s: %s", ce.field, ce.message);
+        return ROOMD_EPERM;
+    }
+    room_service_execute(rooms, &cmd, &reply);
+    room_cmd_clear(&cmd);
+
+    int st = reply.status;
+    if (st == 200 || st == 404 || st == 409) {
+        /* Launched, replayed, or stale/closed/unknown room: all settled. */
+        log_info("consume", "rocket wake-up handled",
+                 "app=%s room=%s rocket_id=%s level=%d launch_at_ms=%" PRId64
+                 " status=%d late_ms=%" PRId64 " replay=%d",
+                 w->app_code, w->room_id, w->rocket_id, w->level, w->launch_at_ms, st,
+                 clock_wall_ms() - w->launch_at_ms, (int)reply.replay);
+        rc = 0;
+    } else if (st >= 500 || st == 503 || st == 429) {
+        snprintf(m->err, sizeof(m->err), "LaunchRocket answered %d", st);
+        rc = ROOMD_ERETRY;
+    } else {
+        snprintf(m->err, sizeof(m->err), "LaunchRocket answered %d", st);
+        rc = ROOMD_EPERM;
+    }
+    room_reply_clear(&reply);
+    return rc;
+}
+
+static int
+rocket_handle(void *arg, struct consume_msg *m)
+{
+    struct room_service *rooms = arg;
+    Roomd__V1__RocketLaunchWakeup *w =
+        roomd__v1__rocket_launch_wakeup__unpack(NULL, m->len, m->data);
+    int rc;
+
+    if (w == NULL || !w->command_id || !*w->command_id) {
+        snprintf(m->err, sizeof(m->err), "wake-up does not decode");
+        rc = ROOMD_EPERM;
+        goto out;
+    }
+    int64_t now = clock_wall_ms();
+    if (now < w->launch_at_ms) {
+        /* Not yet: park it on the broker until launch_at_ms. */
+        m->hold_ms = w->launch_at_ms - now;
+        rc = 0;
+        goto out;
+    }
+    rc = launch(rooms, w, m);
+out:
+    if (w)
+        roomd__v1__rocket_launch_wakeup__free_unpacked(w, NULL);
+    return rc;
+}
+
+void
+consume_rocket_open_handler(struct consume_handler *h, const char *group,
+                            struct room_service *rooms)
+{
+    memset(h, 0, sizeof(*h));
+    h->group = group && *group ? group : "hyapp-room-rocket-open";
+    h->stream = BUS_STREAM_ROCKET;
+    h->holds = true;
+    h->key = consume_rocket_key;
+    h->handle = rocket_handle;
+    h->arg = rooms;
+}

@@ -1,0 +1,47 @@
+/*
+ * roles.h: which consumer groups a process runs. roomd runs the groups its
+ * config switches on (rocketmq.room_outbox.tencent_im_consumer_enabled,
+ * notice_consumer_enabled, activity_consumer_enabled, and the rocket open
+ * group whenever rocketmq.rocket_launch.enabled); tools/roomd_consumer.c
+ * runs the outbox groups named on its command line. Each group is its own
+ * thread and database (consume/group.h).
+ */
+#ifndef ROOMD_CONSUME_ROLES_H
+#define ROOMD_CONSUME_ROLES_H
+
+#include <stddef.h>
+
+struct conf;
+struct bus;
+struct room_service;
+struct consume_group;
+struct consume_roles;
+
+#define CONSUME_ROLE_IM_BRIDGE (1u << 0)
+#define CONSUME_ROLE_NOTICE (1u << 1)
+#define CONSUME_ROLE_ACTIVITY (1u << 2)
+#define CONSUME_ROLE_ROCKET_OPEN (1u << 3)
+
+/* The roles c switches on inside roomd (0 when rocketmq is disabled). */
+unsigned consume_roles_configured(const struct conf *c);
+
+/* Parses "im-bridge", "notice", "activity", "rocket-open" (or the group
+ * names); returns the role bit or 0. */
+unsigned consume_role_parse(const char *name);
+
+/*
+ * Starts one group per role bit in roles, on bus (borrowed; each group
+ * takes a reference). rooms is needed by CONSUME_ROLE_ROCKET_OPEN (else
+ * ROOMD_EINVAL). c must outlive the roles. Returns 0 and *out, or an error
+ * with err (nothing left running). Thread: main.
+ */
+int consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus *bus,
+                        struct room_service *rooms, unsigned roles, char *err, size_t errlen);
+
+/* Stops every group (see consume_group_stop). NULL is a no-op. */
+void consume_roles_stop(struct consume_roles *r);
+
+/* The running group of role, or NULL (tests, metrics). */
+struct consume_group *consume_roles_group(struct consume_roles *r, unsigned role);
+
+#endif

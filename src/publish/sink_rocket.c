@@ -1,0 +1,114 @@
+/*
+ * sink_rocket.c: the rocket launch wake-up sink. For each RoomRocketIgnited
+ * row it publishes a roomd.v1.RocketLaunchWakeup (app_code, room_id,
+ * rocket_id, level, launch_at_ms, command_id = the ignition's
+ * launch_command_id) to "<ns><rocket topic>.wakeup" with header Launch-At.
+ * The group hyapp-room-rocket-open (consume/rocket_open.c) holds it until
+ * launch_at_ms and sends LaunchRocket; the Room Cell re-validates.
+ */
+#include "publish/sink_bus.h"
+
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "publish/bus.h"
+#include "room_events.pb-c.h"
+#include "store/store.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sink_rocket {
+    struct sink base; /* first member */
+    struct bus *bus;
+};
+
+static bool
+rocket_accepts(struct sink *s, const struct outbox_event *ev)
+{
+    (void)s;
+    return strcmp(ev->row->event_type, "RoomRocketIgnited") == 0;
+}
+
+static int
+rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms, char *err,
+               size_t errlen)
+{
+    struct sink_rocket *sr = (struct sink_rocket *)s;
+    const struct outbox_row *row = ev->row;
+    Roomd__V1__RoomRocketIgnited *ig = NULL;
+    Roomd__V1__RocketLaunchWakeup wk = ROOMD__V1__ROCKET_LAUNCH_WAKEUP__INIT;
+    uint8_t *buf = NULL;
+    natsMsg *msg = NULL;
+    char subject[256], at[32], *msg_id = NULL;
+    bool dup = false;
+    int rc = 0;
+
+    ig = roomd__v1__room_rocket_ignited__unpack(NULL, row->payload_len, row->payload);
+    if (ig == NULL || ig->rocket_id == NULL || *ig->rocket_id == '\0') {
+        snprintf(err, errlen, "RoomRocketIgnited payload does not decode");
+        rc = ROOMD_EPERM;
+        goto out;
+    }
+    wk.app_code = (char *)row->app_code;
+    wk.room_id = (char *)row->room_id;
+    wk.rocket_id = ig->rocket_id;
+    wk.level = ig->level;
+    wk.launch_at_ms = ig->launch_at_ms;
+    wk.command_id = ig->launch_command_id;
+    size_t len = roomd__v1__rocket_launch_wakeup__get_packed_size(&wk);
+    buf = xmalloc(len ? len : 1);
+    roomd__v1__rocket_launch_wakeup__pack(&wk, buf);
+
+    bus_subject(sr->bus, BUS_STREAM_ROCKET, "wakeup", subject, sizeof(subject));
+    snprintf(at, sizeof(at), "%" PRId64, ig->launch_at_ms);
+    if (natsMsg_Create(&msg, subject, NULL, (const char *)buf, (int)len) != NATS_OK ||
+        natsMsgHeader_Set(msg, "Launch-At", at) != NATS_OK) {
+        snprintf(err, errlen, "cannot build the wake-up message");
+        rc = ROOMD_ERETRY;
+        goto out;
+    }
+    /* rocket_id alone is the room's business; the app and room make the
+     * dedupe key unique across rooms whatever rocket ids look like. */
+    msg_id = xasprintf("rocket-%s-%s-%s", row->app_code, row->room_id, ig->rocket_id);
+    rc = bus_publish_msg(sr->bus, BUS_STREAM_ROCKET, msg, msg_id, deadline_mono_ms, &dup, NULL, err,
+                         errlen);
+    if (rc == 0)
+        log_info("bus", "rocket wake-up scheduled",
+                 "app=%s room=%s rocket_id=%s level=%d launch_at_ms=%" PRId64 " duplicate=%d",
+                 row->app_code, row->room_id, ig->rocket_id, ig->level, ig->launch_at_ms, (int)dup);
+out:
+    free(msg_id);
+    natsMsg_Destroy(msg);
+    free(buf);
+    if (ig)
+        roomd__v1__room_rocket_ignited__free_unpacked(ig, NULL);
+    return rc;
+}
+
+static void
+rocket_close(struct sink *s)
+{
+    struct sink_rocket *sr = (struct sink_rocket *)s;
+
+    bus_unref(sr->bus);
+    free(sr);
+}
+
+int
+sink_rocket_open(struct sink **out, struct bus *bus)
+{
+    struct sink_rocket *sr = xcalloc(1, sizeof(*sr));
+
+    sr->base.name = "rocket";
+    sr->base.bit = SINK_BIT_ROCKET;
+    sr->base.accepts = rocket_accepts;
+    sr->base.publish = rocket_publish;
+    sr->base.close = rocket_close;
+    bus_ref(bus);
+    sr->bus = bus;
+    *out = &sr->base;
+    return 0;
+}
