@@ -20,23 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-int
-consume_rocket_key(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen)
-{
-    Roomd__V1__RocketLaunchWakeup *w = roomd__v1__rocket_launch_wakeup__unpack(NULL, len, data);
-    int rc = 0;
-
-    (void)arg;
-    if (w == NULL || !w->app_code || !*w->app_code || !w->room_id || !*w->room_id ||
-        !w->rocket_id || !*w->rocket_id)
-        rc = ROOMD_EINVAL;
-    else
-        snprintf(key, keylen, "rocket-%s-%s-%s", w->app_code, w->room_id, w->rocket_id);
-    if (w)
-        roomd__v1__rocket_launch_wakeup__free_unpacked(w, NULL);
-    return rc;
-}
-
 static int
 launch(struct room_service *rooms, const Roomd__V1__RocketLaunchWakeup *w, struct consume_msg *m)
 {
