@@ -23,6 +23,7 @@
 #include "store/store.h"
 
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -761,6 +762,39 @@ test_purge(void **state)
     assert_int_equal(purged, 1);
 }
 
+/* While the store is unavailable (another process holds SQLite's write lock
+ * past busy_timeout) the worker backs off and logs the outage once, not per
+ * poll; when the lock goes it resumes by itself and delivers. */
+static void
+test_store_outage_backoff(void **state)
+{
+    char err[512];
+    store_close(fx.store);
+    fx.conf->store.sqlite.busy_timeout_ms = 30;
+    assert_int_equal(store_open(&fx.store, &fx.conf->store, err, sizeof(err)), 0);
+    fx.conf->outbox_worker.poll_interval_ms = 20;
+    char id[37];
+    insert_one(id);
+
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(fx.conf->store.sqlite.path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    usleep(800 * 1000);
+    assert_int_equal(tsink_calls(t), 0);
+    assert_int_equal(log_lines_with("store unavailable"), 1);
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    assert_true(wait_status(id, OUTBOX_DELIVERED, 5000));
+    assert_int_equal(tsink_calls(t), 1);
+    assert_int_equal(log_lines_with("store unavailable"), 1);
+    assert_int_equal(log_lines_with("store available again"), 1);
+    outbox_close(ob);
+    tsink_free(t);
+}
+
 int
 main(void)
 {
@@ -777,6 +811,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_full_batches_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_deliver_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_outage_backoff, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
