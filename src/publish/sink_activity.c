@@ -76,7 +76,11 @@ arm_watch(struct sink_activity *a)
         /* try_to_connect=1: leave IDLE at once, so the first call finds it READY. */
         grpc_connectivity_state s = grpc_channel_check_connectivity_state(a->channel, 1);
         if ((int)s != a->last_state) {
-            log_info("activity", "channel state", "target=%s state=%s", a->target, state_name(s));
+            /* Info only into and out of READY: a down peer flaps CONNECTING <->
+             * TRANSIENT_FAILURE at each backoff and must not flood the log. */
+            bool ready = s == GRPC_CHANNEL_READY || a->last_state == GRPC_CHANNEL_READY;
+            log_msg(ready ? LOG_INFO : LOG_DEBUG, "activity", "channel state", "target=%s state=%s",
+                    a->target, state_name(s));
             a->last_state = (int)s;
         }
         grpc_channel_watch_connectivity_state(a->channel, s, in_ms(WATCH_MS), a->watch_cq, a);

@@ -644,18 +644,21 @@ tim_send_group_custom(struct tim_client *c, const char *group_id, const char *da
 
 int
 tim_add_member(struct tim_client *c, const char *group_id, const char *account, int64_t deadline,
-               char *err, size_t errlen)
+               int *im_code, char *err, size_t errlen)
 {
     json_t *resp = NULL, *m;
     int code = -1, rc;
 
+    if (im_code == NULL)
+        im_code = &code;
+
     rc = call_steal(c, "group_open_http_svc/add_group_member",
                     json_pack("{s:s, s:i, s:[{s:s}]}", "GroupId", group_id, "Silence", 1,
                               "MemberList", "Member_Account", account),
-                    deadline, &resp, &code, err, errlen);
+                    deadline, &resp, im_code, err, errlen);
     if (rc != 0) {
         json_decref(resp);
-        return code == 10013 ? 0 : rc; /* 10013: already a member */
+        return *im_code == 10013 ? 0 : rc; /* 10013: already a member */
     }
     m = json_array_get(json_object_get(resp, "MemberList"), 0);
     if (json_is_object(m) && json_integer_value(json_object_get(m, "Result")) == 0) {

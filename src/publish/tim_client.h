@@ -103,7 +103,7 @@ int tim_send_group_custom(struct tim_client *c, const char *group_id, const char
 /* add_group_member (Silence 1); 10013 (already a member) and Result 2 count
  * as success. Not for AVChatRoom (IM answers 10007). */
 int tim_add_member(struct tim_client *c, const char *group_id, const char *account,
-                   int64_t deadline, char *err, size_t errlen);
+                   int64_t deadline, int *im_code, char *err, size_t errlen);
 /* delete_group_member (Silence 1, Reason). Not for AVChatRoom (10004). */
 int tim_delete_member(struct tim_client *c, const char *group_id, const char *account,
                       const char *reason, int64_t deadline, int *im_code, char *err, size_t errlen);

@@ -176,9 +176,18 @@ on_joined(struct ctx *x, const Roomd__V1__RoomUserJoined *p)
     int rc;
 
     snprintf(acct, sizeof(acct), "%" PRId64, p->uid);
-    if (membership_calls(x) &&
-        (rc = tim_add_member(x->c, x->group, acct, x->deadline, x->err, x->errlen)) != 0)
-        return rc;
+    if (membership_calls(x)) {
+        int code = -1;
+        rc = tim_add_member(x->c, x->group, acct, x->deadline, &code, x->err, x->errlen);
+        if (rc != 0 && (code == 10010 || code == 10015)) {
+            /* The group is missing (as in send_event): create it, add again. */
+            if ((rc = tim_ensure_group(x->c, x->group, x->e->room_id, x->deadline, x->err,
+                                       x->errlen)) == 0)
+                rc = tim_add_member(x->c, x->group, acct, x->deadline, NULL, x->err, x->errlen);
+        }
+        if (rc != 0)
+            return rc;
+    }
     return send_event(x, false);
 }
 
