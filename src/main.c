@@ -8,6 +8,7 @@
  *   roomd --check-config FILE          validate FILE and exit (0 ok, 1 error)
  */
 #include "conf/conf.h"
+#include "consume/roles.h" /* ISSUE-5 */
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -15,8 +16,10 @@
 #include "lease/lease.h"
 #include "outbox/outbox.h"
 #include "projection/projection.h"
+#include "publish/bus.h" /* ISSUE-5 */
 #include "publish/sink.h"
 #include "publish/sink_activity.h" /* ISSUE-4 */
+#include "publish/sink_bus.h"      /* ISSUE-5 */
 #include "publish/sink_tim.h"      /* ISSUE-4 */
 #include "publish/tim_client.h"    /* ISSUE-4 */
 #include "room/service.h"
@@ -33,6 +36,10 @@
 #include <unistd.h>
 
 #define MAX_SINKS 8
+
+/* ISSUE-5: the JetStream connection (rocketmq.enabled), shared by the bus
+ * and rocket sinks and the consumer groups. */
+static struct bus *bus;
 
 static void
 usage(void)
@@ -67,6 +74,11 @@ open_sinks(const struct conf *c, struct sink **sinks)
         n++;
     }
     /* ISSUE-5: the JetStream bus sink (mq, dual) and rocket wake-up sink are added here. */
+    if (bus && (ob->publish_mode == PUBLISH_MQ || ob->publish_mode == PUBLISH_DUAL) &&
+        c->rocketmq.room_outbox.enabled)
+        sink_bus_open(&sinks[n++], bus);
+    if (bus && c->rocketmq.rocket_launch.enabled)
+        sink_rocket_open(&sinks[n++], bus);
     return n;
 }
 
@@ -127,12 +139,19 @@ main(int argc, char **argv)
     if (projection_open(&proj, conf, err, sizeof(err)) != 0)
         fatalx("projection: %s", err);
 
+    if (conf->rocketmq.enabled) { /* ISSUE-5 */
+        char *name = xasprintf("roomd/%s", conf->app.node_id);
+        if (bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)) != 0)
+            fatalx("rocketmq: %s", err);
+        free(name);
+    }
+
     struct outbox *outbox = NULL;
     if (conf->outbox_worker.enabled) {
         struct sink *sinks[MAX_SINKS];
         size_t nsinks = open_sinks(conf, sinks);
-        if (outbox_open(&outbox, &conf->outbox_worker, store, conf->app.node_id, sinks,
-                        nsinks) != 0)
+        if (outbox_open(&outbox, &conf->outbox_worker, store, conf->app.node_id, sinks, nsinks) !=
+            0)
             fatalx("outbox_worker: cannot start the workers");
     }
 
@@ -156,6 +175,10 @@ main(int argc, char **argv)
         fatalx("room: cannot start the room service");
 
     /* ISSUE-5: consumer groups (IM bridge, rocket open, ...) start here. */
+    struct consume_roles *consumers = NULL;
+    if (bus && consume_roles_start(&consumers, conf, bus, rooms, consume_roles_configured(conf),
+                                   err, sizeof(err)) != 0)
+        fatalx("rocketmq consumers: %s", err);
 
     struct http_deps hd = {
         .conf = conf, .rooms = rooms, .wallet = wallet, .projection = proj, .store = store};
@@ -171,8 +194,10 @@ main(int argc, char **argv)
     log_info("main", "stopping", "signal=%d", sig);
 
     http_server_close(http);
+    consume_roles_stop(consumers); /* ISSUE-5: before the rooms it launches rockets in */
     room_service_close(rooms);
     outbox_close(outbox);
+    bus_unref(bus); /* ISSUE-5: after the sinks (outbox_close) dropped theirs */
     projection_close(proj);
     lease_close(lease);
     wallet_close(wallet);
@@ -181,5 +206,7 @@ main(int argc, char **argv)
     log_info("main", "stopped", NULL);
     log_close();
     conf_free(conf);
+    if (bus) /* ISSUE-5 */
+        bus_library_shutdown();
     return 0;
 }

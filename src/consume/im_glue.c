@@ -1,51 +1,141 @@
 /*
- * im_glue.c: the IM side of the notice and IM bridge groups. Both need the
- * Tencent IM client (publish/tim_client.[ch], the direct publishers issue);
- * until it is part of the build, a config that needs IM from a consumer
- * group is refused at start-up with a clear message, and the notice group
- * runs with IM disabled (notices recorded as "skipped").
+ * im_glue.c: the IM side of two consumer groups, through the Tencent IM
+ * client of the direct publishers (publish/tim_client.h):
+ *   hyapp-room-im-bridge      tim_client_deliver(): the same IM actions as
+ *                             the direct IM sink (group system messages,
+ *                             membership), deduplicated by IM through the
+ *                             Random derived from the event_id;
+ *   hyapp-notice-room-outbox  tim_send_c2c(): the private notice, MsgRandom
+ *                             and MsgSeq derived from the notice id.
+ * Each group gets its own client (its own curl pool and UserSig cache).
  */
 #include "consume/handlers.h"
 
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "core/err.h"
+#include "core/xmalloc.h"
+#include "publish/tim_client.h"
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A private notice waits in IM for an offline user this long (7 days max). */
+#define NOTICE_LIFETIME_S (7 * 24 * 3600)
+
+struct im_ctx {
+    struct tim_client *tim;
+    int64_t budget_ms; /* one event's IM calls, all together */
+};
+
+static int64_t
+budget_of(const struct conf *c)
+{
+    int64_t b = c->outbox_worker.publish_timeout_ms;
+    int64_t t = c->tencent_im.timeout_ms;
+
+    return b > t ? b : (t > 0 ? t : 3000);
+}
+
+static struct im_ctx *
+im_ctx_open(const struct conf *c, const char *key, char *err, size_t errlen)
+{
+    struct im_ctx *x = xcalloc(1, sizeof(*x));
+    char e[256] = "";
+
+    if (!c->tencent_im.enabled) {
+        snprintf(err, errlen, "%s: needs tencent_im.enabled: true", key);
+        free(x);
+        return NULL;
+    }
+    if (tim_client_open(&x->tim, &c->tencent_im, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "%s: %s", key, e);
+        free(x);
+        return NULL;
+    }
+    x->budget_ms = budget_of(c);
+    return x;
+}
+
+static void
+im_ctx_close(struct im_ctx *x)
+{
+    if (x == NULL)
+        return;
+    tim_client_close(x->tim);
+    free(x);
+}
+
+/* ==== notice: C2C ==== */
+
+static int
+c2c_send(void *arg, const char *app_code, int64_t to_uid, const char *notice_id, const char *text,
+         char *err, size_t errlen)
+{
+    struct im_ctx *x = arg;
+    char account[32];
+
+    (void)app_code;
+    snprintf(account, sizeof(account), "%" PRId64, to_uid);
+    return tim_send_c2c(x->tim, account, text, "RoomNotice", notice_id, NOTICE_LIFETIME_S,
+                        clock_mono_ms() + x->budget_ms, err, errlen);
+}
 
 int
 consume_notice_sender_open(struct consume_notice_sender *s, const struct conf *c, char *err,
                            size_t errlen)
 {
     memset(s, 0, sizeof(*s));
-    if (c->tencent_im.enabled) {
-        snprintf(err, errlen,
-                 "rocketmq.room_outbox.notice_consumer_enabled: the IM client is "
-                 "not in this build");
+    if (!c->tencent_im.enabled)
+        return 0; /* notices are recorded as "skipped" */
+    struct im_ctx *x = im_ctx_open(c, "rocketmq.room_outbox.notice_consumer_enabled", err, errlen);
+    if (x == NULL)
         return ROOMD_EINVAL;
-    }
+    s->send = c2c_send;
+    s->arg = x;
     return 0;
 }
 
 void
 consume_notice_sender_close(struct consume_notice_sender *s)
 {
+    if (s->send == c2c_send)
+        im_ctx_close(s->arg);
     memset(s, 0, sizeof(*s));
+}
+
+/* ==== IM bridge ==== */
+
+static int
+bridge_handle(void *arg, struct consume_msg *m)
+{
+    struct im_ctx *x = arg;
+
+    return tim_client_deliver(x->tim, m->data, m->len, NULL, clock_mono_ms() + x->budget_ms, m->err,
+                              sizeof(m->err));
 }
 
 int
 consume_im_bridge_handler(struct consume_handler *h, const struct conf *c, char *err, size_t errlen)
 {
-    (void)c;
     memset(h, 0, sizeof(*h));
-    snprintf(err, errlen,
-             "rocketmq.room_outbox.tencent_im_consumer_enabled: the IM client is "
-             "not in this build");
-    return ROOMD_EINVAL;
+    struct im_ctx *x =
+        im_ctx_open(c, "rocketmq.room_outbox.tencent_im_consumer_enabled", err, errlen);
+    if (x == NULL)
+        return ROOMD_EINVAL;
+    const char *g = c->rocketmq.room_outbox.tencent_im_consumer_group;
+    h->group = g && *g ? g : "hyapp-room-im-bridge";
+    h->stream = BUS_STREAM_OUTBOX;
+    h->handle = bridge_handle;
+    h->arg = x;
+    return 0;
 }
 
 void
 consume_im_bridge_release(struct consume_handler *h)
 {
-    (void)h;
+    im_ctx_close(h->arg);
+    h->arg = NULL;
 }

@@ -144,8 +144,11 @@ on_connected(natsConnection *nc, void *arg)
 static void
 on_disconnected(natsConnection *nc, void *arg)
 {
+    struct bus *b = arg;
+
     (void)nc;
-    (void)arg;
+    if (atomic_load(&b->closing))
+        return;
     log_warn("bus", "broker disconnected", "reconnect=%s", "forever");
 }
 
@@ -211,6 +214,7 @@ bus_open(struct bus **out, const struct conf_rocketmq *cfg, const char *client_n
     *out = NULL;
     atomic_init(&b->refs, 1);
     atomic_init(&b->ready, false);
+    atomic_init(&b->closing, false);
     atomic_init(&b->last_setup_rc, 0);
     b->cfg = cfg;
     pthread_mutex_init(&b->setup_mu, NULL);
@@ -316,6 +320,7 @@ bus_unref(struct bus *b)
 {
     if (b == NULL || atomic_fetch_sub(&b->refs, 1) != 1)
         return;
+    atomic_store(&b->closing, true);
     jsCtx_Destroy(b->js);
     natsConnection_Close(b->nc);
     /* The closed callback is the last one nats.c calls with b as closure:
