@@ -133,6 +133,24 @@ answer_logged(struct room_reply *r, struct timing *tm, const struct room_cmd *cm
     fail_reply(r, tm, 409, "idempotency_key_reused", msg);
 }
 
+/* Before refusing a command: if its command_id committed while it waited
+ * for the room (a concurrent retry of the same request), answer from the log
+ * instead. Returns true when *r was filled that way. */
+static bool
+logged_meanwhile(struct room_service *svc, const struct room_cmd *cmd, struct room_reply *r,
+                 struct timing *tm)
+{
+    struct command_record rec;
+    bool found;
+
+    memset(&rec, 0, sizeof(rec));
+    found = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec) == 0;
+    if (found)
+        answer_logged(r, tm, cmd, &rec);
+    command_record_clear(&rec);
+    return found;
+}
+
 /* ---- the mutation --------------------------------------------------------------------- */
 
 static const char *const room_status_str[] = {"open", "closed"};
@@ -272,6 +290,8 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     /* 3. apply to a clone */
     if (cmd->type == CMD_CREATE_ROOM) {
         if (c->state != NULL) {
+            if (logged_meanwhile(svc, cmd, reply, &tm))
+                goto out;
             snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
             fail_reply(reply, &tm, 409, "room_exists", msg);
             goto out;
@@ -291,6 +311,8 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
         now = c->state->updated_at_ms;
     rc = room_apply(clone, cmd, now, &conf->room, &ev, &ae);
     if (rc != 0) {
+        if (logged_meanwhile(svc, cmd, reply, &tm))
+            goto out;
         if (cmd->type == CMD_LAUNCH_ROCKET && strcmp(ae.code, "rocket_stale") == 0) {
             json_t *o = json_pack("{s:b, s:s}", "launched", 0, "reason", ae.message);
             reply->status = 200;

@@ -554,6 +554,125 @@ test_concurrency(void **state)
     free(after);
 }
 
+struct same {
+    struct fx *f;
+    enum room_cmd_type type;
+    const char *body;
+    int status;
+    bool replay;
+    char *reply;
+};
+
+static void *
+same_main(void *arg)
+{
+    struct same *s = arg;
+    struct room_reply r = {0};
+
+    run(s->f, s->type, "r1", s->body, &r);
+    s->status = r.status;
+    s->replay = r.replay;
+    s->reply = r.body;
+    r.body = NULL;
+    room_reply_clear(&r);
+    return NULL;
+}
+
+/* Concurrent retries of one command: one applies, the others replay it. */
+static void
+race_same(struct fx *f, enum room_cmd_type type, const char *body)
+{
+    struct same s[NTHREADS];
+    pthread_t th[NTHREADS];
+    int fresh = 0;
+
+    for (int i = 0; i < NTHREADS; i++) {
+        s[i] = (struct same){.f = f, .type = type, .body = body};
+        assert_int_equal(pthread_create(&th[i], NULL, same_main, &s[i]), 0);
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < NTHREADS; i++) {
+        if (s[i].status != 200)
+            fail_msg("%s: %d %s", body, s[i].status, s[i].reply);
+        if (!s[i].replay)
+            fresh++;
+        assert_string_equal(s[i].reply, s[0].reply);
+    }
+    assert_int_equal(fresh, 1);
+    for (int i = 0; i < NTHREADS; i++)
+        free(s[i].reply);
+}
+
+static void
+test_concurrent_retries(void **state)
+{
+    struct fx *f = *state;
+    int64_t bal;
+    size_t rows;
+
+    svc_open(f);
+    race_same(f, CMD_CREATE_ROOM,
+              "{\"command_id\":\"c\",\"room_id\":\"r1\",\"owner_uid\":1,\"title\":\"t\"}");
+    race_same(f, CMD_JOIN_ROOM, "{\"command_id\":\"j1\",\"uid\":1}");
+    race_same(f, CMD_JOIN_ROOM, "{\"command_id\":\"j2\",\"uid\":2}");
+    race_same(f, CMD_MIC_UP, "{\"command_id\":\"m2\",\"uid\":2}");
+    rows = outbox_rows(f);
+    race_same(f, CMD_SEND_GIFT,
+              "{\"command_id\":\"g\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\",\"count\":1,"
+              "\"unit_price\":50}");
+    assert_int_equal(outbox_rows(f), rows + 1);
+    assert_int_equal(f->wallet->ops->balance(f->wallet, APP, 2, &bal), 0);
+    assert_int_equal(bal, 950); /* charged once */
+}
+
+/* Two services on one database each think they own r1: the one committing on
+ * a stale state is fenced (503), drops its cell, and reloads on the next command. */
+static void
+test_fenced_commit_reloads(void **state)
+{
+    struct fx *f = *state;
+    struct room_service *other;
+    struct room_deps d;
+    struct room_cmd cmd;
+    struct cmd_error e;
+    struct room_reply r = {0};
+    const char *body = "{\"command_id\":\"j6\",\"uid\":6}";
+    char *a;
+
+    svc_open(f);
+    memset(&d, 0, sizeof(d));
+    d.conf = f->conf;
+    d.store = f->store;
+    d.gc = f->gc;
+    d.wallet = f->wallet;
+    d.lease = f->lease;
+    assert_int_equal(room_service_open(&other, &d), 0);
+    create(f, "r1", 1);
+    a = get_room(f, "r1");
+    free(a);
+    {
+        /* the other service loads r1 at version 1 */
+        room_service_get(other, APP, "r1", &r);
+        assert_int_equal(r.status, 200);
+        room_reply_clear(&r);
+    }
+    join(f, "r1", 5); /* version 2, through the first service */
+    assert_int_equal(room_cmd_parse(CMD_JOIN_ROOM, APP, "r1", body, strlen(body), &cmd, &e), 0);
+    room_service_execute(other, &cmd, &r);
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "fenced"));
+    assert_false(logged(f, "j6"));
+    room_reply_clear(&r);
+    /* the next try reloads and succeeds on top of version 2 */
+    room_service_execute(other, &cmd, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"version\":3"));
+    room_cmd_clear(&cmd);
+    room_reply_clear(&r);
+    room_service_close(other);
+}
+
 static void
 test_eviction(void **state)
 {
@@ -831,6 +950,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomicity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrency, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_commit_reloads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rocket_timer, setup, teardown),
