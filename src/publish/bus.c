@@ -37,6 +37,7 @@ struct bus {
 
     pthread_mutex_t setup_mu; /* one stream setup at a time */
     atomic_bool ready;        /* streams set up since the last (re)connect */
+    atomic_bool closing;      /* bus_unref closes: a disconnect is expected */
     atomic_int last_setup_rc; /* to log a failing setup once, not per call */
 
     pthread_mutex_t close_mu;
