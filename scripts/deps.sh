@@ -6,7 +6,10 @@ set -eu
 PKGS="build-essential cmake pkg-config python3 curl ca-certificates openssl \
  libmicrohttpd-dev libjansson-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler libgrpc-dev \
  libcurl4-openssl-dev libssl-dev zlib1g-dev libmariadb-dev libhiredis-dev libnats-dev \
- libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server nodejs npm"
+ libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server"
+# Node.js (gRPC stand-in): the machine image may ship its own node+npm, which conflicts with
+# Debian's npm package; take Debian's only when there is none.
+command -v npm >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
