@@ -1,0 +1,158 @@
+"""test_direct_activity.py: a real roomd in publish_mode direct against the activity-service
+gRPC stand-in (tests/standins/activity_standin.js, @grpc/grpc-js, a separate process).
+The seed's acceptance row "activity down: commands succeed; rows retried; delivered after
+recovery", the status mapping (INVALID_ARGUMENT permanent), and per-sink state: with IM and
+activity both configured and activity down, a retry does not send to IM again."""
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standins"))
+import roomd_test as rt  # noqa: E402
+from standins import ActivityStandin, ImStandin, TEST_SECRET  # noqa: E402
+
+ENV = {"TIM_TEST_SECRET": TEST_SECRET}
+SINK_TIM, SINK_ACTIVITY = 2, 4
+
+
+def rows(r):
+    db = sqlite3.connect(r.cfg["store"]["sqlite"]["path"], timeout=10)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(x) for x in db.execute(
+            "SELECT id, event_id, event_type, status, retry_count, sinks_done, last_error "
+            "FROM room_outbox ORDER BY id")]
+    finally:
+        db.close()
+
+
+def all_delivered(r):
+    rs = rows(r)
+    return rs and all(x["status"] == "delivered" for x in rs)
+
+
+def cmd(r, path, body, n=[0]):
+    n[0] += 1
+    st, _, js = r.post(path, dict(body, command_id=f"a{n[0]}-{time.time_ns()}"))
+    assert st == 200, (path, st, js)
+    return js
+
+
+def start(tmp, act, im=None, outbox=None):
+    ob = {"max_retry_count": 12, "initial_backoff": "200ms", "max_backoff": "1s",
+          "publish_timeout": "3s", "lock_timeout": "10s"}
+    ob.update(outbox or {})
+    cfg = {"activity": act.conf(), "outbox_worker": ob}
+    if im is not None:
+        cfg["tencent_im"] = im.conf()
+    return rt.Roomd(cfg, tmp=tmp).start(env=ENV)
+
+
+def test_happy_path():
+    tmp = tempfile.mkdtemp(prefix="direct-act-")
+    act = ActivityStandin(tmp).start()
+    r = start(tmp, act)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "a1", "owner_uid": 1, "title": "t"})
+        cmd(r, "/v1/rooms/a1/join", {"uid": 2})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered")
+        got = {c["event_id"]: c for c in act.calls()}
+        for x in rows(r):
+            assert x["sinks_done"] & SINK_ACTIVITY, x
+            c = got[x["event_id"]]  # the packed envelope arrived and decoded
+            assert c["event_type"] == x["event_type"] and c["room_id"] == "a1", c
+            assert c["payload_len"] > 0
+    finally:
+        r.stop()
+        act.stop()
+
+
+def test_down_then_recovered():
+    tmp = tempfile.mkdtemp(prefix="direct-act-")
+    act = ActivityStandin(tmp)  # not started
+    r = start(tmp, act)
+    try:
+        t0 = time.time()
+        cmd(r, "/v1/rooms", {"room_id": "a2", "owner_uid": 1, "title": "t"})
+        cmd(r, "/v1/rooms/a2/join", {"uid": 2})
+        assert time.time() - t0 < 2, "commands are not held by a down activity service"
+        rt.wait_until(lambda: all(x["status"] == "retryable" and x["retry_count"] >= 2
+                                  for x in rows(r)), timeout=10, what="rows retried")
+        assert all("activity UNAVAILABLE" in x["last_error"] for x in rows(r)), rows(r)
+        act.start()
+        t1 = time.time()
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered after recovery")
+        print(f"  delivered {time.time() - t1:.2f}s after the activity service came back")
+        ids = {c["event_id"] for c in act.calls() if c["status"] == 0}
+        assert ids == {x["event_id"] for x in rows(r)}
+        # A restart of the service while roomd keeps its channel.
+        act.stop()
+        cmd(r, "/v1/rooms/a2/leave", {"uid": 2})
+        rt.wait_until(lambda: any(x["status"] == "retryable" for x in rows(r)), timeout=10,
+                      what="leave retryable")
+        act.start()
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered after restart")
+    finally:
+        r.stop()
+        act.stop()
+
+
+def test_invalid_argument_is_permanent():
+    tmp = tempfile.mkdtemp(prefix="direct-act-")
+    act = ActivityStandin(tmp).start()
+    r = start(tmp, act)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "a3", "owner_uid": 1, "title": "t"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="created delivered")
+        act.fail(3, details="bad event")  # INVALID_ARGUMENT
+        cmd(r, "/v1/rooms/a3/join", {"uid": 2})
+        rt.wait_until(lambda: any(x["status"] == "failed" for x in rows(r)), timeout=15,
+                      what="row failed")
+        x = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"][0]
+        assert x["retry_count"] == 1 and "activity INVALID_ARGUMENT" in x["last_error"], x
+        act.fail(6)  # ALREADY_EXISTS counts as delivered
+        cmd(r, "/v1/rooms/a3/leave", {"uid": 2})
+        rt.wait_until(lambda: [y["status"] for y in rows(r)
+                               if y["event_type"] == "RoomUserLeft"] == ["delivered"],
+                      timeout=15, what="ALREADY_EXISTS delivered")
+    finally:
+        r.stop()
+        act.stop()
+
+
+def test_retry_skips_sinks_done():
+    tmp = tempfile.mkdtemp(prefix="direct-act-")
+    act = ActivityStandin(tmp)  # down
+    im = ImStandin(tmp).start()
+    r = start(tmp, act, im=im)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "a4", "owner_uid": 1, "title": "t"})
+        cmd(r, "/v1/rooms/a4/join", {"uid": 2})
+        rt.wait_until(lambda: all(x["retry_count"] >= 3 for x in rows(r)), timeout=15,
+                      what="several failed attempts")
+        for x in rows(r):
+            assert x["status"] == "retryable", x
+            assert x["sinks_done"] & SINK_TIM and not x["sinks_done"] & SINK_ACTIVITY, x
+        # IM got each event once: the retries went to the activity sink only.
+        sends = im.calls("send_group_msg")
+        assert len(sends) == len(rows(r)), sends
+        act.start()
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered")
+        assert len(im.calls("send_group_msg")) == len(rows(r))
+    finally:
+        r.stop()
+        act.stop()
+        im.stop()
+
+
+if __name__ == "__main__":
+    if not ActivityStandin.available():
+        if os.environ.get("ROOMD_REQUIRE_SERVERS", "") not in ("", "0"):
+            print("FAIL: node + @grpc/grpc-js missing (scripts/deps.sh installs them)")
+            sys.exit(1)
+        print("SKIP: node + @grpc/grpc-js missing (scripts/deps.sh installs them)")
+        sys.exit(77)
+    rt.run([test_happy_path, test_down_then_recovered, test_invalid_argument_is_permanent,
+            test_retry_skips_sinks_done])

@@ -1,0 +1,214 @@
+"""test_direct_im.py: a real roomd in publish_mode direct against the Tencent IM stand-in
+(tests/standins/im_standin.py, HTTPS, a separate process). The seed's acceptance rows:
+IM down -> commands succeed, rows retryable then failed; IM back before that -> delivered;
+a retried event makes no second IM message; a permanent IM error fails the row at once;
+CreateRoom creates the group synchronously and records tencent_im_ms.
+Rows are read straight from the SQLite file."""
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standins"))
+import roomd_test as rt  # noqa: E402
+from standins import ImStandin, TEST_SECRET  # noqa: E402
+
+ENV = {"TIM_TEST_SECRET": TEST_SECRET}
+
+
+def rows(r):
+    db = sqlite3.connect(r.cfg["store"]["sqlite"]["path"], timeout=10)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(x) for x in db.execute(
+            "SELECT id, event_id, event_type, room_id, status, retry_count, sinks_done, "
+            "last_error FROM room_outbox ORDER BY id")]
+    finally:
+        db.close()
+
+
+def statuses(r):
+    return sorted({x["status"] for x in rows(r)})
+
+
+def all_delivered(r):
+    rs = rows(r)
+    return rs and all(x["status"] == "delivered" for x in rs)
+
+
+def start(tmp, im, group_type="AVChatRoom", outbox=None, im_timeout="3500ms"):
+    ob = {"max_retry_count": 3, "initial_backoff": "100ms", "max_backoff": "500ms",
+          "publish_timeout": "5s", "lock_timeout": "10s"}
+    ob.update(outbox or {})
+    r = rt.Roomd({"tencent_im": im.conf(group_type=group_type, timeout=im_timeout),
+                  "outbox_worker": ob}, tmp=tmp)
+    return r.start(env=ENV)
+
+
+def cmd(r, path, body, n=[0]):
+    n[0] += 1
+    body = dict(body, command_id=f"c{n[0]}-{time.time_ns()}")
+    st, _, js = r.post(path, body)
+    assert st == 200, (path, st, js)
+    return js
+
+
+def timing(r, command):
+    return [j for j in r.json_log("room_command_timing") if j.get("command") == command]
+
+
+def test_happy_path():
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    r = start(tmp, im)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "r1", "owner_uid": 7, "title": "evening"})
+        # Synchronous create_group, timed.
+        g = im.state_now()["groups"].get("hyapp_r1")
+        assert g is not None and g["Type"] == "AVChatRoom" and g["Name"] == "evening", g
+        t = timing(r, "CreateRoom")
+        assert t and t[-1]["tencent_im_ms"] > 0, t
+        cmd(r, "/v1/rooms/r1/join", {"uid": 7})
+        cmd(r, "/v1/rooms/r1/join", {"uid": 8})
+        cmd(r, "/v1/rooms/r1/mic/up", {"uid": 8})
+        cmd(r, "/v1/rooms/r1/gifts", {"uid": 8, "to_uid": 7, "gift_id": "rose", "count": 1,
+                                      "unit_price": 10})
+        cmd(r, "/v1/rooms/r1/leave", {"uid": 8})
+        rt.wait_until(lambda: all_delivered(r), timeout=20, what="all rows delivered")
+        rs = rows(r)
+        for x in rs:
+            ms = im.messages(x["event_id"])
+            assert len(ms) == 1, (x, ms)  # exactly one IM message per event
+            assert x["sinks_done"] & 2, x   # SINK_BIT_TIM
+        calls = im.calls()
+        assert calls and all(c["sig_ok"] for c in calls), "every UserSig verified"
+        # The hook created the group; the RoomCreated row found it (10025 + get_group_info).
+        assert len(im.calls("create_group")) == 2
+        assert [c["code"] for c in im.calls("create_group")] == [0, 10025]
+        assert len(im.calls("get_group_info")) == 1
+        # Close: message then destroy_group.
+        cmd(r, "/v1/rooms/r1/close", {"operator_uid": 7})
+        rt.wait_until(lambda: all_delivered(r), timeout=20, what="close delivered")
+        assert "hyapp_r1" not in im.state_now()["groups"]
+        assert len(im.calls("destroy_group")) == 1
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_im_down_then_back():
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp)  # not started: connection refused
+    r = start(tmp, im, outbox={"max_retry_count": 12, "initial_backoff": "200ms",
+                               "max_backoff": "1s"})
+    try:
+        t0 = time.time()
+        cmd(r, "/v1/rooms", {"room_id": "r2", "owner_uid": 7, "title": "down"})
+        assert time.time() - t0 < 2, "CreateRoom is not held by a down IM"
+        t = timing(r, "CreateRoom")
+        assert t and t[-1]["tencent_im_ms"] > 0, t
+        cmd(r, "/v1/rooms/r2/join", {"uid": 9})
+        rt.wait_until(lambda: all(x["status"] == "retryable" and x["retry_count"] >= 1
+                                  for x in rows(r)), timeout=10, what="rows retryable")
+        assert all("tim" in (x["last_error"] or "") for x in rows(r)), rows(r)
+        im.start()
+        rt.wait_until(lambda: all_delivered(r), timeout=20, what="delivered after IM is back")
+        assert "hyapp_r2" in im.state_now()["groups"]
+        for x in rows(r):
+            assert len(im.messages(x["event_id"])) == 1, x
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_im_down_rows_fail():
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp)  # never started
+    r = start(tmp, im, outbox={"max_retry_count": 3, "initial_backoff": "100ms",
+                               "max_backoff": "200ms"})
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "r3", "owner_uid": 7, "title": "down"})
+        cmd(r, "/v1/rooms/r3/join", {"uid": 9})
+        rt.wait_until(lambda: statuses(r) == ["failed"], timeout=15, what="rows failed")
+        for x in rows(r):
+            assert x["retry_count"] == 3, x
+            assert "curl 7" in x["last_error"], x
+            assert TEST_SECRET not in x["last_error"]
+        with open(r.log_path) as f:
+            assert TEST_SECRET not in f.read(), "the secret key is never logged"
+    finally:
+        r.stop()
+
+
+def test_retry_makes_no_second_message():
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    # IM answers after our 1 s timeout: it stored the message, roomd retries it.
+    r = start(tmp, im, im_timeout="1s", outbox={"max_retry_count": 5})
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "r4", "owner_uid": 7, "title": "dedupe"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="RoomCreated delivered")
+        im.control(slow={"api": "send_group_msg", "ms": 1600, "count": 1})
+        cmd(r, "/v1/rooms/r4/join", {"uid": 10})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="join delivered")
+        joined = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"][0]
+        assert joined["retry_count"] >= 1, joined  # the first attempt timed out
+        sends = [c for c in im.calls("send_group_msg")
+                 if joined["event_id"] in (c["body"]["MsgBody"][0]["MsgContent"]["Data"])]
+        assert len(sends) >= 2, sends
+        assert len({c["body"]["Random"] for c in sends}) == 1, "same Random on the retry"
+        assert any(c["dup"] for c in sends), "IM discarded the retry as a duplicate"
+        assert len(im.messages(joined["event_id"])) == 1
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_permanent_error_fails_at_once():
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    r = start(tmp, im, outbox={"max_retry_count": 10})
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "r5", "owner_uid": 7, "title": "perm"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="RoomCreated delivered")
+        im.control(fail={"api": "send_group_msg", "code": 80001, "info": "content security"})
+        cmd(r, "/v1/rooms/r5/join", {"uid": 11})
+        rt.wait_until(lambda: "failed" in statuses(r), timeout=15, what="row failed")
+        x = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"][0]
+        assert x["status"] == "failed" and x["retry_count"] == 1, x
+        assert "tim 80001" in x["last_error"], x
+        # A later event still goes through.
+        cmd(r, "/v1/rooms/r5/leave", {"uid": 11})
+        rt.wait_until(lambda: [y["status"] for y in rows(r)
+                               if y["event_type"] == "RoomUserLeft"] == ["delivered"],
+                      timeout=15, what="leave delivered")
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_public_group_membership():
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    r = start(tmp, im, group_type="Public")
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "r6", "owner_uid": 7, "title": "pub"})
+        cmd(r, "/v1/rooms/r6/join", {"uid": 12})
+        cmd(r, "/v1/rooms/r6/join", {"uid": 13})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="joins delivered")
+        assert sorted(im.state_now()["groups"]["hyapp_r6"]["members"]) == ["12", "13"]
+        cmd(r, "/v1/rooms/r6/kick", {"operator_uid": 7, "uid": 13, "reason": "spam"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="kick delivered")
+        assert im.state_now()["groups"]["hyapp_r6"]["members"] == ["12"]
+        kicks = [m for m in im.state_now()["messages"] if m["Desc"] == "RoomUserKicked"]
+        assert kicks and kicks[0]["MsgPriority"] == "High", kicks
+    finally:
+        r.stop()
+        im.stop()
+
+
+if __name__ == "__main__":
+    rt.run([test_happy_path, test_im_down_then_back, test_im_down_rows_fail,
+            test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
+            test_public_group_membership])
