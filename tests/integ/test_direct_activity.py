@@ -64,6 +64,7 @@ def test_happy_path():
             c = got[x["event_id"]]  # the packed envelope arrived and decoded
             assert c["event_type"] == x["event_type"] and c["room_id"] == "a1", c
             assert c["payload_len"] > 0
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         act.stop()
@@ -94,6 +95,7 @@ def test_down_then_recovered():
                       what="leave retryable")
         act.start()
         rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered after restart")
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         act.stop()
@@ -117,6 +119,7 @@ def test_invalid_argument_is_permanent():
         rt.wait_until(lambda: [y["status"] for y in rows(r)
                                if y["event_type"] == "RoomUserLeft"] == ["delivered"],
                       timeout=15, what="ALREADY_EXISTS delivered")
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         act.stop()
@@ -141,6 +144,7 @@ def test_retry_skips_sinks_done():
         act.start()
         rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered")
         assert len(im.calls("send_group_msg")) == len(rows(r))
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         act.stop()

@@ -92,6 +92,7 @@ def test_happy_path():
         rt.wait_until(lambda: all_delivered(r), timeout=20, what="close delivered")
         assert "hyapp_r1" not in im.state_now()["groups"]
         assert len(im.calls("destroy_group")) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         im.stop()
@@ -117,6 +118,7 @@ def test_im_down_then_back():
         assert "hyapp_r2" in im.state_now()["groups"]
         for x in rows(r):
             assert len(im.messages(x["event_id"])) == 1, x
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         im.stop()
@@ -137,6 +139,7 @@ def test_im_down_rows_fail():
             assert TEST_SECRET not in x["last_error"]
         with open(r.log_path) as f:
             assert TEST_SECRET not in f.read(), "the secret key is never logged"
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
 
@@ -160,6 +163,7 @@ def test_retry_makes_no_second_message():
         assert len({c["body"]["Random"] for c in sends}) == 1, "same Random on the retry"
         assert any(c["dup"] for c in sends), "IM discarded the retry as a duplicate"
         assert len(im.messages(joined["event_id"])) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         im.stop()
@@ -183,6 +187,7 @@ def test_permanent_error_fails_at_once():
         rt.wait_until(lambda: [y["status"] for y in rows(r)
                                if y["event_type"] == "RoomUserLeft"] == ["delivered"],
                       timeout=15, what="leave delivered")
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         im.stop()
@@ -203,6 +208,7 @@ def test_public_group_membership():
         assert im.state_now()["groups"]["hyapp_r6"]["members"] == ["12"]
         kicks = [m for m in im.state_now()["messages"] if m["Desc"] == "RoomUserKicked"]
         assert kicks and kicks[0]["MsgPriority"] == "High", kicks
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
         im.stop()
