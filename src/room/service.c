@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Members listed in a command response's "room" (GET lists all). */
+#define ROOM_REPLY_MEMBERS_MAX 100
+
 struct room_service {
     struct room_deps d;
     struct cell_map *cells;
@@ -254,7 +257,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     struct apply_error ae;
     struct mutation m;
     struct outbox_new *obx = NULL;
-    char *state_json = NULL, *response = NULL, msg[320];
+    char *state_json = NULL, *snapshot_json = NULL, *response = NULL, msg[320];
     bool debited = false, drop = false, created = false, snapshot_due;
     int64_t now, t, balance;
     int rc;
@@ -353,14 +356,17 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
         obx[i].payload = ev.v[i].payload;
         obx[i].payload_len = ev.v[i].payload_len;
     }
-    /* the state JSON is the response's "room" and, when due, the snapshot; the
-     * snapshot row is written inside the commit (its time is in save_mutation_ms) */
+    /* the snapshot, when due, is written inside the commit (its row's time is
+     * in save_mutation_ms); the response carries the state with the member
+     * list capped, since every response is stored in the log */
     snapshot_due =
         conf->room.snapshot_every_n > 0 && clone->version % conf->room.snapshot_every_n == 0;
-    t = clock_mono_us();
-    state_json = room_state_to_json(clone);
-    if (snapshot_due)
+    if (snapshot_due) {
+        t = clock_mono_us();
+        snapshot_json = room_state_to_json(clone);
         tm.snapshot_us = clock_mono_us() - t;
+    }
+    state_json = room_state_to_json_capped(clone, ROOM_REPLY_MEMBERS_MAX);
     response = build_response(cmd, clone, obx, ev.n, state_json);
 
     memset(&m, 0, sizeof(m));
@@ -386,7 +392,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     m.meta.updated_at_ms = clone->updated_at_ms;
     m.events = obx;
     m.nevents = ev.n;
-    m.snapshot = snapshot_due ? state_json : NULL;
+    m.snapshot = snapshot_json;
     m.snapshots_keep = conf->room.snapshots_keep;
 
     t = clock_mono_us();
@@ -471,6 +477,7 @@ out:
     command_record_clear(&rec);
     free(obx);
     free(state_json);
+    free(snapshot_json);
     free(response);
 }
 

@@ -11,6 +11,7 @@
 #include "core/xmalloc.h"
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,14 +92,15 @@ rocket_to_json(const struct room_rocket *r)
                      (json_int_t)r->launch_at_ms, "launched", r->launched);
 }
 
-char *
-room_state_to_json(const struct room_state *s)
+/* The state as JSON with at most max_members members listed. */
+static char *
+to_json(const struct room_state *s, size_t max_members)
 {
     json_t *members = json_array(), *seats = json_array(), *bans = json_array();
     json_t *o;
     char *text;
 
-    for (size_t i = 0; i < s->nmembers; i++)
+    for (size_t i = 0; i < s->nmembers && i < max_members; i++)
         json_array_append_new(members,
                               json_pack("{s:I, s:I}", "uid", (json_int_t)s->members[i].uid,
                                         "joined_at_ms", (json_int_t)s->members[i].joined_at_ms));
@@ -117,11 +119,25 @@ room_state_to_json(const struct room_state *s)
                   (int)s->nmembers);
     if (o == NULL)
         abort(); /* only on out of memory or a programming error in the format */
+    if (s->nmembers > max_members)
+        json_object_set_new(o, "members_truncated", json_true());
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
     if (text == NULL)
         abort();
     return text;
+}
+
+char *
+room_state_to_json(const struct room_state *s)
+{
+    return to_json(s, SIZE_MAX);
+}
+
+char *
+room_state_to_json_capped(const struct room_state *s, size_t max_members)
+{
+    return to_json(s, max_members);
 }
 
 static int

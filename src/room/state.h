@@ -69,6 +69,11 @@ void room_state_free(struct room_state *s);
 
 /* Returns a malloc'd compact JSON text with sorted keys. */
 char *room_state_to_json(const struct room_state *s);
+/* The same with at most max_members members listed, plus
+ * "members_truncated":true when some were left out (command responses, so
+ * that a big room does not store its member list in every log row).
+ * member_count stays exact. Not a snapshot: from_json refuses it. */
+char *room_state_to_json_capped(const struct room_state *s, size_t max_members);
 /* Parses a snapshot. Returns 0 and *out, or ROOMD_EINVAL. */
 int room_state_from_json(const char *json, struct room_state **out);
 

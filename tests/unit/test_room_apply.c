@@ -480,6 +480,18 @@ test_json_roundtrip(void **state)
     free(a);
     free(b);
     room_state_free(t);
+    /* the capped form (command responses) lists fewer members and says so */
+    a = room_state_to_json_capped(s, 1);
+    assert_non_null(strstr(a, "\"members\":[{\"joined_at_ms\":"));
+    assert_non_null(strstr(a, "\"member_count\":2"));
+    assert_non_null(strstr(a, "\"members_truncated\":true"));
+    assert_int_equal(room_state_from_json(a, &t), ROOMD_EINVAL);
+    free(a);
+    a = room_state_to_json_capped(s, 2);
+    b = room_state_to_json(s);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
     assert_int_equal(room_state_from_json("{\"app_code\":1}", &t), ROOMD_EINVAL);
     assert_null(t);
     assert_int_equal(room_state_from_json("not json", &t), ROOMD_EINVAL);

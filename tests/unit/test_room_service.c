@@ -513,7 +513,7 @@ test_concurrency(void **state)
     bool seen[NTHREADS * PER_THREAD + 2] = {0};
     json_t *j;
 
-    f->conf->room.max_members = NTHREADS * PER_THREAD;
+    f->conf->room.max_members = NTHREADS * PER_THREAD + 1;
     svc_open(f);
     create(f, "hot", 1);
     for (int i = 0; i < NTHREADS; i++) {
@@ -544,7 +544,25 @@ test_concurrency(void **state)
     j = json_loads(before, 0, NULL);
     assert_int_equal(json_integer_value(json_object_get(j, "version")), NTHREADS * PER_THREAD + 1);
     assert_int_equal(json_integer_value(json_object_get(j, "member_count")), NTHREADS * PER_THREAD);
+    assert_int_equal(json_array_size(json_object_get(j, "members")), NTHREADS * PER_THREAD);
     json_decref(j);
+    {
+        /* a command's response lists at most 100 members; GET lists all */
+        struct room_reply r = {0};
+        json_t *room;
+        assert_int_equal(run(f, CMD_JOIN_ROOM, "hot", "{\"command_id\":\"big\",\"uid\":1}", &r),
+                         200);
+        j = json_loads(r.body, 0, NULL);
+        room = json_object_get(j, "room");
+        assert_int_equal(json_array_size(json_object_get(room, "members")), 100);
+        assert_true(json_is_true(json_object_get(room, "members_truncated")));
+        assert_int_equal(json_integer_value(json_object_get(room, "member_count")),
+                         NTHREADS * PER_THREAD + 1);
+        json_decref(j);
+        room_reply_clear(&r);
+        free(before);
+        before = get_room(f, "hot");
+    }
     /* the log (snapshots every 5 + tail) replays to the same state */
     svc_close(f);
     svc_open(f);
