@@ -549,14 +549,14 @@ test_concurrency(void **state)
     {
         /* a command's response lists at most 100 members; GET lists all */
         struct room_reply r = {0};
-        json_t *room;
+        json_t *rj;
         assert_int_equal(run(f, CMD_JOIN_ROOM, "hot", "{\"command_id\":\"big\",\"uid\":1}", &r),
                          200);
         j = json_loads(r.body, 0, NULL);
-        room = json_object_get(j, "room");
-        assert_int_equal(json_array_size(json_object_get(room, "members")), 100);
-        assert_true(json_is_true(json_object_get(room, "members_truncated")));
-        assert_int_equal(json_integer_value(json_object_get(room, "member_count")),
+        rj = json_object_get(j, "room");
+        assert_int_equal(json_array_size(json_object_get(rj, "members")), 100);
+        assert_true(json_is_true(json_object_get(rj, "members_truncated")));
+        assert_int_equal(json_integer_value(json_object_get(rj, "member_count")),
                          NTHREADS * PER_THREAD + 1);
         json_decref(j);
         room_reply_clear(&r);
