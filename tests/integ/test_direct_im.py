@@ -214,7 +214,41 @@ def test_public_group_membership():
         im.stop()
 
 
+def test_dual_im_down_then_back():
+    """publish_mode dual (direct sinks + the JetStream broker): IM down -> commands succeed,
+    rows retryable with the broker already done; IM back -> delivered."""
+    nats_port = rt.env_port("ROOMD_NATS_PORT", 4333)
+    rt.need("127.0.0.1", nats_port, "nats-server")
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp)  # down
+    port = rt.free_port()
+    r = rt.Roomd({"tencent_im": im.conf(),
+                  "outbox_worker": {"publish_mode": "dual", "max_retry_count": 12,
+                                    "initial_backoff": "200ms", "max_backoff": "1s",
+                                    "publish_timeout": "5s", "lock_timeout": "10s"},
+                  "rocketmq": {"enabled": True,
+                               "name_servers": [f"nats://127.0.0.1:{nats_port}"],
+                               "room_outbox": {"enabled": True,
+                                               "topic": f"direct_dual_{port}"}}},
+                 tmp=tmp, port=port).start(env=ENV)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "d1", "owner_uid": 7, "title": "dual"})
+        cmd(r, "/v1/rooms/d1/join", {"uid": 9})
+        rt.wait_until(lambda: all(x["status"] == "retryable" and x["retry_count"] >= 1
+                                  for x in rows(r)), timeout=10, what="rows retryable")
+        for x in rows(r):
+            assert x["sinks_done"] & 8 and not x["sinks_done"] & 2, x  # bus done, IM not
+        im.start()
+        rt.wait_until(lambda: all_delivered(r), timeout=20, what="delivered after IM is back")
+        for x in rows(r):
+            assert len(im.messages(x["event_id"])) == 1, x
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+
+
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_rows_fail,
             test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
-            test_public_group_membership])
+            test_public_group_membership, test_dual_im_down_then_back])
