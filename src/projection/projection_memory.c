@@ -202,7 +202,8 @@ mem_list_rooms(struct projection *p, const char *app, int64_t cursor, int limit,
     proj_clamp_page(&cursor, &limit);
     pthread_mutex_lock(&pm->mu);
     twalk_r(pm->rooms, collect_room, &c);
-    qsort(c.v, c.n, sizeof(*c.v), rank_cmp);
+    if (c.n > 1)
+        qsort(c.v, c.n, sizeof(*c.v), rank_cmp);
     for (size_t i = (size_t)cursor; i < c.n && i < (size_t)cursor + (size_t)limit; i++) {
         const struct mroom *m = c.v[i];
         json_array_append_new(rooms,

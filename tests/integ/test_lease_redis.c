@@ -103,6 +103,39 @@ setup(void **state)
     return 0;
 }
 
+/* Deletes every key of this run from the shared server. */
+static int
+teardown(void **state)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    char cursor[32] = "0", pattern[80];
+
+    if (c == NULL || c->err) {
+        if (c != NULL)
+            redisFree(c);
+        return 0;
+    }
+    snprintf(pattern, sizeof(pattern), "%s*", prefix);
+    do {
+        redisReply *r = redisCommand(c, "SCAN %s MATCH %s COUNT 500", cursor, pattern);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            if (r != NULL)
+                freeReplyObject(r);
+            break;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            redisReply *d = redisCommand(c, "DEL %s", r->element[1]->element[i]->str);
+            if (d != NULL)
+                freeReplyObject(d);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    redisFree(c);
+    return 0;
+}
+
 static void
 test_exclusive_and_release(void **state)
 {
@@ -352,5 +385,5 @@ main(void)
         cmocka_unit_test(test_renewal_keeps_lease),   cmocka_unit_test(test_expiry_takeover),
         cmocka_unit_test(test_lost_lease_detected),   cmocka_unit_test(test_redis_down_and_back),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

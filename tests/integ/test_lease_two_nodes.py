@@ -253,3 +253,6 @@ if __name__ == "__main__":
                 except Exception:  # noqa: BLE001
                     pass
         shutil.rmtree(TMP, ignore_errors=True)
+        keys = redis_cli(REDIS_PORT, "--scan", "--pattern", PREFIX + "*") or ""
+        for k in keys.split():
+            redis_cli(REDIS_PORT, "DEL", k)
