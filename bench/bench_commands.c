@@ -24,9 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *base_url;
-static int nclients, nrooms, seconds;
+static int nclients, nrooms, seconds, run_id;
 static atomic_int stop_flag;
 static atomic_long ok_count, err_count;
 
@@ -103,39 +104,16 @@ client_main(void *arg)
         int r = cl->id + nclients * (int)(seq / 6 % (uint64_t)my);
         if (r >= nrooms)
             r = cl->id % nrooms;
-        int step = (int)(seq % 6);
-        long uid = 1000 + cl->id;
-        const char *p = "join";
-        switch (step) {
-        case 0:
-            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
-                     (unsigned long)seq, uid);
-            p = "join";
-            break;
-        case 1:
-            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
-                     (unsigned long)seq, uid);
-            p = "mic/up";
-            break;
-        case 2:
-        case 3:
-            snprintf(body, sizeof(body),
-                     "{\"command_id\":\"b%d-%lu\",\"uid\":%ld,\"to_uid\":%ld,\"gift_id\":\"rose\","
-                     "\"count\":1,\"unit_price\":1}",
-                     cl->id, (unsigned long)seq, uid, uid);
-            p = "gifts";
-            break;
-        case 4:
-            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
-                     (unsigned long)seq, uid);
-            p = "mic/down";
-            break;
-        default:
-            snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%lu\",\"uid\":%ld}", cl->id,
-                     (unsigned long)seq, uid);
-            p = "leave";
-            break;
-        }
+        static const char *const steps[6] = {"join",  "mic/up",   "gifts",
+                                             "gifts", "mic/down", "leave"};
+        const char *p = steps[seq % 6];
+        long uid = 100000L * nclients + cl->id; /* fresh users for each run */
+        int n = snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%d-%lu\",\"uid\":%ld", run_id,
+                         cl->id, (unsigned long)seq, uid);
+        if (strcmp(p, "gifts") == 0)
+            n += snprintf(body + n, sizeof(body) - (size_t)n,
+                          ",\"to_uid\":%ld,\"gift_id\":\"rose\",\"count\":1,\"unit_price\":1", uid);
+        snprintf(body + n, sizeof(body) - (size_t)n, "}");
         snprintf(path, sizeof(path), "/v1/rooms/bench-%d/%s", r, p);
         int64_t t0 = clock_mono_us();
         long code = post(c, path, body);
@@ -203,6 +181,7 @@ static int
 run_http(char **argv)
 {
     base_url = argv[2];
+    run_id = (int)getpid();
     nclients = atoi(argv[3]);
     nrooms = atoi(argv[4]);
     seconds = atoi(argv[5]);
