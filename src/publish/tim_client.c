@@ -190,6 +190,11 @@ tim_client_open(struct tim_client **out, const struct conf_tencent_im *cfg, char
     }
     pthread_mutex_init(&c->pool_mu, NULL);
 
+    if (c->timeout_ms <= 3000)
+        log_warn("tim", "tencent_im.timeout is not above IM's own 3 s", "timeout_ms=%lld",
+                 (long long)c->timeout_ms);
+    /* Thread-safe in this libcurl (feature "threadsafe"); still done before
+     * the outbox workers start when the sink is opened. */
     pthread_mutex_lock(&curl_mu);
     if (curl_users++ == 0)
         curl_global_init(CURL_GLOBAL_DEFAULT);
