@@ -703,6 +703,8 @@ test_activity_sink(void **state)
         t0 = clock_mono_ms();
         assert_int_equal(act_publish(s, "a-5", 2000, err, sizeof(err)), ROOMD_ERETRY);
         assert_true(clock_mono_ms() - t0 < 1500);
+        fprintf(stderr, "activity down: call %d failed in %lld ms (%s)\n", i,
+                (long long)(clock_mono_ms() - t0), err);
     }
     /* Back: the watcher thread reconnects by itself; measure how soon a call works. */
     act_start();
