@@ -1,0 +1,490 @@
+"""test_bus_roomd: the broker modes end to end, a real roomd process against a real
+nats-server (the shared one of scripts/servers.sh, or a PRIVATE one for broker-down), the
+consumer groups inside roomd and in tools/roomd_consumer, and the IM stand-in.
+
+1. mq: every event of every command is in the outbox stream exactly once, keyed by its
+   event_id (Nats-Msg-Id), on "<ns>hyapp_room_outbox.<event_type>"; a restart republishes
+   nothing.
+2. dual: the log sink (the direct part) and the stream both get every event once.
+3. broker down: commands succeed at once, rows go retryable; the broker comes back: every
+   row delivered, each event in the stream once.
+4. a consumer group down: room_outbox is untouched (all delivered, no retries); the broker
+   holds the group's backlog; the group drains it when it returns.
+5. one event_id consumed by all three groups (IM bridge in roomd, activity and notice in
+   roomd_consumer); then every group's cursor is reset (durable consumers deleted) while
+   down: everything is redelivered and no group repeats a side effect (IM calls, C2C
+   notices, activity totals).
+6. dead letter: IM failing, the IM bridge gives each event 1 + consumer_max_reconsume_times
+   deliveries, then it is in "<ns>hyapp_dlq.hyapp-room-im-bridge".
+7. rocket: the wake-up fires within 1 s of launch_at_ms, also across a roomd restart (SIGTERM
+   and SIGKILL); duplicate and stale wake-ups change nothing.
+
+Run: python3 tests/integ/test_bus_roomd.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
+"""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
+from roomd_test import BUILD, Roomd, env_port, merge, need, run, wait_until  # noqa: E402
+from bus_util import (Nats, NatsServer, envelope, js_all, js_consumer_idle,  # noqa: E402
+                      js_delete_consumer, js_delete_stream, js_publish, pb_encode, pb_fields)
+from http_util import cid, room_name  # noqa: E402
+
+NATS_PORT = env_port("ROOMD_NATS_PORT", 4333)
+SHARED = f"nats://127.0.0.1:{NATS_PORT}"
+RUN = os.urandom(3).hex()
+CONSUMER_BIN = os.path.join(BUILD, "roomd_consumer")
+G_IM, G_ACT, G_NOTICE, G_ROCKET = ("hyapp-room-im-bridge", "hyapp-activity-room-outbox",
+                                   "hyapp-notice-room-outbox", "hyapp-room-rocket-open")
+_ns = [0]
+
+
+def new_ns():
+    _ns[0] += 1
+    return f"t{RUN}_{_ns[0]}_"
+
+
+def bus_cfg(tmp, ns, url=SHARED, extra=None):
+    cfg = {
+        "rocketmq": {
+            "enabled": True, "name_servers": [url], "namespace": ns, "send_timeout": "1s",
+            "retry": 1, "consumer_store_dir": os.path.join(tmp, "consumers"),
+            "consumer_retry_delays_ms": [200, 400], "consumer_ack_wait": "2s",
+            "room_outbox": {"enabled": True, "consumer_max_reconsume_times": 2},
+            "rocket_launch": {"enabled": False}},
+        "outbox_worker": {"publish_mode": "mq", "max_retry_count": 30,
+                          "initial_backoff": "100ms", "max_backoff": "500ms"},
+    }
+    return merge(cfg, extra or {})
+
+
+def cleanup(ns):
+    try:
+        nc = Nats(NATS_PORT)
+        for s in ("hyapp_room_outbox", "hyapp_room_rocket_launch", "hyapp_dlq"):
+            js_delete_stream(nc, ns + s)
+        nc.close()
+    except OSError:
+        pass
+
+
+def outbox(r, cols="status, retry_count, sinks_done, last_error"):
+    con = sqlite3.connect(f"file:{r.cfg['store']['sqlite']['path']}?mode=ro", uri=True,
+                          timeout=10)
+    try:
+        rows = con.execute(f"SELECT event_id, {cols} FROM room_outbox ORDER BY id").fetchall()
+    finally:
+        con.close()
+    return {row[0]: row[1:] for row in rows}
+
+
+def all_delivered(r):
+    rows = outbox(r)
+    return rows if rows and all(v[0] == "delivered" for v in rows.values()) else None
+
+
+def db_rows(path, sql):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def group_db(tmp, group):
+    return os.path.join(tmp, "consumers", f"{group}.db")
+
+
+def ok(res, what=""):
+    st, _, js = res
+    assert st == 200, f"{what}: {st} {js}"
+    return js
+
+
+class Events:
+    """Runs commands and collects (event_id, event_type) of every reply."""
+
+    def __init__(self, r):
+        self.r, self.ev = r, []
+
+    def do(self, path, body):
+        js = ok(self.r.post(path, dict(body, command_id=cid())), path)
+        self.ev += [(e["event_id"], e["event_type"]) for e in js["events"]]
+        return js
+
+    def room(self, room, members=(1, 5, 6)):
+        self.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": "bus"})
+        for u in members:
+            self.do(f"/v1/rooms/{room}/join", {"uid": u})
+        return self
+
+    def gift(self, room, count=1, unit_price=10, uid=5, to_uid=1):
+        return self.do(f"/v1/rooms/{room}/gifts", {"uid": uid, "to_uid": to_uid,
+                                                   "gift_id": "rose", "count": count,
+                                                   "unit_price": unit_price})
+
+    def ids(self):
+        return [e for e, _ in self.ev]
+
+
+def standard_commands(r, room):
+    ev = Events(r).room(room)
+    ev.do(f"/v1/rooms/{room}/mic/up", {"uid": 5})
+    ev.gift(room, 2, 10)
+    ev.do(f"/v1/rooms/{room}/kick", {"operator_uid": 1, "uid": 6, "reason": "spam"})
+    ev.do(f"/v1/rooms/{room}/leave", {"uid": 5})
+    return ev
+
+
+def stream_by_id(nc, stream):
+    out = {}
+    for subj, hdrs, data in js_all(nc, stream):
+        mid = hdrs["Nats-Msg-Id"]
+        assert mid not in out, f"event {mid} twice in {stream}"
+        out[mid] = (subj, envelope(data))
+    return out
+
+
+def start_consumer(r, groups, env=None):
+    log = open(os.path.join(r.tmp, "consumer.out"), "ab")
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.Popen([CONSUMER_BIN, "-c", r.cfg_path, "-g", groups], stdout=log,
+                            stderr=log, env=e)
+
+
+def stop_proc(p):
+    if p and p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        p.wait(20)
+
+
+# ---- 1 ----
+
+def test_mq_every_event_once():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-mq-"), new_ns()
+    r = Roomd(bus_cfg(tmp, ns), tmp=tmp).start()
+    try:
+        ev = standard_commands(r, room_name())
+        rows = wait_until(lambda: all_delivered(r), timeout=20, what="all rows delivered")
+        assert set(rows) == set(ev.ids())
+        assert all(v[2] & 8 for v in rows.values()), rows  # SINK_BIT_BUS done
+        nc = Nats(NATS_PORT)
+        got = stream_by_id(nc, ns + "hyapp_room_outbox")
+        assert set(got) == set(ev.ids()), (sorted(got), sorted(ev.ids()))
+        for eid, etype in ev.ev:
+            subj, env = got[eid]
+            assert subj == f"{ns}hyapp_room_outbox.{etype}", subj
+            assert env["event_id"] == eid and env["event_type"] == etype
+            assert env["app_code"] == "hyapp" and env["room_version"] > 0
+        # A restart finds nothing to publish again.
+        r.stop()
+        r.start()
+        time.sleep(1.0)
+        assert len(js_all(nc, ns + "hyapp_room_outbox")) == len(ev.ids())
+        nc.close()
+    finally:
+        r.stop()
+        cleanup(ns)
+
+
+# ---- 2 ----
+
+def test_dual_log_sink_and_stream():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-dual-"), new_ns()
+    r = Roomd(bus_cfg(tmp, ns, extra={"outbox_worker": {"publish_mode": "dual"}}),
+              tmp=tmp).start()
+    try:
+        ev = standard_commands(r, room_name())
+        rows = wait_until(lambda: all_delivered(r), timeout=20, what="all rows delivered")
+        assert all(v[2] & 9 == 9 for v in rows.values()), rows  # log + bus sinks done
+        logged = [e["event_id"] for e in r.events()]
+        assert sorted(logged) == sorted(ev.ids())
+        nc = Nats(NATS_PORT)
+        assert set(stream_by_id(nc, ns + "hyapp_room_outbox")) == set(ev.ids())
+        nc.close()
+    finally:
+        r.stop()
+        cleanup(ns)
+
+
+# ---- 3 ----
+
+def test_broker_down_commands_succeed_then_published():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-down-"), new_ns()
+    srv = NatsServer(tmp)  # not started: the broker is down
+    r = Roomd(bus_cfg(tmp, ns, url=srv.url()), tmp=tmp).start()
+    try:
+        t0 = time.time()
+        ev = standard_commands(r, room_name())
+        per_cmd = (time.time() - t0) / 8
+        assert per_cmd < 0.5, f"commands waited for the broker: {per_cmd:.3f}s each"
+        rows = wait_until(lambda: (lambda o: o if o and all(v[1] >= 1 for v in o.values())
+                                   else None)(outbox(r)), timeout=15, what="rows retried")
+        assert all(v[0] in ("retryable", "delivering") for v in rows.values()), rows
+        assert any("bus" in (v[3] or "") for v in rows.values()), rows
+        srv.start()
+        wait_until(lambda: all_delivered(r), timeout=30, what="delivered after the broker")
+        nc = Nats(srv.port)
+        assert set(stream_by_id(nc, ns + "hyapp_room_outbox")) == set(ev.ids())
+        nc.close()
+    finally:
+        r.stop()
+        srv.stop()
+
+
+# ---- 4 ----
+
+def test_consumer_group_down_backlog():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-backlog-"), new_ns()
+    r = Roomd(bus_cfg(tmp, ns), tmp=tmp).start()
+    cons = None
+    try:
+        room = room_name()
+        ev = Events(r).room(room)
+        for i in range(5):
+            ev.gift(room, i + 1, 10)
+        rows = wait_until(lambda: all_delivered(r), timeout=20, what="delivered")
+        assert all(v[1] == 0 for v in rows.values()), "room_outbox saw retries"
+        cons = start_consumer(r, "activity")
+        db = group_db(tmp, G_ACT)
+        wait_until(lambda: os.path.exists(db) and
+                   db_rows(db, "SELECT gifts, gift_value FROM activity_room_totals") ==
+                   [(15, 150)], timeout=20, what="activity drained the backlog")
+        stop_proc(cons)
+        for i in range(3):
+            ev.gift(room, 1, 100)
+        wait_until(lambda: all_delivered(r), timeout=20, what="delivered while group down")
+        nc = Nats(NATS_PORT)
+        ci = nc.api(f"CONSUMER.INFO.{ns}hyapp_room_outbox.{G_ACT}")
+        assert ci["num_pending"] == 3, ci  # the broker holds the group's backlog
+        cons = start_consumer(r, "activity")
+        wait_until(lambda: db_rows(db, "SELECT gifts, gift_value FROM activity_room_totals") ==
+                   [(18, 450)], timeout=20, what="backlog drained after the return")
+        wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_outbox", G_ACT), timeout=10)
+        done = db_rows(db, "SELECT key FROM inbox WHERE state = 'done'")
+        assert sorted(k for (k,) in done) == sorted(ev.ids())
+        nc.close()
+    finally:
+        stop_proc(cons)
+        r.stop()
+        cleanup(ns)
+
+
+# ---- 5 ----
+
+def im_calls_count(im):
+    return len([c for c in im.calls() if not c.get("api", "").startswith("_")])
+
+
+def test_three_groups_and_forced_redelivery():
+    from standins import ImStandin, TEST_SECRET
+    tmp, ns = tempfile.mkdtemp(prefix="bus-groups-"), new_ns()
+    im = ImStandin(tmp).start()
+    env = {"TIM_TEST_SECRET": TEST_SECRET}
+    r = Roomd(bus_cfg(tmp, ns, extra={
+        "tencent_im": im.conf(),
+        "rocketmq": {"room_outbox": {"tencent_im_consumer_enabled": True}}}), tmp=tmp)
+    r.start(env=env)
+    cons = start_consumer(r, "activity,notice", env=env)
+    nc = Nats(NATS_PORT)
+    stream = ns + "hyapp_room_outbox"
+    groups = (G_IM, G_ACT, G_NOTICE)
+    try:
+        room = room_name()
+        ev = Events(r).room(room)
+        ev.gift(room, 3, 10)
+        kick = ev.do(f"/v1/rooms/{room}/kick", {"operator_uid": 1, "uid": 6, "reason": "spam"})
+        kicked = [e["event_id"] for e in kick["events"] if e["event_type"] == "RoomUserKicked"][0]
+        wait_until(lambda: all_delivered(r), timeout=20)
+        wait_until(lambda: all(js_consumer_idle(nc, stream, g) for g in groups), timeout=30,
+                   what="three groups consumed everything")
+        # The kick's event_id, consumed by each group:
+        for g in groups:
+            st = db_rows(group_db(tmp, g), f"SELECT state FROM inbox WHERE key = '{kicked}'")
+            assert st == [("done",)], (g, st)
+        assert im.messages(kicked), "IM bridge: no group message for the kick"
+        notice = db_rows(group_db(tmp, G_NOTICE),
+                         "SELECT event_id, uid, status FROM notice_delivery_events")
+        assert notice == [(kicked, 6, "sent")], notice
+        c2c = im.state_now()["c2c"]
+        assert len(c2c) == 1 and c2c[0]["To_Account"] == "6" and \
+            json.loads(c2c[0]["Data"])["event_id"] == kicked, c2c
+        assert db_rows(group_db(tmp, G_ACT), "SELECT gifts, gift_value FROM activity_room_totals") \
+            == [(3, 30)]
+        for eid in ev.ids():  # every event of the room went through the bridge
+            assert im.messages(eid), f"IM bridge: no message for {eid}"
+        calls_before = im_calls_count(im)
+
+        # Forced redelivery: every group's cursor is reset while the groups are down.
+        stop_proc(cons)
+        r.stop()
+        for g in groups:
+            js_delete_consumer(nc, stream, g)
+        r.start(env=env)
+        cons = start_consumer(r, "activity,notice", env=env)
+        wait_until(lambda: all(js_consumer_idle(nc, stream, g) for g in groups), timeout=30,
+                   what="the redelivered stream consumed again")
+        time.sleep(0.5)
+        assert im_calls_count(im) == calls_before, "a redelivery repeated an IM call"
+        assert len(im.state_now()["c2c"]) == 1
+        assert db_rows(group_db(tmp, G_ACT), "SELECT gifts, gift_value FROM activity_room_totals") \
+            == [(3, 30)]
+        assert db_rows(group_db(tmp, G_NOTICE), "SELECT COUNT(*) FROM notice_delivery_events") \
+            == [(1,)]
+    finally:
+        nc.close()
+        stop_proc(cons)
+        r.stop()
+        im.stop()
+        cleanup(ns)
+
+
+# ---- 6 ----
+
+def test_dead_letter_after_reconsume_times():
+    from standins import ImStandin, TEST_SECRET
+    tmp, ns = tempfile.mkdtemp(prefix="bus-dlq-"), new_ns()
+    im = ImStandin(tmp).start()
+    env = {"TIM_TEST_SECRET": TEST_SECRET}
+    r = Roomd(bus_cfg(tmp, ns, extra={
+        "tencent_im": im.conf(timeout="1s"),
+        "rocketmq": {"room_outbox": {"tencent_im_consumer_enabled": True}}}), tmp=tmp)
+    r.start(env=env)
+    nc = Nats(NATS_PORT)
+    try:
+        room = room_name()
+        ev = Events(r)
+        ev.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": "bus"})
+        wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_outbox", G_IM), timeout=20)
+        im.control(http_status={"api": "*", "status": 502, "count": 100000})
+        ev.do(f"/v1/rooms/{room}/join", {"uid": 5})
+        ev.do(f"/v1/rooms/{room}/join", {"uid": 6})
+        failing = ev.ids()[1:]
+        wait_until(lambda: all_delivered(r), timeout=20)  # room_outbox is not affected
+        dlq = wait_until(lambda: (lambda m: m if len(m) == len(failing) else None)(
+            js_all(nc, ns + "hyapp_dlq")), timeout=30, what="dead letters")
+        for subj, hdrs, data in dlq:
+            assert subj == f"{ns}hyapp_dlq.{G_IM}", subj
+            assert hdrs["Roomd-Group"] == G_IM
+            assert hdrs["Roomd-Deliveries"] == "3", hdrs  # 1 + consumer_max_reconsume_times 2
+            assert envelope(data)["event_id"] in failing
+            assert hdrs["Roomd-Key"] == envelope(data)["event_id"]
+        assert all(v[1] == 0 for v in outbox(r).values())
+        st = db_rows(group_db(tmp, G_IM), "SELECT state, COUNT(*) FROM inbox GROUP BY state")
+        assert dict(st) == {"done": 1, "dead": 2}, st
+    finally:
+        nc.close()
+        r.stop()
+        im.stop()
+        cleanup(ns)
+
+
+# ---- 7 ----
+
+def rocket_cfg(tmp, ns):
+    return bus_cfg(tmp, ns, extra={
+        "rocketmq": {"rocket_launch": {"enabled": True}},
+        "room": {"rocket": {"thresholds": [100, 5000], "countdown": "3s"}}})
+
+
+def ignite(ev, room):
+    ev.room(room, members=(1, 5))
+    js = ev.gift(room, 1, 100)
+    rk = js["room"]["rocket"]
+    assert rk["status"] == "ignited", rk
+    return rk["launch_at_ms"], rk["rocket_id"], rk["level"]
+
+
+def launched_at(nc, ns, room):
+    """launched_at_ms of the RoomRocketLaunched events of room in the outbox stream."""
+    out = []
+    for subj, _, data in js_all(nc, ns + "hyapp_room_outbox"):
+        env = envelope(data)
+        if env["event_type"] == "RoomRocketLaunched" and env["room_id"] == room:
+            out.append(pb_fields(env["payload"]).get(3, 0))
+    return out
+
+
+def check_on_time(nc, ns, room, launch_at, what):
+    got = wait_until(lambda: launched_at(nc, ns, room), timeout=15, what=f"{what}: launched")
+    assert len(got) == 1, got
+    late = got[0] - launch_at
+    print(f"  {what}: launched {late} ms after launch_at_ms")
+    assert 0 <= late <= 1000, f"{what}: {late} ms late"
+
+
+def test_rocket_wakeup_on_time_and_across_restart():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-rocket-"), new_ns()
+    r = Roomd(rocket_cfg(tmp, ns), tmp=tmp).start()
+    nc = Nats(NATS_PORT)
+    try:
+        ev = Events(r)
+        a = room_name("ra")
+        at, _, _ = ignite(ev, a)
+        check_on_time(nc, ns, a, at, "running")
+
+        for how in ("SIGTERM", "SIGKILL"):
+            b = room_name("rb")
+            at, _, _ = ignite(ev, b)
+            wait_until(lambda: js_all(nc, ns + "hyapp_room_rocket_launch"), timeout=5)
+            r.stop() if how == "SIGTERM" else r.kill()
+            time.sleep(0.5)
+            r.start()
+            check_on_time(nc, ns, b, at, f"restart by {how}")
+    finally:
+        nc.close()
+        r.stop()
+        cleanup(ns)
+
+
+def test_rocket_stale_and_duplicate_wakeups_change_nothing():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-stale-"), new_ns()
+    r = Roomd(rocket_cfg(tmp, ns), tmp=tmp).start()
+    nc = Nats(NATS_PORT)
+    try:
+        ev = Events(r)
+        room = room_name("rs")
+        at, rocket_id, level = ignite(ev, room)
+        check_on_time(nc, ns, room, at, "first wake-up")
+        _, _, snap = r.http("GET", f"/v1/rooms/{room}")
+        version = snap["version"]
+        wake = lambda rid, cmd: pb_encode([(1, "hyapp"), (2, room), (3, rid), (4, level),  # noqa
+                                           (5, at), (6, cmd)])
+        subj = f"{ns}hyapp_room_rocket_launch.wakeup"
+        # The same wake-up again under a new Msg-Id (past the broker's dedupe window).
+        ack = js_publish(nc, subj, wake(rocket_id, "launch-dup-" + RUN), msg_id="dup-" + cid(),
+                         headers={"Launch-At": str(at)})
+        assert not ack.get("duplicate"), ack
+        # A stale one: another rocket of this room, long gone.
+        js_publish(nc, subj, wake(rocket_id + "-old", "launch-stale-" + RUN),
+                   msg_id="stale-" + cid(), headers={"Launch-At": str(at - 60000)})
+        wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_rocket_launch", G_ROCKET),
+                   timeout=15, what="wake-ups consumed")
+        time.sleep(0.5)
+        _, _, snap2 = r.http("GET", f"/v1/rooms/{room}")
+        assert snap2["version"] == version, (snap2["version"], version)
+        assert launched_at(nc, ns, room) and len(launched_at(nc, ns, room)) == 1
+        st = db_rows(group_db(tmp, G_ROCKET), "SELECT key, state FROM inbox ORDER BY key")
+        assert (f"rocket-hyapp-{room}-{rocket_id}", "done") in st, st
+        assert (f"rocket-hyapp-{room}-{rocket_id}-old", "done") in st, st
+    finally:
+        nc.close()
+        r.stop()
+        cleanup(ns)
+
+
+if __name__ == "__main__":
+    need("127.0.0.1", NATS_PORT, "nats-server")
+    run([test_mq_every_event_once, test_dual_log_sink_and_stream,
+         test_broker_down_commands_succeed_then_published, test_consumer_group_down_backlog,
+         test_three_groups_and_forced_redelivery, test_dead_letter_after_reconsume_times,
+         test_rocket_wakeup_on_time_and_across_restart,
+         test_rocket_stale_and_duplicate_wakeups_change_nothing])
