@@ -37,8 +37,8 @@ test_counters_and_histogram(void **state)
     metrics_command_observe(CMD_JOIN_ROOM, 200, 4000);    /* 4 ms */
     metrics_command_observe(CMD_JOIN_ROOM, 409, 9000000); /* 9 s: +Inf only */
     metrics_command_observe(CMD_SEND_GIFT, 402, 1000);
-    metrics_command_observe(-1, 200, 1);                  /* dropped */
-    metrics_command_observe(CMD_JOIN_ROOM, 999, 1);       /* dropped */
+    metrics_command_observe(-1, 200, 1);            /* dropped */
+    metrics_command_observe(CMD_JOIN_ROOM, 999, 1); /* dropped */
 
     char *t = metrics_render();
     assert_non_null(t);
