@@ -488,6 +488,38 @@ def test_keep_alive():
     c.close()
 
 
+def test_connection_limit_and_idle_timeout():
+    rd = Roomd({"http": {"max_connections": 4, "request_timeout": "1s"}}).start()
+    try:
+        held = [hu.conn(rd) for _ in range(4)]
+        for c in held:
+            st, _, _ = hu.request(c, "GET", "/healthz")
+            assert st == 200
+        # a fifth connection is closed without an answer while four are open
+        try:
+            extra = hu.conn(rd, timeout=3)
+            st, _, _ = hu.request(extra, "GET", "/healthz")
+            refused = False
+        except (OSError, http.client.HTTPException):
+            refused = True
+        assert refused, "max_connections=4 let a fifth connection through"
+        # idle keep-alive connections are closed after request_timeout
+        time.sleep(2.5)
+        for c in held:
+            try:
+                st, _, _ = hu.request(c, "GET", "/healthz")
+                closed = False
+            except (OSError, http.client.HTTPException):
+                closed = True
+            assert closed, "an idle connection outlived request_timeout"
+            c.close()
+        # and the slots are free again
+        st, _, _ = rd.http("GET", "/healthz")
+        assert st == 200
+    finally:
+        assert rd.stop() == 0
+
+
 # --- wallet dev endpoints ---------------------------------------------------------------------
 
 def test_wallet_endpoints():
@@ -593,5 +625,6 @@ if __name__ == "__main__":
          test_unknown_route_and_method, test_unknown_room_404, test_conflicts_409,
          test_insufficient_balance_402_commits_nothing, test_failed_command_writes_no_outbox_row,
          test_idempotent_replay, test_idempotency_across_restart, test_concurrent_commands_one_room,
-         test_concurrent_rooms, test_body_limits_413, test_keep_alive, test_wallet_endpoints,
+         test_concurrent_rooms, test_body_limits_413, test_keep_alive,
+         test_connection_limit_and_idle_timeout, test_wallet_endpoints,
          test_topup_disabled_404, test_health_ready_metrics, test_zz_stop_is_clean])
