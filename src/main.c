@@ -181,7 +181,7 @@ main(int argc, char **argv)
         fatalx("rocketmq consumers: %s", err);
 
     struct http_deps hd = {
-        .conf = conf, .rooms = rooms, .wallet = wallet, .projection = proj, .store = store};
+        .conf = conf, .rooms = rooms, .wallet = wallet, .projection = proj, .store = store, .gc = gc};
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
         fatalx("http.listen: %s", err);
