@@ -98,6 +98,14 @@ def db_rows(path, sql):
         con.close()
 
 
+def totals(db):
+    """activity_room_totals rows, or None while the group has not created its tables."""
+    try:
+        return db_rows(db, "SELECT gifts, gift_value FROM activity_room_totals")
+    except sqlite3.OperationalError:
+        return None
+
+
 def group_db(tmp, group):
     return os.path.join(tmp, "consumers", f"{group}.db")
 
@@ -255,9 +263,8 @@ def test_consumer_group_down_backlog():
         assert all(v[1] == 0 for v in rows.values()), "room_outbox saw retries"
         cons = start_consumer(r, "activity")
         db = group_db(tmp, G_ACT)
-        wait_until(lambda: os.path.exists(db) and
-                   db_rows(db, "SELECT gifts, gift_value FROM activity_room_totals") ==
-                   [(15, 150)], timeout=20, what="activity drained the backlog")
+        wait_until(lambda: os.path.exists(db) and totals(db) == [(15, 150)], timeout=20,
+                   what="activity drained the backlog")
         stop_proc(cons)
         for i in range(3):
             ev.gift(room, 1, 100)
@@ -266,8 +273,8 @@ def test_consumer_group_down_backlog():
         ci = nc.api(f"CONSUMER.INFO.{ns}hyapp_room_outbox.{G_ACT}")
         assert ci["num_pending"] == 3, ci  # the broker holds the group's backlog
         cons = start_consumer(r, "activity")
-        wait_until(lambda: db_rows(db, "SELECT gifts, gift_value FROM activity_room_totals") ==
-                   [(18, 450)], timeout=20, what="backlog drained after the return")
+        wait_until(lambda: totals(db) == [(18, 450)], timeout=20,
+                   what="backlog drained after the return")
         wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_outbox", G_ACT), timeout=10)
         done = db_rows(db, "SELECT key FROM inbox WHERE state = 'done'")
         assert sorted(k for (k,) in done) == sorted(ev.ids())
