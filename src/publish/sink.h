@@ -50,6 +50,13 @@ struct sink {
                    char *err, size_t errlen);
     /* Frees the sink. Called once, after all publish calls returned. */
     void (*close)(struct sink *s);
+    /* Optional; NULL = the worker calls publish() per event. Delivers
+     * evs[0..n) together (pipelined: one wait for the whole batch, e.g. the
+     * bus sink's asynchronous JetStream publish) within one deadline.
+     * rcs[i] gets what publish() would return for evs[i], and
+     * errs + i * errlen its reason. Same threads and blocking as publish(). */
+    void (*publish_batch)(struct sink *s, const struct outbox_event *evs, size_t n,
+                          int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen);
 };
 
 /* The log sink: appends ev->json lines to path. Returns 0 and *out, or

@@ -7,6 +7,7 @@
  */
 #include "publish/sink_bus.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -52,6 +53,128 @@ bus_sink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline
     return rc;
 }
 
+/* ==== the batch: asynchronous publish, one wait ==== */
+
+/* One publish_batch call. Its own jsCtx gets every PubAck through ack_cb
+ * (per-message MaxWait, so a lost ack ends as a timeout, never pending
+ * forever: jetstream.md pitfall 3). */
+struct batch {
+    const struct outbox_event *evs;
+    size_t n;
+    int *rcs;
+    char *errs;
+    size_t errlen;
+};
+
+static void
+set_result(struct batch *bt, size_t i, int rc, const char *fmt, const char *a, const char *b)
+{
+    bt->rcs[i] = rc;
+    if (rc != 0)
+        snprintf(bt->errs + i * bt->errlen, bt->errlen, fmt, a, b);
+    else
+        bt->errs[i * bt->errlen] = '\0';
+}
+
+static void
+ack_cb(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
+{
+    struct batch *bt = closure;
+    const char *id = NULL;
+
+    (void)js;
+    (void)pa;
+    if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK) {
+        for (size_t i = 0; i < bt->n; i++) {
+            if (strcmp(bt->evs[i].row->event_id, id) != 0)
+                continue;
+            if (pae == NULL)
+                set_result(bt, i, 0, "", "", "");
+            else
+                set_result(bt, i, bus_status_rc(pae->Err, pae->ErrCode), "publish %s: %s",
+                           natsMsg_GetSubject(msg),
+                           pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+            break;
+        }
+    }
+    natsMsg_Destroy(msg);
+}
+
+static void
+bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
+                       int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen)
+{
+    struct sink_bus *sb = (struct sink_bus *)s;
+    struct batch bt = {.evs = evs, .n = n, .rcs = rcs, .errs = errs, .errlen = errlen};
+    char err[256] = "";
+    jsCtx *js = NULL;
+    jsOptions jo;
+
+    for (size_t i = 0; i < n; i++)
+        set_result(&bt, i, ROOMD_ERETRY, "%s%s", "no PubAck before the publish deadline", "");
+    if (bus_ensure(sb->bus, err, sizeof(err)) != 0) {
+        for (size_t i = 0; i < n; i++)
+            set_result(&bt, i, ROOMD_ERETRY, "%s%s", err, "");
+        return;
+    }
+    jsOptions_Init(&jo);
+    jo.Wait = bus_api_wait_ms(sb->bus);
+    jo.PublishAsync.AckHandler = ack_cb;
+    jo.PublishAsync.AckHandlerClosure = &bt;
+    jo.PublishAsync.MaxPending = (int64_t)n + 1;
+    if (natsConnection_JetStream(&js, bus_nc(sb->bus), &jo) != NATS_OK) {
+        for (size_t i = 0; i < n; i++) /* fall back to one at a time */
+            rcs[i] = bus_sink_publish(s, &evs[i], deadline_mono_ms, errs + i * errlen, errlen);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct outbox_row *row = evs[i].row;
+        char subject[256];
+        natsMsg *msg = NULL;
+        jsPubOptions po;
+        int64_t left = deadline_mono_ms - clock_mono_ms();
+
+        if (left <= 0)
+            break; /* the rest keep "no PubAck before the deadline" */
+        if (bus_subject(sb->bus, BUS_STREAM_OUTBOX, row->event_type, subject, sizeof(subject)) !=
+            0) {
+            set_result(&bt, i, ROOMD_EPERM, "event_type \"%s\" cannot be a subject token%s",
+                       row->event_type, "");
+            continue;
+        }
+        if (natsMsg_Create(&msg, subject, NULL, (const char *)evs[i].envelope,
+                           (int)evs[i].envelope_len) != NATS_OK)
+            continue;
+        jsPubOptions_Init(&po);
+        po.MsgId = row->event_id;
+        po.ExpectStream = bus_stream_name(sb->bus, BUS_STREAM_OUTBOX);
+        po.MaxWait = left;
+        natsStatus st = js_PublishMsgAsync(js, &msg, &po);
+        if (st != NATS_OK) {
+            set_result(&bt, i, bus_status_rc(st, 0), "publish %s: %s", subject,
+                       natsStatus_GetText(st));
+            natsMsg_Destroy(msg); /* still ours when the call failed */
+        }
+    }
+    /* Every message ends in ack_cb (ack, error or its MaxWait timeout);
+     * wait for all, a little past the deadline for the timeouts. */
+    jsPubOptions wo;
+    jsPubOptions_Init(&wo);
+    int64_t left = deadline_mono_ms - clock_mono_ms();
+    wo.MaxWait = (left > 0 ? left : 1) + 250;
+    if (js_PublishAsyncComplete(js, &wo) != NATS_OK) {
+        natsMsgList pending = {0};
+        if (js_PublishAsyncGetPendingList(&pending, js) == NATS_OK)
+            natsMsgList_Destroy(&pending); /* their results stay ERETRY */
+        wo.MaxWait = 100;
+        js_PublishAsyncComplete(js, &wo); /* a callback in flight */
+    }
+    jsCtx_Destroy(js);
+    for (size_t i = 0; i < n; i++)
+        if (rcs[i] == 0)
+            log_debug("bus", "event published", "event_id=%s", evs[i].row->event_id);
+}
+
 static void
 bus_sink_close(struct sink *s)
 {
@@ -71,6 +194,7 @@ sink_bus_open(struct sink **out, struct bus *bus)
     sb->base.accepts = NULL;
     sb->base.publish = bus_sink_publish;
     sb->base.close = bus_sink_close;
+    sb->base.publish_batch = bus_sink_publish_batch;
     bus_ref(bus);
     sb->bus = bus;
     *out = &sb->base;

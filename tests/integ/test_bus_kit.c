@@ -415,6 +415,70 @@ test_publish_exactly_once(void **state)
     bus_unref(b);
 }
 
+/* publish_batch: a batch of 60 (20 of them already in the stream) is
+ * pipelined and every event acknowledged once; a broker that is down makes
+ * every result ERETRY at once. */
+static void
+test_publish_batch(void **state)
+{
+    (void)state;
+    struct bus *b = open_bus();
+    struct sink *s = NULL;
+    enum { N = 60 };
+    struct ev e[N];
+    struct outbox_event oe[N];
+    int rcs[N];
+    char errs[N][128], err[256];
+
+    assert_int_equal(sink_bus_open(&s, b), 0);
+    assert_non_null(s->publish_batch);
+    for (int i = 0; i < N; i++) {
+        make_gift(&e[i], "room-b", 1, 10);
+        oe[i] = (struct outbox_event){
+            .row = &e[i].row, .envelope = e[i].env, .envelope_len = e[i].envlen, .json = NULL};
+        if (i < 20)
+            assert_int_equal(publish(s, &e[i], 2000, err, sizeof(err)), 0);
+    }
+    s->publish_batch(s, oe, N, clock_mono_ms() + 3000, rcs, &errs[0][0], sizeof(errs[0]));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(rcs[i], 0);
+    assert_int_equal(stream_msgs(b, BUS_STREAM_OUTBOX), N);
+    for (uint64_t seq = 21; seq <= N; seq++) { /* the new ones, each once */
+        natsMsg *m = NULL;
+        const char *id = NULL;
+        assert_int_equal(
+            js_GetMsg(&m, bus_js(b), bus_stream_name(b, BUS_STREAM_OUTBOX), seq, NULL, NULL),
+            NATS_OK);
+        assert_int_equal(natsMsgHeader_Get(m, "Nats-Msg-Id", &id), NATS_OK);
+        bool found = false;
+        for (int i = 20; i < N; i++)
+            found = found || strcmp(id, e[i].row.event_id) == 0;
+        assert_true(found);
+        natsMsg_Destroy(m);
+    }
+    delete_streams(b);
+    s->close(s);
+    bus_unref(b);
+
+    /* A broker that is not there. */
+    char url[64];
+    snprintf(url, sizeof(url), "nats://127.0.0.1:%d", free_port());
+    point_at(fx.conf, url);
+    b = open_bus();
+    assert_int_equal(sink_bus_open(&s, b), 0);
+    int64_t t0 = clock_mono_ms();
+    s->publish_batch(s, oe, N, clock_mono_ms() + 2000, rcs, &errs[0][0], sizeof(errs[0]));
+    assert_true(clock_mono_ms() - t0 < 500);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rcs[i], ROOMD_ERETRY);
+        assert_non_null(strstr(errs[i], "not connected"));
+    }
+    s->close(s);
+    bus_unref(b);
+    for (int i = 0; i < N; i++)
+        ev_free(&e[i]);
+}
+
 /* The wake-up sink: only RoomRocketIgnited; header Launch-At; the
  * wake-up carries the ignition's parameters; a resend is a duplicate. */
 static void
@@ -724,6 +788,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_retry_schedule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_exactly_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_publish_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rocket_wakeup_sink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_groups_dedupe_redelivery_dlq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_reset_no_second_effect, setup, teardown),
