@@ -1,0 +1,885 @@
+/*
+ * test_store_mysql.c: the MySQL backend against a real mariadbd
+ * (scripts/servers.sh, :3417). Each run works in its own fresh database so
+ * tests run in parallel with others. MySQL-only cases: concurrent migrations,
+ * the claim's plan (EXPLAIN: ix_outbox_due, no filesort) and that it reads no
+ * delivered row, SKIP LOCKED between claimers, reconnect after KILL
+ * CONNECTION, deadlock and lock-wait retries, batch save rules, purge.
+ */
+#include "helpers.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+#include "store/store.h"
+
+#include <mysql.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct conf *cf; /* points at dbname */
+static char dbname[64];
+static MYSQL *admin; /* a plain connection for checks and sabotage */
+
+static MYSQL *
+connect_raw(const char *db)
+{
+    MYSQL *m = mysql_init(NULL);
+
+    if (!mysql_real_connect(m, "127.0.0.1", "root", "", db, (unsigned)cf->store.mysql.port, NULL,
+                            0)) {
+        fprintf(stderr, "connect: %s\n", mysql_error(m));
+        mysql_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void
+sql(MYSQL *m, const char *q)
+{
+    if (mysql_query(m, q) != 0) {
+        fprintf(stderr, "%s: %s\n", q, mysql_error(m));
+        fail();
+    }
+    MYSQL_RES *r = mysql_store_result(m);
+    if (r)
+        mysql_free_result(r);
+}
+
+/* First column of the first row of q as an integer (-1 when NULL/none). */
+static long long
+sql_int(MYSQL *m, const char *q)
+{
+    MYSQL_RES *r;
+    MYSQL_ROW row;
+    long long v = -1;
+
+    if (mysql_query(m, q) != 0) {
+        fprintf(stderr, "%s: %s\n", q, mysql_error(m));
+        fail();
+    }
+    r = mysql_store_result(m);
+    if (r && (row = mysql_fetch_row(r)) && row[0])
+        v = atoll(row[0]);
+    if (r)
+        mysql_free_result(r);
+    return v;
+}
+
+static struct store *
+open_store(int pool)
+{
+    struct store *s = NULL;
+    char err[256] = "";
+
+    cf->store.mysql.pool_size = pool;
+    int rc = store_open(&s, &cf->store, err, sizeof(err));
+    if (rc != 0)
+        fprintf(stderr, "store_open: %s\n", err);
+    assert_int_equal(rc, 0);
+    return s;
+}
+
+static int
+setup(void **state)
+{
+    /* Every test starts from empty tables. */
+    static const char *const tables[] = {"room_outbox", "room_command_log", "room_snapshots",
+                                         "rooms",       "wallet_accounts",  "wallet_ledger"};
+    char q[128];
+
+    for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+        snprintf(q, sizeof(q), "DELETE FROM %s", tables[i]);
+        sql(admin, q);
+    }
+    return 0;
+}
+
+/* ---- building mutations ---- */
+
+struct mut {
+    struct mutation m;
+    struct outbox_new ev[4];
+    uint8_t payload[4][8];
+};
+
+static void
+mk(struct mut *x, const char *room, const char *cmd, int64_t version, int nev)
+{
+    static int seq;
+
+    memset(x, 0, sizeof(*x));
+    strlcpy_(x->m.app_code, "hyapp", sizeof(x->m.app_code));
+    strlcpy_(x->m.room_id, room, sizeof(x->m.room_id));
+    strlcpy_(x->m.command_id, cmd, sizeof(x->m.command_id));
+    x->m.command_type = version == 1 ? "CreateRoom" : "JoinRoom";
+    x->m.request = "{\"r\":1}";
+    x->m.response = "{\"ok\":true}";
+    x->m.version = version;
+    x->m.created_at_ms = clock_wall_ms();
+    x->m.create = version == 1;
+    x->m.meta.owner_uid = 7;
+    x->m.meta.title = "t\xe2\x9c\x93";
+    x->m.meta.status = "open";
+    x->m.meta.version = version;
+    x->m.meta.rocket_status = "idle";
+    x->m.meta.rocket_id = "";
+    x->m.meta.created_at_ms = x->m.created_at_ms;
+    x->m.meta.updated_at_ms = x->m.created_at_ms;
+    for (int i = 0; i < nev; i++) {
+        snprintf(x->ev[i].event_id, sizeof(x->ev[i].event_id), "00000000-0000-7000-8000-%012d",
+                 ++seq + getpid() % 1000 * 100000);
+        x->ev[i].event_type = "RoomUserJoined";
+        memcpy(x->payload[i], "\x08\x01\x00\xff", 4);
+        x->ev[i].payload = x->payload[i];
+        x->ev[i].payload_len = 4;
+    }
+    x->m.events = x->ev;
+    x->m.nevents = (size_t)nev;
+    x->m.snapshots_keep = 2;
+}
+
+static int
+save1(struct store *s, struct mut *x)
+{
+    struct mutation *mm = &x->m;
+    int rc = store_save(s, &mm, 1);
+
+    return rc != 0 ? rc : mm->rc;
+}
+
+/* ---- cases ---- */
+
+struct open_arg {
+    struct store *s;
+    int rc;
+};
+
+static void *
+open_thread(void *arg)
+{
+    struct open_arg *a = arg;
+    char err[256];
+
+    a->rc = store_open(&a->s, &cf->store, err, sizeof(err));
+    return NULL;
+}
+
+static void
+test_concurrent_open_migrates_once(void **state)
+{
+    pthread_t t[4];
+    struct open_arg a[4];
+
+    sql(admin, "DROP TABLE IF EXISTS schema_migrations, room_outbox, room_command_log, "
+               "room_snapshots, rooms, wallet_accounts, wallet_ledger");
+    cf->store.mysql.pool_size = 2;
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, open_thread, &a[i]);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].rc, 0);
+        store_close(a[i].s);
+    }
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM schema_migrations"), 1);
+    assert_int_equal(sql_int(admin, "SELECT MAX(version) FROM schema_migrations"), 1);
+    /* utf8mb4 + InnoDB everywhere */
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+                                    "TABLE_SCHEMA=DATABASE() AND ENGINE<>'InnoDB'"),
+                     0);
+}
+
+static void
+test_save_load_roundtrip(void **state)
+{
+    struct store *s = open_store(2);
+    struct mut a, b, c;
+    struct room_load l;
+    struct command_record cr;
+
+    mk(&a, "r1", "c1", 1, 2);
+    assert_int_equal(save1(s, &a), 0);
+    mk(&b, "r1", "c2", 2, 1);
+    b.m.snapshot = "{\"v\":2}";
+    assert_int_equal(save1(s, &b), 0);
+    mk(&c, "r1", "c3", 3, 0);
+    c.m.request =
+        "{\"big\":\"" /* longer than the 256-byte first buffer */
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}";
+    assert_int_equal(save1(s, &c), 0);
+
+    assert_int_equal(store_load_room(s, "hyapp", "r1", &l), 0);
+    assert_int_equal(l.version, 3);
+    assert_int_equal(l.snapshot_version, 2);
+    assert_string_equal(l.snapshot, "{\"v\":2}");
+    assert_int_equal(l.ntail, 1);
+    assert_int_equal(l.tail[0].version, 3);
+    assert_string_equal(l.tail[0].request, c.m.request);
+    assert_string_equal(l.tail[0].command_id, "c3");
+    room_load_clear(&l);
+    assert_int_equal(store_load_room(s, "hyapp", "nope", &l), ROOMD_ENOTFOUND);
+
+    assert_int_equal(store_find_command(s, "hyapp", "c2", &cr), 0);
+    assert_string_equal(cr.room_id, "r1");
+    assert_string_equal(cr.response, "{\"ok\":true}");
+    assert_int_equal(cr.version, 2);
+    command_record_clear(&cr);
+    assert_int_equal(store_find_command(s, "hyapp", "zz", &cr), ROOMD_ENOTFOUND);
+    assert_int_equal(store_find_command(s, "other", "c2", &cr), ROOMD_ENOTFOUND);
+    /* ids are byte-exact: no case folding, no trailing-space padding */
+    assert_int_equal(store_find_command(s, "hyapp", "C2", &cr), ROOMD_ENOTFOUND);
+    assert_int_equal(store_find_command(s, "hyapp", "c2 ", &cr), ROOMD_ENOTFOUND);
+
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox WHERE status='pending' "
+                                    "AND due_at_ms=created_at_ms"),
+                     3);
+    assert_int_equal(sql_int(admin, "SELECT version FROM rooms WHERE room_id='r1'"), 3);
+    store_close(s);
+}
+
+static void
+test_snapshots_pruned(void **state)
+{
+    struct store *s = open_store(1);
+    struct mut x;
+
+    for (int v = 1; v <= 6; v++) {
+        char cmd[16];
+
+        snprintf(cmd, sizeof(cmd), "s%d", v);
+        mk(&x, "rs", cmd, v, 0);
+        x.m.snapshot = "{}";
+        x.m.snapshots_keep = 2;
+        assert_int_equal(save1(s, &x), 0);
+    }
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_snapshots"), 2);
+    assert_int_equal(sql_int(admin, "SELECT MIN(version) FROM room_snapshots"), 5);
+    store_close(s);
+}
+
+static void
+test_batch_rules_savepoints(void **state)
+{
+    struct store *s = open_store(2);
+    struct mut base, m[6];
+    struct mutation *mm[6];
+
+    mk(&base, "rb", "b1", 1, 1);
+    base.m.fence_token = 5;
+    assert_int_equal(save1(s, &base), 0);
+
+    mk(&m[0], "rb", "b2", 2, 1); /* ok */
+    m[0].m.fence_token = 5;
+    mk(&m[1], "rc", "b1", 1, 1); /* command_id reused */
+    mk(&m[2], "rb", "b3", 2, 1); /* version 2 taken by m[0] */
+    m[2].m.fence_token = 5;
+    mk(&m[3], "rb", "b4", 3, 1); /* stale fence token */
+    m[3].m.fence_token = 4;
+    mk(&m[4], "rb", "b5", 1, 1); /* create of an existing room */
+    mk(&m[5], "rd", "b6", 1, 2); /* ok, new room */
+    for (int i = 0; i < 6; i++)
+        mm[i] = &m[i].m;
+    assert_int_equal(store_save(s, mm, 6), 0);
+    assert_int_equal(m[0].m.rc, 0);
+    assert_int_equal(m[1].m.rc, ROOMD_EREUSED);
+    assert_int_equal(m[2].m.rc, ROOMD_EFENCED);
+    assert_int_equal(m[3].m.rc, ROOMD_EFENCED);
+    assert_int_equal(m[4].m.rc, ROOMD_EEXIST);
+    assert_int_equal(m[5].m.rc, 0);
+    /* the refused ones left nothing behind */
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_command_log"), 3);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox"), 1 + 1 + 2);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM rooms"), 2);
+    assert_int_equal(sql_int(admin, "SELECT version FROM rooms WHERE room_id='rb'"), 2);
+
+    /* a batch of several versions of one room, in order, commits in one go */
+    mk(&m[0], "rb", "b7", 3, 1);
+    m[0].m.fence_token = 6;
+    mk(&m[1], "rb", "b8", 4, 1);
+    m[1].m.fence_token = 6;
+    assert_int_equal(store_save(s, mm, 2), 0);
+    assert_int_equal(m[0].m.rc, 0);
+    assert_int_equal(m[1].m.rc, 0);
+    assert_int_equal(sql_int(admin, "SELECT version FROM rooms WHERE room_id='rb'"), 4);
+    assert_int_equal(sql_int(admin, "SELECT fence_token FROM rooms WHERE room_id='rb'"), 6);
+    store_close(s);
+}
+
+static void
+test_injected_failure_rolls_back(void **state)
+{
+    struct store *s = open_store(1);
+    struct mut a, b;
+    struct mutation *mm[2] = {&a.m, &b.m};
+
+    mk(&a, "rf", "f1", 1, 1);
+    mk(&b, "rg", "f2", 1, 1);
+    store_fail_next_saves(1);
+    assert_int_equal(store_save(s, mm, 2), ROOMD_EIO);
+    assert_int_equal(a.m.rc, ROOMD_EIO);
+    assert_int_equal(b.m.rc, ROOMD_EIO);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_command_log"), 0);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox"), 0);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM rooms"), 0);
+    assert_int_equal(store_save(s, mm, 2), 0);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox"), 2);
+    store_close(s);
+}
+
+static void
+seed_outbox(struct store *s, const char *room, int nev)
+{
+    struct mut x;
+
+    mk(&x, room, room, 1, nev);
+    x.m.created_at_ms = clock_wall_ms() - 10;
+    assert_int_equal(save1(s, &x), 0);
+}
+
+static void
+test_claim_complete_fenced(void **state)
+{
+    struct store *s = open_store(2);
+    struct outbox_row *rows, *rows2;
+    size_t n, n2;
+    int64_t now = clock_wall_ms();
+    struct outbox_result res[3];
+    struct outbox_counts oc;
+
+    seed_outbox(s, "rq", 3);
+    assert_int_equal(store_outbox_claim(s, now, now + 5000, "A", 2, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rows[0].status, OUTBOX_DELIVERING);
+    assert_string_equal(rows[0].locked_by, "A");
+    assert_int_equal(rows[0].payload_len, 4);
+    assert_memory_equal(rows[0].payload, "\x08\x01\x00\xff", 4);
+    assert_true(rows[0].id < rows[1].id);
+    /* B gets only the third row; A's are locked until now+5000 */
+    assert_int_equal(store_outbox_claim(s, now, now + 5000, "B", 10, &rows2, &n2), 0);
+    assert_int_equal(n2, 1);
+    assert_true(rows2[0].id > rows[1].id);
+
+    /* completion fenced by locked_by */
+    memset(res, 0, sizeof(res));
+    res[0] = (struct outbox_result){.id = rows[0].id,
+                                    .locked_by = "A",
+                                    .status = OUTBOX_DELIVERED,
+                                    .sinks_done = 3,
+                                    .now_ms = now};
+    res[1] = (struct outbox_result){
+        .id = rows[1].id, .locked_by = "B", .status = OUTBOX_DELIVERED, .now_ms = now};
+    res[2] = (struct outbox_result){.id = rows2[0].id,
+                                    .locked_by = "B",
+                                    .status = OUTBOX_RETRYABLE,
+                                    .retry_count = 1,
+                                    .next_retry_at_ms = now + 100000,
+                                    .last_error = "boom",
+                                    .now_ms = now};
+    assert_int_equal(store_outbox_complete(s, res, 3), 0);
+    assert_int_equal(res[0].rc, 0);
+    assert_int_equal(res[1].rc, ROOMD_ESTALE);
+    assert_int_equal(res[2].rc, 0);
+    outbox_rows_free(rows2, n2);
+
+    /* A's second row: lock expired -> reclaimed by C; A can no longer complete */
+    assert_int_equal(store_outbox_claim(s, now + 6000, now + 11000, "C", 10, &rows2, &n2), 0);
+    assert_int_equal(n2, 1);
+    assert_int_equal(rows2[0].id, rows[1].id);
+    res[0] = (struct outbox_result){
+        .id = rows[1].id, .locked_by = "A", .status = OUTBOX_DELIVERED, .now_ms = now + 6001};
+    assert_int_equal(store_outbox_complete(s, res, 1), 0);
+    assert_int_equal(res[0].rc, ROOMD_ESTALE);
+    res[0].locked_by = "C";
+    assert_int_equal(store_outbox_complete(s, res, 1), 0);
+    assert_int_equal(res[0].rc, 0);
+    outbox_rows_free(rows2, n2);
+
+    /* the retryable one is due only at now+100000 */
+    assert_int_equal(store_outbox_claim(s, now + 99999, now + 200000, "D", 10, &rows2, &n2), 0);
+    assert_int_equal(n2, 0);
+    outbox_rows_free(rows2, n2);
+    assert_int_equal(store_outbox_claim(s, now + 100000, now + 200000, "D", 10, &rows2, &n2), 0);
+    assert_int_equal(n2, 1);
+    assert_int_equal(rows2[0].retry_count, 1);
+    assert_string_equal(rows2[0].last_error, "boom");
+    res[0] = (struct outbox_result){.id = rows2[0].id,
+                                    .locked_by = "D",
+                                    .status = OUTBOX_FAILED,
+                                    .retry_count = 2,
+                                    .last_error = "dead",
+                                    .now_ms = now};
+    assert_int_equal(store_outbox_complete(s, res, 1), 0);
+    assert_int_equal(res[0].rc, 0);
+
+    assert_int_equal(store_outbox_counts(s, &oc), 0);
+    assert_int_equal(oc.delivered, 2);
+    assert_int_equal(oc.failed, 1);
+    assert_int_equal(oc.pending + oc.delivering + oc.retryable, 0);
+    assert_int_equal(oc.oldest_undelivered_ms, 0);
+
+    /* replay of the failed row */
+    struct outbox_row one;
+    char eid[37];
+    strlcpy_(eid, rows2[0].event_id, sizeof(eid));
+    assert_int_equal(store_outbox_replay(s, eid, now + 1), 0);
+    assert_int_equal(store_outbox_replay(s, eid, now + 1), ROOMD_ECONFLICT);
+    assert_int_equal(store_outbox_replay(s, "nope", now + 1), ROOMD_ENOTFOUND);
+    assert_int_equal(store_outbox_get(s, eid, &one), 0);
+    assert_int_equal(one.status, OUTBOX_PENDING);
+    assert_int_equal(one.retry_count, 0);
+    free(one.payload);
+    free(one.last_error);
+    assert_int_equal(store_outbox_counts(s, &oc), 0);
+    assert_int_equal(oc.pending, 1);
+    assert_true(oc.oldest_undelivered_ms > 0);
+    outbox_rows_free(rows2, n2);
+    outbox_rows_free(rows, n);
+
+    /* list by status, paged by id */
+    assert_int_equal(store_outbox_list(s, OUTBOX_DELIVERED, 0, 1, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    int64_t after = rows[0].id;
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_list(s, OUTBOX_DELIVERED, after, 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_outbox_list(s, -1, 0, 10, &rows, &n), 0);
+    assert_int_equal(n, 3);
+    outbox_rows_free(rows, n);
+    store_close(s);
+}
+
+struct claimer {
+    struct store *s;
+    char name[16];
+    int64_t ids[4096];
+    size_t n;
+};
+
+static void *
+claim_loop(void *arg)
+{
+    struct claimer *c = arg;
+    struct outbox_row *rows;
+    size_t n;
+    int64_t now = clock_wall_ms();
+
+    for (;;) {
+        assert_int_equal(store_outbox_claim(c->s, now, now + 60000, c->name, 7, &rows, &n), 0);
+        if (n == 0)
+            break;
+        for (size_t i = 0; i < n; i++)
+            c->ids[c->n++] = rows[i].id;
+        outbox_rows_free(rows, n);
+    }
+    return NULL;
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Four claimers at once: SKIP LOCKED hands every row to exactly one. */
+static void
+test_concurrent_claims_disjoint(void **state)
+{
+    struct store *s = open_store(4);
+    static struct claimer c[4];
+    static int64_t all[4096];
+    pthread_t t[4];
+    size_t total = 0;
+
+    for (int i = 0; i < 100; i++) {
+        char room[16];
+
+        snprintf(room, sizeof(room), "cc%d", i);
+        seed_outbox(s, room, 3);
+    }
+    for (int i = 0; i < 4; i++) {
+        c[i].s = s;
+        c[i].n = 0;
+        snprintf(c[i].name, sizeof(c[i].name), "w%d", i);
+        pthread_create(&t[i], NULL, claim_loop, &c[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        memcpy(all + total, c[i].ids, c[i].n * sizeof(int64_t));
+        total += c[i].n;
+    }
+    assert_int_equal(total, 300);
+    qsort(all, total, sizeof(int64_t), cmp_i64);
+    for (size_t i = 1; i < total; i++)
+        assert_true(all[i] != all[i - 1]);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox WHERE status='delivering'"),
+                     300);
+    store_close(s);
+}
+
+/* Inserts n delivered rows directly (the claim must never read them). */
+static void
+insert_delivered(int n)
+{
+    char q[512];
+
+    snprintf(q, sizeof(q),
+             "INSERT INTO room_outbox (event_id, app_code, room_id, room_version, command_id,"
+             " event_type, payload, status, due_at_ms, created_at_ms, updated_at_ms,"
+             " delivered_at_ms) SELECT UUID(), 'hyapp', 'old', seq, 'x', 'RoomCreated', '',"
+             " 'delivered', NULL, 1, 1, 1 FROM seq_1_to_%d",
+             n);
+    sql(admin, q);
+}
+
+static void
+test_claim_plan_uses_due_index(void **state)
+{
+    struct store *s = open_store(1);
+    struct outbox_row *rows;
+    size_t n;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    MYSQL_FIELD *f;
+    int key_col = -1, extra_col = -1;
+    long long before, after;
+    int64_t now = clock_wall_ms();
+
+    insert_delivered(5000);
+    for (int i = 0; i < 5; i++) {
+        char room[16];
+
+        snprintf(room, sizeof(room), "px%d", i);
+        seed_outbox(s, room, 2);
+    }
+    sql(admin, "ANALYZE TABLE room_outbox");
+    assert_int_equal(mysql_query(admin,
+                                 "EXPLAIN SELECT id FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                                 " WHERE due_at_ms<=UNIX_TIMESTAMP()*1000 ORDER BY due_at_ms, id"
+                                 " LIMIT 100 FOR UPDATE SKIP LOCKED"),
+                     0);
+    res = mysql_store_result(admin);
+    assert_non_null(res);
+    for (unsigned i = 0; i < mysql_num_fields(res); i++) {
+        f = mysql_fetch_field_direct(res, i);
+        if (strcmp(f->name, "key") == 0)
+            key_col = (int)i;
+        if (strcmp(f->name, "Extra") == 0)
+            extra_col = (int)i;
+    }
+    row = mysql_fetch_row(res);
+    assert_non_null(row);
+    fprintf(stderr, "claim plan: key=%s extra=%s\n", row[key_col],
+            row[extra_col] ? row[extra_col] : "");
+    assert_string_equal(row[key_col], "ix_outbox_due");
+    assert_null(strstr(row[extra_col] ? row[extra_col] : "", "filesort"));
+    mysql_free_result(res);
+
+    /* The store's own claim reads only claimable rows, not the 5000 delivered
+     * ones: count index reads of the server's Handler counters around it. */
+    now = clock_wall_ms();
+    sql(admin, "FLUSH STATUS");
+    before = sql_int(admin, "SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS "
+                            "WHERE VARIABLE_NAME IN ('HANDLER_READ_NEXT','HANDLER_READ_KEY',"
+                            "'HANDLER_READ_RND_NEXT','HANDLER_READ_FIRST')");
+    assert_int_equal(store_outbox_claim(s, now, now + 1000, "P", 100, &rows, &n), 0);
+    after = sql_int(admin, "SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS "
+                           "WHERE VARIABLE_NAME IN ('HANDLER_READ_NEXT','HANDLER_READ_KEY',"
+                           "'HANDLER_READ_RND_NEXT','HANDLER_READ_FIRST')");
+    assert_int_equal(n, 10);
+    fprintf(stderr, "claim handler reads: %lld\n", after - before);
+    /* 10 rows + the claim update by id + the status query itself; a scan of
+     * delivered rows would be thousands (other tests may add a few) */
+    assert_true(after - before < 1000);
+    outbox_rows_free(rows, n);
+    store_close(s);
+}
+
+static void
+test_purge_bounded(void **state)
+{
+    struct store *s = open_store(1);
+    size_t purged = 0;
+    struct outbox_row *rows;
+    size_t n;
+
+    insert_delivered(1200);
+    sql(admin, "UPDATE room_outbox SET delivered_at_ms=100 WHERE id % 2 = 0");
+    seed_outbox(s, "pp", 2); /* pending: never purged */
+    assert_int_equal(store_outbox_purge(s, 50, 1000, &purged), 0);
+    assert_int_equal(purged, 600); /* delivered_at_ms 1 */
+    assert_int_equal(store_outbox_purge(s, 101, 100, &purged), 0);
+    assert_int_equal(purged, 100);
+    assert_int_equal(store_outbox_purge(s, 101, 10000, &purged), 0);
+    assert_int_equal(purged, 500);
+    assert_int_equal(store_outbox_purge(s, clock_wall_ms() + 1000, 10000, &purged), 0);
+    assert_int_equal(purged, 0);
+    assert_int_equal(store_outbox_list(s, -1, 0, 100, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    outbox_rows_free(rows, n);
+    store_close(s);
+}
+
+static void
+test_reconnect_after_kill(void **state)
+{
+    struct store *s = open_store(1);
+    struct mut x;
+    struct command_record cr;
+    char q[256];
+    long long id, id2;
+
+    mk(&x, "rk", "k1", 1, 1);
+    assert_int_equal(save1(s, &x), 0);
+    snprintf(q, sizeof(q),
+             "SELECT ID FROM information_schema.PROCESSLIST WHERE DB='%s' AND ID<>CONNECTION_ID()",
+             dbname);
+    id = sql_int(admin, q);
+    assert_true(id > 0);
+    snprintf(q, sizeof(q), "KILL CONNECTION %lld", id);
+    sql(admin, q);
+    usleep(100000);
+    /* the pool's only connection is dead: the next calls reconnect by themselves */
+    assert_int_equal(store_find_command(s, "hyapp", "k1", &cr), 0);
+    command_record_clear(&cr);
+    id2 = sql_int(admin, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB=DATABASE() "
+                         "AND ID<>CONNECTION_ID()");
+    assert_true(id2 > 0 && id2 != id);
+    /* and a transaction killed before it starts is retried whole */
+    snprintf(q, sizeof(q), "KILL CONNECTION %lld", id2);
+    sql(admin, q);
+    usleep(100000);
+    mk(&x, "rk", "k2", 2, 2);
+    assert_int_equal(save1(s, &x), 0);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox"), 3);
+    store_close(s);
+}
+
+struct save_arg {
+    struct store *s;
+    struct mut *x;
+    int rc;
+};
+
+static void *
+save_thread(void *arg)
+{
+    struct save_arg *a = arg;
+
+    a->rc = save1(a->s, a->x);
+    return NULL;
+}
+
+/*
+ * A real deadlock: our transaction holds the command log row it inserted and
+ * waits for the rooms row; the raw one holds the rooms row and asks for the
+ * command log row. InnoDB kills the lighter one (ours: the raw one wrote 200
+ * rows first), the store retries and commits once the raw one is done.
+ */
+static void
+test_deadlock_retried(void **state)
+{
+    struct store *s = open_store(1);
+    MYSQL *raw = connect_raw(dbname);
+    struct mut a, b;
+    struct save_arg sa;
+    pthread_t t;
+    long long dl0, dl1;
+
+    mk(&a, "rd", "d1", 1, 1);
+    assert_int_equal(save1(s, &a), 0);
+    sql(raw, "CREATE TEMPORARY TABLE heavy (i INT PRIMARY KEY) ENGINE=InnoDB");
+    sql(raw, "START TRANSACTION");
+    sql(raw, "INSERT INTO heavy SELECT seq FROM seq_1_to_200");
+    sql(raw, "SELECT * FROM rooms WHERE app_code='hyapp' AND room_id='rd' FOR UPDATE");
+    dl0 = sql_int(admin, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                         "WHERE VARIABLE_NAME='INNODB_DEADLOCKS'");
+
+    mk(&b, "rd", "d2", 2, 1);
+    sa = (struct save_arg){s, &b, -1};
+    pthread_create(&t, NULL, save_thread, &sa);
+    usleep(300000); /* the store now waits for the rooms row */
+    /* raw asks for the store's uncommitted command log row: a cycle */
+    if (mysql_query(raw, "SELECT * FROM room_command_log WHERE app_code='hyapp' AND "
+                         "command_id='d2' FOR UPDATE") != 0)
+        fprintf(stderr, "raw: %s\n", mysql_error(raw));
+    else
+        mysql_free_result(mysql_store_result(raw));
+    sql(raw, "COMMIT");
+    pthread_join(t, NULL);
+    dl1 = sql_int(admin, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                         "WHERE VARIABLE_NAME='INNODB_DEADLOCKS'");
+    assert_true(dl1 > dl0);
+    assert_int_equal(sa.rc, 0); /* the deadlock never reached the caller */
+    assert_int_equal(sql_int(admin, "SELECT version FROM rooms WHERE room_id='rd'"), 2);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox"), 2);
+    mysql_close(raw);
+    store_close(s);
+}
+
+/* A lock wait timeout (1205) is retried too: the lock is released after the
+ * first wait gave up. */
+static void
+test_lock_wait_timeout_retried(void **state)
+{
+    struct store *s;
+    MYSQL *raw = connect_raw(dbname);
+    struct mut a, b;
+    struct save_arg sa;
+    pthread_t t;
+    int64_t t0;
+
+    cf->store.mysql.read_timeout_ms = 2000; /* lock wait 1 s */
+    s = open_store(1);
+    mk(&a, "rw", "w1", 1, 1);
+    assert_int_equal(save1(s, &a), 0);
+    sql(raw, "START TRANSACTION");
+    sql(raw, "SELECT * FROM rooms WHERE room_id='rw' FOR UPDATE");
+    mk(&b, "rw", "w2", 2, 1);
+    sa = (struct save_arg){s, &b, -1};
+    t0 = clock_mono_ms();
+    pthread_create(&t, NULL, save_thread, &sa);
+    usleep(1500000);
+    sql(raw, "COMMIT");
+    pthread_join(t, NULL);
+    assert_int_equal(sa.rc, 0);
+    assert_true(clock_mono_ms() - t0 >= 1400);
+    assert_int_equal(sql_int(admin, "SELECT version FROM rooms WHERE room_id='rw'"), 2);
+    mysql_close(raw);
+    store_close(s);
+    cf->store.mysql.read_timeout_ms = 5000;
+}
+
+static void
+test_wallet(void **state)
+{
+    struct store *s = open_store(2);
+    int64_t bal = 0;
+
+    assert_int_equal(store_wallet_balance(s, "hyapp", 1, 100, &bal), 0);
+    assert_int_equal(bal, 100);
+    assert_int_equal(store_wallet_debit(s, "hyapp", 1, 30, "g1", 100, &bal), 0);
+    assert_int_equal(bal, 70);
+    assert_int_equal(store_wallet_debit(s, "hyapp", 1, 30, "g1", 100, &bal), 0); /* replay */
+    assert_int_equal(bal, 70);
+    assert_int_equal(store_wallet_debit(s, "hyapp", 1, 71, "g2", 100, &bal), ROOMD_EFUNDS);
+    assert_int_equal(store_wallet_balance(s, "hyapp", 1, 100, &bal), 0);
+    assert_int_equal(bal, 70);
+    assert_int_equal(store_wallet_refund(s, "hyapp", "g1"), 0);
+    assert_int_equal(store_wallet_refund(s, "hyapp", "g1"), 0); /* once only */
+    assert_int_equal(store_wallet_refund(s, "hyapp", "g2"), ROOMD_ENOTFOUND);
+    assert_int_equal(store_wallet_balance(s, "hyapp", 1, 100, &bal), 0);
+    assert_int_equal(bal, 100);
+    assert_int_equal(store_wallet_topup(s, "hyapp", 1, 50, "t1", 100, &bal), 0);
+    assert_int_equal(store_wallet_topup(s, "hyapp", 1, 50, "t1", 100, &bal), 0);
+    assert_int_equal(bal, 150);
+    store_close(s);
+}
+
+static void
+test_rockets_pending(void **state)
+{
+    struct store *s = open_store(1);
+    struct mut x;
+    struct rocket_pending *rp;
+    size_t n;
+
+    mk(&x, "rr", "rr1", 1, 0);
+    assert_int_equal(save1(s, &x), 0);
+    mk(&x, "rr", "rr2", 2, 1);
+    x.m.meta.rocket_status = "ignited";
+    x.m.meta.rocket_id = "rk-1";
+    x.m.meta.rocket_level = 2;
+    x.m.meta.rocket_launch_at_ms = 12345;
+    assert_int_equal(save1(s, &x), 0);
+    assert_int_equal(store_rockets_pending(s, &rp, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rp[0].room_id, "rr");
+    assert_string_equal(rp[0].rocket_id, "rk-1");
+    assert_int_equal(rp[0].level, 2);
+    assert_int_equal(rp[0].launch_at_ms, 12345);
+    free(rp);
+    store_close(s);
+}
+
+static void
+test_unreachable_fails_fast(void **state)
+{
+    struct store *s = NULL;
+    char err[256];
+    int64_t t0 = clock_mono_ms();
+    int port = cf->store.mysql.port;
+
+    cf->store.mysql.port = 1; /* nothing listens there */
+    assert_int_equal(store_open(&s, &cf->store, err, sizeof(err)), ROOMD_EUNAVAIL);
+    assert_null(s);
+    assert_non_null(strstr(err, "connect"));
+    assert_true(clock_mono_ms() - t0 < 3000);
+    cf->store.mysql.port = port;
+}
+
+int
+main(void)
+{
+    char *dir = th_tmpdir();
+    char q[256];
+    int rc;
+
+    cf = th_conf_mysql(dir);
+    if (cf == NULL)
+        return 77;
+    admin = connect_raw(NULL);
+    if (admin == NULL) {
+        th_skip_or_fail("mariadbd not reachable (scripts/servers.sh start)");
+        return 77;
+    }
+    snprintf(dbname, sizeof(dbname), "roomd_t%d_%lld", (int)getpid(),
+             (long long)(clock_wall_ms() % 100000));
+    snprintf(q, sizeof(q), "CREATE DATABASE %s CHARACTER SET utf8mb4", dbname);
+    sql(admin, q);
+    snprintf(q, sizeof(q), "USE %s", dbname);
+    sql(admin, q);
+    free(cf->store.mysql.database);
+    cf->store.mysql.database = xstrdup(dbname);
+    cf->store.mysql.deadlock_retries = 3;
+    cf->store.mysql.read_timeout_ms = 5000;
+
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_open_migrates_once),
+        cmocka_unit_test_setup(test_save_load_roundtrip, setup),
+        cmocka_unit_test_setup(test_snapshots_pruned, setup),
+        cmocka_unit_test_setup(test_batch_rules_savepoints, setup),
+        cmocka_unit_test_setup(test_injected_failure_rolls_back, setup),
+        cmocka_unit_test_setup(test_claim_complete_fenced, setup),
+        cmocka_unit_test_setup(test_concurrent_claims_disjoint, setup),
+        cmocka_unit_test_setup(test_claim_plan_uses_due_index, setup),
+        cmocka_unit_test_setup(test_purge_bounded, setup),
+        cmocka_unit_test_setup(test_reconnect_after_kill, setup),
+        cmocka_unit_test_setup(test_deadlock_retried, setup),
+        cmocka_unit_test_setup(test_lock_wait_timeout_retried, setup),
+        cmocka_unit_test_setup(test_wallet, setup),
+        cmocka_unit_test_setup(test_rockets_pending, setup),
+        cmocka_unit_test(test_unreachable_fails_fast),
+    };
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+
+    snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
+    sql(admin, q);
+    mysql_close(admin);
+    conf_free(cf);
+    rmdir(dir);
+    free(dir);
+    return rc;
+}
