@@ -147,6 +147,7 @@ static const struct migration {
 enum sid {
     S_FIND_COMMAND,
     S_ROOM_HEAD,
+    S_ROOM_FENCE,
     S_SNAP_LATEST,
     S_LOG_TAIL,
     S_LOG_INSERT,
@@ -173,6 +174,8 @@ enum sid {
     S_ACCT_ADD,
     S_LEDGER_GET,
     S_LEDGER_INSERT,
+    S_LEDGER_UPDATE,
+    S_LEDGER_DELETE,
     S_ROCKETS,
     S_COUNT
 };
@@ -181,6 +184,8 @@ static const char *const sql_text[S_COUNT] = {
     [S_FIND_COMMAND] = "SELECT " CMD_COLS " FROM room_command_log"
                        " WHERE app_code=? AND command_id=?",
     [S_ROOM_HEAD] = "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?",
+    [S_ROOM_FENCE] = "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"
+                     " FOR UPDATE",
     [S_SNAP_LATEST] = "SELECT version, state FROM room_snapshots"
                       " WHERE app_code=? AND room_id=? AND version<=?"
                       " ORDER BY version DESC LIMIT 1",
@@ -217,7 +222,8 @@ static const char *const sql_text[S_COUNT] = {
     [S_CLAIM_UPDATE] = "UPDATE room_outbox SET status='delivering', locked_by=?,"
                        " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?",
     [S_COMPLETE] = "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
-                   " next_retry_at_ms=?, lock_until_ms=NULL, last_error=?, due_at_ms=?,"
+                   " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
+                   " due_at_ms=?,"
                    " updated_at_ms=?, delivered_at_ms=?"
                    " WHERE id=? AND status='delivering' AND locked_by=?",
     [S_LIST_ALL] = "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id>? ORDER BY id LIMIT ?",
@@ -225,8 +231,8 @@ static const char *const sql_text[S_COUNT] = {
                       " WHERE status IN (?,?) AND id>? ORDER BY id LIMIT ?",
     [S_GET] = "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id=?",
     [S_REPLAY] = "UPDATE room_outbox SET status='pending', retry_count=0,"
-                 " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, last_error=NULL,"
-                 " due_at_ms=?, updated_at_ms=?, delivered_at_ms=NULL"
+                 " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, due_at_ms=?,"
+                 " updated_at_ms=?"
                  " WHERE event_id=? AND status='failed'",
     [S_STATUS_OF] = "SELECT status FROM room_outbox WHERE event_id=?",
     [S_COUNTS] = "SELECT status, COUNT(*) FROM room_outbox GROUP BY status",
@@ -243,14 +249,17 @@ static const char *const sql_text[S_COUNT] = {
                      " WHERE app_code=? AND ref_id=? AND kind=?",
     [S_LEDGER_INSERT] = "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
                         " created_at_ms) VALUES (?,?,?,?,?,?)",
+    [S_LEDGER_UPDATE] = "UPDATE wallet_ledger SET uid=?, amount=?, created_at_ms=?"
+                        " WHERE app_code=? AND ref_id=? AND kind=?",
+    [S_LEDGER_DELETE] = "DELETE FROM wallet_ledger WHERE app_code=? AND ref_id=? AND kind=?",
     [S_ROCKETS] = "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
                   " FROM rooms WHERE rocket_status='ignited' ORDER BY app_code, room_id",
 };
 
 /* ==== The handle and its connection pool ==== */
 
-#define MAXP 20 /* parameters or result columns of one statement */
-#define LAST_ERROR_MAX 2000
+#define MAXP 20             /* parameters or result columns of one statement */
+#define LAST_ERROR_MAX 1000 /* bytes, cut at a UTF-8 boundary (as SQLite) */
 #define PURGE_CHUNK 500
 
 struct conn {
@@ -1332,7 +1341,7 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
 }
 #define OUTBOX_INSERT_TYPES "sssissbiii"
 
-/* Writes m's snapshot and drops all but the newest snapshots_keep. */
+/* Writes m's snapshot and drops all but the newest snapshots_keep (>= 1). */
 static int
 save_snapshot(struct conn *c, const struct mutation *m)
 {
@@ -1346,10 +1355,10 @@ save_snapshot(struct conn *c, const struct mutation *m)
     p_i64(&p, m->version);
     p_str(&p, m->snapshot);
     p_i64(&p, m->created_at_ms);
-    if ((rc = st_exec(c, S_SNAP_INSERT, &p, NULL)) != 0 || m->snapshots_keep <= 0)
+    if ((rc = st_exec(c, S_SNAP_INSERT, &p, NULL)) != 0)
         return rc;
     p.n = 2;
-    p_i64(&p, m->snapshots_keep);
+    p_i64(&p, m->snapshots_keep > 1 ? m->snapshots_keep : 1);
     if ((rc = st_query(c, S_SNAP_NTH, &p, &r, "i")) == 0 && (rc = st_fetch(c, &r)) == 1)
         cut = r_i64(&r, 0);
     rows_done(&r);
@@ -1480,45 +1489,101 @@ exec_one(struct conn *c, enum sid id, const char *types, const struct mutation *
     return rc;
 }
 
-/* One mutation inside the slow path's transaction, after its savepoint.
- * Returns 0, a rule's code for m->rc (the caller rolls back to the
- * savepoint), or the transaction's failure with c->err set. */
+/* Sorts out a failed statement of one mutation: a duplicate key is that
+ * mutation's dup_code and data the server refused is its ROOMD_EIO (either
+ * way it alone is rolled back); anything else ends the transaction (*fatal). */
 static int
-save_one(struct conn *c, struct save_ctx *x, struct mutation *m)
+mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 {
+    switch (classify(c->err)) {
+    case EC_DUP:
+        return dup_code;
+    case EC_OTHER:
+        return ROOMD_EIO;
+    default:
+        return *fatal = rc;
+    }
+}
+
+/*
+ * One mutation inside the slow path's transaction, after its savepoint, in
+ * the order and with the codes of store_sqlite.c: the room's fence (locked),
+ * the command log row, the outbox rows, the rooms row, the snapshot. Returns
+ * 0, a per-mutation code (EEXIST, ENOTFOUND, EFENCED, EREUSED, ECONFLICT,
+ * EIO), or sets *fatal with the code that ends the whole transaction.
+ */
+static int
+save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
+{
+    struct params p = {0};
+    struct rows r;
     struct bulk ob;
     uint64_t aff = 0;
+    int64_t cur_version = 0, cur_token = 0;
+    bool exists;
     int rc;
+
+    *fatal = 0;
+    p_str(&p, m->app_code);
+    p_str(&p, m->room_id);
+    if ((rc = st_query(c, S_ROOM_FENCE, &p, &r, "ii")) == 0 && (rc = st_fetch(c, &r)) == 1) {
+        cur_version = r_i64(&r, 0);
+        cur_token = r_i64(&r, 1);
+    }
+    rows_done(&r);
+    if (rc < 0)
+        return *fatal = rc;
+    exists = rc == 1;
+    if (m->create && exists) {
+        store_set_errmsg("room %s/%s already exists", m->app_code, m->room_id);
+        return ROOMD_EEXIST;
+    }
+    if (!m->create && !exists) {
+        store_set_errmsg("room %s/%s not found", m->app_code, m->room_id);
+        return ROOMD_ENOTFOUND;
+    }
+    if (!m->create && (cur_version != m->version - 1 || m->fence_token < cur_token)) {
+        store_set_errmsg("room %s/%s fenced: at version %lld token %lld, mutation version %lld"
+                         " token %lld",
+                         m->app_code, m->room_id, (long long)cur_version, (long long)cur_token,
+                         (long long)m->version, (long long)m->fence_token);
+        return ROOMD_EFENCED;
+    }
 
     rc = exec_one(c, S_LOG_INSERT, LOG_TYPES, m, fill_log, NULL);
     if (rc != 0) {
-        if (classify(c->err) != EC_DUP)
-            return rc;
-        if (strstr(c->errmsg, "uq_cmdlog_command") != NULL)
-            return ROOMD_EREUSED;
-        return m->create ? ROOMD_EEXIST : ROOMD_EFENCED;
+        bool reused = strstr(c->errmsg, "uq_cmdlog_command") != NULL;
+
+        rc = mutation_outcome(c, rc, reused ? ROOMD_EREUSED : ROOMD_EFENCED, fatal);
+        if (rc == ROOMD_EREUSED)
+            store_set_errmsg("command_id %s already used", m->command_id);
+        return rc;
     }
     if ((rc = fail_hook(x)) != 0)
-        return rc;
-    if (m->create) {
-        rc = exec_one(c, S_ROOM_INSERT, ROOM_INSERT_TYPES, m, fill_room_insert, NULL);
-        if (rc != 0)
-            return classify(c->err) == EC_DUP ? ROOMD_EEXIST : rc;
-    } else {
-        rc = exec_one(c, S_ROOM_UPDATE, ROOM_UPDATE_TYPES, m, fill_room_update, &aff);
-        if (rc != 0)
-            return rc;
-        if (aff != 1)
-            return ROOMD_EFENCED;
-    }
+        return *fatal = rc;
+
     bulk_init(&ob, OUTBOX_INSERT_TYPES, m->nevents);
     for (size_t e = 0; e < m->nevents; e++)
         fill_outbox(&ob, e, m, &m->events[e]);
     rc = st_bulk(c, S_OUTBOX_INSERT, &ob, NULL);
     bulk_free(&ob);
-    if (rc == 0 && m->snapshot != NULL)
-        rc = save_snapshot(c, m);
-    return rc;
+    if (rc != 0)
+        return mutation_outcome(c, rc, ROOMD_ECONFLICT, fatal);
+
+    if (m->create) {
+        rc = exec_one(c, S_ROOM_INSERT, ROOM_INSERT_TYPES, m, fill_room_insert, NULL);
+        if (rc != 0)
+            return mutation_outcome(c, rc, ROOMD_EEXIST, fatal);
+    } else {
+        rc = exec_one(c, S_ROOM_UPDATE, ROOM_UPDATE_TYPES, m, fill_room_update, &aff);
+        if (rc != 0)
+            return mutation_outcome(c, rc, ROOMD_EFENCED, fatal);
+        if (aff != 1)
+            return ROOMD_EFENCED;
+    }
+    if (m->snapshot != NULL && (rc = save_snapshot(c, m)) != 0)
+        return mutation_outcome(c, rc, ROOMD_ECONFLICT, fatal);
+    return 0;
 }
 
 /* The slow path: a savepoint per mutation, so one that breaks a rule is
@@ -1526,7 +1591,7 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m)
 static int
 save_slow(struct conn *c, struct save_ctx *x)
 {
-    int rc;
+    int rc, fatal;
 
     if ((rc = tx_begin(c)) != 0)
         return rc;
@@ -1536,14 +1601,11 @@ save_slow(struct conn *c, struct save_ctx *x)
         if ((rc = q_exec(c, "SAVEPOINT m")) != 0)
             return rc;
         c->err = 0;
-        rc = save_one(c, x, m);
-        if (rc == 0)
+        m->rc = save_one(c, x, m, &fatal);
+        if (fatal != 0)
+            return fatal; /* the transaction's failure: the runner decides */
+        if (m->rc == 0)
             continue;
-        if (c->err != 0 && !mutation_fault(c))
-            return rc; /* the transaction's failure: the runner decides */
-        if (rc == ROOMD_EIO && c->err == 0)
-            return rc; /* the injected failure fails the whole save */
-        m->rc = rc == ROOMD_EEXIST && !m->create ? ROOMD_EFENCED : rc;
         c->err = 0;
         if ((rc = q_exec(c, "ROLLBACK TO SAVEPOINT m")) != 0)
             return rc;
@@ -1581,6 +1643,14 @@ my_save(struct store *s, struct mutation *const *muts, size_t n)
 }
 
 /* ==== Outbox: claim, complete, list, get, replay, counts, purge ==== */
+
+static int
+cmp_row_id(const void *a, const void *b)
+{
+    const struct outbox_row *x = a, *y = b;
+
+    return x->id < y->id ? -1 : x->id > y->id;
+}
 
 struct claim_ctx {
     int64_t now, until;
@@ -1625,6 +1695,8 @@ claim_fn(struct conn *c, void *arg)
         rc = tx_commit(c);
     if (rc != 0)
         return rc;
+    if (x->n > 1) /* by id, as SQLite returns them */
+        qsort(x->rows, x->n, sizeof(*x->rows), cmp_row_id);
     for (size_t i = 0; i < x->n; i++) {
         x->rows[i].status = OUTBOX_DELIVERING;
         x->rows[i].lock_until_ms = x->until;
@@ -1672,11 +1744,18 @@ fill_complete(struct bulk *k, size_t row, const struct outbox_result *r)
         bk_null(k, 3, row);
         bk_null(k, 5, row);
     }
-    if (r->last_error != NULL && r->status != OUTBOX_DELIVERED)
-        bk_bytes(k, 4, row, r->last_error,
-                 strlen(r->last_error) < LAST_ERROR_MAX ? strlen(r->last_error) : LAST_ERROR_MAX);
-    else
+    if (r->last_error != NULL) {
+        size_t len = strlen(r->last_error);
+
+        if (len > LAST_ERROR_MAX) {
+            len = LAST_ERROR_MAX;
+            while (len > 0 && ((unsigned char)r->last_error[len] & 0xc0) == 0x80)
+                len--;
+        }
+        bk_bytes(k, 4, row, r->last_error, len);
+    } else {
         bk_null(k, 4, row);
+    }
     bk_i64(k, 6, row, r->now_ms);
     if (r->status == OUTBOX_DELIVERED)
         bk_i64(k, 7, row, r->now_ms);
@@ -1731,10 +1810,15 @@ static int
 my_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
 {
     struct complete_ctx x = {res, n};
+    int rc;
 
     if (n == 0)
         return 0;
-    return run((struct mstore *)s, complete_fn, &x);
+    rc = run((struct mstore *)s, complete_fn, &x);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            res[i].rc = rc;
+    return rc;
 }
 
 struct list_ctx {
@@ -1964,7 +2048,7 @@ my_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t 
     return rc;
 }
 
-/* ==== Wallet: balances and an idempotent ledger ==== */
+/* ==== Wallet: balances and an idempotent ledger (the rules of store_sqlite.c) ==== */
 
 struct wallet_ctx {
     const char *app, *ref_id;
@@ -1972,17 +2056,17 @@ struct wallet_ctx {
     int64_t balance; /* out */
 };
 
-/* Creates the account with the initial balance if new, then locks it. */
+/* Creates (app, uid) with the initial balance if new, then locks its row. */
 static int
-lock_account(struct conn *c, struct wallet_ctx *x, int64_t *balance)
+lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
     struct params p = {0};
     struct rows r;
     int rc;
 
-    p_str(&p, x->app);
-    p_i64(&p, x->uid);
-    p_i64(&p, x->initial);
+    p_str(&p, app);
+    p_i64(&p, uid);
+    p_i64(&p, initial);
     p_i64(&p, clock_wall_ms());
     if ((rc = st_exec(c, S_ACCT_ENSURE, &p, NULL)) != 0)
         return rc;
@@ -2000,7 +2084,38 @@ lock_account(struct conn *c, struct wallet_ctx *x, int64_t *balance)
     return rc;
 }
 
-/* Finds ledger entry (ref_id, kind): 1 found (uid, amount), 0 not, or < 0. */
+/* Reads the balance of (app, uid); a never-seen account has initial. */
+static int
+account_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
+{
+    struct params p = {0};
+    struct rows r;
+    int rc;
+
+    p_str(&p, app);
+    p_i64(&p, uid);
+    if ((rc = st_query(c, S_ACCT_GET, &p, &r, "i")) == 0 && (rc = st_fetch(c, &r)) >= 0) {
+        *balance = rc == 1 ? r_i64(&r, 0) : initial;
+        rc = 0;
+    }
+    rows_done(&r);
+    return rc;
+}
+
+/* Adds delta to (app, uid), whose row the caller locked. */
+static int
+account_add(struct conn *c, const char *app, int64_t uid, int64_t delta)
+{
+    struct params p = {0};
+
+    p_i64(&p, delta);
+    p_i64(&p, clock_wall_ms());
+    p_str(&p, app);
+    p_i64(&p, uid);
+    return st_exec(c, S_ACCT_ADD, &p, NULL);
+}
+
+/* Finds ledger row (ref_id, kind): 1 found (uid, amount), 0 not, or < 0. */
 static int
 ledger_get(struct conn *c, const char *app, const char *ref_id, const char *kind, int64_t *uid,
            int64_t *amount)
@@ -2025,52 +2140,71 @@ ledger_get(struct conn *c, const char *app, const char *ref_id, const char *kind
     return rc;
 }
 
-/* Adds delta to the (locked) account and writes ledger entry (ref_id, kind). */
+/* Writes ledger row (ref_id, kind) with S_LEDGER_INSERT, _UPDATE or _DELETE. */
 static int
-ledger_apply(struct conn *c, const char *app, const char *ref_id, const char *kind, int64_t uid,
-             int64_t delta)
+ledger_write(struct conn *c, enum sid id, const char *app, const char *ref_id, const char *kind,
+             int64_t uid, int64_t amount)
 {
     struct params p = {0};
     int64_t now = clock_wall_ms();
-    int rc;
 
-    p_i64(&p, delta);
-    p_i64(&p, now);
-    p_str(&p, app);
-    p_i64(&p, uid);
-    if ((rc = st_exec(c, S_ACCT_ADD, &p, NULL)) != 0)
-        return rc;
-    memset(&p, 0, sizeof(p));
+    if (id == S_LEDGER_UPDATE) {
+        p_i64(&p, uid);
+        p_i64(&p, amount);
+        p_i64(&p, now);
+    }
     p_str(&p, app);
     p_str(&p, ref_id);
-    p_i64(&p, uid);
-    p_i64(&p, delta);
+    if (id == S_LEDGER_INSERT) {
+        p_i64(&p, uid);
+        p_i64(&p, amount);
+    }
     p_str(&p, kind);
-    p_i64(&p, now);
-    return st_exec(c, S_LEDGER_INSERT, &p, NULL);
+    if (id == S_LEDGER_INSERT)
+        p_i64(&p, now);
+    return st_exec(c, id, &p, NULL);
 }
 
+/*
+ * Debit. A ref already debited (and not refunded) is not charged again: 0 and
+ * the current balance. A refunded ref debited again is charged again (the
+ * refund row is removed, the debit row rewritten): the command that was
+ * refunded because its commit failed is being retried. The account row is
+ * locked first, so concurrent debits of one ref serialize on it.
+ */
 static int
 debit_fn(struct conn *c, void *arg)
 {
     struct wallet_ctx *x = arg;
-    int64_t bal;
-    int rc;
+    int64_t bal = 0, luid = 0, lamount = 0;
+    int rc, have_debit, have_refund;
 
-    if ((rc = tx_begin(c)) != 0 || (rc = lock_account(c, x, &bal)) != 0)
+    x->balance = 0;
+    if ((rc = tx_begin(c)) != 0 || (rc = lock_account(c, x->app, x->uid, x->initial, &bal)) != 0)
         return rc;
-    if ((rc = ledger_get(c, x->app, x->ref_id, "debit", NULL, NULL)) < 0)
+    if ((rc = have_debit = ledger_get(c, x->app, x->ref_id, "debit", &luid, &lamount)) < 0)
         return rc;
-    if (rc == 0) { /* not yet charged */
-        if (bal < x->amount) {
-            store_set_errmsg("wallet: balance %lld < %lld", (long long)bal, (long long)x->amount);
-            return ROOMD_EFUNDS;
-        }
-        if ((rc = ledger_apply(c, x->app, x->ref_id, "debit", x->uid, -x->amount)) != 0)
+    if ((rc = have_refund = ledger_get(c, x->app, x->ref_id, "refund", NULL, NULL)) < 0)
+        return rc;
+    if (have_debit && !have_refund) { /* already charged */
+        if (luid != x->uid && (rc = account_balance(c, x->app, luid, x->initial, &bal)) != 0)
             return rc;
-        bal -= x->amount;
+        x->balance = bal;
+        return tx_commit(c);
     }
-    x->balance = bal;
+    if (bal < x->amount) {
+        store_set_errmsg("wallet: balance %lld < %lld", (long long)bal, (long long)x->amount);
+        x->balance = bal;
+        return ROOMD_EFUNDS;
+    }
+    if (have_refund &&
+        (rc = ledger_write(c, S_LEDGER_DELETE, x->app, x->ref_id, "refund", 0, 0)) != 0)
+        return rc;
+    rc = ledger_write(c, have_debit ? S_LEDGER_UPDATE : S_LEDGER_INSERT, x->app, x->ref_id, "debit",
+                      x->uid, x->amount);
+    if (rc != 0 || (rc = account_add(c, x->app, x->uid, -x->amount)) != 0)
+        return rc;
+    x->balance = bal - x->amount;
     return tx_commit(c);
 }
 
@@ -2079,9 +2213,15 @@ my_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount, c
                 int64_t initial_balance, int64_t *balance_after)
 {
     struct wallet_ctx x = {app, ref_id, uid, amount, initial_balance, 0};
-    int rc = run((struct mstore *)s, debit_fn, &x);
+    int rc;
 
-    if (rc == 0 && balance_after != NULL)
+    *balance_after = 0;
+    if (amount < 0) {
+        store_set_errmsg("wallet debit: negative amount");
+        return ROOMD_EINVAL;
+    }
+    rc = run((struct mstore *)s, debit_fn, &x);
+    if (rc == 0 || rc == ROOMD_EFUNDS)
         *balance_after = x.balance;
     return rc;
 }
@@ -2100,13 +2240,16 @@ refund_fn(struct conn *c, void *arg)
             store_set_errmsg("wallet: no debit %s", x->ref_id);
         return rc == 0 ? ROOMD_ENOTFOUND : rc;
     }
-    x->uid = uid;
-    if ((rc = lock_account(c, x, &bal)) != 0)
+    if ((rc = lock_account(c, x->app, uid, 0, &bal)) != 0)
         return rc;
     if ((rc = ledger_get(c, x->app, x->ref_id, "refund", NULL, NULL)) < 0)
         return rc;
-    if (rc == 0 && (rc = ledger_apply(c, x->app, x->ref_id, "refund", uid, -amount)) != 0)
-        return rc;
+    if (rc == 0) { /* not refunded yet */
+        if ((rc = ledger_write(c, S_LEDGER_INSERT, x->app, x->ref_id, "refund", uid, amount)) !=
+                0 ||
+            (rc = account_add(c, x->app, uid, amount)) != 0)
+            return rc;
+    }
     return tx_commit(c);
 }
 
@@ -2122,15 +2265,20 @@ static int
 topup_fn(struct conn *c, void *arg)
 {
     struct wallet_ctx *x = arg;
-    int64_t bal;
+    int64_t bal = 0, luid = 0;
     int rc;
 
-    if ((rc = tx_begin(c)) != 0 || (rc = lock_account(c, x, &bal)) != 0)
+    if ((rc = tx_begin(c)) != 0 || (rc = lock_account(c, x->app, x->uid, x->initial, &bal)) != 0)
         return rc;
-    if ((rc = ledger_get(c, x->app, x->ref_id, "topup", NULL, NULL)) < 0)
+    if ((rc = ledger_get(c, x->app, x->ref_id, "topup", &luid, NULL)) < 0)
         return rc;
-    if (rc == 0) {
-        if ((rc = ledger_apply(c, x->app, x->ref_id, "topup", x->uid, x->amount)) != 0)
+    if (rc == 1) { /* already credited */
+        if (luid != x->uid && (rc = account_balance(c, x->app, luid, x->initial, &bal)) != 0)
+            return rc;
+    } else {
+        if ((rc = ledger_write(c, S_LEDGER_INSERT, x->app, x->ref_id, "topup", x->uid,
+                               x->amount)) != 0 ||
+            (rc = account_add(c, x->app, x->uid, x->amount)) != 0)
             return rc;
         bal += x->amount;
     }
@@ -2143,9 +2291,15 @@ my_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount, c
                 int64_t initial_balance, int64_t *balance_after)
 {
     struct wallet_ctx x = {app, ref_id, uid, amount, initial_balance, 0};
-    int rc = run((struct mstore *)s, topup_fn, &x);
+    int rc;
 
-    if (rc == 0 && balance_after != NULL)
+    *balance_after = 0;
+    if (amount < 0) {
+        store_set_errmsg("wallet topup: negative amount");
+        return ROOMD_EINVAL;
+    }
+    rc = run((struct mstore *)s, topup_fn, &x);
+    if (rc == 0)
         *balance_after = x.balance;
     return rc;
 }
@@ -2154,18 +2308,8 @@ static int
 balance_fn(struct conn *c, void *arg)
 {
     struct wallet_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
-    int rc;
 
-    p_str(&p, x->app);
-    p_i64(&p, x->uid);
-    if ((rc = st_query(c, S_ACCT_GET, &p, &r, "i")) == 0 && (rc = st_fetch(c, &r)) >= 0) {
-        x->balance = rc == 1 ? r_i64(&r, 0) : x->initial;
-        rc = 0;
-    }
-    rows_done(&r);
-    return rc;
+    return account_balance(c, x->app, x->uid, x->initial, &x->balance);
 }
 
 static int
@@ -2175,8 +2319,7 @@ my_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial
     struct wallet_ctx x = {app, NULL, uid, 0, initial_balance, 0};
     int rc = run((struct mstore *)s, balance_fn, &x);
 
-    if (rc == 0)
-        *balance = x.balance;
+    *balance = rc == 0 ? x.balance : 0;
     return rc;
 }
 
