@@ -3,6 +3,7 @@
  * table below is the whole API; read it first. X-App-Code and room_id path
  * segments are validated here, bodies by the handlers (room_cmd_parse).
  * An unknown path is 404 not_found, a known path with another method 405.
+ * Query strings reach handlers through http_request_query().
  */
 #include "http/router.h"
 
@@ -20,6 +21,8 @@ enum route_kind {
     R_METRICS,
     R_WALLET_TOPUP,
     R_WALLET_GET,
+    R_LIST_ROOMS,
+    R_PRESENCE,
 };
 
 /*
@@ -41,7 +44,9 @@ static const struct route {
     {"POST", "/v1/rooms/{room_id}/kick", R_COMMAND, CMD_KICK_USER},
     {"POST", "/v1/rooms/{room_id}/close", R_COMMAND, CMD_CLOSE_ROOM},
     {"POST", "/internal/v1/rooms/{room_id}/rocket/launch", R_COMMAND, CMD_LAUNCH_ROCKET},
+    {"GET", "/v1/rooms", R_LIST_ROOMS, 0},
     {"GET", "/v1/rooms/{room_id}", R_GET_ROOM, 0},
+    {"GET", "/v1/users/{uid}/presence", R_PRESENCE, 0},
     {"GET", "/healthz", R_HEALTHZ, 0},
     {"GET", "/readyz", R_READYZ, 0},
     {"GET", "/metrics", R_METRICS, 0},
@@ -81,6 +86,12 @@ http_valid_room_id(const char *s)
             return false;
     }
     return true;
+}
+
+const char *
+http_request_query(const struct http_request *req, const char *name)
+{
+    return req->query != NULL ? req->query(req->query_ctx, name) : NULL;
 }
 
 /*
@@ -181,6 +192,12 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         break;
     case R_WALLET_GET:
         handle_wallet_get(d, app, toolong ? "" : cap, resp);
+        break;
+    case R_LIST_ROOMS:
+        handle_list_rooms(d, req, app, resp);
+        break;
+    case R_PRESENCE:
+        handle_presence(d, app, toolong ? "" : cap, resp);
         break;
     default:
         break;

@@ -17,6 +17,10 @@
 
 #define HTTP_MAX_HEADERS 4
 
+/* Looks up a query-string argument (URL-decoded) of the request behind ctx;
+ * NULL when absent. server.c implements it with MHD_GET_ARGUMENT_KIND. */
+typedef const char *(*http_query_fn)(void *ctx, const char *name);
+
 /* One complete request; every pointer is borrowed for the call. */
 struct http_request {
     const char *method;     /* "GET", "POST", ... */
@@ -24,7 +28,13 @@ struct http_request {
     const char *app_header; /* X-App-Code, NULL when absent */
     const char *body;       /* NUL-terminated, may be "" */
     size_t body_len;
+    http_query_fn query; /* NULL: the request has no query string */
+    void *query_ctx;
 };
+
+/* The query argument name of req ("a" of "?a=1"), NULL when absent or when
+ * req carries no query lookup. "?a=" gives "". */
+const char *http_request_query(const struct http_request *req, const char *name);
 
 /* The answer; http_response_clear frees it. */
 struct http_response {
@@ -72,6 +82,12 @@ void handle_wallet_topup(const struct http_deps *d, const struct http_request *r
                          struct http_response *resp);
 void handle_wallet_get(const struct http_deps *d, const char *app, const char *uid,
                        struct http_response *resp);
+/* The projections (handlers_projection.c): GET /v1/rooms?cursor=&limit= and
+ * GET /v1/users/{uid}/presence. */
+void handle_list_rooms(const struct http_deps *d, const struct http_request *req, const char *app,
+                       struct http_response *resp);
+void handle_presence(const struct http_deps *d, const char *app, const char *uid,
+                     struct http_response *resp);
 
 /* Registers/removes the /metrics collector of the store, group commit and
  * cells (handlers_ops.c); called by http_server_open/close. */

@@ -127,6 +127,13 @@ announced_too_big(struct http_server *srv, struct MHD_Connection *c)
     return end != cl && v > srv->max_body;
 }
 
+/* http_query_fn over MHD: ctx is the connection. */
+static const char *
+query_arg(void *ctx, const char *name)
+{
+    return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
+}
+
 /*
  * MHD calls this once when the headers are in (*con_cls == NULL), then once
  * per piece of body (*upload_data_size > 0), then once more with nothing
@@ -173,6 +180,8 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .app_header = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-App-Code"),
         .body = rs->body ? rs->body : "",
         .body_len = rs->len,
+        .query = query_arg,
+        .query_ctx = c,
     };
     router_handle(&srv->deps, &req, &resp);
     if (resp.status == 0)
