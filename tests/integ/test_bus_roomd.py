@@ -399,7 +399,7 @@ def test_dead_letter_after_reconsume_times():
 def rocket_cfg(tmp, ns):
     return bus_cfg(tmp, ns, extra={
         "rocketmq": {"rocket_launch": {"enabled": True}},
-        "room": {"rocket": {"thresholds": [100, 5000], "countdown": "3s"}}})
+        "room": {"rocket": {"thresholds": [100, 5000], "countdown": "4s"}}})
 
 
 def ignite(ev, room):
