@@ -408,6 +408,12 @@ test_publish_exactly_once(void **state)
         assert_memory_equal(natsMsg_GetData(m), e[seq - 1].env, e[seq - 1].envlen);
         natsMsg_Destroy(m);
     }
+    /* The stream deleted under a running publisher: the next publish sets
+     * it up again ("no responders" -> setup -> retry within the call). */
+    assert_int_equal(js_DeleteStream(bus_js(b), bus_stream_name(b, BUS_STREAM_OUTBOX), NULL, NULL),
+                     NATS_OK);
+    assert_int_equal(publish(s, &e[0], 3000, err, sizeof(err)), 0);
+    assert_int_equal(stream_msgs(b, BUS_STREAM_OUTBOX), 1);
     for (int i = 0; i < 20; i++)
         ev_free(&e[i]);
     delete_streams(b);
