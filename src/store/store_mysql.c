@@ -288,8 +288,16 @@ struct mstore {
     bool down; /* last connect failed (log once per outage) */
 };
 
-static pthread_mutex_t lib_mu = PTHREAD_MUTEX_INITIALIZER;
-static int lib_refs;
+/* mysql_library_init once, before any thread uses the library. Never ended:
+ * other code of the process (tests, tools) may use libmariadb too. */
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static int lib_rc;
+
+static void
+lib_init(void)
+{
+    lib_rc = mysql_library_init(0, NULL, NULL);
+}
 
 static unsigned int
 ms_to_s(int64_t ms, unsigned int dflt)
@@ -1013,10 +1021,6 @@ my_close(struct store *st)
     free(s->password);
     free(s->database);
     free(s);
-    pthread_mutex_lock(&lib_mu);
-    if (--lib_refs == 0)
-        mysql_library_end();
-    pthread_mutex_unlock(&lib_mu);
 }
 
 static int
@@ -1041,14 +1045,11 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
         snprintf(err, errlen, "store.mysql.database: must be set");
         return ROOMD_EINVAL;
     }
-    pthread_mutex_lock(&lib_mu);
-    if (lib_refs++ == 0 && mysql_library_init(0, NULL, NULL) != 0) {
-        lib_refs--;
-        pthread_mutex_unlock(&lib_mu);
+    pthread_once(&lib_once, lib_init);
+    if (lib_rc != 0) {
         snprintf(err, errlen, "store.mysql: mysql_library_init failed");
         return ROOMD_EIO;
     }
-    pthread_mutex_unlock(&lib_mu);
 
     s = xcalloc(1, sizeof(*s));
     s->super.ops = &store_mysql_ops;
