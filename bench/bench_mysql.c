@@ -6,8 +6,9 @@
  *   2. raw: the same 3 rows written one transaction per command by 64
  *      threads, each on its own connection (prepared INSERTs + COMMIT), in the
  *      same run and database: commands/s and p50/p99.
- *   3. claim: latency of store_outbox_claim (batch 100) with 10k and then 1M
- *      delivered rows in room_outbox (the claim must not read them).
+ *   3. claim: latency of store_outbox_claim (batch 100) with 10k and with 1M
+ *      delivered rows in room_outbox (the claim must not read them), two
+ *      databases claimed alternately; then counts and purge on the 1M table.
  *
  *   bench_mysql [SECONDS] [PORT] [HOST]   (defaults 5, $ROOMD_MYSQL_PORT or 3417, 127.0.0.1)
  * Uses root without a password and a fresh database roomd_bench_<pid>, dropped
@@ -121,9 +122,10 @@ lat_report(const char *what, const char *unit, struct lat *l, int64_t wall_us, c
     int n = atomic_load(&l->n) < MAXLAT ? atomic_load(&l->n) : MAXLAT;
 
     qsort(l->us, (size_t)n, sizeof(int64_t), cmp64);
-    printf("%-8s %8d commands in %5.2f s: %8.0f commands/s  p50 %6.2f ms  p99 %6.2f ms%s\n", what,
-           atomic_load(&l->n), (double)wall_us / 1e6, atomic_load(&l->n) / ((double)wall_us / 1e6),
-           n ? (double)l->us[n / 2] / 1e3 : 0, n ? (double)l->us[(int)(n * 0.99)] / 1e3 : 0, extra);
+    printf("%-9s %7d %s in %5.2f s: %7.0f %s/s  p50 %6.2f ms  p99 %6.2f ms%s\n", what,
+           atomic_load(&l->n), unit, (double)wall_us / 1e6,
+           atomic_load(&l->n) / ((double)wall_us / 1e6), unit, n ? (double)l->us[n / 2] / 1e3 : 0,
+           n ? (double)l->us[(int)(n * 0.99)] / 1e3 : 0, extra);
 }
 
 /* ---- 1. group commit through the store ---- */
@@ -378,37 +380,113 @@ add_pending(MYSQL *m, int n)
     sql(m, q);
 }
 
-static void
-run_claims(struct store *st, MYSQL *m, long long delivered)
+/* Opens the store on database db (created here). */
+static struct store *
+open_on(struct conf *c, MYSQL *admin, const char *db)
 {
-    struct lat lat = {.us = xcalloc(MAXLAT, sizeof(int64_t))};
+    struct store *st = NULL;
+    char err[256], q[128];
+
+    snprintf(q, sizeof(q), "CREATE DATABASE IF NOT EXISTS %s CHARACTER SET utf8mb4", db);
+    sql(admin, q);
+    free(c->store.mysql.database);
+    c->store.mysql.database = xstrdup(db);
+    if (store_open(&st, &c->store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "store_open: %s\n", err);
+        exit(1);
+    }
+    return st;
+}
+
+/*
+ * Claim latency with 10k and with 1M delivered rows, measured alternately on
+ * two databases of the same server (one claim on each in turn), so both see
+ * the same background load and fsync times.
+ */
+static void
+run_claims(struct conf *c, MYSQL *admin, struct store *large)
+{
+    static const long long sizes[2] = {10000, 1000000};
+    char small_db[80], q[128];
+    struct store *st[2];
+    struct lat lat[2];
     struct outbox_row *rows;
-    size_t n, total = 0;
-    char extra[96];
-    int64_t t0, now = clock_wall_ms();
+    size_t n, total[2] = {0, 0};
+    int64_t now = clock_wall_ms(), t0;
+    MYSQL *m[2];
 
-    sql(m, "DELETE FROM room_outbox WHERE status<>'delivered'");
-    fill_delivered(m, delivered);
-    add_pending(m, 20000);
-    sql(m, "ANALYZE TABLE room_outbox");
+    snprintf(small_db, sizeof(small_db), "%s_small", dbname);
+    st[0] = open_on(c, admin, small_db);
+    st[1] = large;
+    m[0] = connect_db(small_db);
+    m[1] = connect_db(dbname);
+    for (int k = 0; k < 2; k++) {
+        lat[k] = (struct lat){.us = xcalloc(MAXLAT, sizeof(int64_t))};
+        empty_tables(m[k]);
+        t0 = clock_mono_us();
+        fill_delivered(m[k], sizes[k]);
+        add_pending(m[k], 40000);
+        sql(m[k], "ANALYZE TABLE room_outbox");
+        printf("filled   %lld delivered + 40000 pending rows in %.1f s\n", sizes[k],
+               (double)(clock_mono_us() - t0) / 1e6);
+    }
+    for (int i = 0; i < 400; i++) {
+        for (int k = 0; k < 2; k++) {
+            int64_t c0 = clock_mono_us();
+
+            if (store_outbox_claim(st[k], now, now + 600000, "bench", 100, &rows, &n) != 0) {
+                fprintf(stderr, "claim: %s\n", store_errmsg());
+                exit(1);
+            }
+            lat_add(&lat[k], clock_mono_us() - c0);
+            total[k] += n;
+            outbox_rows_free(rows, n);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        char what[32], extra[96];
+        int64_t sum = 0;
+
+        for (int i = 0; i < atomic_load(&lat[k].n); i++)
+            sum += lat[k].us[i];
+        snprintf(what, sizeof(what), "claim%s", k ? "@1M" : "@10k");
+        snprintf(extra, sizeof(extra), "  (batch 100, %zu rows claimed)", total[k]);
+        lat_report(what, "claims", &lat[k], sum, extra);
+        free(lat[k].us);
+        mysql_close(m[k]);
+    }
+    store_close(st[0]);
+    snprintf(q, sizeof(q), "DROP DATABASE %s", small_db);
+    sql(admin, q);
+}
+
+/* The operator's view and retention on the 1M-row table. */
+static void
+run_counts_purge(struct store *st)
+{
+    struct outbox_counts oc;
+    size_t purged = 0, total = 0;
+    int64_t t0 = clock_mono_us(), t1;
+
+    if (store_outbox_counts(st, &oc) != 0) {
+        fprintf(stderr, "counts: %s\n", store_errmsg());
+        exit(1);
+    }
+    t1 = clock_mono_us();
+    printf("counts   %lld delivered, %lld delivering, %lld pending: %.1f ms\n",
+           (long long)oc.delivered, (long long)oc.delivering, (long long)oc.pending,
+           (double)(t1 - t0) / 1e3);
     t0 = clock_mono_us();
-    for (int i = 0; i < 200; i++) {
-        int64_t c0 = clock_mono_us();
-
-        if (store_outbox_claim(st, now, now + 600000, "bench", 100, &rows, &n) != 0) {
-            fprintf(stderr, "claim: %s\n", store_errmsg());
+    for (int i = 0; i < 20; i++) {
+        if (store_outbox_purge(st, 3, 5000, &purged) != 0) {
+            fprintf(stderr, "purge: %s\n", store_errmsg());
             exit(1);
         }
-        lat_add(&lat, clock_mono_us() - c0);
-        total += n;
-        outbox_rows_free(rows, n);
+        total += purged;
     }
-    t0 = clock_mono_us() - t0;
-    snprintf(extra, sizeof(extra), "  (%zu rows claimed, %lld delivered rows in the table)", total,
-             sql_int(m, "SELECT COUNT(*) FROM room_outbox WHERE status='delivered'"));
-    printf("claim latency, batch 100, %lld delivered rows:\n", delivered);
-    lat_report("claim", "claims", &lat, t0, extra);
-    free(lat.us);
+    t1 = clock_mono_us();
+    printf("purge    %zu delivered rows in 20 calls of 5000: %.1f ms per call\n", total,
+           (double)(t1 - t0) / 1e3 / 20);
 }
 
 int
@@ -464,9 +542,8 @@ main(int argc, char **argv)
     printf("group / raw = %.2fx\n",
            (double)atomic_load(&lg.n) / (atomic_load(&lr.n) ? atomic_load(&lr.n) : 1));
 
-    empty_tables(admin);
-    run_claims(st, admin, 10000);
-    run_claims(st, admin, 1000000);
+    run_claims(c, admin, st);
+    run_counts_purge(st);
 
     snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
     sql(admin, q);
