@@ -359,6 +359,132 @@ t_fence(void **state)
     free(q);
 }
 
+/* A new owner's fence claim: older tokens cannot commit even before it commits. */
+static void
+t_fence_room(void **state)
+{
+    struct fixture *f = *state;
+    struct room_load l;
+    struct tmut *x;
+
+    /* a room that does not exist yet: nothing to claim, no error */
+    assert_int_equal(store_fence_room(f->st, "a1", "nope", 9), 0);
+
+    x = tmut_new("a1", "r1", "c1", 1, 0, T0);
+    x->m.fence_token = 5;
+    assert_int_equal(save1(f->st, x), 0);
+    free(x);
+    assert_int_equal(store_fence_room(f->st, "a1", "r1", 5), 0); /* same token: fine */
+    assert_int_equal(store_fence_room(f->st, "a1", "r1", 8), 0); /* the new owner */
+    assert_int_equal(store_fence_room(f->st, "a1", "r1", 6), ROOMD_EFENCED);
+    assert_non_null(strstr(store_errmsg(), "fenced"));
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.fence_token, 8);
+    assert_int_equal(l.version, 1);
+    room_load_clear(&l);
+
+    /* the old owner (token 5) committing version 2 is fenced; the new one is not */
+    x = tmut_new("a1", "r1", "c2old", 2, 1, T0);
+    x->m.fence_token = 5;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EFENCED);
+    free(x);
+    x = tmut_new("a1", "r1", "c2", 2, 1, T0);
+    x->m.fence_token = 8;
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+    assert_int_equal(room_rows(f->st, "r1"), 1);
+    /* another app's room of the same id is untouched */
+    create_room(f->st, "a2", "r1", 0, T0);
+    assert_int_equal(store_fence_room(f->st, "a2", "r1", 1), 0);
+    assert_int_equal(store_load_room(f->st, "a2", "r1", &l), 0);
+    assert_int_equal(l.fence_token, 1);
+    room_load_clear(&l);
+}
+
+/* Keyset pages over (app_code, room_id), open rooms only on request. */
+static void
+t_rooms_list(void **state)
+{
+    struct fixture *f = *state;
+    struct room_row *rows = NULL;
+    size_t n = 0;
+    struct tmut *x;
+    const char *want_all[] = {"a1/r1", "a1/r2", "a1/r3", "a2/r1", "b/x"};
+    char got[8][STORE_ID_MAX * 2 + 2];
+    size_t ngot = 0;
+
+    assert_int_equal(store_rooms_list(f->st, "", "", false, 10, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    room_rows_free(rows, n);
+
+    create_room(f->st, "a1", "r2", 0, T0);
+    create_room(f->st, "b", "x", 0, T0 + 1);
+    create_room(f->st, "a1", "r1", 0, T0 + 2);
+    create_room(f->st, "a2", "r1", 0, T0 + 3);
+    create_room(f->st, "a1", "r3", 0, T0 + 4);
+    step_room(f->st, "a1", "r3", 2, 0, T0 + 5);
+    /* close a2/r1 */
+    x = tmut_new("a2", "r1", "close", 2, 0, T0 + 6);
+    x->m.meta.status = "closed";
+    x->m.meta.title = "closed one";
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+
+    /* pages of 2 from the start */
+    const char *aa = "", *ar = "";
+    char last_app[STORE_ID_MAX] = "", last_room[STORE_ID_MAX] = "";
+    for (int page = 0; page < 5; page++) {
+        assert_int_equal(store_rooms_list(f->st, aa, ar, false, 2, &rows, &n), 0);
+        assert_true(n <= 2);
+        for (size_t i = 0; i < n; i++)
+            snprintf(got[ngot++], sizeof(got[0]), "%s/%s", rows[i].app_code, rows[i].room_id);
+        if (n > 0) {
+            strlcpy_(last_app, rows[n - 1].app_code, sizeof(last_app));
+            strlcpy_(last_room, rows[n - 1].room_id, sizeof(last_room));
+        }
+        room_rows_free(rows, n);
+        aa = last_app;
+        ar = last_room;
+        if (n < 2)
+            break;
+    }
+    assert_int_equal(ngot, 5);
+    for (size_t i = 0; i < 5; i++)
+        assert_string_equal(got[i], want_all[i]);
+
+    /* the meta of one row */
+    assert_int_equal(store_rooms_list(f->st, "a1", "r2", false, 1, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].app_code, "a1");
+    assert_string_equal(rows[0].room_id, "r3");
+    assert_string_equal(rows[0].title, "room title");
+    assert_string_equal(rows[0].status, "open");
+    assert_int_equal(rows[0].owner_uid, 42);
+    assert_int_equal(rows[0].version, 2);
+    assert_int_equal(rows[0].updated_at_ms, T0 + 5);
+    assert_int_equal(rows[0].created_at_ms, T0 + 4); /* from its create */
+    room_rows_free(rows, n);
+
+    /* (app, "") starts at that app's first room; open_only skips closed rooms */
+    assert_int_equal(store_rooms_list(f->st, "a2", "", true, 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].app_code, "b");
+    room_rows_free(rows, n);
+    assert_int_equal(store_rooms_list(f->st, "a2", "", false, 10, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(rows[0].status, "closed");
+    assert_string_equal(rows[0].title, "closed one");
+    room_rows_free(rows, n);
+    assert_int_equal(store_rooms_list(f->st, "b", "x", false, 10, &rows, &n), 0);
+    assert_int_equal(n, 0);
+    room_rows_free(rows, n);
+    assert_int_equal(store_rooms_list(f->st, "", "", false, 0, &rows, &n), 0);
+    assert_int_equal(n, 0);
+}
+
 static void
 t_create_exists(void **state)
 {
@@ -1067,6 +1193,8 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_find_command, setup, teardown),
         cmocka_unit_test_setup_teardown(t_batch_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fence, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_fence_room, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_rooms_list, setup, teardown),
         cmocka_unit_test_setup_teardown(t_create_exists, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fail_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(t_snapshots, setup, teardown),

@@ -204,6 +204,32 @@ store_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n)
     return s->ops->rockets_pending(s, out, n);
 }
 
+int
+store_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
+                 int limit, struct room_row **rows, size_t *n)
+{
+    *rows = NULL;
+    *n = 0;
+    if (limit <= 0)
+        return 0;
+    return s->ops->rooms_list(s, after_app ? after_app : "", after_room ? after_room : "",
+                              open_only, limit, rows, n);
+}
+
+void
+room_rows_free(struct room_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(rows[i].title);
+    free(rows);
+}
+
+int
+store_fence_room(struct store *s, const char *app, const char *room_id, int64_t token)
+{
+    return s->ops->fence_room(s, app, room_id, token);
+}
+
 #ifdef ROOMD_TESTING
 static atomic_int fail_saves;
 

@@ -179,6 +179,20 @@ struct rocket_pending {
     int64_t launch_at_ms;
 };
 
+/* A rooms row with its meta (store_rooms_list: projection rebuilds). */
+struct room_row {
+    char app_code[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+    int64_t owner_uid;
+    char *title;                /* malloc'd */
+    char status[8];             /* "open" | "closed" */
+    int64_t version;
+    int64_t fence_token;
+    int64_t created_at_ms;
+    int64_t updated_at_ms;
+};
+void room_rows_free(struct room_row *rows, size_t n);
+
 struct store;
 
 struct store_ops {
@@ -207,6 +221,9 @@ struct store_ops {
     int (*wallet_balance)(struct store *s, const char *app, int64_t uid,
                           int64_t initial_balance, int64_t *balance);
     int (*rockets_pending)(struct store *s, struct rocket_pending **out, size_t *n);
+    int (*rooms_list)(struct store *s, const char *after_app, const char *after_room,
+                      bool open_only, int limit, struct room_row **rows, size_t *n);
+    int (*fence_room)(struct store *s, const char *app, const char *room_id, int64_t token);
 };
 
 /* Common head of every backend's handle ("super" first member, as h2o). */
@@ -294,6 +311,27 @@ int store_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t 
 
 /* Lists rooms whose rocket is ignited, for the launch timer rebuild. */
 int store_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n);
+
+/*
+ * Lists up to limit rooms ordered by (app_code, room_id) whose key is greater
+ * than (after_app, after_room) (byte order; "", "" starts at the beginning,
+ * (app, "") at app's first room); only status 'open' when open_only. Keyset
+ * paging: pass the last row's key for the next page. *rows is an array of *n
+ * rows, free with room_rows_free. 0 (possibly *n == 0) or EUNAVAIL/EIO.
+ * Reads a primary key range, takes no lock.
+ */
+int store_rooms_list(struct store *s, const char *after_app, const char *after_room,
+                     bool open_only, int limit, struct room_row **rows, size_t *n);
+
+/*
+ * A new lease owner claims the room before loading it: raises
+ * rooms.fence_token to token, so from now on no commit with an older token
+ * passes (store_save fences it), even before the new owner commits anything.
+ * Returns 0 (also when the room does not exist yet, or already carries
+ * token), ROOMD_EFENCED when the room carries a newer token (another owner
+ * claimed it since), or EUNAVAIL/EIO.
+ */
+int store_fence_room(struct store *s, const char *app, const char *room_id, int64_t token);
 
 #ifdef ROOMD_TESTING
 /* Fault injection: the next n store_save calls fail inside the transaction

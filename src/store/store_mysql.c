@@ -177,6 +177,8 @@ enum sid {
     S_LEDGER_UPDATE,
     S_LEDGER_DELETE,
     S_ROCKETS,
+    S_ROOMS_LIST,
+    S_FENCE_ROOM,
     S_COUNT
 };
 
@@ -254,6 +256,13 @@ static const char *const sql_text[S_COUNT] = {
     [S_LEDGER_DELETE] = "DELETE FROM wallet_ledger WHERE app_code=? AND ref_id=? AND kind=?",
     [S_ROCKETS] = "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
                   " FROM rooms WHERE rocket_status='ignited' ORDER BY app_code, room_id",
+    /* a range of the primary key: app_code>=? bounds it, the OR filters */
+    [S_ROOMS_LIST] = "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
+                     " created_at_ms, updated_at_ms FROM rooms"
+                     " WHERE app_code>=? AND (app_code>? OR room_id>?)"
+                     " AND (?=0 OR status='open') ORDER BY app_code, room_id LIMIT ?",
+    [S_FENCE_ROOM] = "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
+                     " AND fence_token<=?",
 };
 
 /* ==== The handle and its connection pool ==== */
@@ -2380,6 +2389,118 @@ my_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n)
     return rc;
 }
 
+/* ==== Rooms: listing (projection rebuild) and the lease fence claim ==== */
+
+struct rooms_list_ctx {
+    const char *after_app, *after_room;
+    bool open_only;
+    int limit;
+    struct room_row *rows;
+    size_t n;
+};
+
+static int
+rooms_list_fn(struct conn *c, void *arg)
+{
+    struct rooms_list_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    size_t cap = 0;
+    int rc;
+
+    room_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    p_str(&p, x->after_app);
+    p_str(&p, x->after_app);
+    p_str(&p, x->after_room);
+    p_i64(&p, x->open_only ? 1 : 0);
+    p_i64(&p, x->limit);
+    if ((rc = st_query(c, S_ROOMS_LIST, &p, &r, "ssissiiii")) == 0) {
+        while ((rc = st_fetch(c, &r)) == 1) {
+            struct room_row *rr;
+            const char *title = r_str(&r, 3), *status = r_str(&r, 4);
+
+            if (x->n == cap) {
+                cap = cap ? cap * 2 : 16;
+                x->rows = xrealloc(x->rows, cap * sizeof(*x->rows));
+            }
+            rr = &x->rows[x->n++];
+            memset(rr, 0, sizeof(*rr));
+            strlcpy_(rr->app_code, r_str(&r, 0), sizeof(rr->app_code));
+            strlcpy_(rr->room_id, r_str(&r, 1), sizeof(rr->room_id));
+            rr->owner_uid = r_i64(&r, 2);
+            rr->title = xstrdup(title ? title : "");
+            strlcpy_(rr->status, status ? status : "", sizeof(rr->status));
+            rr->version = r_i64(&r, 5);
+            rr->fence_token = r_i64(&r, 6);
+            rr->created_at_ms = r_i64(&r, 7);
+            rr->updated_at_ms = r_i64(&r, 8);
+        }
+    }
+    rows_done(&r);
+    return rc;
+}
+
+static int
+my_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
+              int limit, struct room_row **rows, size_t *n)
+{
+    struct rooms_list_ctx x = {after_app, after_room, open_only, limit, NULL, 0};
+    int rc = run((struct mstore *)s, rooms_list_fn, &x);
+
+    if (rc != 0) {
+        room_rows_free(x.rows, x.n);
+        x.rows = NULL;
+        x.n = 0;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    return rc;
+}
+
+struct fence_ctx {
+    const char *app, *room_id;
+    int64_t token;
+};
+
+/* One UPDATE (rows matched, CLIENT_FOUND_ROWS); when none matched, the room
+ * head says whether the room is missing (fine) or holds a newer token. */
+static int
+fence_room_fn(struct conn *c, void *arg)
+{
+    struct fence_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    uint64_t matched = 0;
+    int rc;
+
+    p_i64(&p, x->token);
+    p_str(&p, x->app);
+    p_str(&p, x->room_id);
+    p_i64(&p, x->token);
+    if ((rc = st_exec(c, S_FENCE_ROOM, &p, &matched)) != 0 || matched > 0)
+        return rc;
+    p.n = 0;
+    p_str(&p, x->app);
+    p_str(&p, x->room_id);
+    if ((rc = st_query(c, S_ROOM_HEAD, &p, &r, "ii")) == 0 && (rc = st_fetch(c, &r)) == 1) {
+        store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", x->app, x->room_id,
+                         (long long)r_i64(&r, 1), (long long)x->token);
+        rc = ROOMD_EFENCED;
+    }
+    rows_done(&r);
+    return rc;
+}
+
+static int
+my_fence_room(struct store *s, const char *app, const char *room_id, int64_t token)
+{
+    struct fence_ctx x = {app, room_id, token};
+
+    return run((struct mstore *)s, fence_room_fn, &x);
+}
+
 const struct store_ops store_mysql_ops = {
     .name = "mysql",
     .open = my_open,
@@ -2399,4 +2520,6 @@ const struct store_ops store_mysql_ops = {
     .wallet_topup = my_wallet_topup,
     .wallet_balance = my_wallet_balance,
     .rockets_pending = my_rockets_pending,
+    .rooms_list = my_rooms_list,
+    .fence_room = my_fence_room,
 };

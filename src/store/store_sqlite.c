@@ -117,6 +117,8 @@ enum stmt_id {
     ST_W_BALANCE,
     ST_W_SET_BALANCE,
     ST_ROCKETS,
+    ST_ROOMS_LIST,
+    ST_FENCE_ROOM,
     ST_COUNT_
 };
 
@@ -199,6 +201,13 @@ static const char *const stmt_sql[ST_COUNT_] = {
                          " SET balance = excluded.balance, updated_at_ms = excluded.updated_at_ms",
     [ST_ROCKETS] = "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
                    " FROM rooms WHERE rocket_status = 'ignited'",
+    /* a range of the primary key: app_code >= ?1 bounds it, the OR filters */
+    [ST_ROOMS_LIST] = "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
+                      " created_at_ms, updated_at_ms FROM rooms"
+                      " WHERE app_code >= ?1 AND (app_code > ?1 OR room_id > ?2)"
+                      " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4",
+    [ST_FENCE_ROOM] = "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND room_id = ?2"
+                      " AND fence_token <= ?3",
 };
 
 struct conn {
@@ -1445,6 +1454,103 @@ out:
     return rc;
 }
 
+/* ==== Rooms: listing (projection rebuild) and the lease fence claim ==== */
+
+static int
+sq_rooms_list(struct store *st, const char *after_app, const char *after_room, bool open_only,
+              int limit, struct room_row **rows, size_t *n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = reader_get(s);
+    sqlite3_stmt *q = stmt(c, ST_ROOMS_LIST);
+    size_t cap = 0;
+    int rc = ROOMD_EIO, step;
+
+    *rows = NULL;
+    *n = 0;
+    if (q == NULL)
+        goto out;
+    bind_text(q, 1, after_app);
+    bind_text(q, 2, after_room);
+    sqlite3_bind_int(q, 3, open_only ? 1 : 0);
+    sqlite3_bind_int(q, 4, limit);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        struct room_row *r;
+
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            *rows = xrealloc(*rows, cap * sizeof(**rows));
+        }
+        r = &(*rows)[(*n)++];
+        memset(r, 0, sizeof(*r));
+        col_copy(q, 0, r->app_code, sizeof(r->app_code));
+        col_copy(q, 1, r->room_id, sizeof(r->room_id));
+        r->owner_uid = sqlite3_column_int64(q, 2);
+        r->title = col_strdup(q, 3);
+        if (r->title == NULL)
+            r->title = xstrdup("");
+        col_copy(q, 4, r->status, sizeof(r->status));
+        r->version = sqlite3_column_int64(q, 5);
+        r->fence_token = sqlite3_column_int64(q, 6);
+        r->created_at_ms = sqlite3_column_int64(q, 7);
+        r->updated_at_ms = sqlite3_column_int64(q, 8);
+    }
+    done(q);
+    rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "rooms_list");
+out:
+    reader_put(s, c);
+    if (rc != 0) {
+        room_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+static int
+sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t token)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = writer_get(s);
+    sqlite3_stmt *q;
+    int rc = ROOMD_EIO, step;
+
+    if ((q = stmt(c, ST_FENCE_ROOM)) == NULL)
+        goto out;
+    bind_text(q, 1, app);
+    bind_text(q, 2, room_id);
+    sqlite3_bind_int64(q, 3, token);
+    step = sqlite3_step(q);
+    done(q);
+    if (step != SQLITE_DONE) {
+        rc = sq_fail(c->db, step, "fence_room");
+        goto out;
+    }
+    rc = 0;
+    if (sqlite3_changes(c->db) > 0)
+        goto out;
+    /* nothing matched: no such room (fine), or a newer token holds it */
+    if ((q = stmt(c, ST_ROOM_FENCE)) == NULL) {
+        rc = ROOMD_EIO;
+        goto out;
+    }
+    bind_text(q, 1, app);
+    bind_text(q, 2, room_id);
+    step = sqlite3_step(q);
+    if (step == SQLITE_ROW) {
+        int64_t cur = sqlite3_column_int64(q, 1);
+        store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", app, room_id,
+                         (long long)cur, (long long)token);
+        rc = ROOMD_EFENCED;
+    } else if (step != SQLITE_DONE) {
+        rc = sq_fail(c->db, step, "fence_room check");
+    }
+    done(q);
+out:
+    writer_put(s, c);
+    return rc;
+}
+
 const struct store_ops store_sqlite_ops = {
     .name = "sqlite",
     .open = sq_open,
@@ -1464,4 +1570,6 @@ const struct store_ops store_sqlite_ops = {
     .wallet_topup = sq_wallet_topup,
     .wallet_balance = sq_wallet_balance,
     .rockets_pending = sq_rockets_pending,
+    .rooms_list = sq_rooms_list,
+    .fence_room = sq_fence_room,
 };
