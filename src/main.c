@@ -164,6 +164,7 @@ main(int argc, char **argv)
         .projection = proj,
         .outbox = outbox,
         .rocket_timer = !(conf->rocketmq.enabled && conf->rocketmq.rocket_launch.enabled),
+        .projection_rebuild = true, /* ISSUE-6: in the background, docs/nodes.md */
     };
     /* ISSUE-4: CreateRoom's synchronous IM create_group when tencent_im.enabled. */
     if (conf->tencent_im.enabled) {

@@ -9,6 +9,7 @@
 #ifndef ROOMD_PROJECTION_H
 #define ROOMD_PROJECTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,16 @@ struct projection_ops {
     /* Drops everything projected for app (rebuild's first step). */
     int (*clear)(struct projection *p, const char *app);
     void (*close)(struct projection *p);
+    /* Asks whether the projection must be rebuilt from the store now. Returns
+     * 1 when it never held or lost what it projects and this caller is to
+     * rebuild it (memory: once after open; Redis: the "built" marker key is
+     * gone, e.g. Redis restarted empty, and this caller took the rebuild lock,
+     * so one node of many rebuilds), 0 when not, or ROOMD_EUNAVAIL. Each 1
+     * must be answered by rebuild_end. */
+    int (*rebuild_begin)(struct projection *p);
+    /* Ends what rebuild_begin started: ok marks the projection complete,
+     * otherwise the next rebuild_begin answers 1 again. */
+    void (*rebuild_end)(struct projection *p, bool ok);
 };
 
 struct projection {
@@ -47,7 +58,8 @@ typedef int (*projection_next_fn)(void *arg, const struct room_state **st);
 
 /* Replaces what is projected for app by the states next() yields (after an
  * outage, a Redis flush, or at start-up from the store). Returns 0 or the
- * first error. Thread: any; blocks. */
+ * first error. Thread: any; blocks. The room service drives it
+ * (src/room/rebuild.c) whenever rebuild_begin answers 1. */
 int projection_rebuild(struct projection *p, const char *app, projection_next_fn next, void *arg);
 
 #endif

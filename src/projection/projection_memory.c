@@ -33,8 +33,10 @@ struct mpres {
 struct projection_memory {
     struct projection base;
     pthread_mutex_t mu;
-    void *rooms;    /* struct mroom by (app, room_id) */
-    void *presence; /* struct mpres by (app, uid) */
+    bool built;      /* a rebuild from the store completed */
+    bool rebuilding; /* between rebuild_begin (1) and rebuild_end */
+    void *rooms;     /* struct mroom by (app, room_id) */
+    void *presence;  /* struct mpres by (app, uid) */
 };
 
 static int
@@ -279,6 +281,32 @@ mem_clear(struct projection *p, const char *app)
     return 0;
 }
 
+/* Empty after open: the first caller rebuilds it, once. */
+static int
+mem_rebuild_begin(struct projection *p)
+{
+    struct projection_memory *pm = (struct projection_memory *)p;
+    int go;
+
+    pthread_mutex_lock(&pm->mu);
+    go = !pm->built && !pm->rebuilding;
+    if (go)
+        pm->rebuilding = true;
+    pthread_mutex_unlock(&pm->mu);
+    return go;
+}
+
+static void
+mem_rebuild_end(struct projection *p, bool ok)
+{
+    struct projection_memory *pm = (struct projection_memory *)p;
+
+    pthread_mutex_lock(&pm->mu);
+    pm->rebuilding = false;
+    pm->built = ok;
+    pthread_mutex_unlock(&pm->mu);
+}
+
 static void
 mem_close(struct projection *p)
 {
@@ -296,6 +324,8 @@ static const struct projection_ops memory_ops = {
     .presence = mem_presence,
     .clear = mem_clear,
     .close = mem_close,
+    .rebuild_begin = mem_rebuild_begin,
+    .rebuild_end = mem_rebuild_end,
 };
 
 int

@@ -9,10 +9,15 @@
  * One EVAL per update, ignoring versions older than the stored one. An update
  * that cannot reach Redis is parked (latest per room) and replayed by a
  * flusher thread once Redis answers again, so projections catch up.
+ * Rebuilds (projection.h rebuild_begin/end) use two keys outside every app:
+ *   <prefix>proj_meta:built       set once a rebuild completed; gone when Redis
+ *                                 lost its data, which asks for a rebuild
+ *   <prefix>proj_meta:rebuilding  the rebuild lock (one node rebuilds), PX
  */
 #include "projection/projection.h"
 
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -26,11 +31,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int projection_redis_open(struct projection **out, const struct conf *conf, char *err,
                           size_t errlen);
 
 #define FLUSH_EVERY_MS 250
+#define REBUILD_LOCK_MS 120000 /* a node that died while rebuilding holds it this long */
+
+/* KEYS built marker, rebuild lock; ARGV lock value, lock ttl. 1: rebuild now. */
+static const char rebuild_begin_lua[] =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
+    "if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n"
+    "return 0\n";
+
+/* KEYS built marker, rebuild lock; ARGV lock value, ok (1/0), now ms. */
+static const char rebuild_end_lua[] =
+    "if ARGV[2] == '1' then redis.call('SET', KEYS[1], ARGV[3]) end\n"
+    "if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end\n"
+    "return 1\n";
 
 /*
  * KEYS room hash, rooms zset, members set, presence hash, presence_since hash.
@@ -108,6 +127,7 @@ struct parked {
 struct projection_redis {
     struct projection base;
     char *prefix;
+    char *lock_value;        /* this handle's rebuild lock value: "<node_id>/<pid>-<random>" */
     pthread_mutex_t conn_mu; /* guards conn */
     struct redis_conn conn;
     bool down;
@@ -482,6 +502,57 @@ rp_clear(struct projection *p, const char *app)
     return rc;
 }
 
+static int
+rp_rebuild_begin(struct projection *p)
+{
+    struct projection_redis *pr = (struct projection_redis *)p;
+    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
+    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
+    char ttl[24];
+    int rc;
+
+    snprintf(ttl, sizeof(ttl), "%d", REBUILD_LOCK_MS);
+    const char *argv[] = {"EVAL", rebuild_begin_lua, "2", k_built, k_lock, pr->lock_value, ttl};
+    pthread_mutex_lock(&pr->conn_mu);
+    redisReply *r = redis_conn_cmd(&pr->conn, 7, argv);
+    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
+    pthread_mutex_unlock(&pr->conn_mu);
+    if (r == NULL)
+        rc = ROOMD_EUNAVAIL;
+    else if (r->type == REDIS_REPLY_INTEGER)
+        rc = r->integer == 1 ? 1 : 0;
+    else
+        rc = ROOMD_EIO;
+    if (r != NULL)
+        freeReplyObject(r);
+    free(k_built);
+    free(k_lock);
+    return rc;
+}
+
+static void
+rp_rebuild_end(struct projection *p, bool ok)
+{
+    struct projection_redis *pr = (struct projection_redis *)p;
+    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
+    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
+    char now[24];
+
+    snprintf(now, sizeof(now), "%" PRId64, clock_wall_ms());
+    const char *argv[] = {"EVAL",         rebuild_end_lua, "2", k_built, k_lock,
+                          pr->lock_value, ok ? "1" : "0",  now};
+    pthread_mutex_lock(&pr->conn_mu);
+    redisReply *r = redis_conn_cmd(&pr->conn, 8, argv);
+    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
+    pthread_mutex_unlock(&pr->conn_mu);
+    if (r == NULL) /* the lock expires by itself; the marker stays unset: rebuilt again */
+        log_warn("projection", "rebuild end not recorded", "err=\"%s\"", pr->conn.errstr);
+    else
+        freeReplyObject(r);
+    free(k_built);
+    free(k_lock);
+}
+
 static void
 rp_close(struct projection *p)
 {
@@ -504,6 +575,7 @@ rp_close(struct projection *p)
     pthread_mutex_destroy(&pr->stop_mu);
     pthread_cond_destroy(&pr->stop_cv);
     free(pr->prefix);
+    free(pr->lock_value);
     free(pr);
 }
 
@@ -513,6 +585,8 @@ static const struct projection_ops redis_ops = {
     .presence = rp_presence,
     .clear = rp_clear,
     .close = rp_close,
+    .rebuild_begin = rp_rebuild_begin,
+    .rebuild_end = rp_rebuild_end,
 };
 
 int
@@ -528,6 +602,8 @@ projection_redis_open(struct projection **out, const struct conf *conf, char *er
     }
     pr->base.ops = &redis_ops;
     pr->prefix = xstrdup(conf->redis.key_prefix ? conf->redis.key_prefix : "");
+    pr->lock_value = xasprintf("%s/%d-%016" PRIx64, conf->app.node_id ? conf->app.node_id : "",
+                               (int)getpid(), (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)pr);
     pthread_mutex_init(&pr->conn_mu, NULL);
     pthread_mutex_init(&pr->park_mu, NULL);
     pthread_mutex_init(&pr->stop_mu, NULL);

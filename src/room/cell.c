@@ -209,6 +209,18 @@ ensure_loaded(struct cell_map *m, struct cell *c, char *owner, size_t ownerlen)
     if (c->loaded)
         return 0;
 
+    /* A lease token (Redis lease): claim the room's fence before loading, so
+     * a former owner (paused past its lease) can no longer commit from now
+     * on, and the state loaded below is the last it can ever have written. */
+    if (c->leased && c->lease_token > 0) {
+        rc = store_fence_room(m->store, c->app, c->room_id, c->lease_token);
+        if (rc != 0) {
+            log_warn("room", "fence claim failed", "app=%s room=%s token=%lld rc=%s err=\"%s\"",
+                     c->app, c->room_id, (long long)c->lease_token, roomd_strerror(rc),
+                     store_errmsg());
+            return rc;
+        }
+    }
     memset(&l, 0, sizeof(l));
     rc = store_load_room(m->store, c->app, c->room_id, &l);
     if (rc == ROOMD_ENOTFOUND) {

@@ -18,6 +18,7 @@
 #include "outbox/outbox.h"
 #include "projection/projection.h"
 #include "room/cell.h"
+#include "room/rebuild.h"
 #include "room/rocket_timer.h"
 #include "store/group_commit.h"
 #include "store/store.h"
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Members listed in a command response's "room" (GET lists all). */
 #define ROOM_REPLY_MEMBERS_MAX 100
@@ -35,6 +37,8 @@ struct room_service {
     struct room_deps d;
     struct cell_map *cells;
     struct rocket_timer *timer;
+    struct room_rebuild *rebuild; /* the projection rebuild thread, or NULL */
+    int64_t precommit_delay_ms;   /* ROOMD_TESTING: ROOMD_TEST_PRECOMMIT_DELAY_MS */
 };
 
 /* Stage durations of one command (µs) for the timing line. */
@@ -395,6 +399,15 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     m.snapshot = snapshot_json;
     m.snapshots_keep = conf->room.snapshots_keep;
 
+#ifdef ROOMD_TESTING
+    /* fault injection: hold the command between its lease check and its
+     * commit, so a test can pause this node past its lease right there */
+    if (svc->precommit_delay_ms > 0) {
+        struct timespec ts = {svc->precommit_delay_ms / 1000,
+                              (svc->precommit_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+#endif
     t = clock_mono_us();
     rc = commit(svc, &m);
     tm.save_us = clock_mono_us() - t;
@@ -544,6 +557,17 @@ room_service_open(struct room_service **out, const struct room_deps *deps)
         }
         free(rp);
     }
+    if (deps->projection_rebuild && deps->projection != NULL &&
+        (rc = room_rebuild_start(&svc->rebuild, deps->conf, deps->store, deps->projection)) != 0)
+        goto fail;
+#ifdef ROOMD_TESTING
+    const char *delay = getenv("ROOMD_TEST_PRECOMMIT_DELAY_MS");
+    if (delay != NULL && atoll(delay) > 0) {
+        svc->precommit_delay_ms = atoll(delay);
+        log_warn("room", "test hook: commits delayed", "ms=%lld",
+                 (long long)svc->precommit_delay_ms);
+    }
+#endif
     *out = svc;
     return 0;
 fail:
@@ -556,6 +580,7 @@ room_service_close(struct room_service *svc)
 {
     if (svc == NULL)
         return;
+    room_rebuild_stop(svc->rebuild);
     rocket_timer_close(svc->timer);
     cell_map_close(svc->cells);
     free(svc);

@@ -42,6 +42,9 @@ struct room_deps {
     room_create_hook create_hook;
     void *create_hook_arg;
     bool rocket_timer;       /* wake ourselves at launch_at_ms (no broker) */
+    bool projection_rebuild; /* keep the projection complete: rebuild it from the
+                              * store in the background after open and whenever
+                              * it lost its data (src/room/rebuild.c) */
 };
 
 /* The answer to one command. */
@@ -56,8 +59,10 @@ void room_reply_clear(struct room_reply *r);
  * (ARCHITECTURE §6), freeing a previous body. */
 void room_reply_error(struct room_reply *r, int status, const char *code, const char *message);
 
-/* Starts the service (cells, idle eviction, and the rocket timer rebuilt
- * from store_rockets_pending when deps->rocket_timer). Thread: main. */
+/* Starts the service (cells, idle eviction, the rocket timer rebuilt from
+ * store_rockets_pending when deps->rocket_timer, the projection rebuild
+ * thread when deps->projection_rebuild). Does not wait for the projection
+ * rebuild. Thread: main. */
 int room_service_open(struct room_service **out, const struct room_deps *deps);
 /* Stops timers and eviction, frees all cells. No execute may be in flight. */
 void room_service_close(struct room_service *svc);

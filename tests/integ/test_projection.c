@@ -347,6 +347,64 @@ test_redis(void **state_)
     projection_close(p);
 }
 
+/* ==== The rebuild protocol (rebuild_begin / rebuild_end) ==== */
+
+static void
+test_rebuild_protocol_memory(void **state_)
+{
+    struct projection *p = open_proj("memory", 1);
+
+    assert_int_equal(p->ops->rebuild_begin(p), 1); /* empty after open */
+    assert_int_equal(p->ops->rebuild_begin(p), 0); /* being rebuilt */
+    p->ops->rebuild_end(p, false);
+    assert_int_equal(p->ops->rebuild_begin(p), 1); /* failed: again */
+    p->ops->rebuild_end(p, true);
+    assert_int_equal(p->ops->rebuild_begin(p), 0);
+    assert_int_equal(p->ops->rebuild_begin(p), 0);
+    projection_close(p);
+}
+
+static void
+redis_del(int port, const char *key)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+
+    assert_true(c != NULL && !c->err);
+    redisReply *r = redisCommand(c, "DEL %s", key);
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* Two handles (two nodes) on one Redis: one rebuilds, the marker says when
+ * it is needed again (Redis lost its data). */
+static void
+test_rebuild_protocol_redis(void **state_)
+{
+    if (!redis_reachable(redis_port))
+        th_skip_or_fail("redis-server not reachable (scripts/servers.sh start build/servers)");
+    struct projection *p = open_proj("redis", redis_port), *q = open_proj("redis", redis_port);
+    char *built = xasprintf("%sproj_meta:built", prefix);
+
+    assert_int_equal(p->ops->rebuild_begin(p), 1); /* no marker yet */
+    assert_int_equal(q->ops->rebuild_begin(q), 0); /* p holds the lock */
+    assert_int_equal(p->ops->rebuild_begin(p), 0);
+    p->ops->rebuild_end(p, false); /* failed: lock released, no marker */
+    assert_int_equal(q->ops->rebuild_begin(q), 1);
+    q->ops->rebuild_end(q, true);
+    assert_int_equal(p->ops->rebuild_begin(p), 0);
+    assert_int_equal(q->ops->rebuild_begin(q), 0);
+    redis_del(redis_port, built); /* as if Redis restarted empty */
+    assert_int_equal(q->ops->rebuild_begin(q), 1);
+    q->ops->rebuild_end(q, true);
+    assert_int_equal(p->ops->rebuild_begin(p), 0);
+    redis_del(redis_port, built);
+    free(built);
+    projection_close(p);
+    projection_close(q);
+}
+
 /* ==== Redis down, then back ==== */
 
 static int
@@ -413,6 +471,7 @@ test_redis_down_and_back(void **state_)
     assert_int_equal(p->ops->list_rooms(p, "hyapp", 0, 10, &js), ROOMD_EUNAVAIL);
     assert_null(js);
     assert_int_equal(p->ops->presence(p, "hyapp", 5, &js), ROOMD_EUNAVAIL);
+    assert_int_equal(p->ops->rebuild_begin(p), ROOMD_EUNAVAIL); /* cannot tell */
 
     /* back, empty: the parked updates are replayed by themselves */
     rpid = start_redis(port, dir);
@@ -440,6 +499,10 @@ test_redis_down_and_back(void **state_)
         usleep(50 * 1000);
     }
     assert_string_equal(where(p, "hyapp", 5), "L");
+    /* Redis came back empty: the missing marker asks for a rebuild from the store */
+    assert_int_equal(p->ops->rebuild_begin(p), 1);
+    p->ops->rebuild_end(p, true);
+    assert_int_equal(p->ops->rebuild_begin(p), 0);
     projection_close(p);
     stop_redis(rpid);
     char *cmd = xasprintf("rm -rf '%s'", dir);
@@ -464,6 +527,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_redis),
+        cmocka_unit_test(test_rebuild_protocol_memory),
+        cmocka_unit_test(test_rebuild_protocol_redis),
         cmocka_unit_test(test_redis_down_and_back),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
