@@ -169,7 +169,7 @@ def test_three_procs_10k_events():
     t0 = time.time()
     backlog = drive_all([p], rooms=12, joins=49, threads=10)   # 12*10*(1+49) = 6000
     print(f"# backlog: {backlog} commands in {time.time() - t0:.1f}s")
-    p.stop()
+    assert p.stop() == 0, p.stderr_text()
     procs = [node(tmp, n, db, worker) for n in ("a", "b", "c")]
     for rd in procs:
         rd.start(wait=False)
@@ -192,6 +192,8 @@ def test_three_procs_10k_events():
         assert all(len(f) > 0 for f in files), [len(f) for f in files]
         print(f"# {len(rows)} events delivered in {dt:.1f}s by three processes "
               f"({', '.join(str(len(f)) for f in files)}), none twice")
+        for rd in procs:  # clean exit (sanitizers: no leak, no error)
+            assert rd.stop() == 0, rd.stderr_text()
     finally:
         for rd in procs:
             rd.stop()
@@ -260,6 +262,8 @@ def test_kill9_midbatch_reclaimed():
         print(f"# A held {len(held)} rows when killed ({len(by_a)} written to its pipe); "
               f"B+C delivered {len(bc)}, the held ones after their lock expired "
               f"({min(held.values()) - killed_at} ms after the kill at the earliest)")
+        for rd in (b, c):
+            assert rd.stop() == 0, rd.stderr_text()
     finally:
         for rd in (a, b, c):
             if rd:
@@ -432,6 +436,7 @@ def test_database_restart_under_load():
         assert set(delivered) <= seen, len(set(delivered) - seen)
         print(f"# {len(ok)} commands answered 200, {len(log)} in the log, "
               f"{len(delivered)} outbox rows, all delivered")
+        assert rd.stop() == 0, rd.stderr_text()
     finally:
         load.stop_flag.set()
         rd.stop()
