@@ -477,6 +477,11 @@ conn_connect(struct mstore *s, struct conn *c)
     mariadb_get_infov(c->db, MARIADB_CONNECTION_SERVER_CAPABILITIES, &caps);
     mariadb_get_infov(c->db, MARIADB_CONNECTION_EXTENDED_SERVER_CAPABILITIES, &ext);
     c->bulk = !(caps & CLIENT_MYSQL) && (ext & (MARIADB_CLIENT_STMT_BULK_OPERATIONS >> 32));
+#ifdef ROOMD_TESTING
+    /* Tests run the per-row path MySQL servers get (no array binding) on MariaDB. */
+    if (getenv("ROOMD_MYSQL_NO_BULK") != NULL)
+        c->bulk = false;
+#endif
     pthread_mutex_lock(&s->mu);
     if (s->down)
         log_info("store", "mysql reachable again", "host=%s port=%u", s->host, s->port);

@@ -858,6 +858,10 @@ main(void)
     /* the suite needs the tables: the first open migrates */
     store_close(open_store(1));
     rc = store_suite_run("store_mysql", suite_conf, suite_reset);
+    /* again with one execution per row, as against a MySQL server */
+    setenv("ROOMD_MYSQL_NO_BULK", "1", 1);
+    rc += store_suite_run("store_mysql_no_bulk", suite_conf, suite_reset);
+    unsetenv("ROOMD_MYSQL_NO_BULK");
     rc += cmocka_run_group_tests_name("store_mysql_only", tests, NULL, NULL);
 
     snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
