@@ -165,107 +165,134 @@ release_row(const struct outbox_row *row, struct outbox_result *res, int64_t now
     res->last_error = row->last_error;
 }
 
-/*
- * Publishes ev to every sink not in *done that accepts it, all within one
- * publish_timeout. Sets the bits of the sinks that succeeded in *done and
- * appends each failure to err. Returns 0 (all succeeded), ROOMD_EPERM (a
- * sink refused for good; the rest are not called) or ROOMD_ERETRY.
- */
-static int
-publish_sinks(struct outbox *ob, const struct outbox_event *ev, uint32_t *done, char *err)
+/* One row of a batch while it is published. */
+struct slot {
+    const struct outbox_row *row;
+    struct outbox_event ev; /* built once; ev.envelope / ev.json are ours */
+    bool released;          /* handed back unpublished (release_row) */
+    bool finished;          /* no further sink is called: poison or a permanent refusal */
+    int rc;                 /* 0 so far, ROOMD_ERETRY or ROOMD_EPERM */
+    uint32_t done;          /* sinks_done so far */
+    char err[LAST_ERROR_MAX];
+};
+
+/* Records what sink s answered (prc, reason serr) for sl. */
+static void
+sink_outcome(struct slot *sl, const struct sink *s, int prc, const char *serr)
 {
-    int64_t deadline = clock_mono_ms() + ob->cfg.publish_timeout_ms;
-    int rc = 0;
-
-    for (size_t i = 0; i < ob->nsinks; i++) {
-        struct sink *s = ob->sinks[i];
-        char serr[256] = "";
-
-        if (*done & s->bit)
-            continue;
-        if (s->accepts != NULL && !s->accepts(s, ev))
-            continue;
-        if (clock_mono_ms() >= deadline) {
-            append_error(err, s->name, "publish_timeout exceeded before the call");
-            rc = ROOMD_ERETRY;
-            continue;
-        }
-        int prc = s->publish(s, ev, deadline, serr, sizeof(serr));
-        if (prc == 0) {
-            *done |= s->bit;
-        } else if (prc == ROOMD_EPERM) {
-            append_error(err, s->name, serr);
-            return ROOMD_EPERM;
-        } else {
-            append_error(err, s->name, *serr ? serr : roomd_strerror(prc));
-            rc = ROOMD_ERETRY;
-        }
+    if (prc == 0) {
+        sl->done |= s->bit;
+    } else if (prc == ROOMD_EPERM) {
+        append_error(sl->err, s->name, serr);
+        sl->rc = ROOMD_EPERM;
+        sl->finished = true; /* a sink refused for good: the rest are not called */
+    } else {
+        append_error(sl->err, s->name, *serr ? serr : roomd_strerror(prc));
+        sl->rc = ROOMD_ERETRY;
     }
-    return rc;
+}
+
+/* True when sink s still has to deliver sl. */
+static bool
+sink_needed(const struct slot *sl, struct sink *s)
+{
+    return !sl->released && !sl->finished && !(sl->done & s->bit) &&
+           (s->accepts == NULL || s->accepts(s, &sl->ev));
+}
+
+/* Calls s->publish for sl unless deadline already passed. */
+static void
+publish_one(struct slot *sl, struct sink *s, int64_t deadline)
+{
+    char serr[256] = "";
+
+    if (clock_mono_ms() >= deadline) {
+        append_error(sl->err, s->name, "publish_timeout exceeded before the call");
+        sl->rc = ROOMD_ERETRY;
+        return;
+    }
+    sink_outcome(sl, s, s->publish(s, &sl->ev, deadline, serr, sizeof(serr)), serr);
 }
 
 /*
- * Builds row's event once, publishes it (publish_sinks) and fills res with
- * the outcome. *errtext gets the malloc'd last_error (or NULL) that res
- * points at. Logs at most one line: a failed attempt.
+ * Calls the batch sink s once for every slot of sl[0..n) that still needs it
+ * (rows whose earlier sinks refused for good are left out, as calling the
+ * sinks row by row would), within deadline.
  */
 static void
-deliver_row(struct outbox *ob, const struct outbox_row *row, struct outbox_result *res,
-            char **errtext)
+publish_batch(struct slot *sl, size_t n, struct sink *s, int64_t deadline)
+{
+    struct outbox_event *evs = xcalloc(n, sizeof(*evs));
+    size_t *idx = xcalloc(n, sizeof(*idx));
+    int *rcs = xcalloc(n, sizeof(*rcs));
+    char *errs = xcalloc(n, 256);
+    size_t k = 0;
+
+    for (size_t i = 0; i < n; i++)
+        if (sink_needed(&sl[i], s)) {
+            idx[k] = i;
+            evs[k++] = sl[i].ev;
+        }
+    if (k > 0 && clock_mono_ms() >= deadline) {
+        for (size_t j = 0; j < k; j++) {
+            append_error(sl[idx[j]].err, s->name, "publish_timeout exceeded before the call");
+            sl[idx[j]].rc = ROOMD_ERETRY;
+        }
+    } else if (k > 0) {
+        s->publish_batch(s, evs, k, deadline, rcs, errs, 256);
+        for (size_t j = 0; j < k; j++) {
+            errs[j * 256 + 255] = '\0';
+            sink_outcome(&sl[idx[j]], s, rcs[j], errs + j * 256);
+        }
+    }
+    free(errs);
+    free(rcs);
+    free(idx);
+    free(evs);
+}
+
+/*
+ * Fills res from sl's outcome (delivered, retryable with backoff, failed)
+ * and logs at most one line: a failed attempt. *errtext gets the malloc'd
+ * last_error (or NULL) that res points at.
+ */
+static void
+finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, char **errtext)
 {
     const struct conf_outbox *cfg = &ob->cfg;
-    uint8_t *env = NULL;
-    size_t envlen = 0;
-    char *json = NULL;
-    char err[LAST_ERROR_MAX] = "";
-    uint32_t done = row->sinks_done;
-    int rc;
-
-    if (outbox_event_build(row, &env, &envlen, &json) != 0) {
-        /* A poison event: the payload cannot become an event and retrying
-         * cannot help. Dead letter at once, one log line. */
-        snprintf(err, sizeof(err), "poison: payload does not decode as event_type %s",
-                 row->event_type);
-        rc = ROOMD_EPERM;
-    } else {
-        struct outbox_event ev = {
-            .row = row, .envelope = env, .envelope_len = envlen, .json = json};
-        rc = publish_sinks(ob, &ev, &done, err);
-    }
-    bool permanent = rc == ROOMD_EPERM;
+    const struct outbox_row *row = sl->row;
+    bool permanent = sl->rc == ROOMD_EPERM;
     int64_t now = clock_wall_ms();
-    res->sinks_done = done;
+
+    res->sinks_done = sl->done;
     res->retry_count = row->retry_count;
     res->next_retry_at_ms = 0;
     res->last_error = NULL;
     *errtext = NULL;
-    if (rc == 0) {
+    if (sl->rc == 0) {
         res->status = OUTBOX_DELIVERED;
-    } else {
-        res->retry_count = row->retry_count + 1;
-        *errtext = xstrdup(err);
-        res->last_error = *errtext;
-        if (!permanent && res->retry_count < cfg->max_retry_count) {
-            res->status = OUTBOX_RETRYABLE;
-            res->next_retry_at_ms =
-                now +
-                backoff_delay_ms(res->retry_count, cfg->initial_backoff_ms, cfg->max_backoff_ms);
-            log_warn("outbox", "publish failed, will retry",
-                     "id=%lld event_id=%s event_type=%s attempt=%d next_retry_at_ms=%lld "
-                     "sinks_done=%u err=\"%s\"",
-                     (long long)row->id, row->event_id, row->event_type, res->retry_count,
-                     (long long)res->next_retry_at_ms, (unsigned)done, err);
-        } else {
-            res->status = OUTBOX_FAILED;
-            log_error("outbox", "dead letter: event failed",
-                      "id=%lld event_id=%s event_type=%s attempt=%d permanent=%d sinks_done=%u "
-                      "err=\"%s\"",
-                      (long long)row->id, row->event_id, row->event_type, res->retry_count,
-                      (int)permanent, (unsigned)done, err);
-        }
+        return;
     }
-    free(env);
-    free(json);
+    res->retry_count = row->retry_count + 1;
+    *errtext = xstrdup(sl->err);
+    res->last_error = *errtext;
+    if (!permanent && res->retry_count < cfg->max_retry_count) {
+        res->status = OUTBOX_RETRYABLE;
+        res->next_retry_at_ms =
+            now + backoff_delay_ms(res->retry_count, cfg->initial_backoff_ms, cfg->max_backoff_ms);
+        log_warn("outbox", "publish failed, will retry",
+                 "id=%lld event_id=%s event_type=%s attempt=%d next_retry_at_ms=%lld "
+                 "sinks_done=%u err=\"%s\"",
+                 (long long)row->id, row->event_id, row->event_type, res->retry_count,
+                 (long long)res->next_retry_at_ms, (unsigned)sl->done, sl->err);
+    } else {
+        res->status = OUTBOX_FAILED;
+        log_error("outbox", "dead letter: event failed",
+                  "id=%lld event_id=%s event_type=%s attempt=%d permanent=%d sinks_done=%u "
+                  "err=\"%s\"",
+                  (long long)row->id, row->event_id, row->event_type, res->retry_count,
+                  (int)permanent, (unsigned)sl->done, sl->err);
+    }
 }
 
 /* ==== one batch ==== */
@@ -296,31 +323,114 @@ complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_r
                      rows[i].event_id, res[i].locked_by, outbox_status_name(res[i].status));
 }
 
+/*
+ * Publishes rows[0..n) (each claimed by rows[i].locked_by until
+ * rows[i].lock_until_ms) and completes them. Sinks run in their order; the
+ * outcome of a row is what calling them one by one gives: every sink not yet
+ * in sinks_done that accepts it, stopping at a permanent refusal.
+ *
+ * Phase 1, row by row: the sinks before the first one offering
+ * publish_batch, within publish_timeout per row. A row is published only
+ * while its lock outlasts that deadline, so no other claimer can deliver it
+ * inside our window; otherwise (or when stopping) it is handed back.
+ * Phase 2, sink by sink: from the first batch sink on, one publish_batch
+ * call for all the rows that need it (publish() per row for the others),
+ * within one publish_timeout for the batch, again only while every lock
+ * outlasts it.
+ */
 static void
-run_batch(struct worker *w, struct outbox_row *rows, size_t n, int64_t lock_until)
+run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
 {
-    struct outbox *ob = w->ob;
+    struct slot *sl = xcalloc(n, sizeof(*sl));
     struct outbox_result *res = xcalloc(n, sizeof(*res));
     char **errs = xcalloc(n, sizeof(*errs));
+    size_t first_batch = ob->nsinks;
+    int64_t timeout = ob->cfg.publish_timeout_ms;
 
+    for (size_t k = 0; k < ob->nsinks; k++)
+        if (ob->sinks[k]->publish_batch != NULL) {
+            first_batch = k;
+            break;
+        }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *env = NULL;
+        size_t envlen = 0;
+        char *json = NULL;
+
+        sl[i].row = &rows[i];
+        sl[i].done = rows[i].sinks_done;
+        if (outbox_event_build(&rows[i], &env, &envlen, &json) != 0) {
+            /* A poison event: the payload cannot become an event and retrying
+             * cannot help. Dead letter at once, one log line. */
+            snprintf(sl[i].err, sizeof(sl[i].err),
+                     "poison: payload does not decode as event_type %s", rows[i].event_type);
+            sl[i].rc = ROOMD_EPERM;
+            sl[i].finished = true;
+        }
+        sl[i].ev = (struct outbox_event){
+            .row = &rows[i], .envelope = env, .envelope_len = envlen, .json = json};
+    }
+
+    /* phase 1: row by row */
     for (size_t i = 0; i < n; i++) {
         int64_t now = clock_wall_ms();
+        int64_t deadline = clock_mono_ms() + timeout;
 
+        if (stopping(ob) || now + timeout > rows[i].lock_until_ms) {
+            sl[i].released = true;
+            continue;
+        }
+        for (size_t k = 0; k < first_batch; k++)
+            if (sink_needed(&sl[i], ob->sinks[k]))
+                publish_one(&sl[i], ob->sinks[k], deadline);
+    }
+
+    /* phase 2: sink by sink, one call per batch sink */
+    if (first_batch < ob->nsinks) {
+        int64_t now = clock_wall_ms();
+        int64_t deadline = clock_mono_ms() + timeout;
+
+        for (size_t i = 0; i < n; i++)
+            if (!sl[i].released && now + timeout > rows[i].lock_until_ms) {
+                if (first_batch == 0 || stopping(ob)) {
+                    sl[i].released = true; /* nothing called yet: no attempt */
+                } else if (!sl[i].finished) {
+                    append_error(sl[i].err, "outbox", "lock too short for the batch sinks");
+                    sl[i].rc = ROOMD_ERETRY;
+                    sl[i].finished = true;
+                }
+            }
+        for (size_t k = first_batch; k < ob->nsinks; k++) {
+            struct sink *s = ob->sinks[k];
+
+            if (s->publish_batch != NULL) {
+                publish_batch(sl, n, s, deadline);
+                continue;
+            }
+            for (size_t i = 0; i < n; i++)
+                if (sink_needed(&sl[i], s))
+                    publish_one(&sl[i], s, deadline);
+        }
+    }
+
+    for (size_t i = 0; i < n; i++) {
         res[i].id = rows[i].id;
-        res[i].locked_by = w->locked_by;
-        /* Publish only while our lock outlasts the publish deadline, so no
-         * other claimer can deliver the row inside our window. */
-        if (stopping(ob) || now + ob->cfg.publish_timeout_ms > lock_until)
-            release_row(&rows[i], &res[i], now);
+        res[i].locked_by = rows[i].locked_by;
+        if (sl[i].released)
+            release_row(&rows[i], &res[i], clock_wall_ms());
         else
-            deliver_row(ob, &rows[i], &res[i], &errs[i]);
+            finish_row(ob, &sl[i], &res[i], &errs[i]);
         res[i].now_ms = clock_wall_ms();
     }
     complete_batch(ob, rows, res, n);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(errs[i]);
+        free((void *)sl[i].ev.envelope);
+        free((void *)sl[i].ev.json);
+    }
     free(errs);
     free(res);
+    free(sl);
 }
 
 /* ==== the worker loop ==== */
@@ -360,8 +470,12 @@ worker_main(void *arg)
         store_fine(ob);
         if (n == (size_t)cfg->batch_size)
             outbox_wake(ob); /* more may be waiting: let an idle worker claim too */
+        for (size_t i = 0; i < n; i++) {
+            rows[i].lock_until_ms = lock_until;
+            strlcpy_(rows[i].locked_by, w->locked_by, sizeof(rows[i].locked_by));
+        }
         if (n > 0)
-            run_batch(w, rows, n, lock_until);
+            run_batch(ob, rows, n);
         outbox_rows_free(rows, n);
         /* A full batch: claim again at once; else idle until woken or polled. */
         wait_ms = n == (size_t)cfg->batch_size ? 0 : cfg->poll_interval_ms;

@@ -96,22 +96,42 @@ struct tsink {
     int64_t call_wall_ms[TSINK_MAX_CALLS];
     char event_ids[TSINK_MAX_CALLS][37];
     bool closed;
+    /* publish_batch (tsink_batch_new): one call per batch, each event
+     * counted in calls as above */
+    int batch_calls;
+    int batch_sizes[TSINK_MAX_CALLS];
+    int single_calls;     /* publish() calls */
+    const char *perm_id;  /* this event_id answers ROOMD_EPERM */
+    const char *retry_id; /* this one ROOMD_ERETRY */
 };
+
+/* Records one event's call and returns its scripted outcome. Holds t->mu. */
+static int
+tsink_record(struct tsink *t, const struct outbox_event *ev)
+{
+    int k = t->calls++;
+
+    if (k < TSINK_MAX_CALLS) {
+        t->call_wall_ms[k] = clock_wall_ms();
+        strlcpy_(t->event_ids[k], ev->row->event_id, 37);
+    }
+    if (t->perm_id != NULL && strcmp(ev->row->event_id, t->perm_id) == 0)
+        return ROOMD_EPERM;
+    if (t->retry_id != NULL && strcmp(ev->row->event_id, t->retry_id) == 0)
+        return ROOMD_ERETRY;
+    return k < t->fail_first ? ROOMD_ERETRY : t->rc;
+}
 
 static int
 tsink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
               size_t errlen)
 {
     struct tsink *t = (struct tsink *)s;
-    int rc, k;
+    int rc;
 
     pthread_mutex_lock(&t->mu);
-    k = t->calls++;
-    if (k < TSINK_MAX_CALLS) {
-        t->call_wall_ms[k] = clock_wall_ms();
-        strlcpy_(t->event_ids[k], ev->row->event_id, 37);
-    }
-    rc = k < t->fail_first ? ROOMD_ERETRY : t->rc;
+    t->single_calls++;
+    rc = tsink_record(t, ev);
     int64_t delay = t->delay_ms;
     pthread_mutex_unlock(&t->mu);
     if (delay > 0)
@@ -122,6 +142,28 @@ tsink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, c
     t->returned++;
     pthread_mutex_unlock(&t->mu);
     return rc;
+}
+
+static void
+tsink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
+                    int *rcs, char *errs, size_t errlen)
+{
+    struct tsink *t = (struct tsink *)s;
+
+    (void)deadline;
+    pthread_mutex_lock(&t->mu);
+    if (t->batch_calls < TSINK_MAX_CALLS)
+        t->batch_sizes[t->batch_calls] = (int)n;
+    t->batch_calls++;
+    for (size_t i = 0; i < n; i++) {
+        rcs[i] = tsink_record(t, &evs[i]);
+        snprintf(errs + i * errlen, errlen, "%s",
+                 rcs[i] == 0             ? ""
+                 : rcs[i] == ROOMD_EPERM ? "batch refused"
+                                         : "batch busy");
+    }
+    t->returned += (int)n;
+    pthread_mutex_unlock(&t->mu);
 }
 
 static void
@@ -141,6 +183,16 @@ tsink_new(const char *name, uint32_t bit, int rc)
     t->super.close = tsink_close;
     t->rc = rc;
     pthread_mutex_init(&t->mu, NULL);
+    return t;
+}
+
+/* A sink offering publish_batch (its publish() stays for a fallback). */
+static struct tsink *
+tsink_batch_new(const char *name, uint32_t bit, int rc)
+{
+    struct tsink *t = tsink_new(name, bit, rc);
+
+    t->super.publish_batch = tsink_publish_batch;
     return t;
 }
 
@@ -707,6 +759,115 @@ test_workers_deliver_once(void **state)
     tsink_free(t);
 }
 
+/* A sink offering publish_batch is called once per claimed batch with the
+ * rows that need it, never publish() per row. */
+static void
+test_batch_sink_one_call_per_batch(void **state)
+{
+    fx.conf->outbox_worker.poll_interval_ms = 10000;
+    fx.conf->outbox_worker.batch_size = 10;
+    char ids[23][37];
+    insert_events(23, "RoomGiftSent", NULL, 0, ids);
+    struct tsink *t = tsink_batch_new("bus", SINK_BIT_BUS, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+
+    for (int i = 0; i < 23; i++)
+        assert_true(wait_status(ids[i], OUTBOX_DELIVERED, 3000));
+    outbox_close(ob);
+    assert_int_equal(t->single_calls, 0);
+    assert_int_equal(t->calls, 23);
+    assert_int_equal(t->batch_calls, 3); /* claims of 10, 10, 3 */
+    int sum = 0;
+    for (int i = 0; i < t->batch_calls; i++) {
+        assert_true(t->batch_sizes[i] <= 10);
+        sum += t->batch_sizes[i];
+    }
+    assert_int_equal(sum, 23);
+    struct outbox_row r;
+    get_row(ids[22], &r);
+    assert_int_equal(r.sinks_done, SINK_BIT_BUS);
+    assert_int_equal(r.retry_count, 0);
+    row_clear(&r);
+    tsink_free(t);
+}
+
+/*
+ * Per-row outcomes with a batch sink are those of calling the sinks row by
+ * row (dual mode: a direct sink, then the batch sink, then a per-row sink):
+ * a row the direct sink refuses for good never reaches the batch sink; a row
+ * the batch sink refuses fails; a row it fails transiently is retryable with
+ * the other sinks in sinks_done, and its retry calls only the batch sink.
+ */
+static void
+test_batch_sink_row_outcomes(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->poll_interval_ms = 20;
+    c->max_retry_count = 5;
+    c->initial_backoff_ms = 300;
+    c->max_backoff_ms = 300;
+    char ids[4][37]; /* ok, direct refuses, batch refuses, batch busy once */
+    insert_events(4, "RoomGiftSent", NULL, 0, ids);
+    struct tsink *ts[3];
+    ts[0] = tsink_new("direct", SINK_BIT_TIM, 0);
+    ts[0]->perm_id = ids[1];
+    ts[1] = tsink_batch_new("bus", SINK_BIT_BUS, 0);
+    ts[1]->perm_id = ids[2];
+    ts[1]->retry_id = ids[3];
+    ts[2] = tsink_new("after", SINK_BIT_ROCKET, 0);
+    struct outbox *ob = open_outbox(ts, 3);
+
+    assert_true(wait_status(ids[0], OUTBOX_DELIVERED, 3000));
+    assert_true(wait_status(ids[1], OUTBOX_FAILED, 3000));
+    assert_true(wait_status(ids[2], OUTBOX_FAILED, 3000));
+    struct outbox_row r;
+    int64_t end = clock_mono_ms() + 3000;
+    do {
+        get_row(ids[3], &r);
+        if (r.status == OUTBOX_RETRYABLE)
+            break;
+        row_clear(&r);
+        usleep(2000);
+    } while (clock_mono_ms() < end);
+    assert_int_equal(r.status, OUTBOX_RETRYABLE);
+    assert_int_equal(r.sinks_done, SINK_BIT_TIM | SINK_BIT_ROCKET); /* a transient failure
+                                                                       does not stop the rest */
+    assert_int_equal(r.retry_count, 1);
+    assert_non_null(strstr(r.last_error, "bus: batch busy"));
+    row_clear(&r);
+    get_row(ids[1], &r);
+    assert_int_equal(r.sinks_done, 0);
+    assert_int_equal(r.retry_count, 1);
+    assert_non_null(strstr(r.last_error, "direct: scripted failure"));
+    row_clear(&r);
+    get_row(ids[2], &r);
+    assert_int_equal(r.sinks_done, SINK_BIT_TIM);
+    assert_non_null(strstr(r.last_error, "bus: batch refused"));
+    row_clear(&r);
+    get_row(ids[0], &r);
+    assert_int_equal(r.sinks_done, SINK_BIT_TIM | SINK_BIT_BUS | SINK_BIT_ROCKET);
+    row_clear(&r);
+
+    pthread_mutex_lock(&ts[1]->mu);
+    ts[1]->retry_id = NULL;
+    pthread_mutex_unlock(&ts[1]->mu);
+    assert_true(wait_status(ids[3], OUTBOX_DELIVERED, 3000));
+    outbox_close(ob);
+    get_row(ids[3], &r);
+    assert_int_equal(r.sinks_done, SINK_BIT_TIM | SINK_BIT_BUS | SINK_BIT_ROCKET);
+    assert_int_equal(r.retry_count, 1);
+    row_clear(&r);
+    assert_int_equal(ts[0]->calls, 4); /* once per row, not again on the retry */
+    assert_int_equal(ts[1]->single_calls, 0);
+    assert_int_equal(ts[1]->calls, 3 + 1); /* ids 0, 2, 3; then 3 again */
+    assert_int_equal(ts[1]->batch_calls, 2);
+    assert_int_equal(ts[1]->batch_sizes[0], 3);
+    assert_int_equal(ts[1]->batch_sizes[1], 1);
+    assert_int_equal(ts[2]->calls, 2); /* ids 0 and 3, each once */
+    for (int i = 0; i < 3; i++)
+        tsink_free(ts[i]);
+}
+
 /* Delivered rows older than the retention are purged in batches by the
  * thread outbox_open starts; failed and pending rows stay. */
 static void
@@ -810,6 +971,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_wake_latency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_batches_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_deliver_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_sink_one_call_per_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_outage_backoff, setup, teardown),
     };
