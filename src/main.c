@@ -138,6 +138,13 @@ main(int argc, char **argv)
     struct projection *proj = NULL;
     if (projection_open(&proj, conf, err, sizeof(err)) != 0)
         fatalx("projection: %s", err);
+    /* ISSUE-6: several nodes need one shared projection (docs/nodes.md) */
+    if (strcmp(conf->lease.driver, "redis") == 0 && strcmp(conf->projection.driver, "memory") == 0)
+        log_warn("main", "lease.driver redis with projection.driver memory: this node lists only "
+                 "the rooms it saw; use projection.driver redis", NULL);
+    if (strcmp(conf->lease.driver, "redis") == 0 && conf->http.advertise_addr[0] == '\0')
+        log_warn("main", "http.advertise_addr is empty: not_owner answers name http.listen",
+                 "listen=%s", conf->http.listen);
 
     if (conf->rocketmq.enabled) { /* ISSUE-5 */
         char *name = xasprintf("roomd/%s", conf->app.node_id);

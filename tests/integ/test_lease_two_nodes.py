@@ -244,6 +244,7 @@ def scenarios(store):
         assert seen[0][1] == 503 and seen[0][2] == "not_owner", seen  # a's lease still held
         assert seen[0][3] == addr(a), seen
         assert took >= 0.2, took
+        print(f"  [{store.name}] takeover after kill -9: {took:.2f}s (ttl {TTL_MS} ms)")
         room_js = hu.room_of(hu.expect_ok(hu.get_room(b, room), "GET on new owner"))
         assert room_js["version"] == before + 1, room_js
         assert 2000 in hu.members(room_js) and 1000 in hu.members(room_js), room_js
@@ -265,7 +266,8 @@ def scenarios(store):
             assert_not_owner(hu.join(b, room, 3001), addr(a), "b while a owns")
             os.kill(a.proc.pid, signal.SIGSTOP)
             try:
-                join_until_ok(b, room, 3001, timeout=TTL_MS / 1000 + 5)
+                took, _ = join_until_ok(b, room, 3001, timeout=TTL_MS / 1000 + 5)
+                print(f"  [{store.name}] takeover from a paused owner: {took:.2f}s")
             finally:
                 os.kill(a.proc.pid, signal.SIGCONT)
             # a woke up believing nothing happened: it must not commit
