@@ -7,7 +7,10 @@
 2. kill -9 mid-batch: A's log sink is a FIFO nobody reads, so A's worker blocks inside
    publish holding claimed rows; A is killed; B and C reclaim those rows only after their
    lock expired and deliver them. A duplicate is allowed only for a row A had claimed.
-3. database restart under load, on a private mariadbd (own datadir and port, so other
+3. two owners of one room (two processes, local leases): the one whose cell is stale is
+   fenced by UNIQUE (app_code, room_id, version), answers 503, reloads, and succeeds when
+   retried; the command log never forks.
+4. database restart under load, on a private mariadbd (own datadir and port, so other
    tests are not disturbed): while it is down commands answer 503 quickly with a JSON
    error; after it is back they succeed (a 503'd command retried with its command_id
    answers 200); every command answered 200 has its command log row and all its outbox
@@ -271,6 +274,46 @@ def test_kill9_midbatch_reclaimed():
         mysql(MYSQL_PORT, f"DROP DATABASE {db}")
 
 
+def test_two_owners_never_fork():
+    need("127.0.0.1", MYSQL_PORT, "mariadb")
+    tmp = tempfile.mkdtemp(prefix="roomd-myf-")
+    db = fresh_db()
+    a, b = node(tmp, "a", db), node(tmp, "b", db)
+    a.start()
+    b.start()
+    try:
+        rid = f"f-{uuid.uuid4().hex[:8]}"
+        st, _, js = a.post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
+                                         "owner_uid": 1, "title": "t"})
+        assert st == 200, js
+        st, _, js = b.post(f"/v1/rooms/{rid}/join", {"command_id": "jb1", "uid": 11})
+        assert st == 200 and js["version"] == 2, (st, js)
+        # A's cell still holds version 1: its commit of version 2 is fenced.
+        st, _, js = a.post(f"/v1/rooms/{rid}/join", {"command_id": "ja1", "uid": 12})
+        assert st == 503, (st, js)
+        st, _, js = a.post(f"/v1/rooms/{rid}/join", {"command_id": "ja1", "uid": 12})
+        assert st == 200 and js["version"] == 3, (st, js)
+        assert {m["uid"] for m in js["room"]["members"]} == {11, 12}, js
+        st, _, js = b.post(f"/v1/rooms/{rid}/join", {"command_id": "jb2", "uid": 13})
+        assert st in (200, 503), (st, js)
+        if st == 503:
+            st, _, js = b.post(f"/v1/rooms/{rid}/join", {"command_id": "jb2", "uid": 13})
+        assert st == 200 and js["version"] == 4, (st, js)
+        assert {m["uid"] for m in js["room"]["members"]} == {11, 12, 13}, js
+        log = mysql(MYSQL_PORT, f"SELECT version, command_id FROM room_command_log WHERE "
+                                f"room_id='{rid}' ORDER BY version", db)
+        assert [int(v) for v, _ in log] == [1, 2, 3, 4], log
+        assert [c for _, c in log][1:] == ["jb1", "ja1", "jb2"], log
+        assert mysql(MYSQL_PORT, "SELECT COUNT(*) FROM room_outbox", db) == [["4"]]
+        print("# the stale owner answered 503, reloaded, and the log stayed linear (v1..v4)")
+        for rd in (a, b):
+            assert rd.stop() == 0, rd.stderr_text()
+    finally:
+        a.stop()
+        b.stop()
+        mysql(MYSQL_PORT, f"DROP DATABASE {db}")
+
+
 class PrivateMariadb:
     """A mariadbd of our own (datadir under tmp, free port) that we may kill."""
 
@@ -446,4 +489,4 @@ def test_database_restart_under_load():
 
 if __name__ == "__main__":
     run([test_three_procs_10k_events, test_kill9_midbatch_reclaimed,
-         test_database_restart_under_load])
+         test_two_owners_never_fork, test_database_restart_under_load])
