@@ -142,6 +142,17 @@ def hu_merge(a, b):
     return a
 
 
+def stop_all(*nodes):
+    """Stops every node (SIGTERM), also after a failure; returns their exit codes."""
+    rcs = []
+    for rd in nodes:
+        try:
+            rcs.append(rd.stop())
+        except Exception as e:  # noqa: BLE001 - keep stopping the others
+            rcs.append(repr(e))
+    return rcs
+
+
 def addr(rd):
     return f"127.0.0.1:{rd.port}"
 
@@ -249,7 +260,7 @@ def scenarios(store):
         assert room_js["version"] == before + 1, room_js
         assert 2000 in hu.members(room_js) and 1000 in hu.members(room_js), room_js
         assert_linear(store, room, want_n=before + 1)
-        b.stop()
+        assert stop_all(b) == [0]
 
     def paused_owner_cannot_commit():
         # a without outbox worker: a process stopped inside a SQLite write transaction (the
@@ -257,9 +268,9 @@ def scenarios(store):
         # about the lease, so a is stopped while idle.
         a = node(store, "a", REDIS_PORT, {"outbox_worker": {"enabled": False}})
         b = node(store, "b", REDIS_PORT)
-        a.start()
-        b.start()
         try:
+            a.start()
+            b.start()
             room = hu.room_name()
             hu.expect_ok(hu.create(a, room, owner=1), "create on a")
             hu.expect_ok(hu.join(a, room, 3000), "join on a")
@@ -277,16 +288,16 @@ def scenarios(store):
             assert_linear(store, room, want_n=4)
             members = hu.members(hu.room_of(hu.expect_ok(hu.get_room(b, room), "GET")))
             assert sorted(members) == [3000, 3001, 3004], members
+            assert stop_all(a, b) == [0, 0]
         finally:
-            assert a.stop() == 0
-            assert b.stop() == 0
+            stop_all(a, b)
 
     def store_fences_paused_commit():
         a = node(store, "a", REDIS_PORT, {"outbox_worker": {"enabled": False}})
         b = node(store, "b", REDIS_PORT)
-        a.start(env={"ROOMD_TEST_PRECOMMIT_DELAY_MS": "700"})
-        b.start()
         try:
+            a.start(env={"ROOMD_TEST_PRECOMMIT_DELAY_MS": "700"})
+            b.start()
             room = hu.room_name()
             hu.expect_ok(hu.create(a, room, owner=1), "create on a")
             hu.expect_ok(hu.join(a, room, 4000), "join on a")
@@ -324,9 +335,9 @@ def scenarios(store):
             assert sorted(members) == [4000, 4002], members
             timing = [j for j in a.json_log("room_command_timing") if j["room_id"] == room]
             assert any(j["result"] == "fenced" for j in timing), timing
+            assert stop_all(a, b) == [0, 0]
         finally:
-            assert a.stop() == 0
-            assert b.stop() == 0
+            stop_all(a, b)
 
     def redis_down_and_back():
         d = os.path.join(TMP, f"redis-{store.name}")
@@ -339,10 +350,10 @@ def scenarios(store):
         solo = Roomd({"redis": {"enabled": True, "addr": f"127.0.0.1:{port}",
                                 "connect_timeout": "200ms", "command_timeout": "300ms"}},
                      tmp=os.path.join(d, "solo"))
-        a.start()
-        b.start()
-        solo.start()
         try:
+            a.start()
+            b.start()
+            solo.start()
             room, quiet = hu.room_name(), hu.room_name("quiet")
             hu.expect_ok(hu.create(a, room, owner=1), "create on a")
             hu.expect_ok(hu.join(a, room, 1), "join on a")
@@ -391,10 +402,9 @@ def scenarios(store):
             assert_not_owner(hu.join(b, room, 53), addr(a), "b after the restart")
             logs = a.log_lines() + b.log_lines()
             assert any('msg="rebuilt from the store"' in line for line in logs), "no rebuild"
+            assert stop_all(a, b, solo) == [0, 0, 0]
         finally:
-            assert a.stop() == 0
-            assert b.stop() == 0
-            assert solo.stop() == 0
+            stop_all(a, b, solo)
             rp.kill()
             rp.wait()
 
