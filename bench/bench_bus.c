@@ -1,28 +1,45 @@
 /*
  * bench_bus.c: the outbox -> JetStream path, beside the raw nats.c rate of
- * the same messages, in one run (figures, no assertions):
+ * the same messages, in one run (figures, no assertions; bench/README.md):
  *   raw       js_PublishMsgAsync of N prebuilt envelopes (~300 B), MaxPending
  *             4096, one thread: what nats.c + nats-server do alone
- *   relay     N committed room_outbox rows (SQLite) delivered by the outbox
- *             worker (2 threads, batch 100) through the bus sink: rows/s
- *   batch     the same rows claimed and sent with the sink's publish_batch
- *             (2 threads, 100 a batch), completed in the store: rows/s
- *   latency   single-event commits at a fixed rate while the worker runs:
- *             commit end -> PubAck, p50/p99/max
+ *   relay     N committed pending rows (SQLite) delivered by the outbox worker
+ *             (2 threads, batch 100) through the bus sink: the claim path
+ *             (recovery, other processes' rows), with its split
+ *             (claim / build / publish / complete)
+ *   handoff   N rows committed 100 a transaction (as group commit does) and
+ *             handed off to the workers as each transaction commits: the hot
+ *             path, first commit -> last PubAck; and the commits alone
+ *   latency   single-event commits at RATE/s through the hand-off steps of the
+ *             command path (reserve, store_save, push), then with the hand-off
+ *             off (pending rows, wake, claim): commit end -> PubAck
+ *   service   room_service_execute (group commit, wallet, local lease) with
+ *             SendGift: the maximum command rate (64 threads), then half of it
+ *             paced: command start -> PubAck, hand-off on and off
  *
- *   bench_bus [N] [DIR] [RATE]   (N 20000, DIR ./var, RATE 500 commits/s)
+ *   bench_bus [N] [DIR] [RATE] [SECS]   (N 20000, DIR ./var, RATE 500/s, SECS 5)
+ *   BENCH_ONLY=relay,handoff,latency,service picks parts (raw always runs);
+ *   BENCH_WORKERS, BENCH_BATCH: outbox_worker.workers (2), batch_size (100).
  * nats-server at 127.0.0.1:$ROOMD_NATS_PORT (4333, scripts/servers.sh).
+ * "PubAck" time = when the sink's publish_batch returned (the last ack of
+ * the row's batch), before the row's completion in the store.
  */
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "lease/lease.h"
 #include "outbox/outbox.h"
 #include "publish/bus.h"
+#include "publish/sink.h"
 #include "publish/sink_bus.h"
+#include "room/command.h"
+#include "room/service.h"
 #include "room_events.pb-c.h"
+#include "store/group_commit.h"
 #include "store/store.h"
+#include "wallet/wallet.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,13 +49,16 @@
 #include <unistd.h>
 
 #define GIFT_ID_PAD 200 /* makes the envelope about 300 bytes, as jetstream.md measured */
+#define SVC_THREADS 64
+#define SVC_PACED_THREADS 16
 
 static int nmsgs = 20000;
 static const char *dir = "./var";
 static int rate = 500;
+static int secs = 5;
 static struct conf *conf;
 
-/* ==== rows ==== */
+/* ==== helpers ==== */
 
 static uint8_t *
 gift_payload(size_t *len)
@@ -59,56 +79,24 @@ gift_payload(size_t *len)
     return b;
 }
 
-/* Commits n mutations of one event each (100 per transaction). Returns the
- * wall time of each commit's end in ends (may be NULL). */
-static void
-commit_rows(struct store *st, int n, int first, int per_tx)
+static int
+cmp64(const void *a, const void *b)
 {
-    size_t plen;
-    uint8_t *payload = gift_payload(&plen);
-    struct mutation *m = xcalloc((size_t)per_tx, sizeof(*m));
-    struct outbox_new *ev = xcalloc((size_t)per_tx, sizeof(*ev));
-    struct mutation **ms = xcalloc((size_t)per_tx, sizeof(*ms));
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
 
-    for (int done = 0; done < n;) {
-        int k = n - done < per_tx ? n - done : per_tx;
-        int64_t now = clock_wall_ms();
-        for (int i = 0; i < k; i++) {
-            int id = first + done + i;
-            memset(&m[i], 0, sizeof(m[i]));
-            snprintf(m[i].app_code, sizeof(m[i].app_code), "bench");
-            snprintf(m[i].room_id, sizeof(m[i].room_id), "room-%d", id);
-            snprintf(m[i].command_id, sizeof(m[i].command_id), "cmd-%d", id);
-            m[i].command_type = "CreateRoom";
-            m[i].request = "{}";
-            m[i].response = "{}";
-            m[i].version = 1;
-            m[i].create = true;
-            m[i].created_at_ms = now;
-            m[i].meta = (struct room_meta){.owner_uid = 1,
-                                           .title = "bench",
-                                           .status = "open",
-                                           .version = 1,
-                                           .rocket_status = "idle",
-                                           .rocket_id = "",
-                                           .created_at_ms = now,
-                                           .updated_at_ms = now};
-            uuid_v7(now, ev[i].event_id);
-            ev[i].event_type = "RoomGiftSent";
-            ev[i].payload = payload;
-            ev[i].payload_len = plen;
-            m[i].events = &ev[i];
-            m[i].nevents = 1;
-            ms[i] = &m[i];
-        }
-        if (store_save(st, ms, (size_t)k) != 0)
-            fprintf(stderr, "store_save: %s\n", store_errmsg());
-        done += k;
+/* Sorts v[0..n) and prints "p50 a ms, p99 b ms, max c ms". */
+static void
+print_pcts(const char *what, int64_t *v, int n)
+{
+    if (n <= 0) {
+        printf("%s: no samples\n", what);
+        return;
     }
-    free(ms);
-    free(ev);
-    free(m);
-    free(payload);
+    qsort(v, (size_t)n, sizeof(*v), cmp64);
+    printf("%s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d)\n", what, v[n / 2] / 1e3,
+           v[(n * 99) / 100] / 1e3, v[n - 1] / 1e3, n);
 }
 
 static struct store *
@@ -158,10 +146,205 @@ drop_bus(struct bus *b)
     bus_unref(b);
 }
 
-static void
-report(const char *what, int n, int64_t us)
+static double
+report(const char *what, int n, int64_t us, double raw)
 {
-    printf("%-8s %7d msgs in %6.2f s: %9.0f msg/s\n", what, n, us / 1e6, n / (us / 1e6));
+    double r = n / (us / 1e6);
+
+    printf("%-8s %7d msgs in %6.2f s: %9.0f msg/s", what, n, us / 1e6, r);
+    if (raw > 0)
+        printf("  (%.2fx raw)", r / raw);
+    printf("\n");
+    return r;
+}
+
+static void
+print_split(struct outbox *ob, int64_t wall_us)
+{
+    struct outbox_stats s;
+
+    outbox_stats(ob, &s);
+    printf("         worker thread time of %.2f s wall x %d threads: claim %.2f s, build %.2f s, "
+           "publish %.2f s, complete %.2f s; %llu batches, %llu rows claimed (%llu claims), "
+           "%llu handed off, %llu refused (queue full)\n",
+           wall_us / 1e6, conf->outbox_worker.workers, s.claim_us / 1e6, s.build_us / 1e6,
+           s.publish_us / 1e6, s.complete_us / 1e6, (unsigned long long)s.batches,
+           (unsigned long long)s.claimed_rows, (unsigned long long)s.claims,
+           (unsigned long long)s.handoff_rows, (unsigned long long)s.handoff_full);
+}
+
+static void
+wait_delivered(struct store *st, int64_t want)
+{
+    struct outbox_counts c;
+
+    for (;;) {
+        if (store_outbox_counts(st, &c) == 0 && c.delivered >= want)
+            return;
+        usleep(1000);
+    }
+}
+
+/* ==== a sink around the bus sink that notes when each row was acked ==== */
+
+struct timing_sink {
+    struct sink base;
+    struct sink *inner;
+    int64_t *ack_us; /* by the number in the row's command_id "c<k>" */
+    int n;
+};
+
+static void
+note_ack(struct timing_sink *t, const struct outbox_event *ev, int64_t now)
+{
+    int k = atoi(ev->row->command_id + 1);
+
+    if (k >= 0 && k < t->n)
+        t->ack_us[k] = now;
+}
+
+static int
+timing_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
+               size_t errlen)
+{
+    struct timing_sink *t = (struct timing_sink *)s;
+    int rc = t->inner->publish(t->inner, ev, deadline, err, errlen);
+
+    if (rc == 0)
+        note_ack(t, ev, clock_mono_us());
+    return rc;
+}
+
+static void
+timing_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
+                     int *rcs, char *errs, size_t errlen)
+{
+    struct timing_sink *t = (struct timing_sink *)s;
+
+    t->inner->publish_batch(t->inner, evs, n, deadline, rcs, errs, errlen);
+    int64_t now = clock_mono_us();
+    for (size_t i = 0; i < n; i++)
+        if (rcs[i] == 0)
+            note_ack(t, &evs[i], now);
+}
+
+/* Closes the bus sink; the caller reads and then frees t (timing_free). */
+static void
+timing_close(struct sink *s)
+{
+    struct timing_sink *t = (struct timing_sink *)s;
+
+    t->inner->close(t->inner);
+}
+
+static void
+timing_free(struct timing_sink *t)
+{
+    free(t->ack_us);
+    free(t);
+}
+
+/* A bus sink (plain when n == 0, else noting ack times of n commands). */
+static struct sink *
+bus_sink(struct bus *b, int n, struct timing_sink **timing)
+{
+    struct sink *inner = NULL;
+
+    sink_bus_open(&inner, b);
+    if (n == 0)
+        return inner;
+    struct timing_sink *t = xcalloc(1, sizeof(*t));
+    t->inner = inner;
+    t->n = n;
+    t->ack_us = xcalloc((size_t)n, sizeof(int64_t));
+    t->base = (struct sink){.name = "bus",
+                            .bit = SINK_BIT_BUS,
+                            .publish = timing_publish,
+                            .publish_batch = timing_publish_batch,
+                            .close = timing_close};
+    *timing = t;
+    return &t->base;
+}
+
+/* ==== committing rows as the command path does ==== */
+
+/*
+ * Commits n single-event mutations numbered first.. (rooms "room-<k>",
+ * commands "c<k>"), per_tx in one transaction. With ob, each mutation goes
+ * through the hand-off steps of room_service_execute: reserve, save, push
+ * or cancel; otherwise (or when the reservation is refused) its row is
+ * pending and ob is woken. commit_end_us (may be NULL) gets each commit's
+ * end, by number.
+ */
+static void
+commit_rows(struct store *st, struct outbox *ob, int n, int first, int per_tx,
+            int64_t *commit_end_us)
+{
+    size_t plen;
+    uint8_t *payload = gift_payload(&plen);
+    struct mutation *m = xcalloc((size_t)per_tx, sizeof(*m));
+    struct outbox_new *ev = xcalloc((size_t)per_tx, sizeof(*ev));
+    struct mutation **ms = xcalloc((size_t)per_tx, sizeof(*ms));
+    bool *handoff = xcalloc((size_t)per_tx, sizeof(*handoff));
+
+    for (int done = 0; done < n;) {
+        int k = n - done < per_tx ? n - done : per_tx;
+        int64_t now = clock_wall_ms();
+        bool woke = false;
+        for (int i = 0; i < k; i++) {
+            int id = first + done + i;
+            memset(&m[i], 0, sizeof(m[i]));
+            snprintf(m[i].app_code, sizeof(m[i].app_code), "bench");
+            snprintf(m[i].room_id, sizeof(m[i].room_id), "room-%d", id);
+            snprintf(m[i].command_id, sizeof(m[i].command_id), "c%d", id);
+            m[i].command_type = "CreateRoom";
+            m[i].request = "{}";
+            m[i].response = "{}";
+            m[i].version = 1;
+            m[i].create = true;
+            m[i].created_at_ms = now;
+            m[i].meta = (struct room_meta){.owner_uid = 1,
+                                           .title = "bench",
+                                           .status = "open",
+                                           .version = 1,
+                                           .rocket_status = "idle",
+                                           .rocket_id = "",
+                                           .created_at_ms = now,
+                                           .updated_at_ms = now};
+            memset(&ev[i], 0, sizeof(ev[i]));
+            uuid_v7(now, ev[i].event_id);
+            ev[i].event_type = "RoomGiftSent";
+            ev[i].payload = payload;
+            ev[i].payload_len = plen;
+            m[i].events = &ev[i];
+            m[i].nevents = 1;
+            handoff[i] = outbox_handoff_reserve(ob, 1, &m[i].lock_until_ms);
+            if (handoff[i])
+                m[i].locked_by = outbox_handoff_claimer(ob);
+            ms[i] = &m[i];
+        }
+        if (store_save(st, ms, (size_t)k) != 0)
+            fprintf(stderr, "store_save: %s\n", store_errmsg());
+        int64_t end = clock_mono_us();
+        for (int i = 0; i < k; i++) {
+            if (commit_end_us != NULL)
+                commit_end_us[first + done + i] = end;
+            if (handoff[i] && m[i].rc == 0)
+                outbox_handoff_push(ob, &m[i]);
+            else if (handoff[i])
+                outbox_handoff_cancel(ob, 1);
+            else
+                woke = true;
+        }
+        if (woke)
+            outbox_wake(ob);
+        done += k;
+    }
+    free(handoff);
+    free(ms);
+    free(ev);
+    free(m);
+    free(payload);
 }
 
 /* ==== raw ==== */
@@ -196,7 +379,7 @@ run_raw(void)
     e.room_version = 1;
     e.event_type = "RoomGiftSent";
     e.occurred_at_ms = clock_wall_ms();
-    e.command_id = "cmd-000000";
+    e.command_id = "c000000";
     e.payload.data = payload;
     e.payload.len = plen;
     uuid_v7(clock_wall_ms(), id);
@@ -229,220 +412,339 @@ run_raw(void)
     wo.MaxWait = 30000;
     js_PublishAsyncComplete(js, &wo);
     int64_t us = clock_mono_us() - t;
-    report("raw", nmsgs, us);
+    double r = report("raw", nmsgs, us, 0);
     if (atomic_load(&raw_errs))
         printf("         (%d errors)\n", atomic_load(&raw_errs));
     jsCtx_Destroy(js);
     free(env);
     free(payload);
     drop_bus(b);
-    return nmsgs / (us / 1e6);
+    return r;
 }
 
-/* ==== relay through the outbox worker ==== */
+/* ==== relay: the claim path drains a backlog ==== */
 
 static void
-wait_delivered(struct store *st, int64_t want)
-{
-    struct outbox_counts c;
-
-    for (;;) {
-        if (store_outbox_counts(st, &c) == 0 && c.delivered >= want)
-            return;
-        usleep(2000);
-    }
-}
-
-static double
-run_relay(void)
+run_relay(double raw)
 {
     struct store *st = fresh_store("bench_bus_relay.db");
     struct bus *b = fresh_bus("relay");
-    struct sink *s = NULL;
+    struct sink *s = bus_sink(b, 0, NULL);
     struct outbox *ob = NULL;
 
-    commit_rows(st, nmsgs, 0, 100);
-    sink_bus_open(&s, b);
+    commit_rows(st, NULL, nmsgs, 0, 100, NULL);
     int64_t t = clock_mono_us();
     if (outbox_open(&ob, &conf->outbox_worker, st, "bench", &s, 1) != 0)
         exit(1);
-    outbox_wake(ob);
     wait_delivered(st, nmsgs);
     int64_t us = clock_mono_us() - t;
-    report("relay", nmsgs, us);
+    report("relay", nmsgs, us, raw);
+    print_split(ob, us);
     outbox_close(ob);
     store_close(st);
     drop_bus(b);
-    return nmsgs / (us / 1e6);
 }
 
-/* ==== relay with publish_batch ==== */
+/* ==== handoff: rows go to the workers as they commit ==== */
 
-static atomic_llong batch_pub_us;
-
-struct batch_arg {
-    struct store *st;
-    struct sink *s;
-    int id;
-};
-
-static void *
-batch_worker(void *p)
+static void
+run_handoff(double raw)
 {
-    struct batch_arg *a = p;
-    char locked_by[32];
+    struct store *st = fresh_store("bench_bus_commits.db");
 
-    snprintf(locked_by, sizeof(locked_by), "bench/b%d", a->id);
-    for (;;) {
-        struct outbox_row *rows = NULL;
-        size_t n = 0;
-        int64_t now = clock_wall_ms();
-        if (store_outbox_claim(a->st, now, now + 30000, locked_by, 100, &rows, &n) != 0 || n == 0) {
-            outbox_rows_free(rows, n);
-            return NULL;
-        }
-        struct outbox_event *evs = xcalloc(n, sizeof(*evs));
-        struct outbox_result *res = xcalloc(n, sizeof(*res));
-        int *rcs = xcalloc(n, sizeof(*rcs));
-        char *errs = xcalloc(n, 256);
-        for (size_t i = 0; i < n; i++) {
-            uint8_t *env = NULL;
-            size_t len = 0;
-            char *json = NULL;
-            outbox_event_build(&rows[i], &env, &len, &json);
-            free(json);
-            evs[i] = (struct outbox_event){.row = &rows[i], .envelope = env, .envelope_len = len};
-        }
-        int64_t t0 = clock_mono_us();
-        a->s->publish_batch(a->s, evs, n, clock_mono_ms() + 5000, rcs, errs, 256);
-        atomic_fetch_add(&batch_pub_us, clock_mono_us() - t0);
-        for (size_t i = 0; i < n; i++) {
-            res[i] =
-                (struct outbox_result){.id = rows[i].id,
-                                       .locked_by = locked_by,
-                                       .status = rcs[i] == 0 ? OUTBOX_DELIVERED : OUTBOX_RETRYABLE,
-                                       .sinks_done = rcs[i] == 0 ? SINK_BIT_BUS : 0,
-                                       .retry_count = rcs[i] == 0 ? 0 : 1,
-                                       .next_retry_at_ms = now,
-                                       .last_error = rcs[i] == 0 ? NULL : errs + i * 256,
-                                       .now_ms = clock_wall_ms()};
-            free((void *)evs[i].envelope);
-        }
-        store_outbox_complete(a->st, res, n);
-        free(errs);
-        free(rcs);
-        free(res);
-        free(evs);
-        outbox_rows_free(rows, n);
-    }
-}
-
-static double
-run_batch(void)
-{
-    struct store *st = fresh_store("bench_bus_batch.db");
-    struct bus *b = fresh_bus("batch");
-    struct sink *s = NULL;
-    pthread_t th[2];
-    struct batch_arg a[2];
-
-    commit_rows(st, nmsgs, 0, 100);
-    sink_bus_open(&s, b);
+    /* the commits alone, same rows, no outbox */
     int64_t t = clock_mono_us();
-    for (int i = 0; i < 2; i++) {
-        a[i] = (struct batch_arg){.st = st, .s = s, .id = i};
-        pthread_create(&th[i], NULL, batch_worker, &a[i]);
-    }
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
+    commit_rows(st, NULL, nmsgs, 0, 100, NULL);
+    int64_t commit_us = clock_mono_us() - t;
+    store_close(st);
+
+    st = fresh_store("bench_bus_handoff.db");
+    struct bus *b = fresh_bus("handoff");
+    struct sink *s = bus_sink(b, 0, NULL);
+    struct outbox *ob = NULL;
+    if (outbox_open(&ob, &conf->outbox_worker, st, "bench", &s, 1) != 0)
+        exit(1);
+    usleep(100 * 1000); /* the start-up claims found nothing */
+    t = clock_mono_us();
+    commit_rows(st, ob, nmsgs, 0, 100, NULL);
+    int64_t committed_us = clock_mono_us() - t;
     wait_delivered(st, nmsgs);
     int64_t us = clock_mono_us() - t;
-    report("batch", nmsgs, us);
-    printf("         (publish_batch calls: %.2f s of %.2f s thread time)\n",
-           atomic_load(&batch_pub_us) / 1e6, 2 * us / 1e6);
-    s->close(s);
+    report("handoff", nmsgs, us, raw);
+    printf("         commits alone (no outbox): %.0f rows/s; with the relay running the "
+           "commits took %.2f s\n",
+           nmsgs / (commit_us / 1e6), committed_us / 1e6);
+    print_split(ob, us);
+    outbox_close(ob);
     store_close(st);
     drop_bus(b);
-    return nmsgs / (us / 1e6);
 }
 
-/* ==== commit -> PubAck latency ==== */
-
-struct timing_sink {
-    struct sink base;
-    struct sink *inner;
-    int64_t *commit_end_us; /* by room number */
-    int64_t *lat_us;
-    atomic_int nlat;
-};
-
-static int
-timing_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
-               size_t errlen)
-{
-    struct timing_sink *t = (struct timing_sink *)s;
-    int rc = t->inner->publish(t->inner, ev, deadline, err, errlen);
-    if (rc == 0) {
-        int k = atoi(ev->row->room_id + strlen("room-"));
-        int i = atomic_fetch_add(&t->nlat, 1);
-        t->lat_us[i] = clock_mono_us() - t->commit_end_us[k];
-    }
-    return rc;
-}
+/* ==== latency: commit end -> PubAck at a fixed rate ==== */
 
 static void
-timing_close(struct sink *s)
-{
-    struct timing_sink *t = (struct timing_sink *)s;
-    t->inner->close(t->inner);
-}
-
-static int
-cmp64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void
-run_latency(int secs)
+run_latency(bool handoff)
 {
     struct store *st = fresh_store("bench_bus_latency.db");
     struct bus *b = fresh_bus("lat");
     int n = rate * secs;
-    struct timing_sink *t = xcalloc(1, sizeof(*t));
+    struct timing_sink *t = NULL;
+    struct sink *s = bus_sink(b, n, &t);
     struct outbox *ob = NULL;
+    int64_t *commit_end = xcalloc((size_t)n, sizeof(int64_t));
 
-    t->commit_end_us = xcalloc((size_t)n, sizeof(int64_t));
-    t->lat_us = xcalloc((size_t)n, sizeof(int64_t));
-    sink_bus_open(&t->inner, b);
-    t->base = (struct sink){
-        .name = "timing", .bit = SINK_BIT_BUS, .publish = timing_publish, .close = timing_close};
-    struct sink *s = &t->base;
     if (outbox_open(&ob, &conf->outbox_worker, st, "bench", &s, 1) != 0)
         exit(1);
+    if (!handoff)
+        outbox_handoff_set_capacity(ob, 0);
+    usleep(100 * 1000);
     int64_t start = clock_mono_us(), step = 1000000 / rate;
     for (int k = 0; k < n; k++) {
         int64_t due = start + k * step;
         int64_t now = clock_mono_us();
         if (due > now)
             usleep((useconds_t)(due - now));
-        commit_rows(st, 1, k, 1);
-        t->commit_end_us[k] = clock_mono_us();
-        outbox_wake(ob);
+        commit_rows(st, ob, 1, k, 1, commit_end);
     }
     wait_delivered(st, n);
     outbox_close(ob);
-    int m = atomic_load(&t->nlat);
-    qsort(t->lat_us, (size_t)m, sizeof(int64_t), cmp64);
-    printf("latency  %d commits at %d/s: commit -> PubAck p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-           m, rate, t->lat_us[m / 2] / 1e3, t->lat_us[(m * 99) / 100] / 1e3,
-           t->lat_us[m - 1] / 1e3);
-    free(t->commit_end_us);
-    free(t->lat_us);
-    free(t);
+    int64_t *lat = xcalloc((size_t)n, sizeof(int64_t));
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (t->ack_us[k] > 0)
+            lat[m++] = t->ack_us[k] - commit_end[k];
+    char what[160];
+    snprintf(what, sizeof(what), "latency  %d commits at %d/s, hand-off %s: commit -> PubAck", n,
+             rate, handoff ? "on " : "off");
+    print_pcts(what, lat, m);
+    free(lat);
+    free(commit_end);
+    timing_free(t);
     store_close(st);
     drop_bus(b);
+}
+
+/* ==== service: room_service_execute, SendGift ==== */
+
+struct svc {
+    struct store *st;
+    struct group_commit *gc;
+    struct wallet *wallet;
+    struct lease *lease;
+    struct outbox *ob;
+    struct room_service *rs;
+    struct bus *bus;
+    struct timing_sink *timing;
+    int64_t *start_us; /* by command number */
+    int64_t *lat_us;   /* execute latency, by command number */
+    int64_t *end_us;   /* when execute returned, by command number */
+    int n;             /* command numbers available */
+    atomic_int next;   /* next command number */
+    atomic_int stop;
+    int64_t pace_us; /* per thread, 0 = as fast as possible */
+};
+
+static void
+svc_open(struct svc *v, int n, bool handoff)
+{
+    char err[256];
+    struct room_deps d;
+
+    memset(v, 0, sizeof(*v));
+    v->st = fresh_store("bench_bus_service.db");
+    v->bus = fresh_bus("svc");
+    v->n = n;
+    v->start_us = xcalloc((size_t)n, sizeof(int64_t));
+    v->lat_us = xcalloc((size_t)n, sizeof(int64_t));
+    v->end_us = xcalloc((size_t)n, sizeof(int64_t));
+    struct sink *s = bus_sink(v->bus, n, &v->timing);
+    if (group_commit_open(&v->gc, v->st, conf->store.group_commit_max) != 0 ||
+        wallet_open(&v->wallet, &conf->wallet, v->st) != 0 ||
+        lease_open(&v->lease, conf, err, sizeof(err)) != 0 ||
+        outbox_open(&v->ob, &conf->outbox_worker, v->st, "bench", &s, 1) != 0) {
+        fprintf(stderr, "service setup failed\n");
+        exit(1);
+    }
+    if (!handoff)
+        outbox_handoff_set_capacity(v->ob, 0);
+    memset(&d, 0, sizeof(d));
+    d.conf = conf;
+    d.store = v->st;
+    d.gc = v->gc;
+    d.wallet = v->wallet;
+    d.lease = v->lease;
+    d.outbox = v->ob;
+    if (room_service_open(&v->rs, &d) != 0) {
+        fprintf(stderr, "room_service_open failed\n");
+        exit(1);
+    }
+}
+
+static void
+svc_close(struct svc *v)
+{
+    room_service_close(v->rs);
+    outbox_close(v->ob);
+    lease_close(v->lease);
+    wallet_close(v->wallet);
+    group_commit_close(v->gc);
+    store_close(v->st);
+    drop_bus(v->bus);
+    timing_free(v->timing);
+    free(v->start_us);
+    free(v->lat_us);
+    free(v->end_us);
+}
+
+/* Runs one command; returns its HTTP status. */
+static int
+svc_exec(struct svc *v, enum room_cmd_type type, const char *room, const char *body)
+{
+    struct room_cmd cmd;
+    struct cmd_error ce;
+    struct room_reply r;
+    int status;
+
+    if (room_cmd_parse(type, "bench", room, body, strlen(body), &cmd, &ce) != 0) {
+        fprintf(stderr, "parse: %s: %s\n", ce.field, ce.message);
+        exit(1);
+    }
+    room_service_execute(v->rs, &cmd, &r);
+    status = r.status;
+    if (status != 200)
+        fprintf(stderr, "%s %s: %d %s\n", room_cmd_name(type), room, status, r.body);
+    room_reply_clear(&r);
+    room_cmd_clear(&cmd);
+    return status;
+}
+
+struct svc_thread {
+    struct svc *v;
+    int id;
+    pthread_t th;
+};
+
+/* Each thread: its own room and user; then SendGift numbered from v->next
+ * until stop (or v->n), at v->pace_us intervals when set. */
+static void *
+svc_main(void *arg)
+{
+    struct svc_thread *a = arg;
+    struct svc *v = a->v;
+    char room[64], body[512];
+    int64_t next = clock_mono_us();
+    long uid = 1000 + a->id;
+
+    snprintf(room, sizeof(room), "r%d", a->id);
+    snprintf(body, sizeof(body),
+             "{\"command_id\":\"create-%d\",\"room_id\":\"%s\",\"owner_uid\":1,"
+             "\"title\":\"bench\"}",
+             a->id, room);
+    svc_exec(v, CMD_CREATE_ROOM, NULL, body);
+    snprintf(body, sizeof(body), "{\"command_id\":\"join-%d\",\"uid\":%ld}", a->id, uid);
+    svc_exec(v, CMD_JOIN_ROOM, room, body);
+    while (!atomic_load(&v->stop)) {
+        if (v->pace_us > 0) {
+            int64_t now = clock_mono_us();
+            if (next > now)
+                usleep((useconds_t)(next - now));
+            next += v->pace_us;
+        }
+        int k = atomic_fetch_add(&v->next, 1);
+        if (k >= v->n)
+            break;
+        snprintf(body, sizeof(body),
+                 "{\"command_id\":\"c%d\",\"uid\":%ld,\"to_uid\":%ld,\"gift_id\":\"rose\","
+                 "\"count\":1,\"unit_price\":1}",
+                 k, uid, uid);
+        int64_t t0 = clock_mono_us();
+        v->start_us[k] = t0;
+        svc_exec(v, CMD_SEND_GIFT, room, body);
+        v->end_us[k] = clock_mono_us();
+        v->lat_us[k] = v->end_us[k] - t0;
+    }
+    return NULL;
+}
+
+/* Runs nthreads for secs (or until n commands); returns the commands done. */
+static int
+svc_drive(struct svc *v, int nthreads, int64_t pace_us)
+{
+    struct svc_thread *th = xcalloc((size_t)nthreads, sizeof(*th));
+
+    v->pace_us = pace_us;
+    atomic_store(&v->stop, 0);
+    for (int i = 0; i < nthreads; i++) {
+        th[i] = (struct svc_thread){.v = v, .id = i};
+        pthread_create(&th[i].th, NULL, svc_main, &th[i]);
+    }
+    usleep((useconds_t)secs * 1000000);
+    atomic_store(&v->stop, 1);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(th[i].th, NULL);
+    free(th);
+    int done = atomic_load(&v->next);
+    return done < v->n ? done : v->n;
+}
+
+static double
+run_service_max(bool handoff)
+{
+    struct svc v;
+
+    svc_open(&v, 200000 * secs, handoff);
+    int64_t t = clock_mono_us();
+    int done = svc_drive(&v, SVC_THREADS, 0);
+    int64_t us = clock_mono_us() - t;
+    double r = done / (us / 1e6);
+    printf("service  max load, %d threads, hand-off %s: %d SendGift in %.2f s: %.0f commands/s\n",
+           SVC_THREADS, handoff ? "on" : "off", done, us / 1e6, r);
+    print_pcts("         execute", v.lat_us, done);
+    wait_delivered(v.st, done);
+    print_split(v.ob, us);
+    svc_close(&v);
+    return r;
+}
+
+static void
+run_service_paced(double cmd_rate, bool handoff)
+{
+    struct svc v;
+    int n = (int)(cmd_rate * secs * 1.2) + 100;
+
+    svc_open(&v, n, handoff);
+    usleep(100 * 1000);
+    int64_t pace = (int64_t)(1e6 * SVC_PACED_THREADS / cmd_rate);
+    int64_t t = clock_mono_us();
+    int done = svc_drive(&v, SVC_PACED_THREADS, pace);
+    int64_t us = clock_mono_us() - t;
+    wait_delivered(v.st, done + 2 * SVC_PACED_THREADS); /* + create, join */
+    printf("service  paced %.0f commands/s (%d threads), hand-off %s: %d SendGift, %.0f/s\n",
+           cmd_rate, SVC_PACED_THREADS, handoff ? "on" : "off", done, done / (us / 1e6));
+    int64_t *lat = xcalloc((size_t)done + 1, sizeof(int64_t));
+    int m = 0;
+    for (int k = 0; k < done; k++)
+        if (v.timing->ack_us[k] > 0 && v.start_us[k] > 0)
+            lat[m++] = v.timing->ack_us[k] - v.start_us[k];
+    print_pcts("         command start -> PubAck", lat, m);
+    m = 0;
+    for (int k = 0; k < done; k++)
+        if (v.timing->ack_us[k] > 0 && v.end_us[k] > 0)
+            lat[m++] = v.timing->ack_us[k] - v.end_us[k];
+    print_pcts("         reply -> PubAck (< 0: acked before the reply)", lat, m);
+    print_pcts("         execute (start -> reply)", v.lat_us, done);
+    print_split(v.ob, us);
+    free(lat);
+    svc_close(&v);
+}
+
+/* BENCH_ONLY=relay,latency runs only those parts (raw always runs). */
+static bool
+want(const char *part)
+{
+    const char *only = getenv("BENCH_ONLY");
+
+    return only == NULL || *only == '\0' || strstr(only, part) != NULL;
 }
 
 int
@@ -454,9 +756,13 @@ main(int argc, char **argv)
         dir = argv[2];
     if (argc > 3)
         rate = atoi(argv[3]);
+    if (argc > 4)
+        secs = atoi(argv[4]);
     conf = xcalloc(1, sizeof(*conf));
     conf_defaults(conf);
-    log_open(NULL, LOG_WARN);
+    char *logf = xasprintf("%s/bench_bus.log", dir);
+    log_open(logf, LOG_WARN); /* and the room_command_timing lines */
+    free(logf);
     const char *port = getenv("ROOMD_NATS_PORT");
     conf->rocketmq.enabled = true;
     conf->rocketmq.name_servers[0] =
@@ -465,18 +771,33 @@ main(int argc, char **argv)
     conf->rocketmq.send_timeout_ms = 5000;
     conf->rocketmq.room_outbox.enabled = true;
     conf->store.sqlite.synchronous_full = true;
-    conf->outbox_worker.workers = 2;
-    conf->outbox_worker.batch_size = 100;
+    conf->outbox_worker.workers = getenv("BENCH_WORKERS") ? atoi(getenv("BENCH_WORKERS")) : 2;
+    conf->outbox_worker.batch_size = getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 100;
     conf->outbox_worker.poll_interval_ms = 1000;
     conf->outbox_worker.publish_timeout_ms = 3000;
     conf->outbox_worker.lock_timeout_ms = 30000;
+    conf->wallet.initial_balance = 1000000000000LL;
+    for (int i = 0; i < conf->room.rocket.nthresholds; i++)
+        conf->room.rocket.thresholds[i] = 1000000000000LL; /* one event per gift */
 
-    printf("== bench_bus: %d messages, store in %s\n", nmsgs, dir);
+    printf("== bench_bus: %d messages, SQLite synchronous=FULL in %s, %d outbox workers, "
+           "batch %d\n",
+           nmsgs, dir, conf->outbox_worker.workers, conf->outbox_worker.batch_size);
     double raw = run_raw();
-    double relay = run_relay();
-    double batch = run_batch();
-    printf("relay/raw %.2f, batch/raw %.2f\n", relay / raw, batch / raw);
-    run_latency(5);
+    if (want("relay"))
+        run_relay(raw);
+    if (want("handoff"))
+        run_handoff(raw);
+    if (want("latency")) {
+        run_latency(true);
+        run_latency(false);
+    }
+    if (want("service")) {
+        double max = run_service_max(true);
+        run_service_max(false);
+        run_service_paced(max / 2, true);
+        run_service_paced(max / 2, false);
+    }
     conf_free(conf);
     bus_library_shutdown();
     return 0;

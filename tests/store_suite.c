@@ -688,6 +688,80 @@ t_claim(void **state)
     outbox_rows_free(rows, n);
 }
 
+/* The outbox hand-off: a mutation with locked_by inserts its rows already
+ * claimed (delivering, locked_by, lock_until_ms) and reports each row's id;
+ * nobody claims them inside the lock, their claimer completes them, and
+ * anyone reclaims them once the lock expired. Pending rows beside them in
+ * the same transaction stay pending. */
+static void
+t_claimed_insert(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows;
+    size_t n;
+    struct tmut *h = tmut_new("a1", "r1", "r1-create", 1, 3, T0);
+    struct tmut *p = tmut_new("a1", "r2", "r2-create", 1, 2, T0);
+    struct mutation *ms[2] = {&h->m, &p->m};
+
+    h->m.locked_by = "node/h";
+    h->m.lock_until_ms = T0 + 1000;
+    assert_int_equal(store_save(f->st, ms, 2), 0);
+    assert_int_equal(h->m.rc, 0);
+    assert_int_equal(p->m.rc, 0);
+    for (int i = 0; i < 3; i++) {
+        struct outbox_row r;
+
+        assert_true(h->ev[i].id > 0);
+        if (i > 0)
+            assert_true(h->ev[i].id > h->ev[i - 1].id);
+        assert_int_equal(store_outbox_get(f->st, h->ev[i].event_id, &r), 0);
+        assert_int_equal(r.id, h->ev[i].id);
+        assert_int_equal(r.status, OUTBOX_DELIVERING);
+        assert_string_equal(r.locked_by, "node/h");
+        assert_int_equal(r.lock_until_ms, T0 + 1000);
+        assert_int_equal(r.created_at_ms, T0);
+        assert_int_equal(r.retry_count, 0);
+        free(r.payload);
+        free(r.last_error);
+    }
+    for (int i = 0; i < 2; i++) {
+        struct outbox_row r;
+
+        assert_true(p->ev[i].id > 0);
+        assert_int_equal(store_outbox_get(f->st, p->ev[i].event_id, &r), 0);
+        assert_int_equal(r.id, p->ev[i].id);
+        assert_int_equal(r.status, OUTBOX_PENDING);
+        free(r.payload);
+        free(r.last_error);
+    }
+
+    /* Inside the lock a claim gets only the pending rows. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 999, T0 + 5000, "B", 10, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(rows[i].room_id, "r2");
+    outbox_rows_free(rows, n);
+
+    /* The hand-off claimer completes two of its rows; the fence holds. */
+    struct outbox_result res[2] = {
+        {.id = h->ev[0].id, .locked_by = "node/h", .status = OUTBOX_DELIVERED, .now_ms = T0 + 5},
+        {.id = h->ev[1].id, .locked_by = "other/h", .status = OUTBOX_DELIVERED, .now_ms = T0 + 5},
+    };
+    assert_int_equal(store_outbox_complete(f->st, res, 2), 0);
+    assert_int_equal(res[0].rc, 0);
+    assert_int_equal(res[1].rc, ROOMD_ESTALE);
+
+    /* The claimer died: its last two rows are reclaimed after the lock. */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 1000, T0 + 5000, "C", 10, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rows[0].id, h->ev[1].id);
+    assert_int_equal(rows[1].id, h->ev[2].id);
+    assert_string_equal(rows[0].locked_by, "C");
+    outbox_rows_free(rows, n);
+    free(h);
+    free(p);
+}
+
 static void
 t_claim_order_limit(void **state)
 {
@@ -1200,6 +1274,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_snapshots, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(t_retry_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(t_replay, setup, teardown),

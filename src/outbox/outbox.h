@@ -11,6 +11,7 @@
 #ifndef ROOMD_OUTBOX_H
 #define ROOMD_OUTBOX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@ struct conf_outbox;
 struct store;
 struct sink;
 struct outbox_row;
+struct mutation;
 
 struct outbox;
 
@@ -33,8 +35,48 @@ struct outbox;
 int outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *store,
                 const char *node_id, struct sink **sinks, size_t nsinks);
 
-/* Wakes idle workers now (a commit just wrote rows). Thread: any; never blocks. */
+/* Wakes an idle worker to claim now (a commit just wrote pending rows).
+ * outbox_wake(NULL) is a no-op. Thread: any; never blocks. */
 void outbox_wake(struct outbox *ob);
+
+/*
+ * The in-process hand-off (docs/outbox.md): a command's outbox rows go from
+ * the commit straight to this process's workers, without a claim query.
+ *  1. Before the commit, outbox_handoff_reserve(ob, n, &lock_until) takes n
+ *     places in the bounded hand-off queue. true: insert the rows already
+ *     claimed, mutation.locked_by = outbox_handoff_claimer(ob) and
+ *     mutation.lock_until_ms = lock_until (store.h). false (the queue is
+ *     full, the hand-off is off, stopping, ob NULL or n 0): insert them
+ *     pending as before and outbox_wake after the commit.
+ *  2. After a successful reserve exactly one of: outbox_handoff_push(ob, m)
+ *     once m committed (m->events[i].id set by store_save; everything is
+ *     copied), or outbox_handoff_cancel(ob, n) when it did not commit.
+ * A worker publishes handed-off rows and completes them fenced by the
+ * hand-off claimer, only while their lock outlasts publish_timeout. Rows
+ * that never reach a worker (the process died) are claimed by anyone once
+ * their lock expires. Thread: any; never block (push copies the rows).
+ */
+bool outbox_handoff_reserve(struct outbox *ob, size_t n, int64_t *lock_until_ms);
+/* "<node_id>/h": locked_by of handed-off rows. Static for the outbox's life. */
+const char *outbox_handoff_claimer(const struct outbox *ob);
+void outbox_handoff_push(struct outbox *ob, const struct mutation *m);
+void outbox_handoff_cancel(struct outbox *ob, size_t n);
+/* Sets the queue's capacity in rows (reserved + queued); 0 turns the
+ * hand-off off. Default max(1024, 4 * workers * batch_size). Thread: any. */
+void outbox_handoff_set_capacity(struct outbox *ob, size_t rows);
+
+/* Counters since outbox_open (tests, bench, metrics). */
+struct outbox_stats {
+    uint64_t claims;       /* claim queries that ran */
+    uint64_t claimed_rows; /* rows they returned */
+    uint64_t handoff_rows; /* rows handed off (outbox_handoff_push) */
+    uint64_t handoff_full; /* reservations refused by a full queue (rows went pending) */
+    uint64_t batches;      /* batches published and completed (claimed or handed off) */
+    /* time spent by all workers together, µs: claim queries; building the
+     * events; publishing (every sink); completing in the store */
+    int64_t claim_us, build_us, publish_us, complete_us;
+};
+void outbox_stats(struct outbox *ob, struct outbox_stats *out);
 
 /* Stops the workers after their current batch and joins them. Rows they
  * had claimed but not completed are reclaimed after their lock expires.

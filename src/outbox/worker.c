@@ -1,10 +1,12 @@
 /*
  * worker.c: the OUTBOX PATH (ARCHITECTURE §2; seed 数据状态, 重试和死信).
- * cfg->workers threads each loop: wait for a wake-up (outbox_wake after a
- * commit) or poll_interval -> claim a batch -> build each event once
- * (event.c) -> publish to the sinks not yet done -> complete the batch,
- * fenced by locked_by. Outcomes: delivered, retryable with backoff, failed
- * (dead letter). Read top-down; sinks are in publish/, the SQL in store/.
+ * cfg->workers threads each loop: take rows the command path handed off
+ * (already claimed at insert, outbox_handoff_*), or claim a batch (a wake-up
+ * after a commit that could not hand off, poll_interval, start-up) -> build
+ * each event once (event.c) -> publish to the sinks not yet done (a batch
+ * sink once per batch) -> complete the batch, fenced by locked_by.
+ * Outcomes: delivered, retryable with backoff, failed (dead letter).
+ * Read top-down; docs/outbox.md; sinks are in publish/, the SQL in store/.
  */
 #include "outbox/outbox.h"
 
@@ -32,6 +34,8 @@
 #define LAST_ERROR_MAX 512
 /* Retries of a batch completion while the store is briefly unavailable. */
 #define COMPLETE_TRIES 3
+/* Hand-off queue capacity (rows) unless set: max(this, 4 * workers * batch_size). */
+#define HANDOFF_MIN_ROWS 1024
 
 struct worker {
     struct outbox *ob;
@@ -39,6 +43,11 @@ struct worker {
     char locked_by[STORE_ID_MAX];
     pthread_t thread;
     bool started;
+    /* claims (guarded by ob->mu): the next poll, and the store outage backoff */
+    int64_t next_claim_ms; /* clock_mono_ms; 0 = at once */
+    bool last_was_claim;   /* alternate claims and hand-off batches when both wait */
+    bool down;             /* the last claim failed: wake-ups wait for next_claim_ms */
+    int down_count;
 };
 
 struct outbox {
@@ -59,6 +68,16 @@ struct outbox {
     uint64_t taken_seq;
     bool stopping;
 
+    /* The hand-off queue (under mu): rows committed already claimed by
+     * handoff_by, oldest first, in a ring q[qhead..qhead+qlen) of qalloc.
+     * reserved + qlen <= handoff_cap. */
+    char handoff_by[STORE_ID_MAX];
+    size_t handoff_cap;
+    size_t reserved;
+    struct outbox_row *q;
+    size_t qhead, qlen, qalloc;
+    struct outbox_stats stats;
+
     atomic_bool store_down; /* logged once per state change */
 };
 
@@ -74,28 +93,6 @@ deadline_after(struct timespec *ts, int64_t ms)
         ts->tv_sec++;
         ts->tv_nsec -= 1000000000;
     }
-}
-
-/*
- * Waits up to ms for a wake-up (when take_wakes) or only for stop. Returns
- * false when the outbox is stopping.
- */
-static bool
-wait_for_work(struct outbox *ob, int64_t ms, bool take_wakes)
-{
-    struct timespec ts;
-    bool stop;
-
-    deadline_after(&ts, ms);
-    pthread_mutex_lock(&ob->mu);
-    while (!ob->stopping && !(take_wakes && ob->wake_seq != ob->taken_seq))
-        if (pthread_cond_timedwait(&ob->cv, &ob->mu, &ts) == ETIMEDOUT)
-            break;
-    if (take_wakes)
-        ob->taken_seq = ob->wake_seq;
-    stop = ob->stopping;
-    pthread_mutex_unlock(&ob->mu);
-    return !stop;
 }
 
 static bool
@@ -117,6 +114,135 @@ outbox_wake(struct outbox *ob)
     pthread_mutex_lock(&ob->mu);
     ob->wake_seq++;
     pthread_cond_signal(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
+}
+
+/* ==== the hand-off queue ==== */
+
+/* Appends *r (moved in) to the ring, growing it. Holds ob->mu. */
+static void
+q_put(struct outbox *ob, const struct outbox_row *r)
+{
+    if (ob->qlen == ob->qalloc) {
+        size_t alloc = ob->qalloc ? ob->qalloc * 2 : 64;
+        struct outbox_row *q = xcalloc(alloc, sizeof(*q));
+
+        for (size_t i = 0; i < ob->qlen; i++)
+            q[i] = ob->q[(ob->qhead + i) % ob->qalloc];
+        free(ob->q);
+        ob->q = q;
+        ob->qhead = 0;
+        ob->qalloc = alloc;
+    }
+    ob->q[(ob->qhead + ob->qlen) % ob->qalloc] = *r;
+    ob->qlen++;
+}
+
+/* Moves up to max of the oldest rows into a new array. Holds ob->mu. */
+static struct outbox_row *
+q_take(struct outbox *ob, size_t max, size_t *n)
+{
+    size_t k = ob->qlen < max ? ob->qlen : max;
+    struct outbox_row *rows = xcalloc(k ? k : 1, sizeof(*rows));
+
+    for (size_t i = 0; i < k; i++) {
+        rows[i] = ob->q[ob->qhead];
+        ob->qhead = (ob->qhead + 1) % ob->qalloc;
+    }
+    ob->qlen -= k;
+    *n = k;
+    return rows;
+}
+
+bool
+outbox_handoff_reserve(struct outbox *ob, size_t n, int64_t *lock_until_ms)
+{
+    bool ok;
+
+    if (ob == NULL || n == 0)
+        return false;
+    pthread_mutex_lock(&ob->mu);
+    ok = !ob->stopping && ob->reserved + ob->qlen + n <= ob->handoff_cap;
+    if (ok)
+        ob->reserved += n;
+    else if (ob->handoff_cap > 0)
+        ob->stats.handoff_full++;
+    pthread_mutex_unlock(&ob->mu);
+    *lock_until_ms = clock_wall_ms() + ob->cfg.lock_timeout_ms;
+    return ok;
+}
+
+const char *
+outbox_handoff_claimer(const struct outbox *ob)
+{
+    return ob->handoff_by;
+}
+
+void
+outbox_handoff_cancel(struct outbox *ob, size_t n)
+{
+    pthread_mutex_lock(&ob->mu);
+    ob->reserved -= n <= ob->reserved ? n : ob->reserved;
+    pthread_mutex_unlock(&ob->mu);
+}
+
+void
+outbox_handoff_push(struct outbox *ob, const struct mutation *m)
+{
+    struct outbox_row *rows = xcalloc(m->nevents ? m->nevents : 1, sizeof(*rows));
+
+    /* the rows as store_save inserted them, built outside the lock */
+    for (size_t i = 0; i < m->nevents; i++) {
+        const struct outbox_new *e = &m->events[i];
+        struct outbox_row *r = &rows[i];
+
+        r->id = e->id;
+        strlcpy_(r->event_id, e->event_id, sizeof(r->event_id));
+        strlcpy_(r->app_code, m->app_code, sizeof(r->app_code));
+        strlcpy_(r->room_id, m->room_id, sizeof(r->room_id));
+        strlcpy_(r->command_id, m->command_id, sizeof(r->command_id));
+        strlcpy_(r->event_type, e->event_type, sizeof(r->event_type));
+        r->room_version = m->version;
+        r->payload = xmalloc(e->payload_len ? e->payload_len : 1);
+        if (e->payload_len)
+            memcpy(r->payload, e->payload, e->payload_len);
+        r->payload_len = e->payload_len;
+        r->status = OUTBOX_DELIVERING;
+        r->lock_until_ms = m->lock_until_ms;
+        strlcpy_(r->locked_by, m->locked_by, sizeof(r->locked_by));
+        r->created_at_ms = m->created_at_ms;
+    }
+    pthread_mutex_lock(&ob->mu);
+    for (size_t i = 0; i < m->nevents; i++) {
+        if (rows[i].id > 0) {
+            q_put(ob, &rows[i]);
+            ob->stats.handoff_rows++;
+            continue;
+        }
+        /* a backend that did not report the row's id: leave the row to the
+         * claims (after its lock if it was inserted claimed) */
+        free(rows[i].payload);
+        ob->wake_seq++;
+    }
+    ob->reserved -= m->nevents <= ob->reserved ? m->nevents : ob->reserved;
+    pthread_cond_signal(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
+    free(rows);
+}
+
+void
+outbox_handoff_set_capacity(struct outbox *ob, size_t rows)
+{
+    pthread_mutex_lock(&ob->mu);
+    ob->handoff_cap = rows;
+    pthread_mutex_unlock(&ob->mu);
+}
+
+void
+outbox_stats(struct outbox *ob, struct outbox_stats *out)
+{
+    pthread_mutex_lock(&ob->mu);
+    *out = ob->stats;
     pthread_mutex_unlock(&ob->mu);
 }
 
@@ -352,6 +478,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
             first_batch = k;
             break;
         }
+    int64_t t0 = clock_mono_us();
     for (size_t i = 0; i < n; i++) {
         uint8_t *env = NULL;
         size_t envlen = 0;
@@ -371,6 +498,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
             .row = &rows[i], .envelope = env, .envelope_len = envlen, .json = json};
     }
 
+    int64_t t1 = clock_mono_us();
     /* phase 1: row by row */
     for (size_t i = 0; i < n; i++) {
         int64_t now = clock_wall_ms();
@@ -413,6 +541,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
         }
     }
 
+    int64_t t2 = clock_mono_us();
     for (size_t i = 0; i < n; i++) {
         res[i].id = rows[i].id;
         res[i].locked_by = rows[i].locked_by;
@@ -423,6 +552,13 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
         res[i].now_ms = clock_wall_ms();
     }
     complete_batch(ob, rows, res, n);
+    int64_t t3 = clock_mono_us();
+    pthread_mutex_lock(&ob->mu);
+    ob->stats.batches++;
+    ob->stats.build_us += t1 - t0;
+    ob->stats.publish_us += t2 - t1;
+    ob->stats.complete_us += t3 - t2;
+    pthread_mutex_unlock(&ob->mu);
     for (size_t i = 0; i < n; i++) {
         free(errs[i]);
         free((void *)sl[i].ev.envelope);
@@ -435,52 +571,124 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
 
 /* ==== the worker loop ==== */
 
+enum work { WORK_STOP, WORK_CLAIM, WORK_HANDOFF };
+
+/*
+ * Waits for the worker's next job: a claim (its poll is due, or a wake-up
+ * came and the store is not down), or a batch from the hand-off queue
+ * (*rows, *n; the caller frees them). When both wait they alternate, so
+ * neither starves the other.
+ */
+static enum work
+next_work(struct worker *w, struct outbox_row **rows, size_t *n)
+{
+    struct outbox *ob = w->ob;
+    enum work what;
+
+    pthread_mutex_lock(&ob->mu);
+    for (;;) {
+        int64_t now = clock_mono_ms();
+        bool claim_due = now >= w->next_claim_ms || (!w->down && ob->wake_seq != ob->taken_seq);
+        bool queued = ob->qlen > 0;
+
+        if (ob->stopping) {
+            what = WORK_STOP;
+            break;
+        }
+        if (claim_due && (!queued || !w->last_was_claim)) {
+            if (!w->down)
+                ob->taken_seq = ob->wake_seq;
+            what = WORK_CLAIM;
+            break;
+        }
+        if (queued) {
+            *rows = q_take(ob, (size_t)ob->cfg.batch_size, n);
+            if (ob->qlen > 0)
+                pthread_cond_signal(&ob->cv); /* the rest to another idle worker */
+            what = WORK_HANDOFF;
+            break;
+        }
+        struct timespec ts;
+        deadline_after(&ts, w->next_claim_ms - now);
+        pthread_cond_timedwait(&ob->cv, &ob->mu, &ts);
+    }
+    w->last_was_claim = what == WORK_CLAIM;
+    pthread_mutex_unlock(&ob->mu);
+    return what;
+}
+
+/* One claim and its batch. Sets when the worker claims next. */
+static void
+claim_and_run(struct worker *w)
+{
+    struct outbox *ob = w->ob;
+    const struct conf_outbox *cfg = &ob->cfg;
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
+    int64_t now = clock_wall_ms();
+    int64_t lock_until = now + cfg->lock_timeout_ms;
+    int64_t next;
+
+    int64_t t0 = clock_mono_us();
+    int rc =
+        store_outbox_claim(ob->store, now, lock_until, w->locked_by, cfg->batch_size, &rows, &n);
+    int64_t claim_us = clock_mono_us() - t0;
+    if (rc != 0) {
+        store_trouble(ob, "claim", rc);
+        int64_t initial = cfg->poll_interval_ms < 100 ? cfg->poll_interval_ms : 100;
+        int64_t cap = cfg->poll_interval_ms > 2000 ? cfg->poll_interval_ms : 2000;
+        pthread_mutex_lock(&ob->mu);
+        w->down = true;
+        w->down_count++;
+        w->next_claim_ms = clock_mono_ms() + backoff_delay_ms(w->down_count, initial, cap);
+        pthread_mutex_unlock(&ob->mu);
+        return;
+    }
+    store_fine(ob);
+    /* A full batch: claim again at once (and let an idle worker claim too);
+     * else idle until woken or polled. */
+    next = n == (size_t)cfg->batch_size ? 0 : clock_mono_ms() + cfg->poll_interval_ms;
+    pthread_mutex_lock(&ob->mu);
+    w->down = false;
+    w->down_count = 0;
+    w->next_claim_ms = next;
+    ob->stats.claims++;
+    ob->stats.claimed_rows += n;
+    ob->stats.claim_us += claim_us;
+    pthread_mutex_unlock(&ob->mu);
+    if (n == (size_t)cfg->batch_size)
+        outbox_wake(ob);
+    for (size_t i = 0; i < n; i++) {
+        rows[i].lock_until_ms = lock_until;
+        strlcpy_(rows[i].locked_by, w->locked_by, sizeof(rows[i].locked_by));
+    }
+    if (n > 0)
+        run_batch(ob, rows, n);
+    outbox_rows_free(rows, n);
+}
+
 static void *
 worker_main(void *arg)
 {
     struct worker *w = arg;
-    struct outbox *ob = w->ob;
-    const struct conf_outbox *cfg = &ob->cfg;
-    int64_t wait_ms = 0; /* claim at once on start: rows left by a previous run */
-    int down_count = 0;
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
 
+    /* next_claim_ms 0: claim at once on start, rows left by a previous run */
     for (;;) {
-        if (wait_ms > 0 && !wait_for_work(ob, wait_ms, true))
+        switch (next_work(w, &rows, &n)) {
+        case WORK_STOP:
+            return NULL;
+        case WORK_CLAIM:
+            claim_and_run(w);
             break;
-        if (stopping(ob))
+        case WORK_HANDOFF:
+            run_batch(w->ob, rows, n);
+            outbox_rows_free(rows, n);
+            rows = NULL;
             break;
-
-        struct outbox_row *rows = NULL;
-        size_t n = 0;
-        int64_t now = clock_wall_ms();
-        int64_t lock_until = now + cfg->lock_timeout_ms;
-        int rc = store_outbox_claim(ob->store, now, lock_until, w->locked_by, cfg->batch_size,
-                                    &rows, &n);
-        if (rc != 0) {
-            store_trouble(ob, "claim", rc);
-            down_count++;
-            int64_t initial = cfg->poll_interval_ms < 100 ? cfg->poll_interval_ms : 100;
-            int64_t cap = cfg->poll_interval_ms > 2000 ? cfg->poll_interval_ms : 2000;
-            if (!wait_for_work(ob, backoff_delay_ms(down_count, initial, cap), false))
-                break;
-            wait_ms = 0;
-            continue;
         }
-        down_count = 0;
-        store_fine(ob);
-        if (n == (size_t)cfg->batch_size)
-            outbox_wake(ob); /* more may be waiting: let an idle worker claim too */
-        for (size_t i = 0; i < n; i++) {
-            rows[i].lock_until_ms = lock_until;
-            strlcpy_(rows[i].locked_by, w->locked_by, sizeof(rows[i].locked_by));
-        }
-        if (n > 0)
-            run_batch(ob, rows, n);
-        outbox_rows_free(rows, n);
-        /* A full batch: claim again at once; else idle until woken or polled. */
-        wait_ms = n == (size_t)cfg->batch_size ? 0 : cfg->poll_interval_ms;
     }
-    return NULL;
 }
 
 /* ==== open / close ==== */
@@ -546,6 +754,10 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
                  (long long)ob->cfg.publish_timeout_ms);
 
     node_name(node_id, node, sizeof(node));
+    snprintf(ob->handoff_by, sizeof(ob->handoff_by), "%.48s/h", node);
+    ob->handoff_cap = (size_t)ob->cfg.workers * (size_t)ob->cfg.batch_size * 4;
+    if (ob->handoff_cap < HANDOFF_MIN_ROWS)
+        ob->handoff_cap = HANDOFF_MIN_ROWS;
     ob->nworkers = ob->cfg.workers;
     ob->workers = xcalloc((size_t)ob->nworkers, sizeof(*ob->workers));
     for (int i = 0; i < ob->nworkers; i++) {
@@ -553,6 +765,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
         w->ob = ob;
         w->index = i;
         snprintf(w->locked_by, sizeof(w->locked_by), "%.48s/w%d", node, i); /* fits 63 */
+        w->next_claim_ms = 0;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             rc = ROOMD_EINTERNAL;
             break;
@@ -567,11 +780,42 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
     }
     log_info("outbox", "workers started",
              "workers=%d batch_size=%d poll_interval_ms=%lld lock_timeout_ms=%lld sinks=%zu "
-             "node=%s",
+             "node=%s handoff_rows=%zu",
              ob->nworkers, ob->cfg.batch_size, (long long)ob->cfg.poll_interval_ms,
-             (long long)ob->cfg.lock_timeout_ms, nsinks, node);
+             (long long)ob->cfg.lock_timeout_ms, nsinks, node, ob->handoff_cap);
     *out = ob;
     return 0;
+}
+
+/* At close: rows still in the hand-off queue go back to the store at once
+ * (retryable now, no attempt counted) rather than waiting for their lock to
+ * expire. If the store refuses, they are reclaimed after the lock. */
+static void
+release_queued(struct outbox *ob)
+{
+    size_t n = 0;
+    struct outbox_row *rows = ob->qlen > 0 ? q_take(ob, ob->qlen, &n) : NULL;
+    struct outbox_result *res;
+    int64_t now = clock_wall_ms();
+
+    if (n == 0) {
+        free(rows);
+        return;
+    }
+    res = xcalloc(n, sizeof(*res));
+    for (size_t i = 0; i < n; i++) {
+        res[i].id = rows[i].id;
+        res[i].locked_by = rows[i].locked_by;
+        release_row(&rows[i], &res[i], now);
+        res[i].now_ms = now;
+    }
+    if (store_outbox_complete(ob->store, res, n) != 0)
+        log_warn("outbox", "cannot hand back queued rows, reclaimed after their lock",
+                 "rows=%zu err=\"%s\"", n, store_errmsg());
+    else
+        log_info("outbox", "handed back queued rows", "rows=%zu", n);
+    free(res);
+    outbox_rows_free(rows, n);
 }
 
 void
@@ -586,12 +830,14 @@ outbox_close(struct outbox *ob)
     for (int i = 0; i < ob->nworkers; i++)
         if (ob->workers[i].started)
             pthread_join(ob->workers[i].thread, NULL);
+    release_queued(ob);
     retention_close(ob->retention);
     for (size_t i = 0; i < ob->nsinks; i++)
         if (ob->sinks[i] != NULL && ob->sinks[i]->close != NULL)
             ob->sinks[i]->close(ob->sinks[i]);
     pthread_cond_destroy(&ob->cv);
     pthread_mutex_destroy(&ob->mu);
+    free(ob->q);
     free(ob->workers);
     free(ob->sinks);
     free(ob);

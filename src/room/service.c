@@ -2,7 +2,8 @@
  * service.c: the COMMAND PATH (ARCHITECTURE §2). room_service_execute()
  * reads top-down in the order a command goes: idempotency check -> lease +
  * cell -> clone + room_apply -> wallet debit (SendGift) -> SaveMutation
- * (group commit; snapshot when due) -> swap -> projection -> outbox wake ->
+ * (group commit; snapshot when due; the outbox rows handed off to this
+ * process's outbox workers) -> swap -> projection -> outbox wake ->
  * rocket timer -> the room_command_timing line. cell.c owns the cells,
  * apply.c and cmd_*.c the rules, rocket_timer.c the in-process wake-ups.
  */
@@ -262,7 +263,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     struct mutation m;
     struct outbox_new *obx = NULL;
     char *state_json = NULL, *snapshot_json = NULL, *response = NULL, msg[320];
-    bool debited = false, drop = false, created = false, snapshot_due;
+    bool debited = false, drop = false, created = false, snapshot_due, handoff = false;
     int64_t now, t, balance;
     int rc;
 
@@ -408,9 +409,19 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
         nanosleep(&ts, NULL);
     }
 #endif
+    /* the outbox hand-off: when this process's outbox queue has room, the
+     * rows are inserted already claimed by it and go to its workers right
+     * after the commit, with no claim query (docs/outbox.md) */
+    handoff = ev.n > 0 && outbox_handoff_reserve(svc->d.outbox, ev.n, &m.lock_until_ms);
+    if (handoff)
+        m.locked_by = outbox_handoff_claimer(svc->d.outbox);
     t = clock_mono_us();
     rc = commit(svc, &m);
     tm.save_us = clock_mono_us() - t;
+    if (handoff && rc == 0)
+        outbox_handoff_push(svc->d.outbox, &m);
+    else if (handoff)
+        outbox_handoff_cancel(svc->d.outbox, ev.n);
     if (rc == ROOMD_EREUSED) {
         /* the same command_id committed meanwhile (a concurrent retry, or another room) */
         int lr = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
@@ -457,8 +468,8 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
             log_warn("room", "projection update failed", "app=%s room=%s rc=%s", cmd->app_code,
                      cmd->room_id, roomd_strerror(rc));
     }
-    /* 8. the outbox worker delivers the new rows now, not at its next poll */
-    if (svc->d.outbox != NULL && ev.n > 0)
+    /* 8. rows not handed off: a worker claims them now, not at its next poll */
+    if (!handoff && ev.n > 0)
         outbox_wake(svc->d.outbox);
     /* 9. no broker: wake ourselves at launch_at_ms */
     if (svc->timer != NULL)

@@ -62,6 +62,7 @@ struct outbox_new {
     const char *event_type;  /* static string, "RoomCreated" ... */
     uint8_t *payload;        /* packed protobuf payload, owned by the mutation */
     size_t payload_len;
+    int64_t id;              /* out: room_outbox.id, set by store_save when committed */
 };
 
 /* The room's meta row after a mutation. */
@@ -98,6 +99,12 @@ struct mutation {
     size_t nevents;
     const char *snapshot;       /* state JSON when a snapshot is due, else NULL */
     int snapshots_keep;
+    /* The outbox hand-off (outbox.h): when locked_by is set (non-NULL, not
+     * ""), the outbox rows are inserted already claimed by it: status
+     * delivering, locked_by, lock_until_ms, due_at_ms = lock_until_ms. NULL
+     * (zeroed): pending, due_at_ms = created_at_ms. */
+    const char *locked_by;
+    int64_t lock_until_ms;
     /* Out: result of this mutation, set by store_save. 0 committed;
      * ROOMD_EREUSED its command_id already exists (look it up);
      * ROOMD_EEXIST create of an existing room; ROOMD_EFENCED its version was
@@ -259,8 +266,9 @@ int store_load_room(struct store *s, const char *app, const char *room_id,
 /*
  * Commits n mutations (n >= 1, different rooms, or the same room in version
  * order) in ONE transaction: per mutation a command log row, its outbox rows
- * (status pending, due_at_ms = created_at_ms), the rooms row, and the
- * snapshot when given. A mutation that violates a uniqueness or fence rule is
+ * (status pending, due_at_ms = created_at_ms; or already claimed when the
+ * mutation's locked_by is set) with each row's id in events[i].id, the rooms
+ * row, and the snapshot when given. A mutation that violates a uniqueness or fence rule is
  * rolled back alone (savepoint) with its muts[i]->rc set; the others commit.
  * Returns 0 when the transaction committed (check each rc), or a negative
  * code when nothing committed (EUNAVAIL, EIO): then every rc equals it.

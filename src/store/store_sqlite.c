@@ -117,6 +117,8 @@ enum stmt_id {
     ST_W_BALANCE,
     ST_W_SET_BALANCE,
     ST_ROCKETS,
+    ST_SYNC_NORMAL,
+    ST_SYNC_FULL,
     ST_ROOMS_LIST,
     ST_FENCE_ROOM,
     ST_COUNT_
@@ -135,10 +137,12 @@ static const char *const stmt_sql[ST_COUNT_] = {
                       " command_type, request, response, created_at_ms)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_LOG_EXISTS] = "SELECT 1 FROM room_command_log WHERE app_code = ?1 AND command_id = ?2",
+    /* ?9 status, ?10 locked_by, ?11 lock_until_ms, ?12 due_at_ms: pending
+     * (due at created_at_ms) or, for the outbox hand-off, already claimed */
     [ST_OUTBOX_INSERT] = "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
-                         " command_id, event_type, payload, status, due_at_ms, created_at_ms,"
-                         " updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8,"
-                         " ?8)",
+                         " command_id, event_type, payload, status, locked_by, lock_until_ms,"
+                         " due_at_ms, created_at_ms, updated_at_ms)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8)",
     [ST_ROOM_INSERT] = "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
                        " fence_token, rocket_status, rocket_id, rocket_level,"
                        " rocket_launch_at_ms, created_at_ms, updated_at_ms)"
@@ -199,6 +203,8 @@ static const char *const stmt_sql[ST_COUNT_] = {
     [ST_W_SET_BALANCE] = "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
                          " VALUES (?1, ?2, ?3, ?4) ON CONFLICT (app_code, uid) DO UPDATE"
                          " SET balance = excluded.balance, updated_at_ms = excluded.updated_at_ms",
+    [ST_SYNC_NORMAL] = "PRAGMA synchronous=NORMAL",
+    [ST_SYNC_FULL] = "PRAGMA synchronous=FULL",
     [ST_ROCKETS] = "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
                    " FROM rooms WHERE rocket_status = 'ignited'",
     /* a range of the primary key: app_code >= ?1 bounds it, the OR filters */
@@ -213,6 +219,7 @@ static const char *const stmt_sql[ST_COUNT_] = {
 struct conn {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT_];
+    bool sync_normal; /* the writer runs outbox bookkeeping (writer_get_bookkeeping) */
 };
 
 struct sq_store {
@@ -224,7 +231,8 @@ struct sq_store {
     pthread_cond_t rcond;
     struct conn readers[NREADERS];
     bool rbusy[NREADERS];
-    int nreaders; /* 0 for ":memory:": a private database, reads use the writer */
+    int nreaders;   /* 0 for ":memory:": a private database, reads use the writer */
+    bool sync_full; /* synchronous=FULL: outbox bookkeeping commits without the fsync */
 };
 
 /* Maps a SQLite result code to ROOMD_E* and sets the thread's detail text. */
@@ -424,17 +432,45 @@ out:
     return 0;
 }
 
+/* Puts the writer back to synchronous=FULL after outbox bookkeeping. */
+static void
+sync_restore(struct conn *c)
+{
+    if (c->sync_normal && run(c, ST_SYNC_FULL) == 0)
+        c->sync_normal = false;
+}
+
 static struct conn *
 writer_get(struct sq_store *s)
 {
     pthread_mutex_lock(&s->wlock);
+    sync_restore(&s->writer); /* only if writer_put could not */
     return &s->writer;
+}
+
+/*
+ * The writer for outbox bookkeeping (claims, completions). With
+ * synchronous=FULL their commits skip the WAL fsync: a crash of the OS can
+ * lose only the last bookkeeping, whose rows are then delivered again (at
+ * least once), never a command, an event or a wallet entry. The next FULL
+ * commit fsyncs the WAL with those frames, so nothing becomes durable out of
+ * order. writer_put restores FULL.
+ */
+static struct conn *
+writer_get_bookkeeping(struct sq_store *s)
+{
+    struct conn *c = writer_get(s);
+
+    if (s->sync_full && run(c, ST_SYNC_NORMAL) == 0)
+        c->sync_normal = true;
+    return c;
 }
 
 static void
 writer_put(struct sq_store *s, struct conn *c)
 {
     rollback(c); /* no-op unless an error path left a transaction open */
+    sync_restore(c);
     pthread_mutex_unlock(&s->wlock);
 }
 
@@ -497,6 +533,7 @@ sq_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     *out = NULL;
     s->super.ops = &store_sqlite_ops;
     s->path = xstrdup(cs->sqlite.path);
+    s->sync_full = cs->sqlite.synchronous_full;
     pthread_mutex_init(&s->wlock, NULL);
     pthread_mutex_init(&s->rlock, NULL);
     pthread_cond_init(&s->rcond, NULL);
@@ -756,6 +793,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 #endif
 
     /* One outbox row per event. */
+    bool claimed = m->locked_by != NULL && *m->locked_by;
     for (size_t i = 0; i < m->nevents; i++) {
         const struct outbox_new *e = &m->events[i];
 
@@ -770,6 +808,17 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         sqlite3_bind_blob(q, 7, e->payload ? (const void *)e->payload : (const void *)"",
                           (int)e->payload_len, SQLITE_STATIC);
         sqlite3_bind_int64(q, 8, m->created_at_ms);
+        if (claimed) {
+            bind_text(q, 9, "delivering");
+            bind_text(q, 10, m->locked_by);
+            sqlite3_bind_int64(q, 11, m->lock_until_ms);
+            sqlite3_bind_int64(q, 12, m->lock_until_ms);
+        } else {
+            bind_text(q, 9, "pending");
+            bind_text(q, 10, "");
+            sqlite3_bind_int64(q, 11, 0);
+            sqlite3_bind_int64(q, 12, m->created_at_ms);
+        }
         rc = step_write(c, q, "save outbox");
         if (rc == ROOMD_ECONFLICT) {
             store_set_errmsg("event_id %s already exists", e->event_id);
@@ -777,6 +826,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         }
         if (rc != 0)
             return *fatal = rc;
+        m->events[i].id = sqlite3_last_insert_rowid(c->db);
     }
 
     /* The rooms row. */
@@ -925,7 +975,7 @@ sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const c
     *n = 0;
     if (limit <= 0)
         return 0;
-    c = writer_get(s);
+    c = writer_get_bookkeeping(s);
     /* IMMEDIATE: the write lock is taken before the select, so another
      * process cannot claim the same rows between our select and update. */
     if ((rc = run(c, ST_BEGIN_IMMEDIATE)) != 0)
@@ -958,7 +1008,7 @@ static int
 sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n)
 {
     struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = writer_get(s);
+    struct conn *c = writer_get_bookkeeping(s);
     sqlite3_stmt *q;
     int rc;
 

@@ -4,9 +4,11 @@ writing to its own file, many commands against both at once.
 1. no crash: every room_outbox row ends delivered and the union of both sink files holds
    each event_id exactly once (no event is delivered by both processes).
 2. kill -9 mid-flight: process A's log sink is a FIFO nobody reads, so A's worker blocks
-   inside publish holding claimed rows; A is killed with SIGKILL; B reclaims those rows
-   once their lock expires and delivers them. Every event is delivered at least once;
-   a duplicate is allowed only for a row A had claimed (its lock expired).
+   inside publish holding claimed rows, and the rows of A's later commands wait in A's
+   hand-off queue (inserted already claimed by "node-a/h"); A is killed with SIGKILL; B
+   reclaims all those rows once their lock expires and delivers them. Every event is
+   delivered at least once; a duplicate is allowed only for a row A had claimed (its lock
+   expired).
 
 Run: python3 tests/integ/test_outbox_two_procs.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
 """
@@ -169,10 +171,15 @@ def test_kill9_midflight():
         ea = [json.loads(l)["event_id"] for l in written.decode(errors="replace").split("\n")
               if l.startswith("{") and l.endswith("}")]
         # the rows A held when it died, with their lock expiry
-        held = {e: lu for e, (st, lb, lu) in
-                outbox_rows(db, "status, locked_by, lock_until_ms").items()
-                if st == "delivering" and (lb or "").startswith("node-a/")}
+        held_by = {e: (lb, lu) for e, (st, lb, lu) in
+                   outbox_rows(db, "status, locked_by, lock_until_ms").items()
+                   if st == "delivering" and (lb or "").startswith("node-a/")}
+        held = {e: lu for e, (lb, lu) in held_by.items()}
+        handed = {e for e, (lb, _) in held_by.items() if lb == "node-a/h"}
         assert held, "A held no claimed rows at the kill"
+        assert handed, "no handed-off row was in flight at the kill"
+        assert not any(st == "pending" for st, _ in outbox_rows(db).values()), \
+            "a row of A's commands was not handed off"
 
         b.start()
         rows = wait_until(lambda: all_delivered(db), timeout=30,
@@ -189,7 +196,9 @@ def test_kill9_midflight():
         assert dups <= set(held), "a duplicate for a row whose lock had not expired: " + \
             str(list(dups - set(held))[:5])
         assert len(eb) == len(set(eb)), "B delivered an event twice"
-        print(f"# {len(rows)} events; A held {len(held)} claimed rows at kill -9 and had "
+        assert set(handed) <= set(eb), "a handed-off row of the killed process was lost"
+        print(f"# {len(rows)} events; A held {len(held)} claimed rows at kill -9 "
+              f"({len(handed)} handed off at insert, locked_by node-a/h) and had "
               f"written {len(ea)}; B delivered {len(eb)}, {len(dups)} of them again "
               f"(only rows whose lock expired)")
     finally:

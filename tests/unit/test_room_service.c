@@ -5,7 +5,10 @@
  * and key reuse (also across a restart), atomicity under an injected
  * SaveMutation failure, per-room ordering under concurrent threads, cell
  * eviction and reload, snapshot + replay after a restart, the in-process
- * rocket timer (and its rebuild), the UTC-day reset, the timing line.
+ * rocket timer (and its rebuild), the UTC-day reset, the timing line; the
+ * outbox hand-off (rows go from the commit to the outbox workers without a
+ * claim; a full queue falls back to pending rows; a failed commit releases
+ * its reservation).
  */
 #include "helpers.h"
 
@@ -15,6 +18,8 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "lease/lease.h"
+#include "outbox/outbox.h"
+#include "publish/sink.h"
 #include "room/command.h"
 #include "room/service.h"
 #include "store/group_commit.h"
@@ -40,7 +45,100 @@ struct fx {
     struct lease *lease;
     struct room_service *svc;
     bool timer;
+    struct gsink *sink; /* with an outbox (test_outbox_handoff*) when set */
+    struct outbox *ob;
 };
+
+/* ---- a sink that records what it delivers and can hold the worker ---- */
+
+#define GSINK_MAX 256
+
+struct gsink {
+    struct sink super;
+    struct fx *f;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool hold; /* publish waits while set */
+    int calls;
+    int waiting; /* calls inside publish, held */
+    char ids[GSINK_MAX][37];
+    char status_seen[GSINK_MAX][16]; /* the row's status and locked_by while published */
+    char locked_by_seen[GSINK_MAX][64];
+};
+
+static int
+gsink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
+              size_t errlen)
+{
+    struct gsink *g = (struct gsink *)s;
+    struct outbox_row r;
+    int k;
+
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(store_outbox_get(g->f->store, ev->row->event_id, &r), 0);
+    pthread_mutex_lock(&g->mu);
+    k = g->calls++;
+    if (k < GSINK_MAX) {
+        strlcpy_(g->ids[k], ev->row->event_id, 37);
+        strlcpy_(g->status_seen[k], outbox_status_name(r.status), 16);
+        strlcpy_(g->locked_by_seen[k], r.locked_by, 64);
+    }
+    g->waiting++;
+    pthread_cond_broadcast(&g->cv);
+    while (g->hold)
+        pthread_cond_wait(&g->cv, &g->mu);
+    g->waiting--;
+    pthread_mutex_unlock(&g->mu);
+    free(r.payload);
+    free(r.last_error);
+    return 0;
+}
+
+static void
+gsink_close(struct sink *s)
+{
+    (void)s;
+}
+
+static struct gsink *
+gsink_new(struct fx *f)
+{
+    struct gsink *g = xcalloc(1, sizeof(*g));
+
+    g->super.name = "rec";
+    g->super.bit = SINK_BIT_LOG;
+    g->super.publish = gsink_publish;
+    g->super.close = gsink_close;
+    g->f = f;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    return g;
+}
+
+static void
+gsink_hold(struct gsink *g, bool hold)
+{
+    pthread_mutex_lock(&g->mu);
+    g->hold = hold;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Waits until n publish calls are inside the (held) sink. */
+static void
+gsink_wait_inside(struct gsink *g, int n)
+{
+    int64_t end = clock_mono_ms() + 5000;
+
+    pthread_mutex_lock(&g->mu);
+    while (g->waiting < n && clock_mono_ms() < end) {
+        pthread_mutex_unlock(&g->mu);
+        usleep(2000);
+        pthread_mutex_lock(&g->mu);
+    }
+    assert_int_equal(g->waiting, n);
+    pthread_mutex_unlock(&g->mu);
+}
 
 static void
 svc_open(struct fx *f)
@@ -60,6 +158,13 @@ svc_open(struct fx *f)
     d.wallet = f->wallet;
     d.lease = f->lease;
     d.rocket_timer = f->timer;
+    if (f->sink != NULL) {
+        struct sink *s = &f->sink->super;
+
+        assert_int_equal(outbox_open(&f->ob, &f->conf->outbox_worker, f->store, "node-t", &s, 1),
+                         0);
+        d.outbox = f->ob;
+    }
     assert_int_equal(room_service_open(&f->svc, &d), 0);
 }
 
@@ -67,6 +172,8 @@ static void
 svc_close(struct fx *f)
 {
     room_service_close(f->svc);
+    outbox_close(f->ob);
+    f->ob = NULL;
     lease_close(f->lease);
     wallet_close(f->wallet);
     group_commit_close(f->gc);
@@ -231,6 +338,160 @@ join(struct fx *f, const char *room, int64_t uid)
 }
 
 /* ---- tests ------------------------------------------------------------------------ */
+
+/* Status of the row of event_id. */
+static enum outbox_status
+row_status(struct fx *f, const char *event_id)
+{
+    struct outbox_row r;
+
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(store_outbox_get(f->store, event_id, &r), 0);
+    free(r.payload);
+    free(r.last_error);
+    return r.status;
+}
+
+/* Waits until every outbox row is delivered; returns how many there are. */
+static size_t
+wait_all_delivered(struct fx *f)
+{
+    int64_t end = clock_mono_ms() + 5000;
+    struct outbox_counts c;
+
+    for (;;) {
+        assert_int_equal(store_outbox_counts(f->store, &c), 0);
+        if ((c.pending + c.delivering + c.retryable == 0 && c.delivered > 0) ||
+            clock_mono_ms() > end)
+            break;
+        usleep(5000);
+    }
+    assert_int_equal(c.pending + c.delivering + c.retryable + c.failed, 0);
+    return (size_t)c.delivered;
+}
+
+static void
+open_with_outbox(struct fx *f)
+{
+    struct conf_outbox *o = &f->conf->outbox_worker;
+
+    o->workers = 1;
+    o->batch_size = 100;
+    o->poll_interval_ms = 50;
+    o->publish_timeout_ms = 2000;
+    o->lock_timeout_ms = 20000;
+    f->conf->store.retention_delivered_ms = 0;
+    f->sink = gsink_new(f);
+    svc_open(f);
+}
+
+static void
+close_with_outbox(struct fx *f)
+{
+    struct gsink *g = f->sink;
+
+    gsink_hold(g, false);
+    svc_close(f);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+    f->sink = NULL;
+}
+
+/*
+ * Rows of committed commands reach the outbox worker without any claim:
+ * while the sink publishes a row it is already delivering, locked by the
+ * hand-off claimer "node-t/h" (inserted claimed); no claim ever returned a
+ * row; every event is delivered once.
+ */
+static void
+test_outbox_handoff(void **state)
+{
+    struct fx *f = *state;
+    struct outbox_stats st;
+
+    open_with_outbox(f);
+    create(f, "h1", 1);
+    for (int uid = 2; uid < 12; uid++)
+        join(f, "h1", uid);
+    size_t n = wait_all_delivered(f);
+    assert_int_equal(n, 11);
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.claimed_rows, 0);
+    assert_int_equal(st.handoff_rows, 11);
+    assert_int_equal(st.handoff_full, 0);
+    assert_int_equal(f->sink->calls, 11);
+    for (int i = 0; i < f->sink->calls; i++) {
+        assert_string_equal(f->sink->status_seen[i], "delivering");
+        assert_string_equal(f->sink->locked_by_seen[i], "node-t/h");
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(f->sink->ids[i], f->sink->ids[j]);
+    }
+    close_with_outbox(f);
+}
+
+/*
+ * A full hand-off queue: the command's rows are inserted pending and a
+ * worker claims them (the normal way). A commit that fails releases its
+ * reservation. Capacity 1, the only worker held inside the sink.
+ */
+static void
+test_outbox_handoff_full_and_failure(void **state)
+{
+    struct fx *f = *state;
+    struct outbox_stats st;
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
+
+    open_with_outbox(f);
+    outbox_handoff_set_capacity(f->ob, 1);
+    gsink_hold(f->sink, true);
+    create(f, "h2", 1); /* handed off; the worker takes it and is held */
+    gsink_wait_inside(f->sink, 1);
+    join(f, "h2", 2); /* handed off, waits in the queue (1 of 1) */
+    join(f, "h2", 3); /* queue full: pending */
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.handoff_rows, 2);
+    assert_int_equal(st.handoff_full, 1);
+    assert_int_equal(store_outbox_list(f->store, -1, 0, 100, &rows, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(rows[0].status, OUTBOX_DELIVERING);
+    assert_string_equal(rows[0].locked_by, "node-t/h");
+    assert_int_equal(rows[1].status, OUTBOX_DELIVERING);
+    assert_string_equal(rows[1].locked_by, "node-t/h");
+    assert_int_equal(rows[2].status, OUTBOX_PENDING);
+    assert_string_equal(rows[2].locked_by, "");
+    char pending_id[37];
+    strlcpy_(pending_id, rows[2].event_id, sizeof(pending_id));
+    outbox_rows_free(rows, n);
+
+    /* a failed commit gives its reservation back: the next command still
+     * finds the queue full (1 queued), never more than full */
+    store_fail_next_saves(1);
+    refused(f, CMD_JOIN_ROOM, "h2", "{\"command_id\":\"jf\",\"uid\":4}", 503, "unavailable");
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.handoff_full, 2);
+
+    gsink_hold(f->sink, false);
+    assert_int_equal(wait_all_delivered(f), 3);
+    assert_int_equal(row_status(f, pending_id), OUTBOX_DELIVERED);
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.claimed_rows, 1); /* the pending row, claimed */
+    assert_int_equal(st.handoff_rows, 2);
+
+    /* queue empty now: a commit that fails releases its reservation, so
+     * the next command is handed off again */
+    store_fail_next_saves(1);
+    refused(f, CMD_JOIN_ROOM, "h2", "{\"command_id\":\"jf2\",\"uid\":4}", 503, "unavailable");
+    join(f, "h2", 5);
+    assert_int_equal(wait_all_delivered(f), 4);
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.handoff_rows, 3);
+    assert_int_equal(st.handoff_full, 2);
+    assert_int_equal(st.claimed_rows, 1);
+    assert_int_equal(f->sink->calls, 4);
+    close_with_outbox(f);
+}
 
 static void
 test_happy_path(void **state)
@@ -975,6 +1236,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_rocket_timer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rocket_rebuild_and_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timing_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_handoff, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_handoff_full_and_failure, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
