@@ -62,7 +62,8 @@ struct outbox_new {
     const char *event_type;  /* static string, "RoomCreated" ... */
     uint8_t *payload;        /* packed protobuf payload, owned by the mutation */
     size_t payload_len;
-    int64_t id;              /* out: room_outbox.id, set by store_save when committed */
+    int64_t id;              /* out: room_outbox.id, set by store_save when the row was
+                              * inserted already claimed (mutation.locked_by) */
 };
 
 /* The room's meta row after a mutation. */
@@ -267,7 +268,7 @@ int store_load_room(struct store *s, const char *app, const char *room_id,
  * Commits n mutations (n >= 1, different rooms, or the same room in version
  * order) in ONE transaction: per mutation a command log row, its outbox rows
  * (status pending, due_at_ms = created_at_ms; or already claimed when the
- * mutation's locked_by is set) with each row's id in events[i].id, the rooms
+ * mutation's locked_by is set, their ids then in events[i].id), the rooms
  * row, and the snapshot when given. A mutation that violates a uniqueness or fence rule is
  * rolled back alone (savepoint) with its muts[i]->rc set; the others commit.
  * Returns 0 when the transaction committed (check each rc), or a negative

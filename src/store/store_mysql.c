@@ -179,6 +179,7 @@ enum sid {
     S_ROCKETS,
     S_ROOMS_LIST,
     S_FENCE_ROOM,
+    S_OUTBOX_IDS,
     S_COUNT
 };
 
@@ -204,10 +205,16 @@ static const char *const sql_text[S_COUNT] = {
                       " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
                       " updated_at_ms=?"
                       " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?",
+    /* status, locked_by, lock_until_ms, due_at_ms: pending (NULL, NULL,
+     * created_at_ms) or, for the outbox hand-off, already claimed */
     [S_OUTBOX_INSERT] = "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
                         " command_id, event_type, payload, status, retry_count, sinks_done,"
-                        " due_at_ms, created_at_ms, updated_at_ms)"
-                        " VALUES (?,?,?,?,?,?,?,'pending',0,0,?,?,?)",
+                        " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms)"
+                        " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?)",
+    /* The ids of rows just inserted already claimed (their due_at_ms is
+     * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
+    [S_OUTBOX_IDS] = "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                     " WHERE due_at_ms>=? AND due_at_ms<=? AND locked_by=?",
     [S_SNAP_INSERT] = "INSERT INTO room_snapshots (app_code, room_id, version, state,"
                       " created_at_ms) VALUES (?,?,?,?,?)"
                       " ON DUPLICATE KEY UPDATE state=VALUES(state),"
@@ -1350,11 +1357,73 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
     bk_str(k, 4, row, m->command_id);
     bk_str(k, 5, row, e->event_type);
     bk_bytes(k, 6, row, e->payload, e->payload_len);
-    bk_i64(k, 7, row, m->created_at_ms);
-    bk_i64(k, 8, row, m->created_at_ms);
-    bk_i64(k, 9, row, m->created_at_ms);
+    if (m->locked_by != NULL && *m->locked_by) {
+        bk_str(k, 7, row, "delivering");
+        bk_str(k, 8, row, m->locked_by);
+        bk_i64(k, 9, row, m->lock_until_ms);
+        bk_i64(k, 10, row, m->lock_until_ms);
+    } else {
+        bk_str(k, 7, row, "pending");
+        bk_null(k, 8, row);
+        bk_null(k, 9, row);
+        bk_i64(k, 10, row, m->created_at_ms);
+    }
+    bk_i64(k, 11, row, m->created_at_ms);
+    bk_i64(k, 12, row, m->created_at_ms);
 }
-#define OUTBOX_INSERT_TYPES "sssissbiii"
+#define OUTBOX_INSERT_TYPES "sssissbssiiii"
+
+/*
+ * Sets events[i].id of every mutation of muts[0..n) whose rows were just
+ * inserted already claimed (locked_by set), in the open transaction: one
+ * query per distinct claimer. A row not found keeps id 0 (the hand-off then
+ * leaves it to the claims after its lock).
+ */
+static int
+claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *by = muts[i]->locked_by;
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        struct params p = {0};
+        struct rows r;
+        int rc;
+
+        if (by == NULL || *by == '\0' || muts[i]->rc != 0 || muts[i]->nevents == 0)
+            continue;
+        bool first = true; /* the first mutation of this claimer queries for all */
+        for (size_t j = 0; j < i && first; j++)
+            first = !(muts[j]->rc == 0 && muts[j]->nevents > 0 && muts[j]->locked_by != NULL &&
+                      strcmp(muts[j]->locked_by, by) == 0);
+        if (!first)
+            continue;
+        for (size_t j = i; j < n; j++)
+            if (muts[j]->rc == 0 && muts[j]->locked_by != NULL &&
+                strcmp(muts[j]->locked_by, by) == 0) {
+                lo = muts[j]->lock_until_ms < lo ? muts[j]->lock_until_ms : lo;
+                hi = muts[j]->lock_until_ms > hi ? muts[j]->lock_until_ms : hi;
+            }
+        p_i64(&p, lo);
+        p_i64(&p, hi);
+        p_str(&p, by);
+        if ((rc = st_query(c, S_OUTBOX_IDS, &p, &r, "si")) != 0)
+            return rc;
+        while ((rc = st_fetch(c, &r)) == 1)
+            for (size_t j = i; j < n; j++) {
+                struct mutation *m = muts[j];
+
+                if (m->rc != 0 || m->locked_by == NULL || strcmp(m->locked_by, by) != 0)
+                    continue;
+                for (size_t e = 0; e < m->nevents; e++)
+                    if (strcmp(m->events[e].event_id, r_str(&r, 0)) == 0)
+                        m->events[e].id = r_i64(&r, 1);
+            }
+        rows_done(&r);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
 
 /* Writes m's snapshot and drops all but the newest snapshots_keep (>= 1). */
 static int
@@ -1473,6 +1542,8 @@ save_fast(struct conn *c, struct save_ctx *x)
     for (size_t i = 0; i < x->n; i++)
         if (x->muts[i]->snapshot != NULL && (rc = save_snapshot(c, x->muts[i])) != 0)
             goto fault;
+    if ((rc = claimed_ids(c, x->muts, x->n)) != 0)
+        goto fault;
     rc = tx_commit(c);
     goto out;
 fault:
@@ -1625,6 +1696,8 @@ save_slow(struct conn *c, struct save_ctx *x)
         if ((rc = q_exec(c, "ROLLBACK TO SAVEPOINT m")) != 0)
             return rc;
     }
+    if ((rc = claimed_ids(c, x->muts, x->n)) != 0)
+        return rc;
     return tx_commit(c);
 }
 
