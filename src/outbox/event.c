@@ -208,12 +208,15 @@ outbox_event_build(const struct outbox_row *row, uint8_t **envelope, size_t *env
 
     *envelope = NULL;
     *envelope_len = 0;
-    *json = NULL;
+    if (json != NULL)
+        *json = NULL;
     if (d == NULL)
         goto out;
     payload = protobuf_c_message_unpack(d, NULL, row->payload_len, row->payload);
     if (payload == NULL)
         goto out;
+    if (json == NULL)
+        goto envelope; /* the payload decodes: not poison; no JSON wanted */
     if ((pj = message_to_json(payload)) == NULL)
         goto out;
 
@@ -229,6 +232,7 @@ outbox_event_build(const struct outbox_row *row, uint8_t **envelope, size_t *env
     if ((text = json_dumps(obj, JSON_COMPACT)) == NULL)
         goto out;
 
+envelope:;
     Roomd__V1__RoomOutboxEvent ev = ROOMD__V1__ROOM_OUTBOX_EVENT__INIT;
     ev.event_id = (char *)row->event_id;
     ev.app_code = (char *)row->app_code;
@@ -242,7 +246,8 @@ outbox_event_build(const struct outbox_row *row, uint8_t **envelope, size_t *env
     size_t len = roomd__v1__room_outbox_event__get_packed_size(&ev);
     *envelope = xmalloc(len > 0 ? len : 1);
     *envelope_len = roomd__v1__room_outbox_event__pack(&ev, *envelope);
-    *json = text; /* jansson allocates with malloc */
+    if (json != NULL)
+        *json = text; /* jansson allocates with malloc */
     text = NULL;
     rc = 0;
 out:

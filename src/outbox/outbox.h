@@ -84,8 +84,9 @@ void outbox_stats(struct outbox *ob, struct outbox_stats *out);
 void outbox_close(struct outbox *ob);
 
 /* Builds the envelope and JSON of row. *envelope and *json are malloc'd
- * (caller frees). Returns 0 or ROOMD_EINVAL when the payload does not decode
- * as its event_type (a poison event). Thread: any. */
+ * (caller frees); json NULL skips the JSON (the payload is still decoded).
+ * Returns 0 or ROOMD_EINVAL when the payload does not decode as its
+ * event_type (a poison event). Thread: any. */
 int outbox_event_build(const struct outbox_row *row, uint8_t **envelope, size_t *envelope_len,
                        char **json);
 

@@ -472,12 +472,13 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
     char **errs = xcalloc(n, sizeof(*errs));
     size_t first_batch = ob->nsinks;
     int64_t timeout = ob->cfg.publish_timeout_ms;
+    bool need_json = false;
 
-    for (size_t k = 0; k < ob->nsinks; k++)
-        if (ob->sinks[k]->publish_batch != NULL) {
+    for (size_t k = 0; k < ob->nsinks; k++) {
+        if (ob->sinks[k]->publish_batch != NULL && first_batch == ob->nsinks)
             first_batch = k;
-            break;
-        }
+        need_json = need_json || !ob->sinks[k]->no_json;
+    }
     int64_t t0 = clock_mono_us();
     for (size_t i = 0; i < n; i++) {
         uint8_t *env = NULL;
@@ -486,7 +487,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
 
         sl[i].row = &rows[i];
         sl[i].done = rows[i].sinks_done;
-        if (outbox_event_build(&rows[i], &env, &envlen, &json) != 0) {
+        if (outbox_event_build(&rows[i], &env, &envlen, need_json ? &json : NULL) != 0) {
             /* A poison event: the payload cannot become an event and retrying
              * cannot help. Dead letter at once, one log line. */
             snprintf(sl[i].err, sizeof(sl[i].err),

@@ -57,6 +57,10 @@ struct sink {
      * errs + i * errlen its reason. Same threads and blocking as publish(). */
     void (*publish_batch)(struct sink *s, const struct outbox_event *evs, size_t n,
                           int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen);
+    /* Optional; false = the sink reads ev->json. True: it reads only the
+     * envelope and the row, and the worker skips building the JSON (NULL)
+     * when no sink of the publish mode needs it. */
+    bool no_json;
 };
 
 /* The log sink: appends ev->json lines to path. Returns 0 and *out, or

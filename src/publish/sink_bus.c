@@ -195,6 +195,7 @@ sink_bus_open(struct sink **out, struct bus *bus)
     sb->base.publish = bus_sink_publish;
     sb->base.close = bus_sink_close;
     sb->base.publish_batch = bus_sink_publish_batch;
+    sb->base.no_json = true; /* the packed envelope only */
     bus_ref(bus);
     sb->bus = bus;
     *out = &sb->base;

@@ -103,6 +103,7 @@ struct tsink {
     int single_calls;     /* publish() calls */
     const char *perm_id;  /* this event_id answers ROOMD_EPERM */
     const char *retry_id; /* this one ROOMD_ERETRY */
+    int with_json;        /* events that came with their JSON */
 };
 
 /* Records one event's call and returns its scripted outcome. Holds t->mu. */
@@ -156,6 +157,7 @@ tsink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, in
         t->batch_sizes[t->batch_calls] = (int)n;
     t->batch_calls++;
     for (size_t i = 0; i < n; i++) {
+        t->with_json += evs[i].json != NULL;
         rcs[i] = tsink_record(t, &evs[i]);
         snprintf(errs + i * errlen, errlen, "%s",
                  rcs[i] == 0             ? ""
@@ -193,6 +195,7 @@ tsink_batch_new(const char *name, uint32_t bit, int rc)
     struct tsink *t = tsink_new(name, bit, rc);
 
     t->super.publish_batch = tsink_publish_batch;
+    t->super.no_json = true; /* as the bus sink */
     return t;
 }
 
@@ -776,6 +779,7 @@ test_batch_sink_one_call_per_batch(void **state)
     outbox_close(ob);
     assert_int_equal(t->single_calls, 0);
     assert_int_equal(t->calls, 23);
+    assert_int_equal(t->with_json, 0);   /* no sink reads the JSON: not built */
     assert_int_equal(t->batch_calls, 3); /* claims of 10, 10, 3 */
     int sum = 0;
     for (int i = 0; i < t->batch_calls; i++) {
@@ -861,6 +865,7 @@ test_batch_sink_row_outcomes(void **state)
     assert_int_equal(ts[1]->single_calls, 0);
     assert_int_equal(ts[1]->calls, 3 + 1); /* ids 0, 2, 3; then 3 again */
     assert_int_equal(ts[1]->batch_calls, 2);
+    assert_int_equal(ts[1]->with_json, 4); /* the direct sink reads it: built */
     assert_int_equal(ts[1]->batch_sizes[0], 3);
     assert_int_equal(ts[1]->batch_sizes[1], 1);
     assert_int_equal(ts[2]->calls, 2); /* ids 0 and 3, each once */
