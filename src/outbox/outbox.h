@@ -65,6 +65,9 @@ void outbox_handoff_cancel(struct outbox *ob, size_t n);
  * hand-off off. Default max(1024, 4 * workers * batch_size). Thread: any. */
 void outbox_handoff_set_capacity(struct outbox *ob, size_t rows);
 
+#define OUTBOX_LAT_BUCKETS 500
+#define OUTBOX_LAT_BUCKET_US 100
+
 /* Counters since outbox_open (tests, bench, metrics). */
 struct outbox_stats {
     uint64_t claims;       /* claim queries that ran */
@@ -75,8 +78,15 @@ struct outbox_stats {
     /* time spent by all workers together, µs: claim queries; building the
      * events; publishing (every sink); completing in the store */
     int64_t claim_us, build_us, publish_us, complete_us;
+    /* Handed-off rows delivered, by the time from their push (right after
+     * the commit) to the return of the last sink, in 100 µs buckets; the
+     * last bucket holds everything from 49.9 ms on. */
+    uint32_t handoff_lat[OUTBOX_LAT_BUCKETS];
 };
 void outbox_stats(struct outbox *ob, struct outbox_stats *out);
+/* The p-th percentile (0 < p < 1) of handoff_lat in µs (a bucket's upper
+ * edge), or 0 when there are no samples. */
+int64_t outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p);
 
 /* Stops the workers after their current batch and joins them. Rows they
  * had claimed but not completed are reclaimed after their lock expires.

@@ -75,6 +75,7 @@ struct outbox {
     size_t handoff_cap;
     size_t reserved;
     struct outbox_row *q;
+    int64_t *qt; /* clock_mono_us of each row's push, beside q */
     size_t qhead, qlen, qalloc;
     struct outbox_stats stats;
 
@@ -119,38 +120,52 @@ outbox_wake(struct outbox *ob)
 
 /* ==== the hand-off queue ==== */
 
-/* Appends *r (moved in) to the ring, growing it. Holds ob->mu. */
+/* Appends *r (moved in), pushed at pushed_us, to the ring, growing it.
+ * Holds ob->mu. */
 static void
-q_put(struct outbox *ob, const struct outbox_row *r)
+q_put(struct outbox *ob, const struct outbox_row *r, int64_t pushed_us)
 {
     if (ob->qlen == ob->qalloc) {
         size_t alloc = ob->qalloc ? ob->qalloc * 2 : 64;
         struct outbox_row *q = xcalloc(alloc, sizeof(*q));
+        int64_t *qt = xcalloc(alloc, sizeof(*qt));
 
-        for (size_t i = 0; i < ob->qlen; i++)
+        for (size_t i = 0; i < ob->qlen; i++) {
             q[i] = ob->q[(ob->qhead + i) % ob->qalloc];
+            qt[i] = ob->qt[(ob->qhead + i) % ob->qalloc];
+        }
         free(ob->q);
+        free(ob->qt);
         ob->q = q;
+        ob->qt = qt;
         ob->qhead = 0;
         ob->qalloc = alloc;
     }
     ob->q[(ob->qhead + ob->qlen) % ob->qalloc] = *r;
+    ob->qt[(ob->qhead + ob->qlen) % ob->qalloc] = pushed_us;
     ob->qlen++;
 }
 
-/* Moves up to max of the oldest rows into a new array. Holds ob->mu. */
+/* Moves up to max of the oldest rows into a new array, their push times
+ * into *pushed_us (may be NULL; else free it). Holds ob->mu. */
 static struct outbox_row *
-q_take(struct outbox *ob, size_t max, size_t *n)
+q_take(struct outbox *ob, size_t max, size_t *n, int64_t **pushed_us)
 {
     size_t k = ob->qlen < max ? ob->qlen : max;
     struct outbox_row *rows = xcalloc(k ? k : 1, sizeof(*rows));
+    int64_t *t = xcalloc(k ? k : 1, sizeof(*t));
 
     for (size_t i = 0; i < k; i++) {
         rows[i] = ob->q[ob->qhead];
+        t[i] = ob->qt[ob->qhead];
         ob->qhead = (ob->qhead + 1) % ob->qalloc;
     }
     ob->qlen -= k;
     *n = k;
+    if (pushed_us != NULL)
+        *pushed_us = t;
+    else
+        free(t);
     return rows;
 }
 
@@ -212,10 +227,11 @@ outbox_handoff_push(struct outbox *ob, const struct mutation *m)
         strlcpy_(r->locked_by, m->locked_by, sizeof(r->locked_by));
         r->created_at_ms = m->created_at_ms;
     }
+    int64_t now_us = clock_mono_us();
     pthread_mutex_lock(&ob->mu);
     for (size_t i = 0; i < m->nevents; i++) {
         if (rows[i].id > 0) {
-            q_put(ob, &rows[i]);
+            q_put(ob, &rows[i], now_us);
             ob->stats.handoff_rows++;
             continue;
         }
@@ -244,6 +260,23 @@ outbox_stats(struct outbox *ob, struct outbox_stats *out)
     pthread_mutex_lock(&ob->mu);
     *out = ob->stats;
     pthread_mutex_unlock(&ob->mu);
+}
+
+int64_t
+outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p)
+{
+    uint64_t total = 0, seen = 0;
+
+    for (int b = 0; b < OUTBOX_LAT_BUCKETS; b++)
+        total += s->handoff_lat[b];
+    if (total == 0)
+        return 0;
+    for (int b = 0; b < OUTBOX_LAT_BUCKETS; b++) {
+        seen += s->handoff_lat[b];
+        if ((double)seen >= p * (double)total)
+            return (int64_t)(b + 1) * OUTBOX_LAT_BUCKET_US;
+    }
+    return (int64_t)OUTBOX_LAT_BUCKETS * OUTBOX_LAT_BUCKET_US;
 }
 
 /* ==== store state, logged once per change ==== */
@@ -465,7 +498,7 @@ complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_r
  * outlasts it.
  */
 static void
-run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
+run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int64_t *pushed_us)
 {
     struct slot *sl = xcalloc(n, sizeof(*sl));
     struct outbox_result *res = xcalloc(n, sizeof(*res));
@@ -559,6 +592,11 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n)
     ob->stats.build_us += t1 - t0;
     ob->stats.publish_us += t2 - t1;
     ob->stats.complete_us += t3 - t2;
+    for (size_t i = 0; pushed_us != NULL && i < n; i++)
+        if (!sl[i].released && sl[i].rc == 0) {
+            int64_t b = (t2 - pushed_us[i]) / OUTBOX_LAT_BUCKET_US;
+            ob->stats.handoff_lat[b < OUTBOX_LAT_BUCKETS ? b : OUTBOX_LAT_BUCKETS - 1]++;
+        }
     pthread_mutex_unlock(&ob->mu);
     for (size_t i = 0; i < n; i++) {
         free(errs[i]);
@@ -581,7 +619,7 @@ enum work { WORK_STOP, WORK_CLAIM, WORK_HANDOFF };
  * neither starves the other.
  */
 static enum work
-next_work(struct worker *w, struct outbox_row **rows, size_t *n)
+next_work(struct worker *w, struct outbox_row **rows, size_t *n, int64_t **pushed_us)
 {
     struct outbox *ob = w->ob;
     enum work what;
@@ -603,7 +641,7 @@ next_work(struct worker *w, struct outbox_row **rows, size_t *n)
             break;
         }
         if (queued) {
-            *rows = q_take(ob, (size_t)ob->cfg.batch_size, n);
+            *rows = q_take(ob, (size_t)ob->cfg.batch_size, n, pushed_us);
             if (ob->qlen > 0)
                 pthread_cond_signal(&ob->cv); /* the rest to another idle worker */
             what = WORK_HANDOFF;
@@ -664,7 +702,7 @@ claim_and_run(struct worker *w)
         strlcpy_(rows[i].locked_by, w->locked_by, sizeof(rows[i].locked_by));
     }
     if (n > 0)
-        run_batch(ob, rows, n);
+        run_batch(ob, rows, n, NULL);
     outbox_rows_free(rows, n);
 }
 
@@ -673,20 +711,23 @@ worker_main(void *arg)
 {
     struct worker *w = arg;
     struct outbox_row *rows = NULL;
+    int64_t *pushed_us = NULL;
     size_t n = 0;
 
     /* next_claim_ms 0: claim at once on start, rows left by a previous run */
     for (;;) {
-        switch (next_work(w, &rows, &n)) {
+        switch (next_work(w, &rows, &n, &pushed_us)) {
         case WORK_STOP:
             return NULL;
         case WORK_CLAIM:
             claim_and_run(w);
             break;
         case WORK_HANDOFF:
-            run_batch(w->ob, rows, n);
+            run_batch(w->ob, rows, n, pushed_us);
             outbox_rows_free(rows, n);
+            free(pushed_us);
             rows = NULL;
+            pushed_us = NULL;
             break;
         }
     }
@@ -795,7 +836,7 @@ static void
 release_queued(struct outbox *ob)
 {
     size_t n = 0;
-    struct outbox_row *rows = ob->qlen > 0 ? q_take(ob, ob->qlen, &n) : NULL;
+    struct outbox_row *rows = ob->qlen > 0 ? q_take(ob, ob->qlen, &n, NULL) : NULL;
     struct outbox_result *res;
     int64_t now = clock_wall_ms();
 
@@ -839,6 +880,7 @@ outbox_close(struct outbox *ob)
     pthread_cond_destroy(&ob->cv);
     pthread_mutex_destroy(&ob->mu);
     free(ob->q);
+    free(ob->qt);
     free(ob->workers);
     free(ob->sinks);
     free(ob);

@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Batches up to this size are published one synchronous publish at a time. */
+#define SYNC_BATCH_MAX 3
+
 struct sink_bus {
     struct sink base; /* first member */
     struct bus *bus;
@@ -110,6 +113,14 @@ bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
     jsCtx *js = NULL;
     jsOptions jo;
 
+    if (n <= SYNC_BATCH_MAX) {
+        /* a few events (light load: the outbox hand-off takes rows as they
+         * commit): synchronous publishes wait for their PubAcks sooner than
+         * setting up an asynchronous context (~0.7 ms here) would */
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = bus_sink_publish(s, &evs[i], deadline_mono_ms, errs + i * errlen, errlen);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         set_result(&bt, i, ROOMD_ERETRY, "%s%s", "no PubAck before the publish deadline", "");
     if (bus_ensure(sb->bus, err, sizeof(err)) != 0) {

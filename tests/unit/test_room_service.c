@@ -420,6 +420,11 @@ test_outbox_handoff(void **state)
     assert_int_equal(st.claimed_rows, 0);
     assert_int_equal(st.handoff_rows, 11);
     assert_int_equal(st.handoff_full, 0);
+    uint64_t lat_n = 0;
+    for (int b = 0; b < OUTBOX_LAT_BUCKETS; b++)
+        lat_n += st.handoff_lat[b];
+    assert_int_equal(lat_n, 11); /* commit -> sinks returned, per handed-off row */
+    assert_true(outbox_stats_handoff_pct_us(&st, 0.5) > 0);
     assert_int_equal(f->sink->calls, 11);
     for (int i = 0; i < f->sink->calls; i++) {
         assert_string_equal(f->sink->status_seen[i], "delivering");
