@@ -1,5 +1,5 @@
 # roomd: the two commands a new machine needs.
-#   make run    install what is missing, build, start roomd on SQLite (configs/local.yaml)
+#   make run    install what is missing, build (release: no test hooks), start roomd on SQLite
 #   make test   install, build with ASan+UBSan, start mariadb/redis/nats, run every test
 # Other targets: build, asan, bench, format, check-config, clean.
 BUILD ?= build
@@ -16,11 +16,11 @@ deps:
 	@scripts/deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROOMD_WERROR=$(WERROR) >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROOMD_TESTING=OFF -DROOMD_WERROR=$(WERROR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DROOMD_SANITIZE=ON -DROOMD_WERROR=$(WERROR) >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DROOMD_SANITIZE=ON -DROOMD_TESTING=ON -DROOMD_WERROR=$(WERROR) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 run: build

@@ -31,7 +31,7 @@ start() {
         mariadbd --no-defaults --datadir="$dir/mysql/data" --port="$MYSQL_PORT" \
             --bind-address=127.0.0.1 --socket="$dir/mysql/mysqld.sock" --user=root \
             --pid-file="$dir/mysql/mysqld.pid" --innodb-flush-log-at-trx-commit=1 \
-            --max-connections=500 --log-error="$dir/mysql/error.log" &
+            --max-connections=500 --log-error="$dir/mysql/error.log" </dev/null >/dev/null 2>&1 &
         wait_port "$MYSQL_PORT" 60 || { echo "mariadbd did not start" >&2; cat "$dir/mysql/error.log" >&2; exit 1; }
     fi
     mariadb --no-defaults -h127.0.0.1 -P"$MYSQL_PORT" -uroot \
@@ -40,13 +40,13 @@ start() {
         mkdir -p "$dir/redis"
         redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$dir/redis" --save "" \
             --appendonly no --daemonize yes --pidfile "$dir/redis/redis.pid" \
-            --logfile "$dir/redis/redis.log"
+            --logfile "$dir/redis/redis.log" </dev/null >/dev/null 2>&1
         wait_port "$REDIS_PORT" 20 || { echo "redis did not start" >&2; exit 1; }
     fi
     if ! wait_port "$NATS_PORT" 0; then
         mkdir -p "$dir/nats"
         nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$dir/nats/js" \
-            -P "$dir/nats/nats.pid" -l "$dir/nats/nats.log" &
+            -P "$dir/nats/nats.pid" -l "$dir/nats/nats.log" </dev/null >/dev/null 2>&1 &
         wait_port "$NATS_PORT" 20 || { echo "nats did not start" >&2; exit 1; }
     fi
     echo "servers: mariadb :$MYSQL_PORT redis :$REDIS_PORT nats :$NATS_PORT (data in $dir)"

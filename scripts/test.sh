@@ -3,6 +3,7 @@
 # CI=true makes a test that cannot reach its server fail instead of skipping.
 set -eu
 build=${1:?usage: test.sh BUILD_DIR}
+build=$(cd "$build" && pwd)
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/servers.sh" start "$build/servers"
 trap '"$here/scripts/servers.sh" stop "$build/servers"' EXIT INT TERM
