@@ -1,14 +1,15 @@
 /*
  * main.c: roomd. Loads and validates the config, opens the modules in
  * dependency order (store -> group commit -> wallet -> lease -> projection ->
- * sinks -> outbox worker -> room service -> HTTP), serves until SIGINT or
+ * broker -> sinks -> outbox worker -> room service -> consumers -> HTTP),
+ * serves until SIGINT or
  * SIGTERM, then closes them in reverse order.
  *
  *   roomd -c configs/local.yaml        serve
  *   roomd --check-config FILE          validate FILE and exit (0 ok, 1 error)
  */
 #include "conf/conf.h"
-#include "consume/roles.h" /* ISSUE-5 */
+#include "consume/roles.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -16,12 +17,12 @@
 #include "lease/lease.h"
 #include "outbox/outbox.h"
 #include "projection/projection.h"
-#include "publish/bus.h" /* ISSUE-5 */
+#include "publish/bus.h"
 #include "publish/sink.h"
-#include "publish/sink_activity.h" /* ISSUE-4 */
-#include "publish/sink_bus.h"      /* ISSUE-5 */
-#include "publish/sink_tim.h"      /* ISSUE-4 */
-#include "publish/tim_client.h"    /* ISSUE-4 */
+#include "publish/sink_activity.h"
+#include "publish/sink_bus.h"
+#include "publish/sink_tim.h"
+#include "publish/tim_client.h"
 #include "room/service.h"
 #include "store/group_commit.h"
 #include "store/store.h"
@@ -37,10 +38,6 @@
 
 #define MAX_SINKS 8
 
-/* ISSUE-5: the JetStream connection (rocketmq.enabled), shared by the bus
- * and rocket sinks and the consumer groups. */
-static struct bus *bus;
-
 static void
 usage(void)
 {
@@ -48,9 +45,10 @@ usage(void)
     exit(2);
 }
 
-/* Builds the sinks of the publish mode (seed: 发布模式). Returns the count. */
+/* Builds the sinks of the publish mode (seed: 发布模式); bus is the JetStream
+ * connection or NULL. Returns the count. */
 static size_t
-open_sinks(const struct conf *c, struct sink **sinks)
+open_sinks(const struct conf *c, struct bus *bus, struct sink **sinks)
 {
     size_t n = 0;
     char err[512];
@@ -62,7 +60,7 @@ open_sinks(const struct conf *c, struct sink **sinks)
             fatalx("outbox_worker.log_sink: %s", err);
         n++;
     }
-    /* ISSUE-4: direct Tencent IM and activity sinks (docs/direct.md). */
+    /* direct Tencent IM and activity sinks (docs/direct.md) */
     if (direct && c->tencent_im.enabled) {
         if (sink_tim_open(&sinks[n], &c->tencent_im, err, sizeof(err)) != 0)
             fatalx("%s", err);
@@ -73,7 +71,7 @@ open_sinks(const struct conf *c, struct sink **sinks)
             fatalx("%s", err);
         n++;
     }
-    /* ISSUE-5: the JetStream bus sink (mq, dual) and rocket wake-up sink are added here. */
+    /* the JetStream bus sink (mq, dual) and the rocket wake-up sink (docs/bus.md) */
     if (bus && (ob->publish_mode == PUBLISH_MQ || ob->publish_mode == PUBLISH_DUAL) &&
         c->rocketmq.room_outbox.enabled)
         sink_bus_open(&sinks[n++], bus);
@@ -98,9 +96,15 @@ main(int argc, char **argv)
 
     while ((ch = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
         switch (ch) {
-        case 'c': path = optarg; break;
-        case 'C': path = optarg; check_only = 1; break;
-        default: usage();
+        case 'c':
+            path = optarg;
+            break;
+        case 'C':
+            path = optarg;
+            check_only = 1;
+            break;
+        default:
+            usage();
         }
     }
     if (path == NULL)
@@ -138,15 +142,19 @@ main(int argc, char **argv)
     struct projection *proj = NULL;
     if (projection_open(&proj, conf, err, sizeof(err)) != 0)
         fatalx("projection: %s", err);
-    /* ISSUE-6: several nodes need one shared projection (docs/nodes.md) */
+    /* several nodes need one shared projection (docs/nodes.md) */
     if (strcmp(conf->lease.driver, "redis") == 0 && strcmp(conf->projection.driver, "memory") == 0)
-        log_warn("main", "lease.driver redis with projection.driver memory: this node lists only "
-                 "the rooms it saw; use projection.driver redis", NULL);
+        log_warn("main",
+                 "lease.driver redis with projection.driver memory: this node lists only "
+                 "the rooms it saw; use projection.driver redis",
+                 NULL);
     if (strcmp(conf->lease.driver, "redis") == 0 && conf->http.advertise_addr[0] == '\0')
         log_warn("main", "http.advertise_addr is empty: not_owner answers name http.listen",
                  "listen=%s", conf->http.listen);
 
-    if (conf->rocketmq.enabled) { /* ISSUE-5 */
+    /* the JetStream connection, shared by the bus and rocket sinks and the consumer groups */
+    struct bus *bus = NULL;
+    if (conf->rocketmq.enabled) {
         char *name = xasprintf("roomd/%s", conf->app.node_id);
         if (bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)) != 0)
             fatalx("rocketmq: %s", err);
@@ -156,7 +164,7 @@ main(int argc, char **argv)
     struct outbox *outbox = NULL;
     if (conf->outbox_worker.enabled) {
         struct sink *sinks[MAX_SINKS];
-        size_t nsinks = open_sinks(conf, sinks);
+        size_t nsinks = open_sinks(conf, bus, sinks);
         if (outbox_open(&outbox, &conf->outbox_worker, store, conf->app.node_id, sinks, nsinks) !=
             0)
             fatalx("outbox_worker: cannot start the workers");
@@ -171,30 +179,38 @@ main(int argc, char **argv)
         .projection = proj,
         .outbox = outbox,
         .rocket_timer = !(conf->rocketmq.enabled && conf->rocketmq.rocket_launch.enabled),
-        .projection_rebuild = true, /* ISSUE-6: in the background, docs/nodes.md */
+        .projection_rebuild = true, /* in the background, docs/nodes.md */
     };
-    /* ISSUE-4: CreateRoom's synchronous IM create_group when tencent_im.enabled. */
+    /* CreateRoom's synchronous IM create_group when tencent_im.enabled */
+    struct tim_client *tim = NULL;
     if (conf->tencent_im.enabled) {
+        if (tim_client_open(&tim, &conf->tencent_im, err, sizeof(err)) != 0)
+            fatalx("tencent_im: %s", err);
         rd.create_hook = tim_create_hook;
-        rd.create_hook_arg = sink_tim_hook_client(&conf->tencent_im);
+        rd.create_hook_arg = tim;
     }
     struct room_service *rooms = NULL;
     if (room_service_open(&rooms, &rd) != 0)
         fatalx("room: cannot start the room service");
 
-    /* ISSUE-5: consumer groups (IM bridge, rocket open, ...) start here. */
+    /* consumer groups (IM bridge, rocket open, ...) configured to run inside roomd */
     struct consume_roles *consumers = NULL;
     if (bus && consume_roles_start(&consumers, conf, bus, rooms, consume_roles_configured(conf),
                                    err, sizeof(err)) != 0)
         fatalx("rocketmq consumers: %s", err);
 
-    struct http_deps hd = {
-        .conf = conf, .rooms = rooms, .wallet = wallet, .projection = proj, .store = store, .gc = gc};
+    struct http_deps hd = {.conf = conf,
+                           .rooms = rooms,
+                           .wallet = wallet,
+                           .projection = proj,
+                           .store = store,
+                           .gc = gc};
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
         fatalx("http.listen: %s", err);
-    log_info("main", "roomd started", "listen=%s store=%s publish_mode=%d node=%s",
-             conf->http.listen, conf->store.driver, (int)conf->outbox_worker.publish_mode,
+    static const char *const mode_names[] = {"direct", "mq", "dual"};
+    log_info("main", "roomd started", "listen=%s store=%s publish_mode=%s node=%s",
+             conf->http.listen, conf->store.driver, mode_names[conf->outbox_worker.publish_mode],
              conf->app.node_id);
 
     int sig = 0;
@@ -202,10 +218,11 @@ main(int argc, char **argv)
     log_info("main", "stopping", "signal=%d", sig);
 
     http_server_close(http);
-    consume_roles_stop(consumers); /* ISSUE-5: before the rooms it launches rockets in */
+    consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);
+    tim_client_close(tim);
     outbox_close(outbox);
-    bus_unref(bus); /* ISSUE-5: after the sinks (outbox_close) dropped theirs */
+    bus_unref(bus); /* after the sinks (outbox_close) dropped theirs */
     projection_close(proj);
     lease_close(lease);
     wallet_close(wallet);
@@ -214,7 +231,7 @@ main(int argc, char **argv)
     log_info("main", "stopped", NULL);
     log_close();
     conf_free(conf);
-    if (bus) /* ISSUE-5 */
+    if (bus)
         bus_library_shutdown();
     return 0;
 }

@@ -61,26 +61,3 @@ sink_tim_open(struct sink **out, const struct conf_tencent_im *cfg, char *err, s
     return 0;
 }
 
-/* ---- CreateRoom hook client ------------------------------------------------------- */
-
-static struct tim_client *hook_client;
-
-static void
-hook_client_free(void)
-{
-    tim_client_close(hook_client);
-    hook_client = NULL;
-}
-
-void *
-sink_tim_hook_client(const struct conf_tencent_im *cfg)
-{
-    char err[512];
-
-    if (hook_client == NULL) {
-        if (tim_client_open(&hook_client, cfg, err, sizeof(err)) != 0)
-            fatalx("%s", err);
-        atexit(hook_client_free);
-    }
-    return hook_client;
-}

@@ -1,6 +1,6 @@
 /*
- * sink_tim.h: the direct Tencent IM sink (SINK_BIT_TIM) and CreateRoom's
- * synchronous IM hook. The IM actions themselves are tim_client_deliver()
+ * sink_tim.h: the direct Tencent IM sink (SINK_BIT_TIM). CreateRoom's
+ * synchronous group creation is tim_create_hook (tim_client.h). The IM actions themselves are tim_client_deliver()
  * (tim_client.h); the event -> IM calls table is in docs/direct.md.
  */
 #ifndef ROOMD_SINK_TIM_H
@@ -15,10 +15,5 @@ struct conf_tencent_im;
  * outbox worker owns it and calls close), or ROOMD_EINVAL with err naming the
  * config key at fault (e.g. the secret key is missing). Thread: main. */
 int sink_tim_open(struct sink **out, const struct conf_tencent_im *cfg, char *err, size_t errlen);
-
-/* The create_hook_arg for tim_create_hook (tim_client.h): a client for cfg
- * kept for the whole process and freed at exit. Calls fatalx() when the
- * config is unusable. Thread: main, before serving. */
-void *sink_tim_hook_client(const struct conf_tencent_im *cfg);
 
 #endif
