@@ -7,11 +7,11 @@
 #ifndef ROOMD_TEST_HELPERS_H
 #define ROOMD_TEST_HELPERS_H
 
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
 
 struct conf;
 

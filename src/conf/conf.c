@@ -292,8 +292,8 @@ conf_defaults(struct conf *c)
     mq->consumer_store_dir = xstrdup("./var/consumers");
     {
         /* RocketMQ's reconsume delay levels 3..18: 10s 30s 1m 2m ... 1h 2h. */
-        static const int64_t sched[] = {10000,  30000,  60000,  120000,  180000,  240000,
-                                        300000, 360000, 420000, 480000,  540000,  600000,
+        static const int64_t sched[] = {10000,   30000,   60000,   120000, 180000, 240000,
+                                        300000,  360000,  420000,  480000, 540000, 600000,
                                         1200000, 1800000, 3600000, 7200000};
         memcpy(mq->consumer_retry_delays_ms, sched, sizeof(sched));
         mq->nconsumer_retry_delays = (int)(sizeof(sched) / sizeof(sched[0]));
@@ -878,9 +878,10 @@ validate(const struct conf *c, struct vctx *v)
     }
     if ((mq->room_outbox.activity_consumer_enabled || mq->room_outbox.notice_consumer_enabled) &&
         !mq->enabled)
-        bad(v, mq->room_outbox.activity_consumer_enabled
-                   ? "rocketmq.room_outbox.activity_consumer_enabled"
-                   : "rocketmq.room_outbox.notice_consumer_enabled",
+        bad(v,
+            mq->room_outbox.activity_consumer_enabled
+                ? "rocketmq.room_outbox.activity_consumer_enabled"
+                : "rocketmq.room_outbox.notice_consumer_enabled",
             "needs rocketmq.enabled: true");
     if (mq->room_outbox.enabled) {
         if (!mq->enabled)

@@ -28,15 +28,15 @@ struct conf_app {
 };
 
 struct conf_http {
-    char *listen;            /* "127.0.0.1:8080" */
-    char *advertise_addr;    /* address other nodes/gateways use to reach us; "" = listen */
-    int64_t max_body_bytes;  /* bodies above answer 413 */
+    char *listen;           /* "127.0.0.1:8080" */
+    char *advertise_addr;   /* address other nodes/gateways use to reach us; "" = listen */
+    int64_t max_body_bytes; /* bodies above answer 413 */
     int max_connections;
     int64_t request_timeout_ms; /* idle connection timeout */
 };
 
 struct conf_sqlite {
-    char *path;          /* "./var/roomd.db" */
+    char *path;            /* "./var/roomd.db" */
     bool synchronous_full; /* synchronous: "full" (default, durable) or "normal" (dev) */
     int64_t busy_timeout_ms;
 };
@@ -45,21 +45,21 @@ struct conf_mysql {
     char *host;
     int port;
     char *user;
-    char *password;          /* or password_env names an environment variable */
+    char *password; /* or password_env names an environment variable */
     char *password_env;
     char *database;
     int pool_size;
     int64_t connect_timeout_ms;
     int64_t read_timeout_ms;
     int64_t write_timeout_ms;
-    int deadlock_retries;    /* bounded retries of a deadlocked/lock-wait transaction */
+    int deadlock_retries; /* bounded retries of a deadlocked/lock-wait transaction */
 };
 
 struct conf_store {
-    char *driver;            /* "sqlite" | "mysql" */
+    char *driver; /* "sqlite" | "mysql" */
     struct conf_sqlite sqlite;
     struct conf_mysql mysql;
-    int group_commit_max;    /* mutations committed together in one transaction (>= 1) */
+    int group_commit_max;           /* mutations committed together in one transaction (>= 1) */
     int64_t retention_delivered_ms; /* purge delivered rows older than this; 0 = keep */
     int purge_batch;
     int64_t purge_interval_ms;
@@ -68,16 +68,16 @@ struct conf_store {
 struct conf_rocket {
     int64_t thresholds[CONF_MAX_ROCKET_LEVELS]; /* energy needed to ignite level i+1 */
     int nthresholds;
-    int64_t countdown_ms;    /* ignition -> launch_at_ms */
+    int64_t countdown_ms; /* ignition -> launch_at_ms */
 };
 
 struct conf_room {
-    int snapshot_every_n;    /* snapshot when version % n == 0 */
+    int snapshot_every_n; /* snapshot when version % n == 0 */
     int snapshots_keep;
-    int64_t idle_evict_ms;   /* evict a cell idle this long; reload on demand */
-    int seat_count;          /* mic seats per room */
+    int64_t idle_evict_ms; /* evict a cell idle this long; reload on demand */
+    int seat_count;        /* mic seats per room */
     int max_members;
-    int64_t kick_ban_ms;     /* a kicked user cannot rejoin for this long; 0 = no ban */
+    int64_t kick_ban_ms; /* a kicked user cannot rejoin for this long; 0 = no ban */
     struct conf_rocket rocket;
 };
 
@@ -89,32 +89,32 @@ struct conf_wallet {
 
 struct conf_redis {
     bool enabled;
-    char *addr;              /* "127.0.0.1:6379" */
+    char *addr; /* "127.0.0.1:6379" */
     char *password;
     int db;
-    char *key_prefix;        /* "roomd:" */
+    char *key_prefix; /* "roomd:" */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
 };
 
 struct conf_lease {
-    char *driver;            /* "local" (one node) | "redis" */
+    char *driver; /* "local" (one node) | "redis" */
     int64_t ttl_ms;
     int64_t renew_every_ms;
 };
 
 struct conf_projection {
-    char *driver;            /* "memory" | "redis" */
+    char *driver; /* "memory" | "redis" */
 };
 
 struct conf_rocketmq_outbox {
     bool enabled;
-    char *topic;             /* "hyapp_room_outbox" -> stream + subject prefix */
+    char *topic; /* "hyapp_room_outbox" -> stream + subject prefix */
     char *producer_group;
     bool tencent_im_consumer_enabled;
     char *tencent_im_consumer_group;
-    char *activity_consumer_group;   /* "hyapp-activity-room-outbox" */
-    char *notice_consumer_group;     /* "hyapp-notice-room-outbox" */
+    char *activity_consumer_group; /* "hyapp-activity-room-outbox" */
+    char *notice_consumer_group;   /* "hyapp-notice-room-outbox" */
     int consumer_max_reconsume_times;
     /* Run the reference activity / notice consumer groups inside this
      * process (roles; tools/roomd_consumer runs them on their own). */
@@ -124,9 +124,9 @@ struct conf_rocketmq_outbox {
 
 struct conf_rocketmq_rocket {
     bool enabled;
-    char *topic;             /* "hyapp_room_rocket_launch" */
+    char *topic; /* "hyapp_room_rocket_launch" */
     char *producer_group;
-    char *consumer_group;    /* "hyapp-room-rocket-open" */
+    char *consumer_group; /* "hyapp-room-rocket-open" */
     int consumer_max_reconsume_times;
 };
 
@@ -136,9 +136,9 @@ struct conf_rocketmq {
     char *name_servers[CONF_MAX_LIST]; /* NATS URLs: "nats://127.0.0.1:4222" */
     int nname_servers;
     char *name_server_domain;
-    char *access_key;        /* NATS user */
-    char *secret_key;        /* NATS password */
-    char *namespace_;        /* subject prefix; "" = none */
+    char *access_key; /* NATS user */
+    char *secret_key; /* NATS password */
+    char *namespace_; /* subject prefix; "" = none */
     int64_t send_timeout_ms;
     int retry;
     int stream_replicas;
@@ -151,7 +151,7 @@ struct conf_rocketmq {
     char *consumer_store_dir;
     int64_t consumer_retry_delays_ms[CONF_MAX_LIST];
     int nconsumer_retry_delays;
-    int64_t consumer_ack_wait_ms;    /* AckWait of the group consumers; 0 = 30s */
+    int64_t consumer_ack_wait_ms; /* AckWait of the group consumers; 0 = 30s */
     struct conf_rocketmq_outbox room_outbox;
     struct conf_rocketmq_rocket rocket_launch;
 };
@@ -162,7 +162,7 @@ struct conf_outbox {
     int64_t poll_interval_ms;
     int batch_size;
     int64_t publish_timeout_ms;
-    char *retry_strategy;    /* "exponential_backoff" */
+    char *retry_strategy; /* "exponential_backoff" */
     int max_retry_count;
     int64_t initial_backoff_ms;
     int64_t max_backoff_ms;
@@ -174,24 +174,24 @@ struct conf_outbox {
 
 struct conf_tencent_im {
     bool enabled;
-    char *base_url;          /* "https://console.tim.qq.com" */
+    char *base_url; /* "https://console.tim.qq.com" */
     int64_t sdk_app_id;
-    char *admin_identifier;  /* App admin account */
-    char *secret_key_env;    /* environment variable holding the key */
-    char *secret_key_file;   /* or a file holding it */
+    char *admin_identifier; /* App admin account */
+    char *secret_key_env;   /* environment variable holding the key */
+    char *secret_key_file;  /* or a file holding it */
     int64_t usersig_ttl_ms;
-    char *group_type;        /* AVChatRoom | Public | ChatRoom | Private */
-    char *ca_file;           /* extra CA bundle (stand-in in tests); "" = system */
-    int64_t timeout_ms;      /* per HTTP call; above IM's own 3 s */
+    char *group_type;   /* AVChatRoom | Public | ChatRoom | Private */
+    char *ca_file;      /* extra CA bundle (stand-in in tests); "" = system */
+    int64_t timeout_ms; /* per HTTP call; above IM's own 3 s */
 };
 
 struct conf_activity {
     bool enabled;
-    char *target;            /* "127.0.0.1:50051" */
+    char *target; /* "127.0.0.1:50051" */
 };
 
 struct conf {
-    char *path;              /* file it was loaded from */
+    char *path; /* file it was loaded from */
     struct conf_app app;
     struct conf_http http;
     struct conf_store store;

@@ -51,24 +51,42 @@ const char *
 roomd_err_code(int rc)
 {
     switch (rc) {
-    case 0: return "ok";
-    case ROOMD_ENOMEM: return "out_of_memory";
-    case ROOMD_EINVAL: return "invalid_argument";
-    case ROOMD_ENOTFOUND: return "not_found";
-    case ROOMD_ECONFLICT: return "conflict";
-    case ROOMD_EEXIST: return "already_exists";
-    case ROOMD_EREUSED: return "idempotency_key_reused";
-    case ROOMD_EFUNDS: return "insufficient_balance";
-    case ROOMD_ETOOBIG: return "payload_too_large";
-    case ROOMD_EUNAVAIL: return "unavailable";
-    case ROOMD_ETIMEDOUT: return "timeout";
-    case ROOMD_EFENCED: return "fenced";
-    case ROOMD_ENOTOWNER: return "not_owner";
-    case ROOMD_ESTALE: return "stale";
-    case ROOMD_ERETRY: return "retry";
-    case ROOMD_EPERM: return "permanent";
-    case ROOMD_EIO: return "io_error";
-    default: return "internal";
+    case 0:
+        return "ok";
+    case ROOMD_ENOMEM:
+        return "out_of_memory";
+    case ROOMD_EINVAL:
+        return "invalid_argument";
+    case ROOMD_ENOTFOUND:
+        return "not_found";
+    case ROOMD_ECONFLICT:
+        return "conflict";
+    case ROOMD_EEXIST:
+        return "already_exists";
+    case ROOMD_EREUSED:
+        return "idempotency_key_reused";
+    case ROOMD_EFUNDS:
+        return "insufficient_balance";
+    case ROOMD_ETOOBIG:
+        return "payload_too_large";
+    case ROOMD_EUNAVAIL:
+        return "unavailable";
+    case ROOMD_ETIMEDOUT:
+        return "timeout";
+    case ROOMD_EFENCED:
+        return "fenced";
+    case ROOMD_ENOTOWNER:
+        return "not_owner";
+    case ROOMD_ESTALE:
+        return "stale";
+    case ROOMD_ERETRY:
+        return "retry";
+    case ROOMD_EPERM:
+        return "permanent";
+    case ROOMD_EIO:
+        return "io_error";
+    default:
+        return "internal";
     }
 }
 

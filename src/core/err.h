@@ -10,23 +10,23 @@
 #include <stdbool.h>
 
 /* X-macro table: name, http status a command answers with, text. */
-#define ROOMD_ERR_MAP(X)                                                      \
-    X(ENOMEM, 500, "out of memory")                                           \
-    X(EINVAL, 400, "invalid argument")                                        \
-    X(ENOTFOUND, 404, "not found")                                            \
-    X(ECONFLICT, 409, "state conflict")                                       \
-    X(EEXIST, 409, "already exists")                                          \
-    X(EREUSED, 409, "idempotency key reused")                                 \
-    X(EFUNDS, 402, "insufficient balance")                                    \
-    X(ETOOBIG, 413, "too large")                                              \
-    X(EUNAVAIL, 503, "dependency unavailable")                                \
-    X(ETIMEDOUT, 503, "timed out")                                            \
-    X(EFENCED, 503, "fenced: another owner committed first")                  \
-    X(ENOTOWNER, 503, "room is owned by another node")                        \
-    X(ESTALE, 409, "lost the claim on this row")                              \
-    X(ERETRY, 503, "temporary failure, retry")                                \
-    X(EPERM, 400, "permanent failure")                                        \
-    X(EIO, 500, "i/o error")                                                  \
+#define ROOMD_ERR_MAP(X)                                                                           \
+    X(ENOMEM, 500, "out of memory")                                                                \
+    X(EINVAL, 400, "invalid argument")                                                             \
+    X(ENOTFOUND, 404, "not found")                                                                 \
+    X(ECONFLICT, 409, "state conflict")                                                            \
+    X(EEXIST, 409, "already exists")                                                               \
+    X(EREUSED, 409, "idempotency key reused")                                                      \
+    X(EFUNDS, 402, "insufficient balance")                                                         \
+    X(ETOOBIG, 413, "too large")                                                                   \
+    X(EUNAVAIL, 503, "dependency unavailable")                                                     \
+    X(ETIMEDOUT, 503, "timed out")                                                                 \
+    X(EFENCED, 503, "fenced: another owner committed first")                                       \
+    X(ENOTOWNER, 503, "room is owned by another node")                                             \
+    X(ESTALE, 409, "lost the claim on this row")                                                   \
+    X(ERETRY, 503, "temporary failure, retry")                                                     \
+    X(EPERM, 400, "permanent failure")                                                             \
+    X(EIO, 500, "i/o error")                                                                       \
     X(EINTERNAL, 500, "internal error")
 
 enum roomd_err {

@@ -30,8 +30,7 @@ struct http_deps {
 
 /* Binds conf->http.listen and starts serving. Returns 0 and *out, or
  * ROOMD_EUNAVAIL with err ("bind 127.0.0.1:8080: Address in use"). Thread: main. */
-int http_server_open(struct http_server **out, const struct http_deps *d, char *err,
-                     size_t errlen);
+int http_server_open(struct http_server **out, const struct http_deps *d, char *err, size_t errlen);
 /* Stops accepting, waits for in-flight requests, frees. NULL is a no-op. */
 void http_server_close(struct http_server *srv);
 

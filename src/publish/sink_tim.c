@@ -60,4 +60,3 @@ sink_tim_open(struct sink **out, const struct conf_tencent_im *cfg, char *err, s
              tim_client_group_type(c), (long long)cfg->timeout_ms);
     return 0;
 }
-

@@ -1,7 +1,7 @@
 /*
  * sink_tim.h: the direct Tencent IM sink (SINK_BIT_TIM). CreateRoom's
- * synchronous group creation is tim_create_hook (tim_client.h). The IM actions themselves are tim_client_deliver()
- * (tim_client.h); the event -> IM calls table is in docs/direct.md.
+ * synchronous group creation is tim_create_hook (tim_client.h). The IM actions themselves are
+ * tim_client_deliver() (tim_client.h); the event -> IM calls table is in docs/direct.md.
  */
 #ifndef ROOMD_SINK_TIM_H
 #define ROOMD_SINK_TIM_H

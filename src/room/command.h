@@ -44,22 +44,22 @@ struct room_cmd {
     char app_code[STORE_ID_MAX];
     char room_id[STORE_ID_MAX];
     char command_id[STORE_ID_MAX];
-    int64_t uid;             /* join/leave/mic/gift sender/kick target */
-    int64_t owner_uid;       /* create */
-    int64_t operator_uid;    /* kick, close */
-    int64_t to_uid;          /* gift */
-    int seat;                /* mic up: requested seat, -1 = first free */
+    int64_t uid;          /* join/leave/mic/gift sender/kick target */
+    int64_t owner_uid;    /* create */
+    int64_t operator_uid; /* kick, close */
+    int64_t to_uid;       /* gift */
+    int seat;             /* mic up: requested seat, -1 = first free */
     char title[ROOM_TITLE_MAX + 1];
     char gift_id[STORE_ID_MAX];
     int64_t count;
     int64_t unit_price;
     char reason[256];
     char rocket_id[STORE_ID_MAX]; /* launch */
-    int level;               /* launch */
-    int64_t launch_at_ms;    /* launch */
-    char *request;           /* canonical request JSON (sorted keys), malloc'd */
-    bool room_id_generated;  /* create without room_id: the id was generated, so an
-                              * idempotent retry compares requests ignoring room_id */
+    int level;                    /* launch */
+    int64_t launch_at_ms;         /* launch */
+    char *request;                /* canonical request JSON (sorted keys), malloc'd */
+    bool room_id_generated;       /* create without room_id: the id was generated, so an
+                                   * idempotent retry compares requests ignoring room_id */
 };
 
 /* A validation failure: the field at fault and a message. */
@@ -82,8 +82,8 @@ void room_cmd_clear(struct room_cmd *cmd);
 
 /* One event produced by a command, before it gets its event_id. */
 struct room_event {
-    const char *type;        /* static "RoomUserJoined" ... */
-    uint8_t *payload;        /* packed protobuf, malloc'd */
+    const char *type; /* static "RoomUserJoined" ... */
+    uint8_t *payload; /* packed protobuf, malloc'd */
     size_t payload_len;
 };
 

@@ -26,8 +26,8 @@ struct room_service;
 /* CreateRoom's synchronous side call (Tencent IM create_group). Returns 0 or
  * an error; an error never fails the command (the outbox RoomCreated
  * compensates). Thread: any; blocks up to its own timeout. */
-typedef int (*room_create_hook)(void *arg, const char *app, const char *room_id,
-                                const char *title, int64_t owner_uid);
+typedef int (*room_create_hook)(void *arg, const char *app, const char *room_id, const char *title,
+                                int64_t owner_uid);
 
 /* Everything the service uses; all borrowed and must outlive it. NULL lease
  * means the local lease; NULL projection/outbox/create_hook are skipped. */
@@ -49,10 +49,10 @@ struct room_deps {
 
 /* The answer to one command. */
 struct room_reply {
-    int status;              /* HTTP status */
-    char *body;              /* JSON, malloc'd (room_reply_clear frees) */
-    bool replay;             /* Idempotent-Replay: true */
-    char owner[128];         /* ENOTOWNER: owner's address, else "" */
+    int status;      /* HTTP status */
+    char *body;      /* JSON, malloc'd (room_reply_clear frees) */
+    bool replay;     /* Idempotent-Replay: true */
+    char owner[128]; /* ENOTOWNER: owner's address, else "" */
 };
 void room_reply_clear(struct room_reply *r);
 /* Sets *r to status with the error body {"error":{"code":..,"message":..}}

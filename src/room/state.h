@@ -34,13 +34,13 @@ struct room_ban {
 
 struct room_rocket {
     enum rocket_status status;
-    int level;               /* level being charged or ignited, 1-based */
-    int64_t energy;          /* energy toward this level's threshold */
-    int64_t utc_day;         /* the UTC day this state belongs to */
+    int level;                    /* level being charged or ignited, 1-based */
+    int64_t energy;               /* energy toward this level's threshold */
+    int64_t utc_day;              /* the UTC day this state belongs to */
     char rocket_id[STORE_ID_MAX]; /* set while ignited */
     int64_t ignited_at_ms;
     int64_t launch_at_ms;
-    int launched;            /* rockets launched today */
+    int launched; /* rockets launched today */
 };
 
 struct room_state {
@@ -58,7 +58,7 @@ struct room_state {
     int64_t seats[ROOM_MAX_SEATS]; /* uid on each seat, 0 = free */
     struct room_ban *bans;
     size_t nbans, cap_bans;
-    int64_t gift_total;      /* sum of all gift values */
+    int64_t gift_total; /* sum of all gift values */
     struct room_rocket rocket;
 };
 

@@ -20,12 +20,12 @@ struct wallet;
 struct wallet_ops {
     /* Debits amount from uid. 0 (and *balance_after), ROOMD_EFUNDS (nothing
      * charged), ROOMD_EUNAVAIL. */
-    int (*debit)(struct wallet *w, const char *app, int64_t uid, int64_t amount,
-                 const char *ref_id, int64_t *balance_after);
+    int (*debit)(struct wallet *w, const char *app, int64_t uid, int64_t amount, const char *ref_id,
+                 int64_t *balance_after);
     /* Reverses debit ref_id (the commit after it failed). 0 or ENOTFOUND. */
     int (*refund)(struct wallet *w, const char *app, const char *ref_id);
-    int (*topup)(struct wallet *w, const char *app, int64_t uid, int64_t amount,
-                 const char *ref_id, int64_t *balance_after);
+    int (*topup)(struct wallet *w, const char *app, int64_t uid, int64_t amount, const char *ref_id,
+                 int64_t *balance_after);
     int (*balance)(struct wallet *w, const char *app, int64_t uid, int64_t *balance);
     void (*close)(struct wallet *w);
 };
