@@ -1,32 +1,56 @@
 #!/bin/sh
-# run.sh BUILD_DIR: the command-path benchmark of issue 2. Starts roomd on a fresh SQLite
-# file (synchronous=FULL, log sink on, 2 outbox workers), drives it over HTTP at
-# concurrency 1 and 64, stops it, then measures the raw one-transaction-per-command
-# rate of the same rows into the same file at concurrency 64. Figures, not assertions.
+# run.sh BUILD_DIR: the command-path benchmark of issue 2 (bench/README.md). Starts roomd on a
+# fresh SQLite file (synchronous=FULL, 2 outbox workers), drives it over HTTP at concurrency 1
+# and 64, stops it, then measures the raw one-transaction-per-command rate of the same rows
+# into the same file at concurrency 64. Two passes: publish_mode direct (log sink), then, when
+# nats-server answers on 127.0.0.1:$ROOMD_NATS_PORT (4333), publish_mode mq (JetStream, the
+# outbox hand-off relaying every event). Figures, not assertions.
 set -eu
 build=${1:-build}
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
+nats_port=${ROOMD_NATS_PORT:-4333}
 tmp=$(mktemp -d /tmp/roomd-bench-XXXXXX)
-port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-cat >"$tmp/bench.yaml" <<YAML
-app: {log_file: "$tmp/roomd.log", log_level: warn}
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+
+# roomd MODE: writes the config, starts roomd, drives it, stops it.
+run_roomd() {
+    mode=$1
+    port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    db="$tmp/bench-$mode.db"
+    case $mode in
+    direct) sink="outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
+  log_sink: {enabled: true, path: \"$tmp/events.jsonl\"}}"
+            broker="" ;;
+    mq)     sink="outbox_worker: {publish_mode: mq, workers: 2, poll_interval: 1s, batch_size: 100}"
+            broker="rocketmq: {enabled: true, name_servers: [\"nats://127.0.0.1:$nats_port\"],
+  namespace: \"bench_$$_\", stream_max_age: 5m, room_outbox: {enabled: true}}" ;;
+    esac
+    cat >"$tmp/bench-$mode.yaml" <<YAML
+app: {log_file: "$tmp/roomd-$mode.log", log_level: warn}
 http: {listen: "127.0.0.1:$port", max_connections: 1024}
-store: {driver: sqlite, sqlite: {path: "$tmp/bench.db", synchronous: full}}
+store: {driver: sqlite, sqlite: {path: "$db", synchronous: full}}
 room: {snapshot_every_n: 50}
 wallet: {initial_balance: 1000000000}
-outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
-  log_sink: {enabled: true, path: "$tmp/events.jsonl"}}
+$sink
+$broker
 YAML
-"$build/roomd" -c "$tmp/bench.yaml" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-echo "== roomd over HTTP ($rooms rooms, ${secs}s each)"
-"$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$tmp/bench.db"
-"$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$tmp/bench.db"
-kill $pid; wait $pid 2>/dev/null || true
-trap - EXIT
+    "$build/roomd" -c "$tmp/bench-$mode.yaml" &
+    pid=$!
+    for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+    echo "== roomd over HTTP, publish_mode $mode ($rooms rooms, ${secs}s each)"
+    "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
+    "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
+    kill $pid; wait $pid 2>/dev/null || true
+    pid=
+}
+
+run_roomd direct
+if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $nats_port), 1)" 2>/dev/null; then
+    run_roomd mq
+else
+    echo "== (no nats-server on 127.0.0.1:$nats_port: the mq pass is skipped)"
+fi
 echo "== raw baseline: same rows, one transaction per command, same SQLite file"
-"$build/bench_commands" raw "$tmp/bench.db" 64 "$secs"
-rm -rf "$tmp"
+"$build/bench_commands" raw "$tmp/bench-direct.db" 64 "$secs"
