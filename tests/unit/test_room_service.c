@@ -498,6 +498,49 @@ test_outbox_handoff_full_and_failure(void **state)
     close_with_outbox(f);
 }
 
+static void *
+unhold_later(void *arg)
+{
+    usleep(300 * 1000);
+    gsink_hold(arg, false);
+    return NULL;
+}
+
+/* A clean stop hands rows still waiting in the hand-off queue back at once
+ * (retryable now, no attempt counted, lock cleared) instead of leaving them
+ * locked until lock_timeout; the row a worker holds is completed first. */
+static void
+test_outbox_handoff_close(void **state)
+{
+    struct fx *f = *state;
+    struct outbox_row *rows = NULL;
+    size_t n = 0;
+    pthread_t th;
+
+    open_with_outbox(f);
+    gsink_hold(f->sink, true);
+    create(f, "h3", 1); /* the worker takes it and is held */
+    gsink_wait_inside(f->sink, 1);
+    join(f, "h3", 2); /* waits in the queue */
+    join(f, "h3", 3);
+    assert_int_equal(pthread_create(&th, NULL, unhold_later, f->sink), 0);
+    outbox_close(f->ob); /* stops the worker once the sink lets it go */
+    f->ob = NULL;
+    pthread_join(th, NULL);
+    assert_int_equal(store_outbox_list(f->store, -1, 0, 100, &rows, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(rows[0].status, OUTBOX_DELIVERED);
+    for (size_t i = 1; i < n; i++) {
+        assert_int_equal(rows[i].status, OUTBOX_RETRYABLE);
+        assert_int_equal(rows[i].retry_count, 0);
+        assert_string_equal(rows[i].locked_by, "");
+        assert_true(rows[i].next_retry_at_ms <= clock_wall_ms());
+    }
+    outbox_rows_free(rows, n);
+    assert_int_equal(f->sink->calls, 1);
+    close_with_outbox(f);
+}
+
 static void
 test_happy_path(void **state)
 {
@@ -1243,6 +1286,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_timing_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_full_and_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_handoff_close, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
