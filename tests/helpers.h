@@ -7,11 +7,13 @@
 #ifndef ROOMD_TEST_HELPERS_H
 #define ROOMD_TEST_HELPERS_H
 
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* cmocka.h needs the four headers above first */
+#include <cmocka.h>
 
 struct conf;
 
