@@ -32,6 +32,29 @@ clock_mono_us(void)
 }
 
 void
+clock_mono_deadline(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+void
+clock_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+void
 clock_set_offset_ms(int64_t offset)
 {
     atomic_store(&wall_offset, offset);

@@ -43,6 +43,15 @@ xrealloc(void *p, size_t n)
     return q;
 }
 
+void *
+xgrow(void *arr, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return arr;
+    *cap = *cap ? *cap * 2 : 16;
+    return xrealloc(arr, *cap * size);
+}
+
 char *
 xstrdup(const char *s)
 {

@@ -16,6 +16,10 @@ char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 /* Returns a malloc'd formatted string. */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Returns arr (*cap elements of size bytes) with room for element n: when
+ * n == *cap it is reallocated with *cap doubled (16 the first time). Growing
+ * arrays: a = xgrow(a, n, &cap, sizeof(*a)); a[n++] = v; */
+void *xgrow(void *arr, size_t n, size_t *cap, size_t size);
 /* Copies src into dst[len] always NUL-terminating; returns strlen(src). */
 size_t strlcpy_(char *dst, const char *src, size_t len);
 

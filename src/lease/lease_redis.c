@@ -375,13 +375,7 @@ renewer(void *arg)
     pthread_mutex_lock(&lr->stop_mu);
     while (!lr->stop) {
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += lr->renew_ms / 1000;
-        ts.tv_nsec += (lr->renew_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        clock_mono_deadline(&ts, lr->renew_ms);
         pthread_cond_timedwait(&lr->stop_cv, &lr->stop_mu, &ts);
         if (lr->stop)
             break;
@@ -438,7 +432,6 @@ int
 lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
 {
     struct lease_redis *lr = xcalloc(1, sizeof(*lr));
-    pthread_condattr_t ca;
     unsigned char rnd[8] = {0};
     FILE *f;
 
@@ -476,10 +469,7 @@ lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t 
     pthread_mutex_init(&lr->map_mu, NULL);
     pthread_mutex_init(&lr->conn_mu, NULL);
     pthread_mutex_init(&lr->stop_mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&lr->stop_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&lr->stop_cv);
 
     /* Try once now so a wrong address shows in the log at start-up; a Redis
      * that is down is not fatal: writes wait for it, reads go on. */

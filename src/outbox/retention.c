@@ -57,13 +57,7 @@ sleep_unless_stopped(struct retention *r, int64_t ms)
     struct timespec ts;
     bool stop;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    clock_mono_deadline(&ts, ms);
     pthread_mutex_lock(&r->mu);
     while (!r->stopping)
         if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT)
@@ -99,7 +93,6 @@ int
 retention_open(struct retention **out, const struct conf_store *cs, struct store *store)
 {
     struct retention *r;
-    pthread_condattr_t ca;
 
     *out = NULL;
     if (cs->retention_delivered_ms <= 0)
@@ -110,10 +103,7 @@ retention_open(struct retention **out, const struct conf_store *cs, struct store
     r->batch = cs->purge_batch > 0 ? cs->purge_batch : 1000;
     r->interval_ms = cs->purge_interval_ms > 0 ? cs->purge_interval_ms : 60000;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&r->cv);
     if (pthread_create(&r->thread, NULL, purge_main, r) != 0) {
         pthread_cond_destroy(&r->cv);
         pthread_mutex_destroy(&r->mu);

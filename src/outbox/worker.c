@@ -84,18 +84,6 @@ struct outbox {
 
 /* ==== waiting ==== */
 
-static void
-deadline_after(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
-}
-
 static bool
 stopping(struct outbox *ob)
 {
@@ -648,7 +636,7 @@ next_work(struct worker *w, struct outbox_row **rows, size_t *n, int64_t **pushe
             break;
         }
         struct timespec ts;
-        deadline_after(&ts, w->next_claim_ms - now);
+        clock_mono_deadline(&ts, w->next_claim_ms - now);
         pthread_cond_timedwait(&ob->cv, &ob->mu, &ts);
     }
     w->last_was_claim = what == WORK_CLAIM;
@@ -764,7 +752,6 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
             const char *node_id, struct sink **sinks, size_t nsinks)
 {
     struct outbox *ob = xcalloc(1, sizeof(*ob));
-    pthread_condattr_t ca;
     char node[STORE_ID_MAX];
     int rc = 0;
 
@@ -784,10 +771,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
     for (size_t i = 0; i < nsinks; i++)
         ob->sinks[i] = sinks[i];
     pthread_mutex_init(&ob->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ob->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&ob->cv);
     atomic_init(&ob->store_down, false);
 
     if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)

@@ -174,10 +174,7 @@ collect_room(const void *nodep, VISIT which, void *arg)
         return;
     if (m->r.closed || strcmp(m->r.app, c->app) != 0)
         return;
-    if (c->n == c->cap) {
-        c->cap = c->cap ? c->cap * 2 : 64;
-        c->v = xrealloc(c->v, c->cap * sizeof(*c->v));
-    }
+    c->v = xgrow(c->v, c->n, &c->cap, sizeof(*c->v));
     c->v[c->n++] = m;
 }
 
@@ -251,10 +248,7 @@ collect_app(const void *nodep, VISIT which, void *arg)
 
     if ((which != postorder && which != leaf) || strcmp(app, c->app) != 0)
         return;
-    if (c->n == c->cap) {
-        c->cap = c->cap ? c->cap * 2 : 64;
-        c->v = xrealloc(c->v, c->cap * sizeof(*c->v));
-    }
+    c->v = xgrow(c->v, c->n, &c->cap, sizeof(*c->v));
     c->v[c->n++] = e;
 }
 

@@ -346,12 +346,7 @@ flusher(void *arg)
     pthread_mutex_lock(&pr->stop_mu);
     while (!pr->stop) {
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += FLUSH_EVERY_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        clock_mono_deadline(&ts, FLUSH_EVERY_MS);
         pthread_cond_timedwait(&pr->stop_cv, &pr->stop_mu, &ts);
         if (pr->stop)
             break;
@@ -593,7 +588,6 @@ int
 projection_redis_open(struct projection **out, const struct conf *conf, char *err, size_t errlen)
 {
     struct projection_redis *pr = xcalloc(1, sizeof(*pr));
-    pthread_condattr_t ca;
 
     *out = NULL;
     if (redis_conn_init(&pr->conn, &conf->redis, err, errlen) != 0) {
@@ -607,10 +601,7 @@ projection_redis_open(struct projection **out, const struct conf *conf, char *er
     pthread_mutex_init(&pr->conn_mu, NULL);
     pthread_mutex_init(&pr->park_mu, NULL);
     pthread_mutex_init(&pr->stop_mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&pr->stop_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&pr->stop_cv);
     if (pthread_create(&pr->thread, NULL, flusher, pr) != 0) {
         snprintf(err, errlen, "projection: cannot start the flusher thread");
         rp_close(&pr->base);

@@ -259,10 +259,7 @@ static void
 pool_give(struct tim_client *c, CURL *h)
 {
     pthread_mutex_lock(&c->pool_mu);
-    if (c->npool == c->cappool) {
-        c->cappool = c->cappool ? 2 * c->cappool : 8;
-        c->pool = xrealloc(c->pool, c->cappool * sizeof(*c->pool));
-    }
+    c->pool = xgrow(c->pool, c->npool, &c->cappool, sizeof(*c->pool));
     c->pool[c->npool++] = h;
     pthread_mutex_unlock(&c->pool_mu);
 }

@@ -32,10 +32,7 @@ room_events_push(struct room_events *ev, const char *type, const ProtobufCMessag
 {
     struct room_event *e;
 
-    if (ev->n == ev->cap) {
-        ev->cap = ev->cap ? ev->cap * 2 : 4;
-        ev->v = xrealloc(ev->v, ev->cap * sizeof(*ev->v));
-    }
+    ev->v = xgrow(ev->v, ev->n, &ev->cap, sizeof(*ev->v));
     e = &ev->v[ev->n++];
     e->type = type;
     e->payload_len = protobuf_c_message_get_packed_size(m);

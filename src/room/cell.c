@@ -370,13 +370,7 @@ evict_main(void *arg)
 
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += every / 1000;
-        ts.tv_nsec += (every % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        clock_mono_deadline(&ts, every);
         pthread_cond_timedwait(&m->stop_cv, &m->mu, &ts);
         if (m->stop)
             break;
@@ -393,7 +387,6 @@ cell_map_open(struct cell_map **out, const struct conf *conf, struct store *stor
               struct lease *lease)
 {
     struct cell_map *m = xcalloc(1, sizeof(*m));
-    pthread_condattr_t ca;
 
     m->conf = conf;
     m->store = store;
@@ -401,10 +394,7 @@ cell_map_open(struct cell_map **out, const struct conf *conf, struct store *stor
     m->nbuckets = 256;
     m->buckets = xcalloc(m->nbuckets, sizeof(*m->buckets));
     pthread_mutex_init(&m->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->stop_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&m->stop_cv);
     if (conf->room.idle_evict_ms > 0) {
         if (pthread_create(&m->evictor, NULL, evict_main, m) != 0) {
             cell_map_close(m);

@@ -43,10 +43,7 @@ cmd_join_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
     if (rc->max_members > 0 && s->nmembers >= (size_t)rc->max_members)
         return apply_fail(e, ROOMD_ECONFLICT, "room_full", "room holds %d members already",
                           rc->max_members);
-    if (s->nmembers == s->cap_members) {
-        s->cap_members = s->cap_members ? s->cap_members * 2 : 8;
-        s->members = xrealloc(s->members, s->cap_members * sizeof(*s->members));
-    }
+    s->members = xgrow(s->members, s->nmembers, &s->cap_members, sizeof(*s->members));
     s->members[s->nmembers].uid = cmd->uid;
     s->members[s->nmembers].joined_at_ms = now_ms;
     s->nmembers++;

@@ -19,10 +19,7 @@ ban(struct room_state *s, int64_t uid, int64_t until_ms)
             s->bans[i].until_ms = until_ms;
             return;
         }
-    if (s->nbans == s->cap_bans) {
-        s->cap_bans = s->cap_bans ? s->cap_bans * 2 : 4;
-        s->bans = xrealloc(s->bans, s->cap_bans * sizeof(*s->bans));
-    }
+    s->bans = xgrow(s->bans, s->nbans, &s->cap_bans, sizeof(*s->bans));
     s->bans[s->nbans].uid = uid;
     s->bans[s->nbans].until_ms = until_ms;
     s->nbans++;

@@ -171,13 +171,7 @@ wait_ms(struct room_rebuild *rb, int64_t ms)
     struct timespec ts;
     bool stop;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    clock_mono_deadline(&ts, ms);
     pthread_mutex_lock(&rb->mu);
     while (!(stop = atomic_load(&rb->stop)))
         if (pthread_cond_timedwait(&rb->cv, &rb->mu, &ts) != 0)
@@ -224,7 +218,6 @@ room_rebuild_start(struct room_rebuild **out, const struct conf *conf, struct st
                    struct projection *p)
 {
     struct room_rebuild *rb = xcalloc(1, sizeof(*rb));
-    pthread_condattr_t ca;
 
     *out = NULL;
     rb->conf = conf;
@@ -232,10 +225,7 @@ room_rebuild_start(struct room_rebuild **out, const struct conf *conf, struct st
     rb->p = p;
     atomic_init(&rb->stop, false);
     pthread_mutex_init(&rb->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&rb->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&rb->cv);
     if (pthread_create(&rb->thread, NULL, rebuild_main, rb) != 0) {
         pthread_mutex_destroy(&rb->mu);
         pthread_cond_destroy(&rb->cv);

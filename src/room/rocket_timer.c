@@ -42,10 +42,7 @@ heap_push(struct rocket_timer *t, const struct wakeup *w)
 {
     size_t i;
 
-    if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 16;
-        t->heap = xrealloc(t->heap, t->cap * sizeof(*t->heap));
-    }
+    t->heap = xgrow(t->heap, t->n, &t->cap, sizeof(*t->heap));
     i = t->n++;
     while (i > 0 && t->heap[(i - 1) / 2].launch_at_ms > w->launch_at_ms) {
         t->heap[i] = t->heap[(i - 1) / 2];
@@ -123,13 +120,7 @@ timer_main(void *arg)
         }
         if (t->n > 0 && t->heap[0].launch_at_ms - now < wait_ms)
             wait_ms = t->heap[0].launch_at_ms - now;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += wait_ms / 1000;
-        ts.tv_nsec += (wait_ms % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        clock_mono_deadline(&ts, wait_ms);
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     }
     pthread_mutex_unlock(&t->mu);
@@ -140,14 +131,10 @@ int
 rocket_timer_open(struct rocket_timer **out, struct room_service *svc)
 {
     struct rocket_timer *t = xcalloc(1, sizeof(*t));
-    pthread_condattr_t ca;
 
     t->svc = svc;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&t->cv);
     if (pthread_create(&t->thread, NULL, timer_main, t) != 0) {
         pthread_mutex_destroy(&t->mu);
         pthread_cond_destroy(&t->cv);
