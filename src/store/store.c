@@ -1,7 +1,8 @@
 /*
- * store.c: backend selection and the parts every backend shares (status
- * names, freeing results, the thread-local error text, fault hooks). The SQL
- * lives in store_sqlite.c and store_mysql.c.
+ * store.c: backend selection and the parts every backend shares: status
+ * names and counts, the checks of a mutation, the last_error cut, freeing
+ * results, the thread-local error text, fault hooks. The SQL lives in
+ * store_sqlite.c and store_mysql.c.
  */
 #include "store/store.h"
 
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define LAST_ERROR_MAX 1000 /* bytes of room_outbox.last_error */
 
 static _Thread_local char errbuf[512];
 
@@ -35,6 +38,85 @@ outbox_status_parse(const char *name)
     if (strcmp(name, "published") == 0) /* legacy, read as delivered */
         return OUTBOX_DELIVERED;
     return -1;
+}
+
+enum outbox_status
+outbox_status_read(const char *name)
+{
+    int st = name != NULL ? outbox_status_parse(name) : -1;
+
+    return st < 0 ? OUTBOX_FAILED : (enum outbox_status)st;
+}
+
+void
+outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n)
+{
+    switch (outbox_status_read(name)) {
+    case OUTBOX_PENDING:
+        c->pending += n;
+        break;
+    case OUTBOX_DELIVERING:
+        c->delivering += n;
+        break;
+    case OUTBOX_DELIVERED:
+        c->delivered += n;
+        break;
+    case OUTBOX_RETRYABLE:
+        c->retryable += n;
+        break;
+    case OUTBOX_FAILED:
+        c->failed += n;
+        break;
+    }
+}
+
+size_t
+outbox_last_error_len(const char *last_error)
+{
+    size_t len = strlen(last_error);
+
+    if (len > LAST_ERROR_MAX) {
+        len = LAST_ERROR_MAX;
+        while (len > 0 && ((unsigned char)last_error[len] & 0xc0) == 0x80)
+            len--;
+    }
+    return len;
+}
+
+static int
+cmp_row_id(const void *a, const void *b)
+{
+    const struct outbox_row *x = a, *y = b;
+
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+void
+outbox_rows_sort(struct outbox_row *rows, size_t n)
+{
+    if (n > 1)
+        qsort(rows, n, sizeof(*rows), cmp_row_id);
+}
+
+int
+store_check_mutation(const struct mutation *m, bool exists, int64_t cur_version, int64_t cur_token)
+{
+    if (m->create && exists) {
+        store_set_errmsg("room %s/%s already exists", m->app_code, m->room_id);
+        return ROOMD_EEXIST;
+    }
+    if (!m->create && !exists) {
+        store_set_errmsg("room %s/%s not found", m->app_code, m->room_id);
+        return ROOMD_ENOTFOUND;
+    }
+    if (!m->create && (cur_version != m->version - 1 || m->fence_token < cur_token)) {
+        store_set_errmsg("room %s/%s fenced: at version %lld token %lld, mutation version %lld"
+                         " token %lld",
+                         m->app_code, m->room_id, (long long)cur_version, (long long)cur_token,
+                         (long long)m->version, (long long)m->fence_token);
+        return ROOMD_EFENCED;
+    }
+    return 0;
 }
 
 const char *

@@ -43,7 +43,7 @@
 
 struct conf_store;
 
-#define STORE_ID_MAX 64      /* app_code, room_id, command_id: at most 63 bytes */
+#define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
 
 enum outbox_status {
     OUTBOX_PENDING = 0,
@@ -58,19 +58,19 @@ int outbox_status_parse(const char *name);
 
 /* One event of a mutation, becoming one room_outbox row. */
 struct outbox_new {
-    char event_id[37];       /* UUIDv7 */
-    const char *event_type;  /* static string, "RoomCreated" ... */
-    uint8_t *payload;        /* packed protobuf payload, owned by the mutation */
+    char event_id[37];      /* UUIDv7 */
+    const char *event_type; /* static string, "RoomCreated" ... */
+    uint8_t *payload;       /* packed protobuf payload, owned by the mutation */
     size_t payload_len;
-    int64_t id;              /* out: room_outbox.id, set by store_save when the row was
-                              * inserted already claimed (mutation.locked_by) */
+    int64_t id; /* out: room_outbox.id, set by store_save when the row was
+                 * inserted already claimed (mutation.locked_by) */
 };
 
 /* The room's meta row after a mutation. */
 struct room_meta {
     int64_t owner_uid;
     const char *title;
-    const char *status;      /* "open" | "closed" */
+    const char *status; /* "open" | "closed" */
     int64_t version;
     const char *rocket_status; /* "idle" | "ignited" | "done" */
     const char *rocket_id;
@@ -88,17 +88,17 @@ struct mutation {
     char app_code[STORE_ID_MAX];
     char room_id[STORE_ID_MAX];
     char command_id[STORE_ID_MAX];
-    const char *command_type;   /* "CreateRoom", ... */
-    const char *request;        /* canonical request JSON (replayed on load) */
-    const char *response;       /* response JSON (returned on idempotent replay) */
-    int64_t version;            /* new room version; version-1 must be the current one */
-    int64_t created_at_ms;      /* the command's clock; replay uses it */
-    int64_t fence_token;        /* lease token; 0 with the local lease */
-    bool create;                /* first command of the room: INSERT rooms */
+    const char *command_type; /* "CreateRoom", ... */
+    const char *request;      /* canonical request JSON (replayed on load) */
+    const char *response;     /* response JSON (returned on idempotent replay) */
+    int64_t version;          /* new room version; version-1 must be the current one */
+    int64_t created_at_ms;    /* the command's clock; replay uses it */
+    int64_t fence_token;      /* lease token; 0 with the local lease */
+    bool create;              /* first command of the room: INSERT rooms */
     struct room_meta meta;
     struct outbox_new *events;
     size_t nevents;
-    const char *snapshot;       /* state JSON when a snapshot is due, else NULL */
+    const char *snapshot; /* state JSON when a snapshot is due, else NULL */
     int snapshots_keep;
     /* The outbox hand-off (outbox.h): when locked_by is set (non-NULL, not
      * ""), the outbox rows are inserted already claimed by it: status
@@ -128,12 +128,12 @@ void command_record_clear(struct command_record *r);
 /* What loading a room returns: the latest snapshot (NULL state when the
  * room has none yet) and the log entries after it, in version order. */
 struct room_load {
-    char *snapshot;             /* state JSON or NULL */
-    int64_t snapshot_version;   /* 0 when no snapshot */
+    char *snapshot;           /* state JSON or NULL */
+    int64_t snapshot_version; /* 0 when no snapshot */
     struct command_record *tail;
     size_t ntail;
-    int64_t version;            /* rooms.version */
-    int64_t fence_token;        /* rooms.fence_token */
+    int64_t version;     /* rooms.version */
+    int64_t fence_token; /* rooms.fence_token */
 };
 void room_load_clear(struct room_load *l);
 
@@ -150,7 +150,7 @@ struct outbox_row {
     size_t payload_len;
     enum outbox_status status;
     int retry_count;
-    uint32_t sinks_done;        /* bit per direct sink that already succeeded */
+    uint32_t sinks_done; /* bit per direct sink that already succeeded */
     int64_t next_retry_at_ms;
     int64_t lock_until_ms;
     char locked_by[STORE_ID_MAX];
@@ -163,14 +163,14 @@ void outbox_rows_free(struct outbox_row *rows, size_t n);
 /* The outcome of one delivery attempt, written fenced by locked_by. */
 struct outbox_result {
     int64_t id;
-    const char *locked_by;      /* the claimer; completion is refused otherwise */
-    enum outbox_status status;  /* DELIVERED | RETRYABLE | FAILED */
+    const char *locked_by;     /* the claimer; completion is refused otherwise */
+    enum outbox_status status; /* DELIVERED | RETRYABLE | FAILED */
     int retry_count;
     uint32_t sinks_done;
-    int64_t next_retry_at_ms;   /* RETRYABLE only */
-    const char *last_error;     /* NULL when delivered */
+    int64_t next_retry_at_ms; /* RETRYABLE only */
+    const char *last_error;   /* NULL when delivered */
     int64_t now_ms;
-    int rc;                     /* out: 0, or ROOMD_ESTALE when the fence refused */
+    int rc; /* out: 0, or ROOMD_ESTALE when the fence refused */
 };
 
 struct outbox_counts {
@@ -192,8 +192,8 @@ struct room_row {
     char app_code[STORE_ID_MAX];
     char room_id[STORE_ID_MAX];
     int64_t owner_uid;
-    char *title;                /* malloc'd */
-    char status[8];             /* "open" | "closed" */
+    char *title;    /* malloc'd */
+    char status[8]; /* "open" | "closed" */
     int64_t version;
     int64_t fence_token;
     int64_t created_at_ms;
@@ -209,8 +209,7 @@ struct store_ops {
     void (*close)(struct store *s);
     int (*find_command)(struct store *s, const char *app, const char *command_id,
                         struct command_record *out);
-    int (*load_room)(struct store *s, const char *app, const char *room_id,
-                     struct room_load *out);
+    int (*load_room)(struct store *s, const char *app, const char *room_id, struct room_load *out);
     int (*save)(struct store *s, struct mutation *const *muts, size_t n);
     int (*outbox_claim)(struct store *s, int64_t now_ms, int64_t lock_until_ms,
                         const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
@@ -226,8 +225,8 @@ struct store_ops {
     int (*wallet_refund)(struct store *s, const char *app, const char *ref_id);
     int (*wallet_topup)(struct store *s, const char *app, int64_t uid, int64_t amount,
                         const char *ref_id, int64_t initial_balance, int64_t *balance_after);
-    int (*wallet_balance)(struct store *s, const char *app, int64_t uid,
-                          int64_t initial_balance, int64_t *balance);
+    int (*wallet_balance)(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
+                          int64_t *balance);
     int (*rockets_pending)(struct store *s, struct rocket_pending **out, size_t *n);
     int (*rooms_list)(struct store *s, const char *after_app, const char *after_room,
                       bool open_only, int limit, struct room_row **rows, size_t *n);
@@ -251,8 +250,26 @@ void store_close(struct store *s);
 
 /* Detail text of the calling thread's last failed store call (thread-local). */
 const char *store_errmsg(void);
-/* Backends set the calling thread's detail text. */
+
+/* ---- For the backends: the rules both apply the same way (store.c). ---- */
+
+/* Sets the calling thread's detail text. */
 void store_set_errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Checks mutation m against the room's row as it is now (exists, its version
+ * and fence token). Returns 0, ROOMD_EEXIST (create of an existing room),
+ * ROOMD_ENOTFOUND (no room to change) or ROOMD_EFENCED (not the next version
+ * or an older lease token), with the detail text set. */
+int store_check_mutation(const struct mutation *m, bool exists, int64_t cur_version,
+                         int64_t cur_token);
+/* The status a room_outbox.status text reads as: unknown text reads as failed. */
+enum outbox_status outbox_status_read(const char *name);
+/* Adds n rows of status name (a GROUP BY status row) to c. */
+void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
+/* The length last_error is stored with: at most 1000 bytes, cut at a UTF-8
+ * character boundary. */
+size_t outbox_last_error_len(const char *last_error);
+/* Sorts rows by id (a claim returns its rows in id order). */
+void outbox_rows_sort(struct outbox_row *rows, size_t n);
 
 /* Looks up a command by its idempotency key. 0 and *out filled (clear with
  * command_record_clear), ROOMD_ENOTFOUND, or EUNAVAIL. */
@@ -261,8 +278,7 @@ int store_find_command(struct store *s, const char *app, const char *command_id,
 
 /* Loads a room: latest snapshot + log tail. 0, ROOMD_ENOTFOUND, or EUNAVAIL.
  * Clear *out with room_load_clear. */
-int store_load_room(struct store *s, const char *app, const char *room_id,
-                    struct room_load *out);
+int store_load_room(struct store *s, const char *app, const char *room_id, struct room_load *out);
 
 /*
  * Commits n mutations (n >= 1, different rooms, or the same room in version
@@ -329,8 +345,8 @@ int store_rockets_pending(struct store *s, struct rocket_pending **out, size_t *
  * rows, free with room_rows_free. 0 (possibly *n == 0) or EUNAVAIL/EIO.
  * Reads a primary key range, takes no lock.
  */
-int store_rooms_list(struct store *s, const char *after_app, const char *after_room,
-                     bool open_only, int limit, struct room_row **rows, size_t *n);
+int store_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
+                     int limit, struct room_row **rows, size_t *n);
 
 /*
  * A new lease owner claims the room before loading it: raises

@@ -274,8 +274,7 @@ static const char *const sql_text[S_COUNT] = {
 
 /* ==== The handle and its connection pool ==== */
 
-#define MAXP 20             /* parameters or result columns of one statement */
-#define LAST_ERROR_MAX 1000 /* bytes, cut at a UTF-8 boundary (as SQLite) */
+#define MAXP 20 /* parameters or result columns of one statement */
 #define PURGE_CHUNK 500
 
 struct conn {
@@ -503,13 +502,7 @@ pool_get(struct mstore *s, struct conn **out)
     struct timespec dl;
     int rc = 0;
 
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += s->checkout_wait_ms / 1000;
-    dl.tv_nsec += (s->checkout_wait_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    clock_mono_deadline(&dl, s->checkout_wait_ms);
     pthread_mutex_lock(&s->mu);
     while (s->nfree == 0 && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&s->cv, &s->mu, &dl);
@@ -720,6 +713,16 @@ st_fetch(struct conn *c, struct rows *r)
         if (r->types[k] != 'i')
             r->s[k][r->nul[k] ? 0 : r->len[k]] = '\0';
     return 1;
+}
+
+/* st_query for at most one row: 1 with it in r, 0 none, or a negative code.
+ * rows_done(r) after, either way. */
+static int
+st_query_one(struct conn *c, enum sid id, struct params *p, struct rows *r, const char *types)
+{
+    int rc = st_query(c, id, p, r, types);
+
+    return rc != 0 ? rc : st_fetch(c, r);
 }
 
 static int64_t
@@ -1050,7 +1053,6 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     const struct conf_mysql *mc = &cs->mysql;
     const char *pw = mc->password ? mc->password : "";
     struct mstore *s;
-    pthread_condattr_t ca;
     int rc;
 
     *out = NULL;
@@ -1097,10 +1099,7 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     for (int i = s->nconns - 1; i >= 0; i--)
         s->freelist[s->nfree++] = i;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&s->cv);
 
     /* The first connection, kept in the pool, runs the migrations. */
     if ((rc = conn_connect(s, &s->conns[0])) != 0) {
@@ -1136,8 +1135,6 @@ read_command(const struct rows *r, struct command_record *out)
 static void
 read_outbox(const struct rows *r, struct outbox_row *o)
 {
-    int st;
-
     memset(o, 0, sizeof(*o));
     o->id = r_i64(r, 0);
     strlcpy_(o->event_id, r_str(r, 1), sizeof(o->event_id));
@@ -1149,8 +1146,7 @@ read_outbox(const struct rows *r, struct outbox_row *o)
     o->payload_len = r->len[7];
     o->payload = xmalloc(o->payload_len + 1);
     memcpy(o->payload, r->s[7], o->payload_len);
-    st = outbox_status_parse(r_str(r, 8));
-    o->status = st < 0 ? OUTBOX_FAILED : (enum outbox_status)st;
+    o->status = outbox_status_read(r_str(r, 8));
     o->retry_count = (int)r_i64(r, 9);
     o->sinks_done = (uint32_t)r_i64(r, 10);
     o->next_retry_at_ms = r_i64(r, 11);
@@ -1170,10 +1166,7 @@ read_outbox_rows(struct conn *c, struct rows *r, struct outbox_row **rows, size_
     int rc;
 
     while ((rc = st_fetch(c, r)) == 1) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            *rows = xrealloc(*rows, cap * sizeof(**rows));
-        }
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
         read_outbox(r, &(*rows)[(*n)++]);
     }
     return rc;
@@ -1196,14 +1189,11 @@ find_command_fn(struct conn *c, void *arg)
 
     p_str(&p, x->app);
     p_str(&p, x->command_id);
-    if ((rc = st_query(c, S_FIND_COMMAND, &p, &r, CMD_TYPES)) == 0) {
-        rc = st_fetch(c, &r);
-        if (rc == 1) {
-            read_command(&r, x->out);
-            rc = 0;
-        } else if (rc == 0) {
-            rc = ROOMD_ENOTFOUND;
-        }
+    if ((rc = st_query_one(c, S_FIND_COMMAND, &p, &r, CMD_TYPES)) == 1) {
+        read_command(&r, x->out);
+        rc = 0;
+    } else if (rc == 0) {
+        rc = ROOMD_ENOTFOUND;
     }
     rows_done(&r);
     return rc;
@@ -1239,9 +1229,7 @@ load_room_fn(struct conn *c, void *arg)
     room_load_clear(l);
     p_str(&p, x->app);
     p_str(&p, x->room_id);
-    if ((rc = st_query(c, S_ROOM_HEAD, &p, &r, "ii")) != 0)
-        goto out;
-    if ((rc = st_fetch(c, &r)) <= 0) {
+    if ((rc = st_query_one(c, S_ROOM_HEAD, &p, &r, "ii")) <= 0) {
         rc = rc == 0 ? ROOMD_ENOTFOUND : rc;
         goto out;
     }
@@ -1250,9 +1238,7 @@ load_room_fn(struct conn *c, void *arg)
     rows_done(&r);
 
     p_i64(&p, l->version);
-    if ((rc = st_query(c, S_SNAP_LATEST, &p, &r, "is")) != 0)
-        goto out;
-    if ((rc = st_fetch(c, &r)) < 0)
+    if ((rc = st_query_one(c, S_SNAP_LATEST, &p, &r, "is")) < 0)
         goto out;
     if (rc == 1) {
         l->snapshot_version = r_i64(&r, 0);
@@ -1266,10 +1252,7 @@ load_room_fn(struct conn *c, void *arg)
     if ((rc = st_query(c, S_LOG_TAIL, &p, &r, CMD_TYPES)) != 0)
         goto out;
     while ((rc = st_fetch(c, &r)) == 1) {
-        if (l->ntail == cap) {
-            cap = cap ? cap * 2 : 16;
-            l->tail = xrealloc(l->tail, cap * sizeof(*l->tail));
-        }
+        l->tail = xgrow(l->tail, l->ntail, &cap, sizeof(*l->tail));
         read_command(&r, &l->tail[l->ntail++]);
     }
 out:
@@ -1443,7 +1426,7 @@ save_snapshot(struct conn *c, const struct mutation *m)
         return rc;
     p.n = 2;
     p_i64(&p, m->snapshots_keep > 1 ? m->snapshots_keep : 1);
-    if ((rc = st_query(c, S_SNAP_NTH, &p, &r, "i")) == 0 && (rc = st_fetch(c, &r)) == 1)
+    if ((rc = st_query_one(c, S_SNAP_NTH, &p, &r, "i")) == 1)
         cut = r_i64(&r, 0);
     rows_done(&r);
     if (rc < 0 || cut == 0)
@@ -1606,35 +1589,20 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     struct bulk ob;
     uint64_t aff = 0;
     int64_t cur_version = 0, cur_token = 0;
-    bool exists;
     int rc;
 
     *fatal = 0;
     p_str(&p, m->app_code);
     p_str(&p, m->room_id);
-    if ((rc = st_query(c, S_ROOM_FENCE, &p, &r, "ii")) == 0 && (rc = st_fetch(c, &r)) == 1) {
+    if ((rc = st_query_one(c, S_ROOM_FENCE, &p, &r, "ii")) == 1) {
         cur_version = r_i64(&r, 0);
         cur_token = r_i64(&r, 1);
     }
     rows_done(&r);
     if (rc < 0)
         return *fatal = rc;
-    exists = rc == 1;
-    if (m->create && exists) {
-        store_set_errmsg("room %s/%s already exists", m->app_code, m->room_id);
-        return ROOMD_EEXIST;
-    }
-    if (!m->create && !exists) {
-        store_set_errmsg("room %s/%s not found", m->app_code, m->room_id);
-        return ROOMD_ENOTFOUND;
-    }
-    if (!m->create && (cur_version != m->version - 1 || m->fence_token < cur_token)) {
-        store_set_errmsg("room %s/%s fenced: at version %lld token %lld, mutation version %lld"
-                         " token %lld",
-                         m->app_code, m->room_id, (long long)cur_version, (long long)cur_token,
-                         (long long)m->version, (long long)m->fence_token);
-        return ROOMD_EFENCED;
-    }
+    if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
+        return rc;
 
     rc = exec_one(c, S_LOG_INSERT, LOG_TYPES, m, fill_log, NULL);
     if (rc != 0) {
@@ -1732,14 +1700,6 @@ my_save(struct store *s, struct mutation *const *muts, size_t n)
 
 /* ==== Outbox: claim, complete, list, get, replay, counts, purge ==== */
 
-static int
-cmp_row_id(const void *a, const void *b)
-{
-    const struct outbox_row *x = a, *y = b;
-
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
 struct claim_ctx {
     int64_t now, until;
     const char *by;
@@ -1783,8 +1743,7 @@ claim_fn(struct conn *c, void *arg)
         rc = tx_commit(c);
     if (rc != 0)
         return rc;
-    if (x->n > 1) /* by id, as SQLite returns them */
-        qsort(x->rows, x->n, sizeof(*x->rows), cmp_row_id);
+    outbox_rows_sort(x->rows, x->n); /* by id, as SQLite returns them */
     for (size_t i = 0; i < x->n; i++) {
         x->rows[i].status = OUTBOX_DELIVERING;
         x->rows[i].lock_until_ms = x->until;
@@ -1832,18 +1791,10 @@ fill_complete(struct bulk *k, size_t row, const struct outbox_result *r)
         bk_null(k, 3, row);
         bk_null(k, 5, row);
     }
-    if (r->last_error != NULL) {
-        size_t len = strlen(r->last_error);
-
-        if (len > LAST_ERROR_MAX) {
-            len = LAST_ERROR_MAX;
-            while (len > 0 && ((unsigned char)r->last_error[len] & 0xc0) == 0x80)
-                len--;
-        }
-        bk_bytes(k, 4, row, r->last_error, len);
-    } else {
+    if (r->last_error != NULL)
+        bk_bytes(k, 4, row, r->last_error, outbox_last_error_len(r->last_error));
+    else
         bk_null(k, 4, row);
-    }
     bk_i64(k, 6, row, r->now_ms);
     if (r->status == OUTBOX_DELIVERED)
         bk_i64(k, 7, row, r->now_ms);
@@ -1979,14 +1930,11 @@ get_fn(struct conn *c, void *arg)
     int rc;
 
     p_str(&p, x->event_id);
-    if ((rc = st_query(c, S_GET, &p, &r, OUTBOX_TYPES)) == 0) {
-        rc = st_fetch(c, &r);
-        if (rc == 1) {
-            read_outbox(&r, x->out);
-            rc = 0;
-        } else if (rc == 0) {
-            rc = ROOMD_ENOTFOUND;
-        }
+    if ((rc = st_query_one(c, S_GET, &p, &r, OUTBOX_TYPES)) == 1) {
+        read_outbox(&r, x->out);
+        rc = 0;
+    } else if (rc == 0) {
+        rc = ROOMD_ENOTFOUND;
     }
     rows_done(&r);
     return rc;
@@ -2022,11 +1970,8 @@ replay_fn(struct conn *c, void *arg)
         return rc;
     memset(&p, 0, sizeof(p));
     p_str(&p, x->event_id);
-    if ((rc = st_query(c, S_STATUS_OF, &p, &r, "s")) == 0) {
-        rc = st_fetch(c, &r);
-        if (rc >= 0)
-            rc = rc == 1 ? ROOMD_ECONFLICT : ROOMD_ENOTFOUND;
-    }
+    if ((rc = st_query_one(c, S_STATUS_OF, &p, &r, "s")) >= 0)
+        rc = rc == 1 ? ROOMD_ECONFLICT : ROOMD_ENOTFOUND;
     rows_done(&r);
     if (rc == ROOMD_ECONFLICT)
         store_set_errmsg("outbox row %s is not failed", x->event_id);
@@ -2052,31 +1997,12 @@ counts_fn(struct conn *c, void *arg)
     memset(o, 0, sizeof(*o));
     if ((rc = st_query(c, S_COUNTS, &p, &r, "si")) != 0)
         goto out;
-    while ((rc = st_fetch(c, &r)) == 1) {
-        int64_t v = r_i64(&r, 1);
-
-        switch (outbox_status_parse(r_str(&r, 0))) {
-        case OUTBOX_PENDING:
-            o->pending += v;
-            break;
-        case OUTBOX_DELIVERING:
-            o->delivering += v;
-            break;
-        case OUTBOX_DELIVERED:
-            o->delivered += v;
-            break;
-        case OUTBOX_RETRYABLE:
-            o->retryable += v;
-            break;
-        default:
-            o->failed += v;
-            break;
-        }
-    }
+    while ((rc = st_fetch(c, &r)) == 1)
+        outbox_counts_add(o, r_str(&r, 0), r_i64(&r, 1));
     if (rc < 0)
         goto out;
     rows_done(&r);
-    if ((rc = st_query(c, S_OLDEST, &p, &r, "i")) == 0 && (rc = st_fetch(c, &r)) >= 0) {
+    if ((rc = st_query_one(c, S_OLDEST, &p, &r, "i")) >= 0) {
         o->oldest_undelivered_ms = rc == 1 ? r_i64(&r, 0) : 0;
         rc = 0;
     }
@@ -2159,14 +2085,11 @@ lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int6
     if ((rc = st_exec(c, S_ACCT_ENSURE, &p, NULL)) != 0)
         return rc;
     p.n = 2;
-    if ((rc = st_query(c, S_ACCT_LOCK, &p, &r, "i")) == 0) {
-        rc = st_fetch(c, &r);
-        if (rc == 1) {
-            *balance = r_i64(&r, 0);
-            rc = 0;
-        } else if (rc == 0) {
-            rc = ROOMD_EINTERNAL;
-        }
+    if ((rc = st_query_one(c, S_ACCT_LOCK, &p, &r, "i")) == 1) {
+        *balance = r_i64(&r, 0);
+        rc = 0;
+    } else if (rc == 0) {
+        rc = ROOMD_EINTERNAL;
     }
     rows_done(&r);
     return rc;
@@ -2182,7 +2105,7 @@ account_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, i
 
     p_str(&p, app);
     p_i64(&p, uid);
-    if ((rc = st_query(c, S_ACCT_GET, &p, &r, "i")) == 0 && (rc = st_fetch(c, &r)) >= 0) {
+    if ((rc = st_query_one(c, S_ACCT_GET, &p, &r, "i")) >= 0) {
         *balance = rc == 1 ? r_i64(&r, 0) : initial;
         rc = 0;
     }
@@ -2215,14 +2138,11 @@ ledger_get(struct conn *c, const char *app, const char *ref_id, const char *kind
     p_str(&p, app);
     p_str(&p, ref_id);
     p_str(&p, kind);
-    if ((rc = st_query(c, S_LEDGER_GET, &p, &r, "ii")) == 0) {
-        rc = st_fetch(c, &r);
-        if (rc == 1) {
-            if (uid != NULL)
-                *uid = r_i64(&r, 0);
-            if (amount != NULL)
-                *amount = r_i64(&r, 1);
-        }
+    if ((rc = st_query_one(c, S_LEDGER_GET, &p, &r, "ii")) == 1) {
+        if (uid != NULL)
+            *uid = r_i64(&r, 0);
+        if (amount != NULL)
+            *amount = r_i64(&r, 1);
     }
     rows_done(&r);
     return rc;
@@ -2413,6 +2333,17 @@ my_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial
 
 /* ==== Rockets ==== */
 
+static void
+read_rocket(const struct rows *r, struct rocket_pending *rp)
+{
+    memset(rp, 0, sizeof(*rp));
+    strlcpy_(rp->app_code, r_str(r, 0), sizeof(rp->app_code));
+    strlcpy_(rp->room_id, r_str(r, 1), sizeof(rp->room_id));
+    strlcpy_(rp->rocket_id, r_str(r, 2), sizeof(rp->rocket_id));
+    rp->level = (int)r_i64(r, 3);
+    rp->launch_at_ms = r_i64(r, 4);
+}
+
 struct rockets_ctx {
     struct rocket_pending *out;
     size_t n;
@@ -2432,19 +2363,8 @@ rockets_fn(struct conn *c, void *arg)
     x->n = 0;
     if ((rc = st_query(c, S_ROCKETS, &p, &r, "sssii")) == 0) {
         while ((rc = st_fetch(c, &r)) == 1) {
-            struct rocket_pending *rp;
-
-            if (x->n == cap) {
-                cap = cap ? cap * 2 : 16;
-                x->out = xrealloc(x->out, cap * sizeof(*x->out));
-            }
-            rp = &x->out[x->n++];
-            memset(rp, 0, sizeof(*rp));
-            strlcpy_(rp->app_code, r_str(&r, 0), sizeof(rp->app_code));
-            strlcpy_(rp->room_id, r_str(&r, 1), sizeof(rp->room_id));
-            strlcpy_(rp->rocket_id, r_str(&r, 2), sizeof(rp->rocket_id));
-            rp->level = (int)r_i64(&r, 3);
-            rp->launch_at_ms = r_i64(&r, 4);
+            x->out = xgrow(x->out, x->n, &cap, sizeof(*x->out));
+            read_rocket(&r, &x->out[x->n++]);
         }
     }
     rows_done(&r);
@@ -2468,6 +2388,23 @@ my_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n)
 }
 
 /* ==== Rooms: listing (projection rebuild) and the lease fence claim ==== */
+
+static void
+read_room_row(const struct rows *r, struct room_row *rr)
+{
+    const char *title = r_str(r, 3), *status = r_str(r, 4);
+
+    memset(rr, 0, sizeof(*rr));
+    strlcpy_(rr->app_code, r_str(r, 0), sizeof(rr->app_code));
+    strlcpy_(rr->room_id, r_str(r, 1), sizeof(rr->room_id));
+    rr->owner_uid = r_i64(r, 2);
+    rr->title = xstrdup(title ? title : "");
+    strlcpy_(rr->status, status ? status : "", sizeof(rr->status));
+    rr->version = r_i64(r, 5);
+    rr->fence_token = r_i64(r, 6);
+    rr->created_at_ms = r_i64(r, 7);
+    rr->updated_at_ms = r_i64(r, 8);
+}
 
 struct rooms_list_ctx {
     const char *after_app, *after_room;
@@ -2496,24 +2433,8 @@ rooms_list_fn(struct conn *c, void *arg)
     p_i64(&p, x->limit);
     if ((rc = st_query(c, S_ROOMS_LIST, &p, &r, "ssissiiii")) == 0) {
         while ((rc = st_fetch(c, &r)) == 1) {
-            struct room_row *rr;
-            const char *title = r_str(&r, 3), *status = r_str(&r, 4);
-
-            if (x->n == cap) {
-                cap = cap ? cap * 2 : 16;
-                x->rows = xrealloc(x->rows, cap * sizeof(*x->rows));
-            }
-            rr = &x->rows[x->n++];
-            memset(rr, 0, sizeof(*rr));
-            strlcpy_(rr->app_code, r_str(&r, 0), sizeof(rr->app_code));
-            strlcpy_(rr->room_id, r_str(&r, 1), sizeof(rr->room_id));
-            rr->owner_uid = r_i64(&r, 2);
-            rr->title = xstrdup(title ? title : "");
-            strlcpy_(rr->status, status ? status : "", sizeof(rr->status));
-            rr->version = r_i64(&r, 5);
-            rr->fence_token = r_i64(&r, 6);
-            rr->created_at_ms = r_i64(&r, 7);
-            rr->updated_at_ms = r_i64(&r, 8);
+            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
+            read_room_row(&r, &x->rows[x->n++]);
         }
     }
     rows_done(&r);
@@ -2562,7 +2483,7 @@ fence_room_fn(struct conn *c, void *arg)
     p.n = 0;
     p_str(&p, x->app);
     p_str(&p, x->room_id);
-    if ((rc = st_query(c, S_ROOM_HEAD, &p, &r, "ii")) == 0 && (rc = st_fetch(c, &r)) == 1) {
+    if ((rc = st_query_one(c, S_ROOM_HEAD, &p, &r, "ii")) == 1) {
         store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", x->app, x->room_id,
                          (long long)r_i64(&r, 1), (long long)x->token);
         rc = ROOMD_EFENCED;

@@ -19,7 +19,6 @@
 #include <string.h>
 
 #define NREADERS 4
-#define LAST_ERROR_MAX 1000
 
 /* ==== Schema: migration i+1 is migrations[i]; never edit one, add one ==== */
 
@@ -289,6 +288,18 @@ run(struct conn *c, enum stmt_id id)
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
         return sq_fail(c->db, rc, stmt_sql[id]);
     return 0;
+}
+
+/* Steps q for at most one row: 1 a row is there to read, 0 there is none, or
+ * the failure's code. The caller reads the row, then calls done(q) either way. */
+static int
+step_one(struct conn *c, sqlite3_stmt *q, const char *what)
+{
+    int step = sqlite3_step(q);
+
+    if (step == SQLITE_ROW)
+        return 1;
+    return step == SQLITE_DONE ? 0 : sq_fail(c->db, step, what);
 }
 
 static void
@@ -582,22 +593,19 @@ sq_find_command(struct store *st, const char *app, const char *command_id,
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = reader_get(s);
     sqlite3_stmt *q = stmt(c, ST_FIND_COMMAND);
-    int rc = ROOMD_EIO, step;
+    int rc = ROOMD_EIO;
 
     memset(out, 0, sizeof(*out));
     if (q == NULL)
         goto out;
     bind_text(q, 1, app);
     bind_text(q, 2, command_id);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
+    if ((rc = step_one(c, q, "find_command")) == 1) {
         read_record(q, out);
         rc = 0;
-    } else if (step == SQLITE_DONE) {
+    } else if (rc == 0) {
         store_set_errmsg("command %s not found", command_id);
         rc = ROOMD_ENOTFOUND;
-    } else {
-        rc = sq_fail(c->db, step, "find_command");
     }
     done(q);
 out:
@@ -623,45 +631,37 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
         goto out;
     bind_text(q, 1, app);
     bind_text(q, 2, room_id);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
+    if ((rc = step_one(c, q, "load_room")) == 1) {
         out->version = sqlite3_column_int64(q, 0);
         out->fence_token = sqlite3_column_int64(q, 1);
     }
     done(q);
-    if (step == SQLITE_DONE) {
+    if (rc == 0) {
         store_set_errmsg("room %s/%s not found", app, room_id);
         rc = ROOMD_ENOTFOUND;
-        goto out;
     }
-    if (step != SQLITE_ROW) {
-        rc = sq_fail(c->db, step, "load_room");
+    if (rc < 0)
         goto out;
-    }
+    rc = ROOMD_EIO;
     if ((q = stmt(c, ST_LOAD_SNAP)) == NULL)
         goto out;
     bind_text(q, 1, app);
     bind_text(q, 2, room_id);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
+    if ((rc = step_one(c, q, "load_room snapshot")) == 1) {
         out->snapshot_version = sqlite3_column_int64(q, 0);
         out->snapshot = col_strdup(q, 1);
     }
     done(q);
-    if (step != SQLITE_ROW && step != SQLITE_DONE) {
-        rc = sq_fail(c->db, step, "load_room snapshot");
+    if (rc < 0)
         goto out;
-    }
+    rc = ROOMD_EIO;
     if ((q = stmt(c, ST_LOAD_TAIL)) == NULL)
         goto out;
     bind_text(q, 1, app);
     bind_text(q, 2, room_id);
     sqlite3_bind_int64(q, 3, out->snapshot_version);
     while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        if (out->ntail == cap) {
-            cap = cap ? cap * 2 : 16;
-            out->tail = xrealloc(out->tail, cap * sizeof(*out->tail));
-        }
+        out->tail = xgrow(out->tail, out->ntail, &cap, sizeof(*out->tail));
         read_record(q, &out->tail[out->ntail++]);
     }
     done(q);
@@ -718,8 +718,7 @@ static int
 save_one(struct conn *c, struct mutation *m, int *fatal)
 {
     sqlite3_stmt *q;
-    int rc, step;
-    bool exists = false;
+    int rc;
     int64_t cur_version = 0, cur_token = 0;
 
     *fatal = 0;
@@ -728,30 +727,15 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         return *fatal = ROOMD_EIO;
     bind_text(q, 1, m->app_code);
     bind_text(q, 2, m->room_id);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
-        exists = true;
+    if ((rc = step_one(c, q, "save fence")) == 1) {
         cur_version = sqlite3_column_int64(q, 0);
         cur_token = sqlite3_column_int64(q, 1);
     }
     done(q);
-    if (step != SQLITE_ROW && step != SQLITE_DONE)
-        return *fatal = sq_fail(c->db, step, "save fence");
-    if (m->create && exists) {
-        store_set_errmsg("room %s/%s already exists", m->app_code, m->room_id);
-        return ROOMD_EEXIST;
-    }
-    if (!m->create && !exists) {
-        store_set_errmsg("room %s/%s not found", m->app_code, m->room_id);
-        return ROOMD_ENOTFOUND;
-    }
-    if (!m->create && (cur_version != m->version - 1 || m->fence_token < cur_token)) {
-        store_set_errmsg("room %s/%s fenced: at version %lld token %lld, mutation version %lld"
-                         " token %lld",
-                         m->app_code, m->room_id, (long long)cur_version, (long long)cur_token,
-                         (long long)m->version, (long long)m->fence_token);
-        return ROOMD_EFENCED;
-    }
+    if (rc < 0)
+        return *fatal = rc;
+    if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
+        return rc;
 
     /* Command log: the idempotency key and the version fence. */
     if ((q = stmt(c, ST_LOG_INSERT)) == NULL)
@@ -771,14 +755,14 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
             return *fatal = ROOMD_EIO;
         bind_text(q, 1, m->app_code);
         bind_text(q, 2, m->command_id);
-        step = sqlite3_step(q);
+        rc = step_one(c, q, "save command log lookup");
         done(q);
-        if (step == SQLITE_ROW) {
+        if (rc == 1) {
             store_set_errmsg("command_id %s already used", m->command_id);
             return ROOMD_EREUSED;
         }
-        if (step != SQLITE_DONE)
-            return *fatal = sq_fail(c->db, step, "save command log lookup");
+        if (rc < 0)
+            return *fatal = rc;
         store_set_errmsg("room %s/%s version %lld already taken", m->app_code, m->room_id,
                          (long long)m->version);
         return ROOMD_EFENCED;
@@ -907,7 +891,6 @@ static void
 read_row(sqlite3_stmt *q, struct outbox_row *r)
 {
     const void *p;
-    int status;
 
     memset(r, 0, sizeof(*r));
     r->id = sqlite3_column_int64(q, 0);
@@ -922,8 +905,7 @@ read_row(sqlite3_stmt *q, struct outbox_row *r)
     r->payload = xmalloc(r->payload_len ? r->payload_len : 1);
     if (r->payload_len)
         memcpy(r->payload, p, r->payload_len);
-    status = outbox_status_parse((const char *)sqlite3_column_text(q, 8));
-    r->status = status < 0 ? OUTBOX_FAILED : (enum outbox_status)status;
+    r->status = outbox_status_read((const char *)sqlite3_column_text(q, 8));
     r->retry_count = sqlite3_column_int(q, 9);
     r->sinks_done = (uint32_t)sqlite3_column_int64(q, 10);
     r->next_retry_at_ms = sqlite3_column_int64(q, 11);
@@ -942,24 +924,13 @@ read_rows(struct conn *c, sqlite3_stmt *q, struct outbox_row **rows, size_t *n, 
     int step;
 
     while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            *rows = xrealloc(*rows, cap * sizeof(**rows));
-        }
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
         read_row(q, &(*rows)[(*n)++]);
     }
     done(q);
     if (step != SQLITE_DONE)
         return sq_fail(c->db, step, what);
     return 0;
-}
-
-static int
-cmp_row_id(const void *a, const void *b)
-{
-    const struct outbox_row *x = a, *y = b;
-
-    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 static int
@@ -999,8 +970,7 @@ out:
         *n = 0;
         return rc;
     }
-    if (*n > 1)
-        qsort(*rows, *n, sizeof(**rows), cmp_row_id);
+    outbox_rows_sort(*rows, *n);
     return 0;
 }
 
@@ -1016,7 +986,6 @@ sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n)
         goto out;
     for (size_t i = 0; i < n; i++) {
         struct outbox_result *r = &res[i];
-        char err[LAST_ERROR_MAX + 1];
 
         if ((q = stmt(c, ST_COMPLETE)) == NULL) {
             rc = ROOMD_EIO;
@@ -1028,20 +997,11 @@ sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n)
         sqlite3_bind_int(q, 4, r->retry_count);
         sqlite3_bind_int64(q, 5, (int64_t)r->sinks_done);
         sqlite3_bind_int64(q, 6, r->status == OUTBOX_RETRYABLE ? r->next_retry_at_ms : 0);
-        if (r->last_error != NULL) {
-            /* Truncate at 1000 bytes, not inside a UTF-8 sequence. */
-            size_t len = strlcpy_(err, r->last_error, sizeof(err));
-
-            if (len > LAST_ERROR_MAX) {
-                len = LAST_ERROR_MAX;
-                while (len > 0 && ((unsigned char)err[len] & 0xc0) == 0x80)
-                    len--;
-                err[len] = '\0';
-            }
-            sqlite3_bind_text(q, 7, err, -1, SQLITE_STATIC);
-        } else {
+        if (r->last_error != NULL)
+            sqlite3_bind_text(q, 7, r->last_error, (int)outbox_last_error_len(r->last_error),
+                              SQLITE_STATIC);
+        else
             sqlite3_bind_null(q, 7);
-        }
         if (r->status == OUTBOX_RETRYABLE)
             sqlite3_bind_int64(q, 8, r->next_retry_at_ms);
         else
@@ -1103,21 +1063,18 @@ sq_outbox_get(struct store *st, const char *event_id, struct outbox_row *out)
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = reader_get(s);
     sqlite3_stmt *q = stmt(c, ST_GET);
-    int rc = ROOMD_EIO, step;
+    int rc = ROOMD_EIO;
 
     memset(out, 0, sizeof(*out));
     if (q == NULL)
         goto out;
     bind_text(q, 1, event_id);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
+    if ((rc = step_one(c, q, "get")) == 1) {
         read_row(q, out);
         rc = 0;
-    } else if (step == SQLITE_DONE) {
+    } else if (rc == 0) {
         store_set_errmsg("event %s not found", event_id);
         rc = ROOMD_ENOTFOUND;
-    } else {
-        rc = sq_fail(c->db, step, "get");
     }
     done(q);
 out:
@@ -1131,7 +1088,7 @@ sq_outbox_replay(struct store *st, const char *event_id, int64_t now_ms)
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = writer_get(s);
     sqlite3_stmt *q = stmt(c, ST_REPLAY);
-    int rc = ROOMD_EIO, step;
+    int rc = ROOMD_EIO;
 
     if (q == NULL)
         goto out;
@@ -1145,15 +1102,12 @@ sq_outbox_replay(struct store *st, const char *event_id, int64_t now_ms)
         goto out;
     }
     bind_text(q, 1, event_id);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
+    if ((rc = step_one(c, q, "replay lookup")) == 1) {
         store_set_errmsg("event %s is %s, not failed", event_id, sqlite3_column_text(q, 0));
         rc = ROOMD_ECONFLICT;
-    } else if (step == SQLITE_DONE) {
+    } else if (rc == 0) {
         store_set_errmsg("event %s not found", event_id);
         rc = ROOMD_ENOTFOUND;
-    } else {
-        rc = sq_fail(c->db, step, "replay lookup");
     }
     done(q);
 out:
@@ -1175,27 +1129,8 @@ sq_outbox_counts(struct store *st, struct outbox_counts *out)
     rc = ROOMD_EIO;
     if ((q = stmt(c, ST_COUNTS)) == NULL)
         goto out;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        int64_t k = sqlite3_column_int64(q, 1);
-
-        switch (outbox_status_parse((const char *)sqlite3_column_text(q, 0))) {
-        case OUTBOX_PENDING:
-            out->pending += k;
-            break;
-        case OUTBOX_DELIVERING:
-            out->delivering += k;
-            break;
-        case OUTBOX_DELIVERED:
-            out->delivered += k;
-            break;
-        case OUTBOX_RETRYABLE:
-            out->retryable += k;
-            break;
-        default:
-            out->failed += k;
-            break;
-        }
-    }
+    while ((step = sqlite3_step(q)) == SQLITE_ROW)
+        outbox_counts_add(out, (const char *)sqlite3_column_text(q, 0), sqlite3_column_int64(q, 1));
     done(q);
     if (step != SQLITE_DONE) {
         rc = sq_fail(c->db, step, "counts");
@@ -1203,15 +1138,11 @@ sq_outbox_counts(struct store *st, struct outbox_counts *out)
     }
     if ((q = stmt(c, ST_OLDEST)) == NULL)
         goto out;
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW)
+    if ((rc = step_one(c, q, "counts oldest")) == 1)
         out->oldest_undelivered_ms = sqlite3_column_int64(q, 0);
     done(q);
-    if (step != SQLITE_ROW) {
-        rc = sq_fail(c->db, step, "counts oldest");
-        goto out;
-    }
-    rc = run(c, ST_COMMIT);
+    if (rc >= 0)
+        rc = run(c, ST_COMMIT);
 out:
     reader_put(s, c);
     return rc;
@@ -1245,18 +1176,16 @@ static int
 w_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
     sqlite3_stmt *q = stmt(c, ST_W_BALANCE);
-    int step;
+    int rc;
 
     if (q == NULL)
         return ROOMD_EIO;
     bind_text(q, 1, app);
     sqlite3_bind_int64(q, 2, uid);
-    step = sqlite3_step(q);
-    *balance = step == SQLITE_ROW ? sqlite3_column_int64(q, 0) : initial;
+    rc = step_one(c, q, "wallet balance");
+    *balance = rc == 1 ? sqlite3_column_int64(q, 0) : initial;
     done(q);
-    if (step != SQLITE_ROW && step != SQLITE_DONE)
-        return sq_fail(c->db, step, "wallet balance");
-    return 0;
+    return rc < 0 ? rc : 0;
 }
 
 static int
@@ -1279,22 +1208,19 @@ w_ledger_get(struct conn *c, const char *app, const char *ref, const char *kind,
              int64_t *amount)
 {
     sqlite3_stmt *q = stmt(c, ST_W_LEDGER_GET);
-    int step;
+    int rc;
 
     if (q == NULL)
         return ROOMD_EIO;
     bind_text(q, 1, app);
     bind_text(q, 2, ref);
     bind_text(q, 3, kind);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
+    if ((rc = step_one(c, q, "wallet ledger")) == 1) {
         *uid = sqlite3_column_int64(q, 0);
         *amount = sqlite3_column_int64(q, 1);
     }
     done(q);
-    if (step != SQLITE_ROW && step != SQLITE_DONE)
-        return sq_fail(c->db, step, "wallet ledger");
-    return step == SQLITE_ROW;
+    return rc;
 }
 
 /* Writes ledger row (app, ref, kind) with stmt id (insert, update or delete). */
@@ -1464,6 +1390,17 @@ sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initia
 
 /* ==== Rockets ==== */
 
+static void
+read_rocket(sqlite3_stmt *q, struct rocket_pending *r)
+{
+    memset(r, 0, sizeof(*r));
+    col_copy(q, 0, r->app_code, sizeof(r->app_code));
+    col_copy(q, 1, r->room_id, sizeof(r->room_id));
+    col_copy(q, 2, r->rocket_id, sizeof(r->rocket_id));
+    r->level = sqlite3_column_int(q, 3);
+    r->launch_at_ms = sqlite3_column_int64(q, 4);
+}
+
 static int
 sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
 {
@@ -1478,19 +1415,8 @@ sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
     if (q == NULL)
         goto out;
     while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        struct rocket_pending *r;
-
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            *out = xrealloc(*out, cap * sizeof(**out));
-        }
-        r = &(*out)[(*n)++];
-        memset(r, 0, sizeof(*r));
-        col_copy(q, 0, r->app_code, sizeof(r->app_code));
-        col_copy(q, 1, r->room_id, sizeof(r->room_id));
-        col_copy(q, 2, r->rocket_id, sizeof(r->rocket_id));
-        r->level = sqlite3_column_int(q, 3);
-        r->launch_at_ms = sqlite3_column_int64(q, 4);
+        *out = xgrow(*out, *n, &cap, sizeof(**out));
+        read_rocket(q, &(*out)[(*n)++]);
     }
     done(q);
     rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "rockets_pending");
@@ -1505,6 +1431,23 @@ out:
 }
 
 /* ==== Rooms: listing (projection rebuild) and the lease fence claim ==== */
+
+static void
+read_room_row(sqlite3_stmt *q, struct room_row *r)
+{
+    memset(r, 0, sizeof(*r));
+    col_copy(q, 0, r->app_code, sizeof(r->app_code));
+    col_copy(q, 1, r->room_id, sizeof(r->room_id));
+    r->owner_uid = sqlite3_column_int64(q, 2);
+    r->title = col_strdup(q, 3);
+    if (r->title == NULL)
+        r->title = xstrdup("");
+    col_copy(q, 4, r->status, sizeof(r->status));
+    r->version = sqlite3_column_int64(q, 5);
+    r->fence_token = sqlite3_column_int64(q, 6);
+    r->created_at_ms = sqlite3_column_int64(q, 7);
+    r->updated_at_ms = sqlite3_column_int64(q, 8);
+}
 
 static int
 sq_rooms_list(struct store *st, const char *after_app, const char *after_room, bool open_only,
@@ -1525,25 +1468,8 @@ sq_rooms_list(struct store *st, const char *after_app, const char *after_room, b
     sqlite3_bind_int(q, 3, open_only ? 1 : 0);
     sqlite3_bind_int(q, 4, limit);
     while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        struct room_row *r;
-
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            *rows = xrealloc(*rows, cap * sizeof(**rows));
-        }
-        r = &(*rows)[(*n)++];
-        memset(r, 0, sizeof(*r));
-        col_copy(q, 0, r->app_code, sizeof(r->app_code));
-        col_copy(q, 1, r->room_id, sizeof(r->room_id));
-        r->owner_uid = sqlite3_column_int64(q, 2);
-        r->title = col_strdup(q, 3);
-        if (r->title == NULL)
-            r->title = xstrdup("");
-        col_copy(q, 4, r->status, sizeof(r->status));
-        r->version = sqlite3_column_int64(q, 5);
-        r->fence_token = sqlite3_column_int64(q, 6);
-        r->created_at_ms = sqlite3_column_int64(q, 7);
-        r->updated_at_ms = sqlite3_column_int64(q, 8);
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+        read_room_row(q, &(*rows)[(*n)++]);
     }
     done(q);
     rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "rooms_list");
@@ -1563,21 +1489,14 @@ sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t to
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = writer_get(s);
     sqlite3_stmt *q;
-    int rc = ROOMD_EIO, step;
+    int rc = ROOMD_EIO;
 
     if ((q = stmt(c, ST_FENCE_ROOM)) == NULL)
         goto out;
     bind_text(q, 1, app);
     bind_text(q, 2, room_id);
     sqlite3_bind_int64(q, 3, token);
-    step = sqlite3_step(q);
-    done(q);
-    if (step != SQLITE_DONE) {
-        rc = sq_fail(c->db, step, "fence_room");
-        goto out;
-    }
-    rc = 0;
-    if (sqlite3_changes(c->db) > 0)
+    if ((rc = step_write(c, q, "fence_room")) != 0 || sqlite3_changes(c->db) > 0)
         goto out;
     /* nothing matched: no such room (fine), or a newer token holds it */
     if ((q = stmt(c, ST_ROOM_FENCE)) == NULL) {
@@ -1586,14 +1505,10 @@ sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t to
     }
     bind_text(q, 1, app);
     bind_text(q, 2, room_id);
-    step = sqlite3_step(q);
-    if (step == SQLITE_ROW) {
-        int64_t cur = sqlite3_column_int64(q, 1);
+    if ((rc = step_one(c, q, "fence_room check")) == 1) {
         store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", app, room_id,
-                         (long long)cur, (long long)token);
+                         (long long)sqlite3_column_int64(q, 1), (long long)token);
         rc = ROOMD_EFENCED;
-    } else if (step != SQLITE_DONE) {
-        rc = sq_fail(c->db, step, "fence_room check");
     }
     done(q);
 out:
