@@ -515,3 +515,38 @@ bus_publish_msg(struct bus *b, enum bus_stream w, natsMsg *msg, const char *msg_
     }
     return rc;
 }
+
+int
+bus_message_build(struct bus *b, const struct bus_message *m, natsMsg **out, char *err,
+                  size_t errlen)
+{
+    char subject[256];
+
+    *out = NULL;
+    if (bus_subject(b, m->stream, m->token, subject, sizeof(subject)) != 0) {
+        snprintf(err, errlen, "\"%s\" cannot be a subject token", m->token ? m->token : "");
+        return ROOMD_EPERM;
+    }
+    if (natsMsg_Create(out, subject, NULL, (const char *)m->data, (int)m->len) != NATS_OK ||
+        (m->header != NULL && natsMsgHeader_Set(*out, m->header, m->header_value) != NATS_OK)) {
+        natsMsg_Destroy(*out);
+        *out = NULL;
+        snprintf(err, errlen, "cannot build the message for %s", subject);
+        return ROOMD_ERETRY;
+    }
+    return 0;
+}
+
+int
+bus_publish(struct bus *b, const struct bus_message *m, int64_t deadline_mono_ms, bool *dup,
+            uint64_t *seq, char *err, size_t errlen)
+{
+    natsMsg *msg;
+    int rc;
+
+    if ((rc = bus_message_build(b, m, &msg, err, errlen)) != 0)
+        return rc;
+    rc = bus_publish_msg(b, m->stream, msg, m->msg_id, deadline_mono_ms, dup, seq, err, errlen);
+    natsMsg_Destroy(msg);
+    return rc;
+}

@@ -108,6 +108,30 @@ int bus_status_rc(natsStatus s, jsErrCode jerr);
 int bus_publish_msg(struct bus *b, enum bus_stream w, natsMsg *msg, const char *msg_id,
                     int64_t deadline_mono_ms, bool *dup, uint64_t *seq, char *err, size_t errlen);
 
+/* One message for bus_message_build / bus_publish; everything borrowed. */
+struct bus_message {
+    enum bus_stream stream;
+    const char *token; /* the subject is "<prefix of stream>.<token>" */
+    const void *data;
+    size_t len;
+    const char *msg_id; /* Nats-Msg-Id: the stream's dedupe key */
+    const char *header; /* one more header, or NULL */
+    const char *header_value;
+};
+
+/* Builds m as a message (*out; natsMsg_Destroy it). Returns 0, ROOMD_EPERM
+ * when m->token cannot be a subject token, or ROOMD_ERETRY when the message
+ * cannot be built; err says which. The Nats-Msg-Id is set by the publish.
+ * Thread: any. Never blocks. */
+int bus_message_build(struct bus *b, const struct bus_message *m, natsMsg **out, char *err,
+                      size_t errlen);
+
+/* bus_message_build, then bus_publish_msg to m->stream with m->msg_id: the
+ * same returns, *dup and *seq (both may be NULL). Thread: any. Blocks until
+ * the PubAck or deadline_mono_ms. */
+int bus_publish(struct bus *b, const struct bus_message *m, int64_t deadline_mono_ms, bool *dup,
+                uint64_t *seq, char *err, size_t errlen);
+
 /* Default wait for JetStream API calls: rocketmq.send_timeout, >= 100 ms. */
 int64_t bus_api_wait_ms(struct bus *b);
 

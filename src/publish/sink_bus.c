@@ -26,33 +26,31 @@ struct sink_bus {
     struct bus *bus;
 };
 
+/* The message of one event: its envelope, deduplicated by event_id. */
+static struct bus_message
+event_message(const struct outbox_event *ev)
+{
+    return (struct bus_message){.stream = BUS_STREAM_OUTBOX,
+                                .token = ev->row->event_type,
+                                .data = ev->envelope,
+                                .len = ev->envelope_len,
+                                .msg_id = ev->row->event_id};
+}
+
 static int
 bus_sink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms, char *err,
                  size_t errlen)
 {
     struct sink_bus *sb = (struct sink_bus *)s;
-    const struct outbox_row *row = ev->row;
-    char subject[256];
-    natsMsg *msg = NULL;
+    struct bus_message m = event_message(ev);
     bool dup = false;
     uint64_t seq = 0;
     int rc;
 
-    if (bus_subject(sb->bus, BUS_STREAM_OUTBOX, row->event_type, subject, sizeof(subject)) != 0) {
-        snprintf(err, errlen, "event_type \"%s\" cannot be a subject token", row->event_type);
-        return ROOMD_EPERM;
-    }
-    if (natsMsg_Create(&msg, subject, NULL, (const char *)ev->envelope, (int)ev->envelope_len) !=
-        NATS_OK) {
-        snprintf(err, errlen, "cannot build the message");
-        return ROOMD_ERETRY;
-    }
-    rc = bus_publish_msg(sb->bus, BUS_STREAM_OUTBOX, msg, row->event_id, deadline_mono_ms, &dup,
-                         &seq, err, errlen);
-    natsMsg_Destroy(msg);
+    rc = bus_publish(sb->bus, &m, deadline_mono_ms, &dup, &seq, err, errlen);
     if (rc == 0)
-        log_debug("bus", "event published", "event_id=%s subject=%s seq=%llu duplicate=%d",
-                  row->event_id, subject, (unsigned long long)seq, (int)dup);
+        log_debug("bus", "event published", "event_id=%s event_type=%s seq=%llu duplicate=%d",
+                  m.msg_id, m.token, (unsigned long long)seq, (int)dup);
     return rc;
 }
 
@@ -139,30 +137,25 @@ bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        const struct outbox_row *row = evs[i].row;
-        char subject[256];
+        struct bus_message m = event_message(&evs[i]);
         natsMsg *msg = NULL;
         jsPubOptions po;
         int64_t left = deadline_mono_ms - clock_mono_ms();
+        int rc;
 
         if (left <= 0)
             break; /* the rest keep "no PubAck before the deadline" */
-        if (bus_subject(sb->bus, BUS_STREAM_OUTBOX, row->event_type, subject, sizeof(subject)) !=
-            0) {
-            set_result(&bt, i, ROOMD_EPERM, "event_type \"%s\" cannot be a subject token%s",
-                       row->event_type, "");
+        if ((rc = bus_message_build(sb->bus, &m, &msg, err, sizeof(err))) != 0) {
+            set_result(&bt, i, rc, "%s%s", err, "");
             continue;
         }
-        if (natsMsg_Create(&msg, subject, NULL, (const char *)evs[i].envelope,
-                           (int)evs[i].envelope_len) != NATS_OK)
-            continue;
         jsPubOptions_Init(&po);
-        po.MsgId = row->event_id;
-        po.ExpectStream = bus_stream_name(sb->bus, BUS_STREAM_OUTBOX);
+        po.MsgId = m.msg_id;
+        po.ExpectStream = bus_stream_name(sb->bus, m.stream);
         po.MaxWait = left;
         natsStatus st = js_PublishMsgAsync(js, &msg, &po);
         if (st != NATS_OK) {
-            set_result(&bt, i, bus_status_rc(st, 0), "publish %s: %s", subject,
+            set_result(&bt, i, bus_status_rc(st, 0), "publish %s: %s", natsMsg_GetSubject(msg),
                        natsStatus_GetText(st));
             natsMsg_Destroy(msg); /* still ours when the call failed */
         }

@@ -40,9 +40,9 @@ rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_m
     const struct outbox_row *row = ev->row;
     Roomd__V1__RoomRocketIgnited *ig = NULL;
     Roomd__V1__RocketLaunchWakeup wk = ROOMD__V1__ROCKET_LAUNCH_WAKEUP__INIT;
+    struct bus_message m = {.stream = BUS_STREAM_ROCKET, .token = "wakeup", .header = "Launch-At"};
     uint8_t *buf = NULL;
-    natsMsg *msg = NULL;
-    char subject[256], at[32], *msg_id = NULL;
+    char at[32], *msg_id = NULL;
     bool dup = false;
     int rc = 0;
 
@@ -58,30 +58,23 @@ rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_m
     wk.level = ig->level;
     wk.launch_at_ms = ig->launch_at_ms;
     wk.command_id = ig->launch_command_id;
-    size_t len = roomd__v1__rocket_launch_wakeup__get_packed_size(&wk);
-    buf = xmalloc(len ? len : 1);
+    m.len = roomd__v1__rocket_launch_wakeup__get_packed_size(&wk);
+    buf = xmalloc(m.len ? m.len : 1);
     roomd__v1__rocket_launch_wakeup__pack(&wk, buf);
-
-    bus_subject(sr->bus, BUS_STREAM_ROCKET, "wakeup", subject, sizeof(subject));
+    m.data = buf;
     snprintf(at, sizeof(at), "%" PRId64, ig->launch_at_ms);
-    if (natsMsg_Create(&msg, subject, NULL, (const char *)buf, (int)len) != NATS_OK ||
-        natsMsgHeader_Set(msg, "Launch-At", at) != NATS_OK) {
-        snprintf(err, errlen, "cannot build the wake-up message");
-        rc = ROOMD_ERETRY;
-        goto out;
-    }
+    m.header_value = at;
     /* rocket_id alone is the room's business; the app and room make the
      * dedupe key unique across rooms whatever rocket ids look like. */
     msg_id = xasprintf("rocket-%s-%s-%s", row->app_code, row->room_id, ig->rocket_id);
-    rc = bus_publish_msg(sr->bus, BUS_STREAM_ROCKET, msg, msg_id, deadline_mono_ms, &dup, NULL, err,
-                         errlen);
+    m.msg_id = msg_id;
+    rc = bus_publish(sr->bus, &m, deadline_mono_ms, &dup, NULL, err, errlen);
     if (rc == 0)
         log_info("bus", "rocket wake-up scheduled",
                  "app=%s room=%s rocket_id=%s level=%d launch_at_ms=%" PRId64 " duplicate=%d",
                  row->app_code, row->room_id, ig->rocket_id, ig->level, ig->launch_at_ms, (int)dup);
 out:
     free(msg_id);
-    natsMsg_Destroy(msg);
     free(buf);
     if (ig)
         roomd__v1__room_rocket_ignited__free_unpacked(ig, NULL);
