@@ -100,6 +100,7 @@ sink_rocket_open(struct sink **out, struct bus *bus)
     sr->base.accepts = rocket_accepts;
     sr->base.publish = rocket_publish;
     sr->base.close = rocket_close;
+    sr->base.no_json = true; /* the row's payload only */
     bus_ref(bus);
     sr->bus = bus;
     *out = &sr->base;
