@@ -10,6 +10,7 @@
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "room_events.pb-c.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,16 +41,44 @@ room_events_push(struct room_events *ev, const char *type, const ProtobufCMessag
     protobuf_c_message_pack(m, e->payload);
 }
 
-void
-room_state_remove_member(struct room_state *s, int64_t uid)
+int
+apply_need_member(const struct room_state *s, int64_t uid, struct apply_error *e)
 {
-    int i = room_state_member_index(s, uid);
+    if (room_state_member_index(s, uid) >= 0)
+        return 0;
+    return apply_fail(e, ROOMD_ECONFLICT, "not_member", "uid %lld is not a member", (long long)uid);
+}
 
-    if (i < 0)
+void
+apply_remove_member(struct room_state *s, int64_t uid, struct room_events *ev)
+{
+    int seat = room_state_seat_of(s, uid), i;
+
+    if (seat >= 0) {
+        Roomd__V1__RoomMicChanged mic = ROOMD__V1__ROOM_MIC_CHANGED__INIT;
+
+        s->seats[seat] = 0;
+        mic.uid = uid;
+        mic.seat = seat;
+        mic.on_mic = 0;
+        room_events_push(ev, "RoomMicChanged", &mic.base);
+    }
+    if ((i = room_state_member_index(s, uid)) < 0)
         return;
     memmove(&s->members[i], &s->members[i + 1],
             (s->nmembers - (size_t)i - 1) * sizeof(*s->members));
     s->nmembers--;
+}
+
+void
+apply_push_left(const struct room_state *s, int64_t uid, const char *reason, struct room_events *ev)
+{
+    Roomd__V1__RoomUserLeft left = ROOMD__V1__ROOM_USER_LEFT__INIT;
+
+    left.uid = uid;
+    left.member_count = (int32_t)s->nmembers;
+    left.reason = (char *)reason;
+    room_events_push(ev, "RoomUserLeft", &left.base);
 }
 
 typedef int (*apply_fn)(struct room_state *, const struct room_cmd *, int64_t,

@@ -45,8 +45,14 @@ int cmd_close_apply(struct room_state *s, const struct room_cmd *cmd, int64_t no
 int cmd_launch_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
                      const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
 
-/* Removes uid from the members (keeping join order). */
-void room_state_remove_member(struct room_state *s, int64_t uid);
+/* Returns 0 when uid is a member, else fills *e with 409 not_member. */
+int apply_need_member(const struct room_state *s, int64_t uid, struct apply_error *e);
+/* Takes member uid off its seat, if any (appending RoomMicChanged
+ * on_mic=false), and out of the members, keeping join order. */
+void apply_remove_member(struct room_state *s, int64_t uid, struct room_events *ev);
+/* Appends RoomUserLeft for uid with reason and the member count now. */
+void apply_push_left(const struct room_state *s, int64_t uid, const char *reason,
+                     struct room_events *ev);
 
 /* ---- rocket rules (cmd_rocket.c) ---- */
 

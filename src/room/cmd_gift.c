@@ -17,10 +17,10 @@ cmd_gift_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
     Roomd__V1__RoomGiftSent m = ROOMD__V1__ROOM_GIFT_SENT__INIT;
     int64_t total = cmd->count * cmd->unit_price;
     bool ignited;
+    int r;
 
-    if (room_state_member_index(s, cmd->uid) < 0)
-        return apply_fail(e, ROOMD_ECONFLICT, "not_member", "uid %lld is not a member",
-                          (long long)cmd->uid);
+    if ((r = apply_need_member(s, cmd->uid, e)) != 0)
+        return r;
     if (room_state_member_index(s, cmd->to_uid) < 0)
         return apply_fail(e, ROOMD_ECONFLICT, "not_member", "to_uid %lld is not a member",
                           (long long)cmd->to_uid);

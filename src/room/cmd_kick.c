@@ -29,27 +29,17 @@ int
 cmd_kick_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
                const struct conf_room *rc, struct room_events *ev, struct apply_error *e)
 {
-    Roomd__V1__RoomMicChanged mic = ROOMD__V1__ROOM_MIC_CHANGED__INIT;
     Roomd__V1__RoomUserKicked k = ROOMD__V1__ROOM_USER_KICKED__INIT;
-    Roomd__V1__RoomUserLeft left = ROOMD__V1__ROOM_USER_LEFT__INIT;
     int64_t until = rc->kick_ban_ms > 0 ? now_ms + rc->kick_ban_ms : 0;
-    int seat;
+    int r;
 
     if (cmd->operator_uid != s->owner_uid)
         return apply_fail(e, ROOMD_ECONFLICT, "forbidden", "only the owner may kick");
     if (cmd->uid == s->owner_uid)
         return apply_fail(e, ROOMD_ECONFLICT, "forbidden", "the owner cannot be kicked");
-    if (room_state_member_index(s, cmd->uid) < 0)
-        return apply_fail(e, ROOMD_ECONFLICT, "not_member", "uid %lld is not a member",
-                          (long long)cmd->uid);
-    if ((seat = room_state_seat_of(s, cmd->uid)) >= 0) {
-        s->seats[seat] = 0;
-        mic.uid = cmd->uid;
-        mic.seat = seat;
-        mic.on_mic = 0;
-        room_events_push(ev, "RoomMicChanged", &mic.base);
-    }
-    room_state_remove_member(s, cmd->uid);
+    if ((r = apply_need_member(s, cmd->uid, e)) != 0)
+        return r;
+    apply_remove_member(s, cmd->uid, ev);
     if (until > 0)
         ban(s, cmd->uid, until);
 
@@ -58,9 +48,6 @@ cmd_kick_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
     k.reason = (char *)cmd->reason;
     k.ban_until_ms = until;
     room_events_push(ev, "RoomUserKicked", &k.base);
-    left.uid = cmd->uid;
-    left.member_count = (int32_t)s->nmembers;
-    left.reason = "kicked";
-    room_events_push(ev, "RoomUserLeft", &left.base);
+    apply_push_left(s, cmd->uid, "kicked", ev);
     return 0;
 }

@@ -23,11 +23,10 @@ int
 cmd_mic_up_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
                  const struct conf_room *rc, struct room_events *ev, struct apply_error *e)
 {
-    int seat = cmd->seat;
+    int seat = cmd->seat, r;
 
-    if (room_state_member_index(s, cmd->uid) < 0)
-        return apply_fail(e, ROOMD_ECONFLICT, "not_member", "uid %lld is not a member",
-                          (long long)cmd->uid);
+    if ((r = apply_need_member(s, cmd->uid, e)) != 0)
+        return r;
     if (seat >= s->nseats)
         return apply_fail(e, ROOMD_EINVAL, "invalid_argument", "seat: must be 0..%d",
                           s->nseats - 1);
@@ -56,11 +55,10 @@ int
 cmd_mic_down_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
                    const struct conf_room *rc, struct room_events *ev, struct apply_error *e)
 {
-    int seat;
+    int seat, r;
 
-    if (room_state_member_index(s, cmd->uid) < 0)
-        return apply_fail(e, ROOMD_ECONFLICT, "not_member", "uid %lld is not a member",
-                          (long long)cmd->uid);
+    if ((r = apply_need_member(s, cmd->uid, e)) != 0)
+        return r;
     if ((seat = room_state_seat_of(s, cmd->uid)) < 0)
         return apply_fail(e, ROOMD_ECONFLICT, "not_on_mic", "uid %lld is not on a seat",
                           (long long)cmd->uid);
