@@ -10,6 +10,7 @@
  */
 #include "conf/conf.h"
 #include "consume/roles.h"
+#include "core/daemon.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -29,7 +30,6 @@
 #include "wallet/wallet.h"
 
 #include <getopt.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,16 +116,9 @@ main(int argc, char **argv)
         conf_free(conf);
         return 0;
     }
-    if (log_open(conf->app.log_file, log_level_parse(conf->app.log_level)) != 0)
-        fatalx("app.log_file: cannot open %s", conf->app.log_file);
-
-    /* Block the stop signals in every thread; main waits for them below. */
+    /* the stop signals are blocked in every thread; main waits for them below */
     sigset_t stopset;
-    sigemptyset(&stopset);
-    sigaddset(&stopset, SIGINT);
-    sigaddset(&stopset, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stopset, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    daemon_start(conf->app.log_file, conf->app.log_level, &stopset);
 
     struct store *store = NULL;
     if ((rc = store_open(&store, &conf->store, err, sizeof(err))) != 0)
@@ -213,10 +206,7 @@ main(int argc, char **argv)
              conf->http.listen, conf->store.driver, mode_names[conf->outbox_worker.publish_mode],
              conf->app.node_id);
 
-    int sig = 0;
-    sigwait(&stopset, &sig);
-    log_info("main", "stopping", "signal=%d", sig);
-
+    daemon_wait(&stopset);
     http_server_close(http);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);

@@ -11,12 +11,12 @@
  */
 #include "conf/conf.h"
 #include "consume/roles.h"
+#include "core/daemon.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "publish/bus.h"
 
 #include <getopt.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,15 +66,8 @@ main(int argc, char **argv)
         fatalx("config: %s", err);
     if (!conf->rocketmq.enabled)
         fatalx("rocketmq.enabled: the consumer groups need the broker");
-    if (log_open(conf->app.log_file, log_level_parse(conf->app.log_level)) != 0)
-        fatalx("app.log_file: cannot open %s", conf->app.log_file);
-
     sigset_t stopset;
-    sigemptyset(&stopset);
-    sigaddset(&stopset, SIGINT);
-    sigaddset(&stopset, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stopset, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    daemon_start(conf->app.log_file, conf->app.log_level, &stopset);
 
     struct bus *bus = NULL;
     char *name = xasprintf("roomd_consumer/%s", conf->app.node_id);
@@ -86,9 +79,7 @@ main(int argc, char **argv)
         fatalx("%s", err);
     log_info("main", "roomd_consumer started", "roles=%u node=%s", roles, conf->app.node_id);
 
-    int sig = 0;
-    sigwait(&stopset, &sig);
-    log_info("main", "stopping", "signal=%d", sig);
+    daemon_wait(&stopset);
     consume_roles_stop(r);
     bus_unref(bus);
     log_info("main", "stopped", NULL);
