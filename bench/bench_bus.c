@@ -24,6 +24,7 @@
  * "PubAck" time = when the sink's publish_batch returned (the last ack of
  * the row's batch), before the row's completion in the store.
  */
+#include "bench.h"
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -97,28 +98,6 @@ print_pcts(const char *what, int64_t *v, int n)
     qsort(v, (size_t)n, sizeof(*v), cmp64);
     printf("%s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d)\n", what, v[n / 2] / 1e3,
            v[(n * 99) / 100] / 1e3, v[n - 1] / 1e3, n);
-}
-
-static struct store *
-fresh_store(const char *name)
-{
-    struct store *st = NULL;
-    char err[256];
-    char *path = xasprintf("%s/%s", dir, name);
-    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
-
-    unlink(path);
-    unlink(wal);
-    unlink(shm);
-    free(wal);
-    free(shm);
-    free(conf->store.sqlite.path);
-    conf->store.sqlite.path = path;
-    if (store_open(&st, &conf->store, err, sizeof(err)) != 0) {
-        fprintf(stderr, "store_open: %s\n", err);
-        exit(1);
-    }
-    return st;
 }
 
 static struct bus *
@@ -446,7 +425,7 @@ run_raw(void)
 static void
 run_relay(double raw)
 {
-    struct store *st = fresh_store("bench_bus_relay.db");
+    struct store *st = bench_fresh_sqlite(conf, dir, "bench_bus_relay.db");
     struct bus *b = fresh_bus("relay");
     struct sink *s = bus_sink(b, 0, NULL);
     struct outbox *ob = NULL;
@@ -469,7 +448,7 @@ run_relay(double raw)
 static void
 run_handoff(double raw)
 {
-    struct store *st = fresh_store("bench_bus_commits.db");
+    struct store *st = bench_fresh_sqlite(conf, dir, "bench_bus_commits.db");
 
     /* the commits alone, same rows, no outbox */
     int64_t t = clock_mono_us();
@@ -477,7 +456,7 @@ run_handoff(double raw)
     int64_t commit_us = clock_mono_us() - t;
     store_close(st);
 
-    st = fresh_store("bench_bus_handoff.db");
+    st = bench_fresh_sqlite(conf, dir, "bench_bus_handoff.db");
     struct bus *b = fresh_bus("handoff");
     struct sink *s = bus_sink(b, 0, NULL);
     struct outbox *ob = NULL;
@@ -504,7 +483,7 @@ run_handoff(double raw)
 static void
 run_latency(bool handoff)
 {
-    struct store *st = fresh_store("bench_bus_latency.db");
+    struct store *st = bench_fresh_sqlite(conf, dir, "bench_bus_latency.db");
     struct bus *b = fresh_bus("lat");
     int n = rate * secs;
     struct timing_sink *t = NULL;
@@ -571,7 +550,7 @@ svc_open(struct svc *v, int n, bool handoff)
     struct room_deps d;
 
     memset(v, 0, sizeof(*v));
-    v->st = fresh_store("bench_bus_service.db");
+    v->st = bench_fresh_sqlite(conf, dir, "bench_bus_service.db");
     v->bus = fresh_bus("svc");
     v->n = n;
     v->start_us = xcalloc((size_t)n, sizeof(int64_t));

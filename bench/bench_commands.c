@@ -82,6 +82,31 @@ struct client {
     pthread_t th;
 };
 
+/* Runs nclients threads of fn for seconds, then stops them and gathers their
+ * latencies into *all. Returns the wall time in seconds. */
+static double
+run_clients(void *(*fn)(void *), struct lat *all)
+{
+    struct client *cl = xcalloc((size_t)nclients, sizeof(*cl));
+    struct timespec ts = {seconds, 0};
+    int64_t t0 = clock_mono_us();
+
+    for (int i = 0; i < nclients; i++) {
+        cl[i].id = i;
+        pthread_create(&cl[i].th, NULL, fn, &cl[i]);
+    }
+    nanosleep(&ts, NULL);
+    atomic_store(&stop_flag, 1);
+    for (int i = 0; i < nclients; i++) {
+        pthread_join(cl[i].th, NULL);
+        for (size_t j = 0; j < cl[i].lat.n; j++)
+            lat_add(all, cl[i].lat.v[j]);
+        free(cl[i].lat.v);
+    }
+    free(cl);
+    return (clock_mono_us() - t0) / 1e6;
+}
+
 /* Each client owns rooms id, id+nclients, ...; per room it cycles one user through
  * join -> mic up -> gift -> gift -> mic down -> leave. */
 static void *
@@ -201,23 +226,8 @@ run_http(char **argv)
     sample_store = open_store(argv[6]);
     pthread_t sampler;
     pthread_create(&sampler, NULL, sampler_main, NULL);
-    struct client *cl = xcalloc((size_t)nclients, sizeof(*cl));
-    int64_t t0 = clock_mono_us();
-    for (int i = 0; i < nclients; i++) {
-        cl[i].id = i;
-        pthread_create(&cl[i].th, NULL, client_main, &cl[i]);
-    }
-    struct timespec ts = {seconds, 0};
-    nanosleep(&ts, NULL);
-    atomic_store(&stop_flag, 1);
     struct lat all = {0};
-    for (int i = 0; i < nclients; i++) {
-        pthread_join(cl[i].th, NULL);
-        for (size_t j = 0; j < cl[i].lat.n; j++)
-            lat_add(&all, cl[i].lat.v[j]);
-        free(cl[i].lat.v);
-    }
-    double secs = (clock_mono_us() - t0) / 1e6;
+    double secs = run_clients(client_main, &all);
     pthread_join(sampler, NULL);
     report("roomd", &all, secs);
     printf("roomd  max_outbox_backlog=%lld rows\n", (long long)max_backlog);
@@ -231,7 +241,6 @@ run_http(char **argv)
     printf("roomd  outbox drained in %.2fs after the load stopped (delivered=%lld)\n",
            (clock_mono_ms() - wait0) / 1000.0, (long long)oc.delivered);
     store_close(sample_store);
-    free(cl);
     free(all.v);
     curl_global_cleanup();
     return 0;
@@ -301,25 +310,9 @@ run_raw(char **argv)
     raw_store = open_store(argv[2]);
     nclients = atoi(argv[3]);
     seconds = atoi(argv[4]);
-    struct client *cl = xcalloc((size_t)nclients, sizeof(*cl));
-    int64_t t0 = clock_mono_us();
-    for (int i = 0; i < nclients; i++) {
-        cl[i].id = i;
-        pthread_create(&cl[i].th, NULL, raw_main, &cl[i]);
-    }
-    struct timespec ts = {seconds, 0};
-    nanosleep(&ts, NULL);
-    atomic_store(&stop_flag, 1);
     struct lat all = {0};
-    for (int i = 0; i < nclients; i++) {
-        pthread_join(cl[i].th, NULL);
-        for (size_t j = 0; j < cl[i].lat.n; j++)
-            lat_add(&all, cl[i].lat.v[j]);
-        free(cl[i].lat.v);
-    }
-    report("raw", &all, (clock_mono_us() - t0) / 1e6);
+    report("raw", &all, run_clients(raw_main, &all));
     store_close(raw_store);
-    free(cl);
     free(all.v);
     return 0;
 }

@@ -14,12 +14,8 @@
  * Uses root without a password and a fresh database roomd_bench_<pid>, dropped
  * afterwards. Prints innodb_flush_log_at_trx_commit: run it with 1.
  */
-#include "conf/conf.h"
-#include "core/clock.h"
-#include "core/uuid.h"
-#include "core/xmalloc.h"
+#include "bench.h"
 #include "store/group_commit.h"
-#include "store/store.h"
 
 #include <mysql.h>
 
@@ -130,46 +126,6 @@ lat_report(const char *what, const char *unit, struct lat *l, int64_t wall_us, c
 
 /* ---- 1. group commit through the store ---- */
 
-struct bmut {
-    struct mutation m;
-    struct outbox_new ev[1];
-    uint8_t payload[64];
-};
-
-static void
-bmut_init(struct bmut *b)
-{
-    int k = atomic_fetch_add(&seq, 1);
-    int64_t now = clock_wall_ms();
-    struct mutation *m = &b->m;
-
-    memset(b, 0, sizeof(*b));
-    snprintf(m->app_code, sizeof(m->app_code), "bench");
-    snprintf(m->room_id, sizeof(m->room_id), "room-%d", k);
-    snprintf(m->command_id, sizeof(m->command_id), "cmd-%d", k);
-    m->command_type = "CreateRoom";
-    m->request = "{\"room_id\":\"r\",\"owner_uid\":42,\"title\":\"a bench room\"}";
-    m->response = "{\"room_id\":\"r\",\"version\":1}";
-    m->version = 1;
-    m->create = true;
-    m->created_at_ms = now;
-    m->meta = (struct room_meta){.owner_uid = 42,
-                                 .title = "a bench room",
-                                 .status = "open",
-                                 .version = 1,
-                                 .rocket_status = "idle",
-                                 .rocket_id = "",
-                                 .created_at_ms = now,
-                                 .updated_at_ms = now};
-    memset(b->payload, 0x5a, sizeof(b->payload));
-    uuid_v7(now, b->ev[0].event_id);
-    b->ev[0].event_type = "RoomCreated";
-    b->ev[0].payload = b->payload;
-    b->ev[0].payload_len = sizeof(b->payload);
-    m->events = b->ev;
-    m->nevents = 1;
-}
-
 struct gctx {
     struct group_commit *gc;
     struct lat *lat;
@@ -180,12 +136,12 @@ static void *
 group_thread(void *arg)
 {
     struct gctx *g = arg;
-    struct bmut b;
+    struct bench_mutation b;
 
     while (!atomic_load(&stop)) {
         int64_t t0 = clock_mono_us();
 
-        bmut_init(&b);
+        bench_mutation_init(&b, "", atomic_fetch_add(&seq, 1), 1);
         if (group_commit_submit(g->gc, &b.m) != 0)
             atomic_fetch_add(&g->errors, 1);
         else
@@ -263,7 +219,7 @@ raw_thread(void *arg)
     struct rctx *r = arg;
     MYSQL *m = connect_db(dbname);
     MYSQL_STMT *st[3];
-    struct bmut b;
+    struct bench_mutation b;
 
     for (int i = 0; i < 3; i++) {
         st[i] = mysql_stmt_init(m);
@@ -278,7 +234,7 @@ raw_thread(void *arg)
         unsigned long len[9];
         bool ok = true;
 
-        bmut_init(&b);
+        bench_mutation_init(&b, "", atomic_fetch_add(&seq, 1), 1);
         now = b.m.created_at_ms;
         if (mysql_query(m, "START TRANSACTION") != 0)
             ok = false;

@@ -10,12 +10,8 @@
  * DIR defaults to ./var (use a real disk: fsync is what is measured).
  * Figures only, no assertions.
  */
-#include "conf/conf.h"
-#include "core/clock.h"
-#include "core/uuid.h"
-#include "core/xmalloc.h"
+#include "bench.h"
 #include "store/group_commit.h"
-#include "store/store.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -28,70 +24,16 @@
 #define GROUP_THREADS 64
 #define BATCH 32
 
-struct bmut {
-    struct mutation m;
-    struct outbox_new ev[2];
-    uint8_t payload[64];
-};
-
 static atomic_int seq;
 
+/* The next mutation of the run: room "<tag>-room-<n>". */
 static void
-bmut_init(struct bmut *b, const char *tag)
+next_mutation(struct bench_mutation *b, const char *tag)
 {
-    int k = atomic_fetch_add(&seq, 1);
-    int64_t now = clock_wall_ms();
-    struct mutation *m = &b->m;
+    char prefix[32];
 
-    memset(b, 0, sizeof(*b));
-    snprintf(m->app_code, sizeof(m->app_code), "bench");
-    snprintf(m->room_id, sizeof(m->room_id), "%s-room-%d", tag, k);
-    snprintf(m->command_id, sizeof(m->command_id), "%s-cmd-%d", tag, k);
-    m->command_type = "CreateRoom";
-    m->request = "{\"room_id\":\"r\",\"owner_uid\":42,\"title\":\"a bench room\"}";
-    m->response = "{\"room_id\":\"r\",\"version\":1}";
-    m->version = 1;
-    m->create = true;
-    m->created_at_ms = now;
-    m->meta = (struct room_meta){.owner_uid = 42,
-                                 .title = "a bench room",
-                                 .status = "open",
-                                 .version = 1,
-                                 .rocket_status = "idle",
-                                 .rocket_id = "",
-                                 .created_at_ms = now,
-                                 .updated_at_ms = now};
-    memset(b->payload, 0x5a, sizeof(b->payload));
-    for (int i = 0; i < 2; i++) {
-        uuid_v7(now, b->ev[i].event_id);
-        b->ev[i].event_type = i ? "RoomUserJoined" : "RoomCreated";
-        b->ev[i].payload = b->payload;
-        b->ev[i].payload_len = sizeof(b->payload);
-    }
-    m->events = b->ev;
-    m->nevents = 2;
-}
-
-static struct store *
-open_fresh(struct conf *c, const char *dir, const char *name)
-{
-    struct store *st = NULL;
-    char err[256];
-    char *path = xasprintf("%s/%s", dir, name);
-    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
-
-    unlink(path);
-    unlink(wal);
-    unlink(shm);
-    free(c->store.sqlite.path);
-    c->store.sqlite.path = path;
-    if (store_open(&st, &c->store, err, sizeof(err)) != 0) {
-        fprintf(stderr, "store_open %s: %s\n", path, err);
-        exit(1);
-    }
-    free(wal);
-    free(shm);
-    return st;
+    snprintf(prefix, sizeof(prefix), "%s-", tag);
+    bench_mutation_init(b, prefix, atomic_fetch_add(&seq, 1), 2);
 }
 
 static void
@@ -106,13 +48,13 @@ report(const char *what, int n, int64_t us, int txs)
 static void
 run_single(struct store *st, int n)
 {
-    struct bmut *b = xmalloc(sizeof(*b));
+    struct bench_mutation *b = xmalloc(sizeof(*b));
     int64_t t = clock_mono_us();
 
     for (int i = 0; i < n; i++) {
         struct mutation *m = &b->m;
 
-        bmut_init(b, "single");
+        next_mutation(b, "single");
         if (store_save(st, &m, 1) != 0 || m->rc != 0)
             fprintf(stderr, "single: save failed: %s\n", store_errmsg());
     }
@@ -123,7 +65,7 @@ run_single(struct store *st, int n)
 static void
 run_batch(struct store *st, int n)
 {
-    struct bmut *b = xcalloc(BATCH, sizeof(*b));
+    struct bench_mutation *b = xcalloc(BATCH, sizeof(*b));
     struct mutation *ms[BATCH];
     int64_t t = clock_mono_us();
     int done = 0, txs = 0;
@@ -132,7 +74,7 @@ run_batch(struct store *st, int n)
         int k = n - done < BATCH ? n - done : BATCH;
 
         for (int i = 0; i < k; i++) {
-            bmut_init(&b[i], "batch");
+            next_mutation(&b[i], "batch");
             ms[i] = &b[i].m;
         }
         if (store_save(st, ms, (size_t)k) != 0)
@@ -153,10 +95,10 @@ static void *
 gworker_main(void *arg)
 {
     struct gworker *w = arg;
-    struct bmut *b = xmalloc(sizeof(*b));
+    struct bench_mutation *b = xmalloc(sizeof(*b));
 
     for (int i = 0; i < w->n; i++) {
-        bmut_init(b, "group");
+        next_mutation(b, "group");
         if (group_commit_submit(w->gc, &b->m) != 0)
             fprintf(stderr, "group: save failed: %s\n", store_errmsg());
     }
@@ -202,13 +144,13 @@ main(int argc, char **argv)
            " 2 outbox rows + 1 rooms row\n",
            sqlite3_libversion(), c->store.sqlite.synchronous_full ? "FULL" : "NORMAL", dir);
 
-    st = open_fresh(c, dir, "bench-single.db");
+    st = bench_fresh_sqlite(c, dir, "bench-single.db");
     run_single(st, n);
     store_close(st);
-    st = open_fresh(c, dir, "bench-batch.db");
+    st = bench_fresh_sqlite(c, dir, "bench-batch.db");
     run_batch(st, n * 4);
     store_close(st);
-    st = open_fresh(c, dir, "bench-group.db");
+    st = bench_fresh_sqlite(c, dir, "bench-group.db");
     run_group(st, n * 4);
     store_close(st);
     conf_free(c);
