@@ -36,6 +36,7 @@ struct sink_activity {
     grpc_channel *channel;
     grpc_completion_queue *watch_cq;
     pthread_t watcher;
+    bool watching;      /* the watcher thread runs */
     pthread_mutex_t mu; /* stopping + arming a watch vs. shutting the CQ down */
     bool stopping;
     int last_state; /* last connectivity state seen (logging) */
@@ -238,7 +239,8 @@ activity_close(struct sink *s)
     a->stopping = true;
     grpc_completion_queue_shutdown(a->watch_cq); /* the pending watch ends within WATCH_MS */
     pthread_mutex_unlock(&a->mu);
-    pthread_join(a->watcher, NULL);
+    if (a->watching)
+        pthread_join(a->watcher, NULL);
     grpc_completion_queue_destroy(a->watch_cq);
     grpc_channel_destroy(a->channel);
     grpc_shutdown_blocking();
@@ -286,15 +288,10 @@ sink_activity_open(struct sink **out, const struct conf_activity *cfg, char *err
     a->watch_cq = grpc_completion_queue_create_for_next(NULL);
     if (pthread_create(&a->watcher, NULL, watch_main, a) != 0) {
         snprintf(err, errlen, "activity: cannot start the channel watcher thread");
-        grpc_completion_queue_shutdown(a->watch_cq);
-        grpc_completion_queue_destroy(a->watch_cq);
-        grpc_channel_destroy(a->channel);
-        grpc_shutdown_blocking();
-        pthread_mutex_destroy(&a->mu);
-        free(a->target);
-        free(a);
+        activity_close(&a->base);
         return ROOMD_EINTERNAL;
     }
+    a->watching = true;
     a->base.name = "activity";
     a->base.bit = SINK_BIT_ACTIVITY;
     a->base.accepts = NULL; /* every room fact goes to the activity service */
