@@ -160,6 +160,7 @@ static const struct key keys[] = {
     KEY("outbox_worker.max_backoff", K_DUR, outbox_worker.max_backoff_ms),
     KEY("outbox_worker.workers", K_INT, outbox_worker.workers),
     KEY("outbox_worker.lock_timeout", K_DUR, outbox_worker.lock_timeout_ms),
+    KEY("outbox_worker.handoff_queue", K_INT, outbox_worker.handoff_queue),
     KEY("outbox_worker.log_sink.enabled", K_BOOL, outbox_worker.log_sink_enabled),
     KEY("outbox_worker.log_sink.path", K_STR, outbox_worker.log_sink_path),
 
@@ -325,6 +326,7 @@ conf_defaults(struct conf *c)
     ob->max_backoff_ms = 5 * 60000;
     ob->workers = 2;
     ob->lock_timeout_ms = 30000;
+    ob->handoff_queue = -1;
     ob->log_sink_enabled = true;
     ob->log_sink_path = xstrdup("./var/outbox-events.jsonl");
 
@@ -943,6 +945,8 @@ validate(const struct conf *c, struct vctx *v)
         bad(v, "outbox_worker.workers", "must be >= 1");
     if (ob->lock_timeout_ms <= ob->publish_timeout_ms)
         bad(v, "outbox_worker.lock_timeout", "must be > outbox_worker.publish_timeout");
+    if (ob->handoff_queue < -1)
+        bad(v, "outbox_worker.handoff_queue", "must be >= -1 (-1 auto, 0 off)");
     if (ob->log_sink_enabled && empty(ob->log_sink_path))
         bad(v, "outbox_worker.log_sink.path", "must not be empty when the log sink is enabled");
 

@@ -168,6 +168,8 @@ struct conf_outbox {
     int64_t max_backoff_ms;
     int workers;             /* worker threads */
     int64_t lock_timeout_ms; /* lock_until_ms = claim time + this */
+    int handoff_queue;       /* hand-off queue rows; 0 = off, -1 = auto:
+                              * max(1024, 4 x workers x batch_size) */
     bool log_sink_enabled;   /* direct sink writing event JSON lines */
     char *log_sink_path;     /* "./var/outbox-events.jsonl" */
 };

@@ -62,7 +62,8 @@ const char *outbox_handoff_claimer(const struct outbox *ob);
 void outbox_handoff_push(struct outbox *ob, const struct mutation *m);
 void outbox_handoff_cancel(struct outbox *ob, size_t n);
 /* Sets the queue's capacity in rows (reserved + queued); 0 turns the
- * hand-off off. Default max(1024, 4 * workers * batch_size). Thread: any. */
+ * hand-off off. outbox_open sets it from outbox_worker.handoff_queue (-1:
+ * max(1024, 4 * workers * batch_size)). Thread: any. */
 void outbox_handoff_set_capacity(struct outbox *ob, size_t rows);
 
 #define OUTBOX_LAT_BUCKETS 500

@@ -34,7 +34,8 @@
 #define LAST_ERROR_MAX 512
 /* Retries of a batch completion while the store is briefly unavailable. */
 #define COMPLETE_TRIES 3
-/* Hand-off queue capacity (rows) unless set: max(this, 4 * workers * batch_size). */
+/* Hand-off queue capacity (rows) with handoff_queue -1 (auto): max(this, 4 * workers *
+ * batch_size). */
 #define HANDOFF_MIN_ROWS 1024
 
 struct worker {
@@ -784,6 +785,8 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
     ob->handoff_cap = (size_t)ob->cfg.workers * (size_t)ob->cfg.batch_size * 4;
     if (ob->handoff_cap < HANDOFF_MIN_ROWS)
         ob->handoff_cap = HANDOFF_MIN_ROWS;
+    if (ob->cfg.handoff_queue >= 0)
+        ob->handoff_cap = (size_t)ob->cfg.handoff_queue;
     ob->nworkers = ob->cfg.workers;
     ob->workers = xcalloc((size_t)ob->nworkers, sizeof(*ob->workers));
     for (int i = 0; i < ob->nworkers; i++) {

@@ -85,6 +85,7 @@ test_defaults_valid(void **state)
     assert_int_equal(c->outbox_worker.max_retry_count, 10);
     assert_int_equal(c->outbox_worker.initial_backoff_ms, 5000);
     assert_int_equal(c->outbox_worker.max_backoff_ms, 300000);
+    assert_int_equal(c->outbox_worker.handoff_queue, -1);
     assert_int_equal(c->room.rocket.nthresholds, 3);
     assert_int_equal(c->room.rocket.thresholds[2], 20000);
     assert_string_equal(c->rocketmq.room_outbox.activity_consumer_group,
@@ -167,7 +168,7 @@ test_values_read(void **state)
                      "    countdown: 1m30s\n"
                      "rocketmq:\n  enabled: yes\n  name_servers: [\"nats://a:1\", 'nats://b:2']\n"
                      "  room_outbox: {enabled: true}\n"
-                     "outbox_worker:\n  publish_mode: dual\n  workers: 7\n"
+                     "outbox_worker:\n  publish_mode: dual\n  workers: 7\n  handoff_queue: 0\n"
                      "  log_sink: {enabled: off, path: \"\"}\n";
     assert_int_equal(load_text(ok, &c, err, sizeof(err)), 0);
     assert_string_equal(c->app.node_id, "n1");
@@ -179,6 +180,7 @@ test_values_read(void **state)
     assert_string_equal(c->rocketmq.name_servers[1], "nats://b:2");
     assert_int_equal(c->outbox_worker.publish_mode, PUBLISH_DUAL);
     assert_int_equal(c->outbox_worker.workers, 7);
+    assert_int_equal(c->outbox_worker.handoff_queue, 0);
     assert_false(c->outbox_worker.log_sink_enabled);
     assert_string_equal(c->outbox_worker.log_sink_path, "");
     conf_free(c);
@@ -359,6 +361,7 @@ static const struct {
     {"outbox_worker:\n  lock_timeout: 3s\n",
      "outbox_worker.lock_timeout: must be > outbox_worker.publish_timeout"},
     {"outbox_worker:\n  log_sink:\n    path: \"\"\n", "outbox_worker.log_sink.path: must not be"},
+    {"outbox_worker:\n  handoff_queue: -2\n", "2:18: outbox_worker.handoff_queue: must be >= -1"},
     /* app, http */
     {"app:\n  default_app_code: \"\"\n", "app.default_app_code: must not be empty"},
     {"app:\n  log_level: loud\n", "app.log_level: must be one of"},
