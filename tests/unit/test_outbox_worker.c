@@ -733,6 +733,32 @@ test_full_batches_drain(void **state)
     tsink_free(t);
 }
 
+/* outbox_worker.handoff_queue sizes the hand-off queue: 0 turns it off, n
+ * admits n rows (reserved + queued), -1 is max(1024, 4 x workers x batch). */
+static void
+test_handoff_queue_conf(void **state)
+{
+    static const int sizes[] = {0, 3, -1};
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    int64_t until;
+
+    c->workers = 2;
+    c->batch_size = 100;
+    for (int i = 0; i < 3; i++) {
+        size_t cap = sizes[i] >= 0 ? (size_t)sizes[i] : 1024;
+        struct tsink *t = tsink_new("ok", SINK_BIT_TIM, 0);
+
+        c->handoff_queue = sizes[i];
+        struct outbox *ob = open_outbox(&t, 1);
+        if (cap > 0)
+            assert_true(outbox_handoff_reserve(ob, cap, &until));
+        assert_false(outbox_handoff_reserve(ob, 1, &until));
+        outbox_handoff_cancel(ob, cap);
+        outbox_close(ob);
+        tsink_free(t);
+    }
+}
+
 /* Several workers claiming at once deliver every row exactly once. */
 static void
 test_workers_deliver_once(void **state)
@@ -975,6 +1001,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_failing_event_bounded_logs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wake_latency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_batches_drain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_handoff_queue_conf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_deliver_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_one_call_per_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),
