@@ -83,7 +83,10 @@ struct outbox_stats {
      * the commit) to the return of the last sink, in 100 µs buckets; the
      * last bucket holds everything from 49.9 ms on. */
     uint32_t handoff_lat[OUTBOX_LAT_BUCKETS];
+    int64_t handoff_lat_sum_us; /* their sum */
 };
+/* Copies the counters. They are also on GET /metrics (roomd_outbox_*: a
+ * collector outbox_open adds and outbox_close removes). Thread: any. */
 void outbox_stats(struct outbox *ob, struct outbox_stats *out);
 /* The p-th percentile (0 < p < 1) of handoff_lat in µs (a bucket's upper
  * edge), or 0 when there are no samples. */

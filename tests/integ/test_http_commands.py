@@ -584,6 +584,18 @@ def test_health_ready_metrics():
                hu.metrics(rd)["roomd_outbox_oldest_undelivered_seconds"] == 0,
                timeout=10, what="outbox drained")
     assert hu.metrics(rd)['roomd_outbox_rows{status="delivered"}'] >= 3
+    # the outbox's own counters: the commands' rows went through the hand-off
+    m = hu.metrics(rd)
+    for k in ("claims", "claimed_rows", "handoff_full", "batches"):
+        assert f"roomd_outbox_{k}_total" in m, k
+    for p in ("claim", "build", "publish", "complete"):
+        assert f'roomd_outbox_worker_seconds_total{{phase="{p}"}}' in m, p
+    assert m["roomd_outbox_handoff_rows_total"] >= 3, m["roomd_outbox_handoff_rows_total"]
+    h = "roomd_outbox_handoff_delivery_seconds"
+    les = [k for k in m if k.startswith(h + "_bucket")]
+    assert len(les) == 7 and all(m[les[i]] <= m[les[i + 1]] for i in range(6)), les
+    assert m[h + '_bucket{le="+Inf"}'] == m[h + "_count"] >= 3, m[h + "_count"]
+    assert m[h + "_sum"] > 0
     if "roomd_group_commit_batches_total" in m:
         assert m["roomd_group_commit_mutations_total"] >= m["roomd_group_commit_batches_total"]
 
