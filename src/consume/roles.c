@@ -127,12 +127,3 @@ consume_roles_stop(struct consume_roles *r)
     consume_notice_sender_close(&r->notice_sender);
     free(r);
 }
-
-struct consume_group *
-consume_roles_group(struct consume_roles *r, unsigned role)
-{
-    for (int i = 0; i < NROLES; i++)
-        if (role == (1u << i))
-            return r->g[i];
-    return NULL;
-}

@@ -41,7 +41,4 @@ int consume_roles_start(struct consume_roles **out, const struct conf *c, struct
 /* Stops every group (see consume_group_stop). NULL is a no-op. */
 void consume_roles_stop(struct consume_roles *r);
 
-/* The running group of role, or NULL (tests, metrics). */
-struct consume_group *consume_roles_group(struct consume_roles *r, unsigned role);
-
 #endif

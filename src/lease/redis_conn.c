@@ -140,12 +140,6 @@ redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv)
     return redis_conn_argv(rc, argc, argv, NULL);
 }
 
-int
-redis_conn_up(const struct redis_conn *rc)
-{
-    return rc->ctx != NULL;
-}
-
 void
 redis_conn_close(struct redis_conn *rc)
 {

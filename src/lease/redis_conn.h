@@ -42,9 +42,6 @@ redisReply *redis_conn_argv(struct redis_conn *rc, int argc, const char **argv, 
 /* Same with NUL-terminated strings. */
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv);
 
-/* True when connected (after the last call). */
-int redis_conn_up(const struct redis_conn *rc);
-
 void redis_conn_close(struct redis_conn *rc);
 
 #endif

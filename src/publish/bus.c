@@ -88,12 +88,6 @@ bus_subject(struct bus *b, enum bus_stream which, const char *token, char *buf, 
     return n < 0 || (size_t)n >= len ? ROOMD_EINVAL : 0;
 }
 
-const struct conf_rocketmq *
-bus_conf(struct bus *b)
-{
-    return b->cfg;
-}
-
 jsCtx *
 bus_js(struct bus *b)
 {

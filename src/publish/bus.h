@@ -80,7 +80,6 @@ int bus_ensure_consumer(struct bus *b, enum bus_stream which, const char *durabl
  * reference is held). Thread-safe nats.c objects. */
 jsCtx *bus_js(struct bus *b);
 natsConnection *bus_nc(struct bus *b);
-const struct conf_rocketmq *bus_conf(struct bus *b);
 
 /* The stream name ("hyapp_room_outbox") and its subject prefix
  * ("<ns>hyapp_room_outbox", without the final ".token"). Static per bus. */
