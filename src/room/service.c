@@ -189,6 +189,36 @@ build_response(const struct room_cmd *cmd, const struct room_state *s, const str
     return out;
 }
 
+/* Fills *m with what a command commits besides its events and snapshot:
+ * the log row (cmd, its response) and the room's meta row after it (s, the
+ * applied clone). Everything stays borrowed. */
+static void
+make_mutation(struct mutation *m, const struct room_cmd *cmd, const struct room_state *s,
+              int64_t now, int64_t fence_token, const char *response)
+{
+    memset(m, 0, sizeof(*m));
+    strlcpy_(m->app_code, cmd->app_code, sizeof(m->app_code));
+    strlcpy_(m->room_id, cmd->room_id, sizeof(m->room_id));
+    strlcpy_(m->command_id, cmd->command_id, sizeof(m->command_id));
+    m->command_type = room_cmd_name(cmd->type);
+    m->request = cmd->request;
+    m->response = response;
+    m->version = s->version;
+    m->created_at_ms = now;
+    m->fence_token = fence_token;
+    m->create = cmd->type == CMD_CREATE_ROOM;
+    m->meta.owner_uid = s->owner_uid;
+    m->meta.title = s->title;
+    m->meta.status = room_status_str[s->status];
+    m->meta.version = s->version;
+    m->meta.rocket_status = rocket_status_str[s->rocket.status];
+    m->meta.rocket_id = s->rocket.rocket_id;
+    m->meta.rocket_level = s->rocket.level;
+    m->meta.rocket_launch_at_ms = s->rocket.launch_at_ms;
+    m->meta.created_at_ms = s->created_at_ms;
+    m->meta.updated_at_ms = s->updated_at_ms;
+}
+
 /* Commits m through the group committer (or the store directly). */
 static int
 commit(struct room_service *svc, struct mutation *m)
@@ -374,27 +404,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     state_json = room_state_to_json_capped(clone, ROOM_REPLY_MEMBERS_MAX);
     response = build_response(cmd, clone, obx, ev.n, state_json);
 
-    memset(&m, 0, sizeof(m));
-    strlcpy_(m.app_code, cmd->app_code, sizeof(m.app_code));
-    strlcpy_(m.room_id, cmd->room_id, sizeof(m.room_id));
-    strlcpy_(m.command_id, cmd->command_id, sizeof(m.command_id));
-    m.command_type = room_cmd_name(cmd->type);
-    m.request = cmd->request;
-    m.response = response;
-    m.version = clone->version;
-    m.created_at_ms = now;
-    m.fence_token = c->lease_token;
-    m.create = cmd->type == CMD_CREATE_ROOM;
-    m.meta.owner_uid = clone->owner_uid;
-    m.meta.title = clone->title;
-    m.meta.status = room_status_str[clone->status];
-    m.meta.version = clone->version;
-    m.meta.rocket_status = rocket_status_str[clone->rocket.status];
-    m.meta.rocket_id = clone->rocket.rocket_id;
-    m.meta.rocket_level = clone->rocket.level;
-    m.meta.rocket_launch_at_ms = clone->rocket.launch_at_ms;
-    m.meta.created_at_ms = clone->created_at_ms;
-    m.meta.updated_at_ms = clone->updated_at_ms;
+    make_mutation(&m, cmd, clone, now, c->lease_token, response);
     m.events = obx;
     m.nevents = ev.n;
     m.snapshot = snapshot_json;
