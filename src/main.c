@@ -2,8 +2,7 @@
  * main.c: roomd. Loads and validates the config, opens the modules in
  * dependency order (store -> group commit -> wallet -> lease -> projection ->
  * broker -> sinks -> outbox worker -> room service -> consumers -> HTTP),
- * serves until SIGINT or
- * SIGTERM, then closes them in reverse order.
+ * serves until SIGINT or SIGTERM, then closes them in reverse order.
  *
  *   roomd -c configs/local.yaml        serve
  *   roomd --check-config FILE          validate FILE and exit (0 ok, 1 error)
@@ -90,7 +89,7 @@ main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *path = NULL;
-    int check_only = 0, ch, rc;
+    int check_only = 0, ch;
     char err[1024];
     struct conf *conf = NULL;
 
@@ -121,7 +120,7 @@ main(int argc, char **argv)
     daemon_start(conf->app.log_file, conf->app.log_level, &stopset);
 
     struct store *store = NULL;
-    if ((rc = store_open(&store, &conf->store, err, sizeof(err))) != 0)
+    if (store_open(&store, &conf->store, err, sizeof(err)) != 0)
         fatalx("store: %s", err);
     struct group_commit *gc = NULL;
     if (group_commit_open(&gc, store, conf->store.group_commit_max) != 0)

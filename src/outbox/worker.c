@@ -33,7 +33,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A row's last_error as the worker builds it (sink: reason; ...), and one
+ * sink's reason. */
 #define LAST_ERROR_MAX 512
+#define SINK_ERR_LEN 256
 /* Retries of a batch completion while the store is briefly unavailable. */
 #define COMPLETE_TRIES 3
 /* Hand-off queue capacity (rows) with handoff_queue -1 (auto): max(this, 4 * workers *
@@ -411,7 +414,7 @@ sink_needed(const struct slot *sl, struct sink *s)
 static void
 publish_one(struct slot *sl, struct sink *s, int64_t deadline)
 {
-    char serr[256] = "";
+    char serr[SINK_ERR_LEN] = "";
 
     if (clock_mono_ms() >= deadline) {
         append_error(sl->err, s->name, "publish_timeout exceeded before the call");
@@ -432,7 +435,7 @@ publish_batch(struct slot *sl, size_t n, struct sink *s, int64_t deadline)
     struct outbox_event *evs = xcalloc(n, sizeof(*evs));
     size_t *idx = xcalloc(n, sizeof(*idx));
     int *rcs = xcalloc(n, sizeof(*rcs));
-    char *errs = xcalloc(n, 256);
+    char *errs = xcalloc(n, SINK_ERR_LEN);
     size_t k = 0;
 
     for (size_t i = 0; i < n; i++)
@@ -446,10 +449,10 @@ publish_batch(struct slot *sl, size_t n, struct sink *s, int64_t deadline)
             sl[idx[j]].rc = ROOMD_ERETRY;
         }
     } else if (k > 0) {
-        s->publish_batch(s, evs, k, deadline, rcs, errs, 256);
+        s->publish_batch(s, evs, k, deadline, rcs, errs, SINK_ERR_LEN);
         for (size_t j = 0; j < k; j++) {
-            errs[j * 256 + 255] = '\0';
-            sink_outcome(&sl[idx[j]], s, rcs[j], errs + j * 256);
+            errs[(j + 1) * SINK_ERR_LEN - 1] = '\0';
+            sink_outcome(&sl[idx[j]], s, rcs[j], errs + j * SINK_ERR_LEN);
         }
     }
     free(errs);

@@ -52,6 +52,7 @@ enum outbox_status {
     OUTBOX_RETRYABLE,
     OUTBOX_FAILED,
 };
+/* The status' name ("pending", ...; "unknown" out of range): static. */
 const char *outbox_status_name(enum outbox_status s);
 /* Returns the status for name ("published" -> OUTBOX_DELIVERED), or -1. */
 int outbox_status_parse(const char *name);
@@ -62,8 +63,9 @@ struct outbox_new {
     const char *event_type; /* static string, "RoomCreated" ... */
     uint8_t *payload;       /* packed protobuf payload, owned by the mutation */
     size_t payload_len;
-    int64_t id; /* out: room_outbox.id, set by store_save when the row was
-                 * inserted already claimed (mutation.locked_by) */
+    /* out: room_outbox.id, set by store_save when the row was inserted
+     * already claimed (mutation.locked_by) */
+    int64_t id;
 };
 
 /* The room's meta row after a mutation. */
@@ -318,6 +320,8 @@ int store_outbox_get(struct store *s, const char *event_id, struct outbox_row *o
 /* Operator replay of a failed row: back to pending, retry_count 0, same
  * event_id. ROOMD_ENOTFOUND, or ROOMD_ECONFLICT when the row is not failed. */
 int store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
+/* Rows by status and the oldest undelivered row's created_at_ms, read in
+ * one snapshot. 0 or EUNAVAIL/EIO. */
 int store_outbox_counts(struct store *s, struct outbox_counts *out);
 /* Deletes up to limit delivered rows with delivered_at_ms < before. */
 int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
@@ -329,8 +333,11 @@ int store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t am
                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
 /* Reverses the debit ref_id if it exists and was not refunded. 0 or ENOTFOUND. */
 int store_wallet_refund(struct store *s, const char *app, const char *ref_id);
+/* Credits amount (>= 0, else ROOMD_EINVAL) once per ref_id; *balance_after
+ * is the balance after it (also on a repeated ref_id). */
 int store_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+/* The balance of (app, uid): initial_balance for an account never written. */
 int store_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
                          int64_t *balance);
 
