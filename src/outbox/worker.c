@@ -45,7 +45,6 @@
 
 struct worker {
     struct outbox *ob;
-    int index;
     char locked_by[STORE_ID_MAX];
     pthread_t thread;
     bool started;
@@ -855,7 +854,6 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
     for (int i = 0; i < ob->nworkers; i++) {
         struct worker *w = &ob->workers[i];
         w->ob = ob;
-        w->index = i;
         snprintf(w->locked_by, sizeof(w->locked_by), "%.48s/w%d", node, i); /* fits 63 */
         w->next_claim_ms = 0;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {

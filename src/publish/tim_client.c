@@ -267,7 +267,6 @@ pool_give(struct tim_client *c, CURL *h)
 struct buf {
     char *p;
     size_t n;
-    bool overflow;
 };
 
 static size_t
@@ -276,10 +275,8 @@ on_body(char *data, size_t size, size_t nmemb, void *arg)
     struct buf *b = arg;
     size_t add = size * nmemb;
 
-    if (b->n + add > TIM_MAX_RESPONSE) {
-        b->overflow = true;
-        return 0;
-    }
+    if (b->n + add > TIM_MAX_RESPONSE)
+        return 0; /* curl fails the call with a write error */
     b->p = xrealloc(b->p, b->n + add + 1);
     memcpy(b->p + b->n, data, add);
     b->n += add;
