@@ -1119,9 +1119,12 @@ fail:
 
 /* ==== Reading rows ==== */
 
+/* Reads the row of r (CMD_COLS) into dst (struct command_record). */
 static void
-read_command(const struct rows *r, struct command_record *out)
+read_command(const struct rows *r, void *dst)
 {
+    struct command_record *out = dst;
+
     memset(out, 0, sizeof(*out));
     strlcpy_(out->room_id, r_str(r, 0), sizeof(out->room_id));
     strlcpy_(out->command_id, r_str(r, 1), sizeof(out->command_id));
@@ -1132,9 +1135,12 @@ read_command(const struct rows *r, struct command_record *out)
     out->created_at_ms = r_i64(r, 6);
 }
 
+/* Reads the row of r (OUTBOX_COLS) into dst (struct outbox_row). */
 static void
-read_outbox(const struct rows *r, struct outbox_row *o)
+read_outbox(const struct rows *r, void *dst)
 {
+    struct outbox_row *o = dst;
+
     memset(o, 0, sizeof(*o));
     o->id = r_i64(r, 0);
     strlcpy_(o->event_id, r_str(r, 1), sizeof(o->event_id));
@@ -1172,25 +1178,31 @@ read_outbox_rows(struct conn *c, struct rows *r, struct outbox_row **rows, size_
     return rc;
 }
 
-/* ==== find_command, load_room ==== */
+/* ==== One row by key; find_command, load_room ==== */
 
-struct find_ctx {
-    const char *app, *command_id;
-    struct command_record *out;
+/* The one row statement id finds for key1 (and key2 when not NULL), read
+ * into out through read. */
+struct one_ctx {
+    enum sid id;
+    const char *types;
+    const char *key1, *key2;
+    void (*read)(const struct rows *, void *);
+    void *out;
 };
 
 static int
-find_command_fn(struct conn *c, void *arg)
+one_fn(struct conn *c, void *arg)
 {
-    struct find_ctx *x = arg;
+    struct one_ctx *x = arg;
     struct params p = {0};
     struct rows r;
     int rc;
 
-    p_str(&p, x->app);
-    p_str(&p, x->command_id);
-    if ((rc = st_query_one(c, S_FIND_COMMAND, &p, &r, CMD_TYPES)) == 1) {
-        read_command(&r, x->out);
+    p_str(&p, x->key1);
+    if (x->key2 != NULL)
+        p_str(&p, x->key2);
+    if ((rc = st_query_one(c, x->id, &p, &r, x->types)) == 1) {
+        x->read(&r, x->out);
         rc = 0;
     } else if (rc == 0) {
         rc = ROOMD_ENOTFOUND;
@@ -1203,10 +1215,10 @@ static int
 my_find_command(struct store *s, const char *app, const char *command_id,
                 struct command_record *out)
 {
-    struct find_ctx x = {app, command_id, out};
+    struct one_ctx x = {S_FIND_COMMAND, CMD_TYPES, app, command_id, read_command, out};
 
     memset(out, 0, sizeof(*out));
-    return run((struct mstore *)s, find_command_fn, &x);
+    return run((struct mstore *)s, one_fn, &x);
 }
 
 struct load_ctx {
@@ -1916,37 +1928,13 @@ my_outbox_list(struct store *s, int status, int64_t after_id, int limit, struct 
     return 0;
 }
 
-struct get_ctx {
-    const char *event_id;
-    struct outbox_row *out;
-};
-
-static int
-get_fn(struct conn *c, void *arg)
-{
-    struct get_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
-    int rc;
-
-    p_str(&p, x->event_id);
-    if ((rc = st_query_one(c, S_GET, &p, &r, OUTBOX_TYPES)) == 1) {
-        read_outbox(&r, x->out);
-        rc = 0;
-    } else if (rc == 0) {
-        rc = ROOMD_ENOTFOUND;
-    }
-    rows_done(&r);
-    return rc;
-}
-
 static int
 my_outbox_get(struct store *s, const char *event_id, struct outbox_row *out)
 {
-    struct get_ctx x = {event_id, out};
+    struct one_ctx x = {S_GET, OUTBOX_TYPES, event_id, NULL, read_outbox, out};
 
     memset(out, 0, sizeof(*out));
-    return run((struct mstore *)s, get_fn, &x);
+    return run((struct mstore *)s, one_fn, &x);
 }
 
 struct replay_ctx {

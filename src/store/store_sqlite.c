@@ -573,9 +573,12 @@ out:
 
 /* ==== Command path ==== */
 
+/* Reads the row of q into dst (struct command_record). */
 static void
-read_record(sqlite3_stmt *q, struct command_record *r)
+read_record(sqlite3_stmt *q, void *dst)
 {
+    struct command_record *r = dst;
+
     memset(r, 0, sizeof(*r));
     col_copy(q, 0, r->room_id, sizeof(r->room_id));
     col_copy(q, 1, r->command_id, sizeof(r->command_id));
@@ -586,30 +589,45 @@ read_record(sqlite3_stmt *q, struct command_record *r)
     r->created_at_ms = sqlite3_column_int64(q, 6);
 }
 
+/* Reads the one row statement id finds for key1 (and key2 when not NULL)
+ * into out through read, on a reader connection. Returns 0, ROOMD_ENOTFOUND
+ * or the failure (what names it). */
 static int
-sq_find_command(struct store *st, const char *app, const char *command_id,
-                struct command_record *out)
+read_one(struct sq_store *s, enum stmt_id id, const char *key1, const char *key2,
+         void (*read)(sqlite3_stmt *, void *), void *out, const char *what)
 {
-    struct sq_store *s = (struct sq_store *)st;
     struct conn *c = reader_get(s);
-    sqlite3_stmt *q = stmt(c, ST_FIND_COMMAND);
+    sqlite3_stmt *q = stmt(c, id);
     int rc = ROOMD_EIO;
 
-    memset(out, 0, sizeof(*out));
     if (q == NULL)
         goto out;
-    bind_text(q, 1, app);
-    bind_text(q, 2, command_id);
-    if ((rc = step_one(c, q, "find_command")) == 1) {
-        read_record(q, out);
+    bind_text(q, 1, key1);
+    if (key2 != NULL)
+        bind_text(q, 2, key2);
+    if ((rc = step_one(c, q, what)) == 1) {
+        read(q, out);
         rc = 0;
     } else if (rc == 0) {
-        store_set_errmsg("command %s not found", command_id);
         rc = ROOMD_ENOTFOUND;
     }
     done(q);
 out:
     reader_put(s, c);
+    return rc;
+}
+
+static int
+sq_find_command(struct store *st, const char *app, const char *command_id,
+                struct command_record *out)
+{
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = read_one((struct sq_store *)st, ST_FIND_COMMAND, app, command_id, read_record, out,
+                  "find_command");
+    if (rc == ROOMD_ENOTFOUND)
+        store_set_errmsg("command %s not found", command_id);
     return rc;
 }
 
@@ -887,9 +905,11 @@ out:
 
 /* ==== Outbox ==== */
 
+/* Reads the row of q (OUTBOX_COLS) into dst (struct outbox_row). */
 static void
-read_row(sqlite3_stmt *q, struct outbox_row *r)
+read_row(sqlite3_stmt *q, void *dst)
 {
+    struct outbox_row *r = dst;
     const void *p;
 
     memset(r, 0, sizeof(*r));
@@ -1060,25 +1080,12 @@ out:
 static int
 sq_outbox_get(struct store *st, const char *event_id, struct outbox_row *out)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = reader_get(s);
-    sqlite3_stmt *q = stmt(c, ST_GET);
-    int rc = ROOMD_EIO;
+    int rc;
 
     memset(out, 0, sizeof(*out));
-    if (q == NULL)
-        goto out;
-    bind_text(q, 1, event_id);
-    if ((rc = step_one(c, q, "get")) == 1) {
-        read_row(q, out);
-        rc = 0;
-    } else if (rc == 0) {
+    rc = read_one((struct sq_store *)st, ST_GET, event_id, NULL, read_row, out, "get");
+    if (rc == ROOMD_ENOTFOUND)
         store_set_errmsg("event %s not found", event_id);
-        rc = ROOMD_ENOTFOUND;
-    }
-    done(q);
-out:
-    reader_put(s, c);
     return rc;
 }
 
