@@ -1128,6 +1128,160 @@ t_wallet(void **state)
     assert_int_equal(store_wallet_refund(st, "a1", "nope"), ROOMD_ENOTFOUND);
 }
 
+/* Sets batch item i: debit amount from (app, uid) under ref. */
+static void
+wd_set(struct wallet_debit *d, const char *app, int64_t uid, int64_t amount, const char *ref)
+{
+    *d = (struct wallet_debit){
+        .app = app, .uid = uid, .amount = amount, .ref_id = ref, .rc = -12345, .balance_after = -1};
+}
+
+static void
+t_wallet_debit_many(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = f->st;
+    struct wallet_debit d[8];
+    int64_t b;
+
+    /* A mixed batch: uid 1 twice (applied in order), one EFUNDS that charges
+     * nothing and leaves the others alone, the same ref twice (charged once),
+     * a negative amount (EINVAL). */
+    wd_set(&d[0], "a1", 1, 30, "m1");
+    wd_set(&d[1], "a1", 2, 101, "m2"); /* short: 100 */
+    wd_set(&d[2], "a1", 1, 50, "m3");
+    wd_set(&d[3], "a1", 1, 30, "m1"); /* same ref again in the batch */
+    wd_set(&d[4], "a1", 2, 40, "m4"); /* after the short one */
+    wd_set(&d[5], "a1", 1, 21, "m5"); /* 20 left: short */
+    wd_set(&d[6], "a1", 3, -1, "m6");
+    wd_set(&d[7], "a2", 1, 5, "m1"); /* another app, same ref and uid */
+    assert_int_equal(store_wallet_debit_many(st, d, 8, 100), 0);
+    assert_int_equal(d[0].rc, 0);
+    assert_int_equal(d[0].balance_after, 70);
+    assert_int_equal(d[1].rc, ROOMD_EFUNDS);
+    assert_int_equal(d[1].balance_after, 100);
+    assert_int_equal(d[2].rc, 0);
+    assert_int_equal(d[2].balance_after, 20);
+    assert_int_equal(d[3].rc, 0);
+    assert_int_equal(d[3].balance_after, 20);
+    assert_int_equal(d[4].rc, 0);
+    assert_int_equal(d[4].balance_after, 60);
+    assert_int_equal(d[5].rc, ROOMD_EFUNDS);
+    assert_int_equal(d[5].balance_after, 20);
+    assert_int_equal(d[6].rc, ROOMD_EINVAL);
+    assert_int_equal(d[7].rc, 0);
+    assert_int_equal(d[7].balance_after, 95);
+    assert_int_equal(store_wallet_balance(st, "a1", 1, 100, &b), 0);
+    assert_int_equal(b, 20);
+    assert_int_equal(store_wallet_balance(st, "a1", 2, 100, &b), 0);
+    assert_int_equal(b, 60);
+    assert_int_equal(store_wallet_balance(st, "a2", 1, 100, &b), 0);
+    assert_int_equal(b, 95);
+    /* Nothing was written for the short ones: no debit to refund. */
+    assert_int_equal(store_wallet_refund(st, "a1", "m2"), ROOMD_ENOTFOUND);
+    assert_int_equal(store_wallet_refund(st, "a1", "m5"), ROOMD_ENOTFOUND);
+    assert_int_equal(store_wallet_refund(st, "a1", "m6"), ROOMD_ENOTFOUND);
+
+    /* Across batches: a ref already charged charges nothing and reports the
+     * current balance; a refunded ref is charged again, once; a ref charged by
+     * store_wallet_debit is known to the batch and the other way round. */
+    assert_int_equal(store_wallet_refund(st, "a1", "m3"), 0); /* uid 1: 70 */
+    assert_int_equal(store_wallet_debit(st, "a1", 2, 10, "s1", 100, &b), 0);
+    assert_int_equal(b, 50);
+    wd_set(&d[0], "a1", 1, 30, "m1"); /* charged before: nothing */
+    wd_set(&d[1], "a1", 1, 50, "m3"); /* refunded: charged again */
+    wd_set(&d[2], "a1", 1, 50, "m3"); /* and only once */
+    wd_set(&d[3], "a1", 2, 10, "s1"); /* charged by store_wallet_debit */
+    wd_set(&d[4], "a1", 2, 5, "m7");
+    assert_int_equal(store_wallet_debit_many(st, d, 5, 100), 0);
+    assert_int_equal(d[0].rc, 0);
+    assert_int_equal(d[0].balance_after, 70);
+    assert_int_equal(d[1].rc, 0);
+    assert_int_equal(d[1].balance_after, 20);
+    assert_int_equal(d[2].rc, 0);
+    assert_int_equal(d[2].balance_after, 20);
+    assert_int_equal(d[3].rc, 0);
+    assert_int_equal(d[3].balance_after, 50);
+    assert_int_equal(d[4].rc, 0);
+    assert_int_equal(d[4].balance_after, 45);
+    assert_int_equal(store_wallet_debit(st, "a1", 2, 5, "m7", 100, &b), 0);
+    assert_int_equal(b, 45);
+    assert_int_equal(store_wallet_balance(st, "a1", 1, 100, &b), 0);
+    assert_int_equal(b, 20);
+    /* Refund then re-debit inside one batch's reach: refund m1, debit it
+     * again in a batch with a short one of the same uid. */
+    assert_int_equal(store_wallet_refund(st, "a1", "m1"), 0); /* uid 1: 50 */
+    wd_set(&d[0], "a1", 1, 51, "m8");
+    wd_set(&d[1], "a1", 1, 30, "m1");
+    assert_int_equal(store_wallet_debit_many(st, d, 2, 100), 0);
+    assert_int_equal(d[0].rc, ROOMD_EFUNDS);
+    assert_int_equal(d[0].balance_after, 50);
+    assert_int_equal(d[1].rc, 0);
+    assert_int_equal(d[1].balance_after, 20);
+    assert_int_equal(store_wallet_balance(st, "a1", 1, 100, &b), 0);
+    assert_int_equal(b, 20);
+    assert_int_equal(store_wallet_debit_many(st, d, 0, 100), 0);
+}
+
+/* Threads running batches whose accounts come in opposite orders (a backend
+ * that locks rows in batch order would deadlock or lose updates). */
+#define WB_THREADS 4
+#define WB_BATCHES 15
+#define WB_ITEMS 6
+
+struct wb_worker {
+    struct store *st;
+    int idx;
+    int failures;
+};
+
+static void *
+wb_main(void *arg)
+{
+    struct wb_worker *w = arg;
+    char refs[WB_ITEMS][32];
+    struct wallet_debit d[WB_ITEMS];
+
+    for (int b = 0; b < WB_BATCHES; b++) {
+        for (int i = 0; i < WB_ITEMS; i++) {
+            /* even threads: uids 1..6, odd threads: 6..1 */
+            int64_t uid = w->idx % 2 == 0 ? i + 1 : WB_ITEMS - i;
+
+            snprintf(refs[i], sizeof(refs[i]), "wb-%d-%d-%d", w->idx, b, i);
+            wd_set(&d[i], "wb", uid, uid, refs[i]);
+        }
+        if (store_wallet_debit_many(w->st, d, WB_ITEMS, 100000) != 0)
+            w->failures++;
+        for (int i = 0; i < WB_ITEMS; i++)
+            if (d[i].rc != 0)
+                w->failures++;
+    }
+    return NULL;
+}
+
+static void
+t_wallet_debit_many_concurrent(void **state)
+{
+    struct fixture *f = *state;
+    struct wb_worker w[WB_THREADS];
+    pthread_t th[WB_THREADS];
+    int64_t b;
+
+    for (int i = 0; i < WB_THREADS; i++) {
+        w[i] = (struct wb_worker){.st = f->st, .idx = i};
+        assert_int_equal(pthread_create(&th[i], NULL, wb_main, &w[i]), 0);
+    }
+    for (int i = 0; i < WB_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+    }
+    /* uid u was charged u by every item of every batch of every thread */
+    for (int64_t uid = 1; uid <= WB_ITEMS; uid++) {
+        assert_int_equal(store_wallet_balance(f->st, "wb", uid, 100000, &b), 0);
+        assert_int_equal(b, 100000 - uid * WB_THREADS * WB_BATCHES);
+    }
+}
+
 static void
 t_rockets(void **state)
 {
@@ -1281,6 +1435,8 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(t_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_wallet_debit_many, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_wallet_debit_many_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rockets, setup, teardown),
         cmocka_unit_test_setup_teardown(t_concurrent_claim, setup, teardown),
     };

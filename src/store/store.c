@@ -261,6 +261,15 @@ store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount
 }
 
 int
+store_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
+                        int64_t initial_balance)
+{
+    if (n == 0)
+        return 0;
+    return s->ops->wallet_debit_many(s, items, n, initial_balance);
+}
+
+int
 store_wallet_refund(struct store *s, const char *app, const char *ref_id)
 {
     return s->ops->wallet_refund(s, app, ref_id);

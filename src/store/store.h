@@ -203,6 +203,14 @@ struct room_row {
 };
 void room_rows_free(struct room_row *rows, size_t n);
 
+/* One debit of store_wallet_debit_many. */
+struct wallet_debit {
+    const char *app, *ref_id; /* borrowed */
+    int64_t uid, amount;
+    int rc;                /* out: 0, ROOMD_EFUNDS, ROOMD_EINVAL, or the batch's failure */
+    int64_t balance_after; /* out: as store_wallet_debit's */
+};
+
 struct store;
 
 struct store_ops {
@@ -229,6 +237,8 @@ struct store_ops {
                         const char *ref_id, int64_t initial_balance, int64_t *balance_after);
     int (*wallet_balance)(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
                           int64_t *balance);
+    int (*wallet_debit_many)(struct store *s, struct wallet_debit *items, size_t n,
+                             int64_t initial_balance);
     int (*rockets_pending)(struct store *s, struct rocket_pending **out, size_t *n);
     int (*rooms_list)(struct store *s, const char *after_app, const char *after_room,
                       bool open_only, int limit, struct room_row **rows, size_t *n);
@@ -331,6 +341,17 @@ int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, 
  * Debit returns ROOMD_EFUNDS when the balance is short (nothing written). */
 int store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount,
                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+/*
+ * Applies n debits in ONE transaction (one fsync): item i as
+ * store_wallet_debit(app, uid, amount, ref_id) would, in array order (the
+ * same uid or ref_id twice is applied in order). Each item succeeds or fails
+ * alone: items[i].rc is 0, ROOMD_EFUNDS or EINVAL (nothing charged for it),
+ * items[i].balance_after as store_wallet_debit's. Returns 0 when the
+ * transaction committed, or the batch's failure (EUNAVAIL, EIO), then set in
+ * every rc and nothing is charged. Blocks; thread: any.
+ */
+int store_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
+                            int64_t initial_balance);
 /* Reverses the debit ref_id if it exists and was not refunded. 0 or ENOTFOUND. */
 int store_wallet_refund(struct store *s, const char *app, const char *ref_id);
 /* Credits amount (>= 0, else ROOMD_EINVAL) once per ref_id; *balance_after

@@ -2222,6 +2222,125 @@ my_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount, c
     return rc;
 }
 
+/* ---- A batch of debits in one transaction (store_wallet_debit_many) ---- */
+
+struct account {
+    const char *app;
+    int64_t uid;
+    int64_t balance; /* as locked, then as the batch charged it */
+};
+
+struct debit_many_ctx {
+    struct wallet_debit *items;
+    size_t n;
+    int64_t initial;
+    struct account *accts; /* the distinct accounts of the items, in primary key order */
+    size_t naccts;
+};
+
+static int
+account_cmp(const void *a, const void *b)
+{
+    const struct account *x = a, *y = b;
+    int c = strcmp(x->app, y->app);
+
+    return c != 0 ? c : (x->uid > y->uid) - (x->uid < y->uid);
+}
+
+static struct account *
+account_find(struct debit_many_ctx *x, const char *app, int64_t uid)
+{
+    struct account key = {.app = app, .uid = uid};
+
+    return bsearch(&key, x->accts, x->naccts, sizeof(key), account_cmp);
+}
+
+/*
+ * The batch: locks every account of the batch first, in primary key order
+ * (any two batches lock in the same order: no deadlock between them), then
+ * applies each debit with debit_fn's rules. A short balance charges nothing
+ * for its item and does not affect the others (nothing of it is written).
+ */
+static int
+debit_many_fn(struct conn *c, void *arg)
+{
+    struct debit_many_ctx *x = arg;
+    int rc;
+
+    for (size_t i = 0; i < x->n; i++) {
+        x->items[i].balance_after = 0;
+        x->items[i].rc = x->items[i].amount < 0 ? ROOMD_EINVAL : 0;
+    }
+    if ((rc = tx_begin(c)) != 0)
+        return rc;
+    for (size_t i = 0; i < x->naccts; i++) {
+        struct account *a = &x->accts[i];
+
+        if ((rc = lock_account(c, a->app, a->uid, x->initial, &a->balance)) != 0)
+            return rc;
+    }
+    for (size_t i = 0; i < x->n; i++) {
+        struct wallet_debit *d = &x->items[i];
+        struct account *a = account_find(x, d->app, d->uid), *la;
+        int64_t luid = 0;
+        int have_debit, have_refund;
+
+        if (d->rc != 0)
+            continue;
+        if ((rc = have_debit = ledger_get(c, d->app, d->ref_id, "debit", &luid, NULL)) < 0)
+            return rc;
+        if ((rc = have_refund = ledger_get(c, d->app, d->ref_id, "refund", NULL, NULL)) < 0)
+            return rc;
+        if (have_debit && !have_refund) { /* already charged */
+            if ((la = account_find(x, d->app, luid)) != NULL)
+                d->balance_after = la->balance;
+            else if ((rc = account_balance(c, d->app, luid, x->initial, &d->balance_after)) != 0)
+                return rc;
+            continue;
+        }
+        if (a->balance < d->amount) {
+            d->balance_after = a->balance;
+            d->rc = ROOMD_EFUNDS;
+            continue;
+        }
+        if (have_refund &&
+            (rc = ledger_write(c, S_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0)) != 0)
+            return rc;
+        rc = ledger_write(c, have_debit ? S_LEDGER_UPDATE : S_LEDGER_INSERT, d->app, d->ref_id,
+                          "debit", d->uid, d->amount);
+        if (rc != 0 || (rc = account_add(c, d->app, d->uid, -d->amount)) != 0)
+            return rc;
+        a->balance -= d->amount;
+        d->balance_after = a->balance;
+    }
+    return tx_commit(c);
+}
+
+static int
+my_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n, int64_t initial_balance)
+{
+    struct debit_many_ctx x = {items, n, initial_balance, xcalloc(n, sizeof(struct account)), 0};
+    size_t k = 0;
+    int rc;
+
+    for (size_t i = 0; i < n; i++)
+        if (items[i].amount >= 0)
+            x.accts[x.naccts++] = (struct account){.app = items[i].app, .uid = items[i].uid};
+    qsort(x.accts, x.naccts, sizeof(*x.accts), account_cmp);
+    for (size_t i = 0; i < x.naccts; i++) /* keep the distinct ones */
+        if (k == 0 || account_cmp(&x.accts[k - 1], &x.accts[i]) != 0)
+            x.accts[k++] = x.accts[i];
+    x.naccts = k;
+    rc = run((struct mstore *)s, debit_many_fn, &x);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++) {
+            items[i].rc = rc;
+            items[i].balance_after = 0;
+        }
+    free(x.accts);
+    return rc;
+}
+
 static int
 refund_fn(struct conn *c, void *arg)
 {
@@ -2506,6 +2625,7 @@ const struct store_ops store_mysql_ops = {
     .wallet_refund = my_wallet_refund,
     .wallet_topup = my_wallet_topup,
     .wallet_balance = my_wallet_balance,
+    .wallet_debit_many = my_wallet_debit_many,
     .rockets_pending = my_rockets_pending,
     .rooms_list = my_rooms_list,
     .fence_room = my_fence_room,

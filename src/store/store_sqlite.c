@@ -1253,62 +1253,99 @@ w_ledger_write(struct conn *c, enum stmt_id id, const char *app, const char *ref
 }
 
 /*
- * Debit. A ref already debited (and not refunded) is not charged again: 0 and
- * the current balance. A refunded ref debited again is charged again (the
- * refund row is removed, the debit row rewritten): the command that was
- * refunded because its commit failed is being retried.
+ * One debit inside the open transaction. A ref already debited (and not
+ * refunded) is not charged again: 0 and the current balance. A refunded ref
+ * debited again is charged again (the refund row is removed, the debit row
+ * rewritten): the command that was refunded because its commit failed is
+ * being retried. Returns 0 or ROOMD_EFUNDS/EINVAL (nothing written), or a
+ * failure of the transaction (*fatal set).
  */
+static int
+debit_one(struct conn *c, struct wallet_debit *d, int64_t initial, int64_t now, int *fatal)
+{
+    int64_t luid = 0, lamount = 0, bal = 0, ruid, ramount;
+    int rc, have_debit, have_refund;
+
+    d->balance_after = 0;
+    if (d->amount < 0) {
+        store_set_errmsg("wallet debit: negative amount");
+        return ROOMD_EINVAL;
+    }
+    if ((rc = have_debit = w_ledger_get(c, d->app, d->ref_id, "debit", &luid, &lamount)) < 0)
+        return *fatal = rc;
+    if ((rc = have_refund = w_ledger_get(c, d->app, d->ref_id, "refund", &ruid, &ramount)) < 0)
+        return *fatal = rc;
+    if (have_debit && !have_refund) /* already charged: report the balance, charge nothing */
+        return *fatal = w_balance(c, d->app, luid, initial, &d->balance_after);
+    if ((rc = w_balance(c, d->app, d->uid, initial, &bal)) != 0)
+        return *fatal = rc;
+    if (bal < d->amount) {
+        store_set_errmsg("wallet: balance %lld < %lld", (long long)bal, (long long)d->amount);
+        d->balance_after = bal;
+        return ROOMD_EFUNDS;
+    }
+    if (have_refund &&
+        (rc = w_ledger_write(c, ST_W_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0, now)) != 0)
+        return *fatal = rc;
+    rc = w_ledger_write(c, have_debit ? ST_W_LEDGER_UPDATE : ST_W_LEDGER_INSERT, d->app, d->ref_id,
+                        "debit", d->uid, d->amount, now);
+    if (rc != 0 || (rc = w_set_balance(c, d->app, d->uid, bal - d->amount, now)) != 0)
+        return *fatal = rc;
+    d->balance_after = bal - d->amount;
+    return 0;
+}
+
+/* Debits in one transaction, a savepoint per item (as sq_save). */
+static int
+sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
+                     int64_t initial_balance)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = writer_get(s);
+    int64_t now = clock_wall_ms();
+    int rc, fatal = 0;
+
+    for (size_t i = 0; i < n; i++)
+        items[i].rc = 0;
+    if ((rc = run(c, ST_BEGIN_IMMEDIATE)) != 0)
+        goto out;
+    for (size_t i = 0; i < n && fatal == 0; i++) {
+        if ((fatal = run(c, ST_SAVEPOINT)) != 0)
+            break;
+        items[i].rc = debit_one(c, &items[i], initial_balance, now, &fatal);
+        if (fatal != 0)
+            break;
+        if (items[i].rc != 0)
+            fatal = run(c, ST_ROLLBACK_TO);
+        if (fatal == 0)
+            fatal = run(c, ST_RELEASE);
+    }
+    rc = fatal != 0 ? fatal : run(c, ST_COMMIT);
+out:
+    if (rc != 0) {
+        char keep[512];
+
+        strlcpy_(keep, store_errmsg(), sizeof(keep));
+        rollback(c);
+        store_set_errmsg("%s", keep);
+        for (size_t i = 0; i < n; i++) {
+            items[i].rc = rc;
+            items[i].balance_after = 0;
+        }
+    }
+    writer_put(s, c);
+    return rc;
+}
+
 static int
 sq_wallet_debit(struct store *st, const char *app, int64_t uid, int64_t amount, const char *ref_id,
                 int64_t initial_balance, int64_t *balance_after)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = writer_get(s);
-    int64_t now = clock_wall_ms(), luid = 0, lamount = 0, bal = 0, ruid, ramount;
-    int rc, have_debit, have_refund;
+    struct wallet_debit d = {.app = app, .ref_id = ref_id, .uid = uid, .amount = amount};
+    int rc = sq_wallet_debit_many(st, &d, 1, initial_balance);
 
-    *balance_after = 0;
-    if (amount < 0) {
-        store_set_errmsg("wallet debit: negative amount");
-        rc = ROOMD_EINVAL;
-        goto out;
-    }
-    if ((rc = run(c, ST_BEGIN_IMMEDIATE)) != 0)
-        goto out;
-    if ((rc = have_debit = w_ledger_get(c, app, ref_id, "debit", &luid, &lamount)) < 0)
-        goto out;
-    if ((rc = have_refund = w_ledger_get(c, app, ref_id, "refund", &ruid, &ramount)) < 0)
-        goto out;
-    if (have_debit && !have_refund) {
-        /* Already charged: report the balance, charge nothing. */
-        if ((rc = w_balance(c, app, luid, initial_balance, &bal)) != 0)
-            goto out;
-        *balance_after = bal;
-        rc = run(c, ST_COMMIT);
-        goto out;
-    }
-    if ((rc = w_balance(c, app, uid, initial_balance, &bal)) != 0)
-        goto out;
-    if (bal < amount) {
-        store_set_errmsg("wallet: balance %lld < %lld", (long long)bal, (long long)amount);
-        *balance_after = bal;
-        rc = ROOMD_EFUNDS;
-        goto out;
-    }
-    if (have_refund &&
-        (rc = w_ledger_write(c, ST_W_LEDGER_DELETE, app, ref_id, "refund", 0, 0, now)) != 0)
-        goto out;
-    rc = w_ledger_write(c, have_debit ? ST_W_LEDGER_UPDATE : ST_W_LEDGER_INSERT, app, ref_id,
-                        "debit", uid, amount, now);
-    if (rc != 0)
-        goto out;
-    if ((rc = w_set_balance(c, app, uid, bal - amount, now)) != 0)
-        goto out;
-    if ((rc = run(c, ST_COMMIT)) == 0)
-        *balance_after = bal - amount;
-out:
-    writer_put(s, c);
-    return rc;
+    *balance_after = d.balance_after;
+    return rc != 0 ? rc : d.rc;
 }
 
 static int
@@ -1541,6 +1578,7 @@ const struct store_ops store_sqlite_ops = {
     .wallet_refund = sq_wallet_refund,
     .wallet_topup = sq_wallet_topup,
     .wallet_balance = sq_wallet_balance,
+    .wallet_debit_many = sq_wallet_debit_many,
     .rockets_pending = sq_rockets_pending,
     .rooms_list = sq_rooms_list,
     .fence_room = sq_fence_room,

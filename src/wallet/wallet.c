@@ -7,10 +7,9 @@
 
 #include "conf/conf.h"
 #include "core/err.h"
+#include "wallet/wallet_embedded.h"
 
 #include <string.h>
-
-int wallet_embedded_open(struct wallet **out, const struct conf_wallet *cfg, struct store *store);
 
 int
 wallet_open(struct wallet **out, const struct conf_wallet *cfg, struct store *store)
