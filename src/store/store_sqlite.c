@@ -863,42 +863,65 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
     return 0;
 }
 
+/* One item of a batch written by in_savepoints: returns the item's own
+ * result (0 or a rule refusal, rolled back alone) and sets *fatal when the
+ * whole transaction must fail. */
+typedef int (*batch_item_fn)(struct conn *c, void *arg, size_t i, int *fatal);
+
+/*
+ * Runs item(0..n-1) in ONE write transaction (BEGIN IMMEDIATE ... COMMIT),
+ * each in its own savepoint: an item refused by a rule is rolled back alone,
+ * the others commit. Returns 0 when the transaction committed, or the error
+ * that failed it (then nothing committed and the first error's text is kept).
+ * The caller holds the writer.
+ */
 static int
-sq_save(struct store *st, struct mutation *const *muts, size_t n)
+in_savepoints(struct conn *c, size_t n, batch_item_fn item, void *arg)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = writer_get(s);
     int rc, fatal = 0;
 
-    for (size_t i = 0; i < n; i++)
-        muts[i]->rc = 0;
     if ((rc = run(c, ST_BEGIN_IMMEDIATE)) != 0)
-        goto out;
+        return rc;
     for (size_t i = 0; i < n && fatal == 0; i++) {
-        if ((rc = run(c, ST_SAVEPOINT)) != 0) {
-            fatal = rc;
+        if ((fatal = run(c, ST_SAVEPOINT)) != 0)
             break;
-        }
-        muts[i]->rc = save_one(c, muts[i], &fatal);
-        if (fatal != 0)
-            break;
-        if (muts[i]->rc != 0)
+        if (item(c, arg, i, &fatal) != 0 && fatal == 0)
             fatal = run(c, ST_ROLLBACK_TO);
         if (fatal == 0)
             fatal = run(c, ST_RELEASE);
     }
     rc = fatal != 0 ? fatal : run(c, ST_COMMIT);
-out:
     if (rc != 0) {
         char keep[512];
 
-        /* Keep the first error's text across the rollback. */
         strlcpy_(keep, store_errmsg(), sizeof(keep));
         rollback(c);
         store_set_errmsg("%s", keep);
+    }
+    return rc;
+}
+
+static int
+save_item(struct conn *c, void *arg, size_t i, int *fatal)
+{
+    struct mutation *m = ((struct mutation *const *)arg)[i];
+
+    return m->rc = save_one(c, m, fatal);
+}
+
+static int
+sq_save(struct store *st, struct mutation *const *muts, size_t n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = writer_get(s);
+    int rc;
+
+    for (size_t i = 0; i < n; i++)
+        muts[i]->rc = 0;
+    rc = in_savepoints(c, n, save_item, (void *)muts);
+    if (rc != 0)
         for (size_t i = 0; i < n; i++)
             muts[i]->rc = rc;
-    }
     writer_put(s, c);
     return rc;
 }
@@ -1295,6 +1318,20 @@ debit_one(struct conn *c, struct wallet_debit *d, int64_t initial, int64_t now, 
     return 0;
 }
 
+struct debit_batch {
+    struct wallet_debit *items;
+    int64_t initial_balance;
+    int64_t now;
+};
+
+static int
+debit_item(struct conn *c, void *arg, size_t i, int *fatal)
+{
+    struct debit_batch *b = arg;
+
+    return b->items[i].rc = debit_one(c, &b->items[i], b->initial_balance, b->now, fatal);
+}
+
 /* Debits in one transaction, a savepoint per item (as sq_save). */
 static int
 sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
@@ -1302,37 +1339,17 @@ sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = writer_get(s);
-    int64_t now = clock_wall_ms();
-    int rc, fatal = 0;
+    struct debit_batch b = {items, initial_balance, clock_wall_ms()};
+    int rc;
 
     for (size_t i = 0; i < n; i++)
         items[i].rc = 0;
-    if ((rc = run(c, ST_BEGIN_IMMEDIATE)) != 0)
-        goto out;
-    for (size_t i = 0; i < n && fatal == 0; i++) {
-        if ((fatal = run(c, ST_SAVEPOINT)) != 0)
-            break;
-        items[i].rc = debit_one(c, &items[i], initial_balance, now, &fatal);
-        if (fatal != 0)
-            break;
-        if (items[i].rc != 0)
-            fatal = run(c, ST_ROLLBACK_TO);
-        if (fatal == 0)
-            fatal = run(c, ST_RELEASE);
-    }
-    rc = fatal != 0 ? fatal : run(c, ST_COMMIT);
-out:
-    if (rc != 0) {
-        char keep[512];
-
-        strlcpy_(keep, store_errmsg(), sizeof(keep));
-        rollback(c);
-        store_set_errmsg("%s", keep);
+    rc = in_savepoints(c, n, debit_item, &b);
+    if (rc != 0)
         for (size_t i = 0; i < n; i++) {
             items[i].rc = rc;
             items[i].balance_after = 0;
         }
-    }
     writer_put(s, c);
     return rc;
 }
