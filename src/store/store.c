@@ -253,11 +253,23 @@ store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size
     return s->ops->outbox_purge(s, delivered_before_ms, limit, purged);
 }
 
+/* One debit is a batch of one: the rules live once per backend, in wallet_debit_many. */
 int
 store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount,
                    const char *ref_id, int64_t initial_balance, int64_t *balance_after)
 {
-    return s->ops->wallet_debit(s, app, uid, amount, ref_id, initial_balance, balance_after);
+    struct wallet_debit d = {.app = app, .ref_id = ref_id, .uid = uid, .amount = amount};
+    int rc = s->ops->wallet_debit_many(s, &d, 1, initial_balance);
+
+    *balance_after = d.balance_after;
+    if (rc != 0)
+        return rc;
+    if (d.rc == ROOMD_EFUNDS)
+        store_set_errmsg("wallet: balance %lld < %lld", (long long)d.balance_after,
+                         (long long)amount);
+    else if (d.rc == ROOMD_EINVAL)
+        store_set_errmsg("wallet debit: negative amount");
+    return d.rc;
 }
 
 int

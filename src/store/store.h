@@ -230,8 +230,6 @@ struct store_ops {
     int (*outbox_replay)(struct store *s, const char *event_id, int64_t now_ms);
     int (*outbox_counts)(struct store *s, struct outbox_counts *out);
     int (*outbox_purge)(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
-    int (*wallet_debit)(struct store *s, const char *app, int64_t uid, int64_t amount,
-                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
     int (*wallet_refund)(struct store *s, const char *app, const char *ref_id);
     int (*wallet_topup)(struct store *s, const char *app, int64_t uid, int64_t amount,
                         const char *ref_id, int64_t initial_balance, int64_t *balance_after);

@@ -2161,67 +2161,6 @@ ledger_write(struct conn *c, enum sid id, const char *app, const char *ref_id, c
     return st_exec(c, id, &p, NULL);
 }
 
-/*
- * Debit. A ref already debited (and not refunded) is not charged again: 0 and
- * the current balance. A refunded ref debited again is charged again (the
- * refund row is removed, the debit row rewritten): the command that was
- * refunded because its commit failed is being retried. The account row is
- * locked first, so concurrent debits of one ref serialize on it.
- */
-static int
-debit_fn(struct conn *c, void *arg)
-{
-    struct wallet_ctx *x = arg;
-    int64_t bal = 0, luid = 0, lamount = 0;
-    int rc, have_debit, have_refund;
-
-    x->balance = 0;
-    if ((rc = tx_begin(c)) != 0 || (rc = lock_account(c, x->app, x->uid, x->initial, &bal)) != 0)
-        return rc;
-    if ((rc = have_debit = ledger_get(c, x->app, x->ref_id, "debit", &luid, &lamount)) < 0)
-        return rc;
-    if ((rc = have_refund = ledger_get(c, x->app, x->ref_id, "refund", NULL, NULL)) < 0)
-        return rc;
-    if (have_debit && !have_refund) { /* already charged */
-        if (luid != x->uid && (rc = account_balance(c, x->app, luid, x->initial, &bal)) != 0)
-            return rc;
-        x->balance = bal;
-        return tx_commit(c);
-    }
-    if (bal < x->amount) {
-        store_set_errmsg("wallet: balance %lld < %lld", (long long)bal, (long long)x->amount);
-        x->balance = bal;
-        return ROOMD_EFUNDS;
-    }
-    if (have_refund &&
-        (rc = ledger_write(c, S_LEDGER_DELETE, x->app, x->ref_id, "refund", 0, 0)) != 0)
-        return rc;
-    rc = ledger_write(c, have_debit ? S_LEDGER_UPDATE : S_LEDGER_INSERT, x->app, x->ref_id, "debit",
-                      x->uid, x->amount);
-    if (rc != 0 || (rc = account_add(c, x->app, x->uid, -x->amount)) != 0)
-        return rc;
-    x->balance = bal - x->amount;
-    return tx_commit(c);
-}
-
-static int
-my_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount, const char *ref_id,
-                int64_t initial_balance, int64_t *balance_after)
-{
-    struct wallet_ctx x = {app, ref_id, uid, amount, initial_balance, 0};
-    int rc;
-
-    *balance_after = 0;
-    if (amount < 0) {
-        store_set_errmsg("wallet debit: negative amount");
-        return ROOMD_EINVAL;
-    }
-    rc = run((struct mstore *)s, debit_fn, &x);
-    if (rc == 0 || rc == ROOMD_EFUNDS)
-        *balance_after = x.balance;
-    return rc;
-}
-
 /* ---- A batch of debits in one transaction (store_wallet_debit_many) ---- */
 
 struct account {
@@ -2258,7 +2197,10 @@ account_find(struct debit_many_ctx *x, const char *app, int64_t uid)
 /*
  * The batch: locks every account of the batch first, in primary key order
  * (any two batches lock in the same order: no deadlock between them), then
- * applies each debit with debit_fn's rules. A short balance charges nothing
+ * applies each debit. A ref already debited (and not refunded) is not charged
+ * again: 0 and the current balance. A refunded ref debited again is charged
+ * again (the refund row removed, the debit row rewritten): the command refunded
+ * because its commit failed is being retried. A short balance charges nothing
  * for its item and does not affect the others (nothing of it is written).
  */
 static int
@@ -2621,7 +2563,6 @@ const struct store_ops store_mysql_ops = {
     .outbox_replay = my_outbox_replay,
     .outbox_counts = my_outbox_counts,
     .outbox_purge = my_outbox_purge,
-    .wallet_debit = my_wallet_debit,
     .wallet_refund = my_wallet_refund,
     .wallet_topup = my_wallet_topup,
     .wallet_balance = my_wallet_balance,

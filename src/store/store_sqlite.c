@@ -1355,17 +1355,6 @@ sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
 }
 
 static int
-sq_wallet_debit(struct store *st, const char *app, int64_t uid, int64_t amount, const char *ref_id,
-                int64_t initial_balance, int64_t *balance_after)
-{
-    struct wallet_debit d = {.app = app, .ref_id = ref_id, .uid = uid, .amount = amount};
-    int rc = sq_wallet_debit_many(st, &d, 1, initial_balance);
-
-    *balance_after = d.balance_after;
-    return rc != 0 ? rc : d.rc;
-}
-
-static int
 sq_wallet_refund(struct store *st, const char *app, const char *ref_id)
 {
     struct sq_store *s = (struct sq_store *)st;
@@ -1591,7 +1580,6 @@ const struct store_ops store_sqlite_ops = {
     .outbox_replay = sq_outbox_replay,
     .outbox_counts = sq_outbox_counts,
     .outbox_purge = sq_outbox_purge,
-    .wallet_debit = sq_wallet_debit,
     .wallet_refund = sq_wallet_refund,
     .wallet_topup = sq_wallet_topup,
     .wallet_balance = sq_wallet_balance,
