@@ -4,9 +4,15 @@
 #include "conf/conf.h"
 #include "core/xmalloc.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 char *
 th_tmpdir(void)
@@ -73,4 +79,62 @@ th_conf_mysql(const char *dir)
     set_str(&c->store.mysql.password, xstrdup(""));
     set_str(&c->store.mysql.database, xstrdup("roomd_test"));
     return c;
+}
+
+int
+th_free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+int
+th_port_open(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+    if (fd < 0)
+        return 0;
+    ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+int
+th_start_redis(int port, const char *dir)
+{
+    char portstr[16];
+    pid_t pid;
+
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (freopen("/dev/null", "w", stdout) == NULL)
+            _exit(126);
+        execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1", "--dir",
+               dir, "--save", "", "--appendonly", "no", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100 && !th_port_open(port); i++)
+        usleep(50 * 1000);
+    assert_true(th_port_open(port));
+    return pid;
+}
+
+void
+th_kill(int pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
 }

@@ -25,6 +25,15 @@ struct conf *th_conf_sqlite(const char *dir);
 /* conf_defaults() pointed at the test MariaDB (database roomd_test) or NULL
  * when it is not reachable (then th_skip_or_fail was called). */
 struct conf *th_conf_mysql(const char *dir);
+/* A free TCP port on 127.0.0.1 (bound, read back, closed). */
+int th_free_port(void);
+/* True when something accepts TCP connections on 127.0.0.1:port. */
+int th_port_open(int port);
+/* Starts a private redis-server on port with its files in dir (no persistence)
+ * and waits until it accepts connections; returns its pid. */
+int th_start_redis(int port, const char *dir);
+/* SIGKILLs pid and reaps it. */
+void th_kill(int pid);
 /* Port of a test server from the environment (ROOMD_MYSQL_PORT, ...) or dflt. */
 int th_env_port(const char *name, int dflt);
 /* Skips the calling test program (exit 77) unless ROOMD_REQUIRE_SERVERS is set,

@@ -174,6 +174,23 @@ class Roomd:
         return self.stop(signal.SIGKILL)
 
 
+def create_and_join(post, rooms, joins, tag):
+    """Creates `rooms` rooms and joins `joins` users to each through post(path, body) ->
+    (status, headers, json), asserting 200 each time: one outbox event per command.
+    Returns the number of commands sent."""
+    import uuid
+    ids = [f"{tag}-{uuid.uuid4().hex[:10]}" for _ in range(rooms)]
+    for rid in ids:
+        st, _, js = post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
+                                       "owner_uid": 1, "title": "t"})
+        assert st == 200, (st, js)
+    for u in range(joins):
+        for rid in ids:
+            st, _, js = post(f"/v1/rooms/{rid}/join", {"command_id": f"j-{rid}-{u}", "uid": 100 + u})
+            assert st == 200, (st, js)
+    return rooms * (1 + joins)
+
+
 def wait_until(fn, timeout=10, step=0.05, what="condition"):
     end = time.time() + timeout
     last = None

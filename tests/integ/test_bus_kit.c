@@ -59,19 +59,6 @@ port_open(int port)
     return ok;
 }
 
-static int
-free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    socklen_t len = sizeof(a);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof(a));
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void
 set_str(char **dst, const char *v)
 {
@@ -468,7 +455,7 @@ test_publish_batch(void **state)
 
     /* A broker that is not there. */
     char url[64];
-    snprintf(url, sizeof(url), "nats://127.0.0.1:%d", free_port());
+    snprintf(url, sizeof(url), "nats://127.0.0.1:%d", th_free_port());
     point_at(fx.conf, url);
     b = open_bus();
     assert_int_equal(sink_bus_open(&s, b), 0);
@@ -702,7 +689,7 @@ static void
 test_broker_down_and_back(void **state)
 {
     (void)state;
-    struct natsd nd = {.port = free_port()};
+    struct natsd nd = {.port = th_free_port()};
     char url[64], err[256];
     struct sink *s = NULL;
     struct consume_group *g = NULL;

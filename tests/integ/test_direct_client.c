@@ -39,20 +39,6 @@ static char cert[512], key[512];
 
 /* ---- processes ---------------------------------------------------------------------- */
 
-static int
-free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 static void
 wait_port(int port, pid_t pid)
 {
@@ -293,7 +279,7 @@ setup(void **state)
         th_skip_or_fail("openssl CLI missing");
     free(cmd);
     setenv("TIM_TEST_SECRET", SECRET, 1);
-    im_port = free_port();
+    im_port = th_free_port();
     curl_global_init(CURL_GLOBAL_DEFAULT);
     im_start();
     return 0;
@@ -669,8 +655,8 @@ test_activity_sink(void **state)
     free(cmd);
     if (!found)
         th_skip_or_fail("node + @grpc/grpc-js (scripts/deps.sh installs them)");
-    act_port = free_port();
-    act_cport = free_port();
+    act_port = th_free_port();
+    act_cport = th_free_port();
     act_start();
     snprintf(target, sizeof(target), "127.0.0.1:%d", act_port);
     cfg.target = target;

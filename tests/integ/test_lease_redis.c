@@ -68,18 +68,6 @@ acquire(struct lease *l, const char *room, int64_t *token, char *owner, size_t o
     return l->ops->acquire(l, "hyapp", room, token, owner, ownerlen);
 }
 
-static int
-redis_reachable(int port)
-{
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    int ok = c != NULL && !c->err;
-
-    if (c != NULL)
-        redisFree(c);
-    return ok;
-}
-
 static void
 redis_do(int port, const char *cmd)
 {
@@ -96,7 +84,7 @@ static int
 setup(void **state)
 {
     redis_port = th_env_port("ROOMD_REDIS_PORT", 6390);
-    if (!redis_reachable(redis_port))
+    if (!th_port_open(redis_port))
         th_skip_or_fail("redis-server not reachable (scripts/servers.sh start build/servers)");
     snprintf(prefix, sizeof(prefix), "roomdtest:%ld:%lld:", (long)getpid(),
              (long long)clock_wall_ms());
@@ -287,61 +275,19 @@ test_lost_lease_detected(void **state)
 
 /* ==== A private redis-server, stopped and restarted ==== */
 
-static int
-free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-
-    assert_true(s >= 0);
-    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
-static pid_t
-start_redis(int port, const char *dir)
-{
-    char portstr[16];
-    pid_t pid;
-
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
-        execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1", "--dir",
-               dir, "--save", "", "--appendonly", "no", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100 && !redis_reachable(port); i++)
-        usleep(50 * 1000);
-    assert_true(redis_reachable(port));
-    return pid;
-}
-
-static void
-stop_redis(pid_t pid)
-{
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
 static void
 test_redis_down_and_back(void **state)
 {
     char *dir = th_tmpdir();
-    int port = free_port();
-    pid_t rpid = start_redis(port, dir);
+    int port = th_free_port();
+    int rpid = th_start_redis(port, dir);
     struct lease *a = open_lease(port, "10.0.0.1:8080", 1000, 200);
     struct lease *b = open_lease(port, "10.0.0.2:8080", 1000, 200);
     int64_t ta = 0, t = 0;
     char owner[128];
 
     assert_int_equal(acquire(a, "down", &ta, owner, sizeof(owner)), 0);
-    stop_redis(rpid);
+    th_kill(rpid);
     /* B cannot lease anything: unavailable, never a second owner */
     assert_int_equal(acquire(b, "down", &t, owner, sizeof(owner)), ROOMD_EUNAVAIL);
     assert_int_equal(acquire(b, "other", &t, owner, sizeof(owner)), ROOMD_EUNAVAIL);
@@ -356,7 +302,7 @@ test_redis_down_and_back(void **state)
     assert_int_equal(rc, ROOMD_EUNAVAIL);
 
     /* Redis comes back empty; both handles reconnect by themselves */
-    rpid = start_redis(port, dir);
+    rpid = th_start_redis(port, dir);
     start = clock_mono_ms();
     while ((rc = acquire(a, "down", &t, owner, sizeof(owner))) == ROOMD_EUNAVAIL) {
         assert_true(clock_mono_ms() - start < 3000);
@@ -369,7 +315,7 @@ test_redis_down_and_back(void **state)
     assert_int_equal(acquire(b, "other", &t, owner, sizeof(owner)), 0);
     lease_close(a);
     lease_close(b);
-    stop_redis(rpid);
+    th_kill(rpid);
     char *cmd = xasprintf("rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", dir);

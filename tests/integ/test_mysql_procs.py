@@ -34,7 +34,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(__file__))
-from roomd_test import Roomd, env_port, free_port, need, run, wait_until  # noqa: E402
+from roomd_test import Roomd, create_and_join, env_port, free_port, need, run, wait_until  # noqa: E402
 
 MYSQL_PORT = env_port("ROOMD_MYSQL_PORT", 3417)
 
@@ -134,23 +134,12 @@ class Client:
 
 
 def drive(rd, rooms, joins, tag):
-    """rooms CreateRoom + rooms*joins JoinRoom on rd (one event each); returns count."""
+    """rooms CreateRoom + rooms*joins JoinRoom on rd over one keep-alive connection."""
     cl = Client(rd.port)
-    ids = [f"{tag}-{uuid.uuid4().hex[:8]}" for _ in range(rooms)]
-    n = 0
-    for rid in ids:
-        st, _, js = cl.post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
-                                          "owner_uid": 1, "title": "t"})
-        assert st == 200, (st, js)
-        n += 1
-    for u in range(joins):
-        for rid in ids:
-            st, _, js = cl.post(f"/v1/rooms/{rid}/join",
-                                {"command_id": f"j-{rid}-{u}", "uid": 100 + u})
-            assert st == 200, (st, js)
-            n += 1
-    cl.close()
-    return n
+    try:
+        return create_and_join(cl.post, rooms, joins, tag)
+    finally:
+        cl.close()
 
 
 def drive_all(procs, rooms, joins, threads):

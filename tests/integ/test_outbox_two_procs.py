@@ -18,11 +18,10 @@ import sqlite3
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(__file__))
-from roomd_test import Roomd, run, wait_until  # noqa: E402
+from roomd_test import Roomd, create_and_join, run, wait_until  # noqa: E402
 
 
 def outbox_rows(db_path, cols="status, locked_by"):
@@ -76,20 +75,7 @@ def pair(tmp, extra=None, a_sink=None):
 
 def drive(rd, rooms, joins, tag):
     """Creates rooms on rd and joins users to them; returns the number of 200 answers."""
-    ok = 0
-    ids = [f"{tag}-{uuid.uuid4().hex[:10]}" for _ in range(rooms)]
-    for rid in ids:
-        st, _, js = rd.post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
-                                          "owner_uid": 1, "title": "t"})
-        assert st == 200, (st, js)
-        ok += 1
-    for u in range(joins):
-        for rid in ids:
-            st, _, js = rd.post(f"/v1/rooms/{rid}/join",
-                                {"command_id": f"j-{rid}-{u}", "uid": 100 + u})
-            assert st == 200, (st, js)
-            ok += 1
-    return ok
+    return create_and_join(rd.post, rooms, joins, tag)
 
 
 def drive_both(procs, rooms, joins, threads=4):

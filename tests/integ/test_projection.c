@@ -316,22 +316,10 @@ test_memory(void **state_)
     projection_close(p);
 }
 
-static int
-redis_reachable(int port)
-{
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    int ok = c != NULL && !c->err;
-
-    if (c != NULL)
-        redisFree(c);
-    return ok;
-}
-
 static void
 test_redis(void **state_)
 {
-    if (!redis_reachable(redis_port))
+    if (!th_port_open(redis_port))
         th_skip_or_fail("redis-server not reachable (scripts/servers.sh start build/servers)");
     struct projection *p = open_proj("redis", redis_port);
     suite(p, "hyapp");
@@ -382,7 +370,7 @@ redis_del(int port, const char *key)
 static void
 test_rebuild_protocol_redis(void **state_)
 {
-    if (!redis_reachable(redis_port))
+    if (!th_port_open(redis_port))
         th_skip_or_fail("redis-server not reachable (scripts/servers.sh start build/servers)");
     struct projection *p = open_proj("redis", redis_port), *q = open_proj("redis", redis_port);
     char *built = xasprintf("%sproj_meta:built", prefix);
@@ -407,61 +395,18 @@ test_rebuild_protocol_redis(void **state_)
 
 /* ==== Redis down, then back ==== */
 
-static int
-free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-
-    assert_true(s >= 0);
-    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
-static pid_t
-start_redis(int port, const char *dir)
-{
-    char portstr[16];
-    pid_t pid;
-
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (freopen("/dev/null", "w", stdout) == NULL)
-            _exit(126);
-        execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1", "--dir",
-               dir, "--save", "", "--appendonly", "no", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100 && !redis_reachable(port); i++)
-        usleep(50 * 1000);
-    assert_true(redis_reachable(port));
-    return pid;
-}
-
-static void
-stop_redis(pid_t pid)
-{
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
 static void
 test_redis_down_and_back(void **state_)
 {
     char *dir = th_tmpdir();
-    int port = free_port();
-    pid_t rpid = start_redis(port, dir);
+    int port = th_free_port();
+    int rpid = th_start_redis(port, dir);
     struct projection *p = open_proj("redis", port);
     const int64_t u[] = {5, 6};
     char *js = NULL, buf[64];
 
     assert_int_equal(put(p, "hyapp", "K", 1, u, 2, 0, T0), 0);
-    stop_redis(rpid);
+    th_kill(rpid);
     /* down: updates fail (never blocking the command long) and are parked; reads fail */
     int64_t t0 = clock_mono_ms();
     assert_int_equal(put(p, "hyapp", "K", 2, u, 1, 0, T0 + 1), ROOMD_EUNAVAIL);
@@ -474,7 +419,7 @@ test_redis_down_and_back(void **state_)
     assert_int_equal(p->ops->rebuild_begin(p), ROOMD_EUNAVAIL); /* cannot tell */
 
     /* back, empty: the parked updates are replayed by themselves */
-    rpid = start_redis(port, dir);
+    rpid = th_start_redis(port, dir);
     int64_t start = clock_mono_ms();
     for (;;) {
         js = NULL;
@@ -504,7 +449,7 @@ test_redis_down_and_back(void **state_)
     p->ops->rebuild_end(p, true);
     assert_int_equal(p->ops->rebuild_begin(p), 0);
     projection_close(p);
-    stop_redis(rpid);
+    th_kill(rpid);
     char *cmd = xasprintf("rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", dir);
