@@ -7,6 +7,7 @@
  *   roomd -c configs/local.yaml        serve
  *   roomd --check-config FILE          validate FILE and exit (0 ok, 1 error)
  */
+#include "cluster/forward.h"
 #include "conf/conf.h"
 #include "consume/roles.h"
 #include "core/daemon.h"
@@ -181,6 +182,13 @@ main(int argc, char **argv)
         rd.create_hook = tim_create_hook;
         rd.create_hook_arg = tim;
     }
+    /* any node takes any command: forward to the room's owner (docs/cluster.md) */
+    struct cluster_forward *fwd = NULL;
+    if (conf->cluster.forward && strcmp(conf->lease.driver, "redis") == 0) {
+        cluster_forward_open(&fwd, conf, conf->app.node_id);
+        rd.forward = cluster_forward_call;
+        rd.forward_arg = fwd;
+    }
     struct room_service *rooms = NULL;
     if (room_service_open(&rooms, &rd) != 0)
         fatalx("room: cannot start the room service");
@@ -209,6 +217,7 @@ main(int argc, char **argv)
     http_server_close(http);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);
+    cluster_forward_close(fwd);
     tim_client_close(tim);
     outbox_close(outbox);
     bus_unref(bus); /* after the sinks (outbox_close) dropped theirs */

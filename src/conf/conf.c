@@ -32,6 +32,7 @@ enum ktype {
     K_INT64LIST, /* int64_t[CONF_MAX_ROCKET_LEVELS] + int count at aux */
     K_PUBMODE,   /* enum publish_mode: direct|mq|dual */
     K_SYNC,      /* bool synchronous_full: full|normal */
+    K_ORDERING,  /* bool ordering_per_room: per_room|none */
 };
 
 struct key {
@@ -108,6 +109,9 @@ static const struct key keys[] = {
     KEY("lease.ttl", K_DUR, lease.ttl_ms),
     KEY("lease.renew_every", K_DUR, lease.renew_every_ms),
 
+    KEY("cluster.forward", K_BOOL, cluster.forward),
+    KEY("cluster.forward_timeout", K_DUR, cluster.forward_timeout_ms),
+
     KEY("projection.driver", K_STR, projection.driver),
 
     KEY("rocketmq.enabled", K_BOOL, rocketmq.enabled),
@@ -161,6 +165,9 @@ static const struct key keys[] = {
     KEY("outbox_worker.workers", K_INT, outbox_worker.workers),
     KEY("outbox_worker.lock_timeout", K_DUR, outbox_worker.lock_timeout_ms),
     KEY("outbox_worker.handoff_queue", K_INT, outbox_worker.handoff_queue),
+    KEY("outbox_worker.ordering", K_ORDERING, outbox_worker.ordering_per_room),
+    KEY("outbox_worker.circuit_failures", K_INT, outbox_worker.circuit_failures),
+    KEY("outbox_worker.circuit_probe_every", K_DUR, outbox_worker.circuit_probe_ms),
     KEY("outbox_worker.log_sink.enabled", K_BOOL, outbox_worker.log_sink_enabled),
     KEY("outbox_worker.log_sink.path", K_STR, outbox_worker.log_sink_path),
 
@@ -174,6 +181,8 @@ static const struct key keys[] = {
     KEY("tencent_im.group_type", K_STR, tencent_im.group_type),
     KEY("tencent_im.ca_file", K_STR, tencent_im.ca_file),
     KEY("tencent_im.timeout", K_DUR, tencent_im.timeout_ms),
+    KEY("tencent_im.rate_limit_per_s", K_INT, tencent_im.rate_limit_per_s),
+    KEY("tencent_im.group_rate_limit_per_s", K_INT, tencent_im.group_rate_limit_per_s),
 
     KEY("activity.enabled", K_BOOL, activity.enabled),
     KEY("activity.target", K_STR, activity.target),
@@ -276,6 +285,9 @@ conf_defaults(struct conf *c)
     c->lease.ttl_ms = 10000;
     c->lease.renew_every_ms = 3000;
 
+    c->cluster.forward = true;
+    c->cluster.forward_timeout_ms = 5000;
+
     c->projection.driver = xstrdup("memory");
 
     struct conf_rocketmq *mq = &c->rocketmq;
@@ -327,6 +339,9 @@ conf_defaults(struct conf *c)
     ob->workers = 2;
     ob->lock_timeout_ms = 30000;
     ob->handoff_queue = -1;
+    ob->ordering_per_room = true;
+    ob->circuit_failures = 5;
+    ob->circuit_probe_ms = 1000;
     ob->log_sink_enabled = true;
     ob->log_sink_path = xstrdup("./var/outbox-events.jsonl");
 
@@ -341,6 +356,8 @@ conf_defaults(struct conf *c)
     im->group_type = xstrdup("AVChatRoom");
     im->ca_file = xstrdup("");
     im->timeout_ms = 4000;
+    im->rate_limit_per_s = 200;
+    im->group_rate_limit_per_s = 40;
 
     c->activity.enabled = false;
     c->activity.target = xstrdup("127.0.0.1:50051");
@@ -517,6 +534,8 @@ type_name(enum ktype t)
         return "one of direct, mq, dual";
     case K_SYNC:
         return "one of full, normal";
+    case K_ORDERING:
+        return "one of per_room, none";
     }
     return "?";
 }
@@ -612,6 +631,14 @@ set_value(struct loader *ld, const struct key *k, const yaml_node_t *n, const ch
         if (strcmp(s, "full") == 0)
             *(bool *)dst = true;
         else if (strcmp(s, "normal") == 0)
+            *(bool *)dst = false;
+        else
+            break;
+        return 0;
+    case K_ORDERING:
+        if (strcmp(s, "per_room") == 0)
+            *(bool *)dst = true;
+        else if (strcmp(s, "none") == 0)
             *(bool *)dst = false;
         else
             break;
@@ -851,6 +878,8 @@ validate(const struct conf *c, struct vctx *v)
         bad(v, "lease.ttl", "must be > 0");
     if (c->lease.renew_every_ms <= 0 || c->lease.renew_every_ms >= c->lease.ttl_ms)
         bad(v, "lease.renew_every", "must be > 0 and < lease.ttl");
+    if (c->cluster.forward_timeout_ms <= 0)
+        bad(v, "cluster.forward_timeout", "must be > 0");
     check_enum(v, "projection.driver", c->projection.driver, projs, "memory, redis");
     if (one_of(c->projection.driver, projs + 1) && !c->redis.enabled)
         bad(v, "projection.driver", "redis needs redis.enabled: true");
@@ -904,6 +933,10 @@ validate(const struct conf *c, struct vctx *v)
                 "needs tencent_im.enabled: true");
         if (empty(mq->room_outbox.tencent_im_consumer_group))
             bad(v, "rocketmq.room_outbox.tencent_im_consumer_group", "must not be empty");
+        if (ob->publish_mode == PUBLISH_DUAL && im->enabled)
+            bad(v, "rocketmq.room_outbox.tencent_im_consumer_enabled",
+                "not with outbox_worker.publish_mode: dual (the direct IM sink already sends "
+                "every IM call; use mq with the bridge, or dual without it)");
     }
     if (mq->rocket_launch.enabled) {
         if (!mq->enabled)
@@ -947,12 +980,20 @@ validate(const struct conf *c, struct vctx *v)
         bad(v, "outbox_worker.lock_timeout", "must be > outbox_worker.publish_timeout");
     if (ob->handoff_queue < -1)
         bad(v, "outbox_worker.handoff_queue", "must be >= -1 (-1 auto, 0 off)");
+    if (ob->circuit_failures < 1)
+        bad(v, "outbox_worker.circuit_failures", "must be >= 1");
+    if (ob->circuit_probe_ms <= 0)
+        bad(v, "outbox_worker.circuit_probe_every", "must be > 0");
     if (ob->log_sink_enabled && empty(ob->log_sink_path))
         bad(v, "outbox_worker.log_sink.path", "must not be empty when the log sink is enabled");
 
     /* tencent_im */
     check_enum(v, "tencent_im.group_type", im->group_type, groups,
                "AVChatRoom, Public, ChatRoom, Private");
+    if (im->rate_limit_per_s < 0)
+        bad(v, "tencent_im.rate_limit_per_s", "must be >= 0 (0 = no limit)");
+    if (im->group_rate_limit_per_s < 0)
+        bad(v, "tencent_im.group_rate_limit_per_s", "must be >= 0 (0 = no limit)");
     if (im->enabled) {
         if (empty(im->base_url))
             bad(v, "tencent_im.base_url", "must not be empty");

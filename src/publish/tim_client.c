@@ -8,6 +8,7 @@
 
 #include "conf/conf.h"
 #include "core/clock.h"
+#include "core/curl_pool.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -37,9 +38,7 @@ struct tim_client {
     char *key_file;
     struct tim_usersig_cache sig;
 
-    pthread_mutex_t pool_mu; /* idle curl handles */
-    CURL **pool;
-    size_t npool, cappool;
+    struct curl_pool pool; /* idle curl handles */
 };
 
 /* ---- error classes (doc §4) ------------------------------------------------ */
@@ -121,9 +120,6 @@ load_key(const char *env, const char *file, char *buf, size_t len, char *err, si
 
 /* ---- open / close ---------------------------------------------------------------- */
 
-static pthread_mutex_t curl_mu = PTHREAD_MUTEX_INITIALIZER;
-static int curl_users;
-
 static const char *
 normalize_type(const char *t)
 {
@@ -188,17 +184,13 @@ tim_client_open(struct tim_client **out, const struct conf_tencent_im *cfg, char
         tim_client_close(c);
         return rc;
     }
-    pthread_mutex_init(&c->pool_mu, NULL);
 
     if (c->timeout_ms <= 3000)
         log_warn("tim", "tencent_im.timeout is not above IM's own 3 s", "timeout_ms=%lld",
                  (long long)c->timeout_ms);
-    /* Thread-safe in this libcurl (feature "threadsafe"); still done before
+    /* curl_global_init (thread-safe in this libcurl) is still done before
      * the outbox workers start when the sink is opened. */
-    pthread_mutex_lock(&curl_mu);
-    if (curl_users++ == 0)
-        curl_global_init(CURL_GLOBAL_DEFAULT);
-    pthread_mutex_unlock(&curl_mu);
+    curl_pool_init(&c->pool);
     *out = c;
     return 0;
 }
@@ -209,15 +201,8 @@ tim_client_close(struct tim_client *c)
     if (c == NULL)
         return;
     if (c->sig.key != NULL) { /* fully opened */
-        for (size_t i = 0; i < c->npool; i++)
-            curl_easy_cleanup(c->pool[i]);
-        free(c->pool);
-        pthread_mutex_destroy(&c->pool_mu);
+        curl_pool_destroy(&c->pool);
         tim_usersig_cache_destroy(&c->sig);
-        pthread_mutex_lock(&curl_mu);
-        if (--curl_users == 0)
-            curl_global_cleanup();
-        pthread_mutex_unlock(&curl_mu);
     }
     free(c->base_url);
     free(c->admin);
@@ -241,49 +226,6 @@ tim_client_timeout_ms(const struct tim_client *c)
 
 /* ---- transport ------------------------------------------------------------------- */
 
-static CURL *
-pool_take(struct tim_client *c)
-{
-    CURL *h = NULL;
-
-    pthread_mutex_lock(&c->pool_mu);
-    if (c->npool > 0)
-        h = c->pool[--c->npool];
-    pthread_mutex_unlock(&c->pool_mu);
-    if (h == NULL && (h = curl_easy_init()) == NULL)
-        return NULL;
-    return h;
-}
-
-static void
-pool_give(struct tim_client *c, CURL *h)
-{
-    pthread_mutex_lock(&c->pool_mu);
-    c->pool = xgrow(c->pool, c->npool, &c->cappool, sizeof(*c->pool));
-    c->pool[c->npool++] = h;
-    pthread_mutex_unlock(&c->pool_mu);
-}
-
-struct buf {
-    char *p;
-    size_t n;
-};
-
-static size_t
-on_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct buf *b = arg;
-    size_t add = size * nmemb;
-
-    if (b->n + add > TIM_MAX_RESPONSE)
-        return 0; /* curl fails the call with a write error */
-    b->p = xrealloc(b->p, b->n + add + 1);
-    memcpy(b->p + b->n, data, add);
-    b->n += add;
-    b->p[b->n] = '\0';
-    return add;
-}
-
 static uint32_t
 random_u32(void)
 {
@@ -306,7 +248,7 @@ api_short(const char *api)
  * body in *b, or ROOMD_ERETRY (transport) with err. */
 static int
 http_post(struct tim_client *c, const char *api, const char *sig, const char *body,
-          int64_t deadline, long *status, struct buf *b, char *err, size_t errlen)
+          int64_t deadline, long *status, struct curl_body *b, char *err, size_t errlen)
 {
     int64_t left = deadline - clock_mono_ms();
     int64_t tmo = c->timeout_ms < left ? c->timeout_ms : left;
@@ -320,7 +262,7 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
         snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
         return ROOMD_ERETRY;
     }
-    if ((h = pool_take(c)) == NULL) {
+    if ((h = curl_pool_take(&c->pool)) == NULL) {
         snprintf(err, errlen, "tim %s: curl_easy_init failed", api_short(api));
         return ROOMD_ERETRY;
     }
@@ -342,7 +284,7 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)tmo);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)tmo);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-tim/1");
     if (c->ca_file != NULL)
@@ -359,7 +301,7 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
     curl_slist_free_all(hdrs);
     /* The URL holds the sig: wipe it from the handle before it idles in the pool. */
     curl_easy_setopt(h, CURLOPT_URL, "");
-    pool_give(c, h);
+    curl_pool_give(&c->pool, h);
     curl_free(ident);
     free(url);
     return rc;
@@ -395,7 +337,7 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         goto out;
     }
     for (int attempt = 0; attempt < 2; attempt++) {
-        struct buf b = {0};
+        struct curl_body b = {.max = TIM_MAX_RESPONSE};
         long status = 0;
         json_error_t jerr;
         enum tim_class cls;

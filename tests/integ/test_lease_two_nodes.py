@@ -128,6 +128,8 @@ def node(store, name, redis_port, extra=None):
                   "connect_timeout": "200ms", "command_timeout": "300ms"},
         "lease": {"driver": "redis", "ttl": f"{TTL_MS}ms", "renew_every": "300ms"},
         "projection": {"driver": "redis"},
+        # these tests route like a gateway by X-Room-Owner (test_cluster.py: forwarding)
+        "cluster": {"forward": False},
     })
     hu_merge(cfg, extra or {})
     return Roomd(cfg, tmp=d)
