@@ -12,6 +12,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
+#include "publish/tim_limit.h"
 #include "publish/tim_usersig.h"
 
 #include <curl/curl.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TIM_MAX_RESPONSE (1 << 20)
 #define TIM_MAX_DATA 8000 /* MsgBody limit (doc §4: 80002 / 93000) */
@@ -38,13 +40,18 @@ struct tim_client {
     char *key_file;
     struct tim_usersig_cache sig;
 
-    struct curl_pool pool; /* idle curl handles */
+    struct curl_pool pool;   /* idle curl handles */
+    struct tim_limit *limit; /* the process' IM token buckets (shared) */
 };
 
 /* ---- error classes (doc §4) ------------------------------------------------ */
 
 static const int retry_codes[] = {60008, 60014, 60007, 60011, 60018, 60019, 10006, 10023, 10002,
                                   20004, 20005, 90992, 90994, 90995, 91000, 70169, 70500};
+/* IM's rate-limit answers (doc §4): waited out and retried within the call,
+ * so they never cost the event an attempt. */
+static const int rate_codes[] = {60007, 60011, 60018, 60019, 10006, 10023};
+#define RATE_RETRY_MS 100 /* + up to as much jitter */
 static const int resig_codes[] = {60004, 60005, 70052, 70013, 70014};
 static const int perm_codes[] = {
     60002, 60003, 60009, 60012, 60013, 60015, 10003, 10004, 10011, 90031, 90044, 60010, 90009,
@@ -191,6 +198,7 @@ tim_client_open(struct tim_client **out, const struct conf_tencent_im *cfg, char
     /* curl_global_init (thread-safe in this libcurl) is still done before
      * the outbox workers start when the sink is opened. */
     curl_pool_init(&c->pool);
+    c->limit = tim_limit_get(cfg->rate_limit_per_s, cfg->group_rate_limit_per_s);
     *out = c;
     return 0;
 }
@@ -202,6 +210,7 @@ tim_client_close(struct tim_client *c)
         return;
     if (c->sig.key != NULL) { /* fully opened */
         curl_pool_destroy(&c->pool);
+        tim_limit_release(c->limit);
         tim_usersig_cache_destroy(&c->sig);
     }
     free(c->base_url);
@@ -336,6 +345,9 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         rc = ROOMD_EPERM;
         goto out;
     }
+    const char *group = strcmp(api_short(api), "send_group_msg") == 0
+                            ? json_string_value(json_object_get(req, "GroupId"))
+                            : NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         struct curl_body b = {.max = TIM_MAX_RESPONSE};
         long status = 0;
@@ -349,6 +361,12 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         if (tim_usersig_cache_get(&c->sig, clock_wall_ms() / 1000, sig, sizeof(sig), &gen) != 0) {
             snprintf(err, errlen, "tim %s: cannot make the UserSig", api_short(api));
             rc = ROOMD_EPERM;
+            goto out;
+        }
+        if (tim_limit_wait(c->limit, api_short(api), group, deadline) != 0) {
+            OPENSSL_cleanse(sig, sizeof(sig));
+            snprintf(err, errlen, "tim %s: no rate-limit slot before the deadline", api_short(api));
+            rc = ROOMD_ERETRY;
             goto out;
         }
         rc = http_post(c, api, sig, body, deadline, &status, &b, err, errlen);
@@ -378,6 +396,16 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
             goto out;
         }
         snprintf(err, errlen, "tim %d: %.160s (%s)", code, info ? info : "", api_short(api));
+        if (in_list(code, rate_codes, sizeof(rate_codes) / sizeof(rate_codes[0]))) {
+            int64_t pause = RATE_RETRY_MS + (int64_t)(random_u32() % RATE_RETRY_MS);
+            tim_limit_refused(c->limit);
+            if (clock_mono_ms() + pause < deadline) {
+                struct timespec ts = {0, pause * 1000000L};
+                nanosleep(&ts, NULL);
+                attempt--; /* IM's rate limit: not an attempt */
+                continue;
+            }
+        }
         if (cls == TIM_CLASS_RESIG && attempt == 0) {
             log_warn("tim", "UserSig refused; regenerating", "api=%s code=%d", api_short(api),
                      code);
