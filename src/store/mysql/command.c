@@ -231,17 +231,16 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
     bk_str(k, 4, row, m->command_id);
     bk_str(k, 5, row, e->event_type);
     bk_bytes(k, 6, row, e->payload, e->payload_len);
-    if (m->locked_by != NULL && *m->locked_by) {
-        bk_str(k, 7, row, "delivering");
-        bk_str(k, 8, row, m->locked_by);
-        bk_i64(k, 9, row, m->lock_until_ms);
-        bk_i64(k, 10, row, m->lock_until_ms);
-    } else {
-        bk_str(k, 7, row, "pending");
-        bk_null(k, 8, row);
+    struct outbox_initial init;
+
+    outbox_initial_of(m, &init);
+    bk_str(k, 7, row, init.status);
+    bk_str(k, 8, row, init.locked_by); /* NULL when pending */
+    if (init.locked_by != NULL)
+        bk_i64(k, 9, row, init.lock_until_ms);
+    else
         bk_null(k, 9, row);
-        bk_i64(k, 10, row, m->created_at_ms);
-    }
+    bk_i64(k, 10, row, init.due_at_ms);
     bk_i64(k, 11, row, m->created_at_ms);
     bk_i64(k, 12, row, m->created_at_ms);
 }
@@ -468,7 +467,7 @@ mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 
 /*
  * One mutation inside the slow path's transaction, after its savepoint, in
- * the order and with the codes of store_sqlite.c: the room's fence (locked),
+ * the order and with the codes of sqlite/command.c: the room's fence (locked),
  * the command log row, the outbox rows, the rooms row, the snapshot. Returns
  * 0, a per-mutation code (EEXIST, ENOTFOUND, EFENCED, EREUSED, ECONFLICT,
  * EIO), or sets *fatal with the code that ends the whole transaction.

@@ -181,22 +181,25 @@ struct complete_ctx {
 static void
 fill_complete(struct bulk *k, size_t row, const struct outbox_result *r)
 {
-    bk_str(k, 0, row, outbox_status_name(r->status));
+    struct outbox_outcome o;
+
+    outbox_outcome_of(r, &o);
+    bk_str(k, 0, row, o.status);
     bk_i64(k, 1, row, r->retry_count);
     bk_i64(k, 2, row, (int64_t)r->sinks_done);
-    if (r->status == OUTBOX_RETRYABLE) {
-        bk_i64(k, 3, row, r->next_retry_at_ms);
-        bk_i64(k, 5, row, r->next_retry_at_ms);
+    if (o.retryable) {
+        bk_i64(k, 3, row, o.retry_at_ms);
+        bk_i64(k, 5, row, o.retry_at_ms);
     } else {
         bk_null(k, 3, row);
         bk_null(k, 5, row);
     }
-    if (r->last_error != NULL)
-        bk_bytes(k, 4, row, r->last_error, outbox_last_error_len(r->last_error));
+    if (o.last_error != NULL)
+        bk_bytes(k, 4, row, o.last_error, o.last_error_len);
     else
         bk_null(k, 4, row);
     bk_i64(k, 6, row, r->now_ms);
-    if (r->status == OUTBOX_DELIVERED)
+    if (o.delivered)
         bk_i64(k, 7, row, r->now_ms);
     else
         bk_null(k, 7, row);

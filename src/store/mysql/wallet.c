@@ -194,7 +194,7 @@ debit_many_fn(struct conn *c, void *arg)
 
     for (size_t i = 0; i < x->n; i++) {
         x->items[i].balance_after = 0;
-        x->items[i].rc = x->items[i].amount < 0 ? ROOMD_EINVAL : 0;
+        x->items[i].rc = 0;
     }
     if ((rc = mys_tx_begin(c)) != 0)
         return rc;
@@ -210,22 +210,23 @@ debit_many_fn(struct conn *c, void *arg)
         int64_t luid = 0;
         int have_debit, have_refund;
 
-        if (d->rc != 0)
+        if (d->amount < 0) { /* refused before any read: its account is not locked */
+            wallet_debit_rule(d, false, false, 0);
             continue;
+        }
         if ((rc = have_debit = ledger_get(c, d->app, d->ref_id, "debit", &luid, NULL)) < 0)
             return rc;
         if ((rc = have_refund = ledger_get(c, d->app, d->ref_id, "refund", NULL, NULL)) < 0)
             return rc;
-        if (have_debit && !have_refund) { /* already charged */
+        enum wallet_debit_step step = wallet_debit_rule(d, have_debit, have_refund, a->balance);
+
+        if (step == WALLET_DEBIT_REFUSED)
+            continue;
+        if (step == WALLET_DEBIT_STANDS) { /* already charged */
             if ((la = account_find(x, d->app, luid)) != NULL)
                 d->balance_after = la->balance;
             else if ((rc = account_balance(c, d->app, luid, x->initial, &d->balance_after)) != 0)
                 return rc;
-            continue;
-        }
-        if (a->balance < d->amount) {
-            d->balance_after = a->balance;
-            d->rc = ROOMD_EFUNDS;
             continue;
         }
         if (have_refund &&
@@ -235,8 +236,7 @@ debit_many_fn(struct conn *c, void *arg)
                           d->ref_id, "debit", d->uid, d->amount);
         if (rc != 0 || (rc = account_add(c, d->app, d->uid, -d->amount)) != 0)
             return rc;
-        a->balance -= d->amount;
-        d->balance_after = a->balance;
+        a->balance = d->balance_after;
     }
     return mys_tx_commit(c);
 }

@@ -243,7 +243,9 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 #endif
 
     /* One outbox row per event. */
-    bool claimed = m->locked_by != NULL && *m->locked_by;
+    struct outbox_initial init;
+
+    outbox_initial_of(m, &init);
     for (size_t i = 0; i < m->nevents; i++) {
         const struct outbox_new *e = &m->events[i];
 
@@ -258,17 +260,10 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         sqlite3_bind_blob(q, 7, e->payload ? (const void *)e->payload : (const void *)"",
                           (int)e->payload_len, SQLITE_STATIC);
         sqlite3_bind_int64(q, 8, m->created_at_ms);
-        if (claimed) {
-            bind_text(q, 9, "delivering");
-            bind_text(q, 10, m->locked_by);
-            sqlite3_bind_int64(q, 11, m->lock_until_ms);
-            sqlite3_bind_int64(q, 12, m->lock_until_ms);
-        } else {
-            bind_text(q, 9, "pending");
-            bind_text(q, 10, "");
-            sqlite3_bind_int64(q, 11, 0);
-            sqlite3_bind_int64(q, 12, m->created_at_ms);
-        }
+        bind_text(q, 9, init.status);
+        bind_text(q, 10, init.locked_by); /* NULL binds "" */
+        sqlite3_bind_int64(q, 11, init.lock_until_ms);
+        sqlite3_bind_int64(q, 12, init.due_at_ms);
         rc = sq_step_write(c, q, "save outbox");
         if (rc == ROOMD_ECONFLICT) {
             store_set_errmsg("event_id %s already exists", e->event_id);

@@ -154,27 +154,28 @@ sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n)
         goto out;
     for (size_t i = 0; i < n; i++) {
         struct outbox_result *r = &res[i];
+        struct outbox_outcome o;
 
+        outbox_outcome_of(r, &o);
         if ((q = sq_stmt(c, &SQL_COMPLETE)) == NULL) {
             rc = ROOMD_EIO;
             goto out;
         }
         sqlite3_bind_int64(q, 1, r->id);
         bind_text(q, 2, r->locked_by);
-        bind_text(q, 3, outbox_status_name(r->status));
+        bind_text(q, 3, o.status);
         sqlite3_bind_int(q, 4, r->retry_count);
         sqlite3_bind_int64(q, 5, (int64_t)r->sinks_done);
-        sqlite3_bind_int64(q, 6, r->status == OUTBOX_RETRYABLE ? r->next_retry_at_ms : 0);
-        if (r->last_error != NULL)
-            sqlite3_bind_text(q, 7, r->last_error, (int)outbox_last_error_len(r->last_error),
-                              SQLITE_STATIC);
+        sqlite3_bind_int64(q, 6, o.retry_at_ms);
+        if (o.last_error != NULL)
+            sqlite3_bind_text(q, 7, o.last_error, (int)o.last_error_len, SQLITE_STATIC);
         else
             sqlite3_bind_null(q, 7);
-        if (r->status == OUTBOX_RETRYABLE)
-            sqlite3_bind_int64(q, 8, r->next_retry_at_ms);
+        if (o.retryable)
+            sqlite3_bind_int64(q, 8, o.retry_at_ms);
         else
             sqlite3_bind_null(q, 8);
-        if (r->status == OUTBOX_DELIVERED)
+        if (o.delivered)
             sqlite3_bind_int64(q, 9, r->now_ms);
         else
             sqlite3_bind_null(q, 9);

@@ -119,32 +119,27 @@ debit_one(struct conn *c, struct wallet_debit *d, int64_t initial, int64_t now, 
     int64_t luid = 0, lamount = 0, bal = 0, ruid, ramount;
     int rc, have_debit, have_refund;
 
-    d->balance_after = 0;
-    if (d->amount < 0) {
-        store_set_errmsg("wallet debit: negative amount");
-        return ROOMD_EINVAL;
-    }
     if ((rc = have_debit = w_ledger_get(c, d->app, d->ref_id, "debit", &luid, &lamount)) < 0)
         return *fatal = rc;
     if ((rc = have_refund = w_ledger_get(c, d->app, d->ref_id, "refund", &ruid, &ramount)) < 0)
         return *fatal = rc;
-    if (have_debit && !have_refund) /* already charged: report the balance, charge nothing */
-        return *fatal = w_balance(c, d->app, luid, initial, &d->balance_after);
     if ((rc = w_balance(c, d->app, d->uid, initial, &bal)) != 0)
         return *fatal = rc;
-    if (bal < d->amount) {
-        store_set_errmsg("wallet: balance %lld < %lld", (long long)bal, (long long)d->amount);
-        d->balance_after = bal;
-        return ROOMD_EFUNDS;
+    switch (wallet_debit_rule(d, have_debit, have_refund, bal)) {
+    case WALLET_DEBIT_REFUSED:
+        return d->rc;
+    case WALLET_DEBIT_STANDS: /* already charged: report the balance, charge nothing */
+        return *fatal = w_balance(c, d->app, luid, initial, &d->balance_after);
+    case WALLET_DEBIT_CHARGE:
+        break;
     }
     if (have_refund &&
         (rc = w_ledger_write(c, &SQL_W_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0, now)) != 0)
         return *fatal = rc;
     rc = w_ledger_write(c, have_debit ? &SQL_W_LEDGER_UPDATE : &SQL_W_LEDGER_INSERT, d->app,
                         d->ref_id, "debit", d->uid, d->amount, now);
-    if (rc != 0 || (rc = w_set_balance(c, d->app, d->uid, bal - d->amount, now)) != 0)
+    if (rc != 0 || (rc = w_set_balance(c, d->app, d->uid, d->balance_after, now)) != 0)
         return *fatal = rc;
-    d->balance_after = bal - d->amount;
     return 0;
 }
 
