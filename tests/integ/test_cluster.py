@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
 from bus_util import js_stream_count  # noqa: E402
 from cluster_util import MYSQL_PORT, REDIS_PORT, TTL_MS, Cluster  # noqa: E402
-from roomd_test import need, run, wait_until  # noqa: E402
+from roomd_test import listing, need, run, wait_until  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="roomd-cluster-")
 
@@ -245,18 +245,26 @@ def kill_nats_server_under_load(cl):
     cl.nats.restart(1)
 
 
+TESTS = [round_robin_one_history, rockets_on_time, kill_node_under_load,
+         kill_nats_server_under_load]
+
+
+def bound(cl, f):
+    def t():
+        f(cl)
+    t.__name__ = f.__name__
+    return t
+
+
 def main():
+    if listing():  # one ctest entry: the topology is started once for all of them
+        run(TESTS, fixture="topology")
     need("127.0.0.1", MYSQL_PORT, "mariadbd (scripts/servers.sh)")
     need("127.0.0.1", REDIS_PORT, "redis-server (scripts/servers.sh)")
-    cl = Cluster(TMP).start()
+    cl = Cluster(TMP)
     try:
-        run_all = [lambda: round_robin_one_history(cl), lambda: rockets_on_time(cl),
-                   lambda: kill_node_under_load(cl), lambda: kill_nats_server_under_load(cl)]
-        names = ["round_robin_one_history", "rockets_on_time", "kill_node_under_load",
-                 "kill_nats_server_under_load"]
-        for f, n in zip(run_all, names):
-            f.__name__ = n
-        run(run_all)
+        cl.start()
+        run([bound(cl, f) for f in TESTS], fixture="topology")
     finally:
         cl.stop()
 
