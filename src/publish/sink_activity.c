@@ -122,8 +122,11 @@ status_rc(grpc_status_code st)
     case GRPC_STATUS_FAILED_PRECONDITION:
     case GRPC_STATUS_OUT_OF_RANGE:
         return ROOMD_EPERM; /* the event itself is refused: retrying cannot help */
+    case GRPC_STATUS_UNAVAILABLE:
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+        return ROOMD_EUNAVAIL; /* no answer: an outage, the event costs no attempt */
     default:
-        return ROOMD_ERETRY; /* UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ... */
+        return ROOMD_ERETRY; /* RESOURCE_EXHAUSTED, INTERNAL, ... */
     }
 }
 

@@ -254,7 +254,7 @@ api_short(const char *api)
 }
 
 /* POSTs body to api with the current sig. Returns 0 with *status and the
- * body in *b, or ROOMD_ERETRY (transport) with err. */
+ * body in *b, or ROOMD_EUNAVAIL (no answer: transport, deadline) with err. */
 static int
 http_post(struct tim_client *c, const char *api, const char *sig, const char *body,
           int64_t deadline, long *status, struct curl_body *b, char *err, size_t errlen)
@@ -269,7 +269,7 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
 
     if (tmo <= 0) {
         snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
-        return ROOMD_ERETRY;
+        return ROOMD_EUNAVAIL;
     }
     if ((h = curl_pool_take(&c->pool)) == NULL) {
         snprintf(err, errlen, "tim %s: curl_easy_init failed", api_short(api));
@@ -303,7 +303,7 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
     if (cc != CURLE_OK) {
         snprintf(err, errlen, "tim %s: curl %d: %s", api_short(api), (int)cc,
                  curl_easy_strerror(cc));
-        rc = ROOMD_ERETRY;
+        rc = ROOMD_EUNAVAIL; /* no answer: an outage, not the event's fault */
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
     }
