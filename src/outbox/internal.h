@@ -54,7 +54,7 @@ struct outbox {
     int64_t *qt; /* clock_mono_us of each row's push, beside q */
     size_t qhead, qlen, qalloc;
     struct outbox_stats stats;
-    bool metrics; /* collect_metrics is registered */
+    bool metrics; /* outbox_collect_metrics is registered */
 
     atomic_bool store_down; /* logged once per state change */
 };
@@ -69,6 +69,11 @@ void handoff_init(struct outbox *ob, const char *node);
  * *pushed_us (NULL: not wanted; else caller frees). *n gets the count.
  * Holds ob->pool.mu, or runs after the workers were joined. */
 struct outbox_row *handoff_take(struct outbox *ob, size_t max, size_t *n, int64_t **pushed_us);
+
+/* The collector outbox_open adds (metrics.h): outbox_stats of arg (a struct
+ * outbox) as roomd_outbox_* lines (outbox/metrics.c). */
+struct metrics_text;
+void outbox_collect_metrics(void *arg, struct metrics_text *t);
 
 /* Frees the queue's memory (rows left are the caller's to hand back first). */
 void handoff_free(struct outbox *ob);

@@ -87,62 +87,6 @@ outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p)
     return (int64_t)OUTBOX_LAT_BUCKETS * OUTBOX_LAT_BUCKET_US;
 }
 
-/* Upper bounds of the /metrics buckets of handoff_lat, in µs: multiples of
- * OUTBOX_LAT_BUCKET_US below the last bucket's 49.9 ms (+Inf implied). */
-static const int64_t metrics_le_us[] = {500, 1000, 2500, 5000, 10000, 25000};
-
-/* The metrics collector (metrics.h): outbox_stats as roomd_outbox_* lines. */
-static void
-collect_metrics(void *arg, struct metrics_text *t)
-{
-    struct outbox_stats s;
-    uint64_t cum = 0, total = 0;
-    size_t b = 0;
-
-    outbox_stats(arg, &s);
-    metrics_printf(t,
-                   "# HELP roomd_outbox_claims_total Claim queries of the outbox workers.\n"
-                   "# TYPE roomd_outbox_claims_total counter\nroomd_outbox_claims_total %" PRIu64
-                   "\n# HELP roomd_outbox_claimed_rows_total Rows those claims returned.\n"
-                   "# TYPE roomd_outbox_claimed_rows_total counter\n"
-                   "roomd_outbox_claimed_rows_total %" PRIu64 "\n"
-                   "# HELP roomd_outbox_handoff_rows_total Rows handed from the commit to the "
-                   "workers without a claim.\n# TYPE roomd_outbox_handoff_rows_total counter\n"
-                   "roomd_outbox_handoff_rows_total %" PRIu64 "\n"
-                   "# HELP roomd_outbox_handoff_full_total Hand-off reservations refused by a "
-                   "full queue (the rows went pending).\n"
-                   "# TYPE roomd_outbox_handoff_full_total counter\n"
-                   "roomd_outbox_handoff_full_total %" PRIu64 "\n"
-                   "# HELP roomd_outbox_batches_total Batches published and completed.\n"
-                   "# TYPE roomd_outbox_batches_total counter\n"
-                   "roomd_outbox_batches_total %" PRIu64 "\n",
-                   s.claims, s.claimed_rows, s.handoff_rows, s.handoff_full, s.batches);
-    metrics_printf(t,
-                   "# HELP roomd_outbox_worker_seconds_total Time of all outbox workers "
-                   "together, by phase.\n# TYPE roomd_outbox_worker_seconds_total counter\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"claim\"} %.6f\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"build\"} %.6f\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"publish\"} %.6f\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"complete\"} %.6f\n",
-                   s.claim_us / 1e6, s.build_us / 1e6, s.publish_us / 1e6, s.complete_us / 1e6);
-    metrics_printf(t, "# HELP roomd_outbox_handoff_delivery_seconds Handed-off rows delivered, "
-                      "from the commit to the return of the last sink.\n"
-                      "# TYPE roomd_outbox_handoff_delivery_seconds histogram\n");
-    for (int i = 0; i < OUTBOX_LAT_BUCKETS; i++)
-        total += s.handoff_lat[i];
-    for (size_t k = 0; k < sizeof(metrics_le_us) / sizeof(metrics_le_us[0]); k++) {
-        for (; b < (size_t)(metrics_le_us[k] / OUTBOX_LAT_BUCKET_US); b++)
-            cum += s.handoff_lat[b];
-        metrics_printf(t, "roomd_outbox_handoff_delivery_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-                       metrics_le_us[k] / 1e6, cum);
-    }
-    metrics_printf(t,
-                   "roomd_outbox_handoff_delivery_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n"
-                   "roomd_outbox_handoff_delivery_seconds_sum %.6f\n"
-                   "roomd_outbox_handoff_delivery_seconds_count %" PRIu64 "\n",
-                   total, s.handoff_lat_sum_us / 1e6, total);
-}
-
 /* ==== store state, logged once per change ==== */
 
 static void
@@ -661,7 +605,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
         outbox_close(ob);
         return rc;
     }
-    if (metrics_add_collector(collect_metrics, ob) == 0)
+    if (metrics_add_collector(outbox_collect_metrics, ob) == 0)
         ob->metrics = true;
     log_info("outbox", "workers started",
              "workers=%d batch_size=%d poll_interval_ms=%lld lock_timeout_ms=%lld sinks=%zu "
@@ -709,7 +653,7 @@ outbox_close(struct outbox *ob)
     if (ob == NULL)
         return;
     if (ob->metrics)
-        metrics_remove_collector(collect_metrics, ob);
+        metrics_remove_collector(outbox_collect_metrics, ob);
     bg_thread_stop(&ob->pool); /* joins the workers */
     release_queued(ob);
     retention_close(ob->retention);

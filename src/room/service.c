@@ -16,6 +16,7 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "lease/lease.h"
+#include "metrics/metrics.h"
 #include "outbox/handoff.h"
 #include "projection/projection.h"
 #include "room/cell.h"
@@ -553,6 +554,7 @@ room_service_open(struct room_service **out, const struct room_deps *deps)
 
     *out = NULL;
     svc->d = *deps;
+    metrics_command_names(room_cmd_names(), CMD_COUNT_);
     if ((rc = cell_map_open(&svc->cells, deps->conf, deps->store, deps->lease)) != 0)
         goto fail;
     if (deps->rocket_timer) {
