@@ -173,7 +173,7 @@ activity_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline
 
     if (left <= 0) {
         snprintf(err, errlen, "activity: publish deadline passed");
-        return ROOMD_ERETRY;
+        return ROOMD_EUNAVAIL;
     }
     cq = grpc_completion_queue_create_for_next(NULL);
     call = grpc_channel_create_call(a->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,

@@ -1,6 +1,6 @@
 """test_direct_im.py: a real roomd in publish_mode direct against the Tencent IM stand-in
 (tests/standins/im_standin.py, HTTPS, a separate process). The seed's acceptance rows:
-IM down -> commands succeed, rows retryable then failed; IM back before that -> delivered;
+IM down -> commands succeed, rows retryable (an outage costs no attempt, never failed); IM back before that -> delivered;
 a retried event makes no second IM message; a permanent IM error fails the row at once;
 CreateRoom creates the group synchronously and records tencent_im_ms.
 Rows are read straight from the SQLite file."""
@@ -110,9 +110,11 @@ def test_im_down_then_back():
         t = timing(r, "CreateRoom")
         assert t and t[-1]["tencent_im_ms"] > 0, t
         cmd(r, "/v1/rooms/r2/join", {"uid": 9})
-        rt.wait_until(lambda: all(x["status"] == "retryable" and x["retry_count"] >= 1
+        # an outage costs no attempt: retryable, retry_count stays 0 (issue 12)
+        rt.wait_until(lambda: all(x["status"] == "retryable" and x["last_error"]
                                   for x in rows(r)), timeout=10, what="rows retryable")
-        assert all("tim" in (x["last_error"] or "") for x in rows(r)), rows(r)
+        assert all("tim" in (x["last_error"] or "") and x["retry_count"] == 0
+                   for x in rows(r)), rows(r)
         im.start()
         rt.wait_until(lambda: all_delivered(r), timeout=20, what="delivered after IM is back")
         assert "hyapp_r2" in im.state_now()["groups"]
@@ -124,24 +126,37 @@ def test_im_down_then_back():
         im.stop()
 
 
-def test_im_down_rows_fail():
+def test_im_down_long_no_failed_rows():
+    """IM down for longer than max_retry_count x max_backoff (3 x 200 ms): an outage costs no
+    attempt, so no row fails (the circuit opens after 2 failures, one probe per 300 ms); all
+    are delivered once IM is back (issue 12)."""
     tmp = tempfile.mkdtemp(prefix="direct-im-")
-    im = ImStandin(tmp)  # never started
+    im = ImStandin(tmp)  # not started yet
     r = start(tmp, im, outbox={"max_retry_count": 3, "initial_backoff": "100ms",
-                               "max_backoff": "200ms"})
+                               "max_backoff": "200ms", "circuit_failures": 2,
+                               "circuit_probe_every": "300ms"})
     try:
         cmd(r, "/v1/rooms", {"room_id": "r3", "owner_uid": 7, "title": "down"})
-        cmd(r, "/v1/rooms/r3/join", {"uid": 9})
-        rt.wait_until(lambda: statuses(r) == ["failed"], timeout=15, what="rows failed")
+        for u in range(9, 14):
+            cmd(r, "/v1/rooms/r3/join", {"uid": u})
+        time.sleep(3 * 0.2 * 4)  # well past max_retry_count x max_backoff
         for x in rows(r):
-            assert x["retry_count"] == 3, x
-            assert "curl 7" in x["last_error"], x
+            assert x["status"] == "retryable" and x["retry_count"] == 0, x
+            assert "curl 7" in x["last_error"] or "circuit open" in x["last_error"], x
             assert TEST_SECRET not in x["last_error"]
         with open(r.log_path) as f:
-            assert TEST_SECRET not in f.read(), "the secret key is never logged"
+            text = f.read()
+        assert TEST_SECRET not in text, "the secret key is never logged"
+        assert "circuit open" in text, "the circuit opened"
+        im.start()
+        rt.wait_until(lambda: all_delivered(r), timeout=20, what="delivered after IM is back")
+        assert "failed" not in statuses(r)
+        for x in rows(r):
+            assert len(im.messages(x["event_id"])) == 1, x
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
+        im.stop()
 
 
 def test_retry_makes_no_second_message():
@@ -156,7 +171,8 @@ def test_retry_makes_no_second_message():
         cmd(r, "/v1/rooms/r4/join", {"uid": 10})
         rt.wait_until(lambda: all_delivered(r), timeout=15, what="join delivered")
         joined = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"][0]
-        assert joined["retry_count"] >= 1, joined  # the first attempt timed out
+        # the first attempt timed out: an outage (no answer), retried without an attempt
+        assert joined["retry_count"] == 0, joined
         sends = [c for c in im.calls("send_group_msg")
                  if joined["event_id"] in (c["body"]["MsgBody"][0]["MsgContent"]["Data"])]
         assert len(sends) >= 2, sends
@@ -234,7 +250,7 @@ def test_dual_im_down_then_back():
     try:
         cmd(r, "/v1/rooms", {"room_id": "d1", "owner_uid": 7, "title": "dual"})
         cmd(r, "/v1/rooms/d1/join", {"uid": 9})
-        rt.wait_until(lambda: all(x["status"] == "retryable" and x["retry_count"] >= 1
+        rt.wait_until(lambda: all(x["status"] == "retryable" and x["last_error"]
                                   for x in rows(r)), timeout=10, what="rows retryable")
         for x in rows(r):
             assert x["sinks_done"] & 8 and not x["sinks_done"] & 2, x  # bus done, IM not
@@ -249,6 +265,6 @@ def test_dual_im_down_then_back():
 
 
 if __name__ == "__main__":
-    rt.run([test_happy_path, test_im_down_then_back, test_im_down_rows_fail,
+    rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
             test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
             test_public_group_membership, test_dual_im_down_then_back])
