@@ -9,6 +9,7 @@
  *   roomd --print-config-doc           print the key reference of docs/conf.md
  */
 #include "cluster/forward.h"
+#include "cluster/health.h"
 #include "conf/conf.h"
 #include "consume/roles.h"
 #include "core/daemon.h"
@@ -211,6 +212,15 @@ main(int argc, char **argv)
                            .projection = proj,
                            .store = store,
                            .gc = gc};
+    /* /readyz: 503 when this node cannot serve commands, "degraded" for the rest */
+    struct node_health health = {0};
+    if (strcmp(conf->lease.driver, "redis") == 0)
+        node_health_add(&health, "lease", true, lease_ready, lease);
+    if (bus != NULL)
+        node_health_add(&health, "broker", false, bus_ready, bus);
+    if (outbox != NULL)
+        node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
+    hd.health = &health;
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
         fatalx("http.listen: %s", err);

@@ -10,10 +10,12 @@
 #include "outbox/internal.h"
 
 #include "core/clock.h"
+#include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "publish/sink.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 void
@@ -79,4 +81,26 @@ circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out)
     pthread_mutex_lock(&ob->circ_mu);
     *out = ob->circ[k];
     pthread_mutex_unlock(&ob->circ_mu);
+}
+
+int
+outbox_sinks_ready(void *arg, char *why, size_t whylen)
+{
+    struct outbox *ob = arg;
+    size_t len = 0;
+    int rc = 0;
+
+    why[0] = '\0';
+    pthread_mutex_lock(&ob->circ_mu);
+    for (size_t k = 0; k < ob->nsinks; k++) {
+        if (!ob->circ[k].open)
+            continue;
+        len += (size_t)snprintf(why + len, len < whylen ? whylen - len : 0, "%s%s: circuit open",
+                                rc != 0 ? ", " : "", ob->sinks[k]->name);
+        rc = ROOMD_EUNAVAIL;
+        if (len >= whylen)
+            break;
+    }
+    pthread_mutex_unlock(&ob->circ_mu);
+    return rc;
 }

@@ -488,6 +488,22 @@ bus_stalled(struct bus *b, char *err, size_t errlen)
     return true;
 }
 
+int
+bus_ready(void *arg, char *why, size_t whylen)
+{
+    struct bus *b = arg;
+
+    if (!bus_connected(b)) {
+        snprintf(why, whylen, "broker not connected (reconnecting)");
+        return ROOMD_EUNAVAIL;
+    }
+    if (atomic_load(&b->stalled_until_ms) != 0) {
+        snprintf(why, whylen, "broker stalled: publishes get no PubAck");
+        return ROOMD_EUNAVAIL;
+    }
+    return 0;
+}
+
 void
 bus_note_publish(struct bus *b, natsStatus s, jsErrCode jerr)
 {

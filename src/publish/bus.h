@@ -106,6 +106,9 @@ void bus_note_publish(struct bus *b, natsStatus s, jsErrCode jerr);
  * probe (the first call once 500 ms passed): the caller fails at once with
  * ROOMD_EUNAVAIL. Thread: any. */
 bool bus_stalled(struct bus *b, char *err, size_t errlen);
+/* Readiness (cluster/health.h): 0 when connected and not stalled, else
+ * ROOMD_EUNAVAIL with why. Takes no probe. Thread: any, does not block. */
+int bus_ready(void *b, char *why, size_t whylen);
 
 /*
  * Publishes msg (subject and headers already set; borrowed) to stream w

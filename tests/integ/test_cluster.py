@@ -11,6 +11,8 @@ nats cluster from scripts/nats_cluster.sh).
    launch within lease.ttl + 1 s, no acknowledged command is lost.
 4. kill -9 of one nats-server under mq load: no acknowledged command lost, no event failed,
    the stream holds one message per outbox row.
+5. readiness: all nats-servers down -> every node "degraded" (200, commands succeed), ready
+   again and the backlog delivered after; a node without its lease Redis -> 503.
 """
 import os
 import random
@@ -23,7 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
 from bus_util import js_stream_count  # noqa: E402
 from cluster_util import MYSQL_PORT, REDIS_PORT, TTL_MS, Cluster  # noqa: E402
-from roomd_test import listing, need, run, wait_until  # noqa: E402
+from roomd_test import Roomd, free_port, listing, need, run, wait_until  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="roomd-cluster-")
 
@@ -245,8 +247,52 @@ def kill_nats_server_under_load(cl):
     cl.nats.restart(1)
 
 
+# ---- 5 ----
+
+def readiness(cl):
+    """/readyz per node: the broker down is "degraded" (200, commands succeed); a node whose
+    lease Redis is unreachable cannot serve commands (503)."""
+    for n in (1, 2, 3):
+        cl.nats.kill(n)
+    try:
+        def degraded(rd):
+            st, _, js = rd.http("GET", "/readyz")
+            return st == 200 and js["status"] == "degraded" and \
+                js["checks"]["broker"].startswith("down") and js
+        for rd in cl.nodes[:2]:
+            js = wait_until(lambda: degraded(rd), timeout=15, what="degraded while nats is down")
+            assert js["checks"]["lease"] == "ok" and js["checks"]["store"] == "ok", js
+        room = hu.room_name("rd")
+        ok(hu.create(cl.nodes[0], room), "a command with the broker down")
+    finally:
+        for n in (1, 2, 3):
+            cl.nats.restart(n)
+    for rd in cl.nodes[:2]:
+        wait_until(lambda: rd.http("GET", "/readyz")[2]["status"] == "ready", timeout=30,
+                   step=0.3, what="ready again")
+    wait_until(lambda: all_delivered(cl), timeout=30, step=0.3, what="backlog delivered")
+
+    # a node whose lease Redis cannot be reached: 503
+    cfg, d = cl.node_cfg(9)
+    cfg["redis"]["addr"] = f"127.0.0.1:{free_port()}"
+    cfg["rocketmq"]["enabled"] = False
+    cfg["rocketmq"]["room_outbox"]["enabled"] = False
+    cfg["rocketmq"]["rocket_launch"]["enabled"] = False
+    cfg["outbox_worker"]["publish_mode"] = "direct"
+    cfg["projection"]["driver"] = "memory"
+    r = Roomd(cfg, tmp=d).start()
+    try:
+        st, _, js = r.http("GET", "/readyz")
+        assert st == 503 and js["status"] == "unavailable", (st, js)
+        assert js["checks"]["lease"].startswith("down") and js["checks"]["store"] == "ok", js
+        st, _, _ = hu.create(r, hu.room_name("nr"))
+        assert st == 503, st
+    finally:
+        r.stop()
+
+
 TESTS = [round_robin_one_history, rockets_on_time, kill_node_under_load,
-         kill_nats_server_under_load]
+         kill_nats_server_under_load, readiness]
 
 
 def bound(cl, f):
