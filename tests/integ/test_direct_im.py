@@ -37,12 +37,13 @@ def all_delivered(r):
     return rs and all(x["status"] == "delivered" for x in rs)
 
 
-def start(tmp, im, group_type="AVChatRoom", outbox=None, im_timeout="3500ms"):
+def start(tmp, im, group_type="AVChatRoom", outbox=None, im_timeout="3500ms", im_extra=None):
     ob = {"max_retry_count": 3, "initial_backoff": "100ms", "max_backoff": "500ms",
           "publish_timeout": "5s", "lock_timeout": "10s"}
     ob.update(outbox or {})
-    r = rt.Roomd({"tencent_im": im.conf(group_type=group_type, timeout=im_timeout),
-                  "outbox_worker": ob}, tmp=tmp)
+    tim = im.conf(group_type=group_type, timeout=im_timeout)
+    tim.update(im_extra or {})
+    r = rt.Roomd({"tencent_im": tim, "outbox_worker": ob}, tmp=tmp)
     return r.start(env=ENV)
 
 
@@ -230,6 +231,68 @@ def test_public_group_membership():
         im.stop()
 
 
+def burst_of_joins(r, rooms, per_room):
+    """per_room[i] joins in rooms[i], sent by 4 threads at once."""
+    import threading
+    jobs = [(room, 1000 + k) for room, n in zip(rooms, per_room) for k in range(n)]
+    errs = []
+
+    def work(part):
+        for room, uid in part:
+            st, _, js = r.post(f"/v1/rooms/{room}/join",
+                               {"command_id": f"j-{room}-{uid}", "uid": uid})
+            if st != 200:
+                errs.append((st, js))
+    ts = [threading.Thread(target=work, args=(jobs[i::4],)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs, errs[:3]
+
+
+def im_limits_run(tag, im_extra):
+    """IM enforcing 200 calls/s per API and 40 msgs/s per group; a burst of joins (160 in one
+    room). max_retry_count 1: a counted failure would fail the row at once."""
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    im.control(limits={"per_api": 200, "per_group": 40})
+    r = start(tmp, im, outbox={"max_retry_count": 1, "workers": 4, "publish_timeout": "3s",
+                               "lock_timeout": "30s"}, im_extra=im_extra)
+    try:
+        rooms = [f"lim{tag}{i}" for i in range(3)]
+        for room in rooms:
+            cmd(r, "/v1/rooms", {"room_id": room, "owner_uid": 7, "title": "busy"})
+        t0 = time.time()
+        burst_of_joins(r, rooms, [160, 30, 30])
+        rt.wait_until(lambda: all_delivered(r), timeout=60, step=0.3, what="all delivered")
+        took = time.time() - t0
+        assert "failed" not in statuses(r)
+        sends = im.calls("send_group_msg")
+        refused = [c for c in sends if c.get("code") in (10023, 60007)]
+        for x in rows(r):
+            assert len(im.messages(x["event_id"])) == 1, x
+        print(f"  {tag}: {len(rows(r))} events delivered in {took:.1f}s, 0 failed; "
+              f"{len(sends)} send_group_msg calls, {len(refused)} refused by IM's rate limit")
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+        return len(sends), len(refused)
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_im_rate_limits():
+    """Tencent IM's limits (the stand-in answers 10023 / 60007 above them): with roomd's token
+    buckets (defaults 200/s per API, 40/s per group) IM refuses (almost) nothing; without them
+    IM refuses many calls, which roomd retries without counting an attempt: 0 failed rows
+    either way, one stored message per event."""
+    sends, refused = im_limits_run("paced", {})
+    assert refused <= sends // 20, (sends, refused)
+    sends0, refused0 = im_limits_run("unpaced", {"rate_limit_per_s": 0,
+                                                 "group_rate_limit_per_s": 0})
+    assert refused0 > 0, "the stand-in enforces the limits (else this test proves nothing)"
+
+
 def test_dual_im_down_then_back():
     """publish_mode dual (direct sinks + the JetStream broker): IM down -> commands succeed,
     rows retryable with the broker already done; IM back -> delivered."""
@@ -267,4 +330,4 @@ def test_dual_im_down_then_back():
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
             test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
-            test_public_group_membership, test_dual_im_down_then_back])
+            test_public_group_membership, test_im_rate_limits, test_dual_im_down_then_back])
