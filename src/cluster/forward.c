@@ -43,13 +43,10 @@ collect(void *arg, struct metrics_text *t)
 {
     struct cluster_forward *f = arg;
 
-    metrics_printf(t,
-                   "# HELP roomd_forward_total Requests sent to the room's owner, by result.\n"
-                   "# TYPE roomd_forward_total counter\n"
-                   "roomd_forward_total{result=\"ok\"} %llu\n"
-                   "roomd_forward_total{result=\"failed\"} %llu\n",
-                   (unsigned long long)atomic_load(&f->forwarded),
-                   (unsigned long long)atomic_load(&f->failed));
+    metrics_family(t, "roomd_forward_total", "counter",
+                   "Requests sent to the room's owner, by result.");
+    metrics_count(t, "roomd_forward_total", "result=\"ok\"", atomic_load(&f->forwarded));
+    metrics_count(t, "roomd_forward_total", "result=\"failed\"", atomic_load(&f->failed));
 }
 
 int

@@ -48,19 +48,16 @@ collect(void *arg, struct metrics_text *t)
 {
     struct tim_limit *l = arg;
 
-    metrics_printf(t,
-                   "# HELP roomd_tim_rate_waits_total IM calls that waited for a token bucket.\n"
-                   "# TYPE roomd_tim_rate_waits_total counter\n"
-                   "roomd_tim_rate_waits_total %llu\n"
-                   "# HELP roomd_tim_rate_wait_seconds_total Time IM calls waited for a bucket.\n"
-                   "# TYPE roomd_tim_rate_wait_seconds_total counter\n"
-                   "roomd_tim_rate_wait_seconds_total %.6f\n"
-                   "# HELP roomd_tim_rate_limited_total IM rate-limit answers (retried).\n"
-                   "# TYPE roomd_tim_rate_limited_total counter\n"
-                   "roomd_tim_rate_limited_total %llu\n",
-                   (unsigned long long)atomic_load(&l->waited),
-                   (double)atomic_load(&l->wait_us) / 1e6,
-                   (unsigned long long)atomic_load(&l->refused));
+    metrics_family(t, "roomd_tim_rate_waits_total", "counter",
+                   "IM calls that waited for a token bucket.");
+    metrics_count(t, "roomd_tim_rate_waits_total", "", atomic_load(&l->waited));
+    metrics_family(t, "roomd_tim_rate_wait_seconds_total", "counter",
+                   "Time IM calls waited for a token bucket.");
+    metrics_value(t, "roomd_tim_rate_wait_seconds_total", "",
+                  (double)atomic_load(&l->wait_us) / 1e6);
+    metrics_family(t, "roomd_tim_rate_limited_total", "counter",
+                   "IM rate-limit answers (waited out and sent again).");
+    metrics_count(t, "roomd_tim_rate_limited_total", "", atomic_load(&l->refused));
 }
 
 struct tim_limit *

@@ -13,7 +13,7 @@ import subprocess
 import time
 import uuid
 
-from roomd_test import Roomd, env_port, free_port, merge, wait_until
+from roomd_test import Roomd, env_port, free_port, merge, mysql_query as mysql_q, wait_until
 from bus_util import Nats
 
 SOURCE = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -21,15 +21,6 @@ NATS_CLUSTER = os.path.join(SOURCE, "scripts", "nats_cluster.sh")
 MYSQL_PORT = env_port("ROOMD_MYSQL_PORT", 3417)
 REDIS_PORT = env_port("ROOMD_REDIS_PORT", 6390)
 TTL_MS = 1500
-
-
-def mysql_q(sql, db=None):
-    cmd = ["mariadb", "--no-defaults", "-h127.0.0.1", f"-P{MYSQL_PORT}", "-uroot", "-N", "-B",
-           "-e", sql] + ([db] if db else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise RuntimeError(f"mariadb: {sql}: {out.stderr.strip()}")
-    return [line.split("\t") for line in out.stdout.splitlines()]
 
 
 class NatsCluster:
@@ -148,98 +139,6 @@ class Cluster:
         addr = out.split()[-1] if out else ""
         for i, r in enumerate(self.nodes):
             if r.proc is not None and addr == f"127.0.0.1:{r.port}":
-                return i
-        return None
-
-    def stop(self):
-        self._sh("stop", self.dir)
-
-
-class Cluster:
-    def __init__(self, tmp, nodes=3, extra=None, node_extra=None):
-        self.tmp = tmp
-        self.db = f"roomd_cluster_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-        self.prefix = f"roomdcl:{os.getpid()}:{uuid.uuid4().hex[:6]}:"
-        self.ns = f"cl{uuid.uuid4().hex[:6]}_"
-        self.nats = NatsCluster(tmp)
-        self.extra = extra or {}
-        self.node_extra = node_extra or (lambda i: {})
-        self.n = nodes
-        self.nodes = []
-
-    def node_cfg(self, i):
-        d = os.path.join(self.tmp, f"node{i}")
-        os.makedirs(d, exist_ok=True)
-        cfg = {
-            "app": {"node_id": f"node{i}"},
-            "store": {"driver": "mysql", "mysql": {
-                "host": "127.0.0.1", "port": MYSQL_PORT, "user": "root", "password": "",
-                "database": self.db, "pool_size": 8, "connect_timeout": "1s",
-                "read_timeout": "3s", "write_timeout": "3s", "deadlock_retries": 3}},
-            "redis": {"enabled": True, "addr": f"127.0.0.1:{REDIS_PORT}",
-                      "key_prefix": self.prefix, "connect_timeout": "200ms",
-                      "command_timeout": "300ms"},
-            "lease": {"driver": "redis", "ttl": f"{TTL_MS}ms", "renew_every": "300ms"},
-            "projection": {"driver": "redis"},
-            "cluster": {"forward": True, "forward_timeout": "5s"},
-            "room": {"rocket": {"thresholds": [100, 100000], "countdown": "3s"}},
-            "rocketmq": {
-                "enabled": True, "name_servers": self.nats.urls(), "namespace": self.ns,
-                "send_timeout": "1s", "retry": 1, "stream_replicas": 3,
-                "consumer_store_dir": os.path.join(d, "consumers"),
-                "consumer_retry_delays_ms": [200, 400], "consumer_ack_wait": "2s",
-                "room_outbox": {"enabled": True, "consumer_max_reconsume_times": 2},
-                "rocket_launch": {"enabled": True, "consumer_max_reconsume_times": 2}},
-            "outbox_worker": {"publish_mode": "mq", "max_retry_count": 30,
-                              "initial_backoff": "100ms", "max_backoff": "500ms",
-                              "log_sink": {"enabled": False}},
-        }
-        merge(cfg, self.extra)
-        merge(cfg, self.node_extra(i))
-        return cfg, d
-
-    def start(self):
-        mysql_q(f"CREATE DATABASE {self.db} CHARACTER SET utf8mb4")
-        self.nats.start()
-        for i in range(self.n):
-            cfg, d = self.node_cfg(i)
-            r = Roomd(cfg, tmp=d)
-            r.cfg["http"]["advertise_addr"] = f"127.0.0.1:{r.port}"
-            import json
-            with open(r.cfg_path, "w") as f:
-                json.dump(r.cfg, f, indent=1)
-            self.nodes.append(r)
-        # the first node creates the schema and the streams; then the others
-        self.nodes[0].start()
-        for r in self.nodes[1:]:
-            r.start()
-        return self
-
-    def mysql(self, sql):
-        return mysql_q(sql, self.db)
-
-    def nc(self, i=0):
-        return Nats(self.nats.ports[i])
-
-    def owner_of(self, room):
-        """The node (index) whose address the room's lease names, or None."""
-        import socket
-        s = socket.create_connection(("127.0.0.1", REDIS_PORT), timeout=2)
-        try:
-            key = f"{self.prefix}lease:hyapp:{room}"
-            s.sendall(f"*2\r\n$3\r\nGET\r\n${len(key)}\r\n{key}\r\n".encode())
-            data = b""
-            while b"\r\n" not in data or (data.startswith(b"$") and data.count(b"\r\n") < 2
-                                          and not data.startswith(b"$-1")):
-                data += s.recv(4096)
-        finally:
-            s.close()
-        if data.startswith(b"$-1"):
-            return None
-        val = data.split(b"\r\n")[1].decode()
-        addr = val.split()[-1]
-        for i, r in enumerate(self.nodes):
-            if addr == f"127.0.0.1:{r.port}":
                 return i
         return None
 
