@@ -3,7 +3,7 @@
 # JetStream (R3 streams need three servers), all on 127.0.0.1, for the cluster tests.
 #   start DIR           needs ROOMD_NATS_CLUSTER_PORTS="c1 c2 c3 r1 r2 r3": three client
 #                       ports and three route ports (the tests pick free ones at run time)
-#   stop DIR            stops every server of the cluster (SIGTERM)
+#   stop DIR            stops every server of the cluster (SIGTERM; SIGKILL after 10 s)
 #   kill DIR N          kill -9 server N (1..3)
 #   restart DIR N       starts server N again with its own data
 # Data and logs: DIR/nN/{js,nats.log,nats.pid,nats.conf}.
@@ -59,10 +59,20 @@ start)
     done
     echo "nats cluster: 127.0.0.1:$c1,$c2,$c3 (routes $r1,$r2,$r3; data in $dir)" ;;
 stop)
+    pids=""
     for n in 1 2 3; do
         f="$dir/n$n/nats.pid"
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
-    done ;;
+        [ -f "$f" ] && pids="$pids $(cat "$f")"
+    done
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    # JetStream shuts down within seconds; never leave a server behind
+    for _ in $(seq 100); do
+        alive=""
+        for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+        [ -z "$alive" ] && break
+        sleep 0.1
+    done
+    for p in $alive; do kill -9 "$p" 2>/dev/null || true; done ;;
 kill)
     n=${3:?kill DIR N}
     kill -9 "$(cat "$dir/n$n/nats.pid")" ;;
