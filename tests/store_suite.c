@@ -788,6 +788,141 @@ t_claim_order_limit(void **state)
     outbox_rows_free(all, nall);
 }
 
+/* Claims ordered (per_room) at now with limit; returns the ids, in order. */
+static size_t
+claim_ordered_ids(struct store *st, int64_t now, int limit, int64_t *ids)
+{
+    struct outbox_row *rows;
+    size_t n;
+
+    assert_int_equal(store_outbox_claim_ordered(st, now, now + 1000, "O", limit, true, &rows, &n),
+                     0);
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = rows[i].id;
+        if (i > 0)
+            assert_true(rows[i].id > rows[i - 1].id);
+    }
+    outbox_rows_free(rows, n);
+    return n;
+}
+
+/* room_outbox.id of event_id. */
+static int64_t
+row_id(struct store *st, const char *event_id)
+{
+    struct outbox_row r;
+    int64_t id;
+
+    assert_int_equal(store_outbox_get(st, event_id, &r), 0);
+    id = r.id;
+    free(r.payload);
+    free(r.last_error);
+    return id;
+}
+
+static void
+complete_one(struct store *st, int64_t id, enum outbox_status status, int64_t retry_at, int64_t now)
+{
+    struct outbox_result r = {.id = id,
+                              .locked_by = "O",
+                              .status = status,
+                              .next_retry_at_ms = retry_at,
+                              .last_error = status == OUTBOX_DELIVERED ? NULL : "tim: 500",
+                              .now_ms = now};
+
+    assert_int_equal(store_outbox_complete(st, &r, 1), 0);
+    assert_int_equal(r.rc, 0);
+}
+
+/* outbox_worker.ordering per_room: a room's rows are claimed in commit
+ * order, a later one waits while an earlier one is retried, a failed one no
+ * longer holds the room (poison policy); room_seq and rooms.event_seq are
+ * stored; the hand-off goes pending while the room has an undelivered row. */
+static void
+t_ordered_claim(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *c1 = tmut_new("a1", "r1", "r1-create", 1, 3, T0);
+    struct tmut *c2 = tmut_new("a1", "r1", "r1-v2", 2, 2, T0 + 1);
+    struct room_load l;
+    struct outbox_row r;
+    int64_t ids[16];
+    size_t n;
+
+    for (int i = 0; i < 3; i++)
+        c1->ev[i].room_seq = 1 + i;
+    c1->m.meta.event_seq = 3;
+    for (int i = 0; i < 2; i++)
+        c2->ev[i].room_seq = 4 + i;
+    c2->m.meta.event_seq = 5;
+    assert_int_equal(save1(f->st, c1), 0);
+    assert_int_equal(save1(f->st, c2), 0);
+    create_room(f->st, "a1", "r2", 2, T0 + 2);
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.event_seq, 5);
+    room_load_clear(&l);
+    assert_int_equal(store_outbox_get(f->st, c2->ev[1].event_id, &r), 0);
+    assert_int_equal(r.room_seq, 5);
+    free(r.payload);
+    free(r.last_error);
+
+    /* A run of r1 in one claim; the limit cuts it after two rows. */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 100, 2, ids), 2);
+    assert_int_equal(ids[0], row_id(f->st, c1->ev[0].event_id));
+    assert_int_equal(ids[1], row_id(f->st, c1->ev[1].event_id));
+    /* r1's third row waits behind the two claimed: only r2 comes. */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 100, 10, ids), 2);
+    complete_one(f->st, ids[0], OUTBOX_DELIVERED, 0, T0 + 150);
+    complete_one(f->st, ids[1], OUTBOX_DELIVERED, 0, T0 + 150);
+    /* The first delivered, the second retryable later: r1 still waits. */
+    complete_one(f->st, row_id(f->st, c1->ev[0].event_id), OUTBOX_DELIVERED, 0, T0 + 150);
+    complete_one(f->st, row_id(f->st, c1->ev[1].event_id), OUTBOX_RETRYABLE, T0 + 5000, T0 + 150);
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 200, 10, ids), 0);
+    /* Unordered, the third would go now. */
+    struct outbox_row *rows;
+    assert_int_equal(
+        store_outbox_claim_ordered(f->st, T0 + 200, T0 + 300, "U", 10, false, &rows, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(rows[0].id, row_id(f->st, c1->ev[2].event_id));
+    outbox_rows_free(rows, n);
+    /* (U's lock ran out at T0 + 300.) When the retry is due, r1 goes on in order. */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 5000, 10, ids), 4);
+    assert_int_equal(ids[0], row_id(f->st, c1->ev[1].event_id));
+    assert_int_equal(ids[1], row_id(f->st, c1->ev[2].event_id));
+    assert_int_equal(ids[3], row_id(f->st, c2->ev[1].event_id));
+    /* The second fails for good: the later ones no longer wait for it. */
+    complete_one(f->st, row_id(f->st, c1->ev[1].event_id), OUTBOX_FAILED, 0, T0 + 5100);
+    complete_one(f->st, row_id(f->st, c1->ev[2].event_id), OUTBOX_RETRYABLE, T0 + 6000, T0 + 5100);
+    complete_one(f->st, row_id(f->st, c2->ev[0].event_id), OUTBOX_RETRYABLE, T0 + 6000, T0 + 5100);
+    complete_one(f->st, row_id(f->st, c2->ev[1].event_id), OUTBOX_RETRYABLE, T0 + 6000, T0 + 5100);
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 6000, 10, ids), 3);
+    assert_int_equal(ids[0], row_id(f->st, c1->ev[2].event_id));
+
+    /* The hand-off: r1 has undelivered rows, so its next rows go pending
+     * (no id reported); a room with none hands off. */
+    struct tmut *h1 = tmut_new("a1", "r1", "r1-v3", 3, 1, T0 + 6100);
+    struct tmut *h3 = tmut_new("a1", "r3", "r3-create", 1, 1, T0 + 6100);
+    struct mutation *ms[2] = {&h1->m, &h3->m};
+    for (int i = 0; i < 2; i++) {
+        ms[i]->locked_by = "node/h";
+        ms[i]->lock_until_ms = T0 + 9000;
+        ms[i]->handoff_if_room_idle = true;
+    }
+    assert_int_equal(store_save(f->st, ms, 2), 0);
+    assert_true(h1->m.room_busy);
+    assert_int_equal(h1->ev[0].id, 0);
+    assert_false(h3->m.room_busy);
+    assert_true(h3->ev[0].id > 0);
+    assert_int_equal(store_outbox_get(f->st, h1->ev[0].event_id, &r), 0);
+    assert_int_equal(r.status, OUTBOX_PENDING);
+    free(r.payload);
+    free(r.last_error);
+    free(h1);
+    free(h3);
+    free(c1);
+    free(c2);
+}
+
 static void
 t_fenced_complete(void **state)
 {
@@ -1427,6 +1562,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_snapshots, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_ordered_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(t_retry_fields, setup, teardown),

@@ -55,6 +55,7 @@ static const char *const lease_drivers[] = {"local", "redis", NULL};
 static const char *const proj_drivers[] = {"memory", "redis", NULL};
 static const char *const publish_modes[] = {"direct", "mq", "dual", NULL}; /* enum publish_mode */
 static const char *const strategies[] = {"exponential_backoff", NULL};
+static const char *const orderings[] = {"per_room", "none", NULL}; /* enum outbox_ordering */
 static const char *const group_types[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
 
 #define MYSQL_ON "store.driver=mysql"
@@ -270,6 +271,8 @@ const struct key conf_keys[] = {
     {"outbox_worker.handoff_queue", K_INT, F(outbox_worker.handoff_queue), "-1", GE(-1),
      .note = "(-1 auto, 0 off)",
      .doc = "hand-off queue rows; -1 = max(1024, 4 x workers x batch_size), 0 = off"},
+    {"outbox_worker.ordering", K_CHOICE, F(outbox_worker.ordering), "per_room", ONE_OF(orderings),
+     .doc = "per_room: a room's events reach each sink in commit order; none: independent"},
     {"outbox_worker.circuit_failures", K_INT, F(outbox_worker.circuit_failures), "5", GE(1),
      .doc = "consecutive transport failures of a sink that open its circuit (no attempts "
             "counted while open)"},

@@ -20,6 +20,7 @@
 #define CONF_MAX_ROCKET_LEVELS 16
 
 enum publish_mode { PUBLISH_DIRECT = 0, PUBLISH_MQ, PUBLISH_DUAL };
+enum outbox_ordering { ORDERING_PER_ROOM = 0, ORDERING_NONE };
 
 struct conf_app {
     char *default_app_code; /* X-App-Code when the header is absent ("hyapp") */
@@ -178,6 +179,9 @@ struct conf_outbox {
     int64_t lock_timeout_ms;       /* lock_until_ms = claim time + this */
     int handoff_queue;             /* hand-off queue rows; 0 = off, -1 = auto:
                                     * max(1024, 4 x workers x batch_size) */
+    enum outbox_ordering ordering; /* per_room (default): a room's events reach each sink
+                                    * in commit order; a later one waits while an earlier
+                                    * one is retried. none: independent */
     int circuit_failures;          /* consecutive transport failures that open a sink's circuit */
     int64_t circuit_probe_ms;      /* an open circuit lets one probe through this often */
     bool log_sink_enabled;         /* direct sink writing event JSON lines */

@@ -28,6 +28,9 @@
 /* Deliveries past the last allowed one that still get no verdict (the
  * process died or hung in the handler each time) end in the DLQ too. */
 #define CRASH_SLACK 2
+/* A room_seq gap: deliveries held before handling anyway, and the hold. */
+#define CONSUME_GAP_HOLDS 8
+#define CONSUME_GAP_HOLD_MS 250
 
 /* RocketMQ's reconsume levels 3..18 (10s 30s 1m 2m ... 2h). */
 static const int64_t rocketmq_delays_ms[] = {
@@ -131,7 +134,10 @@ inbox_open(struct consume_group *g, char *err, size_t errlen)
         " failures INTEGER NOT NULL DEFAULT 0,"
         " updated_ms INTEGER NOT NULL,"
         " last_error TEXT);"
-        "CREATE INDEX IF NOT EXISTS inbox_purge ON inbox(state, updated_ms);";
+        "CREATE INDEX IF NOT EXISTS inbox_purge ON inbox(state, updated_ms);"
+        "CREATE TABLE IF NOT EXISTS room_seq("
+        " app_code TEXT NOT NULL, room_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " PRIMARY KEY (app_code, room_id)) WITHOUT ROWID;";
 
     if (mkdir_p(g->o.store_dir) != 0) {
         snprintf(err, errlen, "rocketmq.consumer_store_dir: cannot create %s: %s", g->o.store_dir,
@@ -198,6 +204,54 @@ static const char SQL_FAIL[] =
 static const char SQL_DEAD[] =
     "UPDATE inbox SET state = 'dead', updated_ms = ?2, last_error = ?3 WHERE key = ?1";
 
+/* The room's high-water mark (0: none yet), or -1 when it cannot be read. */
+static int64_t
+mark_get(sqlite3 *db, const char *app, const char *room)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t seq = -1;
+
+    if (sqlite3_prepare_v2(db, "SELECT seq FROM room_seq WHERE app_code = ?1 AND room_id = ?2", -1,
+                           &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, app, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, room, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW)
+        seq = sqlite3_column_int64(st, 0);
+    else if (step == SQLITE_DONE)
+        seq = 0;
+    sqlite3_finalize(st);
+    return seq;
+}
+
+/* Records m done: its inbox row and its room's mark (never lowered).
+ * Returns 0 or -1 (sqlite3_errmsg). */
+static int
+mark_done(struct consume_msg *m)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -1;
+
+    if (inbox_stmt(m->db, SQL_DONE, m->key, NULL, NULL, NULL, 0) != 0)
+        return -1;
+    if (m->room_seq <= 0)
+        return 0;
+    if (sqlite3_prepare_v2(m->db,
+                           "INSERT INTO room_seq(app_code, room_id, seq) VALUES(?1, ?2, ?3)"
+                           " ON CONFLICT(app_code, room_id) DO UPDATE"
+                           " SET seq = max(seq, excluded.seq)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, m->app, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, m->room, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, m->room_seq);
+    if (sqlite3_step(st) == SQLITE_DONE)
+        rc = 0;
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int
 consume_tx_begin(struct consume_msg *m)
 {
@@ -212,7 +266,7 @@ consume_tx_commit_done(struct consume_msg *m)
 {
     if (!m->in_tx)
         return ROOMD_EINVAL;
-    if (inbox_stmt(m->db, SQL_DONE, m->key, NULL, NULL, NULL, 0) != 0) {
+    if (mark_done(m) != 0) {
         snprintf(m->err, sizeof(m->err), "inbox: %s", sqlite3_errmsg(m->db));
         consume_tx_rollback(m);
         return ROOMD_EIO;
@@ -327,6 +381,40 @@ dead_letter(struct consume_group *g, natsMsg *msg, const char *key, uint64_t seq
              g->h.group, key, seq, delivered, why ? why : "");
 }
 
+enum order { ORDER_NEXT, ORDER_DUPLICATE, ORDER_HOLD };
+
+/* The room_seq rule of group.h for the outbox event m (fills m->app,
+ * m->room, m->room_seq from its envelope). */
+static enum order
+room_order(struct consume_group *g, struct consume_msg *m)
+{
+    Roomd__V1__RoomOutboxEvent *ev = roomd__v1__room_outbox_event__unpack(NULL, m->len, m->data);
+    enum order o = ORDER_NEXT;
+    int64_t mark;
+
+    if (ev == NULL)
+        return ORDER_NEXT;
+    snprintf(m->app, sizeof(m->app), "%s", ev->app_code ? ev->app_code : "");
+    snprintf(m->room, sizeof(m->room), "%s", ev->room_id ? ev->room_id : "");
+    m->room_seq = ev->room_seq;
+    roomd__v1__room_outbox_event__free_unpacked(ev, NULL);
+    if (m->room_seq <= 0 || (mark = mark_get(g->db, m->app, m->room)) < 0)
+        return ORDER_NEXT;
+    if (m->room_seq <= mark) {
+        o = ORDER_DUPLICATE;
+        log_debug("consume", "duplicate by room_seq acknowledged",
+                  "group=%s key=%s room=%s room_seq=%lld mark=%lld", g->h.group, m->key, m->room,
+                  (long long)m->room_seq, (long long)mark);
+    } else if (mark > 0 && m->room_seq > mark + 1) {
+        if (m->num_delivered <= CONSUME_GAP_HOLDS)
+            return ORDER_HOLD;
+        log_warn("consume", "room_seq gap: handled without the earlier events",
+                 "group=%s key=%s room=%s room_seq=%lld mark=%lld", g->h.group, m->key, m->room,
+                 (long long)m->room_seq, (long long)mark);
+    }
+    return o;
+}
+
 /* Handles one fetched message to its verdict (see group.h). */
 static void
 process(struct consume_group *g, natsMsg *msg)
@@ -369,9 +457,6 @@ process(struct consume_group *g, natsMsg *msg)
         dead_letter(g, msg, key, seq, delivered, "delivery limit reached without a verdict");
         return;
     }
-    if (*state == '\0')
-        inbox_stmt(g->db, SQL_RECEIVED, key, NULL, NULL, NULL, 0);
-
     struct consume_msg m = {
         .group = g->h.group,
         .subject = natsMsg_GetSubject(msg),
@@ -384,6 +469,23 @@ process(struct consume_group *g, natsMsg *msg)
         .nmsg = msg,
         .db = g->db,
     };
+    if (g->h.key == NULL && g->o.room_order) {
+        /* an outbox event: order and dedupe by its room's high-water mark */
+        switch (room_order(g, &m)) {
+        case ORDER_DUPLICATE:
+            natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr);
+            count(g, &g->stats.duplicates);
+            return;
+        case ORDER_HOLD:
+            natsMsg_NakWithDelay(msg, CONSUME_GAP_HOLD_MS, ack_opts(g, &jo));
+            count(g, &g->stats.held);
+            return;
+        case ORDER_NEXT:
+            break;
+        }
+    }
+    if (*state == '\0')
+        inbox_stmt(g->db, SQL_RECEIVED, key, NULL, NULL, NULL, 0);
     rc = g->h.handle(g->h.arg, &m);
     if (m.in_tx) {
         consume_tx_rollback(&m);
@@ -398,7 +500,7 @@ process(struct consume_group *g, natsMsg *msg)
         return;
     }
     if (rc == 0) {
-        if (!m.done && inbox_stmt(g->db, SQL_DONE, key, NULL, NULL, NULL, 0) != 0)
+        if (!m.done && mark_done(&m) != 0)
             log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group,
                      key, sqlite3_errmsg(g->db));
         if (natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr) != NATS_OK)

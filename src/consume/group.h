@@ -9,6 +9,16 @@
  *
  *   inbox(key PRIMARY KEY, state received|done|dead, failures, updated_ms,
  *         last_error)
+ *   room_seq(app_code, room_id, seq)   -- per room: the highest room_seq done
+ *
+ * Outbox events carry a gap-free room_seq per room. With o.room_order (the
+ * outbox delivers each room in order): room_seq <= the room's
+ * mark: a duplicate (Ack, no effect), even once its inbox row was purged.
+ * room_seq > mark + 1 (an earlier event of the room not done yet, e.g.
+ * redelivered out of order): held (NakWithDelay 250 ms, not a failure) for
+ * up to CONSUME_GAP_HOLDS deliveries, then handled anyway (the earlier one
+ * may be a dead letter of the outbox, which is never sent). The mark is
+ * written in the transaction that marks the inbox row done.
  *
  * Per message: inbox says done -> Ack (a redelivery; no second effect).
  * Else the handler runs, and
@@ -63,6 +73,10 @@ struct consume_msg {
     /* Kit-private. */
     bool in_tx;
     bool done;
+    /* outbox events: the envelope's room and room_seq (0: none), whose
+     * high-water mark the kit raises with the inbox row */
+    char app[64], room[64];
+    int64_t room_seq;
 };
 
 /* What makes a group. Borrowed by consume_group_start until stop. */
@@ -94,6 +108,10 @@ struct consume_opts {
     int fetch_batch;          /* <= 64 (nats.c 3.4.1 pitfall 2) */
     int64_t fetch_timeout_ms; /* also bounds how long stop waits */
     int64_t inbox_keep_ms;    /* done/dead inbox rows are purged after this */
+    /* The room_seq rule (above): the producers deliver in room order
+     * (outbox_worker.ordering per_room). Off: event_id dedupe only, since
+     * an earlier event may then come long after a later one. */
+    bool room_order;
 };
 
 /* Fills o from c for a group allowed max_reconsume reconsumes. Defaults:

@@ -79,6 +79,7 @@ consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus
         if (!(roles & bit))
             continue;
         consume_opts_from_conf(&o, mq, mq->room_outbox.consumer_max_reconsume_times);
+        o.room_order = c->outbox_worker.ordering == ORDERING_PER_ROOM;
         switch (bit) {
         case CONSUME_ROLE_IM_BRIDGE:
             rc = consume_im_bridge_handler(h, c, err, errlen);

@@ -220,10 +220,11 @@ outbox_event_build(const struct outbox_row *row, uint8_t **envelope, size_t *env
     if ((pj = message_to_json(payload)) == NULL)
         goto out;
 
-    obj = json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:s}", "event_id", row->event_id, "app_code",
-                    row->app_code, "room_id", row->room_id, "room_version",
-                    (json_int_t)row->room_version, "event_type", row->event_type, "occurred_at_ms",
-                    (json_int_t)row->created_at_ms, "command_id", row->command_id);
+    obj = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:s}", "event_id", row->event_id,
+                    "app_code", row->app_code, "room_id", row->room_id, "room_version",
+                    (json_int_t)row->room_version, "room_seq", (json_int_t)row->room_seq,
+                    "event_type", row->event_type, "occurred_at_ms", (json_int_t)row->created_at_ms,
+                    "command_id", row->command_id);
     if (obj == NULL || json_object_set_new(obj, "payload", pj) != 0) {
         pj = NULL;
         goto out;
@@ -241,6 +242,7 @@ envelope:;
     ev.event_type = (char *)row->event_type;
     ev.occurred_at_ms = row->created_at_ms;
     ev.command_id = (char *)row->command_id;
+    ev.room_seq = row->room_seq;
     ev.payload.data = row->payload;
     ev.payload.len = row->payload_len;
     size_t len = roomd__v1__room_outbox_event__get_packed_size(&ev);

@@ -67,6 +67,18 @@ struct outbox_row *
 handoff_take(struct outbox *ob, size_t max, size_t *n, int64_t **pushed_us)
 {
     size_t k = ob->qlen < max ? ob->qlen : max;
+
+    /* ordering per_room: never split a room's rows between two workers (a
+     * command's rows are queued together, in commit order) */
+    while (ob->cfg.ordering == ORDERING_PER_ROOM && k > 0 && k < ob->qlen) {
+        const struct outbox_row *last = &ob->q[(ob->qhead + k - 1) % ob->qalloc];
+        const struct outbox_row *next = &ob->q[(ob->qhead + k) % ob->qalloc];
+
+        if (strcmp(last->room_id, next->room_id) != 0 ||
+            strcmp(last->app_code, next->app_code) != 0)
+            break;
+        k++;
+    }
     struct outbox_row *rows = xcalloc(k ? k : 1, sizeof(*rows));
     int64_t *t = xcalloc(k ? k : 1, sizeof(*t));
 
@@ -103,6 +115,7 @@ push(struct outbox *ob, const struct mutation *m)
         strlcpy_(r->command_id, m->command_id, sizeof(r->command_id));
         strlcpy_(r->event_type, e->event_type, sizeof(r->event_type));
         r->room_version = m->version;
+        r->room_seq = e->room_seq;
         r->payload = xmalloc(e->payload_len ? e->payload_len : 1);
         if (e->payload_len)
             memcpy(r->payload, e->payload, e->payload_len);
@@ -158,6 +171,9 @@ outbox_handoff_begin(struct outbox *ob, struct mutation *m)
     if (ok) {
         m->locked_by = ob->handoff_by;
         m->lock_until_ms = clock_wall_ms() + ob->cfg.lock_timeout_ms;
+        /* per_room: a room with undelivered rows keeps its order through
+         * the ordered claim (store_save inserts the rows pending then) */
+        m->handoff_if_room_idle = ob->cfg.ordering == ORDERING_PER_ROOM;
     }
     return ok;
 }
@@ -174,7 +190,9 @@ outbox_handoff_end(struct outbox *ob, const struct mutation *m, int rc)
         return;
     }
     if (rc == 0) {
-        push(ob, m);
+        if (m->room_busy)
+            atomic_fetch_add(&ob->order_busy, 1);
+        push(ob, m); /* rows inserted pending (id 0) wake a claim instead */
         return;
     }
     pthread_mutex_lock(&ob->pool.mu);

@@ -30,7 +30,10 @@ struct outbox;
 struct mutation;
 
 /* Reserves m->nevents places. Returns true and sets m->locked_by ("<node>/h",
- * static for the outbox's life) and m->lock_until_ms; false (and
+ * static for the outbox's life), m->lock_until_ms and, with ordering
+ * per_room, m->handoff_if_room_idle (store_save then inserts the rows
+ * pending when the room has an undelivered row: they go to the ordered
+ * claim, and end wakes a worker for them); false (and
  * m->locked_by NULL) when ob is NULL, m has no events, the queue is full or
  * off, or the outbox is stopping. */
 bool outbox_handoff_begin(struct outbox *ob, struct mutation *m);

@@ -70,6 +70,11 @@ struct outbox {
     pthread_mutex_t circ_mu;
     struct sink_circuit *circ;        /* [nsinks] */
     atomic_uint_fast64_t outage_rows; /* rows handed back by an outage, no attempt counted */
+    /* ordering per_room: rows of a batch held (not sent) because an earlier
+     * row of their room was not delivered; dead letters after which the
+     * room's later rows went on (poison policy); commits whose rows went
+     * pending because their room had an undelivered row */
+    atomic_uint_fast64_t order_held, order_failed, order_busy;
 };
 
 /* The sinks' circuits (circuit.c). init/free: outbox_open/close. admit:

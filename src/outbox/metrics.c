@@ -53,6 +53,17 @@ circuit_metrics(struct outbox *ob, struct metrics_text *t)
     counter(t, "roomd_outbox_outage_rows_total",
             "Rows handed back by a sink outage, retry_count unchanged.",
             (uint64_t)atomic_load(&ob->outage_rows));
+    counter(t, "roomd_outbox_order_held_total",
+            "Rows of a batch not sent because an earlier row of their room was not delivered "
+            "(ordering per_room; retried after it, no attempt counted).",
+            (uint64_t)atomic_load(&ob->order_held));
+    counter(t, "roomd_outbox_order_failed_total",
+            "Dead letters after which their room's later events went on (ordering per_room).",
+            (uint64_t)atomic_load(&ob->order_failed));
+    counter(t, "roomd_outbox_order_busy_total",
+            "Commits whose rows went to the ordered claim, not the hand-off: their room had an "
+            "undelivered row.",
+            (uint64_t)atomic_load(&ob->order_busy));
 }
 
 void

@@ -142,6 +142,8 @@ struct slot {
     bool counted;           /* a sink answered "not now": the failure costs an attempt;
                              * false with rc ERETRY: only outages (no answer, circuit
                              * open, no time left), which cost none */
+    bool held;              /* ordering per_room: an earlier row of the room was not
+                             * delivered; no further sink is called, no attempt counted */
     uint32_t done;          /* sinks_done so far */
     char err[LAST_ERROR_MAX];
 };
@@ -175,6 +177,39 @@ sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *
         sl->rc = ROOMD_ERETRY;
         sl->counted = true;
     }
+}
+
+/* True when an earlier row of sl[i]'s room in this batch (the rows are in
+ * commit order) was handed back or is not delivered so far. */
+static bool
+earlier_undelivered(const struct slot *sl, size_t i)
+{
+    const struct outbox_row *r = sl[i].row;
+
+    for (size_t j = 0; j < i; j++)
+        if ((sl[j].rc != 0 || sl[j].released || sl[j].held) &&
+            strcmp(sl[j].row->room_id, r->room_id) == 0 &&
+            strcmp(sl[j].row->app_code, r->app_code) == 0)
+            return true;
+    return false;
+}
+
+/* ordering per_room: holds every row of sl[0..n) whose room has an earlier
+ * undelivered row in the batch, before the next sink is called. A held row
+ * keeps the sinks it already reached and is retried after that row. */
+static void
+hold_later(struct outbox *ob, struct slot *sl, size_t n)
+{
+    if (ob->cfg.ordering != ORDERING_PER_ROOM)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (!sl[i].held && !sl[i].released && !sl[i].finished && sl[i].rc == 0 &&
+            earlier_undelivered(sl, i)) {
+            sl[i].held = true;
+            sl[i].finished = true;
+            sl[i].rc = ROOMD_ERETRY;
+            atomic_fetch_add(&ob->order_held, 1);
+        }
 }
 
 /* True when sink s still has to deliver sl. */
@@ -265,6 +300,19 @@ finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, 
         res->status = OUTBOX_DELIVERED;
         return;
     }
+    if (sl->held && !permanent && !sl->counted) {
+        /* Held behind an earlier row of its room: retryable now, nothing
+         * counted; the ordered claim takes it once that row is done. */
+        char why[LAST_ERROR_MAX];
+
+        snprintf(why, sizeof(why), "%s%sheld: an earlier event of its room is not delivered",
+                 sl->err, *sl->err ? "; " : "");
+        *errtext = xstrdup(why);
+        res->last_error = *errtext;
+        res->status = OUTBOX_RETRYABLE;
+        res->next_retry_at_ms = now;
+        return;
+    }
     if (!permanent && !sl->counted) {
         /* Only outages: the event is not at fault. Again after a probe
          * interval, retry_count unchanged; never failed for this. */
@@ -292,6 +340,8 @@ finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, 
                  (long long)res->next_retry_at_ms, (unsigned)sl->done, sl->err);
     } else {
         res->status = OUTBOX_FAILED;
+        if (cfg->ordering == ORDERING_PER_ROOM)
+            atomic_fetch_add(&ob->order_failed, 1); /* the room's later events go on */
         log_error("outbox", "dead letter: event failed",
                   "id=%lld event_id=%s event_type=%s attempt=%d permanent=%d sinks_done=%u "
                   "err=\"%s\"",
@@ -388,6 +438,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
             sl[i].released = true;
             continue;
         }
+        hold_later(ob, sl, i + 1);
         for (size_t k = 0; k < first_batch; k++)
             if (sink_needed(&sl[i], ob->sinks[k]))
                 publish_one(ob, k, &sl[i], deadline);
@@ -410,13 +461,19 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
         for (size_t k = first_batch; k < ob->nsinks; k++) {
             struct sink *s = ob->sinks[k];
 
+            /* a batch sink gets a room's rows in one call, in order (one
+             * connection keeps them in order); a row after one it refused
+             * is not sent to the next sink */
+            hold_later(ob, sl, n);
             if (s->publish_batch != NULL) {
                 publish_batch(ob, k, sl, n, deadline);
                 continue;
             }
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                hold_later(ob, sl, i + 1);
                 if (sink_needed(&sl[i], s))
                     publish_one(ob, k, &sl[i], deadline);
+            }
         }
     }
 
@@ -513,8 +570,9 @@ claim_and_run(struct worker *w)
     int64_t next;
 
     int64_t t0 = clock_mono_us();
-    int rc =
-        store_outbox_claim(ob->store, now, lock_until, w->locked_by, cfg->batch_size, &rows, &n);
+    bool per_room = cfg->ordering == ORDERING_PER_ROOM;
+    int rc = store_outbox_claim_ordered(ob->store, now, lock_until, w->locked_by, cfg->batch_size,
+                                        per_room, &rows, &n);
     int64_t claim_us = clock_mono_us() - t0;
     if (rc != 0) {
         store_trouble(ob, "claim", rc);
@@ -529,8 +587,11 @@ claim_and_run(struct worker *w)
     }
     store_fine(ob);
     /* A full batch: claim again at once (and let an idle worker claim too);
-     * else idle until woken or polled. */
-    next = n == (size_t)cfg->batch_size ? 0 : clock_mono_ms() + cfg->poll_interval_ms;
+     * else idle until woken or polled. Ordered, any rows: again after this
+     * batch, since completing them lets their rooms' next rows be claimed. */
+    next = n == (size_t)cfg->batch_size || (per_room && n > 0)
+               ? 0
+               : clock_mono_ms() + cfg->poll_interval_ms;
     pthread_mutex_lock(&ob->pool.mu);
     w->down = false;
     w->down_count = 0;

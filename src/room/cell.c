@@ -222,6 +222,7 @@ ensure_loaded(struct cell_map *m, struct cell *c, char *owner, size_t ownerlen)
     rc = store_load_room(m->store, c->app, c->room_id, &l);
     if (rc == ROOMD_ENOTFOUND) {
         c->state = NULL;
+        c->event_seq = 0;
         c->loaded = true;
         return 0;
     }
@@ -236,6 +237,7 @@ ensure_loaded(struct cell_map *m, struct cell *c, char *owner, size_t ownerlen)
     else
         log_debug("room", "cell loaded", "app=%s room=%s version=%lld snapshot=%lld tail=%zu",
                   c->app, c->room_id, (long long)l.version, (long long)l.snapshot_version, l.ntail);
+    c->event_seq = l.event_seq;
     room_load_clear(&l);
     if (rc != 0)
         return rc;

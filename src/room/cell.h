@@ -38,6 +38,7 @@ struct cell {
     /* ticket holder only */
     bool loaded;              /* state reflects the store as of lease_token */
     struct room_state *state; /* NULL: the room does not exist (yet) */
+    int64_t event_seq;        /* rooms.event_seq: room_seq of the room's last event */
     bool leased;
     int64_t lease_token;
     int64_t lease_at_ms; /* monotonic time of the last lease acquire */

@@ -428,6 +428,7 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         obx[i].event_type = ev.v[i].type;
         obx[i].payload = ev.v[i].payload;
         obx[i].payload_len = ev.v[i].payload_len;
+        obx[i].room_seq = c->event_seq + 1 + (int64_t)i; /* gap-free: fenced with the version */
     }
     /* the snapshot, when due, is written inside the commit (its row's time is
      * in save_mutation_ms); the response carries the state with the member
@@ -445,6 +446,7 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     make_mutation(&m, cmd, clone, now, c->lease_token, response);
     m.events = obx;
     m.nevents = ev.n;
+    m.meta.event_seq = c->event_seq + (int64_t)ev.n;
     m.snapshot = snapshot_json;
     m.snapshots_keep = conf->room.snapshots_keep;
 
@@ -500,6 +502,7 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     room_state_free(c->state);
     c->state = clone;
     clone = NULL;
+    c->event_seq = m.meta.event_seq;
     tm.outbox = ev.n > 0;
     created = cmd->type == CMD_CREATE_ROOM;
 

@@ -65,6 +65,7 @@ struct outbox_new {
     const char *event_type; /* static string, "RoomCreated" ... */
     uint8_t *payload;       /* packed protobuf payload, owned by the mutation */
     size_t payload_len;
+    int64_t room_seq; /* the room's gap-free event number (rooms.event_seq + 1, ...) */
     /* out: room_outbox.id, set by store_save when the row was inserted
      * already claimed (mutation.locked_by) */
     int64_t id;
@@ -82,6 +83,7 @@ struct room_meta {
     int64_t rocket_launch_at_ms;
     int64_t created_at_ms;
     int64_t updated_at_ms;
+    int64_t event_seq; /* rooms.event_seq after it: the room_seq of its last event */
 };
 
 /*
@@ -110,6 +112,12 @@ struct mutation {
      * (zeroed): pending, due_at_ms = created_at_ms. */
     const char *locked_by;
     int64_t lock_until_ms;
+    /* With locked_by: hand off only when the room has no undelivered row yet
+     * (outbox_worker.ordering per_room). When it has one, the rows are
+     * inserted pending (events[i].id stays 0) so that the ordered claim
+     * takes them after the earlier ones. */
+    bool handoff_if_room_idle;
+    bool room_busy; /* out: it had one, the rows went pending */
     /* Out: result of this mutation, set by store_save. 0 committed;
      * ROOMD_EREUSED its command_id already exists (look it up);
      * ROOMD_EEXIST create of an existing room; ROOMD_EFENCED its version was
@@ -138,6 +146,7 @@ struct room_load {
     size_t ntail;
     int64_t version;     /* rooms.version */
     int64_t fence_token; /* rooms.fence_token */
+    int64_t event_seq;   /* rooms.event_seq: the room_seq of its last event */
 };
 void room_load_clear(struct room_load *l);
 
@@ -150,6 +159,7 @@ struct outbox_row {
     char command_id[STORE_ID_MAX];
     char event_type[32];
     int64_t room_version;
+    int64_t room_seq; /* gap-free per room, 1, 2, ...; 0 for rows older than it */
     uint8_t *payload;
     size_t payload_len;
     enum outbox_status status;
@@ -224,7 +234,8 @@ struct store_ops {
     int (*load_room)(struct store *s, const char *app, const char *room_id, struct room_load *out);
     int (*save)(struct store *s, struct mutation *const *muts, size_t n);
     int (*outbox_claim)(struct store *s, int64_t now_ms, int64_t lock_until_ms,
-                        const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
+                        const char *locked_by, int limit, bool per_room, struct outbox_row **rows,
+                        size_t *n);
     int (*outbox_complete)(struct store *s, struct outbox_result *res, size_t n);
     int (*outbox_list)(struct store *s, int status, int64_t after_id, int limit,
                        struct outbox_row **rows, size_t *n);
@@ -282,6 +293,21 @@ void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
 size_t outbox_last_error_len(const char *last_error);
 /* Sorts rows by id (a claim returns its rows in id order). */
 void outbox_rows_sort(struct outbox_row *rows, size_t n);
+/*
+ * The per-room order rule of an ordered claim, once for both backends.
+ * ids[0..n) are claim candidates (any order): due rows none of whose room's
+ * earlier undelivered rows is waiting (locked, or retryable not yet due);
+ * prev[i] is the id of the room's undelivered row just before ids[i] (0:
+ * none, the room's head). keep[i] is set when ids[i] may be claimed: it is
+ * the head, or the row before it is a kept candidate of this claim (so a
+ * worker gets a room's run of due rows in one batch, in id order). A row
+ * whose earlier row is not in this claim (left out by the limit, or taken
+ * by another claimer) waits for the next one. Returns the rows kept.
+ */
+size_t outbox_claim_order(const int64_t *ids, const int64_t *prev, size_t n, bool *keep);
+/* Keeps rows[i] with keep[i] (in their order) at the front of rows, frees
+ * the others' buffers; returns how many were kept. */
+size_t outbox_rows_keep(struct outbox_row *rows, size_t n, const bool *keep);
 
 /* The state a new room_outbox row of m starts in: claimed (m->locked_by
  * set: delivering, locked_by, lock_until_ms, due_at_ms = lock_until_ms) or
@@ -354,6 +380,17 @@ int store_save(struct store *s, struct mutation *const *muts, size_t n);
  */
 int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
                        const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
+/*
+ * store_outbox_claim with outbox_worker.ordering: per_room true claims a row
+ * only when every earlier undelivered row of its room (app_code, room_id) is
+ * claimed in the same call (outbox_claim_order), so a room's events reach
+ * the sinks in commit order across workers and nodes; a failed row no
+ * longer holds the room's later ones (poison policy). false: as
+ * store_outbox_claim. Rows come back in id order. Blocks; thread: any.
+ */
+int store_outbox_claim_ordered(struct store *s, int64_t now_ms, int64_t lock_until_ms,
+                               const char *locked_by, int limit, bool per_room,
+                               struct outbox_row **rows, size_t *n);
 
 /*
  * Writes n delivery outcomes, each only if the row is still delivering and

@@ -218,8 +218,8 @@ test_concurrent_open_migrates_once(void **state)
         assert_int_equal(a[i].rc, 0);
         store_close(a[i].s);
     }
-    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM schema_migrations"), 1);
-    assert_int_equal(sql_int(admin, "SELECT MAX(version) FROM schema_migrations"), 1);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM schema_migrations"), 2);
+    assert_int_equal(sql_int(admin, "SELECT MAX(version) FROM schema_migrations"), 2);
     /* utf8mb4 + InnoDB everywhere */
     assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
                                     "TABLE_SCHEMA=DATABASE() AND ENGINE<>'InnoDB'"),

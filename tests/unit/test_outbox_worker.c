@@ -735,6 +735,60 @@ test_full_batches_drain(void **state)
     tsink_free(t);
 }
 
+/* outbox_worker.ordering per_room: a room's events reach the sink in commit
+ * order across retries. The second of five keeps failing: the later three
+ * are not sent while it is retried (held, no attempt counted), and go on in
+ * order once it is failed (poison policy). */
+static void
+test_per_room_order_across_retries(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->ordering = ORDERING_PER_ROOM;
+    c->workers = 2;
+    struct tsink *t = tsink_new("tim", SINK_BIT_TIM, 0);
+    char ids[5][37];
+    insert_events(5, "RoomGiftSent", NULL, 0, ids);
+    t->retry_id = ids[1];
+    struct outbox *ob = open_outbox(&t, 1);
+
+    assert_true(wait_status(ids[4], OUTBOX_DELIVERED, 5000));
+    outbox_close(ob);
+    assert_int_equal(row_status(ids[1]), OUTBOX_FAILED);
+    /* e0, then e1 max_retry_count times, then e2 e3 e4 */
+    assert_int_equal(t->calls, 1 + c->max_retry_count + 3);
+    assert_string_equal(t->event_ids[0], ids[0]);
+    for (int k = 1; k <= c->max_retry_count; k++)
+        assert_string_equal(t->event_ids[k], ids[1]);
+    for (int k = 0; k < 3; k++)
+        assert_string_equal(t->event_ids[1 + c->max_retry_count + k], ids[2 + k]);
+    for (int k = 2; k < 5; k++) {
+        struct outbox_row r;
+
+        get_row(ids[k], &r);
+        assert_int_equal(r.retry_count, 0); /* held, never an attempt */
+        row_clear(&r);
+    }
+    tsink_free(t);
+}
+
+/* The same with ordering none: the later events do not wait. */
+static void
+test_no_order_does_not_wait(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->ordering = ORDERING_NONE;
+    struct tsink *t = tsink_new("tim", SINK_BIT_TIM, 0);
+    char ids[3][37];
+    insert_events(3, "RoomGiftSent", NULL, 0, ids);
+    t->retry_id = ids[0];
+    struct outbox *ob = open_outbox(&t, 1);
+
+    assert_true(wait_status(ids[2], OUTBOX_DELIVERED, 5000));
+    assert_true(row_status(ids[0]) != OUTBOX_DELIVERED);
+    outbox_close(ob);
+    tsink_free(t);
+}
+
 /* outbox_worker.handoff_queue sizes the hand-off queue: 0 turns it off, n
  * admits n rows (reserved + queued), -1 is max(1024, 4 x workers x batch). */
 static void
@@ -841,7 +895,8 @@ test_batch_sink_row_outcomes(void **state)
     c->max_retry_count = 5;
     c->initial_backoff_ms = 300;
     c->max_backoff_ms = 300;
-    char ids[4][37]; /* ok, direct refuses, batch refuses, batch busy once */
+    c->ordering = ORDERING_NONE; /* four rows of one room, each on its own */
+    char ids[4][37];             /* ok, direct refuses, batch refuses, batch busy once */
     insert_events(4, "RoomGiftSent", NULL, 0, ids);
     struct tsink *ts[3];
     ts[0] = tsink_new("direct", SINK_BIT_TIM, 0);
@@ -1007,6 +1062,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_wake_latency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_batches_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_handoff_queue_conf, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_per_room_order_across_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_order_does_not_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_deliver_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_one_call_per_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),

@@ -22,7 +22,8 @@ static const struct mys_sql SQL_FIND_COMMAND = {S_FIND_COMMAND,
                                                 "SELECT " CMD_COLS " FROM room_command_log"
                                                 " WHERE app_code=? AND command_id=?"};
 static const struct mys_sql SQL_ROOM_HEAD = {
-    S_ROOM_HEAD, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"};
+    S_ROOM_HEAD,
+    "SELECT version, fence_token, event_seq FROM rooms WHERE app_code=? AND room_id=?"};
 static const struct mys_sql SQL_ROOM_FENCE = {
     S_ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"
                   " FOR UPDATE"};
@@ -39,21 +40,27 @@ static const struct mys_sql SQL_LOG_INSERT = {
                   " command_type, request, response, created_at_ms)"
                   " VALUES (?,?,?,?,?,?,?,?)"};
 static const struct mys_sql SQL_ROOM_INSERT = {
-    S_ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
-                   " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
-                   " created_at_ms, updated_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"};
+    S_ROOM_INSERT,
+    "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+    " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
+    " created_at_ms, updated_at_ms, event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"};
 static const struct mys_sql SQL_ROOM_UPDATE = {
     S_ROOM_UPDATE, "UPDATE rooms SET owner_uid=?, title=?, status=?, version=?, fence_token=?,"
                    " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
-                   " updated_at_ms=?"
+                   " updated_at_ms=?, event_seq=?"
                    " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?"};
 /* status, locked_by, lock_until_ms, due_at_ms: pending (NULL, NULL,
  * created_at_ms) or, for the outbox hand-off, already claimed */
 static const struct mys_sql SQL_OUTBOX_INSERT = {
     S_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
                      " command_id, event_type, payload, status, retry_count, sinks_done,"
-                     " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms)"
-                     " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?)"};
+                     " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
+                     " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)"};
+/* The hand-off under ordering per_room: does the room have an undelivered
+ * row (a range of ix_outbox_room)? */
+static const struct mys_sql SQL_ROOM_BUSY = {
+    S_ROOM_BUSY, "SELECT 1 FROM room_outbox FORCE INDEX (ix_outbox_room)"
+                 " WHERE app_code=? AND room_id=? AND due_at_ms IS NOT NULL LIMIT 1"};
 /* The ids of rows just inserted already claimed (their due_at_ms is
  * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
 static const struct mys_sql SQL_OUTBOX_IDS = {
@@ -119,12 +126,13 @@ load_room_fn(struct conn *c, void *arg)
     room_load_clear(l);
     p_str(&p, x->app);
     p_str(&p, x->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "ii")) <= 0) {
+    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "iii")) <= 0) {
         rc = rc == 0 ? ROOMD_ENOTFOUND : rc;
         goto out;
     }
     l->version = r_i64(&r, 0);
     l->fence_token = r_i64(&r, 1);
+    l->event_seq = r_i64(&r, 2);
     mys_rows_done(&r);
 
     p_i64(&p, l->version);
@@ -194,9 +202,10 @@ fill_room_insert(struct bulk *k, size_t row, const struct mutation *m)
     bk_i64(k, 10, row, mt->rocket_launch_at_ms);
     bk_i64(k, 11, row, mt->created_at_ms ? mt->created_at_ms : m->created_at_ms);
     bk_i64(k, 12, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
+    bk_i64(k, 13, row, mt->event_seq);
 }
 
-#define ROOM_INSERT_TYPES "ssissiissiiii"
+#define ROOM_INSERT_TYPES "ssissiissiiiii"
 
 static void
 fill_room_update(struct bulk *k, size_t row, const struct mutation *m)
@@ -213,13 +222,14 @@ fill_room_update(struct bulk *k, size_t row, const struct mutation *m)
     bk_i64(k, 7, row, mt->rocket_level);
     bk_i64(k, 8, row, mt->rocket_launch_at_ms);
     bk_i64(k, 9, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
-    bk_str(k, 10, row, m->app_code);
-    bk_str(k, 11, row, m->room_id);
-    bk_i64(k, 12, row, m->version - 1);
-    bk_i64(k, 13, row, m->fence_token);
+    bk_i64(k, 10, row, mt->event_seq);
+    bk_str(k, 11, row, m->app_code);
+    bk_str(k, 12, row, m->room_id);
+    bk_i64(k, 13, row, m->version - 1);
+    bk_i64(k, 14, row, m->fence_token);
 }
 
-#define ROOM_UPDATE_TYPES "issiissiiissii"
+#define ROOM_UPDATE_TYPES "issiissiiiissii"
 
 static void
 fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct outbox_new *e)
@@ -243,9 +253,32 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
     bk_i64(k, 10, row, init.due_at_ms);
     bk_i64(k, 11, row, m->created_at_ms);
     bk_i64(k, 12, row, m->created_at_ms);
+    bk_i64(k, 13, row, e->room_seq);
 }
 
-#define OUTBOX_INSERT_TYPES "sssissbssiiii"
+#define OUTBOX_INSERT_TYPES "sssissbssiiiii"
+
+/* Sets m->room_busy when m hands its rows off under ordering per_room and
+ * its room already has an undelivered row (they then go pending). */
+static int
+room_busy(struct conn *c, struct mutation *m)
+{
+    struct params p = {0};
+    struct rows r;
+    int rc;
+
+    m->room_busy = false;
+    if (m->locked_by == NULL || *m->locked_by == '\0' || !m->handoff_if_room_idle)
+        return 0;
+    p_str(&p, m->app_code);
+    p_str(&p, m->room_id);
+    rc = mys_st_query_one(c, &SQL_ROOM_BUSY, &p, &r, "i");
+    mys_rows_done(&r);
+    if (rc < 0)
+        return rc;
+    m->room_busy = rc == 1;
+    return 0;
+}
 
 /*
  * Sets events[i].id of every mutation of muts[0..n) whose rows were just
@@ -370,7 +403,7 @@ static int
 save_fast(struct conn *c, struct save_ctx *x)
 {
     struct bulk log, ins, upd, ob;
-    size_t ncreate = 0, nupdate = 0, nev = 0, ic = 0, iu = 0, ie = 0;
+    size_t ncreate = 0, nupdate = 0, nev = 0, ic = 0, iu = 0;
     uint64_t aff;
     int rc;
 
@@ -393,11 +426,16 @@ save_fast(struct conn *c, struct save_ctx *x)
             fill_room_insert(&ins, ic++, m);
         else
             fill_room_update(&upd, iu++, m);
-        for (size_t e = 0; e < m->nevents; e++)
-            fill_outbox(&ob, ie++, m, &m->events[e]);
     }
     if ((rc = mys_tx_begin(c)) != 0)
         goto out;
+    /* the outbox rows after the hand-off check, which decides their status */
+    for (size_t i = 0; i < x->n; i++)
+        if ((rc = room_busy(c, x->muts[i])) != 0)
+            goto out;
+    for (size_t i = 0, e0 = 0; i < x->n; e0 += x->muts[i++]->nevents)
+        for (size_t e = 0; e < x->muts[i]->nevents; e++)
+            fill_outbox(&ob, e0 + e, x->muts[i], &x->muts[i]->events[e]);
     if ((rc = mys_st_bulk(c, &SQL_LOG_INSERT, &log, NULL)) != 0)
         goto fault;
     if ((rc = fail_hook(x)) != 0)
@@ -507,6 +545,8 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     if ((rc = fail_hook(x)) != 0)
         return *fatal = rc;
 
+    if ((rc = room_busy(c, m)) != 0)
+        return *fatal = rc;
     mys_bulk_init(&ob, OUTBOX_INSERT_TYPES, m->nevents);
     for (size_t e = 0; e < m->nevents; e++)
         fill_outbox(&ob, e, m, &m->events[e]);
@@ -614,7 +654,7 @@ fence_room_fn(struct conn *c, void *arg)
     p.n = 0;
     p_str(&p, x->app);
     p_str(&p, x->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "ii")) == 1) {
+    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "iii")) == 1) {
         store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", x->app, x->room_id,
                          (long long)r_i64(&r, 1), (long long)x->token);
         rc = ROOMD_EFENCED;

@@ -71,6 +71,9 @@ enum sid {
     S_ROOMS_LIST,
     S_FENCE_ROOM,
     S_OUTBOX_IDS,
+    S_CLAIM_ORDERED,
+    S_CLAIM_FENCED,
+    S_ROOM_BUSY,
     S_COUNT
 };
 
@@ -288,7 +291,7 @@ int mys_fence_room(struct store *s, const char *app, const char *room_id, int64_
 
 /* outbox.c */
 int mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                     int limit, struct outbox_row **rows, size_t *n);
+                     int limit, bool per_room, struct outbox_row **rows, size_t *n);
 int mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n);
 int mys_outbox_list(struct store *s, int status, int64_t after_id, int limit,
                     struct outbox_row **rows, size_t *n);

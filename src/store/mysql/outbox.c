@@ -15,8 +15,8 @@
 #define OUTBOX_COLS                                                                                \
     "id, event_id, app_code, room_id, command_id, event_type, room_version, payload, status, "     \
     "retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by, last_error, "            \
-    "created_at_ms, delivered_at_ms"
-#define OUTBOX_TYPES "isssssibsiiiisbii"
+    "created_at_ms, delivered_at_ms, room_seq"
+#define OUTBOX_TYPES "isssssibsiiiisbiii"
 #define PURGE_CHUNK 500
 
 /* The claim follows ix_outbox_due exactly (range on due_at_ms, ordered by
@@ -29,6 +29,29 @@ static const struct mys_sql SQL_CLAIM_SELECT = {
 static const struct mys_sql SQL_CLAIM_UPDATE = {
     S_CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
                     " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?"};
+/* outbox_worker.ordering per_room, a consistent (non-locking) read: due rows
+ * whose room has no earlier row still waiting (locked, or retryable not yet
+ * due), their updated_at_ms (the claim's fence) and the id of the room's
+ * undelivered row just before each. Both subqueries range over
+ * ix_outbox_room, i.e. the room's undelivered rows only. A locking read
+ * would lock (and SKIP LOCKED would skip) the subqueries' rows too. */
+static const struct mys_sql SQL_CLAIM_ORDERED = {
+    S_CLAIM_ORDERED,
+    "SELECT " OUTBOX_COLS ", updated_at_ms, (SELECT MAX(e.id) FROM room_outbox e"
+    " FORCE INDEX (ix_outbox_room) WHERE e.app_code=o.app_code AND e.room_id=o.room_id"
+    " AND e.due_at_ms IS NOT NULL AND e.id<o.id)"
+    " FROM room_outbox o FORCE INDEX (ix_outbox_due) WHERE o.due_at_ms<=?"
+    " AND NOT EXISTS (SELECT 1 FROM room_outbox e FORCE INDEX (ix_outbox_room)"
+    " WHERE e.app_code=o.app_code AND e.room_id=o.room_id AND e.due_at_ms>? AND e.id<o.id)"
+    " ORDER BY o.due_at_ms, o.id LIMIT ?"};
+/* Takes one candidate unless it changed since that read (claimed, completed
+ * or released by someone else: updated_at_ms moved, or no longer due). An
+ * UPDATE waits for a row another claimer's short transaction holds, then
+ * sees its latest version. */
+static const struct mys_sql SQL_CLAIM_FENCED = {
+    S_CLAIM_FENCED, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
+                    " WHERE id=? AND due_at_ms<=? AND updated_at_ms=?"};
 static const struct mys_sql SQL_COMPLETE = {
     S_COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
                 " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
@@ -84,6 +107,7 @@ read_outbox(const struct rows *r, void *dst)
     o->last_error = xstrdup(r_str(r, 14));
     o->created_at_ms = r_i64(r, 15);
     o->delivered_at_ms = r_i64(r, 16);
+    o->room_seq = r_i64(r, 17);
 }
 
 /* Reads every row of r into a growing array (*rows, *n). */
@@ -104,9 +128,118 @@ struct claim_ctx {
     int64_t now, until;
     const char *by;
     int limit;
+    bool per_room;
     struct outbox_row *rows;
     size_t n;
 };
+
+/* Claims rows[i] (fenced by its updated_at_ms seen[i]). Returns 1 claimed,
+ * 0 taken or changed meanwhile, or a negative code. */
+static int
+claim_fenced(struct conn *c, const struct claim_ctx *x, const struct outbox_row *row, int64_t seen)
+{
+    struct bulk k;
+    uint64_t aff = 0;
+    int rc;
+
+    mys_bulk_init(&k, "siiiiii", 1);
+    bk_str(&k, 0, 0, x->by);
+    bk_i64(&k, 1, 0, x->until);
+    bk_i64(&k, 2, 0, x->until);
+    bk_i64(&k, 3, 0, x->now);
+    bk_i64(&k, 4, 0, row->id);
+    bk_i64(&k, 5, 0, x->now);
+    bk_i64(&k, 6, 0, seen);
+    rc = mys_st_bulk(c, &SQL_CLAIM_FENCED, &k, &aff);
+    mys_bulk_free(&k);
+    return rc != 0 ? rc : aff == 1;
+}
+
+/*
+ * The ordered claim: the candidates by a consistent read, the rule of
+ * outbox_claim_order, then each kept row taken in id order, fenced; a row
+ * whose earlier row of the room (in this claim) could not be taken is left.
+ */
+static int
+claim_ordered_fn(struct conn *c, struct claim_ctx *x)
+{
+    struct params p = {0};
+    struct rows r;
+    int64_t *ids = NULL, *prev = NULL, *seen = NULL, *got;
+    size_t *ord, cap = 0, pcap = 0, scap = 0, nk = 0, ng = 0;
+    bool *keep;
+    int rc;
+
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    p_i64(&p, x->now);
+    p_i64(&p, x->now);
+    p_i64(&p, x->limit);
+    if ((rc = mys_st_query(c, &SQL_CLAIM_ORDERED, &p, &r, OUTBOX_TYPES "ii")) == 0) {
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
+            prev = xgrow(prev, x->n, &pcap, sizeof(*prev));
+            seen = xgrow(seen, x->n, &scap, sizeof(*seen));
+            read_outbox(&r, &x->rows[x->n]);
+            seen[x->n] = r_i64(&r, 18);
+            prev[x->n++] = r_i64(&r, 19);
+        }
+    }
+    mys_rows_done(&r);
+    if (rc != 0) {
+        free(prev);
+        free(seen);
+        return rc;
+    }
+    ids = xcalloc(x->n ? x->n : 1, sizeof(*ids));
+    keep = xcalloc(x->n ? x->n : 1, sizeof(*keep));
+    ord = xcalloc(x->n ? x->n : 1, sizeof(*ord));
+    got = xcalloc(x->n ? x->n : 1, sizeof(*got));
+    for (size_t i = 0; i < x->n; i++)
+        ids[i] = x->rows[i].id;
+    outbox_claim_order(ids, prev, x->n, keep);
+    /* the candidates came in (due_at_ms, id) order: take the kept ones by id
+     * (insertion sort of at most batch_size indexes) */
+    for (size_t i = 0; i < x->n; i++) {
+        size_t j = nk++;
+
+        if (!keep[i]) {
+            nk--;
+            continue;
+        }
+        while (j > 0 && ids[ord[j - 1]] > ids[i]) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = i;
+    }
+    for (size_t i = 0; i < x->n; i++)
+        keep[i] = false;
+    for (size_t o = 0; o < nk && rc == 0; o++) {
+        size_t i = ord[o];
+        bool after_taken = prev[i] == 0;
+
+        for (size_t g = 0; g < ng && !after_taken; g++)
+            after_taken = got[g] == prev[i];
+        if (!after_taken)
+            continue; /* its earlier row was taken meanwhile: the next claim */
+        if ((rc = claim_fenced(c, x, &x->rows[i], seen[i])) == 1) {
+            got[ng++] = ids[i];
+            keep[i] = true;
+        }
+        rc = rc < 0 ? rc : 0;
+    }
+    x->n = outbox_rows_keep(x->rows, x->n, keep);
+    free(got);
+    free(ord);
+    free(keep);
+    free(ids);
+    free(prev);
+    free(seen);
+    if (rc != 0)
+        return rc;
+    return mys_tx_commit(c);
+}
 
 static int
 claim_fn(struct conn *c, void *arg)
@@ -120,6 +253,11 @@ claim_fn(struct conn *c, void *arg)
     outbox_rows_free(x->rows, x->n);
     x->rows = NULL;
     x->n = 0;
+    if (x->per_room) {
+        if ((rc = claim_ordered_fn(c, x)) != 0)
+            return rc;
+        goto claimed;
+    }
     if ((rc = mys_tx_begin(c)) != 0)
         return rc;
     p_i64(&p, x->now);
@@ -143,6 +281,7 @@ claim_fn(struct conn *c, void *arg)
         rc = mys_tx_commit(c);
     if (rc != 0)
         return rc;
+claimed:
     outbox_rows_sort(x->rows, x->n); /* by id, as SQLite returns them */
     for (size_t i = 0; i < x->n; i++) {
         x->rows[i].status = OUTBOX_DELIVERING;
@@ -154,9 +293,9 @@ claim_fn(struct conn *c, void *arg)
 
 int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                 int limit, struct outbox_row **rows, size_t *n)
+                 int limit, bool per_room, struct outbox_row **rows, size_t *n)
 {
-    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, NULL, 0};
+    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0};
     int rc;
 
     *rows = NULL;

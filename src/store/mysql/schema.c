@@ -110,11 +110,25 @@ static const char *const migration_1[] = {
     NULL,
 };
 
+/* Per-room order (issue 12): rooms.event_seq is the room's last room_seq;
+ * room_outbox.room_seq numbers a room's events 1, 2, ... without gaps (0:
+ * written before this migration). ix_outbox_room (app_code, room_id,
+ * due_at_ms, id): the ordered claim and the hand-off check range over a
+ * room's undelivered rows only (due_at_ms NOT NULL), never its delivered
+ * ones. */
+static const char *const migration_2[] = {
+    "ALTER TABLE rooms ADD COLUMN IF NOT EXISTS event_seq BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE room_outbox ADD COLUMN IF NOT EXISTS room_seq BIGINT NOT NULL DEFAULT 0,"
+    " ADD KEY IF NOT EXISTS ix_outbox_room (app_code, room_id, due_at_ms, id)",
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
     {1, migration_1},
+    {2, migration_2},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

@@ -26,18 +26,23 @@ static const struct sq_sql SQL_LOG_EXISTS = {
 static const struct sq_sql SQL_OUTBOX_INSERT = {
     ST_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
                       " command_id, event_type, payload, status, locked_by, lock_until_ms,"
-                      " due_at_ms, created_at_ms, updated_at_ms)"
-                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8)"};
+                      " due_at_ms, created_at_ms, updated_at_ms, room_seq)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)"};
+/* The hand-off under ordering per_room: does the room have an undelivered
+ * row (room_outbox_room)? */
+static const struct sq_sql SQL_ROOM_BUSY = {
+    ST_ROOM_BUSY, "SELECT 1 FROM room_outbox WHERE app_code = ?1 AND room_id = ?2"
+                  " AND due_at_ms IS NOT NULL LIMIT 1"};
 static const struct sq_sql SQL_ROOM_INSERT = {
     ST_ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
                     " fence_token, rocket_status, rocket_id, rocket_level,"
-                    " rocket_launch_at_ms, created_at_ms, updated_at_ms)"
-                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"};
+                    " rocket_launch_at_ms, created_at_ms, updated_at_ms, event_seq)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"};
 static const struct sq_sql SQL_ROOM_UPDATE = {
     ST_ROOM_UPDATE, "UPDATE rooms SET owner_uid = ?3, title = ?4, status = ?5, version = ?6,"
                     " fence_token = ?7, rocket_status = ?8, rocket_id = ?9,"
-                    " rocket_level = ?10, rocket_launch_at_ms = ?11, updated_at_ms = ?13"
-                    " WHERE app_code = ?1 AND room_id = ?2"};
+                    " rocket_level = ?10, rocket_launch_at_ms = ?11, updated_at_ms = ?13,"
+                    " event_seq = ?14 WHERE app_code = ?1 AND room_id = ?2"};
 static const struct sq_sql SQL_SNAP_INSERT = {
     ST_SNAP_INSERT, "INSERT OR REPLACE INTO room_snapshots (app_code, room_id, version, state,"
                     " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)"};
@@ -50,8 +55,9 @@ static const struct sq_sql SQL_FIND_COMMAND = {
     ST_FIND_COMMAND, "SELECT room_id, command_id, command_type, request, response, version,"
                      " created_at_ms FROM room_command_log"
                      " WHERE app_code = ?1 AND command_id = ?2"};
-static const struct sq_sql SQL_LOAD_ROOM = {
-    ST_LOAD_ROOM, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2"};
+static const struct sq_sql SQL_LOAD_ROOM = {ST_LOAD_ROOM,
+                                            "SELECT version, fence_token, event_seq FROM rooms"
+                                            " WHERE app_code = ?1 AND room_id = ?2"};
 static const struct sq_sql SQL_LOAD_SNAP = {
     ST_LOAD_SNAP, "SELECT version, state FROM room_snapshots WHERE app_code = ?1"
                   " AND room_id = ?2 ORDER BY version DESC LIMIT 1"};
@@ -114,6 +120,7 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
     if ((rc = sq_step_one(c, q, "load_room")) == 1) {
         out->version = sqlite3_column_int64(q, 0);
         out->fence_token = sqlite3_column_int64(q, 1);
+        out->event_seq = sqlite3_column_int64(q, 2);
     }
     done(q);
     if (rc == 0) {
@@ -175,6 +182,7 @@ bind_room(sqlite3_stmt *q, const struct mutation *m)
     sqlite3_bind_int64(q, 11, r->rocket_launch_at_ms);
     sqlite3_bind_int64(q, 12, r->created_at_ms);
     sqlite3_bind_int64(q, 13, r->updated_at_ms);
+    sqlite3_bind_int64(q, 14, r->event_seq);
 }
 
 /* Writes one mutation inside the open transaction and savepoint. Returns 0,
@@ -242,8 +250,21 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
     }
 #endif
 
-    /* One outbox row per event. */
+    /* One outbox row per event: handed off (inserted claimed) or pending. */
     struct outbox_initial init;
+
+    m->room_busy = false;
+    if (m->locked_by != NULL && *m->locked_by && m->handoff_if_room_idle) {
+        if ((q = sq_stmt(c, &SQL_ROOM_BUSY)) == NULL)
+            return *fatal = ROOMD_EIO;
+        bind_text(q, 1, m->app_code);
+        bind_text(q, 2, m->room_id);
+        rc = sq_step_one(c, q, "save room busy");
+        done(q);
+        if (rc < 0)
+            return *fatal = rc;
+        m->room_busy = rc == 1;
+    }
 
     outbox_initial_of(m, &init);
     for (size_t i = 0; i < m->nevents; i++) {
@@ -264,6 +285,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         bind_text(q, 10, init.locked_by); /* NULL binds "" */
         sqlite3_bind_int64(q, 11, init.lock_until_ms);
         sqlite3_bind_int64(q, 12, init.due_at_ms);
+        sqlite3_bind_int64(q, 13, e->room_seq);
         rc = sq_step_write(c, q, "save outbox");
         if (rc == ROOMD_ECONFLICT) {
             store_set_errmsg("event_id %s already exists", e->event_id);
@@ -271,7 +293,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         }
         if (rc != 0)
             return *fatal = rc;
-        m->events[i].id = sqlite3_last_insert_rowid(c->db);
+        m->events[i].id = init.locked_by != NULL ? sqlite3_last_insert_rowid(c->db) : 0;
     }
 
     /* The rooms row. */

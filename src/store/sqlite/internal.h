@@ -72,6 +72,9 @@ enum stmt_id {
     ST_SYNC_FULL,
     ST_ROOMS_LIST,
     ST_FENCE_ROOM,
+    ST_CLAIM_ORDERED,
+    ST_CLAIM_ONE,
+    ST_ROOM_BUSY,
     ST_COUNT_
 };
 
@@ -168,7 +171,7 @@ int sq_fence_room(struct store *st, const char *app, const char *room_id, int64_
 
 /* outbox.c */
 int sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                    int limit, struct outbox_row **rows, size_t *n);
+                    int limit, bool per_room, struct outbox_row **rows, size_t *n);
 int sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n);
 int sq_outbox_list(struct store *st, int status, int64_t after_id, int limit,
                    struct outbox_row **rows, size_t *n);

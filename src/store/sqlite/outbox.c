@@ -15,7 +15,7 @@
 #define OUTBOX_COLS                                                                                \
     "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
     " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
-    " last_error, created_at_ms, delivered_at_ms"
+    " last_error, created_at_ms, delivered_at_ms, room_seq"
 
 static const struct sq_sql SQL_CLAIM = {
     ST_CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
@@ -23,6 +23,21 @@ static const struct sq_sql SQL_CLAIM = {
               " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
               " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
               " RETURNING " OUTBOX_COLS};
+/* outbox_worker.ordering per_room (store_outbox_claim_ordered): due rows
+ * whose room has no earlier row still waiting (locked, or retryable not yet
+ * due), with the id of the room's undelivered row just before each (?2 now,
+ * ?3 limit); room_outbox_room serves both subqueries. */
+static const struct sq_sql SQL_CLAIM_ORDERED = {
+    ST_CLAIM_ORDERED,
+    "SELECT " OUTBOX_COLS ", (SELECT max(e.id) FROM room_outbox e"
+    " WHERE e.app_code = o.app_code AND e.room_id = o.room_id AND e.due_at_ms IS NOT NULL"
+    " AND e.id < o.id) FROM room_outbox o WHERE o.due_at_ms IS NOT NULL AND o.due_at_ms <= ?2"
+    " AND NOT EXISTS (SELECT 1 FROM room_outbox e WHERE e.app_code = o.app_code"
+    " AND e.room_id = o.room_id AND e.due_at_ms > ?2 AND e.id < o.id)"
+    " ORDER BY o.due_at_ms, o.id LIMIT ?3"};
+static const struct sq_sql SQL_CLAIM_ONE = {
+    ST_CLAIM_ONE, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
+                  " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3 WHERE id = ?4"};
 static const struct sq_sql SQL_COMPLETE = {
     ST_COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
                  " next_retry_at_ms = ?6, last_error = ?7, due_at_ms = ?8,"
@@ -82,6 +97,7 @@ read_row(sqlite3_stmt *q, void *dst)
     r->last_error = col_strdup(q, 14);
     r->created_at_ms = sqlite3_column_int64(q, 15);
     r->delivered_at_ms = sqlite3_column_int64(q, 16);
+    r->room_seq = sqlite3_column_int64(q, 17);
 }
 
 /* Steps q to the end, appending each row to *rows. */
@@ -101,9 +117,60 @@ read_rows(struct conn *c, sqlite3_stmt *q, struct outbox_row **rows, size_t *n, 
     return 0;
 }
 
+/* The ordered claim inside the open IMMEDIATE transaction: the candidates,
+ * the rule of outbox_claim_order, then one UPDATE per kept row. */
+static int
+claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+              int limit, struct outbox_row **rows, size_t *n)
+{
+    sqlite3_stmt *q = sq_stmt(c, &SQL_CLAIM_ORDERED);
+    int64_t *ids = NULL, *prev = NULL;
+    size_t cap = 0, pcap = 0, k;
+    bool *keep;
+    int rc = 0, step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    sqlite3_bind_int64(q, 2, now_ms);
+    sqlite3_bind_int(q, 3, limit);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+        prev = xgrow(prev, *n, &pcap, sizeof(*prev));
+        read_row(q, &(*rows)[*n]);
+        prev[(*n)++] = sqlite3_column_int64(q, 18);
+    }
+    done(q);
+    if (step != SQLITE_DONE) {
+        free(prev);
+        return sq_fail(c->db, step, "claim");
+    }
+    ids = xcalloc(*n ? *n : 1, sizeof(*ids));
+    keep = xcalloc(*n ? *n : 1, sizeof(*keep));
+    for (size_t i = 0; i < *n; i++)
+        ids[i] = (*rows)[i].id;
+    outbox_claim_order(ids, prev, *n, keep);
+    k = outbox_rows_keep(*rows, *n, keep);
+    *n = k;
+    for (size_t i = 0; i < k && rc == 0; i++) {
+        if ((q = sq_stmt(c, &SQL_CLAIM_ONE)) == NULL) {
+            rc = ROOMD_EIO;
+            break;
+        }
+        bind_text(q, 1, locked_by);
+        sqlite3_bind_int64(q, 2, lock_until_ms);
+        sqlite3_bind_int64(q, 3, now_ms);
+        sqlite3_bind_int64(q, 4, (*rows)[i].id);
+        rc = sq_step_write(c, q, "claim");
+    }
+    free(keep);
+    free(ids);
+    free(prev);
+    return rc;
+}
+
 int
 sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                int limit, struct outbox_row **rows, size_t *n)
+                int limit, bool per_room, struct outbox_row **rows, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c;
@@ -119,6 +186,11 @@ sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const c
      * process cannot claim the same rows between our select and update. */
     if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) != 0)
         goto out;
+    if (per_room) {
+        if ((rc = claim_ordered(c, now_ms, lock_until_ms, locked_by, limit, rows, n)) == 0)
+            rc = sq_run(c, &SQL_COMMIT);
+        goto out;
+    }
     if ((q = sq_stmt(c, &SQL_CLAIM)) == NULL) {
         rc = ROOMD_EIO;
         goto out;

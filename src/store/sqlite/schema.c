@@ -57,6 +57,15 @@ static const char *const migrations[] = {
     /* 2: counts and lists by status read this index instead of the table
      * (1M rows: 50 ms instead of 300 ms for the counts). */
     "CREATE INDEX room_outbox_status ON room_outbox (status);",
+    /* 3: per-room order (issue 12). rooms.event_seq is the room's last
+     * room_seq; room_outbox.room_seq numbers a room's events 1, 2, ...
+     * without gaps (0: written before this migration). room_outbox_room
+     * holds a room's undelivered rows only: the ordered claim and the
+     * hand-off check read it. */
+    "ALTER TABLE rooms ADD COLUMN event_seq INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE room_outbox ADD COLUMN room_seq INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX room_outbox_room ON room_outbox (app_code, room_id, due_at_ms, id)"
+    " WHERE due_at_ms IS NOT NULL;",
 };
 
 #define NMIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
