@@ -128,8 +128,11 @@ def test_kill9_midflight():
     # once the pipe buffer is full, A's worker blocks inside publish with rows claimed.
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     lock_ms = 2000
+    # ordering none: every row of A's commands is handed off (with per_room a room
+    # with undelivered rows sends its next rows to the ordered claim)
     cfg = {"outbox_worker": {"workers": 1, "batch_size": 50, "poll_interval": "100ms",
-                             "lock_timeout": f"{lock_ms}ms", "publish_timeout": "500ms"}}
+                             "lock_timeout": f"{lock_ms}ms", "publish_timeout": "500ms",
+                             "ordering": "none"}}
     db, (a, b) = pair(tmp, cfg, a_sink=fifo)
     a.start()
     try:

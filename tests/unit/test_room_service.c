@@ -65,6 +65,7 @@ struct gsink {
     char ids[GSINK_MAX][37];
     char status_seen[GSINK_MAX][16]; /* the row's status and locked_by while published */
     char locked_by_seen[GSINK_MAX][64];
+    int64_t room_seq[GSINK_MAX];
 };
 
 static int
@@ -83,6 +84,7 @@ gsink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, c
         strlcpy_(g->ids[k], ev->row->event_id, 37);
         strlcpy_(g->status_seen[k], outbox_status_name(r.status), 16);
         strlcpy_(g->locked_by_seen[k], r.locked_by, 64);
+        g->room_seq[k] = ev->row->room_seq;
     }
     g->waiting++;
     pthread_cond_broadcast(&g->cv);
@@ -372,12 +374,16 @@ wait_all_delivered(struct fx *f)
     return (size_t)c.delivered;
 }
 
+/* The hand-off tests look at the hand-off alone: ordering none (with
+ * per_room a room with undelivered rows goes to the ordered claim, see
+ * test_outbox_handoff_per_room). */
 static void
-open_with_outbox(struct fx *f)
+open_with_outbox_ordered(struct fx *f, enum outbox_ordering ordering, int workers)
 {
     struct conf_outbox *o = &f->conf->outbox_worker;
 
-    o->workers = 1;
+    o->ordering = ordering;
+    o->workers = workers;
     o->batch_size = 100;
     o->poll_interval_ms = 50;
     o->publish_timeout_ms = 2000;
@@ -385,6 +391,12 @@ open_with_outbox(struct fx *f)
     f->conf->store.retention_delivered_ms = 0;
     f->sink = gsink_new(f);
     svc_open(f);
+}
+
+static void
+open_with_outbox(struct fx *f)
+{
+    open_with_outbox_ordered(f, ORDERING_NONE, 1);
 }
 
 static void
@@ -434,6 +446,42 @@ test_outbox_handoff(void **state)
         for (int j = 0; j < i; j++)
             assert_string_not_equal(f->sink->ids[i], f->sink->ids[j]);
     }
+    close_with_outbox(f);
+}
+
+/*
+ * ordering per_room with the hand-off, several workers: a room whose rows
+ * are still undelivered sends its next commit's rows to the ordered claim
+ * (counted), an idle room hands off; the sink sees each room's events in
+ * commit order, room_seq 1, 2, ... without a gap, each once.
+ */
+static void
+test_outbox_handoff_per_room(void **state)
+{
+    struct fx *f = *state;
+    struct outbox_stats st;
+
+    open_with_outbox_ordered(f, ORDERING_PER_ROOM, 3);
+    gsink_hold(f->sink, true);
+    create(f, "o1", 1);
+    gsink_wait_inside(f->sink, 1);
+    for (int uid = 2; uid < 10; uid++)
+        join(f, "o1", uid); /* o1 is busy: these go to the ordered claim */
+    create(f, "o2", 1);     /* idle: handed off */
+    gsink_hold(f->sink, false);
+    assert_int_equal(wait_all_delivered(f), 10);
+    outbox_stats(f->ob, &st);
+    assert_true(st.claimed_rows >= 8);
+    assert_int_equal(st.handoff_rows, 2);
+    assert_int_equal(f->sink->calls, 10);
+    int64_t last = 0;
+    for (int i = 0; i < f->sink->calls; i++) {
+        if (f->sink->room_seq[i] == 1 && last > 0)
+            continue; /* o2's one event */
+        assert_int_equal(f->sink->room_seq[i], last + 1);
+        last = f->sink->room_seq[i];
+    }
+    assert_int_equal(last, 9);
     close_with_outbox(f);
 }
 
@@ -1287,6 +1335,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_rocket_rebuild_and_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timing_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_handoff_per_room, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_full_and_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_close, setup, teardown),
     };
