@@ -62,6 +62,18 @@ struct room_cmd {
                                    * idempotent retry compares requests ignoring room_id */
 };
 
+/* The reserved command_id namespace: ids starting with this prefix belong to
+ * the commands roomd issues itself (LaunchRocket). It lies outside the id
+ * charset clients may use, so no client request, now or logged before,
+ * can hold one; a client command_id starting with it is refused (400 naming
+ * command_id). */
+#define ROOM_RESERVED_ID_PREFIX "~"
+
+/* The deterministic command_id of the launch of rocket_id:
+ * "~rl-<rocket_id>" (rocket_id is "<room_id>-<utc_day>-<level>", at most 57
+ * bytes, so this fits in 63), written to out (len bytes). Thread: any. */
+void rocket_launch_command_id(const char *rocket_id, char *out, size_t len);
+
 /* A validation failure: the field at fault and a message. */
 struct cmd_error {
     char field[64];
@@ -78,6 +90,11 @@ struct cmd_error {
  */
 int room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_id,
                    const char *body, size_t len, struct room_cmd *cmd, struct cmd_error *e);
+/* The same for a request read back from the command log (replay): the
+ * reserved-id rules are not applied, since the log holds what committed.
+ * request is the stored canonical request (NUL-terminated). */
+int room_cmd_parse_logged(enum room_cmd_type type, const char *app, const char *room_id,
+                          const char *request, struct room_cmd *cmd, struct cmd_error *e);
 void room_cmd_clear(struct room_cmd *cmd);
 
 /* One event produced by a command, before it gets its event_id. */

@@ -142,8 +142,8 @@ def test_launch_rocket_internal():
     hu.expect_ok(hu.join(rd, rid, 701), "join")
     v = hu.version(rd, rid)
     # a wake-up for a rocket that is not ignited changes nothing
-    st, _, js = hu.launch(rd, rid, {"command_id": hu.cid("launch"), "rocket_id": "nope",
-                                    "level": 1, "launch_at_ms": int(time.time() * 1000)})
+    st, _, js = hu.launch(rd, rid, {"command_id": f"~rl-{rid}-1-7", "rocket_id": f"{rid}-1-7",
+                                    "level": 7, "launch_at_ms": int(time.time() * 1000)})
     assert st in (200, 409), (st, js)
     assert hu.version(rd, rid) == v
     hu.expect_error(hu.launch(rd, rid, {"command_id": hu.cid("launch"), "level": 1,
@@ -153,7 +153,7 @@ def test_launch_rocket_internal():
     assert "RoomRocketIgnited" in hu.event_types(js), js
     rocket = hu.room_of(js)["rocket"]
     assert rocket["status"] == "ignited" and rocket["rocket_id"], rocket
-    body = {"command_id": hu.cid("launch"), "rocket_id": rocket["rocket_id"],
+    body = {"command_id": "~rl-" + rocket["rocket_id"], "rocket_id": rocket["rocket_id"],
             "level": rocket["level"], "launch_at_ms": rocket["launch_at_ms"]}
     wait_until(lambda: hu.room_of(hu.expect_ok(hu.get_room(rd, rid)))["rocket"]["status"]
                != "ignited", timeout=15, what="rocket launched by the timer")

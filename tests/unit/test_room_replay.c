@@ -149,7 +149,7 @@ test_long_sequence(void **state)
             if (next_rand() % 3 != 0 && now < at)
                 now = at;
             snprintf(body, sizeof(body),
-                     "{\"command_id\":\"rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,"
+                     "{\"command_id\":\"~rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,"
                      "\"launch_at_ms\":%lld}",
                      s->rocket.rocket_id, s->rocket.rocket_id, s->rocket.level, (long long)at);
             t = CMD_LAUNCH_ROCKET;

@@ -1120,7 +1120,7 @@ test_rocket_timer(void **state)
     assert_string_equal(json_string_value(json_object_get(rk, "status")), "idle");
     assert_int_equal(json_integer_value(json_object_get(j, "version")), 5);
     json_decref(j);
-    snprintf(cid, sizeof(cid), "rl-%s", rocket_id);
+    snprintf(cid, sizeof(cid), "~rl-%s", rocket_id);
     memset(&rec, 0, sizeof(rec));
     assert_int_equal(store_find_command(f->store, APP, cid, &rec), 0);
     assert_string_equal(rec.command_type, "LaunchRocket");
@@ -1133,13 +1133,13 @@ test_rocket_timer(void **state)
     assert_int_equal(run(f, CMD_LAUNCH_ROCKET, "r1", body, &r), 200);
     assert_true(r.replay);
     snprintf(body, sizeof(body),
-             "{\"command_id\":\"rl-stale\",\"rocket_id\":\"%s\",\"level\":1,"
+             "{\"command_id\":\"~rl-r1-1-9\",\"rocket_id\":\"r1-1-9\",\"level\":9,"
              "\"launch_at_ms\":%lld}",
-             rocket_id, (long long)launch_at);
+             (long long)launch_at);
     assert_int_equal(run(f, CMD_LAUNCH_ROCKET, "r1", body, &r), 200);
     assert_false(r.replay);
     assert_non_null(strstr(r.body, "\"launched\":false"));
-    assert_false(logged(f, "rl-stale"));
+    assert_false(logged(f, "~rl-r1-1-9"));
     room_reply_clear(&r);
 }
 
