@@ -404,6 +404,15 @@ parse(enum room_cmd_type type, const char *app, const char *path_room_id, const 
         rc = fail(e, "body", "must be a JSON object");
         goto out;
     }
+    if (from_log && (v = json_object_get(o, "rules")) != NULL) {
+        if (room_rules_from_json(v, &cmd->rules) != 0) {
+            rc = fail(e, "rules", "recorded rules do not parse");
+            goto out;
+        }
+        cmd->has_rules = true;
+        json_object_del(o, "rules");
+    }
+    cmd->from_log = from_log;
     json_object_foreach(o, key, v)
     {
         if (!field_known(type, key)) {

@@ -97,9 +97,10 @@ store_fail_reply(struct room_reply *r, struct timing *tm, int rc, const char *wh
 
 /* ---- idempotency --------------------------------------------------------------------- */
 
-/* True when the stored request is the same command as cmd. A create whose
- * room_id was generated compares with the stored room_id put in, since a
- * retry cannot repeat an id it never chose. */
+/* True when the stored request is the same command as cmd. The "rules" a
+ * row recorded (room_logged_request) are not part of the request. A create
+ * whose room_id was generated compares with the stored room_id put in,
+ * since a retry cannot repeat an id it never chose. */
 static bool
 same_request(const struct room_cmd *cmd, const char *stored)
 {
@@ -111,9 +112,11 @@ same_request(const struct room_cmd *cmd, const char *stored)
         return false;
     if (strcmp(cmd->request, stored) == 0)
         return true;
-    if (!cmd->room_id_generated || (o = json_loads(stored, 0, NULL)) == NULL)
+    if ((o = json_loads(stored, 0, NULL)) == NULL)
         return false;
-    json_object_set_new(o, "room_id", json_string(cmd->room_id));
+    json_object_del(o, "rules");
+    if (cmd->room_id_generated)
+        json_object_set_new(o, "room_id", json_string(cmd->room_id));
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
     same = text != NULL && strcmp(text, cmd->request) == 0;
@@ -292,7 +295,8 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     struct apply_error ae;
     struct mutation m;
     struct outbox_new *obx = NULL;
-    char *state_json = NULL, *snapshot_json = NULL, *response = NULL, msg[320];
+    char *state_json = NULL, *snapshot_json = NULL, *response = NULL, *logged_request = NULL,
+         msg[320];
     bool debited = false, drop = false, created = false, snapshot_due, handoff = false;
     int64_t now, t, balance;
     int rc;
@@ -404,7 +408,9 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     state_json = room_state_to_json_capped(clone, ROOM_REPLY_MEMBERS_MAX);
     response = build_response(cmd, clone, obx, ev.n, state_json);
 
+    logged_request = room_logged_request(cmd, c->state, clone);
     make_mutation(&m, cmd, clone, now, c->lease_token, response);
+    m.request = logged_request; /* with "rules" when the room took the configured rules */
     m.events = obx;
     m.nevents = ev.n;
     m.snapshot = snapshot_json;
@@ -513,6 +519,7 @@ out:
     free(state_json);
     free(snapshot_json);
     free(response);
+    free(logged_request);
 }
 
 /* ---- reads, lifetime ----------------------------------------------------------------- */
