@@ -95,6 +95,9 @@ static const struct key keys[] = {
     KEY("wallet.driver", K_STR, wallet.driver),
     KEY("wallet.initial_balance", K_INT64, wallet.initial_balance),
     KEY("wallet.allow_topup", K_BOOL, wallet.allow_topup),
+    KEY("wallet.grpc.target", K_STR, wallet.grpc_target),
+    KEY("wallet.grpc.timeout", K_DUR, wallet.grpc_timeout_ms),
+    KEY("wallet.reconcile_after", K_DUR, wallet.reconcile_after_ms),
 
     KEY("redis.enabled", K_BOOL, redis.enabled),
     KEY("redis.addr", K_STR, redis.addr),
@@ -263,6 +266,9 @@ conf_defaults(struct conf *c)
     c->wallet.driver = xstrdup("embedded");
     c->wallet.initial_balance = 0;
     c->wallet.allow_topup = true;
+    c->wallet.grpc_target = xstrdup("127.0.0.1:50061");
+    c->wallet.grpc_timeout_ms = 2000;
+    c->wallet.reconcile_after_ms = 60000;
 
     c->redis.enabled = false;
     c->redis.addr = xstrdup("127.0.0.1:6379");
@@ -740,7 +746,7 @@ validate(const struct conf *c, struct vctx *v)
 {
     static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
     static const char *const stores[] = {"sqlite", "mysql", NULL};
-    static const char *const wallets[] = {"embedded", NULL};
+    static const char *const wallets[] = {"embedded", "grpc", NULL};
     static const char *const leases[] = {"local", "redis", NULL};
     static const char *const projs[] = {"memory", "redis", NULL};
     static const char *const groups[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
@@ -829,7 +835,18 @@ validate(const struct conf *c, struct vctx *v)
         bad(v, "room.rocket.countdown", "must be > 0");
 
     /* wallet */
-    check_enum(v, "wallet.driver", c->wallet.driver, wallets, "embedded");
+    check_enum(v, "wallet.driver", c->wallet.driver, wallets, "embedded, grpc");
+    if (c->wallet.driver != NULL && strcmp(c->wallet.driver, "grpc") == 0 &&
+        !host_port_ok(c->wallet.grpc_target))
+        bad(v, "wallet.grpc.target", "must be host:port, got \"%s\"",
+            c->wallet.grpc_target ? c->wallet.grpc_target : "");
+    if (c->wallet.grpc_timeout_ms < 1)
+        bad(v, "wallet.grpc.timeout", "must be > 0");
+    /* a command gives up on its hold at half of it (docs/wallet.md), so a
+     * hold the reconciler sees is never about to commit */
+    if (c->wallet.reconcile_after_ms < 4 * c->wallet.grpc_timeout_ms ||
+        c->wallet.reconcile_after_ms < 1000)
+        bad(v, "wallet.reconcile_after", "must be >= 1s and >= 4 x wallet.grpc.timeout");
     if (c->wallet.initial_balance < 0)
         bad(v, "wallet.initial_balance", "must be >= 0");
 

@@ -26,6 +26,7 @@
 #include "wallet/wallet.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,15 +273,47 @@ log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct 
 
 /* ---- execute ------------------------------------------------------------------------- */
 
-/* Reverses the gift debit of cmd after its commit failed. */
+#ifdef ROOMD_TESTING
+/* Fault injection (ROOMD_TEST_WALLET_CRASH=point): the process dies with
+ * SIGKILL at that point of the gift path, as kill -9 would. Points:
+ * before_try, after_try, before_commit, after_commit. */
 static void
-refund(struct room_service *svc, const struct room_cmd *cmd)
+crash_point(const char *point)
 {
-    int rc = svc->d.wallet->ops->refund(svc->d.wallet, cmd->app_code, cmd->command_id);
+    const char *want = getenv("ROOMD_TEST_WALLET_CRASH");
 
-    if (rc != 0)
-        log_error("room", "refund failed", "app=%s command_id=%s rc=%s", cmd->app_code,
-                  cmd->command_id, roomd_strerror(rc));
+    if (want != NULL && strcmp(want, point) == 0) {
+        log_warn("room", "test hook: killed", "point=%s", point);
+        raise(SIGKILL);
+    }
+}
+#else
+#define crash_point(p) ((void)0)
+#endif
+
+/* How a gift whose commit did not succeed ended, from the log (the
+ * authority): its own row -> committed; no row or another request's ->
+ * refused; the store cannot tell -> unknown (the reconciler decides). */
+static enum wallet_outcome
+gift_outcome(struct room_service *svc, const struct room_cmd *cmd)
+{
+    struct command_record rec;
+    enum wallet_outcome o;
+    int rc;
+
+    memset(&rec, 0, sizeof(rec));
+    rc = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
+    if (rc == ROOMD_ENOTFOUND)
+        o = WALLET_REFUSED;
+    else if (rc != 0)
+        o = WALLET_UNKNOWN;
+    else
+        o = rec.command_type != NULL && strcmp(rec.command_type, "SendGift") == 0 &&
+                    same_request(cmd, rec.request)
+                ? WALLET_COMMITTED
+                : WALLET_REFUSED;
+    command_record_clear(&rec);
+    return o;
 }
 
 void
@@ -297,8 +330,9 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     struct outbox_new *obx = NULL;
     char *state_json = NULL, *snapshot_json = NULL, *response = NULL, *logged_request = NULL,
          msg[320];
-    bool debited = false, drop = false, created = false, snapshot_due, handoff = false;
-    int64_t now, t, balance;
+    bool held = false, drop = false, created = false, snapshot_due, handoff = false;
+    struct wallet_gift gift;
+    int64_t now, t, balance, held_at_ms = 0;
     int rc;
 
     memset(&tm, 0, sizeof(tm));
@@ -367,24 +401,39 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
         goto out;
     }
 
-    /* 4. SendGift: debit the sender, idempotent by command_id */
+    /* 4. SendGift: the sender's wallet holds the amount, keyed by
+     * (app, command_id) and bound to this request */
     if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL) {
+        wallet_gift_init(&gift, cmd->app_code, cmd->room_id, cmd->command_id, cmd->uid,
+                         cmd->count * cmd->unit_price, cmd->request);
+        crash_point("before_try");
         t = clock_mono_us();
-        rc = svc->d.wallet->ops->debit(svc->d.wallet, cmd->app_code, cmd->uid,
-                                       cmd->count * cmd->unit_price, cmd->command_id, &balance);
+        held_at_ms = clock_mono_ms();
+        rc = svc->d.wallet->ops->hold(svc->d.wallet, &gift, &balance);
         tm.wallet_us = clock_mono_us() - t;
         if (rc == ROOMD_EFUNDS) {
             snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld", (long long)cmd->uid,
-                     (long long)(cmd->count * cmd->unit_price));
+                     (long long)gift.amount);
             fail_reply(reply, &tm, 402, "insufficient_balance", msg);
             goto out;
         }
+        if (rc == ROOMD_EREUSED) {
+            if (logged_meanwhile(svc, cmd, reply, &tm))
+                goto out;
+            snprintf(msg, sizeof(msg),
+                     "command_id %s is held by the wallet for a different request, or was "
+                     "cancelled after a failed attempt: send the gift with a new command_id",
+                     cmd->command_id);
+            fail_reply(reply, &tm, 409, "idempotency_key_reused", msg);
+            goto out;
+        }
+        held = true; /* from here on, every way out settles the hold */
         if (rc != 0) {
             snprintf(msg, sizeof(msg), "wallet: %s", roomd_strerror(rc));
             fail_reply(reply, &tm, 503, "unavailable", msg);
-            goto out;
+            goto out; /* settled REFUSED: Cancel, whatever the Try did */
         }
-        debited = true;
+        crash_point("after_try");
     }
 
     /* 5. SaveMutation: log row + outbox rows + room meta (+ snapshot), one transaction */
@@ -431,9 +480,20 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     handoff = ev.n > 0 && outbox_handoff_reserve(svc->d.outbox, ev.n, &m.lock_until_ms);
     if (handoff)
         m.locked_by = outbox_handoff_claimer(svc->d.outbox);
+    /* a hold older than half of wallet.reconcile_after may meet the
+     * reconciler's Cancel: give it up rather than commit an unpaid gift */
+    if (held && clock_mono_ms() - held_at_ms > conf->wallet.reconcile_after_ms / 2) {
+        if (handoff)
+            outbox_handoff_cancel(svc->d.outbox, ev.n);
+        fail_reply(reply, &tm, 503, "unavailable", "wallet: the hold is too old to commit");
+        goto out;
+    }
+    crash_point("before_commit");
     t = clock_mono_us();
     rc = commit(svc, &m);
     tm.save_us = clock_mono_us() - t;
+    if (rc == 0)
+        crash_point("after_commit");
     if (handoff && rc == 0)
         outbox_handoff_push(svc->d.outbox, &m);
     else if (handoff)
@@ -445,15 +505,10 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
             store_fail_reply(reply, &tm, lr, "idempotency check");
             goto out;
         }
-        /* a debit under this command_id belongs to the logged gift, if it was one */
-        if (debited && strcmp(rec.command_type ? rec.command_type : "", "SendGift") != 0)
-            refund(svc, cmd);
         answer_logged(reply, &tm, cmd, &rec);
-        goto out;
+        goto out; /* settled from the log: ours only when it is this very gift */
     }
     if (rc != 0) {
-        if (debited)
-            refund(svc, cmd);
         if (rc == ROOMD_EEXIST) {
             snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
             fail_reply(reply, &tm, 409, "room_exists", msg);
@@ -469,6 +524,10 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     }
 
     /* 6. committed: swap the clone in */
+    if (held) {
+        svc->d.wallet->ops->settle(svc->d.wallet, &gift, WALLET_COMMITTED);
+        held = false;
+    }
     room_state_free(c->state);
     c->state = clone;
     clone = NULL;
@@ -499,6 +558,10 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     response = NULL;
 
 out:
+    /* a hold whose gift did not commit (here or, for a concurrent twin,
+     * under the same key) is given back; the log tells which */
+    if (held)
+        svc->d.wallet->ops->settle(svc->d.wallet, &gift, gift_outcome(svc, cmd));
     if (c != NULL)
         cell_release(svc->cells, c, drop);
     /* CreateRoom: the synchronous IM group, outside the room's turn; never fails the command */

@@ -23,7 +23,7 @@
 
 #define MAX_BATCH 256
 
-/* A caller of emb_debit, queued until its debit's transaction ended. */
+/* A caller of emb_hold, queued until its debit's transaction ended. */
 struct waiter {
     struct wallet_debit d;
     bool done;
@@ -95,13 +95,14 @@ committer(void *arg)
     return NULL;
 }
 
-/* Queues the debit and blocks until the transaction holding it ended. */
+/* The hold is the debit: queued, blocking until the transaction holding it ended. */
 static int
-emb_debit(struct wallet *wl, const char *app, int64_t uid, int64_t amount, const char *ref_id,
-          int64_t *balance_after)
+emb_hold(struct wallet *wl, const struct wallet_gift *g, int64_t *balance_after)
 {
     struct embedded *e = (struct embedded *)wl;
-    struct waiter w = {.d = {.app = app, .ref_id = ref_id, .uid = uid, .amount = amount}};
+    struct waiter w = {
+        .d = {.app = g->app, .ref_id = g->command_id, .uid = g->uid, .amount = g->amount}};
+    int64_t amount = g->amount;
 
     *balance_after = 0;
     pthread_cond_init(&w.cond, NULL);
@@ -134,12 +135,18 @@ emb_debit(struct wallet *wl, const char *app, int64_t uid, int64_t amount, const
     return w.d.rc;
 }
 
-static int
-emb_refund(struct wallet *w, const char *app, const char *ref_id)
+/* A refused gift's debit is refunded. */
+static void
+emb_settle(struct wallet *w, const struct wallet_gift *g, enum wallet_outcome o)
 {
     struct embedded *e = (struct embedded *)w;
+    int rc;
 
-    return store_wallet_refund(e->store, app, ref_id);
+    if (o != WALLET_REFUSED)
+        return;
+    if ((rc = store_wallet_refund(e->store, g->app, g->command_id)) != 0)
+        log_error("wallet", "refund failed", "app=%s command_id=%s rc=%s", g->app, g->command_id,
+                  roomd_strerror(rc));
 }
 
 static int
@@ -177,8 +184,8 @@ emb_close(struct wallet *w)
 }
 
 static const struct wallet_ops embedded_ops = {
-    .debit = emb_debit,
-    .refund = emb_refund,
+    .hold = emb_hold,
+    .settle = emb_settle,
     .topup = emb_topup,
     .balance = emb_balance,
     .close = emb_close,

@@ -149,7 +149,7 @@ svc_open(struct fx *f)
     if (store_open(&f->store, &f->conf->store, err, sizeof(err)) != 0)
         fail_msg("store_open: %s", err);
     assert_int_equal(group_commit_open(&f->gc, f->store, f->conf->store.group_commit_max), 0);
-    assert_int_equal(wallet_open(&f->wallet, &f->conf->wallet, f->store), 0);
+    assert_int_equal(wallet_open(&f->wallet, &f->conf->wallet, f->store, err, sizeof(err)), 0);
     assert_int_equal(lease_open(&f->lease, f->conf, err, sizeof(err)), 0);
     memset(&d, 0, sizeof(d));
     d.conf = f->conf;
