@@ -332,6 +332,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
          msg[320];
     bool held = false, drop = false, created = false, snapshot_due, handoff = false;
     struct wallet_gift gift;
+    struct wallet_debit debit;
     int64_t now, t, balance, held_at_ms = 0;
     int rc;
 
@@ -403,9 +404,10 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
 
     /* 4. SendGift: the sender's wallet holds the amount, keyed by
      * (app, command_id) and bound to this request */
-    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL) {
+    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL)
         wallet_gift_init(&gift, cmd->app_code, cmd->room_id, cmd->command_id, cmd->uid,
                          cmd->count * cmd->unit_price, cmd->request);
+    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL && svc->d.wallet->ops->hold != NULL) {
         crash_point("before_try");
         t = clock_mono_us();
         held_at_ms = clock_mono_ms();
@@ -464,6 +466,11 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     m.nevents = ev.n;
     m.snapshot = snapshot_json;
     m.snapshots_keep = conf->room.snapshots_keep;
+    /* the embedded ledger: the debit is a statement of this very commit */
+    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL && svc->d.wallet->ops->attach != NULL) {
+        svc->d.wallet->ops->attach(svc->d.wallet, &gift, &debit);
+        m.debit = &debit;
+    }
 
 #ifdef ROOMD_TESTING
     /* fault injection: hold the command between its lease check and its
@@ -492,6 +499,8 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     t = clock_mono_us();
     rc = commit(svc, &m);
     tm.save_us = clock_mono_us() - t;
+    if (m.debit != NULL)
+        tm.wallet_us = m.debit_us; /* inside save_mutation_ms */
     if (rc == 0)
         crash_point("after_commit");
     if (handoff && rc == 0)
@@ -501,12 +510,24 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     if (rc == ROOMD_EREUSED) {
         /* the same command_id committed meanwhile (a concurrent retry, or another room) */
         int lr = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
+        if (lr == ROOMD_ENOTFOUND) { /* the ledger holds another debit under this id */
+            snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
+                     cmd->command_id);
+            fail_reply(reply, &tm, 409, "idempotency_key_reused", msg);
+            goto out;
+        }
         if (lr != 0) {
             store_fail_reply(reply, &tm, lr, "idempotency check");
             goto out;
         }
         answer_logged(reply, &tm, cmd, &rec);
         goto out; /* settled from the log: ours only when it is this very gift */
+    }
+    if (rc == ROOMD_EFUNDS) { /* the debit was refused: rolled back alone, nothing written */
+        snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
+                 (long long)debit.amount, (long long)debit.balance_after);
+        fail_reply(reply, &tm, 402, "insufficient_balance", msg);
+        goto out;
     }
     if (rc != 0) {
         if (rc == ROOMD_EEXIST) {

@@ -1,7 +1,8 @@
 /*
  * wallet.h: the wallet a SendGift is paid from. One interface, one file per
  * implementation: wallet_embedded.c keeps balances in the store's wallet
- * tables (development and single-service deployments); wallet_grpc.c holds
+ * tables and debits inside the gift's own commit (attach(): development and
+ * single-service deployments); wallet_grpc.c holds
  * the amount in a remote wallet service (proto/wallet.proto, docs/wallet.md)
  * with try-confirm-cancel: hold() before the commit, Confirm as an outbox
  * side effect of the committed gift (publish/sink_wallet.c), Cancel from
@@ -37,16 +38,22 @@ enum wallet_outcome {
     WALLET_UNKNOWN,   /* the store could not tell: the reconciler decides from the log later */
 };
 
+struct wallet_debit;
+
 struct wallet_ops {
-    /* Takes g->amount from g->uid for this gift, before its commit.
+    /* Embedded only (NULL otherwise): fills *d, the gift's debit that
+     * store_save writes inside the gift's transaction (mutation.debit). */
+    void (*attach)(struct wallet *w, const struct wallet_gift *g, struct wallet_debit *d);
+    /* Remote only (NULL otherwise): takes g->amount from g->uid for this gift, before its commit.
      * Returns 0 (and *balance_after; also for a repeated identical request),
      * ROOMD_EFUNDS (nothing taken), ROOMD_EREUSED (the key belongs to
      * another request, or was cancelled), ROOMD_EUNAVAIL (outcome unknown:
      * the caller settles WALLET_REFUSED). */
     int (*hold)(struct wallet *w, const struct wallet_gift *g, int64_t *balance_after);
-    /* Ends a hold: REFUSED gives the amount back (embedded: refund; grpc:
-     * Cancel, left to the reconciler when the wallet is down); COMMITTED and
-     * UNKNOWN change nothing here (grpc: Confirm is the outbox's). */
+    /* Remote only, after hold() returned anything but EFUNDS/EREUSED: ends
+     * the hold. REFUSED cancels it (left to the reconciler when the wallet
+     * is down); COMMITTED and UNKNOWN change nothing here (Confirm is the
+     * outbox's, UNKNOWN the reconciler's). */
     void (*settle)(struct wallet *w, const struct wallet_gift *g, enum wallet_outcome o);
     /* Development ledger (embedded only; grpc answers ROOMD_ENOTFOUND). */
     int (*topup)(struct wallet *w, const char *app, int64_t uid, int64_t amount, const char *ref_id,

@@ -12,7 +12,7 @@
  *              path), fence_room
  *   outbox.c   claim (FOR UPDATE SKIP LOCKED), complete, list, get, replay,
  *              counts, purge
- *   wallet.c   debit (batched), refund, topup, balance
+ *   wallet.c   the gifts' debits (inside their save), topup, balance
  *   rooms.c    rockets_pending, rooms_list
  *
  * An operation is a function fn(struct conn *, void *ctx) run by mys_run on
@@ -298,9 +298,10 @@ int mys_outbox_counts(struct store *s, struct outbox_counts *out);
 int mys_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
 
 /* wallet.c */
-int mys_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
-                          int64_t initial_balance);
-int mys_wallet_refund(struct store *s, const char *app, const char *ref_id);
+/* The gifts' debits inside the open save transaction (wallet.c): accounts
+ * locked in primary key order, then each by wallet_debit_rule. 0 (see each
+ * rc) or the transaction's failure. */
+int mys_gift_debits(struct conn *c, struct wallet_debit *const *items, size_t n);
 int mys_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
                      const char *ref_id, int64_t initial_balance, int64_t *balance_after);
 int mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,

@@ -9,7 +9,7 @@
  *   schema.c   migrations
  *   command.c  find_command, load_room, save, fence_room
  *   outbox.c   claim, complete, list, get, replay, counts, purge
- *   wallet.c   debit (batched), refund, topup, balance
+ *   wallet.c   a gift's debit (in save_one's savepoint), topup, balance
  *   rooms.c    rockets_pending, rooms_list
  */
 #ifndef ROOMD_STORE_SQLITE_INTERNAL_H
@@ -178,9 +178,8 @@ int sq_outbox_counts(struct store *st, struct outbox_counts *out);
 int sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t *purged);
 
 /* wallet.c */
-int sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
-                         int64_t initial_balance);
-int sq_wallet_refund(struct store *st, const char *app, const char *ref_id);
+/* A gift's debit inside save_one's transaction and savepoint (wallet.c). */
+int sq_gift_debit(struct conn *c, struct wallet_debit *d, int64_t now, int *fatal);
 int sq_wallet_topup(struct store *st, const char *app, int64_t uid, int64_t amount,
                     const char *ref_id, int64_t initial_balance, int64_t *balance_after);
 int sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initial_balance,
