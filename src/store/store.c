@@ -306,6 +306,22 @@ store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size
     return s->ops->outbox_purge(s, delivered_before_ms, limit, purged);
 }
 
+void
+audit_rows_free(struct audit_row *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(rows[i].request);
+    free(rows);
+}
+
+int
+store_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
+{
+    return s->ops->wallet_audit_rows(s, app != NULL ? app : "", rows, n);
+}
+
 int
 store_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
                    const char *ref_id, int64_t initial_balance, int64_t *balance_after)

@@ -223,6 +223,18 @@ struct wallet_debit {
     int64_t balance_after;   /* out: uid's balance after it (or as found when refused) */
 };
 
+/* One row the wallet audit reads (store_wallet_audit_rows). */
+struct audit_row {
+    char kind; /* 'G' a committed SendGift, 'L' a ledger row, 'A' an account */
+    char app_code[STORE_ID_MAX];
+    char key[STORE_ID_MAX]; /* G: command_id; L: ref_id; A: "" */
+    char ledger_kind[8];    /* L: "debit" | "refund" | "topup" */
+    int64_t uid;            /* L, A */
+    int64_t amount;         /* L: amount; A: balance */
+    char *request;          /* G: the logged request (malloc'd), else NULL */
+};
+void audit_rows_free(struct audit_row *rows, size_t n);
+
 struct store;
 
 struct store_ops {
@@ -247,6 +259,7 @@ struct store_ops {
     int (*wallet_balance)(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
                           int64_t *balance);
     int (*rockets_pending)(struct store *s, struct rocket_pending **out, size_t *n);
+    int (*wallet_audit_rows)(struct store *s, const char *app, struct audit_row **rows, size_t *n);
     int (*rooms_list)(struct store *s, const char *after_app, const char *after_room,
                       bool open_only, int limit, struct room_row **rows, size_t *n);
     int (*fence_room)(struct store *s, const char *app, const char *room_id, int64_t token);
@@ -399,6 +412,12 @@ int store_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t am
 /* The balance of (app, uid): initial_balance for an account never written. */
 int store_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
                          int64_t *balance);
+
+/* Reads what `roomctl wallet audit` checks, for app ("" = every app), in one
+ * read snapshot: every committed SendGift (G), every wallet_ledger row (L),
+ * every wallet_accounts row (A). *rows is malloc'd (audit_rows_free). 0 or
+ * EUNAVAIL/EIO. Reads whole tables: an operator's tool, not the command path. */
+int store_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n);
 
 /* Lists rooms whose rocket is ignited, for the launch timer rebuild. */
 int store_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n);

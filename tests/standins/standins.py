@@ -168,3 +168,57 @@ class ActivityStandin:
 
     def slow(self, ms, count=1):
         return self._req("POST", "/slow", {"ms": ms, "count": count})
+
+
+class WalletStandin:
+    """The wallet service stand-in (wallet_standin.js): real gRPC, a durable ledger file."""
+
+    def __init__(self, tmp, initial=100000):
+        self.tmp = tmp
+        self.port, self.cport = free_port(), free_port()
+        self.ledger = os.path.join(tmp, f"wallet-ledger-{self.port}.jsonl")
+        self.initial = initial
+        self.proc = None
+
+    available = ActivityStandin.available
+
+    def conf(self, reconcile_after="2s"):
+        return {"driver": "grpc", "grpc": {"target": f"127.0.0.1:{self.port}", "timeout": "500ms"},
+                "reconcile_after": reconcile_after}
+
+    def start(self):
+        self.log = open(os.path.join(self.tmp, f"wallet-standin-{self.port}.log"), "ab")
+        self.proc = subprocess.Popen(
+            ["node", os.path.join(HERE, "wallet_standin.js"), "--port", str(self.port),
+             "--control-port", str(self.cport), "--proto-dir", os.path.join(SOURCE, "proto"),
+             "--ledger", self.ledger, "--initial", str(self.initial)],
+            stdout=self.log, stderr=self.log)
+        wait_port(self.port, self.proc)
+        wait_port(self.cport, self.proc)
+        return self
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+    def _req(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.cport, timeout=10)
+        c.request(method, path, body=json.dumps(body) if body is not None else None)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return json.loads(data)
+
+    def state(self):
+        return self._req("GET", "/state")
+
+    def balance(self, app, uid):
+        return int(self.state()["balances"].get(f"{app}/{uid}", self.initial))
+
+    def holds(self, state=None):
+        return [h for h in self.state()["holds"] if state is None or h["state"] == state]
+
+    def fail(self, method, code, count=1):
+        return self._req("POST", "/fail", {"method": method, "code": code, "count": count})

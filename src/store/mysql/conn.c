@@ -673,6 +673,7 @@ const struct store_ops store_mysql_ops = {
     .wallet_topup = mys_wallet_topup,
     .wallet_balance = mys_wallet_balance,
     .rockets_pending = mys_rockets_pending,
+    .wallet_audit_rows = mys_wallet_audit_rows,
     .rooms_list = mys_rooms_list,
     .fence_room = mys_fence_room,
 };

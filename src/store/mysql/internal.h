@@ -67,6 +67,7 @@ enum sid {
     S_LEDGER_INSERT,
     S_LEDGER_UPDATE,
     S_LEDGER_DELETE,
+    S_W_AUDIT,
     S_ROCKETS,
     S_ROOMS_LIST,
     S_FENCE_ROOM,
@@ -309,6 +310,7 @@ int mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t in
 
 /* rooms.c */
 int mys_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n);
+int mys_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n);
 int mys_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
                    int limit, struct room_row **rows, size_t *n);
 

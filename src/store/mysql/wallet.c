@@ -291,3 +291,69 @@ mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initia
     *balance = rc == 0 ? x.balance : 0;
     return rc;
 }
+
+static const struct mys_sql SQL_W_AUDIT = {
+    S_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+               " WHERE command_type='SendGift' AND (?='' OR app_code=?)"
+               " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+               " FROM wallet_ledger WHERE ?='' OR app_code=?"
+               " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
+               " FROM wallet_accounts WHERE ?='' OR app_code=?"};
+
+struct audit_ctx {
+    const char *app;
+    struct audit_row *rows;
+    size_t n;
+};
+
+/* The audit's three tables in one statement: one read snapshot. */
+static int
+audit_fn(struct conn *c, void *arg)
+{
+    struct audit_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    size_t cap = 0;
+    int rc;
+
+    audit_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    for (int i = 0; i < 6; i++)
+        p_str(&p, x->app);
+    if ((rc = mys_st_query(c, &SQL_W_AUDIT, &p, &r, "ssssiis")) == 0) {
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            struct audit_row *a;
+            const char *req = r_str(&r, 6);
+
+            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
+            a = &x->rows[x->n++];
+            memset(a, 0, sizeof(*a));
+            a->kind = r_str(&r, 0)[0];
+            strlcpy_(a->app_code, r_str(&r, 1), sizeof(a->app_code));
+            strlcpy_(a->key, r_str(&r, 2), sizeof(a->key));
+            strlcpy_(a->ledger_kind, r_str(&r, 3), sizeof(a->ledger_kind));
+            a->uid = r_i64(&r, 4);
+            a->amount = r_i64(&r, 5);
+            a->request = a->kind == 'G' && req != NULL ? xstrdup(req) : NULL;
+        }
+    }
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
+{
+    struct audit_ctx x = {app, NULL, 0};
+    int rc = mys_run((struct mstore *)s, audit_fn, &x);
+
+    if (rc != 0) {
+        audit_rows_free(x.rows, x.n);
+        x.rows = NULL;
+        x.n = 0;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    return rc;
+}

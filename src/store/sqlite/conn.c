@@ -363,6 +363,7 @@ const struct store_ops store_sqlite_ops = {
     .wallet_topup = sq_wallet_topup,
     .wallet_balance = sq_wallet_balance,
     .rockets_pending = sq_rockets_pending,
+    .wallet_audit_rows = sq_wallet_audit_rows,
     .rooms_list = sq_rooms_list,
     .fence_room = sq_fence_room,
 };

@@ -67,6 +67,7 @@ enum stmt_id {
     ST_W_LEDGER_UPDATE,
     ST_W_BALANCE,
     ST_W_SET_BALANCE,
+    ST_W_AUDIT,
     ST_ROCKETS,
     ST_SYNC_NORMAL,
     ST_SYNC_FULL,
@@ -187,6 +188,7 @@ int sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t in
 
 /* rooms.c */
 int sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n);
+int sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows, size_t *n);
 int sq_rooms_list(struct store *st, const char *after_app, const char *after_room, bool open_only,
                   int limit, struct room_row **rows, size_t *n);
 

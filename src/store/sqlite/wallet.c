@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/xmalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,5 +192,54 @@ sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initia
     int rc = w_balance(c, app, uid, initial_balance, balance);
 
     sq_reader_put(s, c);
+    return rc;
+}
+
+static const struct sq_sql SQL_W_AUDIT = {
+    ST_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+                " WHERE command_type = 'SendGift' AND (?1 = '' OR app_code = ?1)"
+                " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+                " FROM wallet_ledger WHERE ?1 = '' OR app_code = ?1"
+                " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
+                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1"};
+
+/* The audit's three tables in one statement: one read snapshot. */
+int
+sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows, size_t *n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q = sq_stmt(c, &SQL_W_AUDIT);
+    size_t cap = 0;
+    int rc = ROOMD_EIO, step;
+
+    *rows = NULL;
+    *n = 0;
+    if (q == NULL)
+        goto out;
+    bind_text(q, 1, app);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        struct audit_row *r;
+
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+        r = &(*rows)[(*n)++];
+        memset(r, 0, sizeof(*r));
+        r->kind = (char)sqlite3_column_text(q, 0)[0];
+        col_copy(q, 1, r->app_code, sizeof(r->app_code));
+        col_copy(q, 2, r->key, sizeof(r->key));
+        col_copy(q, 3, r->ledger_kind, sizeof(r->ledger_kind));
+        r->uid = sqlite3_column_int64(q, 4);
+        r->amount = sqlite3_column_int64(q, 5);
+        r->request = col_strdup(q, 6);
+    }
+    done(q);
+    rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "wallet audit");
+out:
+    sq_reader_put(s, c);
+    if (rc != 0) {
+        audit_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+    }
     return rc;
 }
