@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 
 #include <grpc/byte_buffer.h>
@@ -33,11 +34,8 @@ struct grpc_peer {
     char *who;
     grpc_channel *channel;
     grpc_completion_queue *watch_cq;
-    pthread_t watcher;
-    bool watching;      /* the watcher thread runs */
-    pthread_mutex_t mu; /* stopping + arming a watch vs. shutting the CQ down */
-    bool stopping;
-    int last_state; /* last connectivity state seen (logging) */
+    struct bg_thread watcher; /* its mu: stopping + arming a watch vs. shutting the CQ down */
+    int last_state;           /* last connectivity state seen (logging) */
 };
 
 static gpr_timespec
@@ -95,8 +93,8 @@ arm_watch(struct grpc_peer *p)
 {
     bool armed = false;
 
-    pthread_mutex_lock(&p->mu);
-    if (!p->stopping) {
+    pthread_mutex_lock(&p->watcher.mu);
+    if (!bg_thread_stopping(&p->watcher)) {
         /* try_to_connect=1: leave IDLE at once, so the first call finds it READY. */
         grpc_connectivity_state s = grpc_channel_check_connectivity_state(p->channel, 1);
         if ((int)s != p->last_state) {
@@ -110,7 +108,7 @@ arm_watch(struct grpc_peer *p)
         grpc_channel_watch_connectivity_state(p->channel, s, in_ms(WATCH_MS), p->watch_cq, p);
         armed = true;
     }
-    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->watcher.mu);
     return armed;
 }
 
@@ -232,16 +230,14 @@ grpc_peer_close(struct grpc_peer *p)
 {
     if (p == NULL)
         return;
-    pthread_mutex_lock(&p->mu);
-    p->stopping = true;
+    bg_thread_request_stop(&p->watcher); /* arms no more watches */
+    pthread_mutex_lock(&p->watcher.mu);
     grpc_completion_queue_shutdown(p->watch_cq); /* the pending watch ends within WATCH_MS */
-    pthread_mutex_unlock(&p->mu);
-    if (p->watching)
-        pthread_join(p->watcher, NULL);
+    pthread_mutex_unlock(&p->watcher.mu);
+    bg_thread_stop(&p->watcher); /* joins */
     grpc_completion_queue_destroy(p->watch_cq);
     grpc_channel_destroy(p->channel);
     grpc_shutdown_blocking();
-    pthread_mutex_destroy(&p->mu);
     free(p->target);
     free(p->who);
     free(p);
@@ -266,7 +262,7 @@ grpc_peer_open(struct grpc_peer **out, const char *target, const char *who, char
     p->target = xstrdup(target);
     p->who = xstrdup(who);
     p->last_state = -1;
-    pthread_mutex_init(&p->mu, NULL);
+    bg_thread_init(&p->watcher);
 
     /* Reconnect quickly after an outage: retry the connection every <= 1 s. */
     memset(args, 0, sizeof(args));
@@ -286,12 +282,11 @@ grpc_peer_open(struct grpc_peer **out, const char *target, const char *who, char
     p->channel = grpc_channel_create(p->target, creds, &chargs);
     grpc_channel_credentials_release(creds);
     p->watch_cq = grpc_completion_queue_create_for_next(NULL);
-    if (pthread_create(&p->watcher, NULL, watch_main, p) != 0) {
+    if (bg_thread_spawn(&p->watcher, watch_main, p) != 0) {
         snprintf(err, errlen, "%s: cannot start the channel watcher thread", who);
         grpc_peer_close(p);
         return ROOMD_EINTERNAL;
     }
-    p->watching = true;
     *out = p;
     return 0;
 }

@@ -9,16 +9,15 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "store/store.h"
 #include "wallet/wallet.h"
 #include "wallet/wallet_grpc.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define PASS_LIMIT 500
 
@@ -26,10 +25,7 @@ struct wallet_reconciler {
     struct wallet *w;
     struct store *store;
     int64_t after_ms, period_ms;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stopping;
+    struct bg_thread thread; /* core/thread.c */
 };
 
 /* True when the log row is the gift this hold pays for. */
@@ -116,24 +112,10 @@ reconcile_main(void *arg)
 {
     struct wallet_reconciler *r = arg;
     struct reconcile_stats st;
-    struct timespec ts;
 
-    pthread_mutex_lock(&r->mu);
-    while (!r->stopping) {
-        pthread_mutex_unlock(&r->mu);
+    do
         wallet_reconcile_pass(r->w, r->store, r->after_ms, &st);
-        pthread_mutex_lock(&r->mu);
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += r->period_ms / 1000;
-        ts.tv_nsec += (r->period_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        if (!r->stopping)
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-    }
-    pthread_mutex_unlock(&r->mu);
+    while (!bg_thread_sleep(&r->thread, r->period_ms));
     return NULL;
 }
 
@@ -148,11 +130,7 @@ wallet_reconcile_start(struct wallet_reconciler **out, struct wallet *w, struct 
     r->store = store;
     r->after_ms = after_ms;
     r->period_ms = after_ms / 2 < 200 ? 200 : after_ms / 2 > 30000 ? 30000 : after_ms / 2;
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
-    if (pthread_create(&r->thread, NULL, reconcile_main, r) != 0) {
-        pthread_cond_destroy(&r->cv);
-        pthread_mutex_destroy(&r->mu);
+    if (bg_thread_start(&r->thread, reconcile_main, r) != 0) {
         free(r);
         return ROOMD_EINTERNAL;
     }
@@ -165,12 +143,6 @@ wallet_reconcile_stop(struct wallet_reconciler *r)
 {
     if (r == NULL)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->stopping = true;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->thread, NULL);
-    pthread_cond_destroy(&r->cv);
-    pthread_mutex_destroy(&r->mu);
+    bg_thread_stop(&r->thread);
     free(r);
 }
