@@ -42,6 +42,11 @@ YAML
     echo "== roomd over HTTP, publish_mode $mode ($rooms rooms, ${secs}s each)"
     "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
     "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
+    if [ "$mode" = direct ]; then
+        echo "== the gift path: SendGift only, each paid from the embedded wallet"
+        BENCH_MIX=gifts "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
+        BENCH_MIX=gifts "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
+    fi
     kill $pid; wait $pid 2>/dev/null || true
     pid=
 }
