@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "projection/projection.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -247,4 +248,43 @@ fail:
     room_state_free(s);
     json_decref(root);
     return ROOMD_EINVAL;
+}
+
+_Static_assert(PROJ_ID_MAX == STORE_ID_MAX, "projection ids hold a room's ids");
+_Static_assert(PROJ_TITLE_MAX >= ROOM_TITLE_MAX, "a projected title holds a room's title");
+
+void
+room_state_project(const struct room_state *st, struct proj_room *out)
+{
+    memset(out, 0, sizeof(*out));
+    strlcpy_(out->app, st->app_code, sizeof(out->app));
+    strlcpy_(out->room_id, st->room_id, sizeof(out->room_id));
+    strlcpy_(out->title, st->title, sizeof(out->title));
+    out->owner_uid = st->owner_uid;
+    out->version = st->version;
+    out->updated_at_ms = st->updated_at_ms;
+    out->gift_total = st->gift_total;
+    out->closed = st->status == ROOM_CLOSED;
+    out->online = out->closed ? 0 : (int)st->nmembers;
+    if (!out->closed && st->nmembers > 0) {
+        out->uids = xcalloc(st->nmembers, sizeof(int64_t));
+        out->joined_ms = xcalloc(st->nmembers, sizeof(int64_t));
+        for (size_t i = 0; i < st->nmembers; i++) {
+            out->uids[i] = st->members[i].uid;
+            out->joined_ms[i] = st->members[i].joined_at_ms;
+        }
+        out->nuids = st->nmembers;
+    }
+}
+
+int
+room_state_update_projection(struct projection *p, const struct room_state *st)
+{
+    struct proj_room r;
+    int rc;
+
+    room_state_project(st, &r);
+    rc = p->ops->update(p, &r);
+    proj_room_clear(&r);
+    return rc;
 }
