@@ -656,25 +656,7 @@ fail:
     return rc;
 }
 
+#define MYS_OP(op) .op = mys_##op,
 const struct store_ops store_mysql_ops = {
-    .name = "mysql",
-    .open = my_open,
-    .close = my_close,
-    .find_command = mys_find_command,
-    .load_room = mys_load_room,
-    .save = mys_save,
-    .outbox_claim = mys_outbox_claim,
-    .outbox_complete = mys_outbox_complete,
-    .outbox_list = mys_outbox_list,
-    .outbox_get = mys_outbox_get,
-    .outbox_replay = mys_outbox_replay,
-    .outbox_counts = mys_outbox_counts,
-    .outbox_purge = mys_outbox_purge,
-    .wallet_refund = mys_wallet_refund,
-    .wallet_topup = mys_wallet_topup,
-    .wallet_balance = mys_wallet_balance,
-    .wallet_debit_many = mys_wallet_debit_many,
-    .rockets_pending = mys_rockets_pending,
-    .rooms_list = mys_rooms_list,
-    .fence_room = mys_fence_room,
-};
+    .name = "mysql", .open = my_open, .close = my_close, STORE_OPS(MYS_OP)};
+#undef MYS_OP
