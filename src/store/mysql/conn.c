@@ -563,6 +563,40 @@ mys_one_fn(struct conn *c, void *arg)
     return rc;
 }
 
+static int
+all_fn(struct conn *c, void *arg)
+{
+    struct all_ctx *x = arg;
+    struct rows r;
+    size_t cap = 0;
+    int rc;
+
+    x->clear(x->rows, x->n); /* a retry starts over */
+    x->rows = NULL;
+    x->n = 0;
+    if ((rc = mys_st_query(c, x->id, &x->p, &r, x->types)) == 0) {
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            x->rows = xgrow(x->rows, x->n, &cap, x->size);
+            x->read(&r, (char *)x->rows + x->n++ * x->size);
+        }
+    }
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_read_all(struct mstore *s, struct all_ctx *x)
+{
+    int rc = mys_run(s, all_fn, x);
+
+    if (rc != 0) {
+        x->clear(x->rows, x->n);
+        x->rows = NULL;
+        x->n = 0;
+    }
+    return rc;
+}
+
 static void
 my_close(struct store *st)
 {

@@ -255,6 +255,21 @@ struct one_ctx {
     void *out;
 };
 
+/* Every row statement id yields for p (bound by the caller; kept as is for
+ * a retry), each read by read into the next element (size bytes) of the
+ * growing array rows; clear frees rows and what read allocated in its n
+ * elements (either may be NULL/0). */
+struct all_ctx {
+    const struct mys_sql *id;
+    const char *types;
+    struct params p;
+    size_t size;
+    void (*read)(const struct rows *, void *);
+    void (*clear)(void *rows, size_t n);
+    void *rows; /* out: malloc'd, the caller's on success */
+    size_t n;
+};
+
 /* conn.c */
 enum errclass mys_classify(unsigned int e);
 int mys_db_fail(struct conn *c, const char *what);
@@ -275,6 +290,9 @@ int mys_tx_commit(struct conn *c);
 void mys_tx_rollback(struct conn *c);
 int mys_run(struct mstore *s, mys_txn_fn fn, void *arg);
 int mys_one_fn(struct conn *c, void *arg);
+/* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
+ * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */
+int mys_read_all(struct mstore *s, struct all_ctx *x);
 
 /* schema.c */
 int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);

@@ -295,6 +295,29 @@ out:
     return rc;
 }
 
+int
+sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x)
+{
+    size_t cap = 0;
+    int step;
+
+    x->rows = NULL;
+    x->n = 0;
+    if (q == NULL)
+        return ROOMD_EIO;
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        x->rows = xgrow(x->rows, x->n, &cap, x->size);
+        x->read(q, (char *)x->rows + x->n++ * x->size);
+    }
+    done(q);
+    if (step == SQLITE_DONE)
+        return 0;
+    x->clear(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    return sq_fail(c->db, step, x->what);
+}
+
 static void
 sq_close(struct store *st)
 {

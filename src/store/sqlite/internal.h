@@ -140,6 +140,18 @@ extern const struct sq_sql SQL_BEGIN;
 extern const struct sq_sql SQL_BEGIN_IMMEDIATE;
 extern const struct sq_sql SQL_COMMIT;
 
+/* The rows of one query read into a growing array: each row by read into
+ * the next element (size bytes) of rows; clear frees rows and what read
+ * allocated in its n elements. what names the query in errors. */
+struct sq_all {
+    size_t size;
+    void (*read)(sqlite3_stmt *, void *);
+    void (*clear)(void *rows, size_t n);
+    const char *what;
+    void *rows; /* out: malloc'd, the caller's on success */
+    size_t n;
+};
+
 /* conn.c */
 int sq_fail(sqlite3 *db, int rc, const char *what);
 sqlite3_stmt *sq_stmt(struct conn *c, const struct sq_sql *id);
@@ -155,6 +167,11 @@ int sq_step_write(struct conn *c, sqlite3_stmt *q, const char *what);
 int sq_in_savepoints(struct conn *c, size_t n, sq_batch_item_fn item, void *arg);
 int sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const char *key2,
                 void (*read)(sqlite3_stmt *, void *), void *out, const char *what);
+
+/* Steps q (prepared on c and bound; NULL when the prepare failed) to its
+ * end into x, then resets q. Returns 0 with x->rows/x->n filled, or EIO
+ * with x->rows NULL and x->n 0. */
+int sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x);
 
 /* schema.c */
 int sq_migrate(struct conn *c, char *err, size_t errlen);
