@@ -159,6 +159,21 @@ copy_str(char *dst, size_t len, const char *src)
     return 0;
 }
 
+/* Reads v, exactly {"uid": I, key: I} (a member or a ban), into *uid and
+ * *x. Returns 0 or -1. */
+static int
+uid_pair(json_t *v, const char *key, int64_t *uid, int64_t *x)
+{
+    json_error_t jerr;
+    json_int_t a, b;
+
+    if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &a, key, &b) != 0)
+        return -1;
+    *uid = a;
+    *x = b;
+    return 0;
+}
+
 int
 room_state_from_json(const char *json, struct room_state **out)
 {
@@ -214,12 +229,8 @@ room_state_from_json(const char *json, struct room_state **out)
     s->members = s->nmembers ? xcalloc(s->nmembers, sizeof(*s->members)) : NULL;
     json_array_foreach(members, i, v)
     {
-        json_int_t uid, at;
-        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "joined_at_ms", &at) !=
-            0)
+        if (uid_pair(v, "joined_at_ms", &s->members[i].uid, &s->members[i].joined_at_ms) != 0)
             goto fail;
-        s->members[i].uid = uid;
-        s->members[i].joined_at_ms = at;
     }
     if ((size_t)member_count != s->nmembers)
         goto fail;
@@ -234,12 +245,8 @@ room_state_from_json(const char *json, struct room_state **out)
     s->bans = s->nbans ? xcalloc(s->nbans, sizeof(*s->bans)) : NULL;
     json_array_foreach(bans, i, v)
     {
-        json_int_t uid, until;
-        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "until_ms", &until) !=
-            0)
+        if (uid_pair(v, "until_ms", &s->bans[i].uid, &s->bans[i].until_ms) != 0)
             goto fail;
-        s->bans[i].uid = uid;
-        s->bans[i].until_ms = until;
     }
     json_decref(root);
     *out = s;
