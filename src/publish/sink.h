@@ -45,9 +45,11 @@ struct sink {
     /* True when this sink handles ev (NULL = every event). */
     bool (*accepts)(struct sink *s, const struct outbox_event *ev);
     /* Delivers ev. Returns 0 (delivered; also when the peer says it already
-     * had it), ROOMD_ERETRY (transient: retry with backoff) or ROOMD_EPERM
-     * (permanent: the row fails at once). err gets a one-line reason without
-     * secrets, kept in room_outbox.last_error. deadline is clock_mono_ms(). */
+     * had it), ROOMD_ERETRY (the peer answered "not now": retry with backoff,
+     * an attempt), ROOMD_EUNAVAIL (no answer: connection down, timeout; an
+     * outage, retried without counting an attempt, and it feeds the sink's
+     * circuit) or ROOMD_EPERM (permanent: the row fails at once). err gets a one-line reason
+     * without secrets, kept in room_outbox.last_error. deadline is clock_mono_ms(). */
     int (*publish)(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms,
                    char *err, size_t errlen);
     /* Frees the sink. Called once, after all publish calls returned. */

@@ -36,8 +36,11 @@ status_rc(int st)
     case GRPC_PEER_FAILED_PRECONDITION:
     case GRPC_PEER_OUT_OF_RANGE:
         return ROOMD_EPERM; /* the event itself is refused: retrying cannot help */
+    case GRPC_PEER_UNAVAILABLE:
+    case GRPC_PEER_DEADLINE_EXCEEDED:
+        return ROOMD_EUNAVAIL; /* no answer: an outage, the event costs no attempt */
     default:
-        return ROOMD_ERETRY; /* UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ... */
+        return ROOMD_ERETRY; /* RESOURCE_EXHAUSTED, INTERNAL, ... */
     }
 }
 
@@ -49,10 +52,10 @@ activity_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline
     struct grpc_reply r;
     int rc;
 
-    if (grpc_peer_call(a->peer, CONSUME_METHOD, ev->envelope, ev->envelope_len, deadline, &r) !=
-        0) {
+    if ((rc = grpc_peer_call(a->peer, CONSUME_METHOD, ev->envelope, ev->envelope_len, deadline,
+                             &r)) != 0) {
         snprintf(err, errlen, "activity: %s", r.details);
-        return ROOMD_ERETRY;
+        return rc;
     }
     rc = status_rc(r.status);
     if (r.status != GRPC_PEER_OK)

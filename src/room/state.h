@@ -97,6 +97,14 @@ int room_rules_from_json(json_t *o, struct conf_room *out);
 /* True when a and b have the same rule fields, seat_count aside (a room
  * keeps the seats it was created with). */
 bool room_rules_equal(const struct conf_room *a, const struct conf_room *b);
+struct proj_room;
+struct projection;
+/* Fills *out (overwritten; free its arrays with proj_room_clear) with what
+ * the projections keep of s (projection.h). Never fails. */
+void room_state_project(const struct room_state *s, struct proj_room *out);
+/* Reflects s in p (best effort, as projection_ops.update): returns its rc.
+ * Blocks as p's update does; thread: any. */
+int room_state_update_projection(struct projection *p, const struct room_state *s);
 
 /* Member helpers: index or -1. */
 int room_state_member_index(const struct room_state *s, int64_t uid);

@@ -168,7 +168,7 @@ grpc_peer_call(struct grpc_peer *p, const char *method, const uint8_t *req, size
     r->status = -1;
     if (left <= 0) {
         snprintf(r->details, sizeof(r->details), "deadline passed before the call");
-        return ROOMD_ERETRY;
+        return ROOMD_EUNAVAIL;
     }
     cq = grpc_completion_queue_create_for_next(NULL);
     call = grpc_channel_create_call(p->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,

@@ -46,8 +46,9 @@ int grpc_peer_open(struct grpc_peer **out, const char *target, const char *who, 
  * Calls method ("/pkg.Service/Method") with the packed request req[0..len)
  * and waits for its end, at most until deadline_mono_ms (clock_mono_ms()).
  * Fills *r (free r->body). Returns 0 when the call ended with a status (see
- * r->status), or ROOMD_ERETRY when it could not start (deadline already
- * passed). Thread: any, concurrently. Blocks.
+ * r->status), or when it could not start ROOMD_EUNAVAIL (the deadline had
+ * passed: no answer) or ROOMD_ERETRY (gRPC refused the batch), with
+ * r->details. Thread: any, concurrently. Blocks.
  */
 int grpc_peer_call(struct grpc_peer *p, const char *method, const uint8_t *req, size_t len,
                    int64_t deadline_mono_ms, struct grpc_reply *r);

@@ -106,7 +106,7 @@ wallet_grpc_in_flight(struct wallet *w, const char *app, const char *command_id)
 /* ---- calls --------------------------------------------------------------------------- */
 
 /* Packs m, calls method, leaves the reply in *r. Returns 0 when the call
- * ended with a status (r->status), else ROOMD_ERETRY. */
+ * ended with a status (r->status), else grpc_peer_call's code. */
 static int
 call(struct wallet_grpc *g, const char *method, const ProtobufCMessage *m, int64_t deadline,
      struct grpc_reply *r)
@@ -200,9 +200,9 @@ resolve(struct wallet_grpc *g, const char *method, const char *what, const char 
     m.app_code = (char *)app;
     m.command_id = (char *)command_id;
     m.request_digest = (char *)"";
-    if (call(g, method, &m.base, deadline, &r) != 0) {
+    if ((rc = call(g, method, &m.base, deadline, &r)) != 0) {
         reply_err(what, &r, err, errlen);
-        return ROOMD_ERETRY;
+        return rc;
     }
     switch (r.status) {
     case GRPC_PEER_OK:
@@ -214,6 +214,11 @@ resolve(struct wallet_grpc *g, const char *method, const char *what, const char 
     case GRPC_PEER_INVALID_ARGUMENT:
         reply_err(what, &r, err, errlen);
         rc = ROOMD_EPERM;
+        break;
+    case GRPC_PEER_UNAVAILABLE:
+    case GRPC_PEER_DEADLINE_EXCEEDED:
+        reply_err(what, &r, err, errlen);
+        rc = ROOMD_EUNAVAIL; /* no answer: an outage, the row costs no attempt */
         break;
     default:
         reply_err(what, &r, err, errlen);

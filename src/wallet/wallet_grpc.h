@@ -37,7 +37,8 @@ bool wallet_is_grpc(const struct wallet *w);
 
 /*
  * Confirm of (app, command_id) (the gift committed). Returns 0 (confirmed,
- * also again), ROOMD_ERETRY (the wallet is unreachable: retry) or
+ * also again), ROOMD_EUNAVAIL (the wallet does not answer), ROOMD_ERETRY
+ * (it answered "not now"), both retried by the outbox, or
  * ROOMD_EPERM (the wallet refuses: the hold was cancelled or never taken;
  * the money invariant is broken for this gift and `roomctl wallet audit`
  * reports it), with err (no secrets). Blocks until deadline_mono_ms at most.
@@ -45,8 +46,8 @@ bool wallet_is_grpc(const struct wallet *w);
  */
 int wallet_grpc_confirm(struct wallet *w, const char *app, const char *command_id,
                         int64_t deadline_mono_ms, char *err, size_t errlen);
-/* Cancel of (app, command_id): 0 (cancelled, also again), ROOMD_ERETRY,
- * ROOMD_EPERM (it was confirmed). Same threads and blocking. */
+/* Cancel of (app, command_id): 0 (cancelled, also again), ROOMD_EUNAVAIL,
+ * ROOMD_ERETRY, ROOMD_EPERM (it was confirmed). Same threads and blocking. */
 int wallet_grpc_cancel(struct wallet *w, const char *app, const char *command_id, char *err,
                        size_t errlen);
 
