@@ -114,11 +114,13 @@ class ImStandin:
         return self._req("POST", "/_control", kw)
 
 
-class ActivityStandin:
+class NodeGrpcStandin:
+    """A stand-in that is a Node @grpc/grpc-js server plus a JSON control port: the start,
+    stop and control calls the activity and wallet stand-ins share."""
+
     def __init__(self, tmp):
         self.tmp = tmp
         self.port, self.cport = free_port(), free_port()
-        self.record = os.path.join(tmp, f"activity-calls-{self.port}.jsonl")
         self.proc = None
 
     @staticmethod
@@ -126,15 +128,13 @@ class ActivityStandin:
         return shutil.which("node") is not None and \
             os.path.isdir(os.path.join(HERE, "node_modules", "@grpc", "grpc-js"))
 
-    def conf(self):
-        return {"enabled": True, "target": f"127.0.0.1:{self.port}"}
-
-    def start(self):
-        self.log = open(os.path.join(self.tmp, f"activity-standin-{self.port}.log"), "ab")
+    def _spawn(self, script, *args):
+        name = script.replace("_standin.js", "")
+        self.log = open(os.path.join(self.tmp, f"{name}-standin-{self.port}.log"), "ab")
         self.proc = subprocess.Popen(
-            ["node", os.path.join(HERE, "activity_standin.js"), "--port", str(self.port),
+            ["node", os.path.join(HERE, script), "--port", str(self.port),
              "--control-port", str(self.cport), "--proto-dir", os.path.join(SOURCE, "proto"),
-             "--record", self.record],
+             *args],
             stdout=self.log, stderr=self.log)
         wait_port(self.port, self.proc)
         wait_port(self.cport, self.proc)
@@ -153,6 +153,18 @@ class ActivityStandin:
         data = r.read()
         c.close()
         return json.loads(data)
+
+
+class ActivityStandin(NodeGrpcStandin):
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.record = os.path.join(tmp, f"activity-calls-{self.port}.jsonl")
+
+    def conf(self):
+        return {"enabled": True, "target": f"127.0.0.1:{self.port}"}
+
+    def start(self):
+        return self._spawn("activity_standin.js", "--record", self.record)
 
     def calls(self):
         if self.proc is None:  # stopped: read what it recorded
@@ -170,46 +182,21 @@ class ActivityStandin:
         return self._req("POST", "/slow", {"ms": ms, "count": count})
 
 
-class WalletStandin:
+class WalletStandin(NodeGrpcStandin):
     """The wallet service stand-in (wallet_standin.js): real gRPC, a durable ledger file."""
 
     def __init__(self, tmp, initial=100000):
-        self.tmp = tmp
-        self.port, self.cport = free_port(), free_port()
+        super().__init__(tmp)
         self.ledger = os.path.join(tmp, f"wallet-ledger-{self.port}.jsonl")
         self.initial = initial
-        self.proc = None
-
-    available = ActivityStandin.available
 
     def conf(self, reconcile_after="2s"):
         return {"driver": "grpc", "grpc": {"target": f"127.0.0.1:{self.port}", "timeout": "500ms"},
                 "reconcile_after": reconcile_after}
 
     def start(self):
-        self.log = open(os.path.join(self.tmp, f"wallet-standin-{self.port}.log"), "ab")
-        self.proc = subprocess.Popen(
-            ["node", os.path.join(HERE, "wallet_standin.js"), "--port", str(self.port),
-             "--control-port", str(self.cport), "--proto-dir", os.path.join(SOURCE, "proto"),
-             "--ledger", self.ledger, "--initial", str(self.initial)],
-            stdout=self.log, stderr=self.log)
-        wait_port(self.port, self.proc)
-        wait_port(self.cport, self.proc)
-        return self
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-        self.proc = None
-
-    def _req(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.cport, timeout=10)
-        c.request(method, path, body=json.dumps(body) if body is not None else None)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return json.loads(data)
+        return self._spawn("wallet_standin.js", "--ledger", self.ledger,
+                           "--initial", str(self.initial))
 
     def state(self):
         return self._req("GET", "/state")
