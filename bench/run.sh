@@ -18,6 +18,7 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 run_roomd() {
     mode=$1
     port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    admin_port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     db="$tmp/bench-$mode.db"
     case $mode in
     direct) sink="outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
@@ -30,6 +31,7 @@ run_roomd() {
     cat >"$tmp/bench-$mode.yaml" <<YAML
 app: {log_file: "$tmp/roomd-$mode.log", log_level: warn}
 http: {listen: "127.0.0.1:$port", max_connections: 1024}
+admin: {listen: "127.0.0.1:$admin_port"}
 store: {driver: sqlite, sqlite: {path: "$db", synchronous: full}}
 room: {snapshot_every_n: 50}
 wallet: {initial_balance: 1000000000}

@@ -62,6 +62,26 @@ static const struct key keys[] = {
     KEY("http.max_body_bytes", K_INT64, http.max_body_bytes),
     KEY("http.max_connections", K_INT, http.max_connections),
     KEY("http.request_timeout", K_DUR, http.request_timeout_ms),
+    KEY("http.header_timeout", K_DUR, http.header_timeout_ms),
+    KEY("http.body_timeout", K_DUR, http.body_timeout_ms),
+    KEY("http.max_connections_per_ip", K_INT, http.max_connections_per_ip),
+    KEY("http.tls.cert_file", K_STR, http.tls_cert_file),
+    KEY("http.tls.key_file", K_STR, http.tls_key_file),
+
+    KEY("auth.mode", K_STR, auth.mode),
+    KEY("auth.jwt.hs256_secret_env", K_STR, auth.hs256_secret_env),
+    KEY("auth.jwt.hs256_secret_file", K_STR, auth.hs256_secret_file),
+    KEY("auth.jwt.public_key_file", K_STR, auth.public_key_file),
+    KEY("auth.jwt.leeway", K_DUR, auth.leeway_ms),
+    KEY("auth.jwt.issuer", K_STR, auth.issuer),
+    KEY("auth.jwt.audience", K_STR, auth.audience),
+
+    KEY("admin.listen", K_STR, admin.listen),
+    KEY("admin.token_env", K_STR, admin.token_env),
+    KEY("admin.token_file", K_STR, admin.token_file),
+    KEY("admin.max_connections", K_INT, admin.max_connections),
+    KEY("admin.tls.cert_file", K_STR, admin.tls_cert_file),
+    KEY("admin.tls.key_file", K_STR, admin.tls_key_file),
 
     KEY("store.driver", K_STR, store.driver),
     KEY("store.sqlite.path", K_STR, store.sqlite.path),
@@ -227,6 +247,26 @@ conf_defaults(struct conf *c)
     c->http.max_body_bytes = 65536;
     c->http.max_connections = 1024;
     c->http.request_timeout_ms = 30000;
+    c->http.header_timeout_ms = 10000;
+    c->http.body_timeout_ms = 30000;
+    c->http.max_connections_per_ip = 64;
+    c->http.tls_cert_file = xstrdup("");
+    c->http.tls_key_file = xstrdup("");
+
+    c->auth.mode = xstrdup("none");
+    c->auth.hs256_secret_env = xstrdup("");
+    c->auth.hs256_secret_file = xstrdup("");
+    c->auth.public_key_file = xstrdup("");
+    c->auth.leeway_ms = 30000;
+    c->auth.issuer = xstrdup("");
+    c->auth.audience = xstrdup("");
+
+    c->admin.listen = xstrdup("127.0.0.1:8081");
+    c->admin.token_env = xstrdup("");
+    c->admin.token_file = xstrdup("");
+    c->admin.max_connections = 64;
+    c->admin.tls_cert_file = xstrdup("");
+    c->admin.tls_key_file = xstrdup("");
 
     c->store.driver = xstrdup("sqlite");
     c->store.sqlite.path = xstrdup("./var/roomd.db");
@@ -262,7 +302,7 @@ conf_defaults(struct conf *c)
 
     c->wallet.driver = xstrdup("embedded");
     c->wallet.initial_balance = 0;
-    c->wallet.allow_topup = true;
+    c->wallet.allow_topup = false;
 
     c->redis.enabled = false;
     c->redis.addr = xstrdup("127.0.0.1:6379");
@@ -735,6 +775,82 @@ check_enum(struct vctx *v, const char *path, const char *s, const char *const *n
         bad(v, path, "must be one of %s, got \"%s\"", list, s ? s : "");
 }
 
+bool
+conf_listen_is_loopback(const char *listen)
+{
+    const char *colon = listen ? strrchr(listen, ':') : NULL;
+    size_t n;
+
+    if (colon == NULL)
+        return false;
+    n = (size_t)(colon - listen);
+    if (n == 9 && strncmp(listen, "localhost", 9) == 0)
+        return true;
+    if (n == 5 && strncmp(listen, "[::1]", 5) == 0)
+        return true;
+    return n >= 4 && strncmp(listen, "127.", 4) == 0;
+}
+
+/* At most one of two "where the secret is" keys. */
+static void
+one_secret_source(struct vctx *v, const char *a_key, const char *a, const char *b_key,
+                  const char *b)
+{
+    if (!empty(a) && !empty(b))
+        bad(v, b_key, "set either %s or %s, not both", a_key, b_key);
+}
+
+/* auth.* and admin.* (docs/auth.md). */
+static void
+validate_auth_admin(const struct conf *c, struct vctx *v)
+{
+    static const char *const modes[] = {"none", "jwt", NULL};
+    const struct conf_auth *a = &c->auth;
+    const struct conf_admin *ad = &c->admin;
+    bool hs = !empty(a->hs256_secret_env) || !empty(a->hs256_secret_file);
+
+    check_enum(v, "auth.mode", a->mode, modes, "none, jwt");
+    if (one_of(a->mode, (const char *const[]){"none", NULL})) {
+        if (!conf_listen_is_loopback(c->http.listen))
+            bad(v, "auth.mode", "none needs every listener on loopback; http.listen is \"%s\"",
+                c->http.listen ? c->http.listen : "");
+        else if (!conf_listen_is_loopback(ad->listen))
+            bad(v, "auth.mode", "none needs every listener on loopback; admin.listen is \"%s\"",
+                ad->listen ? ad->listen : "");
+    }
+    one_secret_source(v, "auth.jwt.hs256_secret_env", a->hs256_secret_env,
+                      "auth.jwt.hs256_secret_file", a->hs256_secret_file);
+    if (one_of(a->mode, (const char *const[]){"jwt", NULL})) {
+        if (!hs && empty(a->public_key_file))
+            bad(v, "auth.jwt.hs256_secret_env",
+                "auth.mode jwt needs auth.jwt.hs256_secret_env, auth.jwt.hs256_secret_file or "
+                "auth.jwt.public_key_file");
+        if (hs && !empty(a->public_key_file))
+            bad(v, "auth.jwt.public_key_file",
+                "set either an HS256 secret or auth.jwt.public_key_file, not both");
+    }
+    if (a->leeway_ms < 0)
+        bad(v, "auth.jwt.leeway", "must be >= 0");
+    if (!host_port_ok(ad->listen))
+        bad(v, "admin.listen", "must be host:port with a port in 1..65535, got \"%s\"",
+            ad->listen ? ad->listen : "");
+    else if (c->http.listen != NULL && strcmp(ad->listen, c->http.listen) == 0)
+        bad(v, "admin.listen", "must differ from http.listen");
+    one_secret_source(v, "admin.token_env", ad->token_env, "admin.token_file", ad->token_file);
+    if (empty(ad->token_env) && empty(ad->token_file) && !conf_listen_is_loopback(ad->listen))
+        bad(v, "admin.token_env",
+            "admin.listen \"%s\" is not loopback: set admin.token_env or admin.token_file",
+            ad->listen ? ad->listen : "");
+    if (ad->max_connections < 1)
+        bad(v, "admin.max_connections", "must be >= 1");
+    if (empty(c->http.tls_cert_file) != empty(c->http.tls_key_file))
+        bad(v, empty(c->http.tls_cert_file) ? "http.tls.cert_file" : "http.tls.key_file",
+            "set both http.tls.cert_file and http.tls.key_file, or neither");
+    if (empty(ad->tls_cert_file) != empty(ad->tls_key_file))
+        bad(v, empty(ad->tls_cert_file) ? "admin.tls.cert_file" : "admin.tls.key_file",
+            "set both admin.tls.cert_file and admin.tls.key_file, or neither");
+}
+
 static void
 validate(const struct conf *c, struct vctx *v)
 {
@@ -765,6 +881,13 @@ validate(const struct conf *c, struct vctx *v)
         bad(v, "http.max_connections", "must be >= 1");
     if (c->http.request_timeout_ms <= 0)
         bad(v, "http.request_timeout", "must be > 0");
+    if (c->http.header_timeout_ms <= 0)
+        bad(v, "http.header_timeout", "must be > 0");
+    if (c->http.body_timeout_ms <= 0)
+        bad(v, "http.body_timeout", "must be > 0");
+    if (c->http.max_connections_per_ip < 0)
+        bad(v, "http.max_connections_per_ip", "must be >= 0 (0 = no limit)");
+    validate_auth_admin(c, v);
 
     /* store */
     check_enum(v, "store.driver", c->store.driver, stores, "sqlite, mysql");

@@ -33,6 +33,32 @@ struct conf_http {
     int64_t max_body_bytes; /* bodies above answer 413 */
     int max_connections;
     int64_t request_timeout_ms; /* idle connection timeout */
+    int64_t header_timeout_ms;  /* a request's headers must be in within this */
+    int64_t body_timeout_ms;    /* a request's body must be in within this */
+    int max_connections_per_ip; /* 0 = no per-IP limit */
+    char *tls_cert_file;        /* http.tls.cert_file: PEM; "" = plain HTTP */
+    char *tls_key_file;         /* http.tls.key_file */
+};
+
+/* auth: who may call the public /v1 API (docs/auth.md). */
+struct conf_auth {
+    char *mode;              /* "none" (loopback listeners only) | "jwt" */
+    char *hs256_secret_env;  /* auth.jwt.hs256_secret_env: variable holding the HS256 secret */
+    char *hs256_secret_file; /* auth.jwt.hs256_secret_file: or a file holding it */
+    char *public_key_file;   /* auth.jwt.public_key_file: PEM, RSA (RS256) or EC P-256 (ES256) */
+    int64_t leeway_ms;       /* auth.jwt.leeway: clock skew allowed on exp / nbf */
+    char *issuer;            /* auth.jwt.issuer: "" = iss not checked */
+    char *audience;          /* auth.jwt.audience: "" = aud not checked */
+};
+
+/* admin: the operator listener (/internal/v1/..., /metrics, readiness details, top-up). */
+struct conf_admin {
+    char *listen;        /* "127.0.0.1:8081" */
+    char *token_env;     /* variable holding the admin bearer token */
+    char *token_file;    /* or a file holding it */
+    int max_connections; /* its own limit, apart from http.max_connections */
+    char *tls_cert_file; /* admin.tls.cert_file: PEM; "" = plain HTTP */
+    char *tls_key_file;  /* admin.tls.key_file */
 };
 
 struct conf_sqlite {
@@ -196,6 +222,8 @@ struct conf {
     char *path; /* file it was loaded from */
     struct conf_app app;
     struct conf_http http;
+    struct conf_auth auth;
+    struct conf_admin admin;
     struct conf_store store;
     struct conf_room room;
     struct conf_wallet wallet;
@@ -220,6 +248,10 @@ void conf_defaults(struct conf *c);
 /* Re-checks the cross-key rules (conf_load calls it). Returns 0 or
  * ROOMD_EINVAL with the key named in err. */
 int conf_validate(const struct conf *c, char *err, size_t errlen);
+
+/* True when listen ("host:port") binds a loopback address: 127.x.x.x,
+ * localhost or [::1]. Thread: any. */
+bool conf_listen_is_loopback(const char *listen);
 
 /* Parses "500ms", "3s", "5m", "1h", "2h30m"; returns 0 or -1. */
 int conf_parse_duration(const char *s, int64_t *out_ms);

@@ -1,0 +1,143 @@
+/*
+ * ready.c: readiness from a cache (router.h, struct http_ready). A ticker
+ * thread asks the store for the outbox counts every every_ms; /readyz and the
+ * /metrics outbox gauges read the last answer. So a /readyz flood costs no
+ * query, and the public answer is one reason word: "starting" (no check yet),
+ * "store" (the last check failed), "stale" (the check in progress hangs for
+ * over 5 intervals). The admin listener adds the counts and the store's
+ * error text.
+ */
+#include "http/router.h"
+
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+#include "http/ticker.h"
+#include "store/store.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STALE_INTERVALS 5
+
+struct http_ready {
+    struct store *store;
+    struct ticker *ticker;
+    int64_t every_ms;
+    pthread_mutex_t mu;
+    bool checked;            /* one check answered */
+    bool ok;                 /* the last check succeeded */
+    int64_t checked_mono_ms; /* when the last check answered */
+    struct outbox_counts oc; /* of the last successful check */
+    bool have_counts;
+    char error[256]; /* the last failure (admin only) */
+};
+
+static void
+refresh(void *arg)
+{
+    struct http_ready *r = arg;
+    struct outbox_counts oc;
+    int rc = store_outbox_counts(r->store, &oc);
+
+    pthread_mutex_lock(&r->mu);
+    r->checked = true;
+    r->ok = rc == 0;
+    r->checked_mono_ms = clock_mono_us() / 1000;
+    if (rc == 0) {
+        r->oc = oc;
+        r->have_counts = true;
+        r->error[0] = '\0';
+    } else {
+        snprintf(r->error, sizeof(r->error), "store: %s: %s", roomd_strerror(rc), store_errmsg());
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+int
+http_ready_start(struct http_ready **out, struct store *st, int64_t every_ms)
+{
+    struct http_ready *r = xcalloc(1, sizeof(*r));
+
+    *out = NULL;
+    r->store = st;
+    r->every_ms = every_ms;
+    pthread_mutex_init(&r->mu, NULL);
+    if (ticker_start(&r->ticker, every_ms, refresh, r) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return ROOMD_ENOMEM;
+    }
+    *out = r;
+    return 0;
+}
+
+void
+http_ready_stop(struct http_ready *r)
+{
+    if (r == NULL)
+        return;
+    ticker_stop(r->ticker);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+bool
+http_ready_counts(struct http_ready *r, struct outbox_counts *oc)
+{
+    bool have;
+
+    if (r == NULL)
+        return false;
+    pthread_mutex_lock(&r->mu);
+    have = r->have_counts;
+    if (have)
+        *oc = r->oc;
+    pthread_mutex_unlock(&r->mu);
+    return have;
+}
+
+void
+http_ready_reply(struct http_ready *r, bool details, struct http_response *resp)
+{
+    const char *reason = NULL;
+    json_t *j;
+    int64_t age_ms;
+
+    if (r == NULL) {
+        http_response_take(resp, 503,
+                           xstrdup("{\"status\":\"unavailable\",\"reason\":\"starting\"}"));
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    age_ms = clock_mono_us() / 1000 - r->checked_mono_ms;
+    if (!r->checked)
+        reason = "starting";
+    else if (!r->ok)
+        reason = "store";
+    else if (age_ms > STALE_INTERVALS * r->every_ms + 1000)
+        reason = "stale";
+    j = json_pack("{s:s}", "status", reason ? "unavailable" : "ready");
+    if (reason)
+        json_object_set_new(j, "reason", json_string(reason));
+    if (details) {
+        json_object_set_new(j, "checked_ms_ago", json_integer(r->checked ? age_ms : -1));
+        if (r->error[0] != '\0')
+            json_object_set_new(j, "error", json_string(r->error));
+        if (r->have_counts)
+            json_object_set_new(
+                j, "outbox",
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "pending", (json_int_t)r->oc.pending,
+                          "delivering", (json_int_t)r->oc.delivering, "delivered",
+                          (json_int_t)r->oc.delivered, "retryable", (json_int_t)r->oc.retryable,
+                          "failed", (json_int_t)r->oc.failed, "oldest_undelivered_ms",
+                          (json_int_t)r->oc.oldest_undelivered_ms));
+    }
+    pthread_mutex_unlock(&r->mu);
+    http_response_take(resp, reason ? 503 : 200, json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS));
+    json_decref(j);
+}
