@@ -81,6 +81,7 @@ class Roomd:
         self.port = port or free_port()
         self.cfg = merge(base_config(self.tmp, self.port), overrides or {})
         self.admin_port = int(self.cfg["admin"]["listen"].rpartition(":")[2])
+        self.admin_token = None  # set it when the config names admin.token_env/_file
         self.cfg_path = os.path.join(self.tmp, f"roomd-{self.port}.yaml")
         with open(self.cfg_path, "w") as f:
             json.dump(self.cfg, f, indent=1)
@@ -134,9 +135,14 @@ class Roomd:
     def post(self, path, body, **kw):
         return self.http("POST", path, body, **kw)
 
-    def admin(self, method, path, body=None, **kw):
-        """A request to the admin listener (/internal/v1/..., /metrics, top-up, readiness)."""
-        return self.http(method, path, body, port=self.admin_port, **kw)
+    def admin(self, method, path, body=None, headers=None, **kw):
+        """A request to the admin listener (/internal/v1/..., /metrics, top-up, readiness),
+        with "Authorization: Bearer <admin_token>" when self.admin_token is set and headers
+        carry no Authorization of their own."""
+        h = dict(headers or {})
+        if self.admin_token and "Authorization" not in h:
+            h["Authorization"] = f"Bearer {self.admin_token}"
+        return self.http(method, path, body, headers=h, port=self.admin_port, **kw)
 
     def admin_post(self, path, body, **kw):
         return self.admin("POST", path, body, **kw)

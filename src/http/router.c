@@ -335,10 +335,16 @@ router_handle(const struct http_deps *d, const struct http_request *req, struct 
                                   "segment, or longer than 1023 bytes");
         return;
     }
+    bool elsewhere = false; /* a path of the other listener: 404, never 405 */
+
     for (size_t i = 0; i < NROUTES; i++) {
         const struct route *r = &routes[i];
-        if ((r->on & here) == 0 || !match(r->pattern, path, cap, &toolong))
+        if (!match(r->pattern, path, cap, &toolong))
             continue;
+        if ((r->on & here) == 0) {
+            elsewhere = elsewhere || strcmp(r->method, req->method) == 0;
+            continue;
+        }
         if (strcmp(r->method, req->method) == 0) {
             dispatch(d, req, r, cap, toolong, resp);
             return;
@@ -347,7 +353,7 @@ router_handle(const struct http_deps *d, const struct http_request *req, struct 
             snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
                      allow[0] ? ", " : "", r->method);
     }
-    if (allow[0] != '\0') {
+    if (allow[0] != '\0' && !elsewhere) {
         http_response_error(resp, 405, "method_not_allowed", "%s %s: allowed: %s", req->method,
                             path, allow);
         http_response_header(resp, "Allow", allow);
