@@ -6,6 +6,7 @@
  *
  *   roomd -c configs/local.yaml        serve
  *   roomd --check-config FILE          validate FILE and exit (0 ok, 1 error)
+ *   roomd --print-config-doc           print the key reference of docs/conf.md
  */
 #include "auth/auth.h"
 #include "conf/conf.h"
@@ -41,7 +42,8 @@
 static void
 usage(void)
 {
-    fprintf(stderr, "usage: roomd -c FILE\n       roomd --check-config FILE\n");
+    fprintf(stderr, "usage: roomd -c FILE\n       roomd --check-config FILE\n       roomd "
+                    "--print-config-doc\n");
     exit(2);
 }
 
@@ -86,6 +88,7 @@ main(int argc, char **argv)
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'C'},
+        {"print-config-doc", no_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -103,6 +106,9 @@ main(int argc, char **argv)
             path = optarg;
             check_only = 1;
             break;
+        case 'D':
+            conf_write_doc(stdout);
+            return 0;
         default:
             usage();
         }

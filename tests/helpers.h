@@ -40,4 +40,22 @@ int th_env_port(const char *name, int dflt);
  * in which case it fails with why. */
 void th_skip_or_fail(const char *why);
 
+/* One ctest entry per test function (tests/cases.c): every program's groups
+ * run through th_run_group. `prog --list` prints one id per test ("name", or
+ * "group.name" for a group not called "tests") and runs nothing; `prog ID`
+ * runs that test alone (its group's setup/teardown around it; other groups
+ * are skipped); an ID no group holds fails the program. CMake lists the ids
+ * of each program after building it (cannot drift from the arrays). */
+int th_run_group(const char *group, const struct CMUnitTest *tests, size_t n,
+                 CMFixtureFunction setup, CMFixtureFunction teardown);
+
+/* True while the program runs with --list: main skips its server set-up. */
+int th_listing(void);
+
+#undef cmocka_run_group_tests
+#define cmocka_run_group_tests(t, s, td) th_run_group("tests", t, sizeof(t) / sizeof((t)[0]), s, td)
+#undef cmocka_run_group_tests_name
+#define cmocka_run_group_tests_name(g, t, s, td)                                                   \
+    th_run_group(g, t, sizeof(t) / sizeof((t)[0]), s, td)
+
 #endif

@@ -34,7 +34,14 @@ def env_port(name, dflt):
     return int(os.environ.get(name, dflt))
 
 
+def listing():
+    """True under `test_x.py --list` (ctest asks for the names): no server is needed."""
+    return sys.argv[1:2] == ["--list"]
+
+
 def need(host, port, what):
+    if listing():
+        return
     try:
         socket.create_connection((host, port), timeout=2).close()
     except OSError:
@@ -219,8 +226,24 @@ def wait_until(fn, timeout=10, step=0.05, what="condition"):
     raise AssertionError(f"timed out waiting for {what} (last={last!r})")
 
 
-def run(tests):
-    """Runs test functions in order; prints a summary; exits non-zero on failure."""
+def run(tests, fixture=None):
+    """Runs test functions in order; prints a summary; exits non-zero on failure.
+
+    `--list` prints the names (one ctest entry each) and runs nothing; names on
+    the command line run just those. A program whose tests share one expensive
+    set-up (a roomd process started once) passes fixture="name": it is listed
+    as that one name and always runs every test."""
+    if listing():
+        print("\n".join([fixture] if fixture else [t.__name__ for t in tests]))
+        sys.exit(0)
+    wanted = [a for a in sys.argv[1:] if a != fixture]
+    if wanted and not fixture:
+        by_name = {t.__name__: t for t in tests}
+        unknown = [w for w in wanted if w not in by_name]
+        if unknown:
+            print(f"FAIL: no test named {', '.join(unknown)} (--list prints the names)")
+            sys.exit(1)
+        tests = [by_name[w] for w in wanted]
     failed = 0
     for t in tests:
         name = t.__name__

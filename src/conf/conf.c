@@ -1,11 +1,27 @@
 /*
- * conf.c: YAML -> struct conf (conf.h). A table maps each dotted key path
- * to a type and an offsetof into struct conf; load() walks the libyaml
- * document over it, then validate() checks every rule. Errors read
- * "FILE:LINE:COL: key.path: problem" (libyaml marks are 0-based; printed 1-based).
- * To add a key: add a field to conf.h, a row to keys[], a default and a rule.
+ * conf.c: YAML -> struct conf (conf.h). keys[] below holds ONE row per key:
+ * its dotted path, type, field (offsetof into struct conf), default (written
+ * as in YAML), single-key rule (bounds or allowed values, optionally only
+ * when another key is set) and its one-line doc. conf_defaults() applies the
+ * defaults of the rows, check_row() their rules, validate_cross() the rules
+ * that span keys, conf_write_doc() prints the key reference of docs/conf.md.
+ * Errors read "FILE:LINE:COL: key.path: problem" (libyaml marks are 0-based;
+ * printed 1-based).
+ *
+ * To add a key:
+ *   1. add the field to struct conf in conf.h;
+ *   2. add one row to keys[] (keep the section's order): e.g.
+ *        {"http.foo", K_DUR, F(http.foo_ms), "5s", GT(0), .doc = "what it does"}
+ *      bounds: GT(n) GE(n) RANGE(a, b) NONEMPTY ONE_OF(names) HOSTPORT
+ *      HOSTPORT_OPT; .when = "sec.enabled" or "sec.driver=x" limits the
+ *      rule; .note is appended to its message;
+ *   3. only a rule that reads two keys goes into validate_cross();
+ *   4. regenerate the key reference: build/roomd --print-config-doc, paste it
+ *      over the generated block of docs/conf.md (test_conf checks they match),
+ *      and spell the key out in configs/local.yaml.
  */
 #include "conf/conf.h"
+#include "conf/internal.h"
 
 #include "core/err.h"
 #include "core/xmalloc.h"
@@ -22,184 +38,305 @@
 
 /* ==== The key table ==== */
 
-enum ktype {
-    K_STR,       /* char * */
-    K_BOOL,      /* bool */
-    K_INT,       /* int */
-    K_INT64,     /* int64_t */
-    K_DUR,       /* int64_t milliseconds, written "500ms", "3s", "5m", "1h" */
-    K_STRLIST,   /* char *[CONF_MAX_LIST] + int count at aux */
-    K_INT64LIST, /* int64_t[CONF_MAX_ROCKET_LEVELS] + int count at aux */
-    K_PUBMODE,   /* enum publish_mode: direct|mq|dual */
-    K_SYNC,      /* bool synchronous_full: full|normal */
+#define F(field) offsetof(struct conf, field), 0
+#define L(field, count) offsetof(struct conf, field), offsetof(struct conf, count)
+#define GT(n) .check = CK_GT, .lo = (n)
+#define GE(n) .check = CK_GE, .lo = (n)
+#define RANGE(a, b) .check = CK_RANGE, .lo = (a), .hi = (b)
+#define NONEMPTY .check = CK_NONEMPTY
+#define ONE_OF(list) .check = CK_ONE_OF, .names = (list)
+#define HOSTPORT .check = CK_HOSTPORT
+#define HOSTPORT_OPT .check = CK_HOSTPORT_OPT
+
+static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const store_drivers[] = {"sqlite", "mysql", NULL};
+static const char *const wallet_drivers[] = {"embedded", NULL};
+static const char *const lease_drivers[] = {"local", "redis", NULL};
+static const char *const proj_drivers[] = {"memory", "redis", NULL};
+static const char *const publish_modes[] = {"direct", "mq", "dual", NULL}; /* enum publish_mode */
+static const char *const strategies[] = {"exponential_backoff", NULL};
+static const char *const group_types[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
+static const char *const auth_modes[] = {"none", "jwt", NULL};
+
+#define MYSQL_ON "store.driver=mysql"
+#define MQ_ON "rocketmq.enabled"
+#define IM_ON "tencent_im.enabled"
+
+const struct key conf_keys[] = {
+    {"app.default_app_code", K_STR, F(app.default_app_code), "hyapp", NONEMPTY,
+     .doc = "app code when a request has no X-App-Code header"},
+    {"app.node_id", K_STR, F(app.node_id), "",
+     .doc = "this process' name in leases and locked_by; \"\" = <hostname>-<pid>"},
+    {"app.log_file", K_STR, F(app.log_file), "", .doc = "JSON log lines go here; \"\" = stderr"},
+    {"app.log_level", K_STR, F(app.log_level), "info", ONE_OF(log_levels),
+     .doc = "lowest level logged"},
+
+    {"http.listen", K_STR, F(http.listen), "127.0.0.1:8080", HOSTPORT,
+     .note = "with a port in 1..65535", .doc = "address the HTTP API listens on"},
+    {"http.advertise_addr", K_STR, F(http.advertise_addr), "", HOSTPORT_OPT,
+     .doc = "host:port other nodes and gateways reach us at (not_owner); \"\" = listen"},
+    {"http.max_body_bytes", K_INT64, F(http.max_body_bytes), "65536", GT(0),
+     .doc = "larger request bodies answer 413"},
+    {"http.max_connections", K_INT, F(http.max_connections), "1024", GE(1),
+     .doc = "concurrent HTTP connections"},
+    {"http.request_timeout", K_DUR, F(http.request_timeout_ms), "30s", GT(0),
+     .doc = "an idle connection is closed after this"},
+    {"http.header_timeout", K_DUR, F(http.header_timeout_ms), "10s", GT(0),
+     .doc = "a request's headers must be in within this, else the connection is cut"},
+    {"http.body_timeout", K_DUR, F(http.body_timeout_ms), "30s", GT(0),
+     .doc = "a request's body must be in within this, else the connection is cut"},
+    {"http.max_connections_per_ip", K_INT, F(http.max_connections_per_ip), "64", GE(0),
+     .note = "(0 = no limit)", .doc = "concurrent connections of one client address"},
+    {"http.tls.cert_file", K_STR, F(http.tls_cert_file), "",
+     .doc = "PEM certificate: HTTPS on http.listen (with http.tls.key_file); \"\" = plain HTTP"},
+    {"http.tls.key_file", K_STR, F(http.tls_key_file), "", .doc = "PEM private key of it"},
+
+    {"auth.mode", K_STR, F(auth.mode), "none", ONE_OF(auth_modes),
+     .doc = "none (only when every listener is loopback) or jwt (docs/auth.md)"},
+    {"auth.jwt.hs256_secret_env", K_STR, F(auth.hs256_secret_env), "",
+     .doc = "environment variable holding the HS256 secret (>= 32 bytes)"},
+    {"auth.jwt.hs256_secret_file", K_STR, F(auth.hs256_secret_file), "",
+     .doc = "or a file holding it"},
+    {"auth.jwt.public_key_file", K_STR, F(auth.public_key_file), "",
+     .doc = "or a PEM public key: RSA -> RS256, EC P-256 -> ES256"},
+    {"auth.jwt.leeway", K_DUR, F(auth.leeway_ms), "30s", GE(0),
+     .doc = "clock skew allowed on exp and nbf"},
+    {"auth.jwt.issuer", K_STR, F(auth.issuer), "", .doc = "required iss; \"\" = not checked"},
+    {"auth.jwt.audience", K_STR, F(auth.audience), "",
+     .doc = "required in aud; \"\" = not checked"},
+
+    {"admin.listen", K_STR, F(admin.listen), "127.0.0.1:8081", HOSTPORT,
+     .note = "with a port in 1..65535",
+     .doc = "the operator listener: /internal/v1/..., /metrics, readiness details, top-up"},
+    {"admin.token_env", K_STR, F(admin.token_env), "",
+     .doc = "environment variable holding the admin bearer token (required off loopback)"},
+    {"admin.token_file", K_STR, F(admin.token_file), "", .doc = "or a file holding it"},
+    {"admin.max_connections", K_INT, F(admin.max_connections), "64", GE(1),
+     .doc = "concurrent admin connections (apart from http.max_connections)"},
+    {"admin.tls.cert_file", K_STR, F(admin.tls_cert_file), "",
+     .doc = "PEM certificate: HTTPS on admin.listen (with admin.tls.key_file)"},
+    {"admin.tls.key_file", K_STR, F(admin.tls_key_file), "", .doc = "PEM private key of it"},
+
+    {"store.driver", K_STR, F(store.driver), "sqlite", ONE_OF(store_drivers),
+     .doc = "the store backend"},
+    {"store.sqlite.path", K_STR, F(store.sqlite.path), "./var/roomd.db", NONEMPTY,
+     .when = "store.driver=sqlite", .note = "with store.driver sqlite",
+     .doc = "the SQLite database file"},
+    {"store.sqlite.synchronous", K_SYNC, F(store.sqlite.synchronous_full), "full",
+     .doc = "full (durable) or normal (development: a power cut may lose the last commits)"},
+    {"store.sqlite.busy_timeout", K_DUR, F(store.sqlite.busy_timeout_ms), "5s", GE(0),
+     .when = "store.driver=sqlite", .doc = "wait this long for another process' write lock"},
+    {"store.mysql.host", K_STR, F(store.mysql.host), "127.0.0.1", NONEMPTY, .when = MYSQL_ON,
+     .note = "with store.driver mysql", .doc = "MySQL/MariaDB server host"},
+    {"store.mysql.port", K_INT, F(store.mysql.port), "3306", RANGE(1, 65535), .when = MYSQL_ON,
+     .doc = "MySQL/MariaDB server port"},
+    {"store.mysql.user", K_STR, F(store.mysql.user), "roomd", NONEMPTY, .when = MYSQL_ON,
+     .note = "with store.driver mysql", .doc = "MySQL user"},
+    {"store.mysql.password", K_STR, F(store.mysql.password), "",
+     .doc = "MySQL password (prefer password_env)"},
+    {"store.mysql.password_env", K_STR, F(store.mysql.password_env), "",
+     .doc = "environment variable holding the MySQL password"},
+    {"store.mysql.database", K_STR, F(store.mysql.database), "roomd", NONEMPTY, .when = MYSQL_ON,
+     .note = "with store.driver mysql", .doc = "MySQL database (schema)"},
+    {"store.mysql.pool_size", K_INT, F(store.mysql.pool_size), "8", GE(1), .when = MYSQL_ON,
+     .doc = "connections in the pool"},
+    {"store.mysql.connect_timeout", K_DUR, F(store.mysql.connect_timeout_ms), "3s", GT(0),
+     .when = MYSQL_ON, .doc = "connect timeout"},
+    {"store.mysql.read_timeout", K_DUR, F(store.mysql.read_timeout_ms), "10s", GT(0),
+     .when = MYSQL_ON, .doc = "read timeout of one statement"},
+    {"store.mysql.write_timeout", K_DUR, F(store.mysql.write_timeout_ms), "10s", GT(0),
+     .when = MYSQL_ON, .doc = "write timeout of one statement"},
+    {"store.mysql.deadlock_retries", K_INT, F(store.mysql.deadlock_retries), "3", GE(0),
+     .when = MYSQL_ON, .doc = "retries of a deadlocked or lock-wait-timed-out transaction"},
+    {"store.group_commit_max", K_INT, F(store.group_commit_max), "64", GE(1),
+     .doc = "mutations committed together in one transaction"},
+    {"store.retention.delivered_max_age", K_DUR, F(store.retention_delivered_ms), "72h", GE(0),
+     .note = "(0 keeps delivered rows)", .doc = "purge delivered outbox rows older than this"},
+    {"store.retention.purge_batch", K_INT, F(store.purge_batch), "500", GE(1),
+     .doc = "rows deleted per purge statement"},
+    {"store.retention.purge_interval", K_DUR, F(store.purge_interval_ms), "1m", GT(0),
+     .doc = "time between purges"},
+
+    {"room.snapshot_every_n", K_INT, F(room.snapshot_every_n), "50", GE(1),
+     .doc = "snapshot a room when version % n == 0"},
+    {"room.snapshots_keep", K_INT, F(room.snapshots_keep), "3", GE(1),
+     .doc = "snapshots kept per room"},
+    {"room.idle_evict_after", K_DUR, F(room.idle_evict_ms), "10m", GT(0),
+     .doc = "evict a room cell idle this long (reloaded on demand)"},
+    {"room.seat_count", K_INT, F(room.seat_count), "8", RANGE(1, 32), .note = "(ROOM_MAX_SEATS)",
+     .doc = "mic seats per room"},
+    {"room.max_members", K_INT, F(room.max_members), "10000", GE(1), .doc = "members per room"},
+    {"room.kick_ban", K_DUR, F(room.kick_ban_ms), "10m", GE(0), .note = "(0 = no ban)",
+     .doc = "a kicked user cannot rejoin for this long"},
+    {"room.rocket.thresholds", K_INT64LIST, L(room.rocket.thresholds, room.rocket.nthresholds),
+     "1000, 5000, 20000", .doc = "energy igniting each rocket level (> 0, increasing)"},
+    {"room.rocket.countdown", K_DUR, F(room.rocket.countdown_ms), "1m", GT(0),
+     .doc = "ignition -> launch"},
+
+    {"wallet.driver", K_STR, F(wallet.driver), "embedded", ONE_OF(wallet_drivers),
+     .doc = "embedded: the ledger lives in the store"},
+    {"wallet.initial_balance", K_INT64, F(wallet.initial_balance), "0", GE(0),
+     .doc = "balance of a never-seen user (development)"},
+    {"wallet.allow_topup", K_BOOL, F(wallet.allow_topup), "false",
+     .doc = "serve POST /v1/wallet/topup on the admin listener (development)"},
+
+    {"redis.enabled", K_BOOL, F(redis.enabled), "false",
+     .doc = "connect to Redis (needed by the redis lease and projection)"},
+    {"redis.addr", K_STR, F(redis.addr), "127.0.0.1:6379", HOSTPORT, .when = "redis.enabled",
+     .doc = "Redis host:port"},
+    {"redis.password", K_STR, F(redis.password), "", .doc = "Redis AUTH password; \"\" = none"},
+    {"redis.db", K_INT, F(redis.db), "0", GE(0), .when = "redis.enabled",
+     .doc = "Redis database number"},
+    {"redis.key_prefix", K_STR, F(redis.key_prefix), "roomd:", .doc = "prefix of every Redis key"},
+    {"redis.connect_timeout", K_DUR, F(redis.connect_timeout_ms), "500ms", GT(0),
+     .when = "redis.enabled", .doc = "connect timeout"},
+    {"redis.command_timeout", K_DUR, F(redis.command_timeout_ms), "500ms", GT(0),
+     .when = "redis.enabled", .doc = "timeout of one command"},
+
+    {"lease.driver", K_STR, F(lease.driver), "local", ONE_OF(lease_drivers),
+     .doc = "room ownership: local (one node) or redis (several; needs redis.enabled)"},
+    {"lease.ttl", K_DUR, F(lease.ttl_ms), "10s", GT(0),
+     .doc = "a dead owner's rooms are taken over after this"},
+    {"lease.renew_every", K_DUR, F(lease.renew_every_ms), "3s",
+     .doc = "held leases are renewed this often (> 0, < lease.ttl)"},
+
+    {"projection.driver", K_STR, F(projection.driver), "memory", ONE_OF(proj_drivers),
+     .doc = "room list and presence: memory (one node) or redis (shared; needs redis.enabled)"},
+
+    {"rocketmq.enabled", K_BOOL, F(rocketmq.enabled), "false",
+     .doc = "connect to the broker (NATS JetStream)"},
+    {"rocketmq.name_servers", K_STRLIST, L(rocketmq.name_servers, rocketmq.nname_servers), "",
+     .doc = "NATS URLs (nats://host:port); at least one when enabled"},
+    {"rocketmq.name_server_domain", K_STR, F(rocketmq.name_server_domain), "",
+     .doc = "the seed's name; unused by NATS"},
+    {"rocketmq.access_key", K_STR, F(rocketmq.access_key), "", .doc = "NATS user"},
+    {"rocketmq.secret_key", K_STR, F(rocketmq.secret_key), "", .doc = "NATS password"},
+    {"rocketmq.namespace", K_STR, F(rocketmq.namespace_), "",
+     .doc = "subject and stream prefix; \"\" = none"},
+    {"rocketmq.send_timeout", K_DUR, F(rocketmq.send_timeout_ms), "3s", GT(0), .when = MQ_ON,
+     .doc = "wait this long for the broker's ack of one publish"},
+    {"rocketmq.retry", K_INT, F(rocketmq.retry), "2", GE(0), .when = MQ_ON,
+     .doc = "publish retries within one outbox attempt"},
+    {"rocketmq.stream_replicas", K_INT, F(rocketmq.stream_replicas), "1", RANGE(1, 5),
+     .when = MQ_ON, .doc = "JetStream stream replicas"},
+    {"rocketmq.stream_max_age", K_DUR, F(rocketmq.stream_max_age_ms), "72h", GE(0), .when = MQ_ON,
+     .note = "(0 = unlimited)", .doc = "the stream keeps messages this long"},
+    {"rocketmq.duplicate_window", K_DUR, F(rocketmq.duplicate_window_ms), "10m", GT(0),
+     .when = MQ_ON, .doc = "JetStream deduplicates an event_id within this window"},
+    {"rocketmq.consumer_store_dir", K_STR, F(rocketmq.consumer_store_dir), "./var/consumers",
+     .doc = "consumer groups' dedupe inboxes: <dir>/<group>.db"},
+    {"rocketmq.consumer_retry_delays_ms", K_INT64LIST,
+     L(rocketmq.consumer_retry_delays_ms, rocketmq.nconsumer_retry_delays),
+     "10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000, 480000, 540000, "
+     "600000, 1200000, 1800000, 3600000, 7200000",
+     .doc = "redelivery delay after the k-th failure, ms (the last repeats; RocketMQ's levels)"},
+    {"rocketmq.consumer_ack_wait", K_DUR, F(rocketmq.consumer_ack_wait_ms), "30s", GT(0),
+     .when = MQ_ON, .doc = "AckWait of the group consumers"},
+    {"rocketmq.room_outbox.enabled", K_BOOL, F(rocketmq.room_outbox.enabled), "false",
+     .doc = "publish outbox events to the broker (needed by publish_mode mq and dual)"},
+    {"rocketmq.room_outbox.topic", K_STR, F(rocketmq.room_outbox.topic), "hyapp_room_outbox",
+     NONEMPTY, .when = "rocketmq.room_outbox.enabled", .doc = "topic: stream and subject prefix"},
+    {"rocketmq.room_outbox.producer_group", K_STR, F(rocketmq.room_outbox.producer_group),
+     "hyapp-room-outbox-producer", NONEMPTY, .when = "rocketmq.room_outbox.enabled",
+     .doc = "producer name"},
+    {"rocketmq.room_outbox.tencent_im_consumer_enabled", K_BOOL,
+     F(rocketmq.room_outbox.tencent_im_consumer_enabled), "false",
+     .doc = "run the IM bridge consumer group (needs rocketmq and tencent_im enabled)"},
+    {"rocketmq.room_outbox.tencent_im_consumer_group", K_STR,
+     F(rocketmq.room_outbox.tencent_im_consumer_group), "hyapp-room-im-bridge", NONEMPTY,
+     .when = "rocketmq.room_outbox.tencent_im_consumer_enabled",
+     .doc = "the IM bridge's consumer group"},
+    {"rocketmq.room_outbox.activity_consumer_group", K_STR,
+     F(rocketmq.room_outbox.activity_consumer_group), "hyapp-activity-room-outbox",
+     .doc = "the activity consumer group"},
+    {"rocketmq.room_outbox.notice_consumer_group", K_STR,
+     F(rocketmq.room_outbox.notice_consumer_group), "hyapp-notice-room-outbox",
+     .doc = "the notice consumer group"},
+    {"rocketmq.room_outbox.consumer_max_reconsume_times", K_INT,
+     F(rocketmq.room_outbox.consumer_max_reconsume_times), "16", GE(0),
+     .when = "rocketmq.room_outbox.enabled", .doc = "deliveries before a message is dead-lettered"},
+    {"rocketmq.room_outbox.activity_consumer_enabled", K_BOOL,
+     F(rocketmq.room_outbox.activity_consumer_enabled), "false",
+     .doc = "run the activity consumer group in this process (needs rocketmq.enabled)"},
+    {"rocketmq.room_outbox.notice_consumer_enabled", K_BOOL,
+     F(rocketmq.room_outbox.notice_consumer_enabled), "false",
+     .doc = "run the notice consumer group in this process (needs rocketmq.enabled)"},
+    {"rocketmq.rocket_launch.enabled", K_BOOL, F(rocketmq.rocket_launch.enabled), "false",
+     .doc = "rocket wake-ups through the broker (needs rocketmq.enabled)"},
+    {"rocketmq.rocket_launch.topic", K_STR, F(rocketmq.rocket_launch.topic),
+     "hyapp_room_rocket_launch", NONEMPTY, .when = "rocketmq.rocket_launch.enabled",
+     .doc = "the wake-up topic"},
+    {"rocketmq.rocket_launch.producer_group", K_STR, F(rocketmq.rocket_launch.producer_group),
+     "hyapp-room-rocket-open-producer", .doc = "producer name"},
+    {"rocketmq.rocket_launch.consumer_group", K_STR, F(rocketmq.rocket_launch.consumer_group),
+     "hyapp-room-rocket-open", NONEMPTY, .when = "rocketmq.rocket_launch.enabled",
+     .doc = "the wake-up consumer group"},
+    {"rocketmq.rocket_launch.consumer_max_reconsume_times", K_INT,
+     F(rocketmq.rocket_launch.consumer_max_reconsume_times), "16", GE(0),
+     .when = "rocketmq.rocket_launch.enabled",
+     .doc = "deliveries before a wake-up is dead-lettered"},
+
+    {"outbox_worker.enabled", K_BOOL, F(outbox_worker.enabled), "true",
+     .doc = "run the outbox worker in this process"},
+    {"outbox_worker.publish_mode", K_CHOICE, F(outbox_worker.publish_mode), "direct",
+     ONE_OF(publish_modes), .doc = "direct sinks, the broker (mq) or both (dual)"},
+    {"outbox_worker.poll_interval", K_DUR, F(outbox_worker.poll_interval_ms), "1s", GT(0),
+     .note = "(avoids a busy loop)", .doc = "time between claims when idle"},
+    {"outbox_worker.batch_size", K_INT, F(outbox_worker.batch_size), "100", GT(0),
+     .doc = "rows claimed at once"},
+    {"outbox_worker.publish_timeout", K_DUR, F(outbox_worker.publish_timeout_ms), "3s", GT(0),
+     .doc = "one publish attempt"},
+    {"outbox_worker.retry_strategy", K_STR, F(outbox_worker.retry_strategy), "exponential_backoff",
+     ONE_OF(strategies), .doc = "delay between attempts"},
+    {"outbox_worker.max_retry_count", K_INT, F(outbox_worker.max_retry_count), "10", GT(0),
+     .doc = "attempts before a row is failed (dead letter)"},
+    {"outbox_worker.initial_backoff", K_DUR, F(outbox_worker.initial_backoff_ms), "5s", GT(0),
+     .doc = "delay after the first failure"},
+    {"outbox_worker.max_backoff", K_DUR, F(outbox_worker.max_backoff_ms), "5m",
+     .doc = "delay cap (>= initial_backoff)"},
+    {"outbox_worker.workers", K_INT, F(outbox_worker.workers), "2", GE(1), .doc = "worker threads"},
+    {"outbox_worker.lock_timeout", K_DUR, F(outbox_worker.lock_timeout_ms), "30s",
+     .doc = "a claim expires after this (> publish_timeout)"},
+    {"outbox_worker.handoff_queue", K_INT, F(outbox_worker.handoff_queue), "-1", GE(-1),
+     .note = "(-1 auto, 0 off)",
+     .doc = "hand-off queue rows; -1 = max(1024, 4 x workers x batch_size), 0 = off"},
+    {"outbox_worker.log_sink.enabled", K_BOOL, F(outbox_worker.log_sink_enabled), "true",
+     .doc = "direct sink writing one JSON line per event"},
+    {"outbox_worker.log_sink.path", K_STR, F(outbox_worker.log_sink_path),
+     "./var/outbox-events.jsonl", NONEMPTY, .when = "outbox_worker.log_sink.enabled",
+     .note = "when the log sink is enabled", .doc = "the log sink's file"},
+
+    {"tencent_im.enabled", K_BOOL, F(tencent_im.enabled), "false",
+     .doc = "deliver to Tencent Cloud IM (direct or dual)"},
+    {"tencent_im.base_url", K_STR, F(tencent_im.base_url), "https://console.tim.qq.com", NONEMPTY,
+     .when = IM_ON, .doc = "IM REST API base URL"},
+    {"tencent_im.sdk_app_id", K_INT64, F(tencent_im.sdk_app_id), "0", GT(0), .when = IM_ON,
+     .note = "when tencent_im.enabled", .doc = "SDKAppID"},
+    {"tencent_im.admin_identifier", K_STR, F(tencent_im.admin_identifier), "", NONEMPTY,
+     .when = IM_ON, .note = "when tencent_im.enabled", .doc = "the App admin account"},
+    {"tencent_im.secret_key_env", K_STR, F(tencent_im.secret_key_env), "TIM_SECRET_KEY",
+     .doc = "environment variable holding the secret key"},
+    {"tencent_im.secret_key_file", K_STR, F(tencent_im.secret_key_file), "",
+     .doc = "or a file holding it"},
+    {"tencent_im.usersig_ttl", K_DUR, F(tencent_im.usersig_ttl_ms), "24h", GT(0), .when = IM_ON,
+     .doc = "lifetime of a generated UserSig"},
+    {"tencent_im.group_type", K_STR, F(tencent_im.group_type), "AVChatRoom", ONE_OF(group_types),
+     .doc = "IM group type of a room"},
+    {"tencent_im.ca_file", K_STR, F(tencent_im.ca_file), "",
+     .doc = "extra CA bundle; \"\" = the system's"},
+    {"tencent_im.timeout", K_DUR, F(tencent_im.timeout_ms), "4s", GT(0), .when = IM_ON,
+     .doc = "one HTTP call (above IM's own 3 s)"},
+
+    {"activity.enabled", K_BOOL, F(activity.enabled), "false",
+     .doc = "deliver to the activity gRPC service (direct or dual)"},
+    {"activity.target", K_STR, F(activity.target), "127.0.0.1:50051", HOSTPORT,
+     .when = "activity.enabled", .doc = "the activity service's gRPC host:port"},
 };
 
-struct key {
-    const char *path;
-    enum ktype type;
-    size_t off;
-    size_t aux; /* list count offset */
-};
-
-#define F(field) offsetof(struct conf, field)
-#define KEY(p, t, field)                                                                           \
-    {                                                                                              \
-        p, t, F(field), 0                                                                          \
-    }
-#define LIST(p, t, field, count)                                                                   \
-    {                                                                                              \
-        p, t, F(field), F(count)                                                                   \
-    }
-
-static const struct key keys[] = {
-    KEY("app.default_app_code", K_STR, app.default_app_code),
-    KEY("app.node_id", K_STR, app.node_id),
-    KEY("app.log_file", K_STR, app.log_file),
-    KEY("app.log_level", K_STR, app.log_level),
-
-    KEY("http.listen", K_STR, http.listen),
-    KEY("http.advertise_addr", K_STR, http.advertise_addr),
-    KEY("http.max_body_bytes", K_INT64, http.max_body_bytes),
-    KEY("http.max_connections", K_INT, http.max_connections),
-    KEY("http.request_timeout", K_DUR, http.request_timeout_ms),
-    KEY("http.header_timeout", K_DUR, http.header_timeout_ms),
-    KEY("http.body_timeout", K_DUR, http.body_timeout_ms),
-    KEY("http.max_connections_per_ip", K_INT, http.max_connections_per_ip),
-    KEY("http.tls.cert_file", K_STR, http.tls_cert_file),
-    KEY("http.tls.key_file", K_STR, http.tls_key_file),
-
-    KEY("auth.mode", K_STR, auth.mode),
-    KEY("auth.jwt.hs256_secret_env", K_STR, auth.hs256_secret_env),
-    KEY("auth.jwt.hs256_secret_file", K_STR, auth.hs256_secret_file),
-    KEY("auth.jwt.public_key_file", K_STR, auth.public_key_file),
-    KEY("auth.jwt.leeway", K_DUR, auth.leeway_ms),
-    KEY("auth.jwt.issuer", K_STR, auth.issuer),
-    KEY("auth.jwt.audience", K_STR, auth.audience),
-
-    KEY("admin.listen", K_STR, admin.listen),
-    KEY("admin.token_env", K_STR, admin.token_env),
-    KEY("admin.token_file", K_STR, admin.token_file),
-    KEY("admin.max_connections", K_INT, admin.max_connections),
-    KEY("admin.tls.cert_file", K_STR, admin.tls_cert_file),
-    KEY("admin.tls.key_file", K_STR, admin.tls_key_file),
-
-    KEY("store.driver", K_STR, store.driver),
-    KEY("store.sqlite.path", K_STR, store.sqlite.path),
-    KEY("store.sqlite.synchronous", K_SYNC, store.sqlite.synchronous_full),
-    KEY("store.sqlite.busy_timeout", K_DUR, store.sqlite.busy_timeout_ms),
-    KEY("store.mysql.host", K_STR, store.mysql.host),
-    KEY("store.mysql.port", K_INT, store.mysql.port),
-    KEY("store.mysql.user", K_STR, store.mysql.user),
-    KEY("store.mysql.password", K_STR, store.mysql.password),
-    KEY("store.mysql.password_env", K_STR, store.mysql.password_env),
-    KEY("store.mysql.database", K_STR, store.mysql.database),
-    KEY("store.mysql.pool_size", K_INT, store.mysql.pool_size),
-    KEY("store.mysql.connect_timeout", K_DUR, store.mysql.connect_timeout_ms),
-    KEY("store.mysql.read_timeout", K_DUR, store.mysql.read_timeout_ms),
-    KEY("store.mysql.write_timeout", K_DUR, store.mysql.write_timeout_ms),
-    KEY("store.mysql.deadlock_retries", K_INT, store.mysql.deadlock_retries),
-    KEY("store.group_commit_max", K_INT, store.group_commit_max),
-    KEY("store.retention.delivered_max_age", K_DUR, store.retention_delivered_ms),
-    KEY("store.retention.purge_batch", K_INT, store.purge_batch),
-    KEY("store.retention.purge_interval", K_DUR, store.purge_interval_ms),
-
-    KEY("room.snapshot_every_n", K_INT, room.snapshot_every_n),
-    KEY("room.snapshots_keep", K_INT, room.snapshots_keep),
-    KEY("room.idle_evict_after", K_DUR, room.idle_evict_ms),
-    KEY("room.seat_count", K_INT, room.seat_count),
-    KEY("room.max_members", K_INT, room.max_members),
-    KEY("room.kick_ban", K_DUR, room.kick_ban_ms),
-    LIST("room.rocket.thresholds", K_INT64LIST, room.rocket.thresholds, room.rocket.nthresholds),
-    KEY("room.rocket.countdown", K_DUR, room.rocket.countdown_ms),
-
-    KEY("wallet.driver", K_STR, wallet.driver),
-    KEY("wallet.initial_balance", K_INT64, wallet.initial_balance),
-    KEY("wallet.allow_topup", K_BOOL, wallet.allow_topup),
-
-    KEY("redis.enabled", K_BOOL, redis.enabled),
-    KEY("redis.addr", K_STR, redis.addr),
-    KEY("redis.password", K_STR, redis.password),
-    KEY("redis.db", K_INT, redis.db),
-    KEY("redis.key_prefix", K_STR, redis.key_prefix),
-    KEY("redis.connect_timeout", K_DUR, redis.connect_timeout_ms),
-    KEY("redis.command_timeout", K_DUR, redis.command_timeout_ms),
-
-    KEY("lease.driver", K_STR, lease.driver),
-    KEY("lease.ttl", K_DUR, lease.ttl_ms),
-    KEY("lease.renew_every", K_DUR, lease.renew_every_ms),
-
-    KEY("projection.driver", K_STR, projection.driver),
-
-    KEY("rocketmq.enabled", K_BOOL, rocketmq.enabled),
-    LIST("rocketmq.name_servers", K_STRLIST, rocketmq.name_servers, rocketmq.nname_servers),
-    KEY("rocketmq.name_server_domain", K_STR, rocketmq.name_server_domain),
-    KEY("rocketmq.access_key", K_STR, rocketmq.access_key),
-    KEY("rocketmq.secret_key", K_STR, rocketmq.secret_key),
-    KEY("rocketmq.namespace", K_STR, rocketmq.namespace_),
-    KEY("rocketmq.send_timeout", K_DUR, rocketmq.send_timeout_ms),
-    KEY("rocketmq.retry", K_INT, rocketmq.retry),
-    KEY("rocketmq.stream_replicas", K_INT, rocketmq.stream_replicas),
-    KEY("rocketmq.stream_max_age", K_DUR, rocketmq.stream_max_age_ms),
-    KEY("rocketmq.duplicate_window", K_DUR, rocketmq.duplicate_window_ms),
-    KEY("rocketmq.consumer_store_dir", K_STR, rocketmq.consumer_store_dir),
-    LIST("rocketmq.consumer_retry_delays_ms", K_INT64LIST, rocketmq.consumer_retry_delays_ms,
-         rocketmq.nconsumer_retry_delays),
-    KEY("rocketmq.consumer_ack_wait", K_DUR, rocketmq.consumer_ack_wait_ms),
-    KEY("rocketmq.room_outbox.enabled", K_BOOL, rocketmq.room_outbox.enabled),
-    KEY("rocketmq.room_outbox.topic", K_STR, rocketmq.room_outbox.topic),
-    KEY("rocketmq.room_outbox.producer_group", K_STR, rocketmq.room_outbox.producer_group),
-    KEY("rocketmq.room_outbox.tencent_im_consumer_enabled", K_BOOL,
-        rocketmq.room_outbox.tencent_im_consumer_enabled),
-    KEY("rocketmq.room_outbox.tencent_im_consumer_group", K_STR,
-        rocketmq.room_outbox.tencent_im_consumer_group),
-    KEY("rocketmq.room_outbox.activity_consumer_group", K_STR,
-        rocketmq.room_outbox.activity_consumer_group),
-    KEY("rocketmq.room_outbox.notice_consumer_group", K_STR,
-        rocketmq.room_outbox.notice_consumer_group),
-    KEY("rocketmq.room_outbox.consumer_max_reconsume_times", K_INT,
-        rocketmq.room_outbox.consumer_max_reconsume_times),
-    KEY("rocketmq.room_outbox.activity_consumer_enabled", K_BOOL,
-        rocketmq.room_outbox.activity_consumer_enabled),
-    KEY("rocketmq.room_outbox.notice_consumer_enabled", K_BOOL,
-        rocketmq.room_outbox.notice_consumer_enabled),
-    KEY("rocketmq.rocket_launch.enabled", K_BOOL, rocketmq.rocket_launch.enabled),
-    KEY("rocketmq.rocket_launch.topic", K_STR, rocketmq.rocket_launch.topic),
-    KEY("rocketmq.rocket_launch.producer_group", K_STR, rocketmq.rocket_launch.producer_group),
-    KEY("rocketmq.rocket_launch.consumer_group", K_STR, rocketmq.rocket_launch.consumer_group),
-    KEY("rocketmq.rocket_launch.consumer_max_reconsume_times", K_INT,
-        rocketmq.rocket_launch.consumer_max_reconsume_times),
-
-    KEY("outbox_worker.enabled", K_BOOL, outbox_worker.enabled),
-    KEY("outbox_worker.publish_mode", K_PUBMODE, outbox_worker.publish_mode),
-    KEY("outbox_worker.poll_interval", K_DUR, outbox_worker.poll_interval_ms),
-    KEY("outbox_worker.batch_size", K_INT, outbox_worker.batch_size),
-    KEY("outbox_worker.publish_timeout", K_DUR, outbox_worker.publish_timeout_ms),
-    KEY("outbox_worker.retry_strategy", K_STR, outbox_worker.retry_strategy),
-    KEY("outbox_worker.max_retry_count", K_INT, outbox_worker.max_retry_count),
-    KEY("outbox_worker.initial_backoff", K_DUR, outbox_worker.initial_backoff_ms),
-    KEY("outbox_worker.max_backoff", K_DUR, outbox_worker.max_backoff_ms),
-    KEY("outbox_worker.workers", K_INT, outbox_worker.workers),
-    KEY("outbox_worker.lock_timeout", K_DUR, outbox_worker.lock_timeout_ms),
-    KEY("outbox_worker.handoff_queue", K_INT, outbox_worker.handoff_queue),
-    KEY("outbox_worker.log_sink.enabled", K_BOOL, outbox_worker.log_sink_enabled),
-    KEY("outbox_worker.log_sink.path", K_STR, outbox_worker.log_sink_path),
-
-    KEY("tencent_im.enabled", K_BOOL, tencent_im.enabled),
-    KEY("tencent_im.base_url", K_STR, tencent_im.base_url),
-    KEY("tencent_im.sdk_app_id", K_INT64, tencent_im.sdk_app_id),
-    KEY("tencent_im.admin_identifier", K_STR, tencent_im.admin_identifier),
-    KEY("tencent_im.secret_key_env", K_STR, tencent_im.secret_key_env),
-    KEY("tencent_im.secret_key_file", K_STR, tencent_im.secret_key_file),
-    KEY("tencent_im.usersig_ttl", K_DUR, tencent_im.usersig_ttl_ms),
-    KEY("tencent_im.group_type", K_STR, tencent_im.group_type),
-    KEY("tencent_im.ca_file", K_STR, tencent_im.ca_file),
-    KEY("tencent_im.timeout", K_DUR, tencent_im.timeout_ms),
-
-    KEY("activity.enabled", K_BOOL, activity.enabled),
-    KEY("activity.target", K_STR, activity.target),
-};
-
-#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+const size_t conf_nkeys = sizeof(conf_keys) / sizeof(conf_keys[0]);
+_Static_assert(sizeof(conf_keys) / sizeof(conf_keys[0]) <= CONF_MAX_KEYS, "raise CONF_MAX_KEYS");
+#define keys conf_keys
+#define NKEYS conf_nkeys
 
 static int
 key_index(const char *path)
@@ -222,13 +359,37 @@ is_section(const char *path)
     return 0;
 }
 
+static int
+empty(const char *s)
+{
+    return s == NULL || *s == '\0';
+}
+
 /* ==== Defaults ==== */
 
+/* Applies a row's default text; lists are written "a, b, c". A default that
+ * does not parse is a bug in keys[]: abort. */
 static void
-set_str(char **dst, const char *v)
+set_default(struct conf *c, const struct key *k)
 {
-    free(*dst);
-    *dst = xstrdup(v);
+    if (k->type != K_STRLIST && k->type != K_INT64LIST) {
+        if (conf_set_scalar(c, k, k->def) != 0)
+            abort();
+        return;
+    }
+    conf_list_clear(c, k);
+    for (const char *p = k->def; *p != '\0';) {
+        size_t n = strcspn(p, ",");
+        char item[64];
+        if (n >= sizeof(item) || *(int *)((char *)c + k->aux) >= conf_list_max(k))
+            abort();
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (conf_list_append(c, k, item) != 0)
+            abort();
+        p += n;
+        p += strspn(p, ", ");
+    }
 }
 
 void
@@ -236,154 +397,8 @@ conf_defaults(struct conf *c)
 {
     memset(c, 0, sizeof(*c));
     c->path = xstrdup("");
-
-    c->app.default_app_code = xstrdup("hyapp");
-    c->app.node_id = xstrdup("");
-    c->app.log_file = xstrdup("");
-    c->app.log_level = xstrdup("info");
-
-    c->http.listen = xstrdup("127.0.0.1:8080");
-    c->http.advertise_addr = xstrdup("");
-    c->http.max_body_bytes = 65536;
-    c->http.max_connections = 1024;
-    c->http.request_timeout_ms = 30000;
-    c->http.header_timeout_ms = 10000;
-    c->http.body_timeout_ms = 30000;
-    c->http.max_connections_per_ip = 64;
-    c->http.tls_cert_file = xstrdup("");
-    c->http.tls_key_file = xstrdup("");
-
-    c->auth.mode = xstrdup("none");
-    c->auth.hs256_secret_env = xstrdup("");
-    c->auth.hs256_secret_file = xstrdup("");
-    c->auth.public_key_file = xstrdup("");
-    c->auth.leeway_ms = 30000;
-    c->auth.issuer = xstrdup("");
-    c->auth.audience = xstrdup("");
-
-    c->admin.listen = xstrdup("127.0.0.1:8081");
-    c->admin.token_env = xstrdup("");
-    c->admin.token_file = xstrdup("");
-    c->admin.max_connections = 64;
-    c->admin.tls_cert_file = xstrdup("");
-    c->admin.tls_key_file = xstrdup("");
-
-    c->store.driver = xstrdup("sqlite");
-    c->store.sqlite.path = xstrdup("./var/roomd.db");
-    c->store.sqlite.synchronous_full = true;
-    c->store.sqlite.busy_timeout_ms = 5000;
-    c->store.mysql.host = xstrdup("127.0.0.1");
-    c->store.mysql.port = 3306;
-    c->store.mysql.user = xstrdup("roomd");
-    c->store.mysql.password = xstrdup("");
-    c->store.mysql.password_env = xstrdup("");
-    c->store.mysql.database = xstrdup("roomd");
-    c->store.mysql.pool_size = 8;
-    c->store.mysql.connect_timeout_ms = 3000;
-    c->store.mysql.read_timeout_ms = 10000;
-    c->store.mysql.write_timeout_ms = 10000;
-    c->store.mysql.deadlock_retries = 3;
-    c->store.group_commit_max = 64;
-    c->store.retention_delivered_ms = 72LL * 3600 * 1000;
-    c->store.purge_batch = 500;
-    c->store.purge_interval_ms = 60000;
-
-    c->room.snapshot_every_n = 50;
-    c->room.snapshots_keep = 3;
-    c->room.idle_evict_ms = 10 * 60000;
-    c->room.seat_count = 8;
-    c->room.max_members = 10000;
-    c->room.kick_ban_ms = 10 * 60000;
-    c->room.rocket.thresholds[0] = 1000;
-    c->room.rocket.thresholds[1] = 5000;
-    c->room.rocket.thresholds[2] = 20000;
-    c->room.rocket.nthresholds = 3;
-    c->room.rocket.countdown_ms = 60000;
-
-    c->wallet.driver = xstrdup("embedded");
-    c->wallet.initial_balance = 0;
-    c->wallet.allow_topup = false;
-
-    c->redis.enabled = false;
-    c->redis.addr = xstrdup("127.0.0.1:6379");
-    c->redis.password = xstrdup("");
-    c->redis.db = 0;
-    c->redis.key_prefix = xstrdup("roomd:");
-    c->redis.connect_timeout_ms = 500;
-    c->redis.command_timeout_ms = 500;
-
-    c->lease.driver = xstrdup("local");
-    c->lease.ttl_ms = 10000;
-    c->lease.renew_every_ms = 3000;
-
-    c->projection.driver = xstrdup("memory");
-
-    struct conf_rocketmq *mq = &c->rocketmq;
-    mq->enabled = false;
-    mq->nname_servers = 0;
-    mq->name_server_domain = xstrdup("");
-    mq->access_key = xstrdup("");
-    mq->secret_key = xstrdup("");
-    mq->namespace_ = xstrdup("");
-    mq->send_timeout_ms = 3000;
-    mq->retry = 2;
-    mq->stream_replicas = 1;
-    mq->stream_max_age_ms = 72LL * 3600 * 1000;
-    mq->duplicate_window_ms = 10 * 60000;
-    mq->consumer_store_dir = xstrdup("./var/consumers");
-    {
-        /* RocketMQ's reconsume delay levels 3..18: 10s 30s 1m 2m ... 1h 2h. */
-        static const int64_t sched[] = {10000,   30000,   60000,   120000, 180000, 240000,
-                                        300000,  360000,  420000,  480000, 540000, 600000,
-                                        1200000, 1800000, 3600000, 7200000};
-        memcpy(mq->consumer_retry_delays_ms, sched, sizeof(sched));
-        mq->nconsumer_retry_delays = (int)(sizeof(sched) / sizeof(sched[0]));
-    }
-    mq->consumer_ack_wait_ms = 30000;
-    mq->room_outbox.enabled = false;
-    mq->room_outbox.topic = xstrdup("hyapp_room_outbox");
-    mq->room_outbox.producer_group = xstrdup("hyapp-room-outbox-producer");
-    mq->room_outbox.tencent_im_consumer_enabled = false;
-    mq->room_outbox.tencent_im_consumer_group = xstrdup("hyapp-room-im-bridge");
-    mq->room_outbox.activity_consumer_group = xstrdup("hyapp-activity-room-outbox");
-    mq->room_outbox.notice_consumer_group = xstrdup("hyapp-notice-room-outbox");
-    mq->room_outbox.consumer_max_reconsume_times = 16;
-    mq->rocket_launch.enabled = false;
-    mq->rocket_launch.topic = xstrdup("hyapp_room_rocket_launch");
-    mq->rocket_launch.producer_group = xstrdup("hyapp-room-rocket-open-producer");
-    mq->rocket_launch.consumer_group = xstrdup("hyapp-room-rocket-open");
-    mq->rocket_launch.consumer_max_reconsume_times = 16;
-
-    struct conf_outbox *ob = &c->outbox_worker;
-    ob->enabled = true;
-    ob->publish_mode = PUBLISH_DIRECT;
-    ob->poll_interval_ms = 1000;
-    ob->batch_size = 100;
-    ob->publish_timeout_ms = 3000;
-    ob->retry_strategy = xstrdup("exponential_backoff");
-    ob->max_retry_count = 10;
-    ob->initial_backoff_ms = 5000;
-    ob->max_backoff_ms = 5 * 60000;
-    ob->workers = 2;
-    ob->lock_timeout_ms = 30000;
-    ob->handoff_queue = -1;
-    ob->log_sink_enabled = true;
-    ob->log_sink_path = xstrdup("./var/outbox-events.jsonl");
-
-    struct conf_tencent_im *im = &c->tencent_im;
-    im->enabled = false;
-    im->base_url = xstrdup("https://console.tim.qq.com");
-    im->sdk_app_id = 0;
-    im->admin_identifier = xstrdup("");
-    im->secret_key_env = xstrdup("TIM_SECRET_KEY");
-    im->secret_key_file = xstrdup("");
-    im->usersig_ttl_ms = 24LL * 3600 * 1000;
-    im->group_type = xstrdup("AVChatRoom");
-    im->ca_file = xstrdup("");
-    im->timeout_ms = 4000;
-
-    c->activity.enabled = false;
-    c->activity.target = xstrdup("127.0.0.1:50051");
+    for (size_t i = 0; i < NKEYS; i++)
+        set_default(c, &keys[i]);
 }
 
 void
@@ -392,99 +407,13 @@ conf_free(struct conf *c)
     if (c == NULL)
         return;
     for (size_t i = 0; i < NKEYS; i++) {
-        char *base = (char *)c + keys[i].off;
-        if (keys[i].type == K_STR) {
-            free(*(char **)base);
-        } else if (keys[i].type == K_STRLIST) {
-            char **list = (char **)base;
-            int n = *(int *)((char *)c + keys[i].aux);
-            for (int j = 0; j < n; j++)
-                free(list[j]);
-        }
+        if (keys[i].type == K_STR)
+            free(*(char **)((char *)c + keys[i].off));
+        else if (keys[i].type == K_STRLIST)
+            conf_list_clear(c, &keys[i]);
     }
     free(c->path);
     free(c);
-}
-
-/* ==== Scalars ==== */
-
-int
-conf_parse_duration(const char *s, int64_t *out_ms)
-{
-    int64_t total = 0;
-    const char *p = s;
-
-    if (s == NULL || *s == '\0')
-        return -1;
-    if (strcmp(s, "0") == 0) {
-        *out_ms = 0;
-        return 0;
-    }
-    while (*p != '\0') {
-        if (*p < '0' || *p > '9')
-            return -1;
-        int64_t n = 0;
-        while (*p >= '0' && *p <= '9') {
-            if (n > (INT64_MAX - 9) / 10)
-                return -1;
-            n = n * 10 + (*p++ - '0');
-        }
-        int64_t unit;
-        if (strncmp(p, "ms", 2) == 0) {
-            unit = 1;
-            p += 2;
-        } else if (*p == 's') {
-            unit = 1000;
-            p++;
-        } else if (*p == 'm') {
-            unit = 60000;
-            p++;
-        } else if (*p == 'h') {
-            unit = 3600000;
-            p++;
-        } else {
-            return -1;
-        }
-        if (n > (INT64_MAX - total) / unit)
-            return -1;
-        total += n * unit;
-    }
-    *out_ms = total;
-    return 0;
-}
-
-static int
-parse_bool(const char *s, bool *out)
-{
-    static const char *const yes[] = {"true", "yes", "on"};
-    static const char *const no[] = {"false", "no", "off"};
-
-    for (size_t i = 0; i < 3; i++) {
-        if (strcasecmp(s, yes[i]) == 0) {
-            *out = true;
-            return 0;
-        }
-        if (strcasecmp(s, no[i]) == 0) {
-            *out = false;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static int
-parse_int64(const char *s, int64_t *out)
-{
-    char *end;
-
-    if (*s == '\0')
-        return -1;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return -1;
-    *out = v;
-    return 0;
 }
 
 /* ==== The walker ==== */
@@ -498,7 +427,7 @@ struct loader {
     const char *file;
     yaml_document_t *doc;
     struct conf *c;
-    struct mark marks[NKEYS];
+    struct mark marks[CONF_MAX_KEYS];
     char *err;
     size_t errlen;
 };
@@ -536,10 +465,13 @@ is_null(const yaml_node_t *n)
     return *s == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0;
 }
 
+/* What a value of k's type looks like, for errors ("an integer"). */
 static const char *
-type_name(enum ktype t)
+type_name(const struct key *k, char *buf, size_t len)
 {
-    switch (t) {
+    char names[128];
+
+    switch (k->type) {
     case K_STR:
         return "a string";
     case K_BOOL:
@@ -553,8 +485,9 @@ type_name(enum ktype t)
         return "a list of strings";
     case K_INT64LIST:
         return "a list of integers";
-    case K_PUBMODE:
-        return "one of direct, mq, dual";
+    case K_CHOICE:
+        snprintf(buf, len, "one of %s", conf_join_names(k->names, names, sizeof(names)));
+        return buf;
     case K_SYNC:
         return "one of full, normal";
     }
@@ -564,39 +497,25 @@ type_name(enum ktype t)
 static int
 set_list(struct loader *ld, const struct key *k, const yaml_node_t *n, const char *path)
 {
-    char *base = (char *)ld->c + k->off;
-    int *count = (int *)((char *)ld->c + k->aux);
-    int max = k->type == K_STRLIST ? CONF_MAX_LIST : CONF_MAX_ROCKET_LEVELS;
+    char tn[160];
     int i = 0;
 
-    if (is_null(n)) {
+    if (is_null(n))
         n = NULL; /* "key:" alone is an empty list */
-    } else if (n->type != YAML_SEQUENCE_NODE) {
-        return fail_at(ld, n, path, "expected %s", type_name(k->type));
-    }
-    if (k->type == K_STRLIST) {
-        char **list = (char **)base;
-        for (int j = 0; j < *count; j++) {
-            free(list[j]);
-            list[j] = NULL;
-        }
-    }
-    *count = 0;
+    else if (n->type != YAML_SEQUENCE_NODE)
+        return fail_at(ld, n, path, "expected %s", type_name(k, tn, sizeof(tn)));
+    conf_list_clear(ld->c, k);
     if (n == NULL)
         return 0;
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
          it++, i++) {
         yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
-        if (i >= max)
-            return fail_at(ld, e, path, "too many entries (at most %d)", max);
+        if (i >= conf_list_max(k))
+            return fail_at(ld, e, path, "too many entries (at most %d)", conf_list_max(k));
         if (e->type != YAML_SCALAR_NODE)
-            return fail_at(ld, e, path, "expected %s", type_name(k->type));
-        if (k->type == K_STRLIST) {
-            ((char **)base)[i] = xstrdup(scalar(e));
-        } else if (parse_int64(scalar(e), &((int64_t *)base)[i]) != 0) {
+            return fail_at(ld, e, path, "expected %s", type_name(k, tn, sizeof(tn)));
+        if (conf_list_append(ld->c, k, scalar(e)) != 0)
             return fail_at(ld, e, path, "expected an integer, got \"%s\"", scalar(e));
-        }
-        *count = i + 1;
     }
     return 0;
 }
@@ -604,62 +523,15 @@ set_list(struct loader *ld, const struct key *k, const yaml_node_t *n, const cha
 static int
 set_value(struct loader *ld, const struct key *k, const yaml_node_t *n, const char *path)
 {
-    void *dst = (char *)ld->c + k->off;
-    const char *s;
-    int64_t v;
-    bool b;
+    char tn[160];
 
     if (k->type == K_STRLIST || k->type == K_INT64LIST)
         return set_list(ld, k, n, path);
     if (n->type != YAML_SCALAR_NODE)
-        return fail_at(ld, n, path, "expected %s", type_name(k->type));
-    s = scalar(n);
-    switch (k->type) {
-    case K_STR:
-        set_str(dst, is_null(n) ? "" : s);
+        return fail_at(ld, n, path, "expected %s", type_name(k, tn, sizeof(tn)));
+    if (conf_set_scalar(ld->c, k, k->type == K_STR && is_null(n) ? "" : scalar(n)) == 0)
         return 0;
-    case K_BOOL:
-        if (parse_bool(s, &b) != 0)
-            break;
-        *(bool *)dst = b;
-        return 0;
-    case K_INT:
-        if (parse_int64(s, &v) != 0 || v < INT_MIN || v > INT_MAX)
-            break;
-        *(int *)dst = (int)v;
-        return 0;
-    case K_INT64:
-        if (parse_int64(s, &v) != 0)
-            break;
-        *(int64_t *)dst = v;
-        return 0;
-    case K_DUR:
-        if (conf_parse_duration(s, &v) != 0)
-            break;
-        *(int64_t *)dst = v;
-        return 0;
-    case K_PUBMODE:
-        if (strcmp(s, "direct") == 0)
-            *(enum publish_mode *)dst = PUBLISH_DIRECT;
-        else if (strcmp(s, "mq") == 0)
-            *(enum publish_mode *)dst = PUBLISH_MQ;
-        else if (strcmp(s, "dual") == 0)
-            *(enum publish_mode *)dst = PUBLISH_DUAL;
-        else
-            break;
-        return 0;
-    case K_SYNC:
-        if (strcmp(s, "full") == 0)
-            *(bool *)dst = true;
-        else if (strcmp(s, "normal") == 0)
-            *(bool *)dst = false;
-        else
-            break;
-        return 0;
-    default:
-        break;
-    }
-    return fail_at(ld, n, path, "expected %s, got \"%s\"", type_name(k->type), s);
+    return fail_at(ld, n, path, "expected %s, got \"%s\"", type_name(k, tn, sizeof(tn)), scalar(n));
 }
 
 /* Walks mapping n whose dotted path is prefix ("" for the root). */
@@ -738,21 +610,6 @@ bad(struct vctx *v, const char *path, const char *fmt, ...)
         snprintf(v->err, v->errlen, "%s: %s", path, msg);
 }
 
-static int
-empty(const char *s)
-{
-    return s == NULL || *s == '\0';
-}
-
-static int
-one_of(const char *s, const char *const *names)
-{
-    for (; *names != NULL; names++)
-        if (s != NULL && strcmp(s, *names) == 0)
-            return 1;
-    return 0;
-}
-
 /* "host:port" with a non-empty host and a port in 1..65535 ("[::1]:80" too). */
 static int
 host_port_ok(const char *s)
@@ -767,12 +624,99 @@ host_port_ok(const char *s)
     return errno == 0 && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535;
 }
 
-static void
-check_enum(struct vctx *v, const char *path, const char *s, const char *const *names,
-           const char *list)
+/* The numeric value of row k in c (bool 0/1, choice index). */
+static int64_t
+num_value(const struct conf *c, const struct key *k)
 {
-    if (!one_of(s, names))
-        bad(v, path, "must be one of %s, got \"%s\"", list, s ? s : "");
+    const void *p = (const char *)c + k->off;
+
+    switch (k->type) {
+    case K_INT:
+    case K_CHOICE:
+        return *(const int *)p;
+    case K_INT64:
+    case K_DUR:
+        return *(const int64_t *)p;
+    case K_BOOL:
+    case K_SYNC:
+        return *(const bool *)p;
+    default:
+        return 0;
+    }
+}
+
+static const char *
+str_value(const struct conf *c, const struct key *k)
+{
+    return k->type == K_STR ? *(char *const *)((const char *)c + k->off) : NULL;
+}
+
+/* Whether row k's rule applies: no .when, a true bool "key" or "key=value". */
+static int
+when_holds(const struct conf *c, const struct key *k)
+{
+    char name[128];
+    const char *eq;
+    int idx;
+
+    if (k->when == NULL)
+        return 1;
+    eq = strchr(k->when, '=');
+    snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - k->when) : (int)strlen(k->when), k->when);
+    if ((idx = key_index(name)) < 0)
+        abort(); /* a bad .when in keys[] */
+    if (eq == NULL)
+        return num_value(c, &keys[idx]) != 0;
+    const char *s = str_value(c, &keys[idx]);
+    return s != NULL && strcmp(s, eq + 1) == 0;
+}
+
+/* Checks row k's single-key rule; the message names the key and the bound. */
+static void
+check_row(const struct conf *c, const struct key *k, struct vctx *v)
+{
+    const char *sep = k->note ? " " : "", *note = k->note ? k->note : "";
+    const char *s = str_value(c, k);
+    int64_t n = num_value(c, k);
+    char names[160];
+
+    if (k->check == CK_NONE || !when_holds(c, k))
+        return;
+    switch (k->check) {
+    case CK_GT:
+        if (n <= k->lo)
+            bad(v, k->path, "must be > %lld%s%s", (long long)k->lo, sep, note);
+        break;
+    case CK_GE:
+        if (n < k->lo)
+            bad(v, k->path, "must be >= %lld%s%s", (long long)k->lo, sep, note);
+        break;
+    case CK_RANGE:
+        if (n < k->lo || n > k->hi)
+            bad(v, k->path, "must be in %lld..%lld%s%s, got %lld", (long long)k->lo,
+                (long long)k->hi, sep, note, (long long)n);
+        break;
+    case CK_NONEMPTY:
+        if (empty(s))
+            bad(v, k->path, "must not be empty%s%s", sep, note);
+        break;
+    case CK_ONE_OF:
+        conf_join_names(k->names, names, sizeof(names));
+        if (k->type == K_CHOICE) {
+            if (n < 0 || n >= conf_count_names(k->names))
+                bad(v, k->path, "must be one of %s", names);
+        } else if (conf_name_index(k->names, s) < 0) {
+            bad(v, k->path, "must be one of %s, got \"%s\"", names, s ? s : "");
+        }
+        break;
+    case CK_HOSTPORT:
+    case CK_HOSTPORT_OPT:
+        if (!(k->check == CK_HOSTPORT_OPT && empty(s)) && !host_port_ok(s))
+            bad(v, k->path, "must be host:port%s%s, got \"%s\"", sep, note, s ? s : "");
+        break;
+    case CK_NONE:
+        break;
+    }
 }
 
 bool
@@ -791,191 +735,82 @@ conf_listen_is_loopback(const char *listen)
     return n >= 4 && strncmp(listen, "127.", 4) == 0;
 }
 
-/* At most one of two "where the secret is" keys. */
+/* At most one of two keys saying where a secret (or a TLS file) is. */
 static void
-one_secret_source(struct vctx *v, const char *a_key, const char *a, const char *b_key,
-                  const char *b)
+not_both(struct vctx *v, const char *a_key, const char *a, const char *b_key, const char *b)
 {
     if (!empty(a) && !empty(b))
         bad(v, b_key, "set either %s or %s, not both", a_key, b_key);
+}
+
+/* Both of a TLS pair, or neither. */
+static void
+pair(struct vctx *v, const char *a_key, const char *a, const char *b_key, const char *b)
+{
+    if (empty(a) != empty(b))
+        bad(v, empty(a) ? a_key : b_key, "set both %s and %s, or neither", a_key, b_key);
 }
 
 /* auth.* and admin.* (docs/auth.md). */
 static void
 validate_auth_admin(const struct conf *c, struct vctx *v)
 {
-    static const char *const modes[] = {"none", "jwt", NULL};
     const struct conf_auth *a = &c->auth;
     const struct conf_admin *ad = &c->admin;
     bool hs = !empty(a->hs256_secret_env) || !empty(a->hs256_secret_file);
 
-    check_enum(v, "auth.mode", a->mode, modes, "none, jwt");
-    if (one_of(a->mode, (const char *const[]){"none", NULL})) {
+    if (strcmp(a->mode, "none") == 0) {
         if (!conf_listen_is_loopback(c->http.listen))
             bad(v, "auth.mode", "none needs every listener on loopback; http.listen is \"%s\"",
-                c->http.listen ? c->http.listen : "");
+                c->http.listen);
         else if (!conf_listen_is_loopback(ad->listen))
             bad(v, "auth.mode", "none needs every listener on loopback; admin.listen is \"%s\"",
-                ad->listen ? ad->listen : "");
+                ad->listen);
     }
-    one_secret_source(v, "auth.jwt.hs256_secret_env", a->hs256_secret_env,
-                      "auth.jwt.hs256_secret_file", a->hs256_secret_file);
-    if (one_of(a->mode, (const char *const[]){"jwt", NULL})) {
-        if (!hs && empty(a->public_key_file))
-            bad(v, "auth.jwt.hs256_secret_env",
-                "auth.mode jwt needs auth.jwt.hs256_secret_env, auth.jwt.hs256_secret_file or "
-                "auth.jwt.public_key_file");
-        if (hs && !empty(a->public_key_file))
-            bad(v, "auth.jwt.public_key_file",
-                "set either an HS256 secret or auth.jwt.public_key_file, not both");
-    }
-    if (a->leeway_ms < 0)
-        bad(v, "auth.jwt.leeway", "must be >= 0");
-    if (!host_port_ok(ad->listen))
-        bad(v, "admin.listen", "must be host:port with a port in 1..65535, got \"%s\"",
-            ad->listen ? ad->listen : "");
-    else if (c->http.listen != NULL && strcmp(ad->listen, c->http.listen) == 0)
+    not_both(v, "auth.jwt.hs256_secret_env", a->hs256_secret_env, "auth.jwt.hs256_secret_file",
+             a->hs256_secret_file);
+    if (strcmp(a->mode, "jwt") == 0 && !hs && empty(a->public_key_file))
+        bad(v, "auth.jwt.hs256_secret_env",
+            "auth.mode jwt needs auth.jwt.hs256_secret_env, auth.jwt.hs256_secret_file or "
+            "auth.jwt.public_key_file");
+    if (hs && !empty(a->public_key_file))
+        bad(v, "auth.jwt.public_key_file",
+            "set either an HS256 secret or auth.jwt.public_key_file, not both");
+    if (strcmp(ad->listen, c->http.listen) == 0)
         bad(v, "admin.listen", "must differ from http.listen");
-    one_secret_source(v, "admin.token_env", ad->token_env, "admin.token_file", ad->token_file);
+    not_both(v, "admin.token_env", ad->token_env, "admin.token_file", ad->token_file);
     if (empty(ad->token_env) && empty(ad->token_file) && !conf_listen_is_loopback(ad->listen))
         bad(v, "admin.token_env",
             "admin.listen \"%s\" is not loopback: set admin.token_env or admin.token_file",
-            ad->listen ? ad->listen : "");
-    if (ad->max_connections < 1)
-        bad(v, "admin.max_connections", "must be >= 1");
-    if (empty(c->http.tls_cert_file) != empty(c->http.tls_key_file))
-        bad(v, empty(c->http.tls_cert_file) ? "http.tls.cert_file" : "http.tls.key_file",
-            "set both http.tls.cert_file and http.tls.key_file, or neither");
-    if (empty(ad->tls_cert_file) != empty(ad->tls_key_file))
-        bad(v, empty(ad->tls_cert_file) ? "admin.tls.cert_file" : "admin.tls.key_file",
-            "set both admin.tls.cert_file and admin.tls.key_file, or neither");
+            ad->listen);
+    pair(v, "http.tls.cert_file", c->http.tls_cert_file, "http.tls.key_file", c->http.tls_key_file);
+    pair(v, "admin.tls.cert_file", ad->tls_cert_file, "admin.tls.key_file", ad->tls_key_file);
 }
 
+/* The rules that read more than one key (or every entry of a list). */
 static void
-validate(const struct conf *c, struct vctx *v)
+validate_cross(const struct conf *c, struct vctx *v)
 {
-    static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
-    static const char *const stores[] = {"sqlite", "mysql", NULL};
-    static const char *const wallets[] = {"embedded", NULL};
-    static const char *const leases[] = {"local", "redis", NULL};
-    static const char *const projs[] = {"memory", "redis", NULL};
-    static const char *const groups[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
-    static const char *const strategies[] = {"exponential_backoff", NULL};
     const struct conf_outbox *ob = &c->outbox_worker;
     const struct conf_rocketmq *mq = &c->rocketmq;
     const struct conf_tencent_im *im = &c->tencent_im;
-    const struct conf_room *r = &c->room;
+    const struct conf_rocket *rk = &c->room.rocket;
 
-    /* app, http */
-    if (empty(c->app.default_app_code))
-        bad(v, "app.default_app_code", "must not be empty");
-    check_enum(v, "app.log_level", c->app.log_level, levels, "debug, info, warn, error");
-    if (!host_port_ok(c->http.listen))
-        bad(v, "http.listen", "must be host:port with a port in 1..65535, got \"%s\"",
-            c->http.listen ? c->http.listen : "");
-    if (!empty(c->http.advertise_addr) && !host_port_ok(c->http.advertise_addr))
-        bad(v, "http.advertise_addr", "must be host:port, got \"%s\"", c->http.advertise_addr);
-    if (c->http.max_body_bytes <= 0)
-        bad(v, "http.max_body_bytes", "must be > 0");
-    if (c->http.max_connections < 1)
-        bad(v, "http.max_connections", "must be >= 1");
-    if (c->http.request_timeout_ms <= 0)
-        bad(v, "http.request_timeout", "must be > 0");
-    if (c->http.header_timeout_ms <= 0)
-        bad(v, "http.header_timeout", "must be > 0");
-    if (c->http.body_timeout_ms <= 0)
-        bad(v, "http.body_timeout", "must be > 0");
-    if (c->http.max_connections_per_ip < 0)
-        bad(v, "http.max_connections_per_ip", "must be >= 0 (0 = no limit)");
-    validate_auth_admin(c, v);
-
-    /* store */
-    check_enum(v, "store.driver", c->store.driver, stores, "sqlite, mysql");
-    if (one_of(c->store.driver, (const char *const[]){"sqlite", NULL})) {
-        if (empty(c->store.sqlite.path))
-            bad(v, "store.sqlite.path", "must not be empty with store.driver sqlite");
-        if (c->store.sqlite.busy_timeout_ms < 0)
-            bad(v, "store.sqlite.busy_timeout", "must be >= 0");
-    }
-    if (one_of(c->store.driver, (const char *const[]){"mysql", NULL})) {
-        const struct conf_mysql *m = &c->store.mysql;
-        if (empty(m->host))
-            bad(v, "store.mysql.host", "must not be empty with store.driver mysql");
-        if (m->port < 1 || m->port > 65535)
-            bad(v, "store.mysql.port", "must be in 1..65535");
-        if (empty(m->user))
-            bad(v, "store.mysql.user", "must not be empty with store.driver mysql");
-        if (empty(m->database))
-            bad(v, "store.mysql.database", "must not be empty with store.driver mysql");
-        if (m->pool_size < 1)
-            bad(v, "store.mysql.pool_size", "must be >= 1");
-        if (m->connect_timeout_ms <= 0)
-            bad(v, "store.mysql.connect_timeout", "must be > 0");
-        if (m->read_timeout_ms <= 0)
-            bad(v, "store.mysql.read_timeout", "must be > 0");
-        if (m->write_timeout_ms <= 0)
-            bad(v, "store.mysql.write_timeout", "must be > 0");
-        if (m->deadlock_retries < 0)
-            bad(v, "store.mysql.deadlock_retries", "must be >= 0");
-    }
-    if (c->store.group_commit_max < 1)
-        bad(v, "store.group_commit_max", "must be >= 1");
-    if (c->store.retention_delivered_ms < 0)
-        bad(v, "store.retention.delivered_max_age", "must be >= 0 (0 keeps delivered rows)");
-    if (c->store.purge_batch < 1)
-        bad(v, "store.retention.purge_batch", "must be >= 1");
-    if (c->store.purge_interval_ms <= 0)
-        bad(v, "store.retention.purge_interval", "must be > 0");
-
-    /* room */
-    if (r->snapshot_every_n < 1)
-        bad(v, "room.snapshot_every_n", "must be >= 1");
-    if (r->snapshots_keep < 1)
-        bad(v, "room.snapshots_keep", "must be >= 1");
-    if (r->idle_evict_ms <= 0)
-        bad(v, "room.idle_evict_after", "must be > 0");
-    if (r->seat_count < 1 || r->seat_count > 32)
-        bad(v, "room.seat_count", "must be in 1..32 (ROOM_MAX_SEATS), got %d", r->seat_count);
-    if (r->max_members < 1)
-        bad(v, "room.max_members", "must be >= 1");
-    if (r->kick_ban_ms < 0)
-        bad(v, "room.kick_ban", "must be >= 0 (0 = no ban)");
-    if (r->rocket.nthresholds < 1)
+    if (rk->nthresholds < 1)
         bad(v, "room.rocket.thresholds", "needs at least one level");
-    for (int i = 0; i < r->rocket.nthresholds; i++) {
-        if (r->rocket.thresholds[i] <= 0)
+    for (int i = 0; i < rk->nthresholds; i++) {
+        if (rk->thresholds[i] <= 0)
             bad(v, "room.rocket.thresholds", "every threshold must be > 0");
-        else if (i > 0 && r->rocket.thresholds[i] <= r->rocket.thresholds[i - 1])
+        else if (i > 0 && rk->thresholds[i] <= rk->thresholds[i - 1])
             bad(v, "room.rocket.thresholds", "must be strictly increasing");
     }
-    if (r->rocket.countdown_ms <= 0)
-        bad(v, "room.rocket.countdown", "must be > 0");
-
-    /* wallet */
-    check_enum(v, "wallet.driver", c->wallet.driver, wallets, "embedded");
-    if (c->wallet.initial_balance < 0)
-        bad(v, "wallet.initial_balance", "must be >= 0");
 
     /* redis, lease, projection */
-    if (c->redis.enabled) {
-        if (!host_port_ok(c->redis.addr))
-            bad(v, "redis.addr", "must be host:port, got \"%s\"", c->redis.addr);
-        if (c->redis.db < 0)
-            bad(v, "redis.db", "must be >= 0");
-        if (c->redis.connect_timeout_ms <= 0)
-            bad(v, "redis.connect_timeout", "must be > 0");
-        if (c->redis.command_timeout_ms <= 0)
-            bad(v, "redis.command_timeout", "must be > 0");
-    }
-    check_enum(v, "lease.driver", c->lease.driver, leases, "local, redis");
-    if (one_of(c->lease.driver, leases + 1) && !c->redis.enabled)
+    if (strcmp(c->lease.driver, "redis") == 0 && !c->redis.enabled)
         bad(v, "lease.driver", "redis needs redis.enabled: true");
-    if (c->lease.ttl_ms <= 0)
-        bad(v, "lease.ttl", "must be > 0");
     if (c->lease.renew_every_ms <= 0 || c->lease.renew_every_ms >= c->lease.ttl_ms)
         bad(v, "lease.renew_every", "must be > 0 and < lease.ttl");
-    check_enum(v, "projection.driver", c->projection.driver, projs, "memory, redis");
-    if (one_of(c->projection.driver, projs + 1) && !c->redis.enabled)
+    if (strcmp(c->projection.driver, "redis") == 0 && !c->redis.enabled)
         bad(v, "projection.driver", "redis needs redis.enabled: true");
 
     /* rocketmq (NATS JetStream) */
@@ -985,18 +820,6 @@ validate(const struct conf *c, struct vctx *v)
         for (int i = 0; i < mq->nname_servers; i++)
             if (empty(mq->name_servers[i]))
                 bad(v, "rocketmq.name_servers", "entries must not be empty");
-        if (mq->send_timeout_ms <= 0)
-            bad(v, "rocketmq.send_timeout", "must be > 0");
-        if (mq->retry < 0)
-            bad(v, "rocketmq.retry", "must be >= 0");
-        if (mq->stream_replicas < 1 || mq->stream_replicas > 5)
-            bad(v, "rocketmq.stream_replicas", "must be in 1..5");
-        if (mq->stream_max_age_ms < 0)
-            bad(v, "rocketmq.stream_max_age", "must be >= 0 (0 = unlimited)");
-        if (mq->duplicate_window_ms <= 0)
-            bad(v, "rocketmq.duplicate_window", "must be > 0");
-        if (mq->consumer_ack_wait_ms <= 0)
-            bad(v, "rocketmq.consumer_ack_wait", "must be > 0");
         for (int i = 0; i < mq->nconsumer_retry_delays; i++)
             if (mq->consumer_retry_delays_ms[i] <= 0)
                 bad(v, "rocketmq.consumer_retry_delays_ms", "every delay must be > 0");
@@ -1008,41 +831,17 @@ validate(const struct conf *c, struct vctx *v)
                 ? "rocketmq.room_outbox.activity_consumer_enabled"
                 : "rocketmq.room_outbox.notice_consumer_enabled",
             "needs rocketmq.enabled: true");
-    if (mq->room_outbox.enabled) {
-        if (!mq->enabled)
-            bad(v, "rocketmq.room_outbox.enabled", "needs rocketmq.enabled: true");
-        if (empty(mq->room_outbox.topic))
-            bad(v, "rocketmq.room_outbox.topic", "must not be empty");
-        if (empty(mq->room_outbox.producer_group))
-            bad(v, "rocketmq.room_outbox.producer_group", "must not be empty");
-        if (mq->room_outbox.consumer_max_reconsume_times < 0)
-            bad(v, "rocketmq.room_outbox.consumer_max_reconsume_times", "must be >= 0");
-    }
-    if (mq->room_outbox.tencent_im_consumer_enabled) {
-        if (!mq->enabled)
-            bad(v, "rocketmq.room_outbox.tencent_im_consumer_enabled",
-                "needs rocketmq.enabled: true");
-        if (!im->enabled)
-            bad(v, "rocketmq.room_outbox.tencent_im_consumer_enabled",
-                "needs tencent_im.enabled: true");
-        if (empty(mq->room_outbox.tencent_im_consumer_group))
-            bad(v, "rocketmq.room_outbox.tencent_im_consumer_group", "must not be empty");
-    }
-    if (mq->rocket_launch.enabled) {
-        if (!mq->enabled)
-            bad(v, "rocketmq.rocket_launch.enabled", "needs rocketmq.enabled: true");
-        if (empty(mq->rocket_launch.topic))
-            bad(v, "rocketmq.rocket_launch.topic", "must not be empty");
-        if (empty(mq->rocket_launch.consumer_group))
-            bad(v, "rocketmq.rocket_launch.consumer_group", "must not be empty");
-        if (mq->rocket_launch.consumer_max_reconsume_times < 0)
-            bad(v, "rocketmq.rocket_launch.consumer_max_reconsume_times", "must be >= 0");
-    }
+    if (mq->room_outbox.enabled && !mq->enabled)
+        bad(v, "rocketmq.room_outbox.enabled", "needs rocketmq.enabled: true");
+    if (mq->room_outbox.tencent_im_consumer_enabled && !mq->enabled)
+        bad(v, "rocketmq.room_outbox.tencent_im_consumer_enabled", "needs rocketmq.enabled: true");
+    if (mq->room_outbox.tencent_im_consumer_enabled && !im->enabled)
+        bad(v, "rocketmq.room_outbox.tencent_im_consumer_enabled",
+            "needs tencent_im.enabled: true");
+    if (mq->rocket_launch.enabled && !mq->enabled)
+        bad(v, "rocketmq.rocket_launch.enabled", "needs rocketmq.enabled: true");
 
     /* outbox_worker (seed 配置规则) */
-    if (ob->publish_mode != PUBLISH_DIRECT && ob->publish_mode != PUBLISH_MQ &&
-        ob->publish_mode != PUBLISH_DUAL)
-        bad(v, "outbox_worker.publish_mode", "must be one of direct, mq, dual");
     if (ob->publish_mode == PUBLISH_MQ || ob->publish_mode == PUBLISH_DUAL) {
         const char *m = ob->publish_mode == PUBLISH_MQ ? "mq" : "dual";
         if (!mq->enabled)
@@ -1050,52 +849,27 @@ validate(const struct conf *c, struct vctx *v)
         else if (!mq->room_outbox.enabled)
             bad(v, "outbox_worker.publish_mode", "%s needs rocketmq.room_outbox.enabled: true", m);
     }
-    if (ob->poll_interval_ms <= 0)
-        bad(v, "outbox_worker.poll_interval", "must be > 0 (avoids a busy loop)");
-    if (ob->batch_size <= 0)
-        bad(v, "outbox_worker.batch_size", "must be > 0");
-    if (ob->publish_timeout_ms <= 0)
-        bad(v, "outbox_worker.publish_timeout", "must be > 0");
-    check_enum(v, "outbox_worker.retry_strategy", ob->retry_strategy, strategies,
-               "exponential_backoff");
-    if (ob->max_retry_count <= 0)
-        bad(v, "outbox_worker.max_retry_count", "must be > 0");
-    if (ob->initial_backoff_ms <= 0)
-        bad(v, "outbox_worker.initial_backoff", "must be > 0");
     if (ob->max_backoff_ms < ob->initial_backoff_ms)
         bad(v, "outbox_worker.max_backoff", "must be >= outbox_worker.initial_backoff");
-    if (ob->workers < 1)
-        bad(v, "outbox_worker.workers", "must be >= 1");
     if (ob->lock_timeout_ms <= ob->publish_timeout_ms)
         bad(v, "outbox_worker.lock_timeout", "must be > outbox_worker.publish_timeout");
-    if (ob->handoff_queue < -1)
-        bad(v, "outbox_worker.handoff_queue", "must be >= -1 (-1 auto, 0 off)");
-    if (ob->log_sink_enabled && empty(ob->log_sink_path))
-        bad(v, "outbox_worker.log_sink.path", "must not be empty when the log sink is enabled");
 
     /* tencent_im */
-    check_enum(v, "tencent_im.group_type", im->group_type, groups,
-               "AVChatRoom, Public, ChatRoom, Private");
-    if (im->enabled) {
-        if (empty(im->base_url))
-            bad(v, "tencent_im.base_url", "must not be empty");
-        if (im->sdk_app_id <= 0)
-            bad(v, "tencent_im.sdk_app_id", "must be > 0 when tencent_im.enabled");
-        if (empty(im->admin_identifier))
-            bad(v, "tencent_im.admin_identifier", "must not be empty when tencent_im.enabled");
-        if (empty(im->secret_key_env) && empty(im->secret_key_file))
-            bad(v, "tencent_im.secret_key_env",
-                "tencent_im.enabled needs secret_key_env or secret_key_file");
-        if (im->usersig_ttl_ms <= 0)
-            bad(v, "tencent_im.usersig_ttl", "must be > 0");
-        if (im->timeout_ms <= 0)
-            bad(v, "tencent_im.timeout", "must be > 0");
-    }
+    if (im->enabled && empty(im->secret_key_env) && empty(im->secret_key_file))
+        bad(v, "tencent_im.secret_key_env",
+            "tencent_im.enabled needs secret_key_env or secret_key_file");
 
-    /* activity */
-    if (c->activity.enabled && !host_port_ok(c->activity.target))
-        bad(v, "activity.target", "must be host:port, got \"%s\"",
-            c->activity.target ? c->activity.target : "");
+    validate_auth_admin(c, v);
+}
+
+/* Every row's rule in table order, then the cross-key rules; v keeps the first failure. */
+static void
+validate(const struct conf *c, struct vctx *v)
+{
+    for (size_t i = 0; i < NKEYS && !v->failed; i++)
+        check_row(c, &keys[i], v);
+    if (!v->failed)
+        validate_cross(c, v);
 }
 
 int
@@ -1109,43 +883,32 @@ conf_validate(const struct conf *c, char *err, size_t errlen)
 
 /* ==== Loading ==== */
 
-int
-conf_load(const char *path, struct conf **out, char *err, size_t errlen)
+/* Parses the YAML that parser reads, under the name name. See conf_load. */
+static int
+load_parsed(const char *name, yaml_parser_t *parser, struct conf **out, char *err, size_t errlen)
 {
     struct conf *c = xcalloc(1, sizeof(*c));
     struct loader *ld = xcalloc(1, sizeof(*ld));
-    yaml_parser_t parser;
     yaml_document_t doc;
-    int parser_ok = 0, doc_ok = 0, rc = ROOMD_EINVAL;
-    FILE *f = NULL;
+    int doc_ok = 0, rc = ROOMD_EINVAL;
 
-    *out = NULL;
     conf_defaults(c);
-    set_str(&c->path, path);
-    if ((f = fopen(path, "rb")) == NULL) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!yaml_parser_initialize(&parser)) {
-        snprintf(err, errlen, "%s: cannot initialize the YAML parser", path);
-        goto out;
-    }
-    parser_ok = 1;
-    yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
-        const char *what = parser.problem ? parser.problem : "invalid YAML";
-        if (parser.context)
-            snprintf(err, errlen, "%s:%zu:%zu: syntax error: %s %s", path,
-                     parser.problem_mark.line + 1, parser.problem_mark.column + 1, parser.context,
-                     what);
+    free(c->path);
+    c->path = xstrdup(name);
+    if (!yaml_parser_load(parser, &doc)) {
+        const char *what = parser->problem ? parser->problem : "invalid YAML";
+        if (parser->context)
+            snprintf(err, errlen, "%s:%zu:%zu: syntax error: %s %s", name,
+                     parser->problem_mark.line + 1, parser->problem_mark.column + 1,
+                     parser->context, what);
         else
-            snprintf(err, errlen, "%s:%zu:%zu: syntax error: %s", path,
-                     parser.problem_mark.line + 1, parser.problem_mark.column + 1, what);
+            snprintf(err, errlen, "%s:%zu:%zu: syntax error: %s", name,
+                     parser->problem_mark.line + 1, parser->problem_mark.column + 1, what);
         goto out;
     }
     doc_ok = 1;
 
-    ld->file = path;
+    ld->file = name;
     ld->doc = &doc;
     ld->c = c;
     ld->err = err;
@@ -1154,7 +917,7 @@ conf_load(const char *path, struct conf **out, char *err, size_t errlen)
     if (root != NULL && !is_null(root) && (rc = walk(ld, root, "")) != 0)
         goto out;
 
-    struct vctx v = {.file = path, .marks = ld->marks, .err = err, .errlen = errlen};
+    struct vctx v = {.file = name, .marks = ld->marks, .err = err, .errlen = errlen};
     validate(c, &v);
     if (v.failed) {
         rc = ROOMD_EINVAL;
@@ -1173,11 +936,49 @@ conf_load(const char *path, struct conf **out, char *err, size_t errlen)
 out:
     if (doc_ok)
         yaml_document_delete(&doc);
-    if (parser_ok)
-        yaml_parser_delete(&parser);
-    if (f != NULL)
-        fclose(f);
     free(ld);
     conf_free(c);
+    return rc;
+}
+
+int
+conf_load(const char *path, struct conf **out, char *err, size_t errlen)
+{
+    yaml_parser_t parser;
+    FILE *f;
+    int rc;
+
+    *out = NULL;
+    if ((f = fopen(path, "rb")) == NULL) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return ROOMD_EINVAL;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: cannot initialize the YAML parser", path);
+        fclose(f);
+        return ROOMD_EINVAL;
+    }
+    yaml_parser_set_input_file(&parser, f);
+    rc = load_parsed(path, &parser, out, err, errlen);
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return rc;
+}
+
+int
+conf_load_buffer(const char *name, const char *buf, size_t len, struct conf **out, char *err,
+                 size_t errlen)
+{
+    yaml_parser_t parser;
+    int rc;
+
+    *out = NULL;
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: cannot initialize the YAML parser", name);
+        return ROOMD_EINVAL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+    rc = load_parsed(name, &parser, out, err, errlen);
+    yaml_parser_delete(&parser);
     return rc;
 }

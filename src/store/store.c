@@ -2,7 +2,7 @@
  * store.c: backend selection and the parts every backend shares: status
  * names and counts, the checks of a mutation, the last_error cut, freeing
  * results, the thread-local error text, fault hooks. The SQL lives in
- * store_sqlite.c and store_mysql.c.
+ * the backends, src/store/sqlite/ and src/store/mysql/.
  */
 #include "store/store.h"
 
@@ -96,6 +96,52 @@ outbox_rows_sort(struct outbox_row *rows, size_t n)
 {
     if (n > 1)
         qsort(rows, n, sizeof(*rows), cmp_row_id);
+}
+
+void
+outbox_initial_of(const struct mutation *m, struct outbox_initial *out)
+{
+    if (m->locked_by != NULL && *m->locked_by) {
+        *out =
+            (struct outbox_initial){"delivering", m->locked_by, m->lock_until_ms, m->lock_until_ms};
+    } else {
+        *out = (struct outbox_initial){"pending", NULL, 0, m->created_at_ms};
+    }
+}
+
+void
+outbox_outcome_of(const struct outbox_result *r, struct outbox_outcome *out)
+{
+    *out = (struct outbox_outcome){
+        .status = outbox_status_name(r->status),
+        .retryable = r->status == OUTBOX_RETRYABLE,
+        .retry_at_ms = r->status == OUTBOX_RETRYABLE ? r->next_retry_at_ms : 0,
+        .delivered = r->status == OUTBOX_DELIVERED,
+        .last_error = r->last_error,
+        .last_error_len = r->last_error != NULL ? outbox_last_error_len(r->last_error) : 0,
+    };
+}
+
+enum wallet_debit_step
+wallet_debit_rule(struct wallet_debit *d, bool have_debit, bool have_refund, int64_t balance)
+{
+    d->rc = 0;
+    d->balance_after = 0;
+    if (d->amount < 0) {
+        store_set_errmsg("wallet debit: negative amount");
+        d->rc = ROOMD_EINVAL;
+        return WALLET_DEBIT_REFUSED;
+    }
+    if (have_debit && !have_refund)
+        return WALLET_DEBIT_STANDS;
+    if (balance < d->amount) {
+        store_set_errmsg("wallet: balance %lld < %lld", (long long)balance, (long long)d->amount);
+        d->balance_after = balance;
+        d->rc = ROOMD_EFUNDS;
+        return WALLET_DEBIT_REFUSED;
+    }
+    d->balance_after = balance - d->amount;
+    return WALLET_DEBIT_CHARGE;
 }
 
 int

@@ -1,8 +1,10 @@
 /*
  * store.h: the SQL store, authority for room state and room_outbox.
- * One interface, one file per backend: store_sqlite.c (embedded default),
- * store_mysql.c (MariaDB Connector/C). store.c dispatches through
- * struct store_ops and holds what the backends share.
+ * One interface, one folder per backend: sqlite/ (embedded default) and
+ * mysql/ (MariaDB Connector/C), each split into conn.c, schema.c, command.c,
+ * outbox.c, wallet.c and rooms.c behind a private internal.h (docs/store.md,
+ * Layout). store.c dispatches through struct store_ops and holds the rules
+ * the backends share.
  *
  * Schema (ARCHITECTURE §4; migrations live in each backend):
  *   rooms(app_code, room_id, owner_uid, title, status, version, fence_token,
@@ -280,6 +282,47 @@ void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
 size_t outbox_last_error_len(const char *last_error);
 /* Sorts rows by id (a claim returns its rows in id order). */
 void outbox_rows_sort(struct outbox_row *rows, size_t n);
+
+/* The state a new room_outbox row of m starts in: claimed (m->locked_by
+ * set: delivering, locked_by, lock_until_ms, due_at_ms = lock_until_ms) or
+ * pending (locked_by NULL, lock_until_ms 0, due_at_ms = created_at_ms). */
+struct outbox_initial {
+    const char *status;    /* static */
+    const char *locked_by; /* borrowed from m; NULL when pending */
+    int64_t lock_until_ms; /* 0 when pending */
+    int64_t due_at_ms;
+};
+void outbox_initial_of(const struct mutation *m, struct outbox_initial *out);
+
+/* The columns a delivery outcome r writes: retryable keeps a claim key
+ * (due_at_ms = next_retry_at_ms), delivered gets delivered_at_ms = now_ms,
+ * delivered and failed leave the claim index (due_at_ms NULL). */
+struct outbox_outcome {
+    const char *status; /* static */
+    bool retryable;     /* next_retry_at_ms and due_at_ms are retry_at_ms, else NULL/0 */
+    int64_t retry_at_ms;
+    bool delivered;         /* delivered_at_ms is now_ms, else NULL */
+    const char *last_error; /* borrowed from r; NULL when none */
+    size_t last_error_len;  /* outbox_last_error_len */
+};
+void outbox_outcome_of(const struct outbox_result *r, struct outbox_outcome *out);
+
+/* What a debit does, by the rule of wallet_debit_rule. */
+enum wallet_debit_step {
+    WALLET_DEBIT_REFUSED, /* d->rc set (EINVAL, EFUNDS), d->balance_after set: write nothing */
+    WALLET_DEBIT_STANDS,  /* ref_id already charged and not refunded: charge nothing, report
+                           * the balance of the ledger row's uid */
+    WALLET_DEBIT_CHARGE,  /* drop the refund row if any, write (or rewrite) the debit row,
+                           * balance -= amount; d->balance_after set */
+};
+/* The wallet debit rule, once for both backends, inside their transaction:
+ * d against what the ledger holds for d->ref_id (have_debit, have_refund)
+ * and the balance of d->uid. A negative amount is ROOMD_EINVAL; a debit row
+ * without a refund row stands; a refunded ref is charged again (its command
+ * is being retried); a short balance is ROOMD_EFUNDS. Sets the detail text
+ * when refused. */
+enum wallet_debit_step wallet_debit_rule(struct wallet_debit *d, bool have_debit, bool have_refund,
+                                         int64_t balance);
 
 /* Looks up a command by its idempotency key. 0 and *out filled (clear with
  * command_record_clear), ROOMD_ENOTFOUND, or EUNAVAIL. */

@@ -8,6 +8,7 @@ public listener and a user token on the admin listener. Each refusal asserts its
 change; the refusals are counted by reason in /metrics; the log never holds a token or a
 secret. Then ES256 and RS256 keys (and the HS256-with-the-public-key confusion), and
 auth.mode none refused off loopback."""
+import atexit
 import os
 import subprocess
 import time
@@ -30,6 +31,7 @@ def shared():
                      "admin": {"token_env": "ROOMD_TEST_ADMIN"}})
         _rd.admin_token = ADMIN
         _rd.start(env=ENV)
+        atexit.register(_rd.stop)
     return _rd
 
 
@@ -257,4 +259,4 @@ def test_zz_stop():
 if __name__ == "__main__":
     run([test_commands_matrix_user_itself, test_commands_matrix_service, test_reads_matrix,
          test_admin_listener, test_refusals_counted_and_never_logged, test_public_key_algs,
-         test_none_refused_off_loopback, test_zz_stop])
+         test_none_refused_off_loopback, test_zz_stop], fixture="shared_roomd")

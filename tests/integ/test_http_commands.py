@@ -642,4 +642,5 @@ if __name__ == "__main__":
          test_idempotent_replay, test_idempotency_across_restart, test_concurrent_commands_one_room,
          test_concurrent_rooms, test_body_limits_413, test_keep_alive,
          test_connection_limit_and_idle_timeout, test_wallet_endpoints,
-         test_topup_disabled_404, test_health_ready_metrics, test_zz_stop_is_clean])
+         test_topup_disabled_404, test_health_ready_metrics, test_zz_stop_is_clean],
+        fixture="shared_roomd")

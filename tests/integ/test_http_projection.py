@@ -199,7 +199,8 @@ if __name__ == "__main__":
         run([test_list_ranked_and_paged, test_gifts_break_online_ties,
              test_presence_follows_joins_and_leaves, test_parameters_validated,
              test_redis_projection_unreachable_503, test_memory_projection_rebuilt_after_restart,
-             test_zz_stop_is_clean])
+             test_zz_stop_is_clean],
+        fixture="shared_roomd")
     finally:
         for r in RD.values():
             try:

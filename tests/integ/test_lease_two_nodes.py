@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
-from roomd_test import Roomd, env_port, free_port, need, run, wait_until  # noqa: E402
+from roomd_test import Roomd, env_port, free_port, listing, need, run, wait_until  # noqa: E402
 
 TTL_MS = 1500
 REDIS_PORT = env_port("ROOMD_REDIS_PORT", 6390)
@@ -448,6 +448,9 @@ def reachable(port):
 
 
 if __name__ == "__main__":
+    if listing():  # one ctest entry per store: each variant's nodes are shared by its scenarios
+        print("mysql\nsqlite")
+        sys.exit(0)
     want = sys.argv[1:] or ["mysql", "sqlite"]
     need("127.0.0.1", REDIS_PORT, "redis-server")
     stores, tests, cleanups = [], [], []
@@ -466,7 +469,7 @@ if __name__ == "__main__":
             t, c = scenarios(st)
             tests += t
             cleanups.append(c)
-        run(tests)
+        run(tests, fixture="variant")  # argv names the store variants
     finally:
         for c in cleanups:
             c()

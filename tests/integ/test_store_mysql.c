@@ -813,6 +813,23 @@ test_unreachable_fails_fast(void **state)
     cf->store.mysql.port = port;
 }
 
+/* The tests of the MySQL backend alone (after the shared suite). */
+static const struct CMUnitTest mysql_only[] = {
+    cmocka_unit_test(test_concurrent_open_migrates_once),
+    cmocka_unit_test_setup(test_save_load_roundtrip, setup),
+    cmocka_unit_test_setup(test_snapshots_pruned, setup),
+    cmocka_unit_test_setup(test_batch_rules_savepoints, setup),
+    cmocka_unit_test_setup(test_injected_failure_rolls_back, setup),
+    cmocka_unit_test_setup(test_claim_complete_fenced, setup),
+    cmocka_unit_test_setup(test_concurrent_claims_disjoint, setup),
+    cmocka_unit_test_setup(test_claim_plan_uses_due_index, setup),
+    cmocka_unit_test_setup(test_purge_bounded, setup),
+    cmocka_unit_test_setup(test_reconnect_after_kill, setup),
+    cmocka_unit_test_setup(test_deadlock_retried, setup),
+    cmocka_unit_test_setup(test_lock_wait_timeout_retried, setup),
+    cmocka_unit_test(test_unreachable_fails_fast),
+};
+
 int
 main(void)
 {
@@ -820,6 +837,13 @@ main(void)
     char q[256];
     int rc;
 
+    if (th_listing()) { /* the names only: no server needed */
+        store_suite_run("store_mysql", suite_conf, suite_reset);
+        store_suite_run("store_mysql_no_bulk", suite_conf, suite_reset);
+        rmdir(dir);
+        free(dir);
+        return cmocka_run_group_tests_name("store_mysql_only", mysql_only, NULL, NULL);
+    }
     cf = th_conf_mysql(dir);
     if (cf == NULL)
         return 77;
@@ -839,21 +863,6 @@ main(void)
     cf->store.mysql.deadlock_retries = 3;
     cf->store.mysql.read_timeout_ms = 5000;
 
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_concurrent_open_migrates_once),
-        cmocka_unit_test_setup(test_save_load_roundtrip, setup),
-        cmocka_unit_test_setup(test_snapshots_pruned, setup),
-        cmocka_unit_test_setup(test_batch_rules_savepoints, setup),
-        cmocka_unit_test_setup(test_injected_failure_rolls_back, setup),
-        cmocka_unit_test_setup(test_claim_complete_fenced, setup),
-        cmocka_unit_test_setup(test_concurrent_claims_disjoint, setup),
-        cmocka_unit_test_setup(test_claim_plan_uses_due_index, setup),
-        cmocka_unit_test_setup(test_purge_bounded, setup),
-        cmocka_unit_test_setup(test_reconnect_after_kill, setup),
-        cmocka_unit_test_setup(test_deadlock_retried, setup),
-        cmocka_unit_test_setup(test_lock_wait_timeout_retried, setup),
-        cmocka_unit_test(test_unreachable_fails_fast),
-    };
     suite_dir = dir;
     /* the suite needs the tables: the first open migrates */
     store_close(open_store(1));
@@ -862,7 +871,7 @@ main(void)
     setenv("ROOMD_MYSQL_NO_BULK", "1", 1);
     rc += store_suite_run("store_mysql_no_bulk", suite_conf, suite_reset);
     unsetenv("ROOMD_MYSQL_NO_BULK");
-    rc += cmocka_run_group_tests_name("store_mysql_only", tests, NULL, NULL);
+    rc += cmocka_run_group_tests_name("store_mysql_only", mysql_only, NULL, NULL);
 
     snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
     sql(admin, q);

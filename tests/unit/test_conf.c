@@ -472,6 +472,71 @@ test_validate_direct(void **state)
     conf_free(c);
 }
 
+/* conf_load_buffer: the same values and the same errors as a file, named by name. */
+static void
+test_load_buffer(void **state)
+{
+    struct conf *c = NULL;
+    char err[512] = "";
+    const char *y = "outbox_worker:\n  workers: 7\n";
+    const char *bad_ = "outbox_worker:\n  poll_interval: 0s\n";
+
+    assert_int_equal(conf_load_buffer("mem", y, strlen(y), &c, err, sizeof(err)), 0);
+    assert_int_equal(c->outbox_worker.workers, 7);
+    assert_string_equal(c->path, "mem");
+    conf_free(c);
+    assert_int_equal(conf_load_buffer("mem", bad_, strlen(bad_), &c, err, sizeof(err)),
+                     ROOMD_EINVAL);
+    assert_null(c);
+    assert_string_equal(err,
+                        "mem:2:18: outbox_worker.poll_interval: must be > 0 (avoids a busy loop)");
+    /* not NUL-terminated: only len bytes are read */
+    assert_int_equal(
+        conf_load_buffer("mem", "app: {log_level: warn}XXXX", 22, &c, err, sizeof(err)), 0);
+    assert_string_equal(c->app.log_level, "warn");
+    conf_free(c);
+    assert_int_equal(conf_load_buffer("mem", "app: [", 6, &c, err, sizeof(err)), ROOMD_EINVAL);
+    assert_non_null(strstr(err, "mem:"));
+    assert_non_null(strstr(err, "syntax error"));
+}
+
+/* docs/conf.md holds exactly the key reference the table generates. */
+static void
+test_doc_matches_table(void **state)
+{
+    const char *src = getenv("ROOMD_SOURCE_DIR");
+    char *path, *doc = NULL, *gen = NULL;
+    size_t doclen = 0, genlen = 0;
+    FILE *f;
+
+    assert_non_null(src);
+    path = xasprintf("%s/docs/conf.md", src);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    FILE *m = open_memstream(&doc, &doclen);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        fwrite(buf, 1, n, m);
+    fclose(m);
+    fclose(f);
+    m = open_memstream(&gen, &genlen);
+    conf_write_doc(m);
+    fclose(m);
+    char *begin = strstr(doc, CONF_DOC_BEGIN);
+    char *end = begin ? strstr(begin, CONF_DOC_END "\n") : NULL;
+    if (begin == NULL || end == NULL)
+        fail_msg("%s: no generated key reference block", path);
+    end += strlen(CONF_DOC_END "\n");
+    if ((size_t)(end - begin) != genlen || memcmp(begin, gen, genlen) != 0)
+        fail_msg("%s differs from the key table: replace its block with the output of "
+                 "`build-asan/roomd --print-config-doc`",
+                 path);
+    free(gen);
+    free(doc);
+    free(path);
+}
+
 int
 main(void)
 {
@@ -488,6 +553,8 @@ main(void)
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_validate_direct),
+        cmocka_unit_test(test_load_buffer),
+        cmocka_unit_test(test_doc_matches_table),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,632 @@
+/*
+ * mysql/command.c: the command path: find_command, load_room (room head,
+ * then snapshot and log tail up to it), save (a group-commit batch: the fast
+ * path binds every mutation's rows as arrays; on any broken rule the slow
+ * path redoes it with a savepoint per mutation) and fence_room.
+ */
+#include "store/mysql/internal.h"
+
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <mysqld_error.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CMD_COLS "room_id, command_id, command_type, request, response, version, created_at_ms"
+#define CMD_TYPES "sssssii"
+
+static const struct mys_sql SQL_FIND_COMMAND = {S_FIND_COMMAND,
+                                                "SELECT " CMD_COLS " FROM room_command_log"
+                                                " WHERE app_code=? AND command_id=?"};
+static const struct mys_sql SQL_ROOM_HEAD = {
+    S_ROOM_HEAD, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"};
+static const struct mys_sql SQL_ROOM_FENCE = {
+    S_ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"
+                  " FOR UPDATE"};
+static const struct mys_sql SQL_SNAP_LATEST = {S_SNAP_LATEST,
+                                               "SELECT version, state FROM room_snapshots"
+                                               " WHERE app_code=? AND room_id=? AND version<=?"
+                                               " ORDER BY version DESC LIMIT 1"};
+static const struct mys_sql SQL_LOG_TAIL = {
+    S_LOG_TAIL, "SELECT " CMD_COLS " FROM room_command_log"
+                " WHERE app_code=? AND room_id=? AND version>? AND version<=?"
+                " ORDER BY version"};
+static const struct mys_sql SQL_LOG_INSERT = {
+    S_LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
+                  " command_type, request, response, created_at_ms)"
+                  " VALUES (?,?,?,?,?,?,?,?)"};
+static const struct mys_sql SQL_ROOM_INSERT = {
+    S_ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+                   " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
+                   " created_at_ms, updated_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"};
+static const struct mys_sql SQL_ROOM_UPDATE = {
+    S_ROOM_UPDATE, "UPDATE rooms SET owner_uid=?, title=?, status=?, version=?, fence_token=?,"
+                   " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
+                   " updated_at_ms=?"
+                   " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?"};
+/* status, locked_by, lock_until_ms, due_at_ms: pending (NULL, NULL,
+ * created_at_ms) or, for the outbox hand-off, already claimed */
+static const struct mys_sql SQL_OUTBOX_INSERT = {
+    S_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
+                     " command_id, event_type, payload, status, retry_count, sinks_done,"
+                     " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms)"
+                     " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?)"};
+/* The ids of rows just inserted already claimed (their due_at_ms is
+ * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
+static const struct mys_sql SQL_OUTBOX_IDS = {
+    S_OUTBOX_IDS, "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                  " WHERE due_at_ms>=? AND due_at_ms<=? AND locked_by=?"};
+static const struct mys_sql SQL_SNAP_INSERT = {
+    S_SNAP_INSERT, "INSERT INTO room_snapshots (app_code, room_id, version, state,"
+                   " created_at_ms) VALUES (?,?,?,?,?)"
+                   " ON DUPLICATE KEY UPDATE state=VALUES(state),"
+                   " created_at_ms=VALUES(created_at_ms)"};
+static const struct mys_sql SQL_SNAP_NTH = {
+    S_SNAP_NTH, "SELECT version FROM room_snapshots WHERE app_code=? AND room_id=?"
+                " ORDER BY version DESC LIMIT 1 OFFSET ?"};
+static const struct mys_sql SQL_SNAP_PRUNE = {
+    S_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code=? AND room_id=? AND version<=?"};
+static const struct mys_sql SQL_FENCE_ROOM = {
+    S_FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
+                  " AND fence_token<=?"};
+
+/* Reads the row of r (CMD_COLS) into dst (struct command_record). */
+static void
+read_command(const struct rows *r, void *dst)
+{
+    struct command_record *out = dst;
+
+    memset(out, 0, sizeof(*out));
+    strlcpy_(out->room_id, r_str(r, 0), sizeof(out->room_id));
+    strlcpy_(out->command_id, r_str(r, 1), sizeof(out->command_id));
+    out->command_type = xstrdup(r_str(r, 2));
+    out->request = xstrdup(r_str(r, 3));
+    out->response = xstrdup(r_str(r, 4));
+    out->version = r_i64(r, 5);
+    out->created_at_ms = r_i64(r, 6);
+}
+
+int
+mys_find_command(struct store *s, const char *app, const char *command_id,
+                 struct command_record *out)
+{
+    struct one_ctx x = {&SQL_FIND_COMMAND, CMD_TYPES, app, command_id, read_command, out};
+
+    memset(out, 0, sizeof(*out));
+    return mys_run((struct mstore *)s, mys_one_fn, &x);
+}
+
+struct load_ctx {
+    const char *app, *room_id;
+    struct room_load *out;
+};
+
+/* Reads the room head, then the snapshot and log tail up to that version:
+ * a consistent prefix even while the owner keeps committing. */
+static int
+load_room_fn(struct conn *c, void *arg)
+{
+    struct load_ctx *x = arg;
+    struct room_load *l = x->out;
+    struct params p = {0};
+    struct rows r;
+    size_t cap = 0;
+    int rc;
+
+    room_load_clear(l);
+    p_str(&p, x->app);
+    p_str(&p, x->room_id);
+    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "ii")) <= 0) {
+        rc = rc == 0 ? ROOMD_ENOTFOUND : rc;
+        goto out;
+    }
+    l->version = r_i64(&r, 0);
+    l->fence_token = r_i64(&r, 1);
+    mys_rows_done(&r);
+
+    p_i64(&p, l->version);
+    if ((rc = mys_st_query_one(c, &SQL_SNAP_LATEST, &p, &r, "is")) < 0)
+        goto out;
+    if (rc == 1) {
+        l->snapshot_version = r_i64(&r, 0);
+        l->snapshot = xstrdup(r_str(&r, 1));
+    }
+    mys_rows_done(&r);
+
+    p.n = 2;
+    p_i64(&p, l->snapshot_version);
+    p_i64(&p, l->version);
+    if ((rc = mys_st_query(c, &SQL_LOG_TAIL, &p, &r, CMD_TYPES)) != 0)
+        goto out;
+    while ((rc = mys_st_fetch(c, &r)) == 1) {
+        l->tail = xgrow(l->tail, l->ntail, &cap, sizeof(*l->tail));
+        read_command(&r, &l->tail[l->ntail++]);
+    }
+out:
+    mys_rows_done(&r);
+    if (rc != 0)
+        room_load_clear(l);
+    return rc;
+}
+
+int
+mys_load_room(struct store *s, const char *app, const char *room_id, struct room_load *out)
+{
+    struct load_ctx x = {app, room_id, out};
+
+    memset(out, 0, sizeof(*out));
+    return mys_run((struct mstore *)s, load_room_fn, &x);
+}
+
+static void
+fill_log(struct bulk *k, size_t row, const struct mutation *m)
+{
+    bk_str(k, 0, row, m->app_code);
+    bk_str(k, 1, row, m->room_id);
+    bk_i64(k, 2, row, m->version);
+    bk_str(k, 3, row, m->command_id);
+    bk_str(k, 4, row, m->command_type);
+    bk_str(k, 5, row, m->request ? m->request : "");
+    bk_str(k, 6, row, m->response ? m->response : "");
+    bk_i64(k, 7, row, m->created_at_ms);
+}
+
+#define LOG_TYPES "ssissssi"
+
+static void
+fill_room_insert(struct bulk *k, size_t row, const struct mutation *m)
+{
+    const struct room_meta *mt = &m->meta;
+
+    bk_str(k, 0, row, m->app_code);
+    bk_str(k, 1, row, m->room_id);
+    bk_i64(k, 2, row, mt->owner_uid);
+    bk_str(k, 3, row, mt->title ? mt->title : "");
+    bk_str(k, 4, row, mt->status ? mt->status : "open");
+    bk_i64(k, 5, row, m->version);
+    bk_i64(k, 6, row, m->fence_token);
+    bk_str(k, 7, row, mt->rocket_status ? mt->rocket_status : "idle");
+    bk_str(k, 8, row, mt->rocket_id ? mt->rocket_id : "");
+    bk_i64(k, 9, row, mt->rocket_level);
+    bk_i64(k, 10, row, mt->rocket_launch_at_ms);
+    bk_i64(k, 11, row, mt->created_at_ms ? mt->created_at_ms : m->created_at_ms);
+    bk_i64(k, 12, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
+}
+
+#define ROOM_INSERT_TYPES "ssissiissiiii"
+
+static void
+fill_room_update(struct bulk *k, size_t row, const struct mutation *m)
+{
+    const struct room_meta *mt = &m->meta;
+
+    bk_i64(k, 0, row, mt->owner_uid);
+    bk_str(k, 1, row, mt->title ? mt->title : "");
+    bk_str(k, 2, row, mt->status ? mt->status : "open");
+    bk_i64(k, 3, row, m->version);
+    bk_i64(k, 4, row, m->fence_token);
+    bk_str(k, 5, row, mt->rocket_status ? mt->rocket_status : "idle");
+    bk_str(k, 6, row, mt->rocket_id ? mt->rocket_id : "");
+    bk_i64(k, 7, row, mt->rocket_level);
+    bk_i64(k, 8, row, mt->rocket_launch_at_ms);
+    bk_i64(k, 9, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
+    bk_str(k, 10, row, m->app_code);
+    bk_str(k, 11, row, m->room_id);
+    bk_i64(k, 12, row, m->version - 1);
+    bk_i64(k, 13, row, m->fence_token);
+}
+
+#define ROOM_UPDATE_TYPES "issiissiiissii"
+
+static void
+fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct outbox_new *e)
+{
+    bk_str(k, 0, row, e->event_id);
+    bk_str(k, 1, row, m->app_code);
+    bk_str(k, 2, row, m->room_id);
+    bk_i64(k, 3, row, m->version);
+    bk_str(k, 4, row, m->command_id);
+    bk_str(k, 5, row, e->event_type);
+    bk_bytes(k, 6, row, e->payload, e->payload_len);
+    struct outbox_initial init;
+
+    outbox_initial_of(m, &init);
+    bk_str(k, 7, row, init.status);
+    bk_str(k, 8, row, init.locked_by); /* NULL when pending */
+    if (init.locked_by != NULL)
+        bk_i64(k, 9, row, init.lock_until_ms);
+    else
+        bk_null(k, 9, row);
+    bk_i64(k, 10, row, init.due_at_ms);
+    bk_i64(k, 11, row, m->created_at_ms);
+    bk_i64(k, 12, row, m->created_at_ms);
+}
+
+#define OUTBOX_INSERT_TYPES "sssissbssiiii"
+
+/*
+ * Sets events[i].id of every mutation of muts[0..n) whose rows were just
+ * inserted already claimed (locked_by set), in the open transaction: one
+ * query per distinct claimer. A row not found keeps id 0 (the hand-off then
+ * leaves it to the claims after its lock).
+ */
+static int
+claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *by = muts[i]->locked_by;
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        struct params p = {0};
+        struct rows r;
+        int rc;
+
+        if (by == NULL || *by == '\0' || muts[i]->rc != 0 || muts[i]->nevents == 0)
+            continue;
+        bool first = true; /* the first mutation of this claimer queries for all */
+        for (size_t j = 0; j < i && first; j++)
+            first = !(muts[j]->rc == 0 && muts[j]->nevents > 0 && muts[j]->locked_by != NULL &&
+                      strcmp(muts[j]->locked_by, by) == 0);
+        if (!first)
+            continue;
+        for (size_t j = i; j < n; j++)
+            if (muts[j]->rc == 0 && muts[j]->locked_by != NULL &&
+                strcmp(muts[j]->locked_by, by) == 0) {
+                lo = muts[j]->lock_until_ms < lo ? muts[j]->lock_until_ms : lo;
+                hi = muts[j]->lock_until_ms > hi ? muts[j]->lock_until_ms : hi;
+            }
+        p_i64(&p, lo);
+        p_i64(&p, hi);
+        p_str(&p, by);
+        if ((rc = mys_st_query(c, &SQL_OUTBOX_IDS, &p, &r, "si")) != 0)
+            return rc;
+        while ((rc = mys_st_fetch(c, &r)) == 1)
+            for (size_t j = i; j < n; j++) {
+                struct mutation *m = muts[j];
+
+                if (m->rc != 0 || m->locked_by == NULL || strcmp(m->locked_by, by) != 0)
+                    continue;
+                for (size_t e = 0; e < m->nevents; e++)
+                    if (strcmp(m->events[e].event_id, r_str(&r, 0)) == 0)
+                        m->events[e].id = r_i64(&r, 1);
+            }
+        mys_rows_done(&r);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Writes m's snapshot and drops all but the newest snapshots_keep (>= 1). */
+static int
+save_snapshot(struct conn *c, const struct mutation *m)
+{
+    struct params p = {0};
+    struct rows r;
+    int64_t cut = 0;
+    int rc;
+
+    p_str(&p, m->app_code);
+    p_str(&p, m->room_id);
+    p_i64(&p, m->version);
+    p_str(&p, m->snapshot);
+    p_i64(&p, m->created_at_ms);
+    if ((rc = mys_st_exec(c, &SQL_SNAP_INSERT, &p, NULL)) != 0)
+        return rc;
+    p.n = 2;
+    p_i64(&p, m->snapshots_keep > 1 ? m->snapshots_keep : 1);
+    if ((rc = mys_st_query_one(c, &SQL_SNAP_NTH, &p, &r, "i")) == 1)
+        cut = r_i64(&r, 0);
+    mys_rows_done(&r);
+    if (rc < 0 || cut == 0)
+        return rc < 0 ? rc : 0;
+    p.n = 2;
+    p_i64(&p, cut);
+    return mys_st_exec(c, &SQL_SNAP_PRUNE, &p, NULL);
+}
+
+struct save_ctx {
+    struct mutation *const *muts;
+    size_t n;
+    bool hook_done; /* store_should_fail_save() is asked once per save */
+};
+
+static int
+fail_hook(struct save_ctx *x)
+{
+#ifdef ROOMD_TESTING
+    if (!x->hook_done) {
+        x->hook_done = true;
+        if (store_should_fail_save()) {
+            store_set_errmsg("mysql: injected save failure");
+            return ROOMD_EIO;
+        }
+    }
+#else
+    (void)x;
+#endif
+    return 0;
+}
+
+/* A statement failure inside one mutation: its own fault (a rule broken,
+ * data refused) or the transaction's (lost connection, deadlock). */
+static bool
+mutation_fault(const struct conn *c)
+{
+    enum errclass ec = mys_classify(c->err);
+
+    return ec == EC_DUP || ec == EC_OTHER;
+}
+
+/*
+ * The fast path: every mutation's rows in a few array-bound statements. Any
+ * rule broken anywhere (duplicate key, stale version, refused data) rolls it
+ * all back and returns ROOMD_ECONFLICT: save_slow then sorts it out one
+ * mutation at a time.
+ */
+static int
+save_fast(struct conn *c, struct save_ctx *x)
+{
+    struct bulk log, ins, upd, ob;
+    size_t ncreate = 0, nupdate = 0, nev = 0, ic = 0, iu = 0, ie = 0;
+    uint64_t aff;
+    int rc;
+
+    for (size_t i = 0; i < x->n; i++) {
+        if (x->muts[i]->create)
+            ncreate++;
+        else
+            nupdate++;
+        nev += x->muts[i]->nevents;
+    }
+    mys_bulk_init(&log, LOG_TYPES, x->n);
+    mys_bulk_init(&ins, ROOM_INSERT_TYPES, ncreate);
+    mys_bulk_init(&upd, ROOM_UPDATE_TYPES, nupdate);
+    mys_bulk_init(&ob, OUTBOX_INSERT_TYPES, nev);
+    for (size_t i = 0; i < x->n; i++) {
+        const struct mutation *m = x->muts[i];
+
+        fill_log(&log, i, m);
+        if (m->create)
+            fill_room_insert(&ins, ic++, m);
+        else
+            fill_room_update(&upd, iu++, m);
+        for (size_t e = 0; e < m->nevents; e++)
+            fill_outbox(&ob, ie++, m, &m->events[e]);
+    }
+    if ((rc = mys_tx_begin(c)) != 0)
+        goto out;
+    if ((rc = mys_st_bulk(c, &SQL_LOG_INSERT, &log, NULL)) != 0)
+        goto fault;
+    if ((rc = fail_hook(x)) != 0)
+        goto out;
+    if ((rc = mys_st_bulk(c, &SQL_ROOM_INSERT, &ins, NULL)) != 0)
+        goto fault;
+    if ((rc = mys_st_bulk(c, &SQL_ROOM_UPDATE, &upd, &aff)) != 0)
+        goto fault;
+    if (aff != nupdate) {
+        c->err = 0;
+        rc = ROOMD_EFENCED;
+        goto fault;
+    }
+    if ((rc = mys_st_bulk(c, &SQL_OUTBOX_INSERT, &ob, NULL)) != 0)
+        goto fault;
+    for (size_t i = 0; i < x->n; i++)
+        if (x->muts[i]->snapshot != NULL && (rc = save_snapshot(c, x->muts[i])) != 0)
+            goto fault;
+    if ((rc = claimed_ids(c, x->muts, x->n)) != 0)
+        goto fault;
+    rc = mys_tx_commit(c);
+    goto out;
+fault:
+    if (c->err == 0 || mutation_fault(c)) {
+        mys_tx_rollback(c);
+        c->err = 0;
+        rc = ROOMD_ECONFLICT;
+    }
+out:
+    mys_bulk_free(&log);
+    mys_bulk_free(&ins);
+    mys_bulk_free(&upd);
+    mys_bulk_free(&ob);
+    return rc;
+}
+
+/* Runs statement id for one mutation's rows. */
+static int
+exec_one(struct conn *c, const struct mys_sql *id, const char *types, const struct mutation *m,
+         void (*fill)(struct bulk *, size_t, const struct mutation *), uint64_t *aff)
+{
+    struct bulk k;
+    int rc;
+
+    mys_bulk_init(&k, types, 1);
+    fill(&k, 0, m);
+    rc = mys_st_bulk(c, id, &k, aff);
+    mys_bulk_free(&k);
+    return rc;
+}
+
+/* Sorts out a failed statement of one mutation: a duplicate key is that
+ * mutation's dup_code and data the server refused is its ROOMD_EIO (either
+ * way it alone is rolled back); anything else ends the transaction (*fatal). */
+static int
+mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
+{
+    switch (mys_classify(c->err)) {
+    case EC_DUP:
+        return dup_code;
+    case EC_OTHER:
+        return ROOMD_EIO;
+    default:
+        return *fatal = rc;
+    }
+}
+
+/*
+ * One mutation inside the slow path's transaction, after its savepoint, in
+ * the order and with the codes of sqlite/command.c: the room's fence (locked),
+ * the command log row, the outbox rows, the rooms row, the snapshot. Returns
+ * 0, a per-mutation code (EEXIST, ENOTFOUND, EFENCED, EREUSED, ECONFLICT,
+ * EIO), or sets *fatal with the code that ends the whole transaction.
+ */
+static int
+save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
+{
+    struct params p = {0};
+    struct rows r;
+    struct bulk ob;
+    uint64_t aff = 0;
+    int64_t cur_version = 0, cur_token = 0;
+    int rc;
+
+    *fatal = 0;
+    p_str(&p, m->app_code);
+    p_str(&p, m->room_id);
+    if ((rc = mys_st_query_one(c, &SQL_ROOM_FENCE, &p, &r, "ii")) == 1) {
+        cur_version = r_i64(&r, 0);
+        cur_token = r_i64(&r, 1);
+    }
+    mys_rows_done(&r);
+    if (rc < 0)
+        return *fatal = rc;
+    if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
+        return rc;
+
+    rc = exec_one(c, &SQL_LOG_INSERT, LOG_TYPES, m, fill_log, NULL);
+    if (rc != 0) {
+        bool reused = strstr(c->errmsg, "uq_cmdlog_command") != NULL;
+
+        rc = mutation_outcome(c, rc, reused ? ROOMD_EREUSED : ROOMD_EFENCED, fatal);
+        if (rc == ROOMD_EREUSED)
+            store_set_errmsg("command_id %s already used", m->command_id);
+        return rc;
+    }
+    if ((rc = fail_hook(x)) != 0)
+        return *fatal = rc;
+
+    mys_bulk_init(&ob, OUTBOX_INSERT_TYPES, m->nevents);
+    for (size_t e = 0; e < m->nevents; e++)
+        fill_outbox(&ob, e, m, &m->events[e]);
+    rc = mys_st_bulk(c, &SQL_OUTBOX_INSERT, &ob, NULL);
+    mys_bulk_free(&ob);
+    if (rc != 0)
+        return mutation_outcome(c, rc, ROOMD_ECONFLICT, fatal);
+
+    if (m->create) {
+        rc = exec_one(c, &SQL_ROOM_INSERT, ROOM_INSERT_TYPES, m, fill_room_insert, NULL);
+        if (rc != 0)
+            return mutation_outcome(c, rc, ROOMD_EEXIST, fatal);
+    } else {
+        rc = exec_one(c, &SQL_ROOM_UPDATE, ROOM_UPDATE_TYPES, m, fill_room_update, &aff);
+        if (rc != 0)
+            return mutation_outcome(c, rc, ROOMD_EFENCED, fatal);
+        if (aff != 1)
+            return ROOMD_EFENCED;
+    }
+    if (m->snapshot != NULL && (rc = save_snapshot(c, m)) != 0)
+        return mutation_outcome(c, rc, ROOMD_ECONFLICT, fatal);
+    return 0;
+}
+
+/* The slow path: a savepoint per mutation, so one that breaks a rule is
+ * rolled back alone with its rc set while the others commit. */
+static int
+save_slow(struct conn *c, struct save_ctx *x)
+{
+    int rc, fatal;
+
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    for (size_t i = 0; i < x->n; i++) {
+        struct mutation *m = x->muts[i];
+
+        if ((rc = mys_q_exec(c, "SAVEPOINT m")) != 0)
+            return rc;
+        c->err = 0;
+        m->rc = save_one(c, x, m, &fatal);
+        if (fatal != 0)
+            return fatal; /* the transaction's failure: the runner decides */
+        if (m->rc == 0)
+            continue;
+        c->err = 0;
+        if ((rc = mys_q_exec(c, "ROLLBACK TO SAVEPOINT m")) != 0)
+            return rc;
+    }
+    if ((rc = claimed_ids(c, x->muts, x->n)) != 0)
+        return rc;
+    return mys_tx_commit(c);
+}
+
+static int
+save_fn(struct conn *c, void *arg)
+{
+    struct save_ctx *x = arg;
+    int rc;
+
+    for (size_t i = 0; i < x->n; i++)
+        x->muts[i]->rc = 0;
+    rc = save_fast(c, x);
+    if (rc != ROOMD_ECONFLICT)
+        return rc;
+    return save_slow(c, x);
+}
+
+int
+mys_save(struct store *s, struct mutation *const *muts, size_t n)
+{
+    struct save_ctx x = {muts, n, false};
+    int rc;
+
+    if (n == 0)
+        return 0;
+    rc = mys_run((struct mstore *)s, save_fn, &x);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            muts[i]->rc = rc;
+    return rc;
+}
+
+struct fence_ctx {
+    const char *app, *room_id;
+    int64_t token;
+};
+
+/* One UPDATE (rows matched, CLIENT_FOUND_ROWS); when none matched, the room
+ * head says whether the room is missing (fine) or holds a newer token. */
+static int
+fence_room_fn(struct conn *c, void *arg)
+{
+    struct fence_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    uint64_t matched = 0;
+    int rc;
+
+    p_i64(&p, x->token);
+    p_str(&p, x->app);
+    p_str(&p, x->room_id);
+    p_i64(&p, x->token);
+    if ((rc = mys_st_exec(c, &SQL_FENCE_ROOM, &p, &matched)) != 0 || matched > 0)
+        return rc;
+    p.n = 0;
+    p_str(&p, x->app);
+    p_str(&p, x->room_id);
+    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "ii")) == 1) {
+        store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", x->app, x->room_id,
+                         (long long)r_i64(&r, 1), (long long)x->token);
+        rc = ROOMD_EFENCED;
+    }
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_fence_room(struct store *s, const char *app, const char *room_id, int64_t token)
+{
+    struct fence_ctx x = {app, room_id, token};
+
+    return mys_run((struct mstore *)s, fence_room_fn, &x);
+}

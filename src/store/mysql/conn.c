@@ -1,0 +1,680 @@
+/*
+ * mysql/conn.c: the connection pool with reconnect (no silent auto-reconnect),
+ * MySQL errors classified (lost, retry, duplicate), the per-connection
+ * prepared statements (re-prepared after a reconnect), the parameter, row
+ * and bulk (array binding) helpers, the transaction runner mys_run (reconnect
+ * and retry once on a lost connection, retry deadlocks), open/close and the
+ * backend's ops table.
+ */
+#include "store/mysql/internal.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+
+#include <errmsg.h>
+#include <mysqld_error.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* mysql_library_init once, before any thread uses the library. Never ended:
+ * other code of the process (tests, tools) may use libmariadb too. */
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static int lib_rc;
+
+static void
+lib_init(void)
+{
+    lib_rc = mysql_library_init(0, NULL, NULL);
+}
+
+static unsigned int
+ms_to_s(int64_t ms, unsigned int dflt)
+{
+    if (ms <= 0)
+        return dflt;
+    return (unsigned int)((ms + 999) / 1000);
+}
+
+enum errclass
+mys_classify(unsigned int e)
+{
+    switch (e) {
+    case 0:
+        return EC_NONE;
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+    case CR_SERVER_LOST_EXTENDED:
+    case CR_CONNECTION_ERROR:
+    case CR_CONN_HOST_ERROR:
+    case CR_COMMANDS_OUT_OF_SYNC:
+    case CR_ERR_NET_READ:
+    case CR_ERR_NET_WRITE:
+    case ER_CONNECTION_KILLED:
+    case ER_SERVER_SHUTDOWN:
+    case ER_OPTION_PREVENTS_STATEMENT: /* read-only: a failover; a new connection may help */
+    case 4031:                         /* MySQL 8: disconnected for inactivity */
+        return EC_LOST;
+    case ER_LOCK_DEADLOCK:
+    case ER_LOCK_WAIT_TIMEOUT:
+        return EC_RETRY;
+    case ER_DUP_ENTRY:
+        return EC_DUP;
+    default:
+        return EC_OTHER;
+    }
+}
+
+static int
+code_of(unsigned int e)
+{
+    switch (mys_classify(e)) {
+    case EC_LOST:
+    case EC_RETRY:
+        return ROOMD_EUNAVAIL;
+    case EC_DUP:
+        return ROOMD_EEXIST;
+    default:
+        return ROOMD_EIO;
+    }
+}
+
+int
+mys_db_fail(struct conn *c, const char *what)
+{
+    c->err = mysql_errno(c->db);
+    snprintf(c->errmsg, sizeof(c->errmsg), "%s: %s (%u)", what, mysql_error(c->db), c->err);
+    store_set_errmsg("mysql %s", c->errmsg);
+    return code_of(c->err);
+}
+
+static int
+st_fail(struct conn *c, MYSQL_STMT *st, const struct mys_sql *id)
+{
+    c->err = mysql_stmt_errno(st);
+    snprintf(c->errmsg, sizeof(c->errmsg), "stmt %d: %s (%u)", (int)id->slot, mysql_stmt_error(st),
+             c->err);
+    store_set_errmsg("mysql %s", c->errmsg);
+    return code_of(c->err);
+}
+
+/* Closes the connection and forgets its statements (they die with it). */
+static void
+conn_drop(struct conn *c)
+{
+    if (c->db != NULL)
+        mysql_close(c->db); /* detaches the statements first: no network for them */
+    for (int i = 0; i < S_COUNT; i++) {
+        if (c->st[i] != NULL)
+            mysql_stmt_close(c->st[i]);
+        c->st[i] = NULL;
+    }
+    c->db = NULL;
+    c->in_txn = false;
+}
+
+int
+mys_q_exec(struct conn *c, const char *sql)
+{
+    MYSQL_RES *res;
+
+    if (mysql_real_query(c->db, sql, strlen(sql)) != 0)
+        return mys_db_fail(c, sql);
+    res = mysql_store_result(c->db);
+    if (res != NULL)
+        mysql_free_result(res);
+    else if (mysql_errno(c->db) != 0)
+        return mys_db_fail(c, sql);
+    return 0;
+}
+
+/* Runs a fixed query returning one integer (NULL reads -1). */
+int
+mys_q_int(struct conn *c, const char *sql, int64_t *out)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    if (mysql_real_query(c->db, sql, strlen(sql)) != 0 || (res = mysql_store_result(c->db)) == NULL)
+        return mys_db_fail(c, sql);
+    row = mysql_fetch_row(res);
+    *out = row != NULL && row[0] != NULL ? strtoll(row[0], NULL, 10) : -1;
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Connects c with timeouts, utf8mb4, READ COMMITTED and no auto-reconnect
+ * (a silent reconnect would mys_run the rest of a transaction on a new session). */
+static int
+conn_connect(struct mstore *s, struct conn *c)
+{
+    my_bool off = 0;
+    unsigned long caps = 0, ext = 0;
+    char sql[128];
+    int rc;
+
+    c->db = mysql_init(NULL);
+    if (c->db == NULL)
+        return ROOMD_ENOMEM;
+    mysql_optionsv(c->db, MYSQL_OPT_CONNECT_TIMEOUT, &s->connect_s);
+    mysql_optionsv(c->db, MYSQL_OPT_READ_TIMEOUT, &s->read_s);
+    mysql_optionsv(c->db, MYSQL_OPT_WRITE_TIMEOUT, &s->write_s);
+    mysql_optionsv(c->db, MYSQL_OPT_RECONNECT, &off);
+    mysql_optionsv(c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    if (!mysql_real_connect(c->db, s->host, s->user, s->password, s->database, s->port, s->socket,
+                            CLIENT_FOUND_ROWS)) {
+        c->err = mysql_errno(c->db);
+        snprintf(c->errmsg, sizeof(c->errmsg), "connect %s:%u/%s: %s (%u)",
+                 s->socket ? s->socket : s->host, s->port, s->database, mysql_error(c->db), c->err);
+        store_set_errmsg("mysql %s", c->errmsg);
+        mysql_close(c->db);
+        c->db = NULL;
+        pthread_mutex_lock(&s->mu);
+        if (!s->down)
+            log_warn("store", "mysql unreachable", "err=\"%s\"", c->errmsg);
+        s->down = true;
+        pthread_mutex_unlock(&s->mu);
+        c->err = 0; /* reported; not a reason to reconnect again */
+        return ROOMD_EUNAVAIL;
+    }
+    snprintf(sql, sizeof(sql), "SET SESSION innodb_lock_wait_timeout=%u", s->lock_wait_s);
+    if ((rc = mys_q_exec(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")) != 0 ||
+        (rc = mys_q_exec(c, "SET SESSION sql_mode='STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION'")) !=
+            0 ||
+        (rc = mys_q_exec(c, sql)) != 0) {
+        conn_drop(c);
+        c->err = 0;
+        return ROOMD_EUNAVAIL;
+    }
+    mariadb_get_infov(c->db, MARIADB_CONNECTION_SERVER_CAPABILITIES, &caps);
+    mariadb_get_infov(c->db, MARIADB_CONNECTION_EXTENDED_SERVER_CAPABILITIES, &ext);
+    c->bulk = !(caps & CLIENT_MYSQL) && (ext & (MARIADB_CLIENT_STMT_BULK_OPERATIONS >> 32));
+#ifdef ROOMD_TESTING
+    /* Tests mys_run the per-row path MySQL servers get (no array binding) on MariaDB. */
+    if (getenv("ROOMD_MYSQL_NO_BULK") != NULL)
+        c->bulk = false;
+#endif
+    pthread_mutex_lock(&s->mu);
+    if (s->down)
+        log_info("store", "mysql reachable again", "host=%s port=%u", s->host, s->port);
+    s->down = false;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static int
+pool_get(struct mstore *s, struct conn **out)
+{
+    struct timespec dl;
+    int rc = 0;
+
+    clock_mono_deadline(&dl, s->checkout_wait_ms);
+    pthread_mutex_lock(&s->mu);
+    while (s->nfree == 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+    if (s->nfree == 0) {
+        pthread_mutex_unlock(&s->mu);
+        store_set_errmsg("mysql: no free connection in the pool of %d after %lld ms", s->nconns,
+                         (long long)s->checkout_wait_ms);
+        *out = NULL;
+        return ROOMD_EUNAVAIL;
+    }
+    *out = &s->conns[s->freelist[--s->nfree]];
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static void
+pool_put(struct mstore *s, struct conn *c)
+{
+    pthread_mutex_lock(&s->mu);
+    s->freelist[s->nfree++] = (int)(c - s->conns);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static MYSQL_STMT *
+stmt(struct conn *c, const struct mys_sql *id)
+{
+    MYSQL_STMT *st = c->st[id->slot];
+
+    if (st != NULL)
+        return st;
+    st = mysql_stmt_init(c->db);
+    if (st == NULL) {
+        mys_db_fail(c, "stmt_init");
+        return NULL;
+    }
+    if (mysql_stmt_prepare(st, id->text, strlen(id->text)) != 0) {
+        st_fail(c, st, id);
+        mysql_stmt_close(st);
+        return NULL;
+    }
+    c->st[id->slot] = st;
+    return st;
+}
+
+/* Executes statement id with p; *affected gets the row count when asked. */
+int
+mys_st_exec(struct conn *c, const struct mys_sql *id, struct params *p, uint64_t *affected)
+{
+    MYSQL_STMT *st = stmt(c, id);
+    unsigned int zero = 0;
+
+    if (st == NULL)
+        return code_of(c->err);
+    assert(mysql_stmt_param_count(st) == p->n);
+    mysql_stmt_attr_set(st, STMT_ATTR_ARRAY_SIZE, &zero);
+    if (mysql_stmt_bind_param(st, p->b) != 0 || mysql_stmt_execute(st) != 0)
+        return st_fail(c, st, id);
+    if (affected != NULL)
+        *affected = mysql_stmt_affected_rows(st);
+    return 0;
+}
+
+void
+mys_rows_done(struct rows *r)
+{
+    if (r->st != NULL)
+        mysql_stmt_free_result(r->st);
+    for (unsigned int k = 0; k < MAXP; k++)
+        free(r->s[k]);
+    memset(r, 0, sizeof(*r));
+}
+
+int
+mys_st_query(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
+             const char *types)
+{
+    int rc;
+
+    memset(r, 0, sizeof(*r));
+    if ((rc = mys_st_exec(c, id, p, NULL)) != 0)
+        return rc;
+    r->st = c->st[id->slot];
+    r->id = id;
+    r->types = types;
+    r->n = (unsigned int)strlen(types);
+    assert(r->n <= MAXP && mysql_stmt_field_count(r->st) == r->n);
+    for (unsigned int k = 0; k < r->n; k++) {
+        if (types[k] == 'i') {
+            r->b[k].buffer_type = MYSQL_TYPE_LONGLONG;
+            r->b[k].buffer = &r->i[k];
+        } else {
+            r->cap[k] = 256;
+            r->s[k] = xmalloc(r->cap[k]);
+            r->b[k].buffer_type = types[k] == 's' ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
+            r->b[k].buffer = r->s[k];
+            r->b[k].buffer_length = (unsigned long)r->cap[k] - 1;
+        }
+        r->b[k].length = &r->len[k];
+        r->b[k].is_null = &r->nul[k];
+        r->b[k].error = &r->trunc[k];
+    }
+    if (mysql_stmt_bind_result(r->st, r->b) != 0 || mysql_stmt_store_result(r->st) != 0)
+        return st_fail(c, r->st, id);
+    return 0;
+}
+
+/* Returns 1 with the next row in r, 0 at the end, or a negative code. */
+int
+mys_st_fetch(struct conn *c, struct rows *r)
+{
+    int rc = mysql_stmt_fetch(r->st);
+
+    if (rc == MYSQL_NO_DATA)
+        return 0;
+    if (rc == 1)
+        return st_fail(c, r->st, r->id);
+    if (rc == MYSQL_DATA_TRUNCATED) {
+        for (unsigned int k = 0; k < r->n; k++) {
+            if (r->types[k] == 'i' || r->nul[k] || r->len[k] < r->cap[k])
+                continue;
+            r->cap[k] = r->len[k] + 1;
+            r->s[k] = xrealloc(r->s[k], r->cap[k]);
+            r->b[k].buffer = r->s[k];
+            r->b[k].buffer_length = (unsigned long)r->cap[k] - 1;
+            if (mysql_stmt_fetch_column(r->st, &r->b[k], k, 0) != 0)
+                return st_fail(c, r->st, r->id);
+        }
+        mysql_stmt_bind_result(r->st, r->b);
+    }
+    for (unsigned int k = 0; k < r->n; k++)
+        if (r->types[k] != 'i')
+            r->s[k][r->nul[k] ? 0 : r->len[k]] = '\0';
+    return 1;
+}
+
+/* mys_st_query for at most one row: 1 with it in r, 0 none, or a negative code.
+ * mys_rows_done(r) after, either way. */
+int
+mys_st_query_one(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
+                 const char *types)
+{
+    int rc = mys_st_query(c, id, p, r, types);
+
+    return rc != 0 ? rc : mys_st_fetch(c, r);
+}
+
+void
+mys_bulk_init(struct bulk *k, const char *types, size_t nrows)
+{
+    memset(k, 0, sizeof(*k));
+    k->types = types;
+    k->ncols = (unsigned int)strlen(types);
+    k->nrows = (unsigned int)nrows;
+    assert(k->ncols <= MAXP);
+    for (unsigned int j = 0; j < k->ncols; j++) {
+        k->ind[j] = xcalloc(nrows + 1, 1);
+        if (types[j] == 'i') {
+            k->iv[j] = xcalloc(nrows + 1, sizeof(int64_t));
+        } else {
+            k->sv[j] = xcalloc(nrows + 1, sizeof(char *));
+            k->len[j] = xcalloc(nrows + 1, sizeof(unsigned long));
+        }
+    }
+}
+
+void
+mys_bulk_free(struct bulk *k)
+{
+    for (unsigned int j = 0; j < MAXP; j++) {
+        free(k->iv[j]);
+        free(k->sv[j]);
+        free(k->len[j]);
+        free(k->ind[j]);
+    }
+    memset(k, 0, sizeof(*k));
+}
+
+static enum enum_field_types
+bulk_type(char t)
+{
+    return t == 'i' ? MYSQL_TYPE_LONGLONG : t == 's' ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
+}
+
+int
+mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *affected)
+{
+    MYSQL_STMT *st;
+    MYSQL_BIND b[MAXP];
+    my_bool nul[MAXP];
+    unsigned int zero = 0;
+    uint64_t total = 0;
+
+    if (affected != NULL)
+        *affected = 0;
+    if (k->nrows == 0)
+        return 0;
+    if ((st = stmt(c, id)) == NULL)
+        return code_of(c->err);
+    assert(mysql_stmt_param_count(st) == k->ncols);
+    memset(b, 0, sizeof(b));
+    if (c->bulk && k->nrows > 1) {
+        for (unsigned int j = 0; j < k->ncols; j++) {
+            b[j].buffer_type = bulk_type(k->types[j]);
+            b[j].u.indicator = k->ind[j];
+            if (k->types[j] == 'i') {
+                b[j].buffer = k->iv[j];
+            } else {
+                b[j].buffer = (void *)k->sv[j];
+                b[j].length = k->len[j];
+            }
+        }
+        mysql_stmt_attr_set(st, STMT_ATTR_ARRAY_SIZE, &k->nrows);
+        if (mysql_stmt_bind_param(st, b) != 0 || mysql_stmt_execute(st) != 0)
+            return st_fail(c, st, id);
+        total = mysql_stmt_affected_rows(st);
+    } else {
+        mysql_stmt_attr_set(st, STMT_ATTR_ARRAY_SIZE, &zero);
+        for (unsigned int row = 0; row < k->nrows; row++) {
+            for (unsigned int j = 0; j < k->ncols; j++) {
+                memset(&b[j], 0, sizeof(b[j]));
+                nul[j] = k->ind[j][row] == STMT_INDICATOR_NULL;
+                b[j].buffer_type = bulk_type(k->types[j]);
+                b[j].is_null = &nul[j];
+                if (k->types[j] == 'i') {
+                    b[j].buffer = &k->iv[j][row];
+                } else {
+                    b[j].buffer = (void *)(k->sv[j][row] ? k->sv[j][row] : "");
+                    b[j].buffer_length = k->len[j][row];
+                    b[j].length = &k->len[j][row];
+                }
+            }
+            if (mysql_stmt_bind_param(st, b) != 0 || mysql_stmt_execute(st) != 0)
+                return st_fail(c, st, id);
+            total += mysql_stmt_affected_rows(st);
+        }
+    }
+    if (affected != NULL)
+        *affected = total;
+    return 0;
+}
+
+int
+mys_tx_begin(struct conn *c)
+{
+    int rc = mys_q_exec(c, "START TRANSACTION");
+
+    c->in_txn = rc == 0;
+    return rc;
+}
+
+int
+mys_tx_commit(struct conn *c)
+{
+    c->in_txn = false;
+    if (mysql_commit(c->db) != 0)
+        return mys_db_fail(c, "COMMIT");
+    return 0;
+}
+
+void
+mys_tx_rollback(struct conn *c)
+{
+    c->in_txn = false;
+    if (c->db != NULL && mysql_rollback(c->db) != 0)
+        conn_drop(c); /* its state is unknown: start over on a new session */
+}
+
+static void
+sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/*
+ * Runs fn on a pooled connection. fn opens and commits its own transaction
+ * (tx_begin/mys_tx_commit) or runs single statements; it must reset its outputs
+ * when it starts, since it may mys_run again. On a lost connection (2006, 2013,
+ * 1927, ...) the connection is closed, reopened, its statements re-prepared
+ * and fn mys_run once more; on a deadlock or lock wait timeout fn runs again up to
+ * deadlock_retries times. Anything else is returned as is.
+ */
+int
+mys_run(struct mstore *s, mys_txn_fn fn, void *arg)
+{
+    struct conn *c;
+    int rc, lost_left = 1, retry_left = s->deadlock_retries;
+
+    if ((rc = pool_get(s, &c)) != 0)
+        return rc;
+    for (int attempt = 1;; attempt++) {
+        if (c->db == NULL && (rc = conn_connect(s, c)) != 0)
+            break;
+        c->err = 0;
+        rc = fn(c, arg);
+        if (rc == 0) {
+            assert(!c->in_txn);
+            break;
+        }
+        enum errclass ec = mys_classify(c->err);
+        if (ec == EC_LOST) {
+            conn_drop(c);
+            if (lost_left-- > 0) {
+                log_warn("store", "mysql connection lost, reconnecting", "err=\"%s\"", c->errmsg);
+                continue;
+            }
+            rc = ROOMD_EUNAVAIL;
+            break;
+        }
+        if (c->in_txn)
+            mys_tx_rollback(c);
+        if (ec == EC_RETRY && retry_left-- > 0) {
+            log_debug("store", "mysql transaction retried", "attempt=%d err=\"%s\"", attempt,
+                      c->errmsg);
+            sleep_ms(attempt * (1 + (clock_mono_us() % 5)));
+            continue;
+        }
+        break;
+    }
+    pool_put(s, c);
+    return rc;
+}
+
+int
+mys_one_fn(struct conn *c, void *arg)
+{
+    struct one_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    int rc;
+
+    p_str(&p, x->key1);
+    if (x->key2 != NULL)
+        p_str(&p, x->key2);
+    if ((rc = mys_st_query_one(c, x->id, &p, &r, x->types)) == 1) {
+        x->read(&r, x->out);
+        rc = 0;
+    } else if (rc == 0) {
+        rc = ROOMD_ENOTFOUND;
+    }
+    mys_rows_done(&r);
+    return rc;
+}
+
+static void
+my_close(struct store *st)
+{
+    struct mstore *s = (struct mstore *)st;
+
+    if (s == NULL)
+        return;
+    for (int i = 0; i < s->nconns; i++)
+        conn_drop(&s->conns[i]);
+    free(s->conns);
+    free(s->freelist);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->host);
+    free(s->socket);
+    free(s->user);
+    if (s->password != NULL)
+        memset(s->password, 0, strlen(s->password));
+    free(s->password);
+    free(s->database);
+    free(s);
+}
+
+static int
+my_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen)
+{
+    const struct conf_mysql *mc = &cs->mysql;
+    const char *pw = mc->password ? mc->password : "";
+    struct mstore *s;
+    int rc;
+
+    *out = NULL;
+    if (mc->password_env != NULL && mc->password_env[0] != '\0') {
+        pw = getenv(mc->password_env);
+        if (pw == NULL) {
+            snprintf(err, errlen, "store.mysql.password_env: environment variable %s is not set",
+                     mc->password_env);
+            return ROOMD_EINVAL;
+        }
+    }
+    if (mc->database == NULL || mc->database[0] == '\0') {
+        snprintf(err, errlen, "store.mysql.database: must be set");
+        return ROOMD_EINVAL;
+    }
+    pthread_once(&lib_once, lib_init);
+    if (lib_rc != 0) {
+        snprintf(err, errlen, "store.mysql: mysql_library_init failed");
+        return ROOMD_EIO;
+    }
+
+    s = xcalloc(1, sizeof(*s));
+    s->super.ops = &store_mysql_ops;
+    if (mc->host != NULL && mc->host[0] == '/') { /* a unix socket path */
+        s->socket = xstrdup(mc->host);
+        s->host = xstrdup("localhost");
+    } else {
+        s->host = xstrdup(mc->host && mc->host[0] ? mc->host : "127.0.0.1");
+    }
+    s->port = mc->port > 0 ? (unsigned int)mc->port : 3306;
+    s->user = xstrdup(mc->user ? mc->user : "root");
+    s->password = xstrdup(pw);
+    s->database = xstrdup(mc->database);
+    s->connect_s = ms_to_s(mc->connect_timeout_ms, 2);
+    s->read_s = ms_to_s(mc->read_timeout_ms, 5);
+    s->write_s = ms_to_s(mc->write_timeout_ms, 5);
+    /* A lock wait must end (1205, retried) before the socket read gives up. */
+    s->lock_wait_s = s->read_s > 2 ? s->read_s / 2 : 1;
+    s->checkout_wait_ms = (int64_t)s->read_s * 1000;
+    s->deadlock_retries = mc->deadlock_retries > 0 ? mc->deadlock_retries : 0;
+    s->nconns = mc->pool_size > 0 ? mc->pool_size : 8;
+    s->conns = xcalloc((size_t)s->nconns, sizeof(*s->conns));
+    s->freelist = xcalloc((size_t)s->nconns, sizeof(int));
+    for (int i = s->nconns - 1; i >= 0; i--)
+        s->freelist[s->nfree++] = i;
+    pthread_mutex_init(&s->mu, NULL);
+    clock_cond_init(&s->cv);
+
+    /* The first connection, kept in the pool, runs the migrations. */
+    if ((rc = conn_connect(s, &s->conns[0])) != 0) {
+        snprintf(err, errlen, "store.mysql: %s", s->conns[0].errmsg);
+        goto fail;
+    }
+    if ((rc = mys_migrate(s, &s->conns[0], err, errlen)) != 0)
+        goto fail;
+    log_info("store", "mysql store open", "host=%s port=%u database=%s pool=%d bulk=%d", s->host,
+             s->port, s->database, s->nconns, (int)s->conns[0].bulk);
+    *out = &s->super;
+    return 0;
+fail:
+    my_close(&s->super);
+    return rc;
+}
+
+const struct store_ops store_mysql_ops = {
+    .name = "mysql",
+    .open = my_open,
+    .close = my_close,
+    .find_command = mys_find_command,
+    .load_room = mys_load_room,
+    .save = mys_save,
+    .outbox_claim = mys_outbox_claim,
+    .outbox_complete = mys_outbox_complete,
+    .outbox_list = mys_outbox_list,
+    .outbox_get = mys_outbox_get,
+    .outbox_replay = mys_outbox_replay,
+    .outbox_counts = mys_outbox_counts,
+    .outbox_purge = mys_outbox_purge,
+    .wallet_refund = mys_wallet_refund,
+    .wallet_topup = mys_wallet_topup,
+    .wallet_balance = mys_wallet_balance,
+    .wallet_debit_many = mys_wallet_debit_many,
+    .rockets_pending = mys_rockets_pending,
+    .rooms_list = mys_rooms_list,
+    .fence_room = mys_fence_room,
+};

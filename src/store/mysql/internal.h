@@ -1,0 +1,316 @@
+/*
+ * mysql/internal.h: private to the MySQL/MariaDB backend of store.h (the
+ * files of src/store/mysql/, MariaDB Connector/C), as libuv's
+ * src/unix/internal.h: the handle and its pool, the statement slots, the
+ * parameter/row/bulk helpers and the transaction runner the files share.
+ * Every shared function starts with mys_.
+ *
+ *   conn.c     pool, reconnect, error classes, prepare/re-prepare, bind and
+ *              bulk helpers, the retry runner mys_run, open/close, ops table
+ *   schema.c   migrations (GET_LOCK)
+ *   command.c  find_command, load_room, save (fast bulk path, slow savepoint
+ *              path), fence_room
+ *   outbox.c   claim (FOR UPDATE SKIP LOCKED), complete, list, get, replay,
+ *              counts, purge
+ *   wallet.c   debit (batched), refund, topup, balance
+ *   rooms.c    rockets_pending, rooms_list
+ *
+ * An operation is a function fn(struct conn *, void *ctx) run by mys_run on
+ * a pooled connection: it resets its outputs first (it may run again after a
+ * reconnect or a deadlock) and opens/commits its own transaction.
+ */
+#ifndef ROOMD_STORE_MYSQL_INTERNAL_H
+#define ROOMD_STORE_MYSQL_INTERNAL_H
+
+#include "store/store.h"
+
+#include <mysql.h>
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAXP 20 /* parameters or result columns of one statement */
+
+enum sid {
+    S_FIND_COMMAND,
+    S_ROOM_HEAD,
+    S_ROOM_FENCE,
+    S_SNAP_LATEST,
+    S_LOG_TAIL,
+    S_LOG_INSERT,
+    S_ROOM_INSERT,
+    S_ROOM_UPDATE,
+    S_OUTBOX_INSERT,
+    S_SNAP_INSERT,
+    S_SNAP_NTH,
+    S_SNAP_PRUNE,
+    S_CLAIM_SELECT,
+    S_CLAIM_UPDATE,
+    S_COMPLETE,
+    S_LIST_ALL,
+    S_LIST_STATUS,
+    S_GET,
+    S_REPLAY,
+    S_STATUS_OF,
+    S_COUNTS,
+    S_OLDEST,
+    S_PURGE,
+    S_ACCT_ENSURE,
+    S_ACCT_LOCK,
+    S_ACCT_GET,
+    S_ACCT_ADD,
+    S_LEDGER_GET,
+    S_LEDGER_INSERT,
+    S_LEDGER_UPDATE,
+    S_LEDGER_DELETE,
+    S_ROCKETS,
+    S_ROOMS_LIST,
+    S_FENCE_ROOM,
+    S_OUTBOX_IDS,
+    S_COUNT
+};
+
+/* One statement: its slot in struct conn's cache and its fixed SQL text
+ * (parameters bound, never built from data). */
+struct mys_sql {
+    enum sid slot;
+    const char *text;
+};
+
+struct conn {
+    MYSQL *db;               /* NULL until connected, again after a loss */
+    MYSQL_STMT *st[S_COUNT]; /* prepared on first use on this connection */
+    bool bulk;               /* the server takes array binding (MariaDB) */
+    bool in_txn;
+    unsigned int err; /* MySQL errno of the last failure; 0 = ours */
+    char errmsg[320];
+};
+
+struct mstore {
+    struct store super;
+    char *host, *socket, *user, *password, *database;
+    unsigned int port;
+    unsigned int connect_s, read_s, write_s, lock_wait_s;
+    int64_t checkout_wait_ms;
+    int deadlock_retries;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct conn *conns;
+    int nconns;
+    int *freelist; /* indexes of idle conns */
+    int nfree;
+    bool down; /* last connect failed (log once per outage) */
+};
+
+enum errclass {
+    EC_NONE,
+    EC_LOST,  /* the connection is gone or unusable: reconnect, retry once */
+    EC_RETRY, /* deadlock / lock wait timeout: retry the transaction */
+    EC_DUP,   /* duplicate key */
+    EC_OTHER,
+};
+
+/* Parameters of one execution. Strings and blobs are borrowed. */
+struct params {
+    MYSQL_BIND b[MAXP];
+    int64_t i[MAXP];
+    unsigned long len[MAXP];
+    unsigned int n;
+};
+
+/* Returns the next parameter slot, cleared (slots are reused by resetting n). */
+static inline MYSQL_BIND *
+p_next(struct params *p, unsigned int *k)
+{
+    *k = p->n++;
+    assert(*k < MAXP);
+    memset(&p->b[*k], 0, sizeof(p->b[*k]));
+    return &p->b[*k];
+}
+
+static inline void
+p_i64(struct params *p, int64_t v)
+{
+    unsigned int k;
+    MYSQL_BIND *b = p_next(p, &k);
+
+    p->i[k] = v;
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = &p->i[k];
+}
+
+static inline void
+p_null(struct params *p)
+{
+    unsigned int k;
+
+    p_next(p, &k)->buffer_type = MYSQL_TYPE_NULL;
+}
+
+static inline void
+p_bytes(struct params *p, enum enum_field_types t, const void *d, size_t n)
+{
+    unsigned int k;
+    MYSQL_BIND *b = p_next(p, &k);
+
+    p->len[k] = (unsigned long)n;
+    b->buffer_type = t;
+    b->buffer = (void *)(d != NULL ? d : "");
+    b->buffer_length = (unsigned long)n;
+    b->length = &p->len[k];
+}
+
+static inline void
+p_str(struct params *p, const char *s)
+{
+    if (s == NULL)
+        p_null(p);
+    else
+        p_bytes(p, MYSQL_TYPE_STRING, s, strlen(s));
+}
+
+/* The rows of one query, fetched one at a time into growing buffers.
+ * types: 'i' BIGINT (NULL reads 0, see r_null), 's' text, 'b' bytes. */
+struct rows {
+    MYSQL_STMT *st;
+    const struct mys_sql *id;
+    unsigned int n;
+    const char *types;
+    MYSQL_BIND b[MAXP];
+    int64_t i[MAXP];
+    unsigned long len[MAXP];
+    my_bool nul[MAXP];
+    my_bool trunc[MAXP];
+    char *s[MAXP];
+    size_t cap[MAXP];
+};
+
+static inline int64_t
+r_i64(const struct rows *r, unsigned int k)
+{
+    return r->nul[k] ? 0 : r->i[k];
+}
+
+static inline const char *
+r_str(const struct rows *r, unsigned int k)
+{
+    return r->nul[k] ? NULL : r->s[k];
+}
+
+/* Column-wise parameter arrays for one statement executed for many rows: one
+ * round trip with MariaDB's array binding, else one execution per row. */
+struct bulk {
+    unsigned int nrows, ncols;
+    const char *types; /* 'i' BIGINT, 's' text, 'b' bytes */
+    int64_t *iv[MAXP];
+    const char **sv[MAXP];
+    unsigned long *len[MAXP];
+    char *ind[MAXP]; /* STMT_INDICATOR_NONE | _NULL */
+};
+
+static inline void
+bk_i64(struct bulk *k, unsigned int col, size_t row, int64_t v)
+{
+    assert(k->types[col] == 'i' && row < k->nrows);
+    k->iv[col][row] = v;
+}
+
+static inline void
+bk_null(struct bulk *k, unsigned int col, size_t row)
+{
+    k->ind[col][row] = STMT_INDICATOR_NULL;
+}
+
+static inline void
+bk_bytes(struct bulk *k, unsigned int col, size_t row, const void *d, size_t n)
+{
+    assert(k->types[col] != 'i' && row < k->nrows);
+    k->sv[col][row] = d != NULL ? d : "";
+    k->len[col][row] = (unsigned long)n;
+}
+
+static inline void
+bk_str(struct bulk *k, unsigned int col, size_t row, const char *s)
+{
+    if (s == NULL)
+        bk_null(k, col, row);
+    else
+        bk_bytes(k, col, row, s, strlen(s));
+}
+
+typedef int (*mys_txn_fn)(struct conn *c, void *arg);
+
+/* The one row statement id finds for key1 (and key2 when not NULL), read
+ * into out through read. */
+struct one_ctx {
+    const struct mys_sql *id;
+    const char *types;
+    const char *key1, *key2;
+    void (*read)(const struct rows *, void *);
+    void *out;
+};
+
+/* conn.c */
+enum errclass mys_classify(unsigned int e);
+int mys_db_fail(struct conn *c, const char *what);
+int mys_q_exec(struct conn *c, const char *sql);
+int mys_q_int(struct conn *c, const char *sql, int64_t *out);
+int mys_st_exec(struct conn *c, const struct mys_sql *id, struct params *p, uint64_t *affected);
+void mys_rows_done(struct rows *r);
+int mys_st_query(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
+                 const char *types);
+int mys_st_fetch(struct conn *c, struct rows *r);
+int mys_st_query_one(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
+                     const char *types);
+void mys_bulk_init(struct bulk *k, const char *types, size_t nrows);
+void mys_bulk_free(struct bulk *k);
+int mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *affected);
+int mys_tx_begin(struct conn *c);
+int mys_tx_commit(struct conn *c);
+void mys_tx_rollback(struct conn *c);
+int mys_run(struct mstore *s, mys_txn_fn fn, void *arg);
+int mys_one_fn(struct conn *c, void *arg);
+
+/* schema.c */
+int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);
+
+/* command.c */
+int mys_find_command(struct store *s, const char *app, const char *command_id,
+                     struct command_record *out);
+int mys_load_room(struct store *s, const char *app, const char *room_id, struct room_load *out);
+int mys_save(struct store *s, struct mutation *const *muts, size_t n);
+int mys_fence_room(struct store *s, const char *app, const char *room_id, int64_t token);
+
+/* outbox.c */
+int mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                     int limit, struct outbox_row **rows, size_t *n);
+int mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n);
+int mys_outbox_list(struct store *s, int status, int64_t after_id, int limit,
+                    struct outbox_row **rows, size_t *n);
+int mys_outbox_get(struct store *s, const char *event_id, struct outbox_row *out);
+int mys_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
+int mys_outbox_counts(struct store *s, struct outbox_counts *out);
+int mys_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
+
+/* wallet.c */
+int mys_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
+                          int64_t initial_balance);
+int mys_wallet_refund(struct store *s, const char *app, const char *ref_id);
+int mys_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
+                     const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+int mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
+                       int64_t *balance);
+
+/* rooms.c */
+int mys_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n);
+int mys_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
+                   int limit, struct room_row **rows, size_t *n);
+
+extern const struct store_ops store_mysql_ops;
+
+#endif

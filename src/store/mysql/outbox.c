@@ -1,0 +1,443 @@
+/*
+ * mysql/outbox.c: room_outbox: the claim (SELECT ... FOR UPDATE SKIP LOCKED
+ * over ix_outbox_due, then one bulk UPDATE), complete (fenced by locked_by),
+ * list/get/replay for operators, counts and purge in chunks.
+ */
+#include "store/mysql/internal.h"
+
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OUTBOX_COLS                                                                                \
+    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload, status, "     \
+    "retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by, last_error, "            \
+    "created_at_ms, delivered_at_ms"
+#define OUTBOX_TYPES "isssssibsiiiisbii"
+#define PURGE_CHUNK 500
+
+/* The claim follows ix_outbox_due exactly (range on due_at_ms, ordered by
+ * (due_at_ms, id)): no filesort, so SKIP LOCKED locks only the rows it
+ * returns, and delivered rows (due_at_ms NULL) are never read. */
+static const struct mys_sql SQL_CLAIM_SELECT = {
+    S_CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                    " WHERE due_at_ms<=? ORDER BY due_at_ms, id LIMIT ?"
+                    " FOR UPDATE SKIP LOCKED"};
+static const struct mys_sql SQL_CLAIM_UPDATE = {
+    S_CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?"};
+static const struct mys_sql SQL_COMPLETE = {
+    S_COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
+                " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
+                " due_at_ms=?,"
+                " updated_at_ms=?, delivered_at_ms=?"
+                " WHERE id=? AND status='delivering' AND locked_by=?"};
+static const struct mys_sql SQL_LIST_ALL = {
+    S_LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id>? ORDER BY id LIMIT ?"};
+static const struct mys_sql SQL_LIST_STATUS = {
+    S_LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox"
+                   " WHERE status IN (?,?) AND id>? ORDER BY id LIMIT ?"};
+static const struct mys_sql SQL_GET = {S_GET,
+                                       "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id=?"};
+static const struct mys_sql SQL_REPLAY = {
+    S_REPLAY, "UPDATE room_outbox SET status='pending', retry_count=0,"
+              " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, due_at_ms=?,"
+              " updated_at_ms=?"
+              " WHERE event_id=? AND status='failed'"};
+static const struct mys_sql SQL_STATUS_OF = {S_STATUS_OF,
+                                             "SELECT status FROM room_outbox WHERE event_id=?"};
+static const struct mys_sql SQL_COUNTS = {
+    S_COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status"};
+static const struct mys_sql SQL_OLDEST = {
+    S_OLDEST, "SELECT MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"};
+static const struct mys_sql SQL_PURGE = {
+    S_PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
+             " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?"};
+
+/* Reads the row of r (OUTBOX_COLS) into dst (struct outbox_row). */
+static void
+read_outbox(const struct rows *r, void *dst)
+{
+    struct outbox_row *o = dst;
+
+    memset(o, 0, sizeof(*o));
+    o->id = r_i64(r, 0);
+    strlcpy_(o->event_id, r_str(r, 1), sizeof(o->event_id));
+    strlcpy_(o->app_code, r_str(r, 2), sizeof(o->app_code));
+    strlcpy_(o->room_id, r_str(r, 3), sizeof(o->room_id));
+    strlcpy_(o->command_id, r_str(r, 4), sizeof(o->command_id));
+    strlcpy_(o->event_type, r_str(r, 5), sizeof(o->event_type));
+    o->room_version = r_i64(r, 6);
+    o->payload_len = r->len[7];
+    o->payload = xmalloc(o->payload_len + 1);
+    memcpy(o->payload, r->s[7], o->payload_len);
+    o->status = outbox_status_read(r_str(r, 8));
+    o->retry_count = (int)r_i64(r, 9);
+    o->sinks_done = (uint32_t)r_i64(r, 10);
+    o->next_retry_at_ms = r_i64(r, 11);
+    o->lock_until_ms = r_i64(r, 12);
+    if (r_str(r, 13) != NULL)
+        strlcpy_(o->locked_by, r_str(r, 13), sizeof(o->locked_by));
+    o->last_error = xstrdup(r_str(r, 14));
+    o->created_at_ms = r_i64(r, 15);
+    o->delivered_at_ms = r_i64(r, 16);
+}
+
+/* Reads every row of r into a growing array (*rows, *n). */
+static int
+read_outbox_rows(struct conn *c, struct rows *r, struct outbox_row **rows, size_t *n)
+{
+    size_t cap = 0;
+    int rc;
+
+    while ((rc = mys_st_fetch(c, r)) == 1) {
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+        read_outbox(r, &(*rows)[(*n)++]);
+    }
+    return rc;
+}
+
+struct claim_ctx {
+    int64_t now, until;
+    const char *by;
+    int limit;
+    struct outbox_row *rows;
+    size_t n;
+};
+
+static int
+claim_fn(struct conn *c, void *arg)
+{
+    struct claim_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    struct bulk k;
+    int rc;
+
+    outbox_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    p_i64(&p, x->now);
+    p_i64(&p, x->limit);
+    if ((rc = mys_st_query(c, &SQL_CLAIM_SELECT, &p, &r, OUTBOX_TYPES)) == 0)
+        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
+    mys_rows_done(&r);
+    if (rc != 0)
+        return rc;
+    mys_bulk_init(&k, "siiii", x->n);
+    for (size_t i = 0; i < x->n; i++) {
+        bk_str(&k, 0, i, x->by);
+        bk_i64(&k, 1, i, x->until);
+        bk_i64(&k, 2, i, x->until);
+        bk_i64(&k, 3, i, x->now);
+        bk_i64(&k, 4, i, x->rows[i].id);
+    }
+    rc = mys_st_bulk(c, &SQL_CLAIM_UPDATE, &k, NULL);
+    mys_bulk_free(&k);
+    if (rc == 0)
+        rc = mys_tx_commit(c);
+    if (rc != 0)
+        return rc;
+    outbox_rows_sort(x->rows, x->n); /* by id, as SQLite returns them */
+    for (size_t i = 0; i < x->n; i++) {
+        x->rows[i].status = OUTBOX_DELIVERING;
+        x->rows[i].lock_until_ms = x->until;
+        strlcpy_(x->rows[i].locked_by, x->by, sizeof(x->rows[i].locked_by));
+    }
+    return 0;
+}
+
+int
+mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                 int limit, struct outbox_row **rows, size_t *n)
+{
+    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, NULL, 0};
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    if (limit <= 0)
+        return 0;
+    rc = mys_run((struct mstore *)s, claim_fn, &x);
+    if (rc != 0) {
+        outbox_rows_free(x.rows, x.n);
+        return rc;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    return 0;
+}
+
+struct complete_ctx {
+    struct outbox_result *res;
+    size_t n;
+};
+
+static void
+fill_complete(struct bulk *k, size_t row, const struct outbox_result *r)
+{
+    struct outbox_outcome o;
+
+    outbox_outcome_of(r, &o);
+    bk_str(k, 0, row, o.status);
+    bk_i64(k, 1, row, r->retry_count);
+    bk_i64(k, 2, row, (int64_t)r->sinks_done);
+    if (o.retryable) {
+        bk_i64(k, 3, row, o.retry_at_ms);
+        bk_i64(k, 5, row, o.retry_at_ms);
+    } else {
+        bk_null(k, 3, row);
+        bk_null(k, 5, row);
+    }
+    if (o.last_error != NULL)
+        bk_bytes(k, 4, row, o.last_error, o.last_error_len);
+    else
+        bk_null(k, 4, row);
+    bk_i64(k, 6, row, r->now_ms);
+    if (o.delivered)
+        bk_i64(k, 7, row, r->now_ms);
+    else
+        bk_null(k, 7, row);
+    bk_i64(k, 8, row, r->id);
+    bk_str(k, 9, row, r->locked_by);
+}
+
+#define COMPLETE_TYPES "siiibiiiis"
+
+/* All outcomes in one array-bound UPDATE when every fence holds (the common
+ * case); otherwise again one row at a time to tell which ones were refused. */
+static int
+complete_fn(struct conn *c, void *arg)
+{
+    struct complete_ctx *x = arg;
+    struct bulk k;
+    uint64_t aff = 0;
+    int rc;
+
+    for (size_t i = 0; i < x->n; i++)
+        x->res[i].rc = 0;
+    if (c->bulk && x->n > 1) {
+        if ((rc = mys_tx_begin(c)) != 0)
+            return rc;
+        mys_bulk_init(&k, COMPLETE_TYPES, x->n);
+        for (size_t i = 0; i < x->n; i++)
+            fill_complete(&k, i, &x->res[i]);
+        rc = mys_st_bulk(c, &SQL_COMPLETE, &k, &aff);
+        mys_bulk_free(&k);
+        if (rc != 0)
+            return rc;
+        if (aff == x->n)
+            return mys_tx_commit(c);
+        mys_tx_rollback(c);
+    }
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    for (size_t i = 0; i < x->n; i++) {
+        mys_bulk_init(&k, COMPLETE_TYPES, 1);
+        fill_complete(&k, 0, &x->res[i]);
+        rc = mys_st_bulk(c, &SQL_COMPLETE, &k, &aff);
+        mys_bulk_free(&k);
+        if (rc != 0)
+            return rc;
+        x->res[i].rc = aff == 1 ? 0 : ROOMD_ESTALE;
+    }
+    return mys_tx_commit(c);
+}
+
+int
+mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
+{
+    struct complete_ctx x = {res, n};
+    int rc;
+
+    if (n == 0)
+        return 0;
+    rc = mys_run((struct mstore *)s, complete_fn, &x);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            res[i].rc = rc;
+    return rc;
+}
+
+struct list_ctx {
+    int status;
+    int64_t after_id;
+    int limit;
+    struct outbox_row *rows;
+    size_t n;
+};
+
+static int
+list_fn(struct conn *c, void *arg)
+{
+    struct list_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    const struct mys_sql *id = &SQL_LIST_ALL;
+    int rc;
+
+    outbox_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    if (x->status >= 0) {
+        id = &SQL_LIST_STATUS;
+        const char *name = outbox_status_name((enum outbox_status)x->status);
+
+        p_str(&p, name);
+        p_str(&p, x->status == OUTBOX_DELIVERED ? "published" : name); /* legacy name */
+    }
+    p_i64(&p, x->after_id);
+    p_i64(&p, x->limit);
+    if ((rc = mys_st_query(c, id, &p, &r, OUTBOX_TYPES)) == 0)
+        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_outbox_list(struct store *s, int status, int64_t after_id, int limit, struct outbox_row **rows,
+                size_t *n)
+{
+    struct list_ctx x = {status, after_id, limit, NULL, 0};
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    if (limit <= 0)
+        return 0;
+    rc = mys_run((struct mstore *)s, list_fn, &x);
+    if (rc != 0) {
+        outbox_rows_free(x.rows, x.n);
+        return rc;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    return 0;
+}
+
+int
+mys_outbox_get(struct store *s, const char *event_id, struct outbox_row *out)
+{
+    struct one_ctx x = {&SQL_GET, OUTBOX_TYPES, event_id, NULL, read_outbox, out};
+
+    memset(out, 0, sizeof(*out));
+    return mys_run((struct mstore *)s, mys_one_fn, &x);
+}
+
+struct replay_ctx {
+    const char *event_id;
+    int64_t now;
+};
+
+static int
+replay_fn(struct conn *c, void *arg)
+{
+    struct replay_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    uint64_t aff = 0;
+    int rc;
+
+    p_i64(&p, x->now);
+    p_i64(&p, x->now);
+    p_str(&p, x->event_id);
+    if ((rc = mys_st_exec(c, &SQL_REPLAY, &p, &aff)) != 0 || aff == 1)
+        return rc;
+    memset(&p, 0, sizeof(p));
+    p_str(&p, x->event_id);
+    if ((rc = mys_st_query_one(c, &SQL_STATUS_OF, &p, &r, "s")) >= 0)
+        rc = rc == 1 ? ROOMD_ECONFLICT : ROOMD_ENOTFOUND;
+    mys_rows_done(&r);
+    if (rc == ROOMD_ECONFLICT)
+        store_set_errmsg("outbox row %s is not failed", x->event_id);
+    return rc;
+}
+
+int
+mys_outbox_replay(struct store *s, const char *event_id, int64_t now_ms)
+{
+    struct replay_ctx x = {event_id, now_ms};
+
+    return mys_run((struct mstore *)s, replay_fn, &x);
+}
+
+static int
+counts_fn(struct conn *c, void *arg)
+{
+    struct outbox_counts *o = arg;
+    struct params p = {0};
+    struct rows r;
+    int rc;
+
+    memset(o, 0, sizeof(*o));
+    if ((rc = mys_st_query(c, &SQL_COUNTS, &p, &r, "si")) != 0)
+        goto out;
+    while ((rc = mys_st_fetch(c, &r)) == 1)
+        outbox_counts_add(o, r_str(&r, 0), r_i64(&r, 1));
+    if (rc < 0)
+        goto out;
+    mys_rows_done(&r);
+    if ((rc = mys_st_query_one(c, &SQL_OLDEST, &p, &r, "i")) >= 0) {
+        o->oldest_undelivered_ms = rc == 1 ? r_i64(&r, 0) : 0;
+        rc = 0;
+    }
+out:
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_outbox_counts(struct store *s, struct outbox_counts *out)
+{
+    return mys_run((struct mstore *)s, counts_fn, out);
+}
+
+struct purge_ctx {
+    int64_t before;
+    int limit;
+    size_t purged;
+};
+
+/* Deletes in chunks of PURGE_CHUNK, each its own short autocommit
+ * statement following ix_outbox_delivered, so no lock is held for long. */
+static int
+purge_fn(struct conn *c, void *arg)
+{
+    struct purge_ctx *x = arg;
+    uint64_t aff;
+    int rc;
+
+    while (x->purged < (size_t)x->limit) {
+        struct params p = {0};
+        size_t want = (size_t)x->limit - x->purged;
+
+        if (want > PURGE_CHUNK)
+            want = PURGE_CHUNK;
+        p_i64(&p, x->before);
+        p_i64(&p, (int64_t)want);
+        if ((rc = mys_st_exec(c, &SQL_PURGE, &p, &aff)) != 0)
+            return rc;
+        x->purged += aff;
+        if (aff < want)
+            break;
+    }
+    return 0;
+}
+
+int
+mys_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged)
+{
+    struct purge_ctx x = {delivered_before_ms, limit, 0};
+    int rc = 0;
+
+    if (limit > 0)
+        rc = mys_run((struct mstore *)s, purge_fn, &x);
+    if (purged != NULL)
+        *purged = x.purged;
+    return rc;
+}

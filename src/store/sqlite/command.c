@@ -1,0 +1,365 @@
+/*
+ * sqlite/command.c: the command path: find_command (idempotency lookup),
+ * load_room (snapshot + log tail in one read transaction), save (a group-commit
+ * batch in one transaction, a savepoint per mutation) and fence_room (the
+ * lease owner's fence claim).
+ */
+#include "store/sqlite/internal.h"
+
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct sq_sql SQL_ROOM_FENCE = {
+    ST_ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2"};
+static const struct sq_sql SQL_LOG_INSERT = {
+    ST_LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
+                   " command_type, request, response, created_at_ms)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"};
+static const struct sq_sql SQL_LOG_EXISTS = {
+    ST_LOG_EXISTS, "SELECT 1 FROM room_command_log WHERE app_code = ?1 AND command_id = ?2"};
+/* ?9 status, ?10 locked_by, ?11 lock_until_ms, ?12 due_at_ms: pending
+ * (due at created_at_ms) or, for the outbox hand-off, already claimed */
+static const struct sq_sql SQL_OUTBOX_INSERT = {
+    ST_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
+                      " command_id, event_type, payload, status, locked_by, lock_until_ms,"
+                      " due_at_ms, created_at_ms, updated_at_ms)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8)"};
+static const struct sq_sql SQL_ROOM_INSERT = {
+    ST_ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+                    " fence_token, rocket_status, rocket_id, rocket_level,"
+                    " rocket_launch_at_ms, created_at_ms, updated_at_ms)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"};
+static const struct sq_sql SQL_ROOM_UPDATE = {
+    ST_ROOM_UPDATE, "UPDATE rooms SET owner_uid = ?3, title = ?4, status = ?5, version = ?6,"
+                    " fence_token = ?7, rocket_status = ?8, rocket_id = ?9,"
+                    " rocket_level = ?10, rocket_launch_at_ms = ?11, updated_at_ms = ?13"
+                    " WHERE app_code = ?1 AND room_id = ?2"};
+static const struct sq_sql SQL_SNAP_INSERT = {
+    ST_SNAP_INSERT, "INSERT OR REPLACE INTO room_snapshots (app_code, room_id, version, state,"
+                    " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)"};
+static const struct sq_sql SQL_SNAP_PRUNE = {
+    ST_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code = ?1 AND room_id = ?2"
+                   " AND version < (SELECT version FROM room_snapshots"
+                   " WHERE app_code = ?1 AND room_id = ?2 ORDER BY version DESC"
+                   " LIMIT 1 OFFSET ?3)"};
+static const struct sq_sql SQL_FIND_COMMAND = {
+    ST_FIND_COMMAND, "SELECT room_id, command_id, command_type, request, response, version,"
+                     " created_at_ms FROM room_command_log"
+                     " WHERE app_code = ?1 AND command_id = ?2"};
+static const struct sq_sql SQL_LOAD_ROOM = {
+    ST_LOAD_ROOM, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2"};
+static const struct sq_sql SQL_LOAD_SNAP = {
+    ST_LOAD_SNAP, "SELECT version, state FROM room_snapshots WHERE app_code = ?1"
+                  " AND room_id = ?2 ORDER BY version DESC LIMIT 1"};
+static const struct sq_sql SQL_LOAD_TAIL = {
+    ST_LOAD_TAIL, "SELECT room_id, command_id, command_type, request, response, version,"
+                  " created_at_ms FROM room_command_log"
+                  " WHERE app_code = ?1 AND room_id = ?2 AND version > ?3 ORDER BY version"};
+static const struct sq_sql SQL_FENCE_ROOM = {
+    ST_FENCE_ROOM, "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND room_id = ?2"
+                   " AND fence_token <= ?3"};
+
+/* Reads the row of q into dst (struct command_record). */
+static void
+read_record(sqlite3_stmt *q, void *dst)
+{
+    struct command_record *r = dst;
+
+    memset(r, 0, sizeof(*r));
+    col_copy(q, 0, r->room_id, sizeof(r->room_id));
+    col_copy(q, 1, r->command_id, sizeof(r->command_id));
+    r->command_type = col_strdup(q, 2);
+    r->request = col_strdup(q, 3);
+    r->response = col_strdup(q, 4);
+    r->version = sqlite3_column_int64(q, 5);
+    r->created_at_ms = sqlite3_column_int64(q, 6);
+}
+
+int
+sq_find_command(struct store *st, const char *app, const char *command_id,
+                struct command_record *out)
+{
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = sq_read_one((struct sq_store *)st, &SQL_FIND_COMMAND, app, command_id, read_record, out,
+                     "find_command");
+    if (rc == ROOMD_ENOTFOUND)
+        store_set_errmsg("command %s not found", command_id);
+    return rc;
+}
+
+int
+sq_load_room(struct store *st, const char *app, const char *room_id, struct room_load *out)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q;
+    size_t cap = 0;
+    int rc, step;
+
+    memset(out, 0, sizeof(*out));
+    /* One read transaction: the room row, snapshot and tail are one WAL snapshot. */
+    if ((rc = sq_run(c, &SQL_BEGIN)) != 0)
+        goto out;
+    rc = ROOMD_EIO;
+    if ((q = sq_stmt(c, &SQL_LOAD_ROOM)) == NULL)
+        goto out;
+    bind_text(q, 1, app);
+    bind_text(q, 2, room_id);
+    if ((rc = sq_step_one(c, q, "load_room")) == 1) {
+        out->version = sqlite3_column_int64(q, 0);
+        out->fence_token = sqlite3_column_int64(q, 1);
+    }
+    done(q);
+    if (rc == 0) {
+        store_set_errmsg("room %s/%s not found", app, room_id);
+        rc = ROOMD_ENOTFOUND;
+    }
+    if (rc < 0)
+        goto out;
+    rc = ROOMD_EIO;
+    if ((q = sq_stmt(c, &SQL_LOAD_SNAP)) == NULL)
+        goto out;
+    bind_text(q, 1, app);
+    bind_text(q, 2, room_id);
+    if ((rc = sq_step_one(c, q, "load_room snapshot")) == 1) {
+        out->snapshot_version = sqlite3_column_int64(q, 0);
+        out->snapshot = col_strdup(q, 1);
+    }
+    done(q);
+    if (rc < 0)
+        goto out;
+    rc = ROOMD_EIO;
+    if ((q = sq_stmt(c, &SQL_LOAD_TAIL)) == NULL)
+        goto out;
+    bind_text(q, 1, app);
+    bind_text(q, 2, room_id);
+    sqlite3_bind_int64(q, 3, out->snapshot_version);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        out->tail = xgrow(out->tail, out->ntail, &cap, sizeof(*out->tail));
+        read_record(q, &out->tail[out->ntail++]);
+    }
+    done(q);
+    if (step != SQLITE_DONE) {
+        rc = sq_fail(c->db, step, "load_room tail");
+        goto out;
+    }
+    rc = sq_run(c, &SQL_COMMIT);
+out:
+    sq_reader_put(s, c);
+    if (rc != 0)
+        room_load_clear(out);
+    return rc;
+}
+
+static void
+bind_room(sqlite3_stmt *q, const struct mutation *m)
+{
+    const struct room_meta *r = &m->meta;
+
+    bind_text(q, 1, m->app_code);
+    bind_text(q, 2, m->room_id);
+    sqlite3_bind_int64(q, 3, r->owner_uid);
+    bind_text(q, 4, r->title);
+    bind_text(q, 5, r->status ? r->status : "open");
+    sqlite3_bind_int64(q, 6, m->version);
+    sqlite3_bind_int64(q, 7, m->fence_token);
+    bind_text(q, 8, r->rocket_status ? r->rocket_status : "idle");
+    bind_text(q, 9, r->rocket_id);
+    sqlite3_bind_int(q, 10, r->rocket_level);
+    sqlite3_bind_int64(q, 11, r->rocket_launch_at_ms);
+    sqlite3_bind_int64(q, 12, r->created_at_ms);
+    sqlite3_bind_int64(q, 13, r->updated_at_ms);
+}
+
+/* Writes one mutation inside the open transaction and savepoint. Returns 0,
+ * a per-mutation code (EREUSED, EEXIST, EFENCED, ECONFLICT, ENOTFOUND), or
+ * *fatal set with the code that ends the whole transaction. */
+static int
+save_one(struct conn *c, struct mutation *m, int *fatal)
+{
+    sqlite3_stmt *q;
+    int rc;
+    int64_t cur_version = 0, cur_token = 0;
+
+    *fatal = 0;
+    /* Fence: the room's version and lease token. */
+    if ((q = sq_stmt(c, &SQL_ROOM_FENCE)) == NULL)
+        return *fatal = ROOMD_EIO;
+    bind_text(q, 1, m->app_code);
+    bind_text(q, 2, m->room_id);
+    if ((rc = sq_step_one(c, q, "save fence")) == 1) {
+        cur_version = sqlite3_column_int64(q, 0);
+        cur_token = sqlite3_column_int64(q, 1);
+    }
+    done(q);
+    if (rc < 0)
+        return *fatal = rc;
+    if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
+        return rc;
+
+    /* Command log: the idempotency key and the version fence. */
+    if ((q = sq_stmt(c, &SQL_LOG_INSERT)) == NULL)
+        return *fatal = ROOMD_EIO;
+    bind_text(q, 1, m->app_code);
+    bind_text(q, 2, m->room_id);
+    sqlite3_bind_int64(q, 3, m->version);
+    bind_text(q, 4, m->command_id);
+    bind_text(q, 5, m->command_type);
+    bind_text(q, 6, m->request);
+    bind_text(q, 7, m->response);
+    sqlite3_bind_int64(q, 8, m->created_at_ms);
+    rc = sq_step_write(c, q, "save command log");
+    if (rc == ROOMD_ECONFLICT) {
+        /* Which unique key? The command_id one means EREUSED. */
+        if ((q = sq_stmt(c, &SQL_LOG_EXISTS)) == NULL)
+            return *fatal = ROOMD_EIO;
+        bind_text(q, 1, m->app_code);
+        bind_text(q, 2, m->command_id);
+        rc = sq_step_one(c, q, "save command log lookup");
+        done(q);
+        if (rc == 1) {
+            store_set_errmsg("command_id %s already used", m->command_id);
+            return ROOMD_EREUSED;
+        }
+        if (rc < 0)
+            return *fatal = rc;
+        store_set_errmsg("room %s/%s version %lld already taken", m->app_code, m->room_id,
+                         (long long)m->version);
+        return ROOMD_EFENCED;
+    }
+    if (rc != 0)
+        return *fatal = rc;
+#ifdef ROOMD_TESTING
+    if (store_should_fail_save()) {
+        store_set_errmsg("injected failure after the command log row");
+        return *fatal = ROOMD_EIO;
+    }
+#endif
+
+    /* One outbox row per event. */
+    struct outbox_initial init;
+
+    outbox_initial_of(m, &init);
+    for (size_t i = 0; i < m->nevents; i++) {
+        const struct outbox_new *e = &m->events[i];
+
+        if ((q = sq_stmt(c, &SQL_OUTBOX_INSERT)) == NULL)
+            return *fatal = ROOMD_EIO;
+        bind_text(q, 1, e->event_id);
+        bind_text(q, 2, m->app_code);
+        bind_text(q, 3, m->room_id);
+        sqlite3_bind_int64(q, 4, m->version);
+        bind_text(q, 5, m->command_id);
+        bind_text(q, 6, e->event_type);
+        sqlite3_bind_blob(q, 7, e->payload ? (const void *)e->payload : (const void *)"",
+                          (int)e->payload_len, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 8, m->created_at_ms);
+        bind_text(q, 9, init.status);
+        bind_text(q, 10, init.locked_by); /* NULL binds "" */
+        sqlite3_bind_int64(q, 11, init.lock_until_ms);
+        sqlite3_bind_int64(q, 12, init.due_at_ms);
+        rc = sq_step_write(c, q, "save outbox");
+        if (rc == ROOMD_ECONFLICT) {
+            store_set_errmsg("event_id %s already exists", e->event_id);
+            return ROOMD_ECONFLICT;
+        }
+        if (rc != 0)
+            return *fatal = rc;
+        m->events[i].id = sqlite3_last_insert_rowid(c->db);
+    }
+
+    /* The rooms row. */
+    if ((q = sq_stmt(c, m->create ? &SQL_ROOM_INSERT : &SQL_ROOM_UPDATE)) == NULL)
+        return *fatal = ROOMD_EIO;
+    bind_room(q, m);
+    rc = sq_step_write(c, q, "save rooms");
+    if (rc == ROOMD_ECONFLICT)
+        return ROOMD_EEXIST;
+    if (rc != 0)
+        return *fatal = rc;
+
+    /* The snapshot, and pruning beyond snapshots_keep. */
+    if (m->snapshot != NULL) {
+        if ((q = sq_stmt(c, &SQL_SNAP_INSERT)) == NULL)
+            return *fatal = ROOMD_EIO;
+        bind_text(q, 1, m->app_code);
+        bind_text(q, 2, m->room_id);
+        sqlite3_bind_int64(q, 3, m->version);
+        bind_text(q, 4, m->snapshot);
+        sqlite3_bind_int64(q, 5, m->created_at_ms);
+        if ((rc = sq_step_write(c, q, "save snapshot")) != 0)
+            return *fatal = rc;
+        if ((q = sq_stmt(c, &SQL_SNAP_PRUNE)) == NULL)
+            return *fatal = ROOMD_EIO;
+        bind_text(q, 1, m->app_code);
+        bind_text(q, 2, m->room_id);
+        sqlite3_bind_int(q, 3, (m->snapshots_keep > 1 ? m->snapshots_keep : 1) - 1);
+        if ((rc = sq_step_write(c, q, "prune snapshots")) != 0)
+            return *fatal = rc;
+    }
+    return 0;
+}
+
+static int
+save_item(struct conn *c, void *arg, size_t i, int *fatal)
+{
+    struct mutation *m = ((struct mutation *const *)arg)[i];
+
+    return m->rc = save_one(c, m, fatal);
+}
+
+int
+sq_save(struct store *st, struct mutation *const *muts, size_t n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_writer_get(s);
+    int rc;
+
+    for (size_t i = 0; i < n; i++)
+        muts[i]->rc = 0;
+    rc = sq_in_savepoints(c, n, save_item, (void *)muts);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            muts[i]->rc = rc;
+    sq_writer_put(s, c);
+    return rc;
+}
+
+int
+sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t token)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_writer_get(s);
+    sqlite3_stmt *q;
+    int rc = ROOMD_EIO;
+
+    if ((q = sq_stmt(c, &SQL_FENCE_ROOM)) == NULL)
+        goto out;
+    bind_text(q, 1, app);
+    bind_text(q, 2, room_id);
+    sqlite3_bind_int64(q, 3, token);
+    if ((rc = sq_step_write(c, q, "fence_room")) != 0 || sqlite3_changes(c->db) > 0)
+        goto out;
+    /* nothing matched: no such room (fine), or a newer token holds it */
+    if ((q = sq_stmt(c, &SQL_ROOM_FENCE)) == NULL) {
+        rc = ROOMD_EIO;
+        goto out;
+    }
+    bind_text(q, 1, app);
+    bind_text(q, 2, room_id);
+    if ((rc = sq_step_one(c, q, "fence_room check")) == 1) {
+        store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", app, room_id,
+                         (long long)sqlite3_column_int64(q, 1), (long long)token);
+        rc = ROOMD_EFENCED;
+    }
+    done(q);
+out:
+    sq_writer_put(s, c);
+    return rc;
+}

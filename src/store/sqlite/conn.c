@@ -1,0 +1,370 @@
+/*
+ * sqlite/conn.c: opening the SQLite file (WAL and pragmas), the writer connection
+ * behind a mutex and the reader pool, the per-connection statement cache,
+ * SQLite result codes mapped to ROOMD_E*, the savepoint batch runner
+ * (sq_in_savepoints) and the backend's ops table.
+ */
+#include "store/sqlite/internal.h"
+
+#include "conf/conf.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const struct sq_sql SQL_BEGIN = {ST_BEGIN, "BEGIN"};
+const struct sq_sql SQL_BEGIN_IMMEDIATE = {ST_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE"};
+const struct sq_sql SQL_COMMIT = {ST_COMMIT, "COMMIT"};
+static const struct sq_sql SQL_ROLLBACK = {ST_ROLLBACK, "ROLLBACK"};
+static const struct sq_sql SQL_SAVEPOINT = {ST_SAVEPOINT, "SAVEPOINT m"};
+static const struct sq_sql SQL_RELEASE = {ST_RELEASE, "RELEASE m"};
+static const struct sq_sql SQL_ROLLBACK_TO = {ST_ROLLBACK_TO, "ROLLBACK TO m"};
+static const struct sq_sql SQL_SYNC_NORMAL = {ST_SYNC_NORMAL, "PRAGMA synchronous=NORMAL"};
+static const struct sq_sql SQL_SYNC_FULL = {ST_SYNC_FULL, "PRAGMA synchronous=FULL"};
+
+/* Maps a SQLite result code to ROOMD_E* and sets the thread's detail text. */
+int
+sq_fail(sqlite3 *db, int rc, const char *what)
+{
+    store_set_errmsg("sqlite %s: %s (%d)", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), rc);
+    switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PROTOCOL:
+        return ROOMD_EUNAVAIL;
+    case SQLITE_NOMEM:
+        return ROOMD_ENOMEM;
+    case SQLITE_CONSTRAINT:
+        return ROOMD_ECONFLICT;
+    default:
+        return ROOMD_EIO;
+    }
+}
+
+/* Returns the cached statement id of c, preparing it on first use; NULL with
+ * the error text set (the caller returns ROOMD_EIO). */
+sqlite3_stmt *
+sq_stmt(struct conn *c, const struct sq_sql *id)
+{
+    if (c->st[id->slot] == NULL &&
+        sqlite3_prepare_v3(c->db, id->text, -1, SQLITE_PREPARE_PERSISTENT, &c->st[id->slot],
+                           NULL) != SQLITE_OK) {
+        store_set_errmsg("sqlite prepare %d: %s", (int)id->slot, sqlite3_errmsg(c->db));
+        c->st[id->slot] = NULL;
+    }
+    return c->st[id->slot];
+}
+
+/* Runs a statement without results (BEGIN, COMMIT, ...). */
+int
+sq_run(struct conn *c, const struct sq_sql *id)
+{
+    sqlite3_stmt *s = sq_stmt(c, id);
+    int rc;
+
+    if (s == NULL)
+        return ROOMD_EIO;
+    rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return sq_fail(c->db, rc, id->text);
+    return 0;
+}
+
+/* Steps q for at most one row: 1 a row is there to read, 0 there is none, or
+ * the failure's code. The caller reads the row, then calls done(q) either way. */
+int
+sq_step_one(struct conn *c, sqlite3_stmt *q, const char *what)
+{
+    int step = sqlite3_step(q);
+
+    if (step == SQLITE_ROW)
+        return 1;
+    return step == SQLITE_DONE ? 0 : sq_fail(c->db, step, what);
+}
+
+void
+sq_rollback(struct conn *c)
+{
+    if (!sqlite3_get_autocommit(c->db))
+        (void)sq_run(c, &SQL_ROLLBACK);
+}
+
+static int
+conn_open(struct conn *c, const struct conf_sqlite *cq, bool writer, char *err, size_t errlen)
+{
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_CREATE : 0);
+    char *pragmas = NULL;
+    char *emsg = NULL;
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    rc = sqlite3_open_v2(cq->path, &c->db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "store.sqlite.path: cannot open \"%s\": %s", cq->path,
+                 c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
+        goto out;
+    }
+    sqlite3_extended_result_codes(c->db, 1);
+    sqlite3_busy_timeout(c->db, (int)(cq->busy_timeout_ms > 0 ? cq->busy_timeout_ms : 5000));
+    /* Static text, no data: exec is fine here. journal_mode=WAL is
+     * persistent in the file; synchronous is per connection; the WAL file is
+     * truncated back to 64 MiB after a checkpoint that emptied it. */
+    pragmas = xasprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;"
+                        " PRAGMA foreign_keys=OFF; PRAGMA journal_size_limit=67108864;",
+                        cq->synchronous_full ? "FULL" : "NORMAL");
+    rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &emsg);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "store.sqlite.path: \"%s\": %s", cq->path,
+                 emsg ? emsg : sqlite3_errstr(rc));
+        goto out;
+    }
+out:
+    sqlite3_free(emsg);
+    free(pragmas);
+    if (rc != SQLITE_OK) {
+        sqlite3_close(c->db);
+        c->db = NULL;
+        return (rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_BUSY ? ROOMD_EUNAVAIL
+                                                                            : ROOMD_EIO;
+    }
+    return 0;
+}
+
+static void
+conn_close(struct conn *c)
+{
+    for (int i = 0; i < ST_COUNT_; i++)
+        sqlite3_finalize(c->st[i]);
+    sqlite3_close(c->db);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Puts the writer back to synchronous=FULL after outbox bookkeeping. */
+static void
+sync_restore(struct conn *c)
+{
+    if (c->sync_normal && sq_run(c, &SQL_SYNC_FULL) == 0)
+        c->sync_normal = false;
+}
+
+struct conn *
+sq_writer_get(struct sq_store *s)
+{
+    pthread_mutex_lock(&s->wlock);
+    sync_restore(&s->writer); /* only if writer_put could not */
+    return &s->writer;
+}
+
+/*
+ * The writer for outbox bookkeeping (claims, completions). With
+ * synchronous=FULL their commits skip the WAL fsync: a crash of the OS can
+ * lose only the last bookkeeping, whose rows are then delivered again (at
+ * least once), never a command, an event or a wallet entry. The next FULL
+ * commit fsyncs the WAL with those frames, so nothing becomes durable out of
+ * order. writer_put restores FULL.
+ */
+struct conn *
+sq_writer_get_bookkeeping(struct sq_store *s)
+{
+    struct conn *c = sq_writer_get(s);
+
+    if (s->sync_full && sq_run(c, &SQL_SYNC_NORMAL) == 0)
+        c->sync_normal = true;
+    return c;
+}
+
+void
+sq_writer_put(struct sq_store *s, struct conn *c)
+{
+    sq_rollback(c); /* no-op unless an error path left a transaction open */
+    sync_restore(c);
+    pthread_mutex_unlock(&s->wlock);
+}
+
+struct conn *
+sq_reader_get(struct sq_store *s)
+{
+    struct conn *c = NULL;
+
+    if (s->nreaders == 0)
+        return sq_writer_get(s);
+    pthread_mutex_lock(&s->rlock);
+    while (c == NULL) {
+        for (int i = 0; i < s->nreaders && c == NULL; i++)
+            if (!s->rbusy[i]) {
+                s->rbusy[i] = true;
+                c = &s->readers[i];
+            }
+        if (c == NULL)
+            pthread_cond_wait(&s->rcond, &s->rlock);
+    }
+    pthread_mutex_unlock(&s->rlock);
+    return c;
+}
+
+void
+sq_reader_put(struct sq_store *s, struct conn *c)
+{
+    if (c == &s->writer) {
+        sq_writer_put(s, c);
+        return;
+    }
+    sq_rollback(c);
+    pthread_mutex_lock(&s->rlock);
+    s->rbusy[c - s->readers] = false;
+    pthread_cond_signal(&s->rcond);
+    pthread_mutex_unlock(&s->rlock);
+}
+
+/* Steps a write statement of one mutation. Returns 0, ROOMD_ECONFLICT on a
+ * constraint failure (the mutation alone fails), or another code (the whole
+ * transaction fails). */
+int
+sq_step_write(struct conn *c, sqlite3_stmt *q, const char *what)
+{
+    int step = sqlite3_step(q);
+
+    done(q);
+    if (step == SQLITE_DONE || step == SQLITE_ROW)
+        return 0;
+    return sq_fail(c->db, step, what);
+}
+
+/*
+ * Runs item(0..n-1) in ONE write transaction (BEGIN IMMEDIATE ... COMMIT),
+ * each in its own savepoint: an item refused by a rule is rolled back alone,
+ * the others commit. Returns 0 when the transaction committed, or the error
+ * that failed it (then nothing committed and the first error's text is kept).
+ * The caller holds the writer.
+ */
+int
+sq_in_savepoints(struct conn *c, size_t n, sq_batch_item_fn item, void *arg)
+{
+    int rc, fatal = 0;
+
+    if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) != 0)
+        return rc;
+    for (size_t i = 0; i < n && fatal == 0; i++) {
+        if ((fatal = sq_run(c, &SQL_SAVEPOINT)) != 0)
+            break;
+        if (item(c, arg, i, &fatal) != 0 && fatal == 0)
+            fatal = sq_run(c, &SQL_ROLLBACK_TO);
+        if (fatal == 0)
+            fatal = sq_run(c, &SQL_RELEASE);
+    }
+    rc = fatal != 0 ? fatal : sq_run(c, &SQL_COMMIT);
+    if (rc != 0) {
+        char keep[512];
+
+        strlcpy_(keep, store_errmsg(), sizeof(keep));
+        sq_rollback(c);
+        store_set_errmsg("%s", keep);
+    }
+    return rc;
+}
+
+/* Reads the one row statement id finds for key1 (and key2 when not NULL)
+ * into out through read, on a reader connection. Returns 0, ROOMD_ENOTFOUND
+ * or the failure (what names it). */
+int
+sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const char *key2,
+            void (*read)(sqlite3_stmt *, void *), void *out, const char *what)
+{
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q = sq_stmt(c, id);
+    int rc = ROOMD_EIO;
+
+    if (q == NULL)
+        goto out;
+    bind_text(q, 1, key1);
+    if (key2 != NULL)
+        bind_text(q, 2, key2);
+    if ((rc = sq_step_one(c, q, what)) == 1) {
+        read(q, out);
+        rc = 0;
+    } else if (rc == 0) {
+        rc = ROOMD_ENOTFOUND;
+    }
+    done(q);
+out:
+    sq_reader_put(s, c);
+    return rc;
+}
+
+static void
+sq_close(struct store *st)
+{
+    struct sq_store *s = (struct sq_store *)st;
+
+    for (int i = 0; i < NREADERS; i++)
+        conn_close(&s->readers[i]);
+    conn_close(&s->writer);
+    pthread_mutex_destroy(&s->wlock);
+    pthread_mutex_destroy(&s->rlock);
+    pthread_cond_destroy(&s->rcond);
+    free(s->path);
+    free(s);
+}
+
+static int
+sq_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen)
+{
+    struct sq_store *s = xcalloc(1, sizeof(*s));
+    int rc;
+
+    *out = NULL;
+    s->super.ops = &store_sqlite_ops;
+    s->path = xstrdup(cs->sqlite.path);
+    s->sync_full = cs->sqlite.synchronous_full;
+    pthread_mutex_init(&s->wlock, NULL);
+    pthread_mutex_init(&s->rlock, NULL);
+    pthread_cond_init(&s->rcond, NULL);
+    if (cs->sqlite.path == NULL || cs->sqlite.path[0] == '\0') {
+        snprintf(err, errlen, "store.sqlite.path: must not be empty");
+        rc = ROOMD_EINVAL;
+        goto out;
+    }
+    if ((rc = conn_open(&s->writer, &cs->sqlite, true, err, errlen)) != 0)
+        goto out;
+    if ((rc = sq_migrate(&s->writer, err, errlen)) != 0)
+        goto out;
+    /* Every other connection to ":memory:" would open another, empty database. */
+    s->nreaders = strcmp(cs->sqlite.path, ":memory:") == 0 ? 0 : NREADERS;
+    for (int i = 0; i < s->nreaders; i++)
+        if ((rc = conn_open(&s->readers[i], &cs->sqlite, false, err, errlen)) != 0)
+            goto out;
+out:
+    if (rc != 0) {
+        sq_close(&s->super);
+        return rc;
+    }
+    *out = &s->super;
+    return 0;
+}
+
+const struct store_ops store_sqlite_ops = {
+    .name = "sqlite",
+    .open = sq_open,
+    .close = sq_close,
+    .find_command = sq_find_command,
+    .load_room = sq_load_room,
+    .save = sq_save,
+    .outbox_claim = sq_outbox_claim,
+    .outbox_complete = sq_outbox_complete,
+    .outbox_list = sq_outbox_list,
+    .outbox_get = sq_outbox_get,
+    .outbox_replay = sq_outbox_replay,
+    .outbox_counts = sq_outbox_counts,
+    .outbox_purge = sq_outbox_purge,
+    .wallet_refund = sq_wallet_refund,
+    .wallet_topup = sq_wallet_topup,
+    .wallet_balance = sq_wallet_balance,
+    .wallet_debit_many = sq_wallet_debit_many,
+    .rockets_pending = sq_rockets_pending,
+    .rooms_list = sq_rooms_list,
+    .fence_room = sq_fence_room,
+};

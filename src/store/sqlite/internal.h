@@ -1,0 +1,196 @@
+/*
+ * sqlite/internal.h: private to the SQLite backend of store.h (the files of src/store/sqlite/),
+ * as libuv's src/unix/internal.h. The handle (WAL, one writer connection
+ * behind a mutex, a small pool of readers), the statement cache and the
+ * helpers the files share. Every shared symbol starts with sq_.
+ *
+ *   conn.c     open, pragmas, connections, statement cache, busy/error codes,
+ *              the savepoint batch runner, the ops table
+ *   schema.c   migrations
+ *   command.c  find_command, load_room, save, fence_room
+ *   outbox.c   claim, complete, list, get, replay, counts, purge
+ *   wallet.c   debit (batched), refund, topup, balance
+ *   rooms.c    rockets_pending, rooms_list
+ */
+#ifndef ROOMD_STORE_SQLITE_INTERNAL_H
+#define ROOMD_STORE_SQLITE_INTERNAL_H
+
+#include "store/store.h"
+
+struct conf_sqlite;
+
+#include "core/xmalloc.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The statement cache's slots: each statement's SQL text is a struct sq_sql
+ * in the file that runs it (the claim in outbox.c, ...). */
+#define NREADERS 4
+
+enum stmt_id {
+    ST_BEGIN,
+    ST_BEGIN_IMMEDIATE,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_SAVEPOINT,
+    ST_RELEASE,
+    ST_ROLLBACK_TO,
+    ST_ROOM_FENCE,
+    ST_LOG_INSERT,
+    ST_LOG_EXISTS,
+    ST_OUTBOX_INSERT,
+    ST_ROOM_INSERT,
+    ST_ROOM_UPDATE,
+    ST_SNAP_INSERT,
+    ST_SNAP_PRUNE,
+    ST_FIND_COMMAND,
+    ST_LOAD_ROOM,
+    ST_LOAD_SNAP,
+    ST_LOAD_TAIL,
+    ST_CLAIM,
+    ST_COMPLETE,
+    ST_LIST_ALL,
+    ST_LIST_STATUS,
+    ST_GET,
+    ST_REPLAY,
+    ST_STATUS_OF,
+    ST_COUNTS,
+    ST_OLDEST,
+    ST_PURGE,
+    ST_W_LEDGER_GET,
+    ST_W_LEDGER_INSERT,
+    ST_W_LEDGER_DELETE,
+    ST_W_LEDGER_UPDATE,
+    ST_W_BALANCE,
+    ST_W_SET_BALANCE,
+    ST_ROCKETS,
+    ST_SYNC_NORMAL,
+    ST_SYNC_FULL,
+    ST_ROOMS_LIST,
+    ST_FENCE_ROOM,
+    ST_COUNT_
+};
+
+/* One statement: its slot in struct conn's cache and its fixed SQL text
+ * (parameters bound, never built from data). */
+struct sq_sql {
+    enum stmt_id slot;
+    const char *text;
+};
+
+struct conn {
+    sqlite3 *db;
+    sqlite3_stmt *st[ST_COUNT_];
+    bool sync_normal; /* the writer runs outbox bookkeeping (sq_writer_get_bookkeeping) */
+};
+
+struct sq_store {
+    struct store super;
+    char *path;
+    pthread_mutex_t wlock; /* the writer connection: one write at a time */
+    struct conn writer;
+    pthread_mutex_t rlock; /* the reader pool */
+    pthread_cond_t rcond;
+    struct conn readers[NREADERS];
+    bool rbusy[NREADERS];
+    int nreaders;   /* 0 for ":memory:": a private database, reads use the writer */
+    bool sync_full; /* synchronous=FULL: outbox bookkeeping commits without the fsync */
+};
+
+static inline void
+done(sqlite3_stmt *s)
+{
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+}
+
+static inline void
+bind_text(sqlite3_stmt *s, int i, const char *v)
+{
+    sqlite3_bind_text(s, i, v ? v : "", -1, SQLITE_STATIC);
+}
+
+static inline char *
+col_strdup(sqlite3_stmt *s, int i)
+{
+    const unsigned char *v = sqlite3_column_text(s, i);
+
+    return v ? xstrdup((const char *)v) : NULL;
+}
+
+static inline void
+col_copy(sqlite3_stmt *s, int i, char *dst, size_t len)
+{
+    const unsigned char *v = sqlite3_column_text(s, i);
+
+    strlcpy_(dst, v ? (const char *)v : "", len);
+}
+
+/* One item of a batch written by in_savepoints: returns the item's own
+ * result (0 or a rule refusal, rolled back alone) and sets *fatal when the
+ * whole transaction must fail. */
+typedef int (*sq_batch_item_fn)(struct conn *c, void *arg, size_t i, int *fatal);
+
+/* Transaction control, shared by every file (conn.c). */
+extern const struct sq_sql SQL_BEGIN;
+extern const struct sq_sql SQL_BEGIN_IMMEDIATE;
+extern const struct sq_sql SQL_COMMIT;
+
+/* conn.c */
+int sq_fail(sqlite3 *db, int rc, const char *what);
+sqlite3_stmt *sq_stmt(struct conn *c, const struct sq_sql *id);
+int sq_run(struct conn *c, const struct sq_sql *id);
+int sq_step_one(struct conn *c, sqlite3_stmt *q, const char *what);
+void sq_rollback(struct conn *c);
+struct conn *sq_writer_get(struct sq_store *s);
+struct conn *sq_writer_get_bookkeeping(struct sq_store *s);
+void sq_writer_put(struct sq_store *s, struct conn *c);
+struct conn *sq_reader_get(struct sq_store *s);
+void sq_reader_put(struct sq_store *s, struct conn *c);
+int sq_step_write(struct conn *c, sqlite3_stmt *q, const char *what);
+int sq_in_savepoints(struct conn *c, size_t n, sq_batch_item_fn item, void *arg);
+int sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const char *key2,
+                void (*read)(sqlite3_stmt *, void *), void *out, const char *what);
+
+/* schema.c */
+int sq_migrate(struct conn *c, char *err, size_t errlen);
+
+/* command.c */
+int sq_find_command(struct store *st, const char *app, const char *command_id,
+                    struct command_record *out);
+int sq_load_room(struct store *st, const char *app, const char *room_id, struct room_load *out);
+int sq_save(struct store *st, struct mutation *const *muts, size_t n);
+int sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t token);
+
+/* outbox.c */
+int sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                    int limit, struct outbox_row **rows, size_t *n);
+int sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n);
+int sq_outbox_list(struct store *st, int status, int64_t after_id, int limit,
+                   struct outbox_row **rows, size_t *n);
+int sq_outbox_get(struct store *st, const char *event_id, struct outbox_row *out);
+int sq_outbox_replay(struct store *st, const char *event_id, int64_t now_ms);
+int sq_outbox_counts(struct store *st, struct outbox_counts *out);
+int sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t *purged);
+
+/* wallet.c */
+int sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
+                         int64_t initial_balance);
+int sq_wallet_refund(struct store *st, const char *app, const char *ref_id);
+int sq_wallet_topup(struct store *st, const char *app, int64_t uid, int64_t amount,
+                    const char *ref_id, int64_t initial_balance, int64_t *balance_after);
+int sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initial_balance,
+                      int64_t *balance);
+
+/* rooms.c */
+int sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n);
+int sq_rooms_list(struct store *st, const char *after_app, const char *after_room, bool open_only,
+                  int limit, struct room_row **rows, size_t *n);
+
+extern const struct store_ops store_sqlite_ops;
+
+#endif

@@ -1,0 +1,326 @@
+/*
+ * sqlite/outbox.c: room_outbox: the claim (UPDATE ... RETURNING over the
+ * due_at_ms index, under BEGIN IMMEDIATE), complete (fenced by locked_by),
+ * list/get/replay for operators, counts and purge.
+ */
+#include "store/sqlite/internal.h"
+
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OUTBOX_COLS                                                                                \
+    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
+    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
+    " last_error, created_at_ms, delivered_at_ms"
+
+static const struct sq_sql SQL_CLAIM = {
+    ST_CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
+              " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
+              " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
+              " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
+              " RETURNING " OUTBOX_COLS};
+static const struct sq_sql SQL_COMPLETE = {
+    ST_COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
+                 " next_retry_at_ms = ?6, last_error = ?7, due_at_ms = ?8,"
+                 " delivered_at_ms = ?9, lock_until_ms = 0, locked_by = '',"
+                 " updated_at_ms = ?10"
+                 " WHERE id = ?1 AND status = 'delivering' AND locked_by = ?2"};
+static const struct sq_sql SQL_LIST_ALL = {
+    ST_LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1 ORDER BY id LIMIT ?2"};
+static const struct sq_sql SQL_LIST_STATUS = {ST_LIST_STATUS, "SELECT " OUTBOX_COLS
+                                                              " FROM room_outbox WHERE id > ?1"
+                                                              " AND status IN (?3, ?4)"
+                                                              " ORDER BY id LIMIT ?2"};
+static const struct sq_sql SQL_GET = {ST_GET, "SELECT " OUTBOX_COLS
+                                              " FROM room_outbox WHERE event_id = ?1"};
+static const struct sq_sql SQL_REPLAY = {
+    ST_REPLAY, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
+               " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
+               " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'"};
+static const struct sq_sql SQL_STATUS_OF = {ST_STATUS_OF,
+                                            "SELECT status FROM room_outbox WHERE event_id = ?1"};
+static const struct sq_sql SQL_COUNTS = {
+    ST_COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status"};
+static const struct sq_sql SQL_OLDEST = {
+    ST_OLDEST, "SELECT min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"};
+static const struct sq_sql SQL_PURGE = {
+    ST_PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
+              " WHERE delivered_at_ms IS NOT NULL AND delivered_at_ms < ?1"
+              " AND status IN ('delivered', 'published') ORDER BY delivered_at_ms, id"
+              " LIMIT ?2)"};
+
+/* Reads the row of q (OUTBOX_COLS) into dst (struct outbox_row). */
+static void
+read_row(sqlite3_stmt *q, void *dst)
+{
+    struct outbox_row *r = dst;
+    const void *p;
+
+    memset(r, 0, sizeof(*r));
+    r->id = sqlite3_column_int64(q, 0);
+    col_copy(q, 1, r->event_id, sizeof(r->event_id));
+    col_copy(q, 2, r->app_code, sizeof(r->app_code));
+    col_copy(q, 3, r->room_id, sizeof(r->room_id));
+    col_copy(q, 4, r->command_id, sizeof(r->command_id));
+    col_copy(q, 5, r->event_type, sizeof(r->event_type));
+    r->room_version = sqlite3_column_int64(q, 6);
+    p = sqlite3_column_blob(q, 7);
+    r->payload_len = (size_t)sqlite3_column_bytes(q, 7);
+    r->payload = xmalloc(r->payload_len ? r->payload_len : 1);
+    if (r->payload_len)
+        memcpy(r->payload, p, r->payload_len);
+    r->status = outbox_status_read((const char *)sqlite3_column_text(q, 8));
+    r->retry_count = sqlite3_column_int(q, 9);
+    r->sinks_done = (uint32_t)sqlite3_column_int64(q, 10);
+    r->next_retry_at_ms = sqlite3_column_int64(q, 11);
+    r->lock_until_ms = sqlite3_column_int64(q, 12);
+    col_copy(q, 13, r->locked_by, sizeof(r->locked_by));
+    r->last_error = col_strdup(q, 14);
+    r->created_at_ms = sqlite3_column_int64(q, 15);
+    r->delivered_at_ms = sqlite3_column_int64(q, 16);
+}
+
+/* Steps q to the end, appending each row to *rows. */
+static int
+read_rows(struct conn *c, sqlite3_stmt *q, struct outbox_row **rows, size_t *n, const char *what)
+{
+    size_t cap = 0;
+    int step;
+
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+        read_row(q, &(*rows)[(*n)++]);
+    }
+    done(q);
+    if (step != SQLITE_DONE)
+        return sq_fail(c->db, step, what);
+    return 0;
+}
+
+int
+sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                int limit, struct outbox_row **rows, size_t *n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c;
+    sqlite3_stmt *q;
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    if (limit <= 0)
+        return 0;
+    c = sq_writer_get_bookkeeping(s);
+    /* IMMEDIATE: the write lock is taken before the select, so another
+     * process cannot claim the same rows between our select and update. */
+    if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) != 0)
+        goto out;
+    if ((q = sq_stmt(c, &SQL_CLAIM)) == NULL) {
+        rc = ROOMD_EIO;
+        goto out;
+    }
+    bind_text(q, 1, locked_by);
+    sqlite3_bind_int64(q, 2, lock_until_ms);
+    sqlite3_bind_int64(q, 3, now_ms);
+    sqlite3_bind_int(q, 4, limit);
+    if ((rc = read_rows(c, q, rows, n, "claim")) != 0)
+        goto out;
+    rc = sq_run(c, &SQL_COMMIT);
+out:
+    sq_writer_put(s, c);
+    if (rc != 0) {
+        outbox_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+        return rc;
+    }
+    outbox_rows_sort(*rows, *n);
+    return 0;
+}
+
+int
+sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_writer_get_bookkeeping(s);
+    sqlite3_stmt *q;
+    int rc;
+
+    if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        struct outbox_result *r = &res[i];
+        struct outbox_outcome o;
+
+        outbox_outcome_of(r, &o);
+        if ((q = sq_stmt(c, &SQL_COMPLETE)) == NULL) {
+            rc = ROOMD_EIO;
+            goto out;
+        }
+        sqlite3_bind_int64(q, 1, r->id);
+        bind_text(q, 2, r->locked_by);
+        bind_text(q, 3, o.status);
+        sqlite3_bind_int(q, 4, r->retry_count);
+        sqlite3_bind_int64(q, 5, (int64_t)r->sinks_done);
+        sqlite3_bind_int64(q, 6, o.retry_at_ms);
+        if (o.last_error != NULL)
+            sqlite3_bind_text(q, 7, o.last_error, (int)o.last_error_len, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(q, 7);
+        if (o.retryable)
+            sqlite3_bind_int64(q, 8, o.retry_at_ms);
+        else
+            sqlite3_bind_null(q, 8);
+        if (o.delivered)
+            sqlite3_bind_int64(q, 9, r->now_ms);
+        else
+            sqlite3_bind_null(q, 9);
+        sqlite3_bind_int64(q, 10, r->now_ms);
+        if ((rc = sq_step_write(c, q, "complete")) != 0)
+            goto out;
+        r->rc = sqlite3_changes(c->db) == 1 ? 0 : ROOMD_ESTALE;
+    }
+    rc = sq_run(c, &SQL_COMMIT);
+out:
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            res[i].rc = rc;
+    sq_writer_put(s, c);
+    return rc;
+}
+
+int
+sq_outbox_list(struct store *st, int status, int64_t after_id, int limit, struct outbox_row **rows,
+               size_t *n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q = sq_stmt(c, status < 0 ? &SQL_LIST_ALL : &SQL_LIST_STATUS);
+    int rc = ROOMD_EIO;
+
+    *rows = NULL;
+    *n = 0;
+    if (q == NULL)
+        goto out;
+    sqlite3_bind_int64(q, 1, after_id);
+    sqlite3_bind_int(q, 2, limit);
+    if (status >= 0) {
+        bind_text(q, 3, outbox_status_name((enum outbox_status)status));
+        /* legacy "published" rows are listed as delivered */
+        bind_text(q, 4,
+                  status == OUTBOX_DELIVERED ? "published"
+                                             : outbox_status_name((enum outbox_status)status));
+    }
+    rc = read_rows(c, q, rows, n, "list");
+out:
+    sq_reader_put(s, c);
+    if (rc != 0) {
+        outbox_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int
+sq_outbox_get(struct store *st, const char *event_id, struct outbox_row *out)
+{
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = sq_read_one((struct sq_store *)st, &SQL_GET, event_id, NULL, read_row, out, "get");
+    if (rc == ROOMD_ENOTFOUND)
+        store_set_errmsg("event %s not found", event_id);
+    return rc;
+}
+
+int
+sq_outbox_replay(struct store *st, const char *event_id, int64_t now_ms)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_writer_get(s);
+    sqlite3_stmt *q = sq_stmt(c, &SQL_REPLAY);
+    int rc = ROOMD_EIO;
+
+    if (q == NULL)
+        goto out;
+    bind_text(q, 1, event_id);
+    sqlite3_bind_int64(q, 2, now_ms);
+    if ((rc = sq_step_write(c, q, "replay")) != 0 || sqlite3_changes(c->db) == 1)
+        goto out;
+    /* Nothing changed: tell a missing row from one that is not failed. */
+    if ((q = sq_stmt(c, &SQL_STATUS_OF)) == NULL) {
+        rc = ROOMD_EIO;
+        goto out;
+    }
+    bind_text(q, 1, event_id);
+    if ((rc = sq_step_one(c, q, "replay lookup")) == 1) {
+        store_set_errmsg("event %s is %s, not failed", event_id, sqlite3_column_text(q, 0));
+        rc = ROOMD_ECONFLICT;
+    } else if (rc == 0) {
+        store_set_errmsg("event %s not found", event_id);
+        rc = ROOMD_ENOTFOUND;
+    }
+    done(q);
+out:
+    sq_writer_put(s, c);
+    return rc;
+}
+
+int
+sq_outbox_counts(struct store *st, struct outbox_counts *out)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q;
+    int rc, step;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = sq_run(c, &SQL_BEGIN)) != 0)
+        goto out;
+    rc = ROOMD_EIO;
+    if ((q = sq_stmt(c, &SQL_COUNTS)) == NULL)
+        goto out;
+    while ((step = sqlite3_step(q)) == SQLITE_ROW)
+        outbox_counts_add(out, (const char *)sqlite3_column_text(q, 0), sqlite3_column_int64(q, 1));
+    done(q);
+    if (step != SQLITE_DONE) {
+        rc = sq_fail(c->db, step, "counts");
+        goto out;
+    }
+    if ((q = sq_stmt(c, &SQL_OLDEST)) == NULL)
+        goto out;
+    if ((rc = sq_step_one(c, q, "counts oldest")) == 1)
+        out->oldest_undelivered_ms = sqlite3_column_int64(q, 0);
+    done(q);
+    if (rc >= 0)
+        rc = sq_run(c, &SQL_COMMIT);
+out:
+    sq_reader_put(s, c);
+    return rc;
+}
+
+int
+sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t *purged)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_writer_get(s);
+    sqlite3_stmt *q = sq_stmt(c, &SQL_PURGE);
+    int rc = ROOMD_EIO;
+
+    *purged = 0;
+    if (q == NULL)
+        goto out;
+    /* One statement is its own short transaction. */
+    sqlite3_bind_int64(q, 1, delivered_before_ms);
+    sqlite3_bind_int(q, 2, limit);
+    if ((rc = sq_step_write(c, q, "purge")) == 0)
+        *purged = (size_t)sqlite3_changes(c->db);
+out:
+    sq_writer_put(s, c);
+    return rc;
+}
