@@ -20,6 +20,16 @@
 int secret_load(const char *env_key, const char *env, const char *file_key, const char *file,
                 char *buf, size_t len, char *err, size_t errlen);
 
+/*
+ * Copies in to out (outlen bytes, always NUL-terminated, truncated to fit)
+ * with secrets masked as "***": the password of a URL's userinfo
+ * ("nats://user:***@host"; a userinfo without ':' is a token: "nats://" "***@h")
+ * and the value of the parameters usersig=, password=, secret=, token=,
+ * access_token= and passwd=. The log (core/log.c) passes every line through
+ * it. Returns the length written. Thread: any; never blocks.
+ */
+size_t secret_redact(const char *in, char *out, size_t outlen);
+
 /* Overwrites n bytes of p with zeros in a way the compiler keeps. */
 void secret_wipe(void *p, size_t n);
 

@@ -11,6 +11,7 @@
 
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/secret.h"
 #include "core/xmalloc.h"
 #include "http/ticker.h"
 #include "store/store.h"
@@ -53,7 +54,9 @@ refresh(void *arg)
         r->have_counts = true;
         r->error[0] = '\0';
     } else {
-        snprintf(r->error, sizeof(r->error), "store: %s: %s", roomd_strerror(rc), store_errmsg());
+        char msg[sizeof(r->error)];
+        snprintf(msg, sizeof(msg), "store: %s: %s", roomd_strerror(rc), store_errmsg());
+        secret_redact(msg, r->error, sizeof(r->error));
     }
     pthread_mutex_unlock(&r->mu);
 }

@@ -7,6 +7,7 @@ within http.body_timeout), a connection flood of the public listener while the o
 still reaches the admin listener, the per-IP connection limit, room ids "." and "..", and
 the path percent-decoded exactly once (before routing and auth)."""
 import json
+import os
 import socket
 import time
 
@@ -190,6 +191,27 @@ def test_dot_room_ids_and_decoding_once():
         rd.stop()
 
 
+def test_secrets_redacted_in_logs():
+    from roomd_test import free_port
+    pw = "pw-" + os.urandom(6).hex()
+    rd = Roomd({"rocketmq": {"enabled": True,
+                             "name_servers": [f"nats://roomd:{pw}@127.0.0.1:{free_port()}"]},
+                "redis": {"password": "redis-" + pw}})
+    rd.start()
+    try:
+        time.sleep(0.5)
+        hu.expect_ok(rd.http("GET", "/healthz"))
+        text = "\n".join(rd.log_lines()) + rd.stderr_text()
+        assert "nats://roomd:***@" in text, text[-2000:]  # the URL is logged, masked
+        st, _, metrics = rd.admin("GET", "/metrics")
+        st2, _, ready = rd.admin("GET", "/readyz")
+        for where, t in (("log", text), ("metrics", str(metrics)), ("readyz", str(ready))):
+            assert pw not in t, f"the password is in the {where}"
+    finally:
+        rd.stop()
+
+
 if __name__ == "__main__":
     run([test_smuggling_refused, test_slowloris_cut_others_served, test_slow_body_cut,
-         test_flood_admin_still_reachable, test_per_ip_limit, test_dot_room_ids_and_decoding_once])
+         test_flood_admin_still_reachable, test_per_ip_limit, test_dot_room_ids_and_decoding_once,
+         test_secrets_redacted_in_logs])
