@@ -165,21 +165,20 @@ load_admin_token(struct auth *a, const struct conf_admin *c, char *err, size_t e
 static void
 collect(void *arg, struct metrics_text *t)
 {
+    static const char *const name = "roomd_auth_refused_total";
     struct auth *a = arg;
+    char labels[128];
 
-    metrics_printf(t, "# HELP roomd_auth_refused_total Requests refused 401/403 by reason.\n"
-                      "# TYPE roomd_auth_refused_total counter\n");
+    metrics_family(t, name, "counter", "Requests refused 401/403 by reason.");
     for (int l = 0; l < LISTENER_COUNT_; l++)
         for (int r = 1; r < AUTH_REASON_COUNT_; r++) {
             /* the admin listener checks its token only; the public one never does */
             if ((l == LISTENER_ADMIN) != (r == AUTH_MISSING || r == AUTH_BAD_ADMIN_TOKEN) &&
                 r != AUTH_MISSING)
                 continue;
-            metrics_printf(t,
-                           "roomd_auth_refused_total{listener=\"%s\",status=\"%d\",reason=\"%s\"} "
-                           "%llu\n",
-                           listener_names[l], auth_reason_status((enum auth_reason)r),
-                           reason_names[r], (unsigned long long)atomic_load(&a->refused[l][r]));
+            snprintf(labels, sizeof(labels), "listener=\"%s\",status=\"%d\",reason=\"%s\"",
+                     listener_names[l], auth_reason_status((enum auth_reason)r), reason_names[r]);
+            metrics_count(t, name, labels, (uint64_t)atomic_load(&a->refused[l][r]));
         }
 }
 

@@ -186,23 +186,26 @@ watchdog(void *arg)
 static void
 collect_conns(void *arg, struct metrics_text *t)
 {
-    struct http_server *srv = arg;
+    static const char *const cut = "roomd_http_cut_total";
+    static const char *const framing = "roomd_http_framing_refused_total";
     static const char *const names[2] = {"public", "admin"};
+    struct http_server *srv = arg;
+    char labels[64];
 
-    metrics_printf(t, "# HELP roomd_http_cut_total Connections shut for a slow header or body.\n"
-                      "# TYPE roomd_http_cut_total counter\n");
+    metrics_family(t, cut, "counter", "Connections shut for a slow header or body.");
     for (int i = 0; i < 2; i++) {
-        metrics_printf(t, "roomd_http_cut_total{listener=\"%s\",phase=\"header\"} %llu\n", names[i],
-                       (unsigned long long)atomic_load(&srv->lst[i].cut_header));
-        metrics_printf(t, "roomd_http_cut_total{listener=\"%s\",phase=\"body\"} %llu\n", names[i],
-                       (unsigned long long)atomic_load(&srv->lst[i].cut_body));
+        snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"header\"", names[i]);
+        metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_header));
+        snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"body\"", names[i]);
+        metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_body));
     }
-    metrics_printf(t, "# HELP roomd_http_framing_refused_total Requests refused 400 for "
-                      "repeated or conflicting Content-Length / Transfer-Encoding.\n"
-                      "# TYPE roomd_http_framing_refused_total counter\n");
-    for (int i = 0; i < 2; i++)
-        metrics_printf(t, "roomd_http_framing_refused_total{listener=\"%s\"} %llu\n", names[i],
-                       (unsigned long long)atomic_load(&srv->lst[i].refused_smuggling));
+    metrics_family(t, framing, "counter",
+                   "Requests refused 400 for repeated or conflicting Content-Length / "
+                   "Transfer-Encoding.");
+    for (int i = 0; i < 2; i++) {
+        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
+        metrics_count(t, framing, labels, (uint64_t)atomic_load(&srv->lst[i].refused_smuggling));
+    }
 }
 
 /* ---- responses ------------------------------------------------------------------ */
