@@ -10,7 +10,6 @@ prints, in the same run:
 """
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,18 +18,13 @@ import threading
 import time
 import http.client
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from roomd_test import free_port  # noqa: E402
+
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rows = int(os.environ.get("BENCH_OUTBOX_ROWS", "3000000"))
 tmp = tempfile.mkdtemp(prefix="roomd-bench-readyz-")
 db = os.path.join(tmp, "readyz.db")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 port, admin = free_port(), free_port()

@@ -17,18 +17,27 @@
 
 #define SECRET "0123456789abcdef0123456789abcdef-test"
 
-static struct auth *
-open_jwt(const char *issuer)
+/* A default conf with auth.mode jwt, the HS256 secret from variable env. */
+static struct conf *
+jwt_conf(const char *env)
 {
     struct conf *c = calloc(1, sizeof(*c));
-    struct auth *a = NULL;
-    char err[256];
 
     conf_defaults(c);
     free(c->auth.mode);
     c->auth.mode = strdup("jwt");
     free(c->auth.hs256_secret_env);
-    c->auth.hs256_secret_env = strdup("TEST_AUTH_SECRET");
+    c->auth.hs256_secret_env = strdup(env);
+    return c;
+}
+
+static struct auth *
+open_jwt(const char *issuer)
+{
+    struct conf *c = jwt_conf("TEST_AUTH_SECRET");
+    struct auth *a = NULL;
+    char err[256];
+
     free(c->auth.issuer);
     c->auth.issuer = strdup(issuer);
     free(c->admin.token_env);
@@ -150,15 +159,10 @@ test_admin_token(void **state)
 static void
 test_open_errors_name_the_key(void **state)
 {
-    struct conf *c = calloc(1, sizeof(*c));
+    struct conf *c = jwt_conf("TEST_AUTH_SHORT");
     struct auth *a = NULL;
     char err[256];
 
-    conf_defaults(c);
-    free(c->auth.mode);
-    c->auth.mode = strdup("jwt");
-    free(c->auth.hs256_secret_env);
-    c->auth.hs256_secret_env = strdup("TEST_AUTH_SHORT");
     setenv("TEST_AUTH_SHORT", "short-secret", 1);
     assert_int_not_equal(auth_open(&a, c, err, sizeof(err)), 0);
     assert_non_null(strstr(err, "auth.jwt.hs256_secret_env"));
