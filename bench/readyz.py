@@ -35,6 +35,7 @@ with open(cfg, "w") as f:
                "admin": {"listen": f"127.0.0.1:{admin}"},
                "store": {"driver": "sqlite", "sqlite": {"path": db}},
                "wallet": {"initial_balance": 1000000},
+               "room": {"max_creates_per_minute": 0},
                "outbox_worker": {"log_sink": {"path": os.path.join(tmp, "events.jsonl")}}}, f)
 
 

@@ -41,7 +41,7 @@ app: {log_file: "$tmp/roomd-$mode.log", log_level: warn}
 http: {listen: "127.0.0.1:$port", max_connections: 1024}
 admin: {listen: "127.0.0.1:$admin_port"}
 store: {driver: sqlite, sqlite: {path: "$db", synchronous: full}}
-room: {snapshot_every_n: 50}
+room: {snapshot_every_n: 50, max_creates_per_minute: 0}
 wallet: {initial_balance: 1000000000}
 $sink
 $broker

@@ -72,6 +72,7 @@ def base_config(tmp, port, admin_port=None):
         "store": {"driver": "sqlite",
                   "sqlite": {"path": os.path.join(tmp, "roomd.db"), "synchronous": "full"}},
         "room": {"snapshot_every_n": 5, "idle_evict_after": "10m", "seat_count": 8,
+                 "max_creates_per_minute": 0,  # tests create many rooms per owner
                  "rocket": {"thresholds": [1000, 5000], "countdown": "2s"}},
         "wallet": {"driver": "embedded", "initial_balance": 100000, "allow_topup": True},
         "outbox_worker": {"enabled": True, "publish_mode": "direct", "poll_interval": "200ms",

@@ -105,6 +105,7 @@ struct conf_room {
     int seat_count;        /* mic seats per room */
     int max_members;
     int64_t kick_ban_ms; /* a kicked user cannot rejoin for this long; 0 = no ban */
+    int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
     struct conf_rocket rocket;
 };
 

@@ -7,6 +7,7 @@
  */
 #include "http/router.h"
 
+#include "conf/conf.h"
 #include "core/clock.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
@@ -81,6 +82,7 @@ handle_command(const struct http_deps *d, const struct http_request *req,
     struct cmd_error ce;
     struct room_reply rr;
     enum auth_reason ar;
+    int retry;
     int64_t t0 = clock_mono_us();
     json_t *body = NULL;
 
@@ -97,6 +99,18 @@ handle_command(const struct http_deps *d, const struct http_request *req,
     }
     if ((ar = auth_may_act_as(p, app, acting_uid(&cmd))) != AUTH_OK) {
         http_refuse(d, req, ar, resp);
+        goto out;
+    }
+    if (type == CMD_CREATE_ROOM &&
+        (retry = http_create_allowed(d->conf->room.max_creates_per_minute, app, cmd.owner_uid)) >
+            0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry);
+        http_response_error(resp, 429, "rate_limited",
+                            "owner_uid: more than room.max_creates_per_minute (%d) rooms this "
+                            "minute",
+                            d->conf->room.max_creates_per_minute);
+        http_response_header(resp, "Retry-After", ra);
         goto out;
     }
     room_service_execute(d->rooms, &cmd, &rr);

@@ -87,6 +87,11 @@ bool http_ready_counts(struct http_ready *r, struct outbox_counts *oc);
  * "reason":word}; details adds the counts and the store error (admin). */
 void http_ready_reply(struct http_ready *r, bool details, struct http_response *resp);
 
+/* CreateRoom rate limit (ratelimit.c): 0 when owner of app may create one
+ * more room now (counted), else the seconds until it may (Retry-After).
+ * per_minute <= 0: no limit. Thread: any; never blocks but on a mutex. */
+int http_create_allowed(int per_minute, const char *app, int64_t owner);
+
 /* Fills resp for req. Never fails: every outcome is a response. */
 void router_handle(const struct http_deps *d, const struct http_request *req,
                    struct http_response *resp);

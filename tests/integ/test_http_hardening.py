@@ -116,9 +116,18 @@ def test_slow_body_cut():
 
 
 def hold(rd, n):
-    """n idle connections to rd's public listener, open for the caller to close."""
-    socks = [socket.create_connection(("127.0.0.1", rd.port), timeout=5) for _ in range(n)]
-    time.sleep(0.3)
+    """n keep-alive connections to rd's public listener, each answered once (so roomd has
+    surely accepted and counts it), left idle for the caller to close."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", rd.port), timeout=10)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while b'{"status":"ok"}' not in got:
+            b = s.recv(4096)
+            assert b, "a held connection was closed before its answer"
+            got += b
+        socks.append(s)
     return socks
 
 
@@ -192,6 +201,21 @@ def test_dot_room_ids_and_decoding_once():
         rd.stop()
 
 
+def test_create_rate_limited_429():
+    rd = start({"room": {"max_creates_per_minute": 3}})
+    try:
+        made = [hu.room_name("rl") for _ in range(4)]
+        for rid in made[:3]:
+            hu.expect_ok(hu.create(rd, rid, owner=77))
+        st, hd, js = hu.create(rd, made[3], owner=77)
+        assert st == 429 and js["error"]["code"] == "rate_limited", (st, js)
+        assert 1 <= int(hd["Retry-After"]) <= 60, hd
+        assert rd.http("GET", f"/v1/rooms/{made[3]}")[0] == 404, "a refused create made a room"
+        hu.expect_ok(hu.create(rd, hu.room_name("rl"), owner=78))  # another owner: its own count
+    finally:
+        rd.stop()
+
+
 def test_secrets_redacted_in_logs():
     from roomd_test import free_port
     pw = "pw-" + os.urandom(6).hex()
@@ -215,4 +239,4 @@ def test_secrets_redacted_in_logs():
 if __name__ == "__main__":
     run([test_smuggling_refused, test_slowloris_cut_others_served, test_slow_body_cut,
          test_flood_admin_still_reachable, test_per_ip_limit, test_dot_room_ids_and_decoding_once,
-         test_secrets_redacted_in_logs])
+         test_create_rate_limited_429, test_secrets_redacted_in_logs])
