@@ -7,6 +7,8 @@
  */
 #include "http/router.h"
 
+#include "cluster/health.h"
+
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"

@@ -9,6 +9,8 @@
  */
 #include "http/router.h"
 
+#include "cluster/health.h"
+
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/secret.h"
@@ -27,6 +29,7 @@
 
 struct http_ready {
     struct store *store;
+    const struct node_health *health; /* the node's other checks (cluster/health.h); may be NULL */
     struct ticker *ticker;
     int64_t every_ms;
     pthread_mutex_t mu;
@@ -36,8 +39,29 @@ struct http_ready {
     int64_t gap_ms;          /* until the next check: max(every_ms, 10 x its duration) */
     struct outbox_counts oc; /* of the last successful check */
     bool have_counts;
-    char error[256]; /* the last failure (admin only) */
+    char error[256]; /* the last store failure (admin only) */
+    int status;      /* node_health_eval's: 200 or 503 */
+    json_t *checks;  /* its answer {"status":..,"checks":{..}} (admin only) */
+    char word[16];   /* "ready" | "degraded" | "unavailable" */
+    char reason[32]; /* the first check down ("store", "lease", "broker"), or "" */
 };
+
+/* The first check of the node_health answer that is down, into reason. */
+static void
+first_down(json_t *checks, char *reason, size_t len)
+{
+    const char *k;
+    json_t *v;
+
+    reason[0] = '\0';
+    json_object_foreach(json_object_get(checks, "checks"), k, v)
+    {
+        if (json_is_string(v) && strncmp(json_string_value(v), "down", 4) == 0) {
+            strlcpy_(reason, k, len);
+            return;
+        }
+    }
+}
 
 /* The ticker: one count query, then none until gap_ms has passed (at most a
  * tenth of the time goes to counting: 3M rows take ~2 s on SQLite). */
@@ -53,7 +77,23 @@ refresh(void *arg)
         return;
     rc = store_outbox_counts(r->store, &oc);
     took = clock_mono_us() / 1000 - t0;
+    char msg[sizeof(r->error)] = "", *hj = NULL;
+    if (rc != 0)
+        snprintf(msg, sizeof(msg), "%s: %s", roomd_strerror(rc), store_errmsg());
+    /* 503 when this node cannot serve commands; "degraded" for the rest */
+    int status = node_health_eval(r->health, rc != 0 ? msg : NULL, &hj);
+    char *masked = xmalloc(strlen(hj) * 3 + 1); /* "down: nats://u:***@h": no secret */
+    secret_redact(hj, masked, strlen(hj) * 3 + 1);
+    json_t *checks = json_loads(masked, 0, NULL);
+    free(masked);
+    free(hj);
     pthread_mutex_lock(&r->mu);
+    json_decref(r->checks);
+    r->checks = checks;
+    r->status = status;
+    strlcpy_(r->word, json_string_value(json_object_get(checks, "status")) ?: "unavailable",
+             sizeof(r->word));
+    first_down(checks, r->reason, sizeof(r->reason));
     r->checked = true;
     r->ok = rc == 0;
     r->checked_mono_ms = t0 + took;
@@ -63,20 +103,20 @@ refresh(void *arg)
         r->have_counts = true;
         r->error[0] = '\0';
     } else {
-        char msg[sizeof(r->error)];
-        snprintf(msg, sizeof(msg), "store: %s: %s", roomd_strerror(rc), store_errmsg());
         secret_redact(msg, r->error, sizeof(r->error));
     }
     pthread_mutex_unlock(&r->mu);
 }
 
 int
-http_ready_start(struct http_ready **out, struct store *st, int64_t every_ms)
+http_ready_start(struct http_ready **out, struct store *st, const struct node_health *health,
+                 int64_t every_ms)
 {
     struct http_ready *r = xcalloc(1, sizeof(*r));
 
     *out = NULL;
     r->store = st;
+    r->health = health;
     r->every_ms = every_ms;
     pthread_mutex_init(&r->mu, NULL);
     if (ticker_start(&r->ticker, every_ms, refresh, r) != 0) {
@@ -94,6 +134,7 @@ http_ready_stop(struct http_ready *r)
     if (r == NULL)
         return;
     ticker_stop(r->ticker);
+    json_decref(r->checks);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -116,7 +157,8 @@ http_ready_counts(struct http_ready *r, struct outbox_counts *oc)
 void
 http_ready_reply(struct http_ready *r, bool details, struct http_response *resp)
 {
-    const char *reason = NULL;
+    const char *reason = NULL, *word;
+    int status;
     json_t *j;
     int64_t age_ms;
 
@@ -129,11 +171,21 @@ http_ready_reply(struct http_ready *r, bool details, struct http_response *resp)
     age_ms = clock_mono_us() / 1000 - r->checked_mono_ms;
     if (!r->checked)
         reason = "starting";
-    else if (!r->ok)
-        reason = "store";
     else if (age_ms > r->gap_ms + STALE_INTERVALS * r->every_ms)
         reason = "stale";
-    j = json_pack("{s:s}", "status", reason ? "unavailable" : "ready");
+    if (reason != NULL) {
+        status = 503;
+        word = "unavailable";
+    } else {
+        status = r->status;
+        word = r->word;
+        reason = r->reason[0] ? r->reason : NULL;
+    }
+    if (details && r->checks != NULL) /* the checks and their errors: operators only */
+        j = json_deep_copy(r->checks);
+    else
+        j = json_object();
+    json_object_set_new(j, "status", json_string(word));
     if (reason)
         json_object_set_new(j, "reason", json_string(reason));
     if (details) {
@@ -150,6 +202,6 @@ http_ready_reply(struct http_ready *r, bool details, struct http_response *resp)
                           (json_int_t)r->oc.oldest_undelivered_ms));
     }
     pthread_mutex_unlock(&r->mu);
-    http_response_take(resp, reason ? 503 : 200, json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS));
+    http_response_take(resp, status, json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER));
     json_decref(j);
 }

@@ -269,6 +269,13 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         handle_healthz(d, resp);
         return;
     }
+    if (req->listener == HTTP_PUBLIC && r->on == ON_ADMIN && d->auth != NULL &&
+        !auth_mode_none(d->auth)) { /* a forwarded wake-up under jwt: retried, never lost */
+        http_response_error(resp, 503, "unavailable",
+                            "a forwarded LaunchRocket is not served on http.listen under auth.mode "
+                            "jwt");
+        return;
+    }
     if (r->kind == R_READYZ && req->listener == HTTP_PUBLIC) {
         handle_readyz(d, req, resp); /* one word, no details: no token needed */
         return;
@@ -297,7 +304,7 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         handle_command(d, req, &p, r->cmd, app, has_room ? cap : NULL, resp);
         break;
     case R_GET_ROOM:
-        handle_get_room(d, app, cap, resp);
+        handle_get_room(d, req, app, cap, resp);
         break;
     case R_WALLET_TOPUP:
         if (!d->conf->wallet.allow_topup) {
@@ -318,6 +325,22 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
     default:
         break;
     }
+}
+
+/*
+ * A LaunchRocket another node forwards to this one, the room's owner
+ * (cluster.forward sends to the owner's http.advertise_addr, the public
+ * listener). Served there only under auth.mode none (every listener is
+ * loopback); under jwt the hop header proves nothing: 503 (the consumer
+ * retries the wake-up; docs/auth.md: forwarding it between nodes needs the
+ * admin listener and its token, not built yet).
+ */
+static bool
+forwarded_launch(const struct http_deps *d, const struct http_request *req, const struct route *r)
+{
+    (void)d;
+    return req->listener == HTTP_PUBLIC && req->forwarded_by != NULL && r->kind == R_COMMAND &&
+           r->cmd == CMD_LAUNCH_ROCKET;
 }
 
 void
@@ -341,7 +364,7 @@ router_handle(const struct http_deps *d, const struct http_request *req, struct 
         const struct route *r = &routes[i];
         if (!match(r->pattern, path, cap, &toolong))
             continue;
-        if ((r->on & here) == 0) {
+        if ((r->on & here) == 0 && !forwarded_launch(d, req, r)) {
             elsewhere = elsewhere || strcmp(r->method, req->method) == 0;
             continue;
         }

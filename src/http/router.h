@@ -28,7 +28,9 @@ struct http_request {
     const char *method;          /* "GET", "POST", ... */
     const char *path;            /* as sent: still percent-encoded, may hold "?query" */
     const char *app_header;      /* X-App-Code, NULL when absent */
-    const char *authorization;   /* Authorization, NULL when absent; never logged */
+    const char *authorization;   /* Authorization, NULL when absent (passed on when forwarded;
+                                  * never logged) */
+    const char *forwarded_by;    /* the hop header (cluster/forward.h), NULL when absent */
     const char *body;            /* NUL-terminated, may be "" */
     size_t body_len;
     http_query_fn query; /* NULL: the request has no query string */
@@ -75,9 +77,11 @@ bool http_decode_path(const char *raw, char *out, size_t outlen);
  * thread), so no request scans a table. */
 struct http_ready;
 struct outbox_counts;
-/* Starts the refresh of st's readiness. Returns 0 and *out or ROOMD_ENOMEM.
- * Thread: main. */
-int http_ready_start(struct http_ready **out, struct store *st, int64_t every_ms);
+/* Starts the refresh of st's readiness and of health's checks (may be NULL;
+ * borrowed). Returns 0 and *out or ROOMD_ENOMEM. Thread: main. */
+struct node_health;
+int http_ready_start(struct http_ready **out, struct store *st, const struct node_health *health,
+                     int64_t every_ms);
 /* Stops the refresh and frees. NULL is a no-op. Blocks for a check in progress. */
 void http_ready_stop(struct http_ready *r);
 /* The outbox counts of the last successful check into *oc; false when none
@@ -111,8 +115,8 @@ void http_refuse(const struct http_deps *d, const struct http_request *req, enum
 void handle_command(const struct http_deps *d, const struct http_request *req,
                     const struct auth_principal *p, enum room_cmd_type type, const char *app,
                     const char *room_id, struct http_response *resp);
-void handle_get_room(const struct http_deps *d, const char *app, const char *room_id,
-                     struct http_response *resp);
+void handle_get_room(const struct http_deps *d, const struct http_request *req, const char *app,
+                     const char *room_id, struct http_response *resp);
 void handle_healthz(const struct http_deps *d, struct http_response *resp);
 void handle_readyz(const struct http_deps *d, const struct http_request *req,
                    struct http_response *resp);

@@ -34,6 +34,8 @@
 #include "http/ticker.h"
 #include "metrics/metrics.h"
 
+#include "cluster/forward.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -404,6 +406,7 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .app_header = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-App-Code"),
         .authorization =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .forwarded_by = MHD_lookup_connection_value(c, MHD_HEADER_KIND, FORWARD_HOP_HEADER),
         .body = rs->body ? rs->body : "",
         .body_len = rs->len,
         .query = query_arg,
@@ -660,7 +663,7 @@ http_server_open(struct http_server **out, const struct http_deps *d, char *err,
         ac->max_connections > 0 ? ac->max_connections : 64,
         0, /* the operator's own: no per-IP cap */
     };
-    if ((rc = http_ready_start(&srv->deps.ready, d->store, READY_EVERY_MS)) != 0) {
+    if ((rc = http_ready_start(&srv->deps.ready, d->store, d->health, READY_EVERY_MS)) != 0) {
         snprintf(err, errlen, "http.listen: cannot start the readiness refresh");
         free(srv);
         return rc;

@@ -22,6 +22,7 @@ struct http_ready;
 /* The two listeners: the public API (http.listen) and the operator's
  * (admin.listen: /internal/v1/..., /metrics, readiness details, top-up). */
 enum http_listener { HTTP_PUBLIC = 0, HTTP_ADMIN = 1 };
+struct node_health;
 
 /* Borrowed; must outlive the server. projection and gc may be NULL (gc only
  * feeds the group commit counters of /metrics); auth NULL = auth.mode none.
@@ -34,6 +35,7 @@ struct http_deps {
     struct store *store;
     struct group_commit *gc;
     struct auth *auth;
+    const struct node_health *health; /* /readyz checks besides the store; NULL = none */
     struct http_ready *ready;
 };
 
