@@ -104,6 +104,11 @@ int room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_ro
  * becomes its canonical request without "rules". */
 int room_cmd_parse_logged(enum room_cmd_type type, const char *app, const char *room_id,
                           const char *request, struct room_cmd *cmd, struct cmd_error *e);
+/* As room_cmd_parse, for a body the caller already parsed (jansson object,
+ * borrowed): the HTTP handler parses once to tell invalid_json apart. */
+struct json_t;
+int room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_room_id,
+                        struct json_t *body, struct room_cmd *cmd, struct cmd_error *e);
 void room_cmd_clear(struct room_cmd *cmd);
 
 /* One event produced by a command, before it gets its event_id. */
