@@ -17,6 +17,7 @@
 #include "projection/projection.h"
 
 #include "conf/conf.h"
+#include "core/checked.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -267,20 +268,17 @@ note_state(struct projection_redis *pr, int rc)
 }
 
 static int
-rp_update(struct projection *p, const struct room_state *st)
+rp_update(struct projection *p, const struct proj_room *r)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
-    struct proj_room r;
     int rc;
 
-    proj_room_from_state(&r, st);
     pthread_mutex_lock(&pr->conn_mu);
-    rc = push(pr, &r);
+    rc = push(pr, r);
     note_state(pr, rc);
     pthread_mutex_unlock(&pr->conn_mu);
     if (rc == ROOMD_EUNAVAIL)
-        park(pr, &r);
-    proj_room_clear(&r);
+        park(pr, r);
     return rc;
 }
 
@@ -394,11 +392,12 @@ rp_list_rooms(struct projection *p, const char *app, int64_t cursor, int limit, 
         redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 9)
             continue;
-        json_array_append_new(rooms, proj_entry_json(str_el(e->element[0]), str_el(e->element[1]),
-                                                     int_el(e->element[2]), int_el(e->element[3]),
-                                                     int_el(e->element[4]) + int_el(e->element[5]),
-                                                     int_el(e->element[6]), int_el(e->element[7]),
-                                                     int_el(e->element[8])));
+        json_array_append_new(
+            rooms,
+            proj_entry_json(str_el(e->element[0]), str_el(e->element[1]), int_el(e->element[2]),
+                            int_el(e->element[3]),
+                            i64_add_sat(int_el(e->element[4]), int_el(e->element[5])),
+                            int_el(e->element[6]), int_el(e->element[7]), int_el(e->element[8])));
     }
     int64_t total = r->element[0]->integer;
     *json = proj_page_json(rooms, cursor + limit < total ? cursor + limit : -1);

@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "projection/projection.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -92,6 +93,58 @@ rocket_to_json(const struct room_rocket *r)
                      (json_int_t)r->launch_at_ms, "launched", r->launched);
 }
 
+json_t *
+room_rules_to_json(const struct conf_room *c)
+{
+    json_t *th = json_array();
+
+    for (int i = 0; i < c->rocket.nthresholds; i++)
+        json_array_append_new(th, json_integer(c->rocket.thresholds[i]));
+    return json_pack("{s:I, s:I, s:i, s:i, s:o}", "countdown_ms",
+                     (json_int_t)c->rocket.countdown_ms, "kick_ban_ms", (json_int_t)c->kick_ban_ms,
+                     "max_members", c->max_members, "seat_count", c->seat_count, "thresholds", th);
+}
+
+int
+room_rules_from_json(json_t *o, struct conf_room *out)
+{
+    json_error_t jerr;
+    json_int_t countdown, kick_ban;
+    json_t *th, *v;
+    size_t i;
+
+    memset(out, 0, sizeof(*out));
+    if (o == NULL ||
+        json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:i, s:i, s:o}", "countdown_ms",
+                       &countdown, "kick_ban_ms", &kick_ban, "max_members", &out->max_members,
+                       "seat_count", &out->seat_count, "thresholds", &th) != 0 ||
+        !json_is_array(th) || json_array_size(th) > CONF_MAX_ROCKET_LEVELS)
+        return ROOMD_EINVAL;
+    json_array_foreach(th, i, v)
+    {
+        if (!json_is_integer(v))
+            return ROOMD_EINVAL;
+        out->rocket.thresholds[i] = json_integer_value(v);
+    }
+    out->rocket.nthresholds = (int)json_array_size(th);
+    out->rocket.countdown_ms = countdown;
+    out->kick_ban_ms = kick_ban;
+    return 0;
+}
+
+bool
+room_rules_equal(const struct conf_room *a, const struct conf_room *b)
+{
+    if (a->max_members != b->max_members || a->kick_ban_ms != b->kick_ban_ms ||
+        a->rocket.countdown_ms != b->rocket.countdown_ms ||
+        a->rocket.nthresholds != b->rocket.nthresholds)
+        return false;
+    for (int i = 0; i < a->rocket.nthresholds; i++)
+        if (a->rocket.thresholds[i] != b->rocket.thresholds[i])
+            return false;
+    return true;
+}
+
 /* The state as JSON with at most max_members members listed. */
 static char *
 to_json(const struct room_state *s, size_t max_members)
@@ -121,6 +174,8 @@ to_json(const struct room_state *s, size_t max_members)
         abort(); /* only on out of memory or a programming error in the format */
     if (s->nmembers > max_members)
         json_object_set_new(o, "members_truncated", json_true());
+    if (s->has_rules)
+        json_object_set_new(o, "rules", room_rules_to_json(&s->rules));
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
     if (text == NULL)
@@ -158,11 +213,26 @@ copy_str(char *dst, size_t len, const char *src)
     return 0;
 }
 
+/* Reads v, exactly {"uid": I, key: I} (a member or a ban), into *uid and
+ * *x. Returns 0 or -1. */
+static int
+uid_pair(json_t *v, const char *key, int64_t *uid, int64_t *x)
+{
+    json_error_t jerr;
+    json_int_t a, b;
+
+    if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &a, key, &b) != 0)
+        return -1;
+    *uid = a;
+    *x = b;
+    return 0;
+}
+
 int
 room_state_from_json(const char *json, struct room_state **out)
 {
     json_error_t jerr;
-    json_t *root = json_loads(json, 0, &jerr), *members, *seats, *bans, *v;
+    json_t *root = json_loads(json, 0, &jerr), *members, *seats, *bans, *v, *rules = NULL;
     const char *app, *room_id, *title, *status, *rstatus, *rocket_id;
     json_int_t owner, version, created, updated, gift_total, energy, utc_day, ignited_at, launch_at;
     int level, launched, member_count, si;
@@ -174,14 +244,14 @@ room_state_from_json(const char *json, struct room_state **out)
         return ROOMD_EINVAL;
     if (json_unpack_ex(root, &jerr, JSON_STRICT,
                        "{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:i, "
-                       "s:{s:s, s:i, s:I, s:I, s:s, s:I, s:I, s:i}}",
+                       "s:{s:s, s:i, s:I, s:I, s:s, s:I, s:I, s:i}, s?o}",
                        "app_code", &app, "room_id", &room_id, "owner_uid", &owner, "title", &title,
                        "status", &status, "version", &version, "created_at_ms", &created,
                        "updated_at_ms", &updated, "members", &members, "seats", &seats, "bans",
                        &bans, "gift_total", &gift_total, "member_count", &member_count, "rocket",
                        "status", &rstatus, "level", &level, "energy", &energy, "utc_day", &utc_day,
                        "rocket_id", &rocket_id, "ignited_at_ms", &ignited_at, "launch_at_ms",
-                       &launch_at, "launched", &launched) != 0)
+                       &launch_at, "launched", &launched, "rules", &rules) != 0)
         goto fail;
     if (!json_is_array(members) || !json_is_array(seats) || !json_is_array(bans) ||
         json_array_size(seats) > ROOM_MAX_SEATS)
@@ -208,17 +278,18 @@ room_state_from_json(const char *json, struct room_state **out)
     s->rocket.ignited_at_ms = ignited_at;
     s->rocket.launch_at_ms = launch_at;
     s->rocket.launched = launched;
+    if (rules != NULL) {
+        if (room_rules_from_json(rules, &s->rules) != 0)
+            goto fail;
+        s->has_rules = true;
+    }
 
     s->nmembers = s->cap_members = json_array_size(members);
     s->members = s->nmembers ? xcalloc(s->nmembers, sizeof(*s->members)) : NULL;
     json_array_foreach(members, i, v)
     {
-        json_int_t uid, at;
-        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "joined_at_ms", &at) !=
-            0)
+        if (uid_pair(v, "joined_at_ms", &s->members[i].uid, &s->members[i].joined_at_ms) != 0)
             goto fail;
-        s->members[i].uid = uid;
-        s->members[i].joined_at_ms = at;
     }
     if ((size_t)member_count != s->nmembers)
         goto fail;
@@ -233,12 +304,8 @@ room_state_from_json(const char *json, struct room_state **out)
     s->bans = s->nbans ? xcalloc(s->nbans, sizeof(*s->bans)) : NULL;
     json_array_foreach(bans, i, v)
     {
-        json_int_t uid, until;
-        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "until_ms", &until) !=
-            0)
+        if (uid_pair(v, "until_ms", &s->bans[i].uid, &s->bans[i].until_ms) != 0)
             goto fail;
-        s->bans[i].uid = uid;
-        s->bans[i].until_ms = until;
     }
     json_decref(root);
     *out = s;
@@ -247,4 +314,43 @@ fail:
     room_state_free(s);
     json_decref(root);
     return ROOMD_EINVAL;
+}
+
+_Static_assert(PROJ_ID_MAX == STORE_ID_MAX, "projection ids hold a room's ids");
+_Static_assert(PROJ_TITLE_MAX >= ROOM_TITLE_MAX, "a projected title holds a room's title");
+
+void
+room_state_project(const struct room_state *st, struct proj_room *out)
+{
+    memset(out, 0, sizeof(*out));
+    strlcpy_(out->app, st->app_code, sizeof(out->app));
+    strlcpy_(out->room_id, st->room_id, sizeof(out->room_id));
+    strlcpy_(out->title, st->title, sizeof(out->title));
+    out->owner_uid = st->owner_uid;
+    out->version = st->version;
+    out->updated_at_ms = st->updated_at_ms;
+    out->gift_total = st->gift_total;
+    out->closed = st->status == ROOM_CLOSED;
+    out->online = out->closed ? 0 : (int)st->nmembers;
+    if (!out->closed && st->nmembers > 0) {
+        out->uids = xcalloc(st->nmembers, sizeof(int64_t));
+        out->joined_ms = xcalloc(st->nmembers, sizeof(int64_t));
+        for (size_t i = 0; i < st->nmembers; i++) {
+            out->uids[i] = st->members[i].uid;
+            out->joined_ms[i] = st->members[i].joined_at_ms;
+        }
+        out->nuids = st->nmembers;
+    }
+}
+
+int
+room_state_update_projection(struct projection *p, const struct room_state *st)
+{
+    struct proj_room r;
+    int rc;
+
+    room_state_project(st, &r);
+    rc = p->ops->update(p, &r);
+    proj_room_clear(&r);
+    return rc;
 }
