@@ -406,7 +406,9 @@ room_order(struct consume_group *g, struct consume_msg *m)
                   "group=%s key=%s room=%s room_seq=%lld mark=%lld", g->h.group, m->key, m->room,
                   (long long)m->room_seq, (long long)mark);
     } else if (mark > 0 && m->room_seq > mark + 1) {
-        if (m->num_delivered <= CONSUME_GAP_HOLDS)
+        /* holds count as deliveries: stay below the kit's delivery limit */
+        if (m->num_delivered <= CONSUME_GAP_HOLDS &&
+            m->num_delivered <= (uint64_t)g->o.max_reconsume)
             return ORDER_HOLD;
         log_warn("consume", "room_seq gap: handled without the earlier events",
                  "group=%s key=%s room=%s room_seq=%lld mark=%lld", g->h.group, m->key, m->room,
