@@ -57,7 +57,7 @@ while ! grep -q "create-bench-$((rooms - 1))" "$tmp/roomd.log" 2>/dev/null; do s
 if [ -n "$record" ]; then
     event=cpu-clock
     [ "$record" = switches ] && event=sched:sched_switch
-    perf record -g -e "$event" -p "$pid" -o "$tmp/perf.data" -- sleep "$((secs - 1))" 2>/dev/null
+    perf record ${PERF_RECORD_OPTS:--g} -e "$event" -p "$pid" -o "$tmp/perf.data" -- sleep "$((secs - 1))" 2>/dev/null
 else
     perf stat -e task-clock,context-switches -p "$pid" -x, -o "$tmp/stat" -- sleep "$((secs - 1))"
 fi
@@ -65,7 +65,7 @@ wait $load
 cat "$tmp/load"
 ops=$(sed -n 's/.* ops=\([0-9]*\) .*/\1/p' "$tmp/load" | head -1)
 if [ -n "$record" ]; then
-    perf report -i "$tmp/perf.data" --no-children --sort dso,symbol --stdio ${PERF_REPORT_OPTS:-} 2>/dev/null | grep -v '^#' | grep -v '^$' | head -${PERF_LINES:-60}
+    perf report -i "$tmp/perf.data" ${PERF_SORT:---no-children --sort dso,symbol} --stdio ${PERF_REPORT_OPTS:-} 2>/dev/null | grep -v '^#' | grep -v '^$' | head -${PERF_LINES:-60}
 else
     # perf ran secs-1 of the secs seconds: scale the commands to its window
     awk -F, -v ops="$ops" -v secs="$secs" '
