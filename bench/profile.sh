@@ -53,7 +53,10 @@ for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && 
 # the rooms are created (untimed) before the load: wait for that, then count the load only
 "$build/bench_commands" http "http://127.0.0.1:$port" "$clients" "$rooms" "$secs" "$spec" >"$tmp/load" &
 load=$!
-while ! grep -q "create-bench-$((rooms - 1))" "$tmp/roomd.log" 2>/dev/null; do sleep 0.05; done
+while ! grep -q "create-bench-$((rooms - 1))" "$tmp/roomd.log" 2>/dev/null; do
+    kill -0 $load 2>/dev/null || { echo "bench_commands ended early:" >&2; cat "$tmp/load" >&2; exit 1; }
+    sleep 0.05
+done
 if [ -n "$record" ]; then
     event=cpu-clock
     [ "$record" = switches ] && event=sched:sched_switch
