@@ -21,7 +21,7 @@ tmp=$(mktemp -d /tmp/roomd-profile-XXXXXX)
 db="roomd_prof_$$"
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ "$store" = mysql ] && mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "DROP DATABASE IF EXISTS $db" 2>/dev/null; rm -rf "$tmp"' EXIT
-port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+. "$(dirname "$0")/lib.sh"
 
 case $store in
 sqlite) st="{driver: sqlite, sqlite: {path: \"$tmp/p.db\", synchronous: full}}"; spec="$tmp/p.db" ;;
@@ -30,30 +30,14 @@ mysql)  mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "CREATE DATA
         spec="mysql://root@127.0.0.1:$mysql_port/$db" ;;
 *) echo "store: sqlite or mysql" >&2; exit 2 ;;
 esac
-if python3 -c "import socket; socket.create_connection(('127.0.0.1', $nats_port), 1)" 2>/dev/null; then
-    sink="outbox_worker: {publish_mode: mq, workers: 2, poll_interval: 1s, batch_size: 100}
-rocketmq: {enabled: true, name_servers: [\"nats://127.0.0.1:$nats_port\"], namespace: \"prof_$$_\",
-  stream_max_age: 5m, room_outbox: {enabled: true}}"
-else
-    sink="outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
-  log_sink: {enabled: true, path: \"$tmp/events.jsonl\"}}"
-fi
-cat >"$tmp/p.yaml" <<YAML
-app: {log_file: "$tmp/roomd.log", log_level: warn}
-http: {listen: "127.0.0.1:$port", max_connections: 1024}
-store: $st
-room: {snapshot_every_n: 50}
-wallet: {initial_balance: 1000000000}
-$sink
-YAML
-"$build/roomd" -c "$tmp/p.yaml" &
-pid=$!
-for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+mode=direct
+answers "$nats_port" && mode=mq
+start_roomd prof "$st" $mode
 
 # the rooms are created (untimed) before the load: wait for that, then count the load only
 "$build/bench_commands" http "http://127.0.0.1:$port" "$clients" "$rooms" "$secs" "$spec" >"$tmp/load" &
 load=$!
-while ! grep -q "create-bench-$((rooms - 1))" "$tmp/roomd.log" 2>/dev/null; do
+while ! grep -q "create-bench-$((rooms - 1))" "$tmp/roomd-prof.log" 2>/dev/null; do
     kill -0 $load 2>/dev/null || { echo "bench_commands ended early:" >&2; cat "$tmp/load" >&2; exit 1; }
     sleep 0.05
 done
