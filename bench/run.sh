@@ -15,14 +15,17 @@
 #            async publish rate, on SQLite and (BENCH_STORE=mysql) on MariaDB.
 #   memory   bench_memory: heap per idle cached room, per evicted room, per active
 #            100-member room.
+#   readyz   bench/readyz.py: /readyz and JoinRoom at BENCH_OUTBOX_ROWS outbox rows (issue 11).
+# The SQLite part also repeats the direct pass with auth.mode jwt (HS256, ES256: issue 11).
 # BENCH_SECONDS (10), BENCH_ROOMS (256), BENCH_RELAY_N (40000), BENCH_PARTS
-# (sqlite,mysql,relay,memory: which parts run), ROOMD_NATS_PORT (4333), ROOMD_MYSQL_PORT (3417).
+# (sqlite,mysql,relay,memory,readyz: which parts run), ROOMD_NATS_PORT (4333),
+# ROOMD_MYSQL_PORT (3417).
 set -eu
 build=${1:-build}
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
 relay_n=${BENCH_RELAY_N:-40000}
-parts=${BENCH_PARTS:-sqlite,mysql,relay,memory}
+parts=${BENCH_PARTS:-sqlite,mysql,relay,memory,readyz}
 nats_port=${ROOMD_NATS_PORT:-4333}
 mysql_port=${ROOMD_MYSQL_PORT:-3417}
 tmp=$(mktemp -d /tmp/roomd-bench-XXXXXX)
@@ -53,12 +56,12 @@ rate_of() { sed -n "s/^$1 .*: *\([0-9]*\) msg\/s.*/\1/p" "$2" | tail -1; }
 # field NAME FILE: the value of NAME=... on the last line of FILE that has it, units cut.
 field() { sed -n "s/.*[ (]$1=\([0-9.]*\).*/\1/p" "$2" | tail -1; }
 
-# drive NAME DBSPEC [ceiling]: 1 and 64 clients (and the ceiling) against the running roomd;
-# output in $tmp/NAME-1, NAME-64, NAME-ceil.
+# drive NAME DBSPEC [ceiling]: 1 and 64 clients (and the ceiling) against the running roomd
+# (requests carry $token when set); output in $tmp/NAME-1, NAME-64, NAME-ceil.
 drive() {
     echo "== roomd $1 over HTTP ($rooms rooms, ${secs}s each)"
-    "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$2" | tee "$tmp/$1-1"
-    "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-64"
+    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$2" | tee "$tmp/$1-1"
+    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-64"
     if [ "${3:-}" = ceiling ]; then
         echo "== HTTP ceiling: GET /healthz on the same server, 64 clients"
         "$build/bench_commands" ceiling "http://127.0.0.1:$port" 64 "$secs" | tee "$tmp/$1-ceil"
@@ -79,6 +82,12 @@ if want sqlite; then
         drive mq "$tmp/mq.db" ceiling
         stop_roomd
     fi
+    # issue 11: the direct pass again with JWT verification on every request (a service token)
+    for alg in HS256 ES256; do
+        start_roomd "jwt-$alg" "{driver: sqlite, sqlite: {path: \"$tmp/jwt-$alg.db\", synchronous: full}}" "jwt-$alg"
+        drive "jwt-$alg" "$tmp/jwt-$alg.db"
+        stop_roomd
+    done
     echo "== raw baseline: same rows, one transaction per command, same SQLite file"
     "$build/bench_commands" raw "$tmp/direct.db" 64 "$secs" | tee "$tmp/sqlite-raw"
     raw=$(field rate "$tmp/sqlite-raw")
@@ -90,6 +99,9 @@ if want sqlite; then
         row "SQLite mq, 1 client, p50 (ms)" "$(field p50 "$tmp/mq-1")" "-" "-"
     fi
     row "SQLite direct, 1 client, p50 (ms)" "$(field p50 "$tmp/direct-1")" "-" "-"
+    for alg in HS256 ES256; do
+        row "SQLite direct + JWT $alg, 64 clients (cmd/s)" "$(field rate "$tmp/jwt-$alg-64")" "auth.mode none, same pass" "$(field rate "$tmp/direct-64")"
+    done
 fi
 
 # ---- MariaDB ----
@@ -156,6 +168,11 @@ if want memory; then
     row "heap per idle cached room (bytes)" "$(field idle_room_bytes "$tmp/memory-heap")" "goal" 2048
     row "heap per evicted room (bytes)" "$(field evicted_room_bytes "$tmp/memory-heap")" "goal" 200
     row "heap per active 100-member room (bytes)" "$(field active_room_bytes "$tmp/memory-heap")" "goal" 65536
+fi
+
+# ---- /readyz at a big outbox (issue 11; its own figures, printed as it goes) ----
+if want readyz; then
+    python3 "$(dirname "$0")/readyz.py" "$build"
 fi
 
 echo
