@@ -8,6 +8,8 @@
  *       backlog (undelivered rows, sampled from DBFILE every 100 ms). DBFILE
  *       is a SQLite file, or mysql://USER@HOST:PORT/DATABASE for roomd on
  *       MariaDB (no password).
+ *       BENCH_MIX=gifts: the gift path alone (each client joins its rooms once,
+ *       then sends only SendGift, each paid from the embedded wallet).
  *   bench_commands ceiling URL CLIENTS SECONDS
  *       the HTTP ceiling: the same clients and connections, each request a
  *       GET /healthz (a trivial handler on the same libmicrohttpd server).
@@ -33,6 +35,7 @@
 
 static const char *base_url;
 static int nclients, nrooms, seconds, run_id;
+static int gifts_only; /* BENCH_MIX=gifts */
 static atomic_int stop_flag;
 static atomic_long ok_count, err_count;
 
@@ -143,6 +146,12 @@ client_main(void *arg)
         static const char *const steps[6] = {"join",  "mic/up",   "gifts",
                                              "gifts", "mic/down", "leave"};
         const char *p = steps[seq % 6];
+        if (gifts_only) { /* join each of my rooms once, then gifts only */
+            r = cl->id + nclients * (int)(seq % (uint64_t)my);
+            if (r >= nrooms)
+                r = cl->id % nrooms;
+            p = seq < (uint64_t)my ? "join" : "gifts";
+        }
         long uid = 100000L * nclients + cl->id; /* fresh users for each run */
         int n = snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%d-%lu\",\"uid\":%ld", run_id,
                          cl->id, (unsigned long)seq, uid);
@@ -270,6 +279,7 @@ run_http(char **argv)
 {
     base_url = argv[2];
     run_id = (int)getpid();
+    gifts_only = getenv("BENCH_MIX") != NULL && strcmp(getenv("BENCH_MIX"), "gifts") == 0;
     nclients = atoi(argv[3]);
     nrooms = atoi(argv[4]);
     seconds = atoi(argv[5]);

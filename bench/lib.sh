@@ -3,12 +3,13 @@
 answers() { python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; }
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
-# roomd NAME STORE_YAML MODE: writes the config, starts roomd, waits for /healthz. MODE is
+# roomd NAME STORE_YAML MODE [ROOMD]: writes the config, starts ROOMD ($build/roomd), waits
+# for /healthz. MODE is
 # direct (log sink), mq (JetStream), or jwt-HS256 / jwt-ES256 (direct with auth.mode jwt:
 # bench/jwt_setup.py writes the auth section and $token gets a service token for
 # ROOMD_BENCH_TOKEN). Sets $port, $pid and $token ("" without jwt).
 start_roomd() {
-    name=$1 store=$2 mode=$3
+    name=$1 store=$2 mode=$3 bin=${4:-$build/roomd}
     port=$(free_port)
     admin_port=$(free_port)
     auth=""
@@ -36,7 +37,7 @@ $sink
 $broker
 $auth
 YAML
-    "$build/roomd" -c "$tmp/$name.yaml" &
+    "$bin" -c "$tmp/$name.yaml" &
     pid=$!
     for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && return 0; sleep 0.1; done
     echo "roomd ($name) did not start" >&2; cat "$tmp/roomd-$name.log" >&2; exit 1

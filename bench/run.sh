@@ -16,7 +16,9 @@
 #   memory   bench_memory: heap per idle cached room, per evicted room, per active
 #            100-member room.
 #   readyz   bench/readyz.py: /readyz and JoinRoom at BENCH_OUTBOX_ROWS outbox rows (issue 11).
-# The SQLite part also repeats the direct pass with auth.mode jwt (HS256, ES256: issue 11).
+# The SQLite part also runs the gift path alone (issue 10; BENCH_BASELINE=DIR runs DIR/roomd
+# first, same pass, as its baseline) and the direct pass with auth.mode jwt (HS256, ES256:
+# issue 11).
 # BENCH_SECONDS (10), BENCH_ROOMS (256), BENCH_RELAY_N (40000), BENCH_PARTS
 # (sqlite,mysql,relay,memory,readyz: which parts run), ROOMD_NATS_PORT (4333),
 # ROOMD_MYSQL_PORT (3417).
@@ -57,11 +59,12 @@ rate_of() { sed -n "s/^$1 .*: *\([0-9]*\) msg\/s.*/\1/p" "$2" | tail -1; }
 field() { sed -n "s/.*[ (]$1=\([0-9.]*\).*/\1/p" "$2" | tail -1; }
 
 # drive NAME DBSPEC [ceiling]: 1 and 64 clients (and the ceiling) against the running roomd
-# (requests carry $token when set); output in $tmp/NAME-1, NAME-64, NAME-ceil.
+# (requests carry $token when set; $mix "gifts": SendGift only); output in $tmp/NAME-1,
+# NAME-64, NAME-ceil.
 drive() {
     echo "== roomd $1 over HTTP ($rooms rooms, ${secs}s each)"
-    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$2" | tee "$tmp/$1-1"
-    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-64"
+    BENCH_MIX=${mix:-} ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$2" | tee "$tmp/$1-1"
+    BENCH_MIX=${mix:-} ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-64"
     if [ "${3:-}" = ceiling ]; then
         echo "== HTTP ceiling: GET /healthz on the same server, 64 clients"
         "$build/bench_commands" ceiling "http://127.0.0.1:$port" 64 "$secs" | tee "$tmp/$1-ceil"
@@ -82,6 +85,18 @@ if want sqlite; then
         drive mq "$tmp/mq.db" ceiling
         stop_roomd
     fi
+    # issue 10: the gift path alone (SendGift only, paid from the embedded wallet); with
+    # BENCH_BASELINE=DIR (a build of the version to compare with) its roomd runs first
+    mix=gifts
+    if [ -n "${BENCH_BASELINE:-}" ]; then
+        start_roomd gifts-base "{driver: sqlite, sqlite: {path: \"$tmp/gifts-base.db\", synchronous: full}}" direct "$BENCH_BASELINE/roomd"
+        drive gifts-base "$tmp/gifts-base.db"
+        stop_roomd
+    fi
+    start_roomd gifts "{driver: sqlite, sqlite: {path: \"$tmp/gifts.db\", synchronous: full}}" direct
+    drive gifts "$tmp/gifts.db"
+    stop_roomd
+    mix=
     # issue 11: the direct pass again with JWT verification on every request (a service token)
     for alg in HS256 ES256; do
         start_roomd "jwt-$alg" "{driver: sqlite, sqlite: {path: \"$tmp/jwt-$alg.db\", synchronous: full}}" "jwt-$alg"
@@ -99,6 +114,11 @@ if want sqlite; then
         row "SQLite mq, 1 client, p50 (ms)" "$(field p50 "$tmp/mq-1")" "-" "-"
     fi
     row "SQLite direct, 1 client, p50 (ms)" "$(field p50 "$tmp/direct-1")" "-" "-"
+    if [ -n "${BENCH_BASELINE:-}" ]; then
+        row "SQLite direct, gifts only, 64 clients (cmd/s)" "$(field rate "$tmp/gifts-64")" "BENCH_BASELINE's roomd, same pass" "$(field rate "$tmp/gifts-base-64")"
+    else
+        row "SQLite direct, gifts only, 64 clients (cmd/s)" "$(field rate "$tmp/gifts-64")" "raw store_save, 64 threads" "$raw"
+    fi
     for alg in HS256 ES256; do
         row "SQLite direct + JWT $alg, 64 clients (cmd/s)" "$(field rate "$tmp/jwt-$alg-64")" "auth.mode none, same pass" "$(field rate "$tmp/direct-64")"
     done

@@ -270,6 +270,15 @@ test_gift(void **state)
     room_events_clear(&r.ev);
     assert_int_equal(s->gift_total, 15);
     assert_int_equal(s->rocket.energy, 15);
+    /* the room's gift total and the rocket energy saturate, never wrap */
+    s->gift_total = INT64_MAX - 10;
+    s->rocket.energy = INT64_MAX - 10;
+    ok(&s, CMD_SEND_GIFT,
+       "{\"command_id\":\"g2\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\",\"count\":9999,"
+       "\"unit_price\":1000000000}",
+       T0, "RoomGiftSent,RoomRocketIgnited");
+    assert_true(s->gift_total == INT64_MAX);
+    assert_true(s->rocket.energy == INT64_MAX);
     room_state_free(s);
 }
 
@@ -325,7 +334,7 @@ test_close(void **state)
     refused(&s, CMD_CLOSE_ROOM, "{\"command_id\":\"x2\",\"operator_uid\":1}", T0, ROOMD_ECONFLICT,
             "room_closed");
     refused(&s, CMD_LAUNCH_ROCKET,
-            "{\"command_id\":\"rl\",\"rocket_id\":\"r1-20000-1\",\"level\":1,"
+            "{\"command_id\":\"~rl-r1-20000-1\",\"rocket_id\":\"r1-20000-1\",\"level\":1,"
             "\"launch_at_ms\":5}",
             T0, ROOMD_ECONFLICT, "rocket_stale");
     room_state_free(s);
@@ -350,7 +359,7 @@ launch(struct room_state **s, const char *rocket_id, int level, int64_t at, int6
     struct result r;
 
     snprintf(body, sizeof(body),
-             "{\"command_id\":\"rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,\"launch_at_ms\":%lld}",
+             "{\"command_id\":\"~rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,\"launch_at_ms\":%lld}",
              rocket_id, rocket_id, level, (long long)at);
     r = run(s, CMD_LAUNCH_ROCKET, body, now);
     if (r.rc == 0)
@@ -382,7 +391,7 @@ test_rocket(void **state)
     assert_string_equal(ig->rocket_id, "r1-20000-1");
     assert_int_equal(ig->level, 1);
     assert_int_equal(ig->launch_at_ms, T0 + 5 + 10000);
-    assert_string_equal(ig->launch_command_id, "rl-r1-20000-1");
+    assert_string_equal(ig->launch_command_id, "~rl-r1-20000-1");
     roomd__v1__room_rocket_ignited__free_unpacked(ig, NULL);
     room_events_clear(&r.ev);
     at = T0 + 10005;
@@ -495,11 +504,24 @@ test_json_roundtrip(void **state)
     free(a);
     free(b);
     /* byte for byte jansson's canonical form (sorted keys, compact), the
-     * title escaped: full and capped */
+     * title escaped: full and capped, without and with the room's rules */
     strlcpy_(s->title, "a \"quoted\" \\ t\u00eftle/\x01", sizeof(s->title));
-    for (size_t cap = 1; cap <= 2; cap++) {
+    for (int k = 0; k < 4; k++) {
+        size_t cap = k % 2 ? 1 : 2;
         json_t *j;
+        if (k == 2) {
+            s->has_rules = true;
+            s->rules.max_members = 9;
+            s->rules.seat_count = 3;
+            s->rules.kick_ban_ms = 600000;
+            s->rules.rocket.countdown_ms = 60000;
+            s->rules.rocket.nthresholds = 2;
+            s->rules.rocket.thresholds[0] = 10;
+            s->rules.rocket.thresholds[1] = 50;
+        }
         a = cap == 2 ? room_state_to_json(s) : room_state_to_json_capped(s, cap);
+        if (k >= 2)
+            assert_non_null(strstr(a, "\"rules\":{\"countdown_ms\":60000,"));
         j = json_loads(a, 0, NULL);
         assert_non_null(j);
         b = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
