@@ -108,6 +108,9 @@ const struct key conf_keys[] = {
     {"admin.listen", K_STR, F(admin.listen), "127.0.0.1:8081", HOSTPORT,
      .note = "with a port in 1..65535",
      .doc = "the operator listener: /internal/v1/..., /metrics, readiness details, top-up"},
+    {"admin.advertise_addr", K_STR, F(admin.advertise_addr), "", HOSTPORT_OPT,
+     .doc = "host:port other nodes reach admin.listen at (forwarded rocket launches); \"\" = "
+            "admin.listen"},
     {"admin.token_env", K_STR, F(admin.token_env), "",
      .doc = "environment variable holding the admin bearer token (required off loopback)"},
     {"admin.token_file", K_STR, F(admin.token_file), "", .doc = "or a file holding it"},

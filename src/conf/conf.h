@@ -60,6 +60,8 @@ struct conf_admin {
     int max_connections; /* its own limit, apart from http.max_connections */
     char *tls_cert_file; /* admin.tls.cert_file: PEM; "" = plain HTTP */
     char *tls_key_file;  /* admin.tls.key_file */
+    /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
+    char *advertise_addr;
 };
 
 struct conf_sqlite {
