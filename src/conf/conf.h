@@ -90,6 +90,7 @@ struct conf_store {
     struct conf_mysql mysql;
     int group_commit_max;           /* mutations committed together in one transaction (>= 1) */
     int64_t retention_delivered_ms; /* purge delivered rows older than this; 0 = keep */
+    int64_t retention_command_log_ms; /* purge command log rows older than this; 0 = keep */
     int purge_batch;
     int64_t purge_interval_ms;
 };

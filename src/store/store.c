@@ -289,6 +289,12 @@ store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size
     return s->ops->outbox_purge(s, delivered_before_ms, limit, purged);
 }
 
+int
+store_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *purged)
+{
+    return s->ops->command_log_purge(s, before_ms, limit, purged);
+}
+
 /* One debit is a batch of one: the rules live once per backend, in wallet_debit_many. */
 int
 store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount,

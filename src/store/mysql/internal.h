@@ -71,6 +71,7 @@ enum sid {
     S_ROOMS_LIST,
     S_FENCE_ROOM,
     S_OUTBOX_IDS,
+    S_LOG_PURGE,
     S_COUNT
 };
 
