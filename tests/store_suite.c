@@ -552,13 +552,12 @@ t_fail_hook(void **state)
 #endif
 }
 
+/* Room a1/r1 at version 9: commands c2..c9 at T0 + v, a snapshot at every
+ * even version, 2 kept (6 and 8). */
 static void
-t_snapshots(void **state)
+create_snapshotted_room(struct store *st)
 {
-    struct fixture *f = *state;
-    struct room_load l;
-
-    create_room(f->st, "a1", "r1", 0, T0);
+    create_room(st, "a1", "r1", 0, T0);
     for (int v = 2; v <= 9; v++) {
         char cmd[32], snap[32];
         struct tmut *x;
@@ -569,10 +568,19 @@ t_snapshots(void **state)
         x->m.snapshots_keep = 2;
         if (v % 2 == 0)
             x->m.snapshot = snap;
-        assert_int_equal(save1(f->st, x), 0);
+        assert_int_equal(save1(st, x), 0);
         assert_int_equal(x->m.rc, 0);
         free(x);
     }
+}
+
+static void
+t_snapshots(void **state)
+{
+    struct fixture *f = *state;
+    struct room_load l;
+
+    create_snapshotted_room(f->st);
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     assert_int_equal(l.version, 9);
     assert_int_equal(l.snapshot_version, 8);
@@ -594,21 +602,7 @@ t_command_log_purge(void **state)
     struct room_load l;
     size_t n = 0;
 
-    create_room(f->st, "a1", "r1", 0, T0);
-    for (int v = 2; v <= 9; v++) {
-        char cmd[32], snap[32];
-        struct tmut *x;
-
-        snprintf(cmd, sizeof(cmd), "c%d", v);
-        snprintf(snap, sizeof(snap), "{\"v\":%d}", v);
-        x = tmut_new("a1", "r1", cmd, v, 0, T0 + v);
-        x->m.snapshots_keep = 2; /* snapshots 6 and 8 stay */
-        if (v % 2 == 0)
-            x->m.snapshot = snap;
-        assert_int_equal(save1(f->st, x), 0);
-        assert_int_equal(x->m.rc, 0);
-        free(x);
-    }
+    create_snapshotted_room(f->st);            /* snapshots 6 and 8 stay */
     create_room(f->st, "a1", "nosnap", 0, T0); /* no snapshot: its log is all it has */
 
     /* created before T0 + 5: versions 1..4 of r1 (not nosnap's) */

@@ -3,7 +3,8 @@
  * store.h) in chunks of PURGE_CHUNK, each its own short autocommit statement:
  * rows created before the cut-off whose version is at or below the room's
  * oldest kept snapshot (load_room replays only the log after the newest one;
- * the rebuild starts from a snapshot too), oldest id first. MariaDB refuses a
+ * the rebuild starts from a snapshot too), oldest id first. mys_purge_chunks
+ * (the chunked DELETE loop) serves the outbox purge too. MariaDB refuses a
  * subquery on the table being deleted from, so the ids are picked through a
  * derived table.
  */
@@ -20,16 +21,18 @@ static const struct mys_sql SQL_LOG_PURGE = {
     " FROM room_snapshots s WHERE s.app_code = l.app_code AND s.room_id = l.room_id)"
     " ORDER BY l.id LIMIT ?) AS old)"};
 
-struct log_purge_ctx {
+struct purge_ctx {
+    const struct mys_sql *sql;
     int64_t before;
     int limit;
     size_t purged;
 };
 
+/* Runs x->sql (before, chunk) until x->limit rows went or a chunk came back short. */
 static int
-log_purge_fn(struct conn *c, void *arg)
+purge_fn(struct conn *c, void *arg)
 {
-    struct log_purge_ctx *x = arg;
+    struct purge_ctx *x = arg;
     uint64_t aff;
     int rc;
 
@@ -41,7 +44,7 @@ log_purge_fn(struct conn *c, void *arg)
             want = PURGE_CHUNK;
         p_i64(&p, x->before);
         p_i64(&p, (int64_t)want);
-        if ((rc = mys_st_exec(c, &SQL_LOG_PURGE, &p, &aff)) != 0)
+        if ((rc = mys_st_exec(c, x->sql, &p, &aff)) != 0)
             return rc;
         x->purged += aff;
         if (aff < want)
@@ -51,13 +54,21 @@ log_purge_fn(struct conn *c, void *arg)
 }
 
 int
-mys_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *purged)
+mys_purge_chunks(struct mstore *s, const struct mys_sql *sql, int64_t before, int limit,
+                 size_t *purged)
 {
-    struct log_purge_ctx x = {before_ms, limit, 0};
+    struct purge_ctx x = {sql, before, limit, 0};
     int rc = 0;
 
     if (limit > 0)
-        rc = mys_run((struct mstore *)s, log_purge_fn, &x);
-    *purged = x.purged;
+        rc = mys_run(s, purge_fn, &x);
+    if (purged != NULL)
+        *purged = x.purged;
     return rc;
+}
+
+int
+mys_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *purged)
+{
+    return mys_purge_chunks((struct mstore *)s, &SQL_LOG_PURGE, before_ms, limit, purged);
 }
