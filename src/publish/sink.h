@@ -66,5 +66,9 @@ struct sink {
 /* The log sink: appends ev->json lines to path. Returns 0 and *out, or
  * ROOMD_EIO with err. */
 int sink_log_open(struct sink **out, const char *path, char *err, size_t errlen);
+/* Reopens the log sink s's file (SIGHUP, after logrotate moved it). Returns 0
+ * or ROOMD_EIO with err (the old file stays in use). Thread: any; blocks on
+ * open(2) and on a publish in progress. s must come from sink_log_open. */
+int sink_log_reopen(struct sink *s, char *err, size_t errlen);
 
 #endif

@@ -243,28 +243,19 @@ ms(int64_t us)
 static void
 log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct timing *tm)
 {
-    char ts[32], *text;
-    json_t *o;
-
-    clock_format_utc(clock_wall_ms(), ts, sizeof(ts));
-    o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, "
-                  "s:f, s:f, s:f, s:b, s:b}",
-                  "ts", ts, "level", "info", "msg", "room_command_timing", "command",
-                  room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
-                  "command_id", cmd->command_id, "result", tm->result, "status", r->status,
-                  "total_ms", ms(clock_mono_us() - tm->t0), "idempotency_ms",
-                  ms(tm->idempotency_us), "lease_ms", ms(tm->lease_us), "wallet_debit_ms",
-                  ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us), "snapshot_ms",
-                  ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "activity_ms", 0.0,
-                  "tencent_im_ms", ms(tm->im_us), "activity_async_outbox", tm->outbox,
-                  "tencent_im_async_outbox", tm->outbox);
-    if (o == NULL)
+    if (!log_enabled(LOG_INFO))
         return;
-    text = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(9));
-    json_decref(o);
-    if (text != NULL)
-        log_json_line(text);
-    free(text);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:b}",
+        "command", room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
+        "command_id", cmd->command_id, "result", tm->result, "status", r->status, "total_ms",
+        ms(clock_mono_us() - tm->t0), "idempotency_ms", ms(tm->idempotency_us), "lease_ms",
+        ms(tm->lease_us), "wallet_debit_ms", ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us),
+        "snapshot_ms", ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "activity_ms",
+        0.0, "tencent_im_ms", ms(tm->im_us), "activity_async_outbox", tm->outbox,
+        "tencent_im_async_outbox", tm->outbox);
+    if (o != NULL)
+        log_fields(LOG_INFO, "room", "room_command_timing", o);
 }
 
 /* ---- execute ------------------------------------------------------------------------- */
