@@ -1,14 +1,19 @@
 # roomd: the two commands a new machine needs.
 #   make run    install what is missing, build (release: no test hooks), start roomd on SQLite
 #   make test   install, build with ASan+UBSan, start mariadb/redis/nats, run every test
+#   make install   build (release) and install under $(DESTDIR)$(PREFIX): binaries in sbin/,
+#                  /etc/roomd/roomd.yaml, the systemd unit, logrotate, man pages roomd(8) roomctl(8)
 # Other targets: build, asan, bench, format, check-config, clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 WERROR ?= OFF
 CONFIG ?= configs/local.yaml
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+DESTDIR ?=
 
-.PHONY: all deps build asan run test bench format check-config clean
+.PHONY: all deps build asan run test bench format check-config clean install
 
 all: build
 
@@ -16,8 +21,13 @@ deps:
 	@scripts/deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROOMD_TESTING=OFF -DROOMD_WERROR=$(WERROR) >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROOMD_TESTING=OFF -DROOMD_WERROR=$(WERROR) \
+	  -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DROOMD_SYSCONFDIR=$(SYSCONFDIR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The config is installed only when absent (an operator's edits survive a reinstall).
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
 
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DROOMD_SANITIZE=ON -DROOMD_TESTING=ON -DROOMD_WERROR=$(WERROR) >/dev/null
@@ -28,6 +38,7 @@ run: build
 	$(BUILD)/roomd -c $(CONFIG)
 
 check-config: build
+	mkdir -p var
 	$(BUILD)/roomd --check-config $(CONFIG)
 
 test: asan

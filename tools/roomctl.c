@@ -9,6 +9,7 @@
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/version.h"
 #include "core/xmalloc.h"
 #include "outbox/outbox.h"
 #include "store/store.h"
@@ -302,13 +303,23 @@ static const struct ctl_cmd commands[] = {
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
+#ifndef ROOMD_DEFAULT_CONFIG
+#define ROOMD_DEFAULT_CONFIG "/etc/roomd/roomd.yaml"
+#endif
+
+static void usage(FILE *out, int status) __attribute__((noreturn));
+
+/* Prints the usage to out and exits with status (0 for --help, 2 for a usage error). */
 static void
-usage(void)
+usage(FILE *out, int status)
 {
-    fprintf(stderr, "usage: roomctl -c CONFIG COMMAND\ncommands:\n");
+    fprintf(out, "usage: roomctl [-c CONFIG] COMMAND   (default CONFIG: %s)\n"
+                 "       roomctl --version | --help\ncommands:\n",
+            ROOMD_DEFAULT_CONFIG);
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(stderr, "  %s\n", commands[i].usage);
-    exit(2);
+        fprintf(out, "  %s\n", commands[i].usage);
+    fprintf(out, "exit status: 0 done, 1 failed (config, store, not found), 2 usage error\n");
+    exit(status);
 }
 
 /* Returns the command whose words start argv, setting *nwords, or NULL. */
@@ -362,30 +373,36 @@ main(int argc, char **argv)
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    const char *path = NULL;
+    const char *path = ROOMD_DEFAULT_CONFIG;
     char err[1024];
     struct ctl c = {0};
     int ch, nwords = 0, rc;
 
-    while ((ch = getopt_long(argc, argv, "+c:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+c:hV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             path = optarg;
             break;
+        case 'h':
+            usage(stdout, 0);
+        case 'V':
+            printf("roomctl %s (commit %s)\n", roomd_version, roomd_commit);
+            return 0;
         default:
-            usage();
+            usage(stderr, 2);
         }
     }
     argc -= optind;
     argv += optind;
-    if (path == NULL || argc == 0)
-        usage();
+    if (argc == 0)
+        usage(stderr, 2);
     const struct ctl_cmd *cmd = match(argc, argv, &nwords);
     if (cmd == NULL) {
         fprintf(stderr, "roomctl: unknown command \"%s\"\n", argv[0]);
-        usage();
+        usage(stderr, 2);
     }
     argc -= nwords;
     argv += nwords;
