@@ -21,6 +21,7 @@
 #include "core/xmalloc.h"
 #include "http/server.h"
 #include "lease/lease.h"
+#include "metrics/deps.h"
 #include "outbox/outbox.h"
 #include "projection/projection.h"
 #include "publish/bus.h"
@@ -311,10 +312,12 @@ main(int argc, char **argv)
              conf->http.listen, conf->store.driver, mode_names[conf->outbox_worker.publish_mode],
              conf->app.node_id);
 
+    struct metrics_deps *deps = metrics_deps_open(conf, store, bus, outbox);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);
     http_server_close(http);
+    metrics_deps_close(deps);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);
     tim_client_close(tim);

@@ -92,6 +92,11 @@ void outbox_stats(struct outbox *ob, struct outbox_stats *out);
  * edge), or 0 when there are no samples. */
 int64_t outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p);
 
+/* Whether the sink named name ("tim", "activity", ...) answered its last
+ * call: 1 (delivered or refused for good; also before any call), 0 (no
+ * answer, or "not now"), -1 (no such sink). Thread: any; never blocks. */
+int outbox_sink_up(struct outbox *ob, const char *name);
+
 /* Stops the workers after their current batch and joins them. Rows they
  * had claimed but not completed are reclaimed after their lock expires.
  * outbox_close(NULL) is a no-op. Thread: main. */

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
+#include "outbox/metrics.h"
 #include "outbox/retention.h"
 #include "publish/sink.h"
 #include "store/store.h"
@@ -83,7 +84,8 @@ struct outbox {
     int64_t *qt; /* clock_mono_us of each row's push, beside q */
     size_t qhead, qlen, qalloc;
     struct outbox_stats stats;
-    bool metrics; /* collect_metrics is registered */
+    bool metrics;              /* collect_metrics is registered */
+    struct outbox_metrics *om; /* per-sink metrics (outbox/metrics.h) */
 
     atomic_bool store_down; /* logged once per state change */
 };
@@ -382,13 +384,30 @@ struct slot {
     bool finished;          /* no further sink is called: poison or a permanent refusal */
     int rc;                 /* 0 so far, ROOMD_ERETRY or ROOMD_EPERM */
     uint32_t done;          /* sinks_done so far */
+    uint32_t tried;         /* sinks called in this attempt (bits) */
+    uint32_t failed;        /* of those, the ones that did not deliver */
+    uint8_t outcome[OUTBOX_SINK_BITS]; /* enum sink_call, by bit index */
     char err[LAST_ERROR_MAX];
 };
+
+/* Notes that sink s was called for sl (or timed out before) with outcome o. */
+static void
+note_call(struct slot *sl, const struct sink *s, enum sink_call o)
+{
+    int b = __builtin_ctz(s->bit);
+
+    sl->tried |= s->bit;
+    if (o != CALL_OK)
+        sl->failed |= s->bit;
+    if (b < OUTBOX_SINK_BITS)
+        sl->outcome[b] = (uint8_t)o;
+}
 
 /* Records what sink s answered (prc, reason serr) for sl. */
 static void
 sink_outcome(struct slot *sl, const struct sink *s, int prc, const char *serr)
 {
+    note_call(sl, s, sink_call_of(prc));
     if (prc == 0) {
         sl->done |= s->bit;
     } else if (prc == ROOMD_EPERM) {
@@ -418,6 +437,7 @@ publish_one(struct slot *sl, struct sink *s, int64_t deadline)
     if (clock_mono_ms() >= deadline) {
         append_error(sl->err, s->name, "publish_timeout exceeded before the call");
         sl->rc = ROOMD_ERETRY;
+        note_call(sl, s, CALL_TIMEOUT);
         return;
     }
     sink_outcome(sl, s, s->publish(s, &sl->ev, deadline, serr, sizeof(serr)), serr);
@@ -446,6 +466,7 @@ publish_batch(struct slot *sl, size_t n, struct sink *s, int64_t deadline)
         for (size_t j = 0; j < k; j++) {
             append_error(sl[idx[j]].err, s->name, "publish_timeout exceeded before the call");
             sl[idx[j]].rc = ROOMD_ERETRY;
+            note_call(&sl[idx[j]], s, CALL_TIMEOUT);
         }
     } else if (k > 0) {
         s->publish_batch(s, evs, k, deadline, rcs, errs, SINK_ERR_LEN);
@@ -505,6 +526,26 @@ finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, 
 }
 
 /* ==== one batch ==== */
+
+/* Feeds the per-sink metrics with what sl's attempt came to (res, already
+ * filled): each call's outcome, the commit -> delivered lag of each sink
+ * that delivered it now (lag_us), a dead letter's missing sinks. */
+static void
+record_metrics(struct outbox *ob, const struct slot *sl, const struct outbox_result *res,
+               int64_t lag_us)
+{
+    uint32_t now_done = sl->done & ~sl->row->sinks_done;
+
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
+        uint32_t bit = 1u << b;
+        if (sl->tried & bit)
+            outbox_metrics_attempt(ob->om, bit, (enum sink_call)sl->outcome[b]);
+        if (now_done & bit)
+            outbox_metrics_delivered(ob->om, bit, lag_us);
+    }
+    if (res->status == OUTBOX_FAILED)
+        outbox_metrics_dead_letter(ob->om, sl->failed);
+}
 
 /* Writes the batch's outcomes, fenced by locked_by. A completion the store
  * cannot take now is left: the rows are reclaimed after their lock expires. */
@@ -629,10 +670,15 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
     for (size_t i = 0; i < n; i++) {
         res[i].id = rows[i].id;
         res[i].locked_by = rows[i].locked_by;
-        if (sl[i].released)
+        if (sl[i].released) {
             release_row(&rows[i], &res[i], clock_wall_ms());
-        else
+        } else {
             finish_row(ob, &sl[i], &res[i], &errs[i]);
+            /* commit -> now: the push time of a handed-off row, else its created_at */
+            int64_t lag_us = pushed_us != NULL ? t2 - pushed_us[i]
+                                               : (clock_wall_ms() - rows[i].created_at_ms) * 1000;
+            record_metrics(ob, &sl[i], &res[i], lag_us);
+        }
         res[i].now_ms = clock_wall_ms();
     }
     complete_batch(ob, rows, res, n);
@@ -836,6 +882,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
     pthread_mutex_init(&ob->mu, NULL);
     clock_cond_init(&ob->cv);
     atomic_init(&ob->store_down, false);
+    ob->om = outbox_metrics_new(ob->sinks, nsinks, store);
 
     if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)
         log_warn("outbox", "lock_timeout <= publish_timeout: rows are handed back unpublished",
@@ -910,6 +957,12 @@ release_queued(struct outbox *ob)
     outbox_rows_free(rows, n);
 }
 
+int
+outbox_sink_up(struct outbox *ob, const char *name)
+{
+    return ob != NULL ? outbox_metrics_sink_up(ob->om, name) : -1;
+}
+
 void
 outbox_close(struct outbox *ob)
 {
@@ -925,6 +978,7 @@ outbox_close(struct outbox *ob)
         if (ob->workers[i].started)
             pthread_join(ob->workers[i].thread, NULL);
     release_queued(ob);
+    outbox_metrics_free(ob->om);
     retention_close(ob->retention);
     for (size_t i = 0; i < ob->nsinks; i++)
         if (ob->sinks[i] != NULL && ob->sinks[i]->close != NULL)
