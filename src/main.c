@@ -264,8 +264,8 @@ main(int argc, char **argv)
         for (size_t i = 0; i < nsinks; i++)
             if (sinks[i]->bit == SINK_BIT_LOG)
                 rctx.log_sink = sinks[i];
-        if (outbox_open(&outbox, &conf->outbox_worker, store, conf->app.node_id, sinks, nsinks) !=
-            0)
+        if (outbox_open(&outbox, &conf->outbox_worker, &conf->store, store, conf->app.node_id,
+                        sinks, nsinks) != 0)
             fatalx("outbox_worker: cannot start the workers");
     }
 

@@ -3,14 +3,15 @@
 
 #include "conf/conf.h"
 #include "core/xmalloc.h"
-#include "lease/redis_conn.h"
 #include "metrics/metrics.h"
 #include "outbox/outbox.h"
 #include "publish/bus.h"
+#include "redis/redis_conn.h"
 #include "store/store.h"
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +40,10 @@ redis_up(struct metrics_deps *d)
 static void
 line(struct metrics_text *t, const char *dep, int up)
 {
-    metrics_printf(t, "roomd_dependency_up{dependency=\"%s\"} %d\n", dep, up ? 1 : 0);
+    char labels[64];
+
+    snprintf(labels, sizeof(labels), "dependency=\"%s\"", dep);
+    metrics_count(t, "roomd_dependency_up", labels, up ? 1 : 0);
 }
 
 static void
@@ -48,8 +52,8 @@ collect(void *arg, struct metrics_text *t)
     struct metrics_deps *d = arg;
     struct outbox_counts oc;
 
-    metrics_printf(t, "# HELP roomd_dependency_up 1 when roomd reaches the dependency, 0 when "
-                      "not.\n# TYPE roomd_dependency_up gauge\n");
+    metrics_family(t, "roomd_dependency_up", "gauge",
+                   "1 when roomd reaches the dependency, 0 when not.");
     line(t, "store", store_outbox_counts(d->store, &oc) == 0);
     if (d->redis_on)
         line(t, "redis", redis_up(d));

@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,43 +89,36 @@ metrics_render_process(struct metrics_text *t)
     struct proc_stat ps;
     double tick = (double)sysconf(_SC_CLK_TCK);
     struct rlimit rl;
+    char labels[128];
 
-    metrics_printf(t,
-                   "# HELP roomd_build_info The running build: version and commit.\n"
-                   "# TYPE roomd_build_info gauge\n"
-                   "roomd_build_info{version=\"%s\",commit=\"%s\"} 1\n",
-                   roomd_version, roomd_commit);
+    snprintf(labels, sizeof(labels), "version=\"%s\",commit=\"%s\"", roomd_version, roomd_commit);
+    metrics_family(t, "roomd_build_info", "gauge", "The running build: version and commit.");
+    metrics_count(t, "roomd_build_info", labels, 1);
     if (read_stat(&ps) == 0 && tick > 0) {
-        metrics_printf(t,
-                       "# HELP process_cpu_seconds_total Total user and system CPU time spent "
-                       "in seconds.\n# TYPE process_cpu_seconds_total counter\n"
-                       "process_cpu_seconds_total %.2f\n",
-                       (double)(ps.utime + ps.stime) / tick);
-        metrics_printf(t,
-                       "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
-                       "# TYPE process_resident_memory_bytes gauge\n"
-                       "process_resident_memory_bytes %lld\n"
-                       "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
-                       "# TYPE process_virtual_memory_bytes gauge\n"
-                       "process_virtual_memory_bytes %llu\n",
-                       ps.rss * (long long)sysconf(_SC_PAGESIZE), ps.vsize);
+        metrics_family(t, "process_cpu_seconds_total", "counter",
+                       "Total user and system CPU time spent in seconds.");
+        metrics_value(t, "process_cpu_seconds_total", "", (double)(ps.utime + ps.stime) / tick);
+        metrics_family(t, "process_resident_memory_bytes", "gauge",
+                       "Resident memory size in bytes.");
+        metrics_count(t, "process_resident_memory_bytes", "",
+                      (uint64_t)ps.rss * (uint64_t)sysconf(_SC_PAGESIZE));
+        metrics_family(t, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        metrics_count(t, "process_virtual_memory_bytes", "", ps.vsize);
         long long bt = boot_time();
-        if (bt > 0)
-            metrics_printf(t,
-                           "# HELP process_start_time_seconds Start time of the process since "
-                           "unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\n"
-                           "process_start_time_seconds %.2f\n",
-                           (double)bt + (double)ps.starttime / tick);
+        if (bt > 0) {
+            metrics_family(t, "process_start_time_seconds", "gauge",
+                           "Start time of the process since unix epoch in seconds.");
+            metrics_value(t, "process_start_time_seconds", "",
+                          (double)bt + (double)ps.starttime / tick);
+        }
     }
     long fds = open_fds();
-    if (fds >= 0)
-        metrics_printf(t,
-                       "# HELP process_open_fds Number of open file descriptors.\n"
-                       "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n",
-                       fds);
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        metrics_printf(t,
-                       "# HELP process_max_fds Maximum number of open file descriptors.\n"
-                       "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
-                       (unsigned long long)rl.rlim_cur);
+    if (fds >= 0) {
+        metrics_family(t, "process_open_fds", "gauge", "Number of open file descriptors.");
+        metrics_count(t, "process_open_fds", "", (uint64_t)fds);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        metrics_family(t, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        metrics_count(t, "process_max_fds", "", (uint64_t)rl.rlim_cur);
+    }
 }

@@ -1,49 +1,75 @@
-/* outbox/metrics.c: the outbox's per-sink metrics (see outbox/metrics.h). */
-#include "outbox/metrics.h"
+/*
+ * metrics.c: every roomd_outbox_* line of GET /metrics, written with the
+ * exposition helper of metrics/metrics.h: the workers' counters and the
+ * per-sink delivery metrics (a collector outbox_open adds and outbox_close
+ * removes), and the room_outbox table by status (outbox_metrics_rows, which
+ * the HTTP collector calls: the table is there whether or not this process
+ * runs workers). docs/http.md and docs/metrics.md list them.
+ *
+ * Per sink (sink = its name: log, tim, activity, bus, rocket):
+ *   roomd_outbox_delivery_seconds{sink}       commit -> delivered by the sink,
+ *                                             every row (handed off or claimed)
+ *   roomd_outbox_attempts_total{sink,outcome} one per call: ok, retry,
+ *                                             unavailable, permanent, timeout
+ *   roomd_outbox_dead_letters_total{sink}     rows failed still lacking the sink
+ *                                             ("none": poison, no sink called)
+ *   roomd_outbox_sink_oldest_undelivered_seconds{sink}  the oldest pending,
+ *                                             delivering or retryable row the
+ *                                             sink has not delivered yet
+ *   roomd_outbox_sink_up{sink}                the sink's last call was answered
+ */
+#include "outbox/internal.h"
 
 #include "core/clock.h"
 #include "core/err.h"
-#include "core/xmalloc.h"
 #include "metrics/metrics.h"
 #include "publish/sink.h"
 #include "store/store.h"
 
-#include <inttypes.h>
-#include <stdatomic.h>
-#include <stdlib.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
-#define NBITS OUTBOX_SINK_BITS
+/* Upper bounds of the /metrics buckets of handoff_lat, in µs: multiples of
+ * OUTBOX_LAT_BUCKET_US below the last bucket's 49.9 ms (+Inf implied). */
+static const int64_t metrics_le_us[] = {500, 1000, 2500, 5000, 10000, 25000};
+#define NLE (sizeof(metrics_le_us) / sizeof(metrics_le_us[0]))
 
-/* Upper bounds of the delivery histogram, µs: 1 ms .. 10 min (+Inf implied). */
-static const int64_t le_us[] = {1000,     2500,     5000,     10000,     25000,     50000,
-                                100000,   250000,   500000,   1000000,   2500000,   5000000,
-                                10000000, 30000000, 60000000, 120000000, 300000000, 600000000};
-#define NLE (sizeof(le_us) / sizeof(le_us[0]))
-
-static const char *const outcome_names[CALL_COUNT_] = {"ok", "retry", "unavailable", "permanent",
-                                                       "timeout"};
-
-struct per_sink {
-    const char *name; /* NULL: no sink has this bit */
-    atomic_uint_fast64_t lat[NLE + 1];
-    atomic_uint_fast64_t lat_sum_us;
-    atomic_uint_fast64_t attempts[CALL_COUNT_];
-    atomic_uint_fast64_t dead;
-    atomic_int up; /* -1 never called, 0 down, 1 up */
-};
-
-struct outbox_metrics {
-    struct store *store;
-    struct per_sink s[NBITS];
-    atomic_uint_fast64_t dead_none;
-    bool registered;
-};
-
-static int
-bit_index(uint32_t bit)
+static void
+counter(struct metrics_text *t, const char *name, const char *help, uint64_t v)
 {
-    return bit != 0 ? __builtin_ctz(bit) : NBITS;
+    metrics_family(t, name, "counter", help);
+    metrics_count(t, name, "", v);
+}
+
+/* ==== per sink ==== */
+
+/* Upper bounds of roomd_outbox_delivery_seconds, µs (+Inf implied). */
+static const int64_t delivery_le_us[OUTBOX_DELIVERY_BUCKETS] = {
+    1000,    2500,    5000,    10000,    25000,    50000,    100000,    250000,    500000,
+    1000000, 2500000, 5000000, 10000000, 30000000, 60000000, 120000000, 300000000, 600000000};
+
+static const char *const call_names[CALL_COUNT_] = {"ok", "retry", "unavailable", "permanent",
+                                                    "timeout"};
+
+/* The sm slot of bit, or NULL (no bit, or beyond OUTBOX_SINK_BITS). */
+static struct sink_metrics *
+slot_of(struct outbox *ob, uint32_t bit)
+{
+    int b = bit != 0 ? __builtin_ctz(bit) : OUTBOX_SINK_BITS;
+    return b < OUTBOX_SINK_BITS ? &ob->sm[b] : NULL;
+}
+
+void
+outbox_metrics_init(struct outbox *ob)
+{
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        atomic_store(&ob->sm[b].up, -1);
+    for (size_t i = 0; i < ob->nsinks; i++) {
+        struct sink_metrics *m = slot_of(ob, ob->sinks[i]->bit);
+        if (m != NULL)
+            m->name = ob->sinks[i]->name;
+    }
 }
 
 enum sink_call
@@ -59,51 +85,49 @@ sink_call_of(int rc)
 }
 
 void
-outbox_metrics_attempt(struct outbox_metrics *m, uint32_t bit, enum sink_call outcome)
+outbox_metrics_attempt(struct outbox *ob, uint32_t bit, enum sink_call outcome)
 {
-    int b = bit_index(bit);
+    struct sink_metrics *m = slot_of(ob, bit);
 
-    if (m == NULL || b >= NBITS || outcome >= CALL_COUNT_)
+    if (m == NULL || outcome >= CALL_COUNT_)
         return;
-    atomic_fetch_add_explicit(&m->s[b].attempts[outcome], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->attempts[outcome], 1, memory_order_relaxed);
     if (outcome != CALL_TIMEOUT)
-        atomic_store(&m->s[b].up, outcome == CALL_OK || outcome == CALL_PERMANENT);
+        atomic_store(&m->up, outcome == CALL_OK || outcome == CALL_PERMANENT);
 }
 
 void
-outbox_metrics_delivered(struct outbox_metrics *m, uint32_t bit, int64_t lag_us)
+outbox_metrics_delivered(struct outbox *ob, uint32_t bit, int64_t lag_us)
 {
-    int b = bit_index(bit);
+    struct sink_metrics *m = slot_of(ob, bit);
     size_t k = 0;
 
-    if (m == NULL || b >= NBITS)
+    if (m == NULL)
         return;
     if (lag_us < 0)
         lag_us = 0;
-    while (k < NLE && lag_us > le_us[k])
+    while (k < OUTBOX_DELIVERY_BUCKETS && lag_us > delivery_le_us[k])
         k++;
-    atomic_fetch_add_explicit(&m->s[b].lat[k], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->s[b].lat_sum_us, (uint_fast64_t)lag_us, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->lat[k], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->lat_sum_us, (uint_fast64_t)lag_us, memory_order_relaxed);
 }
 
 void
-outbox_metrics_dead_letter(struct outbox_metrics *m, uint32_t missing)
+outbox_metrics_dead_letter(struct outbox *ob, uint32_t missing)
 {
-    if (m == NULL)
-        return;
     if (missing == 0)
-        atomic_fetch_add_explicit(&m->dead_none, 1, memory_order_relaxed);
-    for (int b = 0; b < NBITS; b++)
+        atomic_fetch_add_explicit(&ob->dead_none, 1, memory_order_relaxed);
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
         if (missing & (1u << b))
-            atomic_fetch_add_explicit(&m->s[b].dead, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&ob->sm[b].dead, 1, memory_order_relaxed);
 }
 
 int
-outbox_metrics_sink_up(struct outbox_metrics *m, const char *name)
+outbox_metrics_sink_up(struct outbox *ob, const char *name)
 {
-    for (int b = 0; m != NULL && b < NBITS; b++)
-        if (m->s[b].name != NULL && strcmp(m->s[b].name, name) == 0)
-            return atomic_load(&m->s[b].up) != 0;
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (ob->sm[b].name != NULL && strcmp(ob->sm[b].name, name) == 0)
+            return atomic_load(&ob->sm[b].up) != 0;
     return -1;
 }
 
@@ -114,113 +138,125 @@ ld(atomic_uint_fast64_t *a)
 }
 
 static void
-render_latency(struct outbox_metrics *m, struct metrics_text *t)
+collect_per_sink(struct outbox *ob, struct metrics_text *t)
 {
-    metrics_printf(t, "# HELP roomd_outbox_delivery_seconds Commit to delivered, per sink, every "
-                      "row (handed off or claimed).\n"
-                      "# TYPE roomd_outbox_delivery_seconds histogram\n");
-    for (int b = 0; b < NBITS; b++) {
-        struct per_sink *p = &m->s[b];
-        uint64_t cum = 0;
-        if (p->name == NULL)
-            continue;
-        for (size_t k = 0; k < NLE; k++) {
-            cum += ld(&p->lat[k]);
-            metrics_printf(
-                t, "roomd_outbox_delivery_seconds_bucket{sink=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-                p->name, (double)le_us[k] / 1e6, cum);
-        }
-        cum += ld(&p->lat[NLE]);
-        metrics_printf(t,
-                       "roomd_outbox_delivery_seconds_bucket{sink=\"%s\",le=\"+Inf\"} %" PRIu64
-                       "\nroomd_outbox_delivery_seconds_sum{sink=\"%s\"} %.6f\n"
-                       "roomd_outbox_delivery_seconds_count{sink=\"%s\"} %" PRIu64 "\n",
-                       p->name, cum, p->name, (double)ld(&p->lat_sum_us) / 1e6, p->name, cum);
-    }
-}
-
-static void
-render_counters(struct outbox_metrics *m, struct metrics_text *t)
-{
-    metrics_printf(t, "# HELP roomd_outbox_attempts_total Sink calls of the outbox workers, by "
-                      "outcome.\n# TYPE roomd_outbox_attempts_total counter\n");
-    for (int b = 0; b < NBITS; b++)
-        for (int o = 0; m->s[b].name != NULL && o < CALL_COUNT_; o++)
-            metrics_printf(t,
-                           "roomd_outbox_attempts_total{sink=\"%s\",outcome=\"%s\"} %" PRIu64 "\n",
-                           m->s[b].name, outcome_names[o], ld(&m->s[b].attempts[o]));
-    metrics_printf(t, "# HELP roomd_outbox_dead_letters_total Rows failed for good (dead "
-                      "letters), by the sinks they still lacked.\n"
-                      "# TYPE roomd_outbox_dead_letters_total counter\n");
-    for (int b = 0; b < NBITS; b++)
-        if (m->s[b].name != NULL)
-            metrics_printf(t, "roomd_outbox_dead_letters_total{sink=\"%s\"} %" PRIu64 "\n",
-                           m->s[b].name, ld(&m->s[b].dead));
-    metrics_printf(t, "roomd_outbox_dead_letters_total{sink=\"none\"} %" PRIu64 "\n",
-                   ld(&m->dead_none));
-    metrics_printf(t, "# HELP roomd_outbox_sink_up 1 when the sink's last call was answered "
-                      "(delivered or refused for good), 0 when not.\n"
-                      "# TYPE roomd_outbox_sink_up gauge\n");
-    for (int b = 0; b < NBITS; b++) {
-        int up = atomic_load(&m->s[b].up);
-        if (m->s[b].name != NULL)
-            metrics_printf(t, "roomd_outbox_sink_up{sink=\"%s\"} %d\n", m->s[b].name,
-                           up != 0); /* never called: up */
-    }
-}
-
-static void
-render_oldest(struct outbox_metrics *m, struct metrics_text *t)
-{
+    char labels[96];
     struct outbox_counts oc;
     int64_t now = clock_wall_ms();
+    bool counted = store_outbox_counts(ob->store, &oc) == 0;
 
-    if (store_outbox_counts(m->store, &oc) != 0)
+    metrics_family(t, "roomd_outbox_delivery_seconds", "histogram",
+                   "Commit to delivered, per sink, every row (handed off or claimed).");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
+        struct sink_metrics *m = &ob->sm[b];
+        uint64_t cum[OUTBOX_DELIVERY_BUCKETS], c = 0;
+        if (m->name == NULL)
+            continue;
+        for (size_t k = 0; k < OUTBOX_DELIVERY_BUCKETS; k++)
+            cum[k] = c += ld(&m->lat[k]);
+        snprintf(labels, sizeof(labels), "sink=\"%s\"", m->name);
+        metrics_histogram(t, "roomd_outbox_delivery_seconds", labels, delivery_le_us, cum,
+                          OUTBOX_DELIVERY_BUCKETS, c + ld(&m->lat[OUTBOX_DELIVERY_BUCKETS]),
+                          (int64_t)ld(&m->lat_sum_us));
+    }
+    metrics_family(t, "roomd_outbox_attempts_total", "counter",
+                   "Sink calls of the outbox workers, by outcome.");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        for (int o = 0; ob->sm[b].name != NULL && o < CALL_COUNT_; o++) {
+            snprintf(labels, sizeof(labels), "sink=\"%s\",outcome=\"%s\"", ob->sm[b].name,
+                     call_names[o]);
+            metrics_count(t, "roomd_outbox_attempts_total", labels, ld(&ob->sm[b].attempts[o]));
+        }
+    metrics_family(t, "roomd_outbox_dead_letters_total", "counter",
+                   "Rows failed for good (dead letters), by the sinks they still lacked.");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (ob->sm[b].name != NULL) {
+            snprintf(labels, sizeof(labels), "sink=\"%s\"", ob->sm[b].name);
+            metrics_count(t, "roomd_outbox_dead_letters_total", labels, ld(&ob->sm[b].dead));
+        }
+    metrics_count(t, "roomd_outbox_dead_letters_total", "sink=\"none\"", ld(&ob->dead_none));
+    metrics_family(t, "roomd_outbox_sink_up", "gauge",
+                   "1 when the sink's last call was answered (delivered or refused for good).");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (ob->sm[b].name != NULL) {
+            snprintf(labels, sizeof(labels), "sink=\"%s\"", ob->sm[b].name);
+            metrics_count(t, "roomd_outbox_sink_up", labels, atomic_load(&ob->sm[b].up) != 0);
+        }
+    if (!counted)
         return;
-    metrics_printf(t, "# HELP roomd_outbox_sink_oldest_undelivered_seconds Age of the oldest "
-                      "pending, delivering or retryable row the sink has not delivered yet (0 "
-                      "when none).\n# TYPE roomd_outbox_sink_oldest_undelivered_seconds gauge\n");
-    for (int b = 0; b < NBITS; b++) {
+    metrics_family(t, "roomd_outbox_sink_oldest_undelivered_seconds", "gauge",
+                   "Age of the oldest pending, delivering or retryable row the sink has not "
+                   "delivered yet (0 when none).");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
         int64_t at = oc.oldest_missing_ms[b];
-        if (m->s[b].name != NULL)
-            metrics_printf(t, "roomd_outbox_sink_oldest_undelivered_seconds{sink=\"%s\"} %.3f\n",
-                           m->s[b].name, at > 0 && now > at ? (double)(now - at) / 1000.0 : 0.0);
+        if (ob->sm[b].name == NULL)
+            continue;
+        snprintf(labels, sizeof(labels), "sink=\"%s\"", ob->sm[b].name);
+        metrics_value(t, "roomd_outbox_sink_oldest_undelivered_seconds", labels,
+                      at > 0 && now > at ? (double)(now - at) / 1000.0 : 0.0);
     }
-}
-
-static void
-collect(void *arg, struct metrics_text *t)
-{
-    struct outbox_metrics *m = arg;
-
-    render_latency(m, t);
-    render_counters(m, t);
-    render_oldest(m, t);
-}
-
-struct outbox_metrics *
-outbox_metrics_new(struct sink *const *sinks, size_t n, struct store *store)
-{
-    struct outbox_metrics *m = xcalloc(1, sizeof(*m));
-
-    m->store = store;
-    for (int b = 0; b < NBITS; b++)
-        atomic_store(&m->s[b].up, -1);
-    for (size_t i = 0; i < n; i++) {
-        int b = bit_index(sinks[i]->bit);
-        if (b < NBITS)
-            m->s[b].name = sinks[i]->name;
-    }
-    m->registered = metrics_add_collector(collect, m) == 0;
-    return m;
 }
 
 void
-outbox_metrics_free(struct outbox_metrics *m)
+outbox_collect_metrics(void *arg, struct metrics_text *t)
 {
-    if (m == NULL)
+    static const char *const phase[] = {"phase=\"claim\"", "phase=\"build\"", "phase=\"publish\"",
+                                        "phase=\"complete\""};
+    struct outbox_stats s;
+    uint64_t cum[NLE], total = 0;
+    size_t b = 0;
+
+    outbox_stats(arg, &s);
+    counter(t, "roomd_outbox_claims_total", "Claim queries of the outbox workers.", s.claims);
+    counter(t, "roomd_outbox_claimed_rows_total", "Rows those claims returned.", s.claimed_rows);
+    counter(t, "roomd_outbox_handoff_rows_total",
+            "Rows handed from the commit to the workers without a claim.", s.handoff_rows);
+    counter(t, "roomd_outbox_handoff_full_total",
+            "Hand-off reservations refused by a full queue (the rows went pending).",
+            s.handoff_full);
+    counter(t, "roomd_outbox_batches_total", "Batches published and completed.", s.batches);
+
+    const int64_t phase_us[] = {s.claim_us, s.build_us, s.publish_us, s.complete_us};
+    metrics_family(t, "roomd_outbox_worker_seconds_total", "counter",
+                   "Time of all outbox workers together, by phase.");
+    for (size_t i = 0; i < 4; i++)
+        metrics_value(t, "roomd_outbox_worker_seconds_total", phase[i], phase_us[i] / 1e6);
+
+    metrics_family(t, "roomd_outbox_handoff_delivery_seconds", "histogram",
+                   "Handed-off rows delivered, from the commit to the return of the last sink.");
+    for (int i = 0; i < OUTBOX_LAT_BUCKETS; i++)
+        total += s.handoff_lat[i];
+    for (size_t k = 0; k < NLE; k++) {
+        cum[k] = k > 0 ? cum[k - 1] : 0;
+        for (; b < (size_t)(metrics_le_us[k] / OUTBOX_LAT_BUCKET_US); b++)
+            cum[k] += s.handoff_lat[b];
+    }
+    metrics_histogram(t, "roomd_outbox_handoff_delivery_seconds", "", metrics_le_us, cum, NLE,
+                      total, s.handoff_lat_sum_us);
+    collect_per_sink(arg, t);
+}
+
+void
+outbox_metrics_rows(struct store *store, struct metrics_text *t)
+{
+    static const char *const status[] = {"status=\"pending\"", "status=\"delivering\"",
+                                         "status=\"delivered\"", "status=\"retryable\"",
+                                         "status=\"failed\""};
+    struct outbox_counts oc;
+    double age = 0;
+
+    if (store_outbox_counts(store, &oc) != 0)
         return;
-    if (m->registered)
-        metrics_remove_collector(collect, m);
-    free(m);
+    const int64_t n[] = {oc.pending, oc.delivering, oc.delivered, oc.retryable, oc.failed};
+    metrics_family(t, "roomd_outbox_rows", "gauge", "room_outbox rows by status.");
+    for (size_t i = 0; i < 5; i++)
+        metrics_count(t, "roomd_outbox_rows", status[i], (uint64_t)n[i]);
+    if (oc.oldest_undelivered_ms > 0) {
+        age = (double)(clock_wall_ms() - oc.oldest_undelivered_ms) / 1000.0;
+        if (age < 0)
+            age = 0;
+    }
+    metrics_family(t, "roomd_outbox_oldest_undelivered_seconds", "gauge",
+                   "Age of the oldest undelivered room_outbox row (0 when none).");
+    metrics_value(t, "roomd_outbox_oldest_undelivered_seconds", "", age);
 }
