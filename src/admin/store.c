@@ -1,0 +1,121 @@
+/* admin/store.c: the admin store's dispatch (see admin/store.h). */
+#include "admin/store.h"
+
+#include "conf/conf.h"
+#include "core/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const admin_store_ddl[] = {
+    "CREATE TABLE IF NOT EXISTS admin_audit ("
+    " id %s, actor VARCHAR(64) NOT NULL, action VARCHAR(16) NOT NULL,"
+    " filter TEXT NOT NULL, state VARCHAR(16) NOT NULL, max_id BIGINT NOT NULL,"
+    " cursor_id BIGINT NOT NULL, count BIGINT NOT NULL, created_at_ms BIGINT NOT NULL,"
+    " updated_at_ms BIGINT NOT NULL, finished_at_ms BIGINT NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS admin_audit_rows ("
+    " audit_id BIGINT NOT NULL, outbox_id BIGINT NOT NULL, event_id VARCHAR(36) NOT NULL,"
+    " new_event_id VARCHAR(36) NOT NULL DEFAULT '', PRIMARY KEY (audit_id, outbox_id))",
+    NULL,
+};
+
+void
+admin_audits_free(struct admin_audit *a, size_t n)
+{
+    for (size_t i = 0; a != NULL && i < n; i++)
+        free(a[i].filter);
+    free(a);
+}
+
+int
+admin_store_open(struct admin_store **out, const struct conf_store *cs, bool readonly, char *err,
+                 size_t errlen)
+{
+    *out = NULL;
+    if (strcmp(cs->driver, "sqlite") == 0)
+        return admin_store_sqlite_ops.open(out, cs, readonly, err, errlen);
+    if (strcmp(cs->driver, "mysql") == 0)
+        return admin_store_mysql_ops.open(out, cs, readonly, err, errlen);
+    snprintf(err, errlen, "store.driver: unknown driver \"%s\" (sqlite|mysql)", cs->driver);
+    return ROOMD_EINVAL;
+}
+
+void
+admin_store_close(struct admin_store *s)
+{
+    if (s != NULL)
+        s->ops->close(s);
+}
+
+const char *
+admin_store_errmsg(struct admin_store *s)
+{
+    return s->errmsg;
+}
+
+int
+admin_store_summary(struct admin_store *s, struct admin_summary *out)
+{
+    return s->ops->summary(s, out);
+}
+
+int
+admin_store_search(struct admin_store *s, const struct admin_filter *f, int64_t after_id, int limit,
+                   struct outbox_row **rows, size_t *n)
+{
+    *rows = NULL;
+    *n = 0;
+    return s->ops->search(s, f, after_id, limit, rows, n);
+}
+
+int
+admin_store_count(struct admin_store *s, const struct admin_filter *f, int64_t *count,
+                  int64_t *max_id)
+{
+    return s->ops->count(s, f, count, max_id);
+}
+
+int
+admin_store_get(struct admin_store *s, const char *event_id, struct outbox_row *out)
+{
+    return s->ops->get(s, event_id, out);
+}
+
+int
+admin_store_audit_begin(struct admin_store *s, const char *actor, bool repair,
+                        const char *filter_json, int64_t max_id, int64_t now_ms, int64_t *id)
+{
+    return s->ops->audit_begin(s, actor, repair, filter_json, max_id, now_ms, id);
+}
+
+int
+admin_store_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
+                         bool repair, int limit, int64_t now_ms, int64_t *done, bool *finished)
+{
+    return s->ops->replay_chunk(s, id, f, repair, limit, now_ms, done, finished);
+}
+
+int
+admin_store_audit_list(struct admin_store *s, int64_t before_id, int limit,
+                       struct admin_audit **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    return s->ops->audit_list(s, before_id, limit, out, n);
+}
+
+int
+admin_store_audit_get(struct admin_store *s, int64_t id, struct admin_audit *out)
+{
+    return s->ops->audit_get(s, id, out);
+}
+
+int
+admin_store_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
+                       struct admin_audit_row **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    return s->ops->audit_rows(s, id, after, limit, out, n);
+}
