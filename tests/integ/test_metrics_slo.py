@@ -107,7 +107,7 @@ def test_dead_letters_and_retryable_age():
         assert val(text, "roomd_outbox_delivery_seconds_count", '{sink="log"}') == 0
         # a dead letter is no longer undelivered-and-claimable: the age is back to 0
         assert val(text, "roomd_outbox_sink_oldest_undelivered_seconds", '{sink="log"}') == 0
-        assert val(text, "roomd_outbox_rows", '{status="failed"}') == 1
+        assert val(text, "roomd_outbox_rows", '{scope="store",status="failed"}') == 1
     finally:
         assert rd.stop() == 0
 
