@@ -341,6 +341,7 @@ t_resume_after_crash(void **state)
     assert_int_equal(admin_store_open(&as, &f->conf->store, false, err, sizeof(err)), 0);
     admin_filter_init(&flt);
     flt.replayable = true;
+    flt.not_repaired = true;
     assert_int_equal(admin_store_audit_begin(as, "crashed", false, "{}", INT64_MAX, T0, &id), 0);
     assert_int_equal(admin_store_replay_chunk(as, id, &flt, false, 3, T0 + 20, &done, &finished),
                      0);

@@ -407,6 +407,14 @@ read_replay_body(const char *body, size_t len, struct admin_filter *f, bool *dry
     return true;
 }
 
+/* Marks f as a replay's: failed rows, none a repair copied already. */
+static void
+replay_rows_only(struct admin *a, struct admin_filter *f)
+{
+    f->replayable = true;
+    f->not_repaired = admin_store_has_audit(a->store);
+}
+
 void
 admin_replay(struct admin *a, const char *actor, const char *body, size_t len,
              admin_progress_fn progress, void *arg, struct admin_reply *r)
@@ -418,6 +426,7 @@ admin_replay(struct admin *a, const char *actor, const char *body, size_t len,
 
     if (!read_replay_body(body, len, &f, &dry, &repair, &sample, &chunk, r))
         return;
+    replay_rows_only(a, &f);
     if (!dry && a->readonly) {
         reply_error(r, 405, "read_only", NULL, "this handle is read-only: only dry_run");
         return;
@@ -490,7 +499,7 @@ admin_resume(struct admin *a)
                       "audit_id=%lld err=\"%s\"", (long long)au[i].id, why);
             continue;
         }
-        f.replayable = true;
+        replay_rows_only(a, &f);
         bool repair = strcmp(au[i].action, "repair") == 0;
         log_info("admin", "resuming a bulk replay cut short", "audit_id=%lld actor=%s done=%lld",
                  (long long)au[i].id, au[i].actor, (long long)au[i].count);

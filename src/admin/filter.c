@@ -20,9 +20,22 @@ static const struct {
 #define NSINKS (sizeof(sinks) / sizeof(sinks[0]))
 
 /* The keys, in the order they are read and written. */
-enum key { K_STATUS, K_SINK, K_TYPE, K_ROOM, K_APP, K_ERROR, K_CA, K_CB, K_FA, K_FB, K_COUNT_ };
+enum key {
+    K_STATUS,
+    K_SINK,
+    K_EVENT,
+    K_TYPE,
+    K_ROOM,
+    K_APP,
+    K_ERROR,
+    K_CA,
+    K_CB,
+    K_FA,
+    K_FB,
+    K_COUNT_
+};
 static const char *const key_names[K_COUNT_] = {
-    "status", "sink",          "event_type",     "room_id",      "app",
+    "status", "sink",          "event_id",       "event_type",   "room_id",      "app",
     "error",  "created_after", "created_before", "failed_after", "failed_before"};
 
 uint32_t
@@ -101,6 +114,8 @@ set_key(struct admin_filter *f, enum key k, const char *v, char *why, size_t len
             return -1;
         }
         return 0;
+    case K_EVENT:
+        return copy_text(f->event_id, sizeof(f->event_id), v, "event_id", why, len);
     case K_TYPE:
         return copy_text(f->event_type, sizeof(f->event_type), v, "event_type", why, len);
     case K_ROOM:
@@ -190,10 +205,10 @@ admin_filter_to_json(const struct admin_filter *f)
         json_object_set_new(o, "status", json_string(outbox_status_name(f->status)));
     if (f->sink)
         json_object_set_new(o, "sink", json_string(admin_sink_name(f->sink)));
-    const char *texts[] = {f->event_type, f->room_id, f->app, f->error};
-    for (int i = 0; i < 4; i++)
+    const char *texts[] = {f->event_id, f->event_type, f->room_id, f->app, f->error};
+    for (int i = 0; i < 5; i++)
         if (texts[i][0] != '\0')
-            json_object_set_new(o, key_names[K_TYPE + i], json_string(texts[i]));
+            json_object_set_new(o, key_names[K_EVENT + i], json_string(texts[i]));
     const int64_t times[] = {f->created_after, f->created_before, f->failed_after,
                              f->failed_before};
     for (int i = 0; i < 4; i++)
@@ -231,7 +246,7 @@ admin_filter_where(const struct admin_filter *f, char *sql, size_t len, struct a
         p[(*np)++] = (struct admin_param){.i = (v)};                                               \
     } while (0)
 
-    if (*np + 10 > ADMIN_MAX_PARAMS)
+    if (*np + 11 > ADMIN_MAX_PARAMS)
         return -1;
     if (f->status >= 0) {
         /* a literal: status names are ours, and the status index serves it */
@@ -243,6 +258,8 @@ admin_filter_where(const struct admin_filter *f, char *sql, size_t len, struct a
     }
     if (f->sink)
         INT(" AND (sinks_done & ?) = 0", (int64_t)f->sink);
+    if (f->event_id[0])
+        TEXT(" AND event_id = ?", f->event_id);
     if (f->event_type[0])
         TEXT(" AND event_type = ?", f->event_type);
     if (f->room_id[0])
@@ -260,9 +277,11 @@ admin_filter_where(const struct admin_filter *f, char *sql, size_t len, struct a
     if (f->failed_before)
         INT(" AND status = 'failed' AND updated_at_ms <= ?", f->failed_before);
     if (f->replayable)
+        ok = ok && cond(sql, len, " AND status = 'failed'");
+    if (f->not_repaired)
         ok = ok && cond(sql, len,
-                        " AND status = 'failed' AND id NOT IN (SELECT outbox_id FROM"
-                        " admin_audit_rows WHERE new_event_id <> '')");
+                        " AND id NOT IN (SELECT outbox_id FROM admin_audit_rows"
+                        " WHERE new_event_id <> '')");
 #undef TEXT
 #undef INT
     return ok ? 0 : -1;

@@ -7,7 +7,7 @@
  *
  *   status         pending | delivering | delivered | retryable | failed
  *   sink           log | tim | activity | bus | rocket: rows it has not delivered
- *   event_type     "RoomUserJoined" ...        room_id, app: exact
+ *   event_id       one row                     event_type, room_id, app: exact
  *   error          substring of last_error (case-sensitive)
  *   created_after, created_before   created_at_ms bounds (ms, inclusive)
  *   failed_after, failed_before     when a failed row failed (its updated_at_ms)
@@ -24,13 +24,15 @@
 struct admin_filter {
     int status;    /* enum outbox_status, -1 = any */
     uint32_t sink; /* SINK_BIT_* the rows lack, 0 = any */
+    char event_id[40];
     char event_type[32];
     char room_id[64];
     char app[64];
     char error[128];
     int64_t created_after, created_before; /* 0 = unbounded */
     int64_t failed_after, failed_before;
-    bool replayable; /* set by the replay itself: failed and not repaired already */
+    bool replayable;   /* set by the replay itself: failed rows only */
+    bool not_repaired; /* and none a repair already copied (needs the audit tables) */
 };
 
 /* Looks a key up; NULL when absent. */
@@ -60,7 +62,7 @@ struct admin_param {
     const char *s; /* borrowed from the filter */
 };
 
-#define ADMIN_MAX_PARAMS 12
+#define ADMIN_MAX_PARAMS 14
 
 /* Appends " AND ..." conditions with '?' placeholders to sql (len bytes) and
  * their values to p[*np..]. Returns 0, or -1 when sql is too small. */

@@ -48,6 +48,12 @@ admin_store_close(struct admin_store *s)
         s->ops->close(s);
 }
 
+bool
+admin_store_has_audit(const struct admin_store *s)
+{
+    return s->has_audit;
+}
+
 const char *
 admin_store_errmsg(struct admin_store *s)
 {

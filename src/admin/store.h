@@ -74,6 +74,9 @@ struct admin_audit_row {
 int admin_store_open(struct admin_store **out, const struct conf_store *cs, bool readonly,
                      char *err, size_t errlen);
 void admin_store_close(struct admin_store *s);
+/* True when the audit tables exist (a read-only handle on a store never
+ * audited has none: no audits, nothing repaired). */
+bool admin_store_has_audit(const struct admin_store *s);
 /* The last error's text (the handle's; valid until its next call). */
 const char *admin_store_errmsg(struct admin_store *s);
 
@@ -134,6 +137,7 @@ struct admin_store_ops {
 struct admin_store {
     const struct admin_store_ops *ops;
     char errmsg[512];
+    bool has_audit; /* the audit tables exist (always once opened read-write) */
 };
 
 extern const struct admin_store_ops admin_store_sqlite_ops;
@@ -145,9 +149,8 @@ extern const char *const admin_store_ddl[]; /* NULL-terminated, "%s" = the backe
     "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
     " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
     " last_error, created_at_ms, delivered_at_ms"
-/* Rows a replay takes: failed, after the cursor, up to max_id, not repaired. */
-#define ADMIN_REPLAYABLE                                                                           \
-    " status = 'failed' AND id > ? AND id <= ? AND id NOT IN"                                      \
-    " (SELECT outbox_id FROM admin_audit_rows WHERE new_event_id <> '')"
+/* The rows of a replay chunk: failed, after the cursor, up to max_id (the
+ * filter, with not_repaired, adds the rest). */
+#define ADMIN_REPLAYABLE " status = 'failed' AND id > ? AND id <= ?"
 
 #endif

@@ -263,6 +263,10 @@ my_open(struct admin_store **out, const struct conf_store *cs, bool readonly, ch
             return rc;
         }
     }
+    if (run(a, "SELECT 1 FROM admin_audit_rows LIMIT 0") == 0) {
+        a->super.has_audit = true;
+        mysql_free_result(mysql_store_result(a->db));
+    }
     *out = &a->super;
     return 0;
 }

@@ -170,6 +170,10 @@ sq_open(struct admin_store **out, const struct conf_store *cs, bool readonly, ch
             return ROOMD_EIO;
         }
     }
+    if ((q = prep(a, "SELECT 1 FROM admin_audit_rows LIMIT 0")) != NULL) {
+        a->super.has_audit = true;
+        sqlite3_finalize(q);
+    }
     *out = &a->super;
     return 0;
 }
