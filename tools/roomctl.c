@@ -19,6 +19,7 @@
 #include "core/err.h"
 #include "core/version.h"
 #include "core/xmalloc.h"
+#include "publish/bus.h"
 #include "store/store.h"
 
 #include <curl/curl.h>
@@ -45,6 +46,7 @@ enum need {
     NEED_ADMIN_RO, /* the admin store read-only (inspection, dry runs) */
     NEED_ADMIN_RW, /* the admin store read-write (replays) */
     NEED_STORE,    /* the room store (wallet, migrate: may create it) */
+    NEED_BUS,      /* the admin store read-write and the broker (consumer dead letters) */
 };
 
 /* Option groups a command accepts. */
@@ -53,6 +55,7 @@ enum need {
 #define OPT_BEFORE (1u << 2) /* --before --limit */
 #define OPT_REPLAY (1u << 3) /* --dry-run --repair --chunk --sample */
 #define OPT_APP (1u << 4)    /* --app (wallet) */
+#define OPT_GROUP (1u << 5)  /* --group (dlq) */
 
 struct ctl {
     const char *config;
@@ -62,6 +65,7 @@ struct ctl {
     bool json;
     struct admin *adm;
     struct store *store;
+    struct bus *bus;
     /* the command's options as query keys (filter, after, limit, before) */
     const char *k[MAX_KV], *v[MAX_KV];
     int nkv;
@@ -534,6 +538,78 @@ do_audit(struct ctl *c, int argc, char **argv)
     return finish(c, &r, print_audit);
 }
 
+/* ==== consumer dead letters ==== */
+
+static void
+print_dlq(struct ctl *c, json_t *j)
+{
+    json_t *arr = json_object_get(j, "messages"), *m;
+    size_t i;
+
+    printf("%-8s %-28s %-36s %-18s %-10s %s\n", "SEQ", "GROUP", "EVENT_ID", "EVENT_TYPE",
+           "DELIVERIES", "REASON");
+    json_array_foreach(arr, i, m) printf(
+        "%-8" PRId64 " %-28s %-36s %-18s %-10" PRId64 " %s\n", jint(m, "seq"), jstr(m, "group"),
+        jstr(m, "event_id"), jstr(m, "event_type"), jint(m, "deliveries"), jstr(m, "reason"));
+    if (json_is_integer(json_object_get(j, "next_after")))
+        printf("# more: --after %" PRId64 "\n", jint(j, "next_after"));
+}
+
+static void
+print_json(struct ctl *c, json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", s);
+    free(s);
+}
+
+static int
+do_dlq_list(struct ctl *c, int argc, char **argv)
+{
+    struct admin_reply r;
+
+    if (c->url)
+        api(c, "GET", "/admin/v1/dlq", true, NULL, &r);
+    else
+        admin_dlq_list(c->adm, kv_get, c, &r);
+    return finish(c, &r, print_dlq);
+}
+
+/* show (replay false) or replay dead letter argv[0]. */
+static int
+dlq_one(struct ctl *c, const char *arg, bool replay)
+{
+    struct admin_reply r;
+    char path[96], *end;
+    long long seq = strtoll(arg, &end, 10);
+
+    if (*end != '\0' || seq <= 0) {
+        fprintf(stderr, "roomctl: dlq: SEQ: want a positive integer\n");
+        return EXIT_USAGE;
+    }
+    if (c->url) {
+        snprintf(path, sizeof(path), "/admin/v1/dlq/%lld%s", seq, replay ? "/replay" : "");
+        api(c, replay ? "POST" : "GET", path, false, replay ? "{}" : NULL, &r);
+    } else if (replay) {
+        admin_dlq_replay(c->adm, "roomctl", (uint64_t)seq, &r);
+    } else {
+        admin_dlq_show(c->adm, (uint64_t)seq, &r);
+    }
+    return finish(c, &r, print_json);
+}
+
+static int
+do_dlq_show(struct ctl *c, int argc, char **argv)
+{
+    return dlq_one(c, argv[0], false);
+}
+
+static int
+do_dlq_replay(struct ctl *c, int argc, char **argv)
+{
+    return dlq_one(c, argv[0], true);
+}
+
 /* ==== wallet and migrate (the room store) ==== */
 
 static int
@@ -648,6 +724,15 @@ static const struct ctl_cmd commands[] = {
      OPT_PAGE,
      do_audit,
      "audit show ID [--after ID] [--limit N]"},
+    {{"dlq", "list"},
+     0,
+     0,
+     NEED_BUS,
+     OPT_GROUP | OPT_PAGE,
+     do_dlq_list,
+     "dlq list [--group G] [--after SEQ] [--limit N]   consumer groups' dead letters"},
+    {{"dlq", "show"}, 1, 1, NEED_BUS, 0, do_dlq_show, "dlq show SEQ"},
+    {{"dlq", "replay"}, 1, 1, NEED_BUS, 0, do_dlq_replay, "dlq replay SEQ    into its group"},
     {{"wallet", "balance"},
      1,
      1,
@@ -709,7 +794,16 @@ match(int argc, char **argv, int *nwords)
 static int
 command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
-    enum { O_FILTER = 1000, O_PAGE = 1100, O_BEFORE = 1200, O_DRY, O_REPAIR, O_CHUNK, O_SAMPLE };
+    enum {
+        O_FILTER = 1000,
+        O_PAGE = 1100,
+        O_BEFORE = 1200,
+        O_DRY,
+        O_REPAIR,
+        O_CHUNK,
+        O_SAMPLE,
+        O_GROUP
+    };
     static const char *const filter_keys[] = {
         "status", "sink",          "event_id",       "event_type",   "room_id",      "app",
         "error",  "created_after", "created_before", "failed_after", "failed_before"};
@@ -732,6 +826,7 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         {"repair", no_argument, NULL, O_REPAIR},
         {"chunk", required_argument, NULL, O_CHUNK},
         {"sample", required_argument, NULL, O_SAMPLE},
+        {"group", required_argument, NULL, O_GROUP},
         {NULL, 0, NULL, 0},
     };
     int ch;
@@ -748,6 +843,7 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                         : ch == O_PAGE + 1                          ? (OPT_PAGE | OPT_BEFORE)
                         : ch == O_BEFORE                            ? OPT_BEFORE
                         : ch >= O_DRY && ch <= O_SAMPLE             ? OPT_REPLAY
+                        : ch == O_GROUP                             ? OPT_GROUP
                                                                     : 0;
         if (ch == '?' || ch == ':' || (cmd->opts & want) == 0 || c->nkv >= MAX_KV - 1) {
             fprintf(stderr, "roomctl: %s: bad option %s\nusage: roomctl %s\n", cmd->words[0],
@@ -760,8 +856,11 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             c->k[c->nkv] = filter_keys[ch - O_FILTER];
             c->v[c->nkv++] = optarg;
             c->has_filter = true;
-        } else if (ch == O_PAGE || ch == O_PAGE + 1 || ch == O_BEFORE) {
-            c->k[c->nkv] = ch == O_PAGE ? "after" : ch == O_BEFORE ? "before" : "limit";
+        } else if (ch == O_PAGE || ch == O_PAGE + 1 || ch == O_BEFORE || ch == O_GROUP) {
+            c->k[c->nkv] = ch == O_PAGE     ? "after"
+                           : ch == O_BEFORE ? "before"
+                           : ch == O_GROUP  ? "group"
+                                            : "limit";
             c->v[c->nkv++] = optarg;
         } else if (ch == O_DRY) {
             c->dry_run = true;
@@ -835,6 +934,14 @@ open_backend(struct ctl *c, const struct ctl_cmd *cmd)
         fprintf(stderr, "roomctl: store: %s\n", err);
         return EXIT_FAILED;
     }
+    if (cmd->need == NEED_BUS && c->conf->rocketmq.enabled) {
+        if (bus_open(&c->bus, &c->conf->rocketmq, "roomctl", err, sizeof(err)) != 0 ||
+            bus_ensure(c->bus, err, sizeof(err)) != 0) {
+            fprintf(stderr, "roomctl: rocketmq: %s\n", err);
+            return EXIT_FAILED;
+        }
+        admin_set_bus(c->adm, c->bus);
+    }
     return 0;
 }
 
@@ -904,10 +1011,13 @@ main(int argc, char **argv)
     if (rc == 0)
         rc = cmd->run(&c, npos, argv + optind);
     admin_close(c.adm);
+    bus_unref(c.bus);
     store_close(c.store);
     conf_free(c.conf);
     if (c.url != NULL)
         curl_global_cleanup();
+    if (c.bus != NULL)
+        bus_library_shutdown();
     memset(c.token, 0, sizeof(c.token));
     return rc;
 }

@@ -5,6 +5,7 @@
  */
 #include "admin/admin.h"
 
+#include "admin/internal.h"
 #include "admin/store.h"
 #include "conf/conf.h"
 #include "core/clock.h"
@@ -28,14 +29,6 @@
 #define CHUNK_DEFAULT 500
 #define CHUNK_MAX 5000
 
-struct admin {
-    const struct conf *conf;
-    struct admin_store *store;
-    struct outbox *outbox;
-    bool readonly;
-    uint32_t sinks; /* SINK_BIT_* of the publish mode's sinks */
-};
-
 /* ==== replies ==== */
 
 void
@@ -46,22 +39,17 @@ admin_reply_clear(struct admin_reply *r)
     r->status = 0;
 }
 
-/* 200 with o (reference taken). */
-static void
-reply_ok(struct admin_reply *r, json_t *o)
+void
+admin_reply_ok(struct admin_reply *r, json_t *o)
 {
     r->status = 200;
     r->body = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
 }
 
-static void reply_error(struct admin_reply *r, int status, const char *code, const char *field,
-                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-/* status with {"error":{"code","message"[,"field"]}}. */
-static void
-reply_error(struct admin_reply *r, int status, const char *code, const char *field, const char *fmt,
-            ...)
+void
+admin_reply_error(struct admin_reply *r, int status, const char *code, const char *field,
+                  const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -78,24 +66,23 @@ reply_error(struct admin_reply *r, int status, const char *code, const char *fie
     json_decref(o);
 }
 
-/* A store failure: 503 when it may pass, else 500; the store's text. */
-static void
-reply_store(struct admin *a, struct admin_reply *r, int rc)
+void
+admin_reply_store(struct admin *a, struct admin_reply *r, int rc)
 {
     if (rc == ROOMD_ENOTFOUND) {
-        reply_error(r, 404, "not_found", NULL, "no such row");
+        admin_reply_error(r, 404, "not_found", NULL, "no such row");
         return;
     }
-    reply_error(r, rc == ROOMD_EUNAVAIL ? 503 : 500,
-                rc == ROOMD_EUNAVAIL ? "unavailable" : "internal", NULL, "store: %s: %s",
-                roomd_strerror(rc), admin_store_errmsg(a->store));
+    admin_reply_error(r, rc == ROOMD_EUNAVAIL ? 503 : 500,
+                      rc == ROOMD_EUNAVAIL ? "unavailable" : "internal", NULL, "store: %s: %s",
+                      roomd_strerror(rc), admin_store_errmsg(a->store));
 }
 
 /* Reads an integer query key in [lo, hi] (dflt when absent); false and a
  * 400 in r when it is not one. */
-static bool
-query_int(admin_lookup_fn q, void *ctx, const char *key, int64_t lo, int64_t hi, int64_t dflt,
-          int64_t *out, struct admin_reply *r)
+bool
+admin_query_int(admin_lookup_fn q, void *ctx, const char *key, int64_t lo, int64_t hi, int64_t dflt,
+                int64_t *out, struct admin_reply *r)
 {
     const char *v = q != NULL ? q(ctx, key) : NULL;
     char *end;
@@ -106,8 +93,8 @@ query_int(admin_lookup_fn q, void *ctx, const char *key, int64_t lo, int64_t hi,
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
-        reply_error(r, 400, "invalid_argument", key, "%s: want an integer in %lld..%lld", key,
-                    (long long)lo, (long long)hi);
+        admin_reply_error(r, 400, "invalid_argument", key, "%s: want an integer in %lld..%lld", key,
+                          (long long)lo, (long long)hi);
         return false;
     }
     *out = x;
@@ -129,8 +116,8 @@ sink_names(uint32_t bits)
     return a;
 }
 
-static json_t *
-row_json(const struct outbox_row *r)
+json_t *
+admin_row_json(const struct outbox_row *r)
 {
     json_t *o = json_pack(
         "{s:I, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:o, s:I, s:I}", "id", (json_int_t)r->id,
@@ -215,7 +202,7 @@ admin_summary(struct admin *a, struct admin_reply *r)
     int rc;
 
     if ((rc = admin_store_summary(a->store, &s)) != 0) {
-        reply_store(a, r, rc);
+        admin_reply_store(a, r, rc);
         return;
     }
     json_t *by_status = json_object();
@@ -234,8 +221,9 @@ admin_summary(struct admin *a, struct admin_reply *r)
                                       "oldest_undelivered_s",
                                       age_s(now, s.oldest.oldest_missing_ms[b])));
     }
-    reply_ok(r, json_pack("{s:o, s:o, s:f}", "by_status", by_status, "sinks", sinks,
-                          "oldest_undelivered_s", age_s(now, s.oldest.oldest_undelivered_ms)));
+    admin_reply_ok(r,
+                   json_pack("{s:o, s:o, s:f}", "by_status", by_status, "sinks", sinks,
+                             "oldest_undelivered_s", age_s(now, s.oldest.oldest_undelivered_ms)));
 }
 
 void
@@ -250,25 +238,25 @@ admin_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *r)
     int rc;
 
     if (admin_filter_from_lookup(&f, q, ctx, &field, why, sizeof(why)) != 0) {
-        reply_error(r, 400, "invalid_argument", field, "%s", why);
+        admin_reply_error(r, 400, "invalid_argument", field, "%s", why);
         return;
     }
-    if (!query_int(q, ctx, "after", 0, INT64_MAX, 0, &after, r) ||
-        !query_int(q, ctx, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit, r))
+    if (!admin_query_int(q, ctx, "after", 0, INT64_MAX, 0, &after, r) ||
+        !admin_query_int(q, ctx, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit, r))
         return;
     if ((rc = admin_store_search(a->store, &f, after, (int)limit, &rows, &n)) != 0) {
-        reply_store(a, r, rc);
+        admin_reply_store(a, r, rc);
         return;
     }
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, row_json(&rows[i]));
+        json_array_append_new(arr, admin_row_json(&rows[i]));
     json_t *o = json_pack("{s:o, s:o}", "rows", arr, "filter", admin_filter_to_json(&f));
     /* a full page may have more after it */
     json_object_set_new(o, "next_after",
                         n == (size_t)limit ? json_integer(rows[n - 1].id) : json_null());
     outbox_rows_free(rows, n);
-    reply_ok(r, o);
+    admin_reply_ok(r, o);
 }
 
 void
@@ -282,13 +270,13 @@ admin_show(struct admin *a, const char *event_id, struct admin_reply *r)
 
     if ((rc = admin_store_get(a->store, event_id, &row)) != 0) {
         if (rc == ROOMD_ENOTFOUND)
-            reply_error(r, 404, "not_found", "event_id", "no outbox row with event_id %.40s",
-                        event_id);
+            admin_reply_error(r, 404, "not_found", "event_id", "no outbox row with event_id %.40s",
+                              event_id);
         else
-            reply_store(a, r, rc);
+            admin_reply_store(a, r, rc);
         return;
     }
-    json_t *o = row_json(&row);
+    json_t *o = admin_row_json(&row);
     json_t *sinks = json_object();
     for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
         uint32_t bit = 1u << b;
@@ -313,7 +301,7 @@ admin_show(struct admin *a, const char *event_id, struct admin_reply *r)
     free(json);
     free(row.payload);
     free(row.last_error);
-    reply_ok(r, o);
+    admin_reply_ok(r, o);
 }
 
 /* ==== bulk replay ==== */
@@ -355,8 +343,8 @@ read_replay_body(const char *body, size_t len, struct admin_filter *f, bool *dry
 
     o = json_loadb(body != NULL ? body : "", len, 0, &je);
     if (o == NULL || !json_is_object(o)) {
-        reply_error(r, 400, "invalid_json", NULL, "body: want a JSON object (%s)",
-                    o ? "not an object" : je.text);
+        admin_reply_error(r, 400, "invalid_json", NULL, "body: want a JSON object (%s)",
+                          o ? "not an object" : je.text);
         json_decref(o);
         return false;
     }
@@ -370,7 +358,7 @@ read_replay_body(const char *body, size_t len, struct admin_filter *f, bool *dry
         bool ok = true;
         if (strcmp(key, "filter") == 0) {
             if (admin_filter_from_json(f, v, &field, why, sizeof(why)) != 0) {
-                reply_error(r, 400, "invalid_argument", field, "%s", why);
+                admin_reply_error(r, 400, "invalid_argument", field, "%s", why);
                 json_decref(o);
                 return false;
             }
@@ -384,23 +372,23 @@ read_replay_body(const char *body, size_t len, struct admin_filter *f, bool *dry
                  x <= (is_sample ? SAMPLE_MAX : CHUNK_MAX);
             *(is_sample ? sample : chunk) = (int)x;
         } else {
-            reply_error(r, 400, "invalid_argument", key, "%.64s: unknown key", key);
+            admin_reply_error(r, 400, "invalid_argument", key, "%.64s: unknown key", key);
             json_decref(o);
             return false;
         }
         if (!ok) {
-            reply_error(r, 400, "invalid_argument", key, "%s: want %s", key,
-                        strcmp(key, "sample") == 0  ? "an integer in 0..100"
-                        : strcmp(key, "chunk") == 0 ? "an integer in 1..5000"
-                                                    : "true or false");
+            admin_reply_error(r, 400, "invalid_argument", key, "%s: want %s", key,
+                              strcmp(key, "sample") == 0  ? "an integer in 0..100"
+                              : strcmp(key, "chunk") == 0 ? "an integer in 1..5000"
+                                                          : "true or false");
             json_decref(o);
             return false;
         }
     }
     json_decref(o);
     if (f->status >= 0 && f->status != OUTBOX_FAILED) {
-        reply_error(r, 400, "invalid_argument", "status",
-                    "status: a replay takes failed rows (dead letters) only");
+        admin_reply_error(r, 400, "invalid_argument", "status",
+                          "status: a replay takes failed rows (dead letters) only");
         return false;
     }
     f->replayable = true;
@@ -428,11 +416,11 @@ admin_replay(struct admin *a, const char *actor, const char *body, size_t len,
         return;
     replay_rows_only(a, &f);
     if (!dry && a->readonly) {
-        reply_error(r, 405, "read_only", NULL, "this handle is read-only: only dry_run");
+        admin_reply_error(r, 405, "read_only", NULL, "this handle is read-only: only dry_run");
         return;
     }
     if ((rc = admin_store_count(a->store, &f, &count, &max_id)) != 0) {
-        reply_store(a, r, rc);
+        admin_reply_store(a, r, rc);
         return;
     }
     json_t *filter = admin_filter_to_json(&f);
@@ -441,15 +429,15 @@ admin_replay(struct admin *a, const char *actor, const char *body, size_t len,
         size_t n = 0;
         if (sample > 0 && (rc = admin_store_search(a->store, &f, 0, sample, &rows, &n)) != 0) {
             json_decref(filter);
-            reply_store(a, r, rc);
+            admin_reply_store(a, r, rc);
             return;
         }
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++)
-            json_array_append_new(arr, row_json(&rows[i]));
+            json_array_append_new(arr, admin_row_json(&rows[i]));
         outbox_rows_free(rows, n);
-        reply_ok(r, json_pack("{s:b, s:b, s:I, s:o, s:o}", "dry_run", true, "repair", repair,
-                              "count", (json_int_t)count, "filter", filter, "sample", arr));
+        admin_reply_ok(r, json_pack("{s:b, s:b, s:I, s:o, s:o}", "dry_run", true, "repair", repair,
+                                    "count", (json_int_t)count, "filter", filter, "sample", arr));
         return;
     }
     char *fj = json_dumps(filter, JSON_COMPACT | JSON_SORT_KEYS);
@@ -466,13 +454,13 @@ admin_replay(struct admin *a, const char *actor, const char *body, size_t len,
             log_warn("admin", "bulk replay interrupted; it resumes at the next start",
                      "audit_id=%lld done=%lld err=\"%s\"", (long long)id, (long long)done,
                      admin_store_errmsg(a->store));
-        reply_store(a, r, rc);
+        admin_reply_store(a, r, rc);
         return;
     }
     log_info("admin", repair ? "bulk repair done" : "bulk replay done",
              "audit_id=%lld actor=%s rows=%lld", (long long)id, actor, (long long)done);
-    reply_ok(r, json_pack("{s:I, s:b, s:I, s:o}", "audit_id", (json_int_t)id, "repair", repair,
-                          "replayed", (json_int_t)done, "filter", filter));
+    admin_reply_ok(r, json_pack("{s:I, s:b, s:I, s:o}", "audit_id", (json_int_t)id, "repair",
+                                repair, "replayed", (json_int_t)done, "filter", filter));
 }
 
 int
@@ -536,11 +524,11 @@ admin_audits(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *
     int64_t before, limit;
     int rc;
 
-    if (!query_int(q, ctx, "before", 0, INT64_MAX, 0, &before, r) ||
-        !query_int(q, ctx, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit, r))
+    if (!admin_query_int(q, ctx, "before", 0, INT64_MAX, 0, &before, r) ||
+        !admin_query_int(q, ctx, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit, r))
         return;
     if ((rc = admin_store_audit_list(a->store, before, (int)limit, &au, &n)) != 0) {
-        reply_store(a, r, rc);
+        admin_reply_store(a, r, rc);
         return;
     }
     json_t *arr = json_array();
@@ -550,7 +538,7 @@ admin_audits(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *
     json_object_set_new(o, "next_before",
                         n == (size_t)limit ? json_integer(au[n - 1].id) : json_null());
     admin_audits_free(au, n);
-    reply_ok(r, o);
+    admin_reply_ok(r, o);
 }
 
 void
@@ -562,19 +550,19 @@ admin_audit(struct admin *a, int64_t id, admin_lookup_fn q, void *ctx, struct ad
     int64_t after, limit;
     int rc;
 
-    if (!query_int(q, ctx, "after", 0, INT64_MAX, 0, &after, r) ||
-        !query_int(q, ctx, "limit", 1, 5000, 1000, &limit, r))
+    if (!admin_query_int(q, ctx, "after", 0, INT64_MAX, 0, &after, r) ||
+        !admin_query_int(q, ctx, "limit", 1, 5000, 1000, &limit, r))
         return;
     if ((rc = admin_store_audit_get(a->store, id, &au)) != 0) {
         if (rc == ROOMD_ENOTFOUND)
-            reply_error(r, 404, "not_found", "id", "no audit entry %lld", (long long)id);
+            admin_reply_error(r, 404, "not_found", "id", "no audit entry %lld", (long long)id);
         else
-            reply_store(a, r, rc);
+            admin_reply_store(a, r, rc);
         return;
     }
     if ((rc = admin_store_audit_rows(a->store, id, after, (int)limit, &rows, &n)) != 0) {
         free(au.filter);
-        reply_store(a, r, rc);
+        admin_reply_store(a, r, rc);
         return;
     }
     json_t *o = audit_json(&au);
@@ -591,5 +579,5 @@ admin_audit(struct admin *a, int64_t id, admin_lookup_fn q, void *ctx, struct ad
                         n == (size_t)limit ? json_integer(rows[n - 1].outbox_id) : json_null());
     free(rows);
     free(au.filter);
-    reply_ok(r, o);
+    admin_reply_ok(r, o);
 }

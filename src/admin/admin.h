@@ -11,6 +11,8 @@
  *                      count and a sample; a replay is audited and chunked,
  *                      and resumes after a crash (admin_resume)
  *   admin_audits       the audit log; admin_audit one entry with its rows
+ *   admin_dlq_*        the consumer groups' dead letters (JetStream
+ *                      <ns>hyapp_dlq): list, show, replay into their group
  *
  * Bad input answers 400 {"error":{"code":"invalid_argument","field":..}} and
  * changes nothing. Thread: any; calls block on the store.
@@ -71,5 +73,15 @@ void admin_replay(struct admin *a, const char *actor, const char *body, size_t l
 void admin_audits(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *r);
 /* Query keys: after (an outbox id), limit: the rows of audit id. */
 void admin_audit(struct admin *a, int64_t id, admin_lookup_fn q, void *ctx, struct admin_reply *r);
+
+/* The broker connection for the consumer groups' dead letters (borrowed; it
+ * must outlive a). Without one the admin_dlq_* calls answer 404. */
+struct bus;
+void admin_set_bus(struct admin *a, struct bus *bus);
+/* Query keys: group, after (a stream sequence), limit. */
+void admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *r);
+void admin_dlq_show(struct admin *a, uint64_t seq, struct admin_reply *r);
+/* Replays dead letter seq into its group (see admin/dlq.c), audited as actor. */
+void admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r);
 
 #endif

@@ -103,6 +103,14 @@ admin_store_replay_chunk(struct admin_store *s, int64_t id, const struct admin_f
 }
 
 int
+admin_store_audit_record(struct admin_store *s, const char *actor, const char *action,
+                         const char *filter_json, const struct admin_audit_row *rows, size_t n,
+                         int64_t now_ms, int64_t *id)
+{
+    return s->ops->audit_record(s, actor, action, filter_json, rows, n, now_ms, id);
+}
+
+int
 admin_store_audit_list(struct admin_store *s, int64_t before_id, int limit,
                        struct admin_audit **out, size_t *n)
 {

@@ -54,7 +54,7 @@ struct admin_summary {
 struct admin_audit {
     int64_t id;
     char actor[64];
-    char action[16]; /* "replay" | "repair" */
+    char action[16]; /* "replay" | "repair" | "dlq_replay" */
     char *filter;
     char state[16]; /* "running" | "done" */
     int64_t max_id, cursor_id, count;
@@ -102,6 +102,11 @@ int admin_store_audit_begin(struct admin_store *s, const char *actor, bool repai
  * Rows already repaired are never replayed or repaired again. */
 int admin_store_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
                              bool repair, int limit, int64_t now_ms, int64_t *done, bool *finished);
+/* Records an operation done at once (a consumer dead letter replayed):
+ * an audit "done" of action with rows[0..n), in one transaction. */
+int admin_store_audit_record(struct admin_store *s, const char *actor, const char *action,
+                             const char *filter_json, const struct admin_audit_row *rows, size_t n,
+                             int64_t now_ms, int64_t *id);
 /* Audits, newest first, with id < before_id (0: from the newest). */
 int admin_store_audit_list(struct admin_store *s, int64_t before_id, int limit,
                            struct admin_audit **out, size_t *n);
@@ -126,6 +131,9 @@ struct admin_store_ops {
                        const char *filter_json, int64_t max_id, int64_t now_ms, int64_t *id);
     int (*replay_chunk)(struct admin_store *s, int64_t id, const struct admin_filter *f,
                         bool repair, int limit, int64_t now_ms, int64_t *done, bool *finished);
+    int (*audit_record)(struct admin_store *s, const char *actor, const char *action,
+                        const char *filter_json, const struct admin_audit_row *rows, size_t n,
+                        int64_t now_ms, int64_t *id);
     int (*audit_list)(struct admin_store *s, int64_t before_id, int limit, struct admin_audit **out,
                       size_t *n);
     int (*audit_get)(struct admin_store *s, int64_t id, struct admin_audit *out);

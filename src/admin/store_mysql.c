@@ -567,6 +567,48 @@ my_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     return rc;
 }
 
+static int
+my_audit_record(struct admin_store *s, const char *actor, const char *action,
+                const char *filter_json, const struct admin_audit_row *rows, size_t n,
+                int64_t now_ms, int64_t *id)
+{
+    struct my_admin *a = (struct my_admin *)s;
+    struct admin_param p[] = {{.is_text = true, .s = actor},
+                              {.is_text = true, .s = action},
+                              {.is_text = true, .s = filter_json},
+                              {.i = (int64_t)n},
+                              {.i = now_ms},
+                              {.i = now_ms},
+                              {.i = now_ms}};
+    int rc;
+
+    pthread_mutex_lock(&a->mu);
+    if ((rc = run(a, "START TRANSACTION")) == 0)
+        rc = stmt(a,
+                  "INSERT INTO admin_audit (actor, action, filter, state, max_id, cursor_id,"
+                  " count, created_at_ms, updated_at_ms, finished_at_ms)"
+                  " VALUES (?, ?, ?, 'done', 0, 0, ?, ?, ?, ?)",
+                  p, 7);
+    if (rc == 0)
+        *id = (int64_t)mysql_insert_id(a->db);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct admin_param r[] = {{.i = *id},
+                                  {.i = rows[i].outbox_id},
+                                  {.is_text = true, .s = rows[i].event_id},
+                                  {.is_text = true, .s = rows[i].new_event_id}};
+        rc = stmt(a,
+                  "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"
+                  " VALUES (?, ?, ?, ?)",
+                  r, 4);
+    }
+    if (rc == 0 && mysql_commit(a->db) != 0)
+        rc = fail(a, "commit");
+    if (rc != 0)
+        mysql_rollback(a->db);
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
 #define AUDIT_COLS                                                                                 \
     "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
     " updated_at_ms, finished_at_ms"
@@ -694,6 +736,7 @@ const struct admin_store_ops admin_store_mysql_ops = {
     .get = my_get,
     .audit_begin = my_audit_begin,
     .replay_chunk = my_replay_chunk,
+    .audit_record = my_audit_record,
     .audit_list = my_audit_list,
     .audit_get = my_audit_get,
     .audit_rows = my_audit_rows,

@@ -485,6 +485,64 @@ sq_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     return rc;
 }
 
+static int
+record_tx(struct sq_admin *a, const char *actor, const char *action, const char *filter_json,
+          const struct admin_audit_row *rows, size_t n, int64_t now_ms, int64_t *id)
+{
+    sqlite3_stmt *q = prep(a, "INSERT INTO admin_audit (actor, action, filter, state, max_id,"
+                              " cursor_id, count, created_at_ms, updated_at_ms, finished_at_ms)"
+                              " VALUES (?1, ?2, ?3, 'done', 0, 0, ?4, ?5, ?5, ?5)");
+    int step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    sqlite3_bind_text(q, 1, actor, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, action, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, filter_json, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 4, (int64_t)n);
+    sqlite3_bind_int64(q, 5, now_ms);
+    step = sqlite3_step(q);
+    sqlite3_finalize(q);
+    if (step != SQLITE_DONE)
+        return fail(a, step, "audit record");
+    *id = sqlite3_last_insert_rowid(a->db);
+    for (size_t i = 0; i < n; i++) {
+        q = prep(a, "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"
+                    " VALUES (?1, ?2, ?3, ?4)");
+        if (q == NULL)
+            return ROOMD_EIO;
+        sqlite3_bind_int64(q, 1, *id);
+        sqlite3_bind_int64(q, 2, rows[i].outbox_id);
+        sqlite3_bind_text(q, 3, rows[i].event_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 4, rows[i].new_event_id, -1, SQLITE_STATIC);
+        step = sqlite3_step(q);
+        sqlite3_finalize(q);
+        if (step != SQLITE_DONE)
+            return fail(a, step, "audit record row");
+    }
+    return 0;
+}
+
+static int
+sq_audit_record(struct admin_store *s, const char *actor, const char *action,
+                const char *filter_json, const struct admin_audit_row *rows, size_t n,
+                int64_t now_ms, int64_t *id)
+{
+    struct sq_admin *a = (struct sq_admin *)s;
+    int rc;
+
+    LOCK(a);
+    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0) {
+        rc = record_tx(a, actor, action, filter_json, rows, n, now_ms, id);
+        if (rc == 0)
+            rc = exec(a, "COMMIT");
+        if (rc != 0)
+            sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    UNLOCK(a);
+    return rc;
+}
+
 #define AUDIT_COLS                                                                                 \
     "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
     " updated_at_ms, finished_at_ms"
@@ -608,6 +666,7 @@ const struct admin_store_ops admin_store_sqlite_ops = {
     .get = sq_get,
     .audit_begin = sq_audit_begin,
     .replay_chunk = sq_replay_chunk,
+    .audit_record = sq_audit_record,
     .audit_list = sq_audit_list,
     .audit_get = sq_audit_get,
     .audit_rows = sq_audit_rows,
