@@ -53,6 +53,9 @@ cmp64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* "Authorization: Bearer <ROOMD_BENCH_TOKEN>" when that variable is set, else "". */
+static char auth_header[4096];
+
 static size_t
 discard(char *p, size_t sz, size_t n, void *arg)
 {
@@ -65,6 +68,9 @@ post(CURL *c, const char *path, const char *body)
     char url[512];
     long code = 0;
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+
+    if (auth_header[0] != '\0') /* ROOMD_BENCH_TOKEN: auth.mode jwt */
+        h = curl_slist_append(h, auth_header);
 
     snprintf(url, sizeof(url), "%s%s", base_url, path);
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -210,6 +216,9 @@ run_http(char **argv)
     nclients = atoi(argv[3]);
     nrooms = atoi(argv[4]);
     seconds = atoi(argv[5]);
+    const char *token = getenv("ROOMD_BENCH_TOKEN");
+    if (token != NULL && token[0] != '\0')
+        snprintf(auth_header, sizeof(auth_header), "Authorization: Bearer %s", token);
     curl_global_init(CURL_GLOBAL_ALL);
     /* Create the rooms first (not timed). */
     CURL *c = curl_easy_init();

@@ -10,6 +10,8 @@
  *   roomd --print-config-doc           print the key reference of docs/conf.md
  *   roomd --version | --help           print to stdout, exit 0
  */
+#include "admin/admin.h"
+#include "auth/auth.h"
 #include "cluster/forward.h"
 #include "cluster/health.h"
 #include "conf/conf.h"
@@ -307,7 +309,11 @@ main(int argc, char **argv)
                                    err, sizeof(err)) != 0)
         fatalx("rocketmq consumers: %s", err);
 
+    struct auth *auth = NULL;
+    if (auth_open(&auth, conf, err, sizeof(err)) != 0)
+        fatalx("%s", err);
     struct http_deps hd = {.conf = conf,
+                           .auth = auth,
                            .rooms = rooms,
                            .wallet = wallet,
                            .projection = proj,
@@ -322,20 +328,30 @@ main(int argc, char **argv)
     if (outbox != NULL)
         node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
     hd.health = &health;
+    /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
+    struct admin *admin = NULL;
+    if (admin_open(&admin, conf, outbox, false, err, sizeof(err)) != 0)
+        fatalx("admin: %s", err);
+    admin_set_bus(admin, bus);
+    admin_resume(admin);
+    hd.admin = admin;
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
-        fatalx("http.listen: %s", err);
+        fatalx("%s", err);
     static const char *const mode_names[] = {"direct", "mq", "dual"};
-    log_info("main", "roomd started", "listen=%s store=%s publish_mode=%s node=%s",
-             conf->http.listen, conf->store.driver, mode_names[conf->outbox_worker.publish_mode],
-             conf->app.node_id);
+    log_info("main", "roomd started",
+             "listen=%s admin_listen=%s auth=%s store=%s publish_mode=%s node=%s",
+             conf->http.listen, conf->admin.listen, conf->auth.mode, conf->store.driver,
+             mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
 
     struct metrics_deps *deps = metrics_deps_open(conf, store, bus, outbox);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);
     http_server_close(http);
+    admin_close(admin);
     metrics_deps_close(deps);
+    auth_close(auth);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);
     cluster_forward_close(fwd);

@@ -110,7 +110,7 @@ sink_names(uint32_t bits)
 
     for (int b = 0; b < OUTBOX_SINK_BITS; b++)
         if (bits & (1u << b)) {
-            const char *n = admin_sink_name(1u << b);
+            const char *n = sink_bit_name(1u << b);
             json_array_append_new(a, json_string(*n ? n : "?"));
         }
     return a;
@@ -212,7 +212,7 @@ admin_summary(struct admin *a, struct admin_reply *r)
     json_t *sinks = json_object();
     for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
         uint32_t bit = 1u << b;
-        const char *name = admin_sink_name(bit);
+        const char *name = sink_bit_name(bit);
         if (*name == '\0' || !(a->sinks & bit))
             continue;
         json_object_set_new(sinks, name,
@@ -281,7 +281,7 @@ admin_show(struct admin *a, const char *event_id, struct admin_reply *r)
     for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
         uint32_t bit = 1u << b;
         if ((a->sinks | row.sinks_done) & bit)
-            json_object_set_new(sinks, admin_sink_name(bit),
+            json_object_set_new(sinks, sink_bit_name(bit),
                                 json_string(row.sinks_done & bit             ? "delivered"
                                             : row.status == OUTBOX_FAILED    ? "failed"
                                             : row.status == OUTBOX_DELIVERED ? "not needed"

@@ -9,16 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct {
-    const char *name;
-    uint32_t bit;
-} sinks[] = {{"log", SINK_BIT_LOG},
-             {"tim", SINK_BIT_TIM},
-             {"activity", SINK_BIT_ACTIVITY},
-             {"bus", SINK_BIT_BUS},
-             {"rocket", SINK_BIT_ROCKET}};
-#define NSINKS (sizeof(sinks) / sizeof(sinks[0]))
-
 /* The keys, in the order they are read and written. */
 enum key {
     K_STATUS,
@@ -37,24 +27,6 @@ enum key {
 static const char *const key_names[K_COUNT_] = {
     "status", "sink",          "event_id",       "event_type",   "room_id",      "app",
     "error",  "created_after", "created_before", "failed_after", "failed_before"};
-
-uint32_t
-admin_sink_bit(const char *name)
-{
-    for (size_t i = 0; i < NSINKS; i++)
-        if (strcmp(sinks[i].name, name) == 0)
-            return sinks[i].bit;
-    return 0;
-}
-
-const char *
-admin_sink_name(uint32_t bit)
-{
-    for (size_t i = 0; i < NSINKS; i++)
-        if (sinks[i].bit == bit)
-            return sinks[i].name;
-    return "";
-}
 
 void
 admin_filter_init(struct admin_filter *f)
@@ -109,7 +81,7 @@ set_key(struct admin_filter *f, enum key k, const char *v, char *why, size_t len
         }
         return 0;
     case K_SINK:
-        if ((f->sink = admin_sink_bit(v)) == 0) {
+        if ((f->sink = sink_bit_parse(v)) == 0) {
             snprintf(why, len, "sink: one of log, tim, activity, bus, rocket");
             return -1;
         }
@@ -204,7 +176,7 @@ admin_filter_to_json(const struct admin_filter *f)
     if (f->status >= 0)
         json_object_set_new(o, "status", json_string(outbox_status_name(f->status)));
     if (f->sink)
-        json_object_set_new(o, "sink", json_string(admin_sink_name(f->sink)));
+        json_object_set_new(o, "sink", json_string(sink_bit_name(f->sink)));
     const char *texts[] = {f->event_id, f->event_type, f->room_id, f->app, f->error};
     for (int i = 0; i < 5; i++)
         if (texts[i][0] != '\0')

@@ -69,8 +69,4 @@ struct admin_param {
 int admin_filter_where(const struct admin_filter *f, char *sql, size_t len, struct admin_param *p,
                        int *np);
 
-/* "log" -> SINK_BIT_LOG ...; 0 when unknown. And back ("" when unknown). */
-uint32_t admin_sink_bit(const char *name);
-const char *admin_sink_name(uint32_t bit);
-
 #endif

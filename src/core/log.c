@@ -3,6 +3,7 @@
 
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/secret.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -232,7 +233,7 @@ header(enum log_level lvl, const char *mod, const char *msg)
 void
 log_msg(enum log_level lvl, const char *mod, const char *msg, const char *fmt, ...)
 {
-    char tail[2048];
+    char tail[2048], clean[2048 + 64];
     va_list ap;
 
     if (!log_enabled(lvl))
@@ -242,7 +243,8 @@ log_msg(enum log_level lvl, const char *mod, const char *msg, const char *fmt, .
         va_start(ap, fmt);
         vsnprintf(tail, sizeof(tail), fmt, ap);
         va_end(ap);
-        add_pairs(o, tail);
+        secret_redact(tail, clean, sizeof(clean)); /* no password or token in a log line */
+        add_pairs(o, clean);
     }
     emit(o);
 }
@@ -272,12 +274,13 @@ log_fields(enum log_level lvl, const char *mod, const char *msg, json_t *fields)
 void
 fatalx(const char *fmt, ...)
 {
-    char why[2048];
+    char raw[2048], why[2048 + 64];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    secret_redact(raw, why, sizeof(why));
     fprintf(stderr, "roomd: %s\n", why);
     if (log_fd > 2) { /* the log file gets the reason too */
         json_t *o = header(LOG_ERROR, "main", "fatal");

@@ -2,9 +2,10 @@
  * metrics.c: every roomd_outbox_* line of GET /metrics, written with the
  * exposition helper of metrics/metrics.h: the workers' counters and the
  * per-sink delivery metrics (a collector outbox_open adds and outbox_close
- * removes), and the room_outbox table by status (outbox_metrics_rows, which
- * the HTTP collector calls: the table is there whether or not this process
- * runs workers). docs/http.md and docs/metrics.md list them.
+ * removes), and the room_outbox table by status and by sink
+ * (outbox_metrics_rows, which the HTTP collector calls with the counts of its
+ * readiness cache: the table is there whether or not this process runs
+ * workers). docs/http.md and docs/metrics.md list them.
  *
  * Per sink (sink = its name: log, tim, activity, bus, rocket):
  *   roomd_outbox_delivery_seconds{sink}       commit -> delivered by the sink,
@@ -60,6 +61,9 @@ slot_of(struct outbox *ob, uint32_t bit)
     return b < OUTBOX_SINK_BITS ? &ob->sm[b] : NULL;
 }
 
+/* The sinks_done bits of the sinks this process delivers to. */
+static atomic_uint sinks_here;
+
 void
 outbox_metrics_init(struct outbox *ob)
 {
@@ -69,6 +73,7 @@ outbox_metrics_init(struct outbox *ob)
         struct sink_metrics *m = slot_of(ob, ob->sinks[i]->bit);
         if (m != NULL)
             m->name = ob->sinks[i]->name;
+        atomic_fetch_or(&sinks_here, ob->sinks[i]->bit);
     }
 }
 
@@ -141,9 +146,6 @@ static void
 collect_per_sink(struct outbox *ob, struct metrics_text *t)
 {
     char labels[96];
-    struct outbox_counts oc;
-    int64_t now = clock_wall_ms();
-    bool counted = store_outbox_counts(ob->store, &oc) == 0;
 
     metrics_family(t, "roomd_outbox_delivery_seconds", "histogram",
                    "Commit to delivered, per sink, every row (handed off or claimed).");
@@ -182,19 +184,6 @@ collect_per_sink(struct outbox *ob, struct metrics_text *t)
             snprintf(labels, sizeof(labels), "sink=\"%s\"", ob->sm[b].name);
             metrics_count(t, "roomd_outbox_sink_up", labels, atomic_load(&ob->sm[b].up) != 0);
         }
-    if (!counted)
-        return;
-    metrics_family(t, "roomd_outbox_sink_oldest_undelivered_seconds", "gauge",
-                   "Age of the oldest pending, delivering or retryable row the sink has not "
-                   "delivered yet (0 when none).");
-    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
-        int64_t at = oc.oldest_missing_ms[b];
-        if (ob->sm[b].name == NULL)
-            continue;
-        snprintf(labels, sizeof(labels), "sink=\"%s\"", ob->sm[b].name);
-        metrics_value(t, "roomd_outbox_sink_oldest_undelivered_seconds", labels,
-                      at > 0 && now > at ? (double)(now - at) / 1000.0 : 0.0);
-    }
 }
 
 /* The sinks' circuits (circuit.c) and the rows outages handed back. */
@@ -266,7 +255,7 @@ outbox_collect_metrics(void *arg, struct metrics_text *t)
 }
 
 void
-outbox_metrics_rows(struct store *store, struct metrics_text *t)
+outbox_metrics_rows(const struct outbox_counts *c, struct metrics_text *t)
 {
     /* Store-wide: every node reads the same table, so the lines carry
      * scope="store" and are aggregated with max(), never sum() (docs/cluster.md). */
@@ -274,11 +263,9 @@ outbox_metrics_rows(struct store *store, struct metrics_text *t)
         "scope=\"store\",status=\"pending\"", "scope=\"store\",status=\"delivering\"",
         "scope=\"store\",status=\"delivered\"", "scope=\"store\",status=\"retryable\"",
         "scope=\"store\",status=\"failed\""};
-    struct outbox_counts oc;
+    const struct outbox_counts oc = *c;
     double age = 0;
 
-    if (store_outbox_counts(store, &oc) != 0)
-        return;
     const int64_t n[] = {oc.pending, oc.delivering, oc.delivered, oc.retryable, oc.failed};
     metrics_family(t, "roomd_outbox_rows", "gauge",
                    "room_outbox rows by status (store-wide: aggregate with max()).");
@@ -292,4 +279,20 @@ outbox_metrics_rows(struct store *store, struct metrics_text *t)
     metrics_family(t, "roomd_outbox_oldest_undelivered_seconds", "gauge",
                    "Age of the oldest undelivered room_outbox row (0 when none; store-wide).");
     metrics_value(t, "roomd_outbox_oldest_undelivered_seconds", "scope=\"store\"", age);
+
+    /* per sink of this process (every sink an outbox_open here was given) */
+    uint32_t sinks = atomic_load(&sinks_here);
+    int64_t now = clock_wall_ms();
+    char labels[96];
+    metrics_family(t, "roomd_outbox_sink_oldest_undelivered_seconds", "gauge",
+                   "Age of the oldest pending, delivering or retryable row the sink has not "
+                   "delivered yet (0 when none; store-wide).");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
+        int64_t at = oc.oldest_missing_ms[b];
+        if (!(sinks & (1u << b)))
+            continue;
+        snprintf(labels, sizeof(labels), "scope=\"store\",sink=\"%s\"", sink_bit_name(1u << b));
+        metrics_value(t, "roomd_outbox_sink_oldest_undelivered_seconds", labels,
+                      at > 0 && now > at ? (double)(now - at) / 1000.0 : 0.0);
+    }
 }

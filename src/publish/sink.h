@@ -28,6 +28,12 @@ struct outbox_row;
 #define SINK_BIT_BUS (1u << 3)
 #define SINK_BIT_ROCKET (1u << 4)
 
+/* The sink name of a bit ("log", "tim", "activity", "bus", "rocket"; ""
+ * for another), and back (0 for an unknown name). The names are the sinks'
+ * struct sink.name. Thread: any. */
+const char *sink_bit_name(uint32_t bit);
+uint32_t sink_bit_parse(const char *name);
+
 /* One event as the sinks see it, built once per row by the worker.
  * Everything is borrowed for the duration of publish(). */
 struct outbox_event {

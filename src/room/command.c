@@ -104,19 +104,35 @@ id_ok(const char *s, size_t maxlen)
     return 1;
 }
 
+/* A room id: an id that is not "." or ".." (a path segment of its own). */
+static int
+room_id_ok(const char *s)
+{
+    return id_ok(s, ROOM_ID_MAX) && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/* Finds field in o: 0 and *v, 1 when absent and optional, or ROOMD_EINVAL
+ * (e set) when absent and required. The get_* readers below start here. */
+static int
+get_field(json_t *o, const char *field, int required, json_t **v, struct cmd_error *e)
+{
+    *v = json_object_get(o, field);
+    if (*v != NULL)
+        return 0;
+    return required ? fail(e, field, "is required") : 1;
+}
+
 /* Reads an identifier field into dst. Returns 0 (found), 1 (absent and
  * optional) or ROOMD_EINVAL. */
 static int
 get_id(json_t *o, const char *field, size_t maxlen, int required, char *dst, size_t dstlen,
        struct cmd_error *e)
 {
-    json_t *v = json_object_get(o, field);
+    json_t *v;
+    int rc = get_field(o, field, required, &v, e);
 
-    if (v == NULL) {
-        if (required)
-            return fail(e, field, "is required");
-        return 1;
-    }
+    if (rc != 0)
+        return rc;
     if (!json_is_string(v) || !id_ok(json_string_value(v), maxlen))
         return fail(e, field, "must be a string of 1..%zu characters [A-Za-z0-9_.:-]", maxlen);
     strlcpy_(dst, json_string_value(v), dstlen);
@@ -128,13 +144,11 @@ static int
 get_int(json_t *o, const char *field, int64_t lo, int64_t hi, int required, int64_t *out,
         struct cmd_error *e)
 {
-    json_t *v = json_object_get(o, field);
+    json_t *v;
+    int rc = get_field(o, field, required, &v, e);
 
-    if (v == NULL) {
-        if (required)
-            return fail(e, field, "is required");
-        return 1;
-    }
+    if (rc != 0)
+        return rc;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
         if (lo == 1 && hi == INT64_MAX)
             return fail(e, field, "must be a positive integer");
@@ -155,14 +169,12 @@ static int
 get_text(json_t *o, const char *field, size_t minlen, size_t maxlen, int required, char *dst,
          size_t dstlen, struct cmd_error *e)
 {
-    json_t *v = json_object_get(o, field);
+    json_t *v;
+    int rc = get_field(o, field, required, &v, e);
     size_t n;
 
-    if (v == NULL) {
-        if (required)
-            return fail(e, field, "is required");
-        return 1;
-    }
+    if (rc != 0)
+        return rc;
     if (!json_is_string(v))
         return fail(e, field, "must be a string");
     n = json_string_length(v);
@@ -324,7 +336,28 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
                size_t len, struct room_cmd *cmd, struct cmd_error *e)
 {
     json_error_t jerr;
-    json_t *o = NULL, *v;
+    json_t *o;
+    int rc;
+
+    o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    if (o == NULL) {
+        memset(cmd, 0, sizeof(*cmd));
+        memset(e, 0, sizeof(*e));
+        cmd->seat = -1;
+        cmd->type = type;
+        return fail(e, "body", "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                    jerr.text);
+    }
+    rc = room_cmd_parse_json(type, app, path_room_id, o, cmd, e);
+    json_decref(o);
+    return rc;
+}
+
+int
+room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_room_id,
+                    struct json_t *o, struct room_cmd *cmd, struct cmd_error *e)
+{
+    json_t *v;
     const char *key;
     char body_room[STORE_ID_MAX] = "";
     int rc;
@@ -338,16 +371,9 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
     if (app == NULL || !id_ok(app, STORE_ID_MAX - 1))
         return fail(e, "app_code", "must be 1..%d characters [A-Za-z0-9_.:-]", STORE_ID_MAX - 1);
     strlcpy_(cmd->app_code, app, sizeof(cmd->app_code));
-    if (path_room_id != NULL && !id_ok(path_room_id, ROOM_ID_MAX)) {
-        rc =
-            fail(e, "room_id", "must be a string of 1..%d characters [A-Za-z0-9_.:-]", ROOM_ID_MAX);
-        goto out;
-    }
-
-    o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
-    if (o == NULL) {
-        rc = fail(e, "body", "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
-                  jerr.text);
+    if (path_room_id != NULL && !room_id_ok(path_room_id)) {
+        rc = fail(e, "room_id", "must be a string of 1..%d characters [A-Za-z0-9_.:-], not . or ..",
+                  ROOM_ID_MAX);
         goto out;
     }
     if (!json_is_object(o)) {
@@ -374,6 +400,10 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
     rc = get_id(o, "room_id", ROOM_ID_MAX, 0, body_room, sizeof(body_room), e);
     if (rc < 0)
         goto out;
+    if (rc == 0 && !room_id_ok(body_room)) {
+        rc = fail(e, "room_id", "must not be . or ..");
+        goto out;
+    }
     if (path_room_id != NULL) {
         if (rc == 0 && strcmp(body_room, path_room_id) != 0) {
             rc = fail(e, "room_id", "does not match the room in the path");
@@ -394,7 +424,6 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
     cmd->request = canonical_request(cmd);
     rc = 0;
 out:
-    json_decref(o);
     if (rc != 0) {
         free(cmd->request);
         cmd->request = NULL;

@@ -66,6 +66,8 @@ room_reply_error(struct room_reply *r, int status, const char *code, const char 
 {
     json_t *o = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message);
 
+    if (r->owner[0] != '\0') /* not_owner: where the room lives */
+        json_object_set_new(json_object_get(o, "error"), "owner", json_string(r->owner));
     free(r->body);
     r->status = status;
     r->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
@@ -498,7 +500,7 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     /* 7. projections, best effort */
     if (svc->d.projection != NULL) {
         t = clock_mono_us();
-        rc = svc->d.projection->ops->update(svc->d.projection, c->state);
+        rc = room_state_update_projection(svc->d.projection, c->state);
         tm.projection_us = clock_mono_us() - t;
         if (rc != 0)
             log_warn("room", "projection update failed", "app=%s room=%s rc=%s", cmd->app_code,

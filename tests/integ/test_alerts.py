@@ -53,7 +53,7 @@ def test_queried_metrics_exist():
         st, _, _ = rd.post("/v1/rooms", {"command_id": "a1", "room_id": "al1", "owner_uid": 1,
                                          "title": "t"})
         assert st == 200
-        st, _, text = rd.http("GET", "/metrics")
+        st, _, text = rd.admin("GET", "/metrics")
         assert st == 200
     finally:
         assert rd.stop() == 0

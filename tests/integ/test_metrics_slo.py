@@ -25,7 +25,7 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
 
 
 def scrape(rd):
-    st, _, text = rd.http("GET", "/metrics")
+    st, _, text = rd.admin("GET", "/metrics")
     assert st == 200, st
     return text
 
@@ -64,7 +64,8 @@ def test_delivery_attempts_build_and_process():
         assert val(text, "roomd_outbox_attempts_total", '{sink="log",outcome="retry"}') == 0
         assert val(text, "roomd_outbox_dead_letters_total", '{sink="log"}') == 0
         assert val(text, "roomd_outbox_sink_up", '{sink="log"}') == 1
-        assert val(text, "roomd_outbox_sink_oldest_undelivered_seconds", '{sink="log"}') == 0
+        assert val(text, "roomd_outbox_sink_oldest_undelivered_seconds",
+                   '{scope="store",sink="log"}') == 0
         # buckets from 1 ms to 10 min, cumulative; a local delivery is well under 10 min
         assert val(text, "roomd_outbox_delivery_seconds_bucket", '{sink="log",le="0.001"}') \
             is not None
@@ -92,13 +93,15 @@ def test_delivery_attempts_build_and_process():
 
 def test_dead_letters_and_retryable_age():
     rd = Roomd(tmp=tempfile.mkdtemp(dir=TMP), overrides={"outbox_worker": {
-        "max_retry_count": 3, "initial_backoff": "300ms", "max_backoff": "300ms",
+        "max_retry_count": 3, "initial_backoff": "1500ms", "max_backoff": "1500ms",
         "log_sink": {"path": "/dev/full"}}}).start()
     try:
         cmd(rd, "/v1/rooms", {"room_id": "m2", "owner_uid": 1, "title": "t"})
         # while the row is retryable the sink's oldest undelivered age grows
+        # (from the readiness cache, refreshed every second)
         wait_until(lambda: (val(scrape(rd), "roomd_outbox_sink_oldest_undelivered_seconds",
-                                '{sink="log"}') or 0) > 0.2, what="age of a retryable row")
+                                '{scope="store",sink="log"}') or 0) > 0.2,
+                   what="age of a retryable row")
         wait_until(lambda: val(scrape(rd), "roomd_outbox_dead_letters_total",
                                '{sink="log"}') == 1, timeout=20, what="one dead letter")
         text = scrape(rd)
@@ -106,8 +109,9 @@ def test_dead_letters_and_retryable_age():
         assert val(text, "roomd_outbox_sink_up", '{sink="log"}') == 0
         assert val(text, "roomd_outbox_delivery_seconds_count", '{sink="log"}') == 0
         # a dead letter is no longer undelivered-and-claimable: the age is back to 0
-        assert val(text, "roomd_outbox_sink_oldest_undelivered_seconds", '{sink="log"}') == 0
-        assert val(text, "roomd_outbox_rows", '{scope="store",status="failed"}') == 1
+        wait_until(lambda: val(scrape(rd), "roomd_outbox_sink_oldest_undelivered_seconds",
+                               '{scope="store",sink="log"}') == 0, what="age back to 0")
+        assert val(scrape(rd), "roomd_outbox_rows", '{scope="store",status="failed"}') == 1
     finally:
         assert rd.stop() == 0
 

@@ -34,11 +34,12 @@ def expected(block):
     return want
 
 
-def local_config(port, tmp):
+def local_config(port, admin_port, tmp):
     with open(os.path.join(SOURCE, "configs", "local.yaml")) as f:
         text = f.read()
-    assert '"127.0.0.1:8080"' in text and "./var/" in text
+    assert '"127.0.0.1:8080"' in text and '"127.0.0.1:8081"' in text and "./var/" in text
     text = text.replace('"127.0.0.1:8080"', f'"127.0.0.1:{port}"')
+    text = text.replace('"127.0.0.1:8081"', f'"127.0.0.1:{admin_port}"')
     text = text.replace("./var/", tmp + "/var/")
     os.makedirs(os.path.join(tmp, "var"), exist_ok=True)
     path = os.path.join(tmp, "local.yaml")
@@ -51,15 +52,16 @@ def test_walkthrough_statuses():
     block = walkthrough()
     want = expected(block)
     assert len(want) >= 15, want
-    port = free_port()
-    rd = Roomd(tmp=TMP, port=port)
-    rd.cfg_path = local_config(port, TMP)  # the shipped config, not the test harness's
+    port, admin_port = free_port(), free_port()
+    rd = Roomd(tmp=TMP, port=port, overrides={"admin": {"listen": f"127.0.0.1:{admin_port}"}})
+    rd.cfg_path = local_config(port, admin_port, TMP)  # the shipped config, not the harness's
     rd.log_path = os.path.join(TMP, "var", "roomd.log")
     rd.start()
     try:
         # each curl prints its status on a line of its own after the body
         script = ("curl() { command curl -w '\\n@@status %{http_code}\\n' \"$@\"; }\n" +
-                  block.replace("http://127.0.0.1:8080", f"http://127.0.0.1:{port}"))
+                  block.replace("http://127.0.0.1:8080", f"http://127.0.0.1:{port}")
+                  .replace("http://127.0.0.1:8081", f"http://127.0.0.1:{admin_port}"))
         p = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True,
                            timeout=120)
         assert p.returncode == 0, p.stderr
