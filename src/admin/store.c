@@ -3,6 +3,7 @@
 
 #include "conf/conf.h"
 #include "core/err.h"
+#include "core/xmalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,62 @@ const char *const admin_store_ddl[] = {
     " new_event_id VARCHAR(36) NOT NULL DEFAULT '', PRIMARY KEY (audit_id, outbox_id))",
     NULL,
 };
+
+static void
+copy_text(const struct admin_cols *c, int i, char *dst, size_t cap)
+{
+    const char *t = c->text(c->src, i);
+    snprintf(dst, cap, "%s", t ? t : "");
+}
+
+void
+admin_read_outbox_row(const struct admin_cols *c, struct outbox_row *r)
+{
+    const void *p;
+    const char *err;
+
+    memset(r, 0, sizeof(*r));
+    r->id = c->i64(c->src, 0);
+    copy_text(c, 1, r->event_id, sizeof(r->event_id));
+    copy_text(c, 2, r->app_code, sizeof(r->app_code));
+    copy_text(c, 3, r->room_id, sizeof(r->room_id));
+    copy_text(c, 4, r->command_id, sizeof(r->command_id));
+    copy_text(c, 5, r->event_type, sizeof(r->event_type));
+    r->room_version = c->i64(c->src, 6);
+    p = c->blob(c->src, 7, &r->payload_len);
+    r->payload = xmalloc(r->payload_len ? r->payload_len : 1);
+    if (r->payload_len)
+        memcpy(r->payload, p, r->payload_len);
+    r->status = outbox_status_read(c->text(c->src, 8));
+    r->retry_count = (int)c->i64(c->src, 9);
+    r->sinks_done = (uint32_t)c->i64(c->src, 10);
+    r->next_retry_at_ms = c->i64(c->src, 11);
+    r->lock_until_ms = c->i64(c->src, 12);
+    copy_text(c, 13, r->locked_by, sizeof(r->locked_by));
+    err = c->text(c->src, 14);
+    r->last_error = err ? xstrdup(err) : NULL;
+    r->created_at_ms = c->i64(c->src, 15);
+    r->delivered_at_ms = c->i64(c->src, 16);
+}
+
+void
+admin_read_audit(const struct admin_cols *c, struct admin_audit *r)
+{
+    const char *f = c->text(c->src, 3);
+
+    memset(r, 0, sizeof(*r));
+    r->id = c->i64(c->src, 0);
+    copy_text(c, 1, r->actor, sizeof(r->actor));
+    copy_text(c, 2, r->action, sizeof(r->action));
+    r->filter = xstrdup(f ? f : "{}");
+    copy_text(c, 4, r->state, sizeof(r->state));
+    r->max_id = c->i64(c->src, 5);
+    r->cursor_id = c->i64(c->src, 6);
+    r->count = c->i64(c->src, 7);
+    r->created_at_ms = c->i64(c->src, 8);
+    r->updated_at_ms = c->i64(c->src, 9);
+    r->finished_at_ms = c->i64(c->src, 10);
+}
 
 void
 admin_audits_free(struct admin_audit *a, size_t n)

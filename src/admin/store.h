@@ -116,6 +116,23 @@ int admin_store_audit_get(struct admin_store *s, int64_t id, struct admin_audit 
 int admin_store_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
                            struct admin_audit_row **out, size_t *n);
 
+/* A result row of a backend, read through three accessors, so that one
+ * reader per record (admin_read_outbox_row, admin_read_audit) serves both
+ * backends. text returns NULL for SQL NULL; blob sets *len. */
+struct admin_cols {
+    void *src;
+    int64_t (*i64)(void *src, int i);
+    const char *(*text)(void *src, int i);
+    const void *(*blob)(void *src, int i, size_t *len);
+};
+/* Reads ADMIN_OUTBOX_COLS into r (payload and last_error malloc'd). */
+void admin_read_outbox_row(const struct admin_cols *c, struct outbox_row *r);
+/* Reads ADMIN_AUDIT_COLS into r (filter malloc'd). */
+void admin_read_audit(const struct admin_cols *c, struct admin_audit *r);
+#define ADMIN_AUDIT_COLS                                                                           \
+    "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
+    " updated_at_ms, finished_at_ms"
+
 /* The backends (one table of these per backend). */
 struct admin_store_ops {
     int (*open)(struct admin_store **out, const struct conf_store *cs, bool readonly, char *err,

@@ -167,14 +167,41 @@ select_rows(struct my_admin *a, const char *q, MYSQL_RES **res)
     return *res != NULL ? 0 : fail(a, "result");
 }
 
+/* A fetched row and its lengths, for the shared readers (admin/store.c). */
+struct my_row {
+    MYSQL_ROW row;
+    const unsigned long *len;
+};
+
 static int64_t
-col_i64(MYSQL_ROW row, int i)
+col_i64(void *r, int i)
 {
-    return row[i] ? strtoll(row[i], NULL, 10) : 0;
+    const char *v = ((struct my_row *)r)->row[i];
+    return v ? strtoll(v, NULL, 10) : 0;
+}
+
+static const char *
+col_text(void *r, int i)
+{
+    return ((struct my_row *)r)->row[i];
+}
+
+static const void *
+col_blob(void *r, int i, size_t *len)
+{
+    struct my_row *m = r;
+    *len = m->row[i] ? m->len[i] : 0;
+    return m->row[i];
+}
+
+static int64_t
+num(MYSQL_ROW row, int i)
+{
+    return col_i64(&(struct my_row){row, NULL}, i);
 }
 
 static void
-col_copy(MYSQL_ROW row, int i, char *dst, size_t cap)
+copy(MYSQL_ROW row, int i, char *dst, size_t cap)
 {
     snprintf(dst, cap, "%s", row[i] ? row[i] : "");
 }
@@ -182,27 +209,15 @@ col_copy(MYSQL_ROW row, int i, char *dst, size_t cap)
 static void
 read_row(MYSQL_ROW row, const unsigned long *len, struct outbox_row *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->id = col_i64(row, 0);
-    col_copy(row, 1, r->event_id, sizeof(r->event_id));
-    col_copy(row, 2, r->app_code, sizeof(r->app_code));
-    col_copy(row, 3, r->room_id, sizeof(r->room_id));
-    col_copy(row, 4, r->command_id, sizeof(r->command_id));
-    col_copy(row, 5, r->event_type, sizeof(r->event_type));
-    r->room_version = col_i64(row, 6);
-    r->payload_len = row[7] ? len[7] : 0;
-    r->payload = xmalloc(r->payload_len ? r->payload_len : 1);
-    if (r->payload_len)
-        memcpy(r->payload, row[7], r->payload_len);
-    r->status = outbox_status_read(row[8]);
-    r->retry_count = (int)col_i64(row, 9);
-    r->sinks_done = (uint32_t)col_i64(row, 10);
-    r->next_retry_at_ms = col_i64(row, 11);
-    r->lock_until_ms = col_i64(row, 12);
-    col_copy(row, 13, r->locked_by, sizeof(r->locked_by));
-    r->last_error = row[14] ? xstrdup(row[14]) : NULL;
-    r->created_at_ms = col_i64(row, 15);
-    r->delivered_at_ms = col_i64(row, 16);
+    struct my_row m = {row, len};
+    admin_read_outbox_row(&(struct admin_cols){&m, col_i64, col_text, col_blob}, r);
+}
+
+static void
+read_audit(MYSQL_ROW row, struct admin_audit *r)
+{
+    struct my_row m = {row, NULL};
+    admin_read_audit(&(struct admin_cols){&m, col_i64, col_text, col_blob}, r);
 }
 
 static void
@@ -286,8 +301,8 @@ my_summary(struct admin_store *s, struct admin_summary *out)
                          &res);
     while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
         enum outbox_status st = outbox_status_read(row[0]);
-        uint32_t done = (uint32_t)col_i64(row, 1);
-        int64_t n = col_i64(row, 2);
+        uint32_t done = (uint32_t)num(row, 1);
+        int64_t n = num(row, 2);
         out->by_status[st] += n;
         for (int b = 0; st != OUTBOX_DELIVERED && b < OUTBOX_SINK_BITS; b++)
             if (!(done & (1u << b))) {
@@ -302,7 +317,7 @@ my_summary(struct admin_store *s, struct admin_summary *out)
     if (rc == 0)
         rc = select_rows(a, ADMIN_OLDEST_SQL, &res);
     while (rc == 0 && (row = mysql_fetch_row(res)) != NULL)
-        outbox_counts_oldest(&out->oldest, (uint32_t)col_i64(row, 0), col_i64(row, 1));
+        outbox_counts_oldest(&out->oldest, (uint32_t)num(row, 0), num(row, 1));
     if (res != NULL)
         mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
@@ -355,8 +370,8 @@ my_count(struct admin_store *s, const struct admin_filter *f, int64_t *count, in
     if ((rc = put_filter(a, &q, f)) == 0)
         rc = select_rows(a, q.p, &res);
     if (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
-        *count = col_i64(row, 0);
-        *max_id = col_i64(row, 1);
+        *count = num(row, 0);
+        *max_id = num(row, 1);
     }
     if (res != NULL)
         mysql_free_result(res);
@@ -457,8 +472,8 @@ chunk_tx(struct my_admin *a, int64_t audit, const struct admin_filter *f, bool r
         rc = ROOMD_ENOTFOUND;
         goto out;
     }
-    cursor = col_i64(row, 0);
-    max_id = col_i64(row, 1);
+    cursor = num(row, 0);
+    max_id = num(row, 1);
     *finished = strcmp(row[2], "running") != 0;
     mysql_free_result(res);
     res = NULL;
@@ -478,8 +493,8 @@ chunk_tx(struct my_admin *a, int64_t audit, const struct admin_filter *f, bool r
         goto out;
     while ((row = mysql_fetch_row(res)) != NULL) {
         ids = xgrow(ids, n, &cap, sizeof(*ids));
-        ids[n].id = col_i64(row, 0);
-        col_copy(row, 1, ids[n].event_id, sizeof(ids[n].event_id));
+        ids[n].id = num(row, 0);
+        copy(row, 1, ids[n].event_id, sizeof(ids[n].event_id));
         n++;
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -609,27 +624,6 @@ my_audit_record(struct admin_store *s, const char *actor, const char *action,
     return rc;
 }
 
-#define AUDIT_COLS                                                                                 \
-    "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
-    " updated_at_ms, finished_at_ms"
-
-static void
-read_audit(MYSQL_ROW row, struct admin_audit *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->id = col_i64(row, 0);
-    col_copy(row, 1, r->actor, sizeof(r->actor));
-    col_copy(row, 2, r->action, sizeof(r->action));
-    r->filter = xstrdup(row[3] ? row[3] : "{}");
-    col_copy(row, 4, r->state, sizeof(r->state));
-    r->max_id = col_i64(row, 5);
-    r->cursor_id = col_i64(row, 6);
-    r->count = col_i64(row, 7);
-    r->created_at_ms = col_i64(row, 8);
-    r->updated_at_ms = col_i64(row, 9);
-    r->finished_at_ms = col_i64(row, 10);
-}
-
 /* No audit table (a read-only handle on a store never audited): no audits. */
 static bool
 no_table(struct my_admin *a)
@@ -650,7 +644,7 @@ my_audit_list(struct admin_store *s, int64_t before_id, int limit, struct admin_
 
     pthread_mutex_lock(&a->mu);
     put_bound(a, &q,
-              "SELECT " AUDIT_COLS " FROM admin_audit WHERE ? = 0 OR id < ?"
+              "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE ? = 0 OR id < ?"
               " ORDER BY id DESC LIMIT ?",
               p, 3);
     int rc = select_rows(a, q.p, &res);
@@ -677,7 +671,7 @@ my_audit_get(struct admin_store *s, int64_t id, struct admin_audit *out)
     MYSQL_ROW row;
 
     pthread_mutex_lock(&a->mu);
-    put_bound(a, &q, "SELECT " AUDIT_COLS " FROM admin_audit WHERE id = ?", p, 1);
+    put_bound(a, &q, "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE id = ?", p, 1);
     int rc = select_rows(a, q.p, &res);
     if (rc != 0 && no_table(a))
         rc = ROOMD_ENOTFOUND;
@@ -716,9 +710,9 @@ my_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
     while (res != NULL && (row = mysql_fetch_row(res)) != NULL) {
         *out = xgrow(*out, *n, &cap, sizeof(**out));
         struct admin_audit_row *r = &(*out)[(*n)++];
-        r->outbox_id = col_i64(row, 0);
-        col_copy(row, 1, r->event_id, sizeof(r->event_id));
-        col_copy(row, 2, r->new_event_id, sizeof(r->new_event_id));
+        r->outbox_id = num(row, 0);
+        copy(row, 1, r->event_id, sizeof(r->event_id));
+        copy(row, 2, r->new_event_id, sizeof(r->new_event_id));
     }
     if (res != NULL)
         mysql_free_result(res);

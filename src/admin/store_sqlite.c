@@ -86,38 +86,36 @@ copy_col(sqlite3_stmt *q, int i, char *dst, size_t cap)
     snprintf(dst, cap, "%s", t ? (const char *)t : "");
 }
 
-static char *
-dup_col(sqlite3_stmt *q, int i)
+static int64_t
+col_i64(void *q, int i)
 {
-    const unsigned char *t = sqlite3_column_text(q, i);
-    return t ? xstrdup((const char *)t) : NULL;
+    return sqlite3_column_int64(q, i);
 }
 
-/* Reads a row of ADMIN_OUTBOX_COLS. */
+static const char *
+col_text(void *q, int i)
+{
+    return (const char *)sqlite3_column_text(q, i);
+}
+
+static const void *
+col_blob(void *q, int i, size_t *len)
+{
+    *len = (size_t)sqlite3_column_bytes(q, i);
+    return sqlite3_column_blob(q, i);
+}
+
+/* The shared readers (admin/store.c) over statement q. */
 static void
 read_row(sqlite3_stmt *q, struct outbox_row *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->id = sqlite3_column_int64(q, 0);
-    copy_col(q, 1, r->event_id, sizeof(r->event_id));
-    copy_col(q, 2, r->app_code, sizeof(r->app_code));
-    copy_col(q, 3, r->room_id, sizeof(r->room_id));
-    copy_col(q, 4, r->command_id, sizeof(r->command_id));
-    copy_col(q, 5, r->event_type, sizeof(r->event_type));
-    r->room_version = sqlite3_column_int64(q, 6);
-    r->payload_len = (size_t)sqlite3_column_bytes(q, 7);
-    r->payload = xmalloc(r->payload_len ? r->payload_len : 1);
-    if (r->payload_len)
-        memcpy(r->payload, sqlite3_column_blob(q, 7), r->payload_len);
-    r->status = outbox_status_read((const char *)sqlite3_column_text(q, 8));
-    r->retry_count = sqlite3_column_int(q, 9);
-    r->sinks_done = (uint32_t)sqlite3_column_int64(q, 10);
-    r->next_retry_at_ms = sqlite3_column_int64(q, 11);
-    r->lock_until_ms = sqlite3_column_int64(q, 12);
-    copy_col(q, 13, r->locked_by, sizeof(r->locked_by));
-    r->last_error = dup_col(q, 14);
-    r->created_at_ms = sqlite3_column_int64(q, 15);
-    r->delivered_at_ms = sqlite3_column_int64(q, 16);
+    admin_read_outbox_row(&(struct admin_cols){q, col_i64, col_text, col_blob}, r);
+}
+
+static void
+read_audit(sqlite3_stmt *q, struct admin_audit *r)
+{
+    admin_read_audit(&(struct admin_cols){q, col_i64, col_text, col_blob}, r);
 }
 
 static void
@@ -543,27 +541,6 @@ sq_audit_record(struct admin_store *s, const char *actor, const char *action,
     return rc;
 }
 
-#define AUDIT_COLS                                                                                 \
-    "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
-    " updated_at_ms, finished_at_ms"
-
-static void
-read_audit(sqlite3_stmt *q, struct admin_audit *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->id = sqlite3_column_int64(q, 0);
-    copy_col(q, 1, r->actor, sizeof(r->actor));
-    copy_col(q, 2, r->action, sizeof(r->action));
-    r->filter = dup_col(q, 3);
-    copy_col(q, 4, r->state, sizeof(r->state));
-    r->max_id = sqlite3_column_int64(q, 5);
-    r->cursor_id = sqlite3_column_int64(q, 6);
-    r->count = sqlite3_column_int64(q, 7);
-    r->created_at_ms = sqlite3_column_int64(q, 8);
-    r->updated_at_ms = sqlite3_column_int64(q, 9);
-    r->finished_at_ms = sqlite3_column_int64(q, 10);
-}
-
 /* A read-only handle on a store roomd never audited has no audit table: no audits. */
 static bool
 no_audit_table(struct sq_admin *a)
@@ -580,7 +557,7 @@ sq_audit_list(struct admin_store *s, int64_t before_id, int limit, struct admin_
     int rc = 0, step;
 
     LOCK(a);
-    sqlite3_stmt *q = prep(a, "SELECT " AUDIT_COLS " FROM admin_audit"
+    sqlite3_stmt *q = prep(a, "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit"
                               " WHERE ?1 = 0 OR id < ?1 ORDER BY id DESC LIMIT ?2");
     if (q == NULL) {
         rc = no_audit_table(a) ? 0 : ROOMD_EIO;
@@ -607,7 +584,7 @@ sq_audit_get(struct admin_store *s, int64_t id, struct admin_audit *out)
     int rc = 0, step;
 
     LOCK(a);
-    sqlite3_stmt *q = prep(a, "SELECT " AUDIT_COLS " FROM admin_audit WHERE id = ?1");
+    sqlite3_stmt *q = prep(a, "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE id = ?1");
     if (q == NULL) {
         rc = no_audit_table(a) ? ROOMD_ENOTFOUND : ROOMD_EIO;
         UNLOCK(a);

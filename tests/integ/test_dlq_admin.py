@@ -6,33 +6,18 @@ With IM healthy again, `roomctl dlq list` shows both (group, event_id, deliverie
 (its inbox marks the key done, IM gets the group member), the dead letter leaves the DLQ,
 the replay is audited, and replaying it again is refused (404). The other groups are not
 involved; the outbox is untouched."""
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
-from roomd_test import BUILD, Roomd, need, run, wait_until  # noqa: E402
+from roomd_test import Roomd, need, run, wait_until  # noqa: E402
+from roomctl_util import ctl, ctl_json  # noqa: E402
 from test_bus_roomd import (G_IM, NATS_PORT, Events, bus_cfg, cleanup, db_rows,  # noqa: E402
                             group_db, new_ns)
 from bus_util import Nats, js_consumer_idle  # noqa: E402
 from http_util import room_name  # noqa: E402
-
-ROOMCTL = os.path.join(BUILD, "roomctl")
-
-
-def ctl(cfg, *args):
-    p = subprocess.run([ROOMCTL, "-c", cfg, *args], capture_output=True, text=True, timeout=60)
-    return p.returncode, p.stdout, p.stderr
-
-
-def ctl_json(cfg, *args):
-    rc, out, err = ctl(cfg, "--json", *args)
-    assert rc == 0, (args, rc, out, err)
-    return json.loads(out)
-
 
 def test_dlq_list_show_replay():
     need("127.0.0.1", NATS_PORT, "nats-server")

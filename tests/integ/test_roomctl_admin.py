@@ -15,21 +15,8 @@ import sys
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from roomd_test import BUILD, Roomd, run, wait_until  # noqa: E402
-
-ROOMCTL = os.path.join(BUILD, "roomctl")
-
-
-def ctl(cfg, *args):
-    p = subprocess.run([ROOMCTL, "-c", cfg, *args], capture_output=True, text=True, timeout=60)
-    return p.returncode, p.stdout, p.stderr
-
-
-def ctl_json(cfg, *args):
-    rc, out, err = ctl(cfg, "--json", *args)
-    assert rc == 0, (args, rc, out, err)
-    return json.loads(out)
-
+from roomd_test import Roomd, run, wait_until  # noqa: E402
+from roomctl_util import ROOMCTL, ctl, ctl_json  # noqa: E402
 
 def ctl_tty(cfg, *args):
     """roomctl with its stdout on a pseudo-terminal; returns (rc, output)."""
