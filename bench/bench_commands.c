@@ -6,6 +6,8 @@
  *       join / mic up / gift / mic down / leave commands over ROOMS rooms for
  *       SECONDS; prints commands/s, p50/p99 latency and the largest outbox
  *       backlog (undelivered rows, sampled from DBFILE every 100 ms).
+ *       BENCH_MIX=gifts: the gift path alone (each client joins its rooms once,
+ *       then sends only SendGift, each paid from the embedded wallet).
  *   bench_commands raw DBFILE CLIENTS SECONDS
  *       the baseline: CLIENTS threads write the same rows (command log row,
  *       one outbox row, room meta) with one transaction per command straight
@@ -28,6 +30,7 @@
 
 static const char *base_url;
 static int nclients, nrooms, seconds, run_id;
+static int gifts_only; /* BENCH_MIX=gifts */
 static atomic_int stop_flag;
 static atomic_long ok_count, err_count;
 
@@ -138,6 +141,12 @@ client_main(void *arg)
         static const char *const steps[6] = {"join",  "mic/up",   "gifts",
                                              "gifts", "mic/down", "leave"};
         const char *p = steps[seq % 6];
+        if (gifts_only) { /* join each of my rooms once, then gifts only */
+            r = cl->id + nclients * (int)(seq % (uint64_t)my);
+            if (r >= nrooms)
+                r = cl->id % nrooms;
+            p = seq < (uint64_t)my ? "join" : "gifts";
+        }
         long uid = 100000L * nclients + cl->id; /* fresh users for each run */
         int n = snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%d-%lu\",\"uid\":%ld", run_id,
                          cl->id, (unsigned long)seq, uid);
@@ -213,6 +222,7 @@ run_http(char **argv)
 {
     base_url = argv[2];
     run_id = (int)getpid();
+    gifts_only = getenv("BENCH_MIX") != NULL && strcmp(getenv("BENCH_MIX"), "gifts") == 0;
     nclients = atoi(argv[3]);
     nrooms = atoi(argv[4]);
     seconds = atoi(argv[5]);

@@ -4,7 +4,8 @@
  * admin module's operations (admin/admin.h): with --url they go to roomd's
  * admin API (the token from --token-file or $ROOMD_ADMIN_TOKEN), else to the
  * store the config names, opened read-only for inspection (nothing is ever
- * created or migrated by summary, list, show, audit or a dry run).
+ * created or migrated by summary, list, show, audit or a dry run). The
+ * wallet commands (balance, topup, audit) and migrate use the room store.
  *
  *   roomctl -c /etc/roomd/roomd.yaml outbox list --status failed --sink tim
  *   roomctl --url http://127.0.0.1:8081 outbox replay --status failed --dry-run
@@ -21,6 +22,8 @@
 #include "core/xmalloc.h"
 #include "publish/bus.h"
 #include "store/store.h"
+#include "wallet/audit.h"
+#include "wallet/wallet.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -672,6 +675,35 @@ do_wallet_topup(struct ctl *c, int argc, char **argv)
     return 0;
 }
 
+/* The money invariant (wallet/audit.h): prints the offending command_ids,
+ * exits 1 when it does not hold, 0 when it does. --app limits it to one app
+ * (default: every app). With wallet.driver grpc it asks the wallet service
+ * for holds older than wallet.reconcile_after. */
+static int
+do_wallet_audit(struct ctl *c, int argc, char **argv)
+{
+    const char *app = c->app;
+    struct wallet *w = NULL;
+    size_t offences = 0;
+    char err[512];
+    int rc;
+
+    if (strcmp(c->conf->wallet.driver, "grpc") == 0 &&
+        wallet_open(&w, &c->conf->wallet, c->store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "roomctl: %s\n", err);
+        return 2;
+    }
+    rc = wallet_audit(c->store, &c->conf->wallet, w, app != NULL ? app : "", stdout, &offences);
+    wallet_close(w);
+    if (rc != 0) {
+        store_fail("wallet audit", rc);
+        return EXIT_USAGE; /* could not check: neither holds nor fails */
+    }
+    printf("%s: %zu offence%s\n", offences == 0 ? "ok" : "FAILED", offences,
+           offences == 1 ? "" : "s");
+    return offences == 0 ? 0 : 1;
+}
+
 static int
 do_migrate(struct ctl *c, int argc, char **argv)
 {
@@ -747,6 +779,13 @@ static const struct ctl_cmd commands[] = {
      OPT_APP,
      do_wallet_topup,
      "wallet topup UID AMOUNT REF [--app APP]"},
+    {{"wallet", "audit"},
+     0,
+     0,
+     NEED_STORE,
+     OPT_APP,
+     do_wallet_audit,
+     "wallet audit [--app APP]   the money invariant: exit 0 holds, 1 fails"},
     {{"migrate"}, 0, 0, NEED_STORE, 0, do_migrate, "migrate    create or upgrade the schema"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
