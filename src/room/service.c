@@ -256,26 +256,20 @@ ms(int64_t us)
 static void
 log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct timing *tm)
 {
-    char ts[32], line[1024];
-    int n;
-
-    clock_format_utc(clock_wall_ms(), ts, sizeof(ts));
-    n = snprintf(line, sizeof(line),
-                 "{\"ts\":\"%s\",\"level\":\"info\",\"msg\":\"room_command_timing\","
-                 "\"command\":\"%s\",\"app_code\":\"%s\",\"room_id\":\"%s\","
-                 "\"command_id\":\"%s\",\"result\":\"%s\",\"status\":%d,\"total_ms\":%.3f,"
-                 "\"idempotency_ms\":%.3f,\"lease_ms\":%.3f,\"wallet_debit_ms\":%.3f,"
-                 "\"save_mutation_ms\":%.3f,\"snapshot_ms\":%.3f,\"projection_ms\":%.3f,"
-                 "\"forward_ms\":%.3f,"
-                 "\"activity_ms\":0.0,\"tencent_im_ms\":%.3f,\"activity_async_outbox\":%s,"
-                 "\"tencent_im_async_outbox\":%s}",
-                 ts, room_cmd_name(cmd->type), cmd->app_code, cmd->room_id, cmd->command_id,
-                 tm->result, r->status, ms(clock_mono_us() - tm->t0), ms(tm->idempotency_us),
-                 ms(tm->lease_us), ms(tm->wallet_us), ms(tm->save_us), ms(tm->snapshot_us),
-                 ms(tm->projection_us), ms(tm->forward_us), ms(tm->im_us),
-                 tm->outbox ? "true" : "false", tm->outbox ? "true" : "false");
-    if (n > 0 && (size_t)n < sizeof(line))
-        log_json_line(line);
+    if (!log_enabled(LOG_INFO))
+        return;
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, "
+        "s:b}",
+        "command", room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
+        "command_id", cmd->command_id, "result", tm->result, "status", r->status, "total_ms",
+        ms(clock_mono_us() - tm->t0), "idempotency_ms", ms(tm->idempotency_us), "lease_ms",
+        ms(tm->lease_us), "wallet_debit_ms", ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us),
+        "snapshot_ms", ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "forward_ms",
+        ms(tm->forward_us), "activity_ms", 0.0, "tencent_im_ms", ms(tm->im_us),
+        "activity_async_outbox", tm->outbox, "tencent_im_async_outbox", tm->outbox);
+    if (o != NULL)
+        log_fields(LOG_INFO, "room", "room_command_timing", o);
 }
 
 /* ---- execute ------------------------------------------------------------------------- */
