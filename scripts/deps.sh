@@ -24,7 +24,7 @@ if [ -n "$missing" ]; then
 fi
 # gRPC stand-in for the activity service (tests only).
 here=$(cd "$(dirname "$0")/.." && pwd)
-if [ -f "$here/tests/standins/package.json" ] && [ ! -d "$here/tests/standins/node_modules/@grpc/grpc-js" ]; then
+if [ -f "$here/tests/standins/package.json" ] && { [ ! -d "$here/tests/standins/node_modules/@grpc/grpc-js" ] || [ ! -d "$here/tests/standins/node_modules/playwright-core" ]; }; then
     (cd "$here/tests/standins" && npm install --no-audit --no-fund --silent)
 fi
 exit 0

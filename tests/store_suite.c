@@ -553,13 +553,12 @@ t_fail_hook(void **state)
 #endif
 }
 
+/* Room a1/r1 at version 9: commands c2..c9 at T0 + v, a snapshot at every
+ * even version, 2 kept (6 and 8). */
 static void
-t_snapshots(void **state)
+create_snapshotted_room(struct store *st)
 {
-    struct fixture *f = *state;
-    struct room_load l;
-
-    create_room(f->st, "a1", "r1", 0, T0);
+    create_room(st, "a1", "r1", 0, T0);
     for (int v = 2; v <= 9; v++) {
         char cmd[32], snap[32];
         struct tmut *x;
@@ -570,14 +569,62 @@ t_snapshots(void **state)
         x->m.snapshots_keep = 2;
         if (v % 2 == 0)
             x->m.snapshot = snap;
-        assert_int_equal(save1(f->st, x), 0);
+        assert_int_equal(save1(st, x), 0);
         assert_int_equal(x->m.rc, 0);
         free(x);
     }
+}
+
+static void
+t_snapshots(void **state)
+{
+    struct fixture *f = *state;
+    struct room_load l;
+
+    create_snapshotted_room(f->st);
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     assert_int_equal(l.version, 9);
     assert_int_equal(l.snapshot_version, 8);
     assert_string_equal(l.snapshot, "{\"v\":8}");
+    assert_int_equal(l.ntail, 1);
+    assert_int_equal(l.tail[0].version, 9);
+    room_load_clear(&l);
+}
+
+/* The command log purge (store_command_log_purge): only rows older than the
+ * cut-off at or below the room's oldest kept snapshot; a room without a
+ * snapshot keeps its log; the room still loads the same; a purged
+ * command_id is unknown again. */
+static void
+t_command_log_purge(void **state)
+{
+    struct fixture *f = *state;
+    struct command_record r;
+    struct room_load l;
+    size_t n = 0;
+
+    create_snapshotted_room(f->st);            /* snapshots 6 and 8 stay */
+    create_room(f->st, "a1", "nosnap", 0, T0); /* no snapshot: its log is all it has */
+
+    /* created before T0 + 5: versions 1..4 of r1 (not nosnap's) */
+    assert_int_equal(store_command_log_purge(f->st, T0 + 5, 100, &n), 0);
+    assert_int_equal(n, 4);
+    /* everything old: the rest up to the oldest snapshot (6), in batches of 1 */
+    assert_int_equal(store_command_log_purge(f->st, T0 + 100, 1, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_command_log_purge(f->st, T0 + 100, 100, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_command_log_purge(f->st, T0 + 100, 100, &n), 0);
+    assert_int_equal(n, 0);
+
+    assert_int_equal(store_find_command(f->st, "a1", "c6", &r), ROOMD_ENOTFOUND);
+    assert_int_equal(store_find_command(f->st, "a1", "c7", &r), 0);
+    command_record_clear(&r);
+    assert_int_equal(store_find_command(f->st, "a1", "nosnap-create", &r), 0);
+    command_record_clear(&r);
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.version, 9);
+    assert_int_equal(l.snapshot_version, 8);
     assert_int_equal(l.ntail, 1);
     assert_int_equal(l.tail[0].version, 9);
     room_load_clear(&l);
@@ -1194,7 +1241,20 @@ t_counts(void **state)
     create_room(f->st, "a1", "r2", 1, T0 + 2);
     claim_and_complete(f->st, T0 + 2, OUTBOX_FAILED, 1);
     create_room(f->st, "a1", "r3", 1, T0 + 3);
-    claim_and_complete(f->st, T0 + 3, OUTBOX_RETRYABLE, 1);
+    /* retryable with sink bit 0 done: sink 0 no longer misses it, sink 1 does */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 3, T0 + 100, "Z", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    struct outbox_result res = {.id = rows[0].id,
+                                .locked_by = "Z",
+                                .status = OUTBOX_RETRYABLE,
+                                .retry_count = 1,
+                                .sinks_done = 1,
+                                .next_retry_at_ms = T0 + 1000,
+                                .now_ms = T0 + 3,
+                                .last_error = "b: down"};
+    assert_int_equal(store_outbox_complete(f->st, &res, 1), 0);
+    assert_int_equal(res.rc, 0);
+    outbox_rows_free(rows, n);
     create_room(f->st, "a1", "r4", 1, T0 + 4);
     assert_int_equal(store_outbox_claim(f->st, T0 + 4, T0 + 10000, "Y", 1, &rows, &n), 0);
     assert_int_equal(n, 1);
@@ -1208,7 +1268,10 @@ t_counts(void **state)
     assert_int_equal(oc.delivered, 1);
     assert_int_equal(oc.retryable, 1);
     assert_int_equal(oc.failed, 1);
-    assert_int_equal(oc.oldest_undelivered_ms, T0 + 3);
+    assert_int_equal(oc.oldest_undelivered_ms, T0 + 3); /* retryable rows count */
+    assert_int_equal(oc.oldest_missing_ms[0], T0 + 4);  /* r3 has bit 0: r4 (delivering) */
+    assert_int_equal(oc.oldest_missing_ms[1], T0 + 3);
+    assert_int_equal(oc.oldest_missing_ms[7], T0 + 3);
 }
 
 /* ---- wallet and rockets ---- */
@@ -1541,6 +1604,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_create_exists, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fail_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(t_snapshots, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_command_log_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_ordered_claim, setup, teardown),

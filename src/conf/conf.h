@@ -61,6 +61,8 @@ struct conf_admin {
     int max_connections; /* its own limit, apart from http.max_connections */
     char *tls_cert_file; /* admin.tls.cert_file: PEM; "" = plain HTTP */
     char *tls_key_file;  /* admin.tls.key_file */
+    /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
+    char *advertise_addr;
 };
 
 struct conf_sqlite {
@@ -80,7 +82,8 @@ struct conf_mysql {
     int64_t connect_timeout_ms;
     int64_t read_timeout_ms;
     int64_t write_timeout_ms;
-    int deadlock_retries; /* bounded retries of a deadlocked/lock-wait transaction */
+    int deadlock_retries;    /* bounded retries of a deadlocked/lock-wait transaction */
+    int64_t startup_wait_ms; /* start-up waits this long for the server; 0 = fail at once */
 };
 
 struct conf_store {
@@ -89,6 +92,7 @@ struct conf_store {
     struct conf_mysql mysql;
     int group_commit_max;           /* mutations committed together in one transaction (>= 1) */
     int64_t retention_delivered_ms; /* purge delivered rows older than this; 0 = keep */
+    int64_t retention_command_log_ms; /* purge command log rows older than this; 0 = keep */
     int purge_batch;
     int64_t purge_interval_ms;
 };
@@ -105,7 +109,7 @@ struct conf_room {
     int64_t idle_evict_ms; /* evict a cell idle this long; reload on demand */
     int seat_count;        /* mic seats per room */
     int max_members;
-    int64_t kick_ban_ms; /* a kicked user cannot rejoin for this long; 0 = no ban */
+    int64_t kick_ban_ms;        /* a kicked user cannot rejoin for this long; 0 = no ban */
     int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
     struct conf_rocket rocket;
 };
@@ -278,6 +282,13 @@ void conf_defaults(struct conf *c);
 /* Checks every rule: each key's bounds, then the rules spanning keys
  * (conf_load calls it). Returns 0 or ROOMD_EINVAL with the key named in err. */
 int conf_validate(const struct conf *c, char *err, size_t errlen);
+
+/* What `roomd --check-config` adds to conf_load (check.c): the environment
+ * variables the config names are set, the files it reads are readable, the
+ * directories it writes into are writable, servers are URLs of their scheme.
+ * Returns 0, or ROOMD_EINVAL with every problem in err, one "key: problem"
+ * a line (never a secret's value). Any thread; blocks on access(2). */
+int conf_check_environment(const struct conf *c, char *err, size_t errlen);
 
 /* True when listen ("host:port") binds a loopback address: 127.x.x.x,
  * localhost or [::1]. Thread: any. */

@@ -195,9 +195,16 @@ struct outbox_result {
     int rc; /* out: 0, or ROOMD_ESTALE when the fence refused */
 };
 
+#define OUTBOX_SINK_BITS 8 /* sinks_done bits outbox_counts tracks (sink.h SINK_BIT_*) */
+
 struct outbox_counts {
     int64_t pending, delivering, delivered, retryable, failed;
-    int64_t oldest_undelivered_ms; /* created_at_ms of the oldest, 0 when none */
+    /* created_at_ms of the oldest undelivered row (pending, delivering or
+     * retryable: every row a claim may still take), 0 when none */
+    int64_t oldest_undelivered_ms;
+    /* the same among the rows whose sinks_done lacks bit 1 << b: the oldest
+     * row sink b has not delivered yet (also when it waits for another sink) */
+    int64_t oldest_missing_ms[OUTBOX_SINK_BITS];
 };
 
 /* A room whose rocket is ignited (in-process launch timer rebuild). */
@@ -265,6 +272,8 @@ typedef int store_outbox_replay_fn(struct store *s, const char *event_id, int64_
 typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
 typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
                                   size_t *purged);
+typedef int store_command_log_purge_fn(struct store *s, int64_t before_ms, int limit,
+                                      size_t *purged);
 typedef int store_wallet_topup_fn(struct store *s, const char *app, int64_t uid, int64_t amount,
                                   const char *ref_id, int64_t initial_balance,
                                   int64_t *balance_after);
@@ -293,6 +302,7 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(outbox_replay)                                                                               \
     X(outbox_counts)                                                                               \
     X(outbox_purge)                                                                                \
+    X(command_log_purge)                                                                           \
     X(wallet_topup)                                                                                \
     X(wallet_balance)                                                                              \
     X(wallet_audit_rows)                                                                           \
@@ -341,6 +351,9 @@ int store_check_mutation(const struct mutation *m, bool exists, int64_t cur_vers
 enum outbox_status outbox_status_read(const char *name);
 /* Adds n rows of status name (a GROUP BY status row) to c. */
 void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
+/* Folds one group of undelivered rows (sinks_done, min created_at_ms) into
+ * c's oldest_undelivered_ms and oldest_missing_ms (backends' counts query). */
+void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, int64_t oldest_ms);
 /* The length last_error is stored with: at most 1000 bytes, cut at a UTF-8
  * character boundary. */
 size_t outbox_last_error_len(const char *last_error);
@@ -470,6 +483,13 @@ int store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
 int store_outbox_counts(struct store *s, struct outbox_counts *out);
 /* Deletes up to limit delivered rows with delivered_at_ms < before. */
 int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
+/* Deletes up to limit room_command_log rows created before before_ms that no
+ * replay needs: only rows whose version is at or below the room's oldest kept
+ * snapshot (a room without a snapshot keeps its whole log). A purged
+ * command_id is no longer known: sent again, it counts as a new command
+ * (docs/store.md, the idempotency window). Returns 0 and *purged, or an
+ * error. Thread: any (the retention thread); blocks. */
+int store_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *purged);
 
 /* Embedded wallet ledger (see wallet/wallet.h): a gift's debit is written
  * by store_save (mutation.debit); these are the development top-up and the

@@ -75,6 +75,7 @@ enum sid {
     S_CLAIM_ORDERED,
     S_CLAIM_FENCED,
     S_ROOM_BUSY,
+    S_LOG_PURGE,
     S_COUNT
 };
 
@@ -293,6 +294,12 @@ int mys_tx_begin(struct conn *c);
 int mys_tx_commit(struct conn *c);
 void mys_tx_rollback(struct conn *c);
 int mys_run(struct mstore *s, mys_txn_fn fn, void *arg);
+
+/* Runs sql (parameters: before, chunk size) as autocommit DELETEs of up to
+ * 500 rows each until limit rows went or one came back short (retention.c).
+ * Returns 0 and *purged (NULL: not wanted), or the error. Thread: any; blocks. */
+int mys_purge_chunks(struct mstore *s, const struct mys_sql *sql, int64_t before, int limit,
+                     size_t *purged);
 int mys_one_fn(struct conn *c, void *arg);
 /* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
  * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */

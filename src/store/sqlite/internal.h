@@ -76,6 +76,7 @@ enum stmt_id {
     ST_CLAIM_ORDERED,
     ST_CLAIM_ONE,
     ST_ROOM_BUSY,
+    ST_LOG_PURGE,
     ST_COUNT_
 };
 
