@@ -971,6 +971,41 @@ t_ordered_claim(void **state)
     free(c2);
 }
 
+/* A claimer died holding a room's head: its lock ran out, and the room's
+ * later rows (due since their commit, before the head's expired lock) fill
+ * the claim's first candidates. The room is claimed again from its head,
+ * never from a later row, and not while the lock holds. */
+static void
+t_ordered_claim_after_expiry(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *more = tmut_new("a1", "r1", "r1-v2", 2, 6, T0 + 10);
+    int64_t ids[16], head;
+
+    create_room(f->st, "a1", "r1", 1, T0);
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 1, 1, ids), 1); /* A: lock until T0 + 1001 */
+    head = ids[0];
+    assert_int_equal(save1(f->st, more), 0);
+    create_room(f->st, "a1", "r2", 1, T0 + 20);
+    /* The lock holds: r1 waits (all of it), r2 goes. */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 500, 3, ids), 1);
+    assert_int_not_equal(ids[0], head);
+    assert_true(ids[0] > row_id(f->st, more->ev[5].event_id));
+    /* Expired: r1 from its head, in order, the limit cutting the run. */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 2000, 3, ids), 3);
+    assert_int_equal(ids[0], head);
+    assert_int_equal(ids[1], row_id(f->st, more->ev[0].event_id));
+    assert_int_equal(ids[2], row_id(f->st, more->ev[1].event_id));
+    /* The rest waits behind them; only r2 (its lock ran out) comes. */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 2100, 10, ids), 1);
+    assert_true(ids[0] > row_id(f->st, more->ev[5].event_id));
+    /* Their lock expired too: the room from its head again, every row. */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 4000, 10, ids), 8);
+    assert_int_equal(ids[0], head);
+    assert_int_equal(ids[6], row_id(f->st, more->ev[5].event_id));
+    free(more);
+}
+
 static void
 t_fenced_complete(void **state)
 {
@@ -1607,6 +1642,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_command_log_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_ordered_claim_after_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(t_ordered_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),

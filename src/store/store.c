@@ -104,64 +104,18 @@ outbox_rows_sort(struct outbox_row *rows, size_t n)
         qsort(rows, n, sizeof(*rows), cmp_row_id);
 }
 
-static _Thread_local const int64_t *order_ids_tl; /* qsort context of outbox_claim_order */
-
-static int
-cmp_idx_by_id(const void *a, const void *b)
+bool
+outbox_rooms_add(struct outbox_room **rooms, size_t *n, size_t *cap, const char *app,
+                 const char *room)
 {
-    int64_t x = order_ids_tl[*(const size_t *)a], y = order_ids_tl[*(const size_t *)b];
-
-    return x < y ? -1 : x > y;
-}
-
-static int
-cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-size_t
-outbox_claim_order(const int64_t *ids, const int64_t *prev, size_t n, bool *keep)
-{
-    size_t *ord = xcalloc(n ? n : 1, sizeof(*ord));
-    int64_t *kept = xcalloc(n ? n : 1, sizeof(*kept)); /* ascending: ids are visited so */
-    size_t nk = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        ord[i] = i;
-        keep[i] = false;
-    }
-    order_ids_tl = ids;
-    qsort(ord, n, sizeof(*ord), cmp_idx_by_id);
-    for (size_t j = 0; j < n; j++) {
-        size_t i = ord[j];
-
-        if (prev[i] == 0 || bsearch(&prev[i], kept, nk, sizeof(*kept), cmp_i64) != NULL) {
-            keep[i] = true;
-            kept[nk++] = ids[i];
-        }
-    }
-    free(kept);
-    free(ord);
-    return nk;
-}
-
-size_t
-outbox_rows_keep(struct outbox_row *rows, size_t n, const bool *keep)
-{
-    size_t k = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        if (keep[i]) {
-            rows[k++] = rows[i];
-            continue;
-        }
-        free(rows[i].payload);
-        free(rows[i].last_error);
-    }
-    return k;
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp((*rooms)[i].room_id, room) == 0 && strcmp((*rooms)[i].app_code, app) == 0)
+            return false;
+    *rooms = xgrow(*rooms, *n, cap, sizeof(**rooms));
+    strlcpy_((*rooms)[*n].app_code, app, sizeof((*rooms)[*n].app_code));
+    strlcpy_((*rooms)[*n].room_id, room, sizeof((*rooms)[*n].room_id));
+    (*n)++;
+    return true;
 }
 
 void

@@ -273,7 +273,7 @@ typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
 typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
                                   size_t *purged);
 typedef int store_command_log_purge_fn(struct store *s, int64_t before_ms, int limit,
-                                      size_t *purged);
+                                       size_t *purged);
 typedef int store_wallet_topup_fn(struct store *s, const char *app, int64_t uid, int64_t amount,
                                   const char *ref_id, int64_t initial_balance,
                                   int64_t *balance_after);
@@ -360,20 +360,21 @@ size_t outbox_last_error_len(const char *last_error);
 /* Sorts rows by id (a claim returns its rows in id order). */
 void outbox_rows_sort(struct outbox_row *rows, size_t n);
 /*
- * The per-room order rule of an ordered claim, once for both backends.
- * ids[0..n) are claim candidates (any order): due rows none of whose room's
- * earlier undelivered rows is waiting (locked, or retryable not yet due);
- * prev[i] is the id of the room's undelivered row just before ids[i] (0:
- * none, the room's head). keep[i] is set when ids[i] may be claimed: it is
- * the head, or the row before it is a kept candidate of this claim (so a
- * worker gets a room's run of due rows in one batch, in id order). A row
- * whose earlier row is not in this claim (left out by the limit, or taken
- * by another claimer) waits for the next one. Returns the rows kept.
+ * The rooms of an ordered claim (outbox_worker.ordering per_room), once for
+ * both backends. An ordered claim reads its candidates (due rows of rooms
+ * none of whose earlier undelivered rows is waiting: locked, or retryable
+ * not yet due) only for their rooms, in (due_at_ms, id) order; then, room by
+ * room, the room's undelivered rows in id order from its head, taking them
+ * while they are due. Appends (app, room) to (*rooms)[0..*n) (grown with
+ * *cap, owned by the caller, free()) unless it is there; returns true when
+ * appended. Thread: any; does not block.
  */
-size_t outbox_claim_order(const int64_t *ids, const int64_t *prev, size_t n, bool *keep);
-/* Keeps rows[i] with keep[i] (in their order) at the front of rows, frees
- * the others' buffers; returns how many were kept. */
-size_t outbox_rows_keep(struct outbox_row *rows, size_t n, const bool *keep);
+struct outbox_room {
+    char app_code[STORE_ID_MAX];
+    char room_id[STORE_ID_MAX];
+};
+bool outbox_rooms_add(struct outbox_room **rooms, size_t *n, size_t *cap, const char *app,
+                      const char *room);
 
 /* The state a new room_outbox row of m starts in: claimed (m->locked_by
  * set: delivering, locked_by, lock_until_ms, due_at_ms = lock_until_ms) or
@@ -451,12 +452,17 @@ int store_save(struct store *s, struct mutation *const *muts, size_t n);
 int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
                        const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
 /*
- * store_outbox_claim with outbox_worker.ordering: per_room true claims a row
- * only when every earlier undelivered row of its room (app_code, room_id) is
- * claimed in the same call (outbox_claim_order), so a room's events reach
- * the sinks in commit order across workers and nodes; a failed row no
- * longer holds the room's later ones (poison policy). false: as
- * store_outbox_claim. Rows come back in id order. Blocks; thread: any.
+ * store_outbox_claim with outbox_worker.ordering: per_room true claims whole
+ * rooms: a room's head (its undelivered row of lowest id) when it is due,
+ * with the due rows after it in id order up to the first one not due (a
+ * later row never goes while an earlier one is locked or waits for its
+ * retry), so a room's events reach the sinks in commit order across
+ * workers and nodes, and one claimer holds a room at a time. A failed row
+ * is no longer undelivered and holds nothing (poison policy). The rooms come
+ * from the due rows in (due_at_ms, id) order (outbox_rooms_add); an expired
+ * lock makes its room claimable again. false: as store_outbox_claim. Rows
+ * come back in id order, *rows owned by the caller (outbox_rows_free).
+ * Returns 0 or a store error. Blocks; thread: any.
  */
 int store_outbox_claim_ordered(struct store *s, int64_t now_ms, int64_t lock_until_ms,
                                const char *locked_by, int limit, bool per_room,

@@ -272,4 +272,4 @@ def envelope(data):
     s = lambda n: f.get(n, b"").decode()  # noqa: E731
     return {"event_id": s(1), "app_code": s(2), "room_id": s(3), "room_version": f.get(4, 0),
             "event_type": s(5), "occurred_at_ms": f.get(6, 0), "command_id": s(7),
-            "payload": f.get(8, b"")}
+            "payload": f.get(8, b""), "room_seq": f.get(9, 0)}

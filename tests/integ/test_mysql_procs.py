@@ -15,6 +15,10 @@
    error; after it is back they succeed (a 503'd command retried with its command_id
    answers 200); every command answered 200 has its command log row and all its outbox
    rows; every outbox row ends delivered.
+5. per-room order at the broker (outbox_worker.ordering per_room, publish_mode mq): two
+   processes deliver rooms each of them owns, on a private nats-server that goes down for
+   1.5 s mid-run (every row then in flight is retried); afterwards the stream holds each
+   event once and, per room, in commit order: room_seq 1, 2, ... without a gap.
 
 The shared server comes from scripts/servers.sh (ROOMD_MYSQL_PORT, default 3417); each
 test uses its own database there. Run: python3 tests/integ/test_mysql_procs.py
@@ -35,6 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(__file__))
 from roomd_test import Roomd, create_and_join, env_port, free_port, need, run, wait_until  # noqa: E402
+from bus_util import Nats, NatsServer, envelope, js_all  # noqa: E402
+from http_util import metrics  # noqa: E402
 
 MYSQL_PORT = env_port("ROOMD_MYSQL_PORT", 3417)
 
@@ -92,6 +98,20 @@ def sink_ids(path):
     except FileNotFoundError:
         pass
     return out
+
+
+def sink_events(path):
+    """(room_id, room_seq) of each line of a log sink file, in file order."""
+    with open(path) as f:
+        return [(j["room_id"], j["room_seq"]) for j in map(json.loads, filter(str.strip, f))]
+
+
+def assert_room_order(events, what):
+    """events: (room_id, room_seq) in delivery order; a room's room_seq only grows."""
+    last = {}
+    for room, seq in events:
+        assert seq > last.get(room, 0), f"{what}: {room} room_seq {seq} after {last[room]}"
+        last[room] = seq
 
 
 def outbox(db, port=MYSQL_PORT, cols="status"):
@@ -251,6 +271,19 @@ def test_kill9_midbatch_reclaimed():
         for eid, until in held.items():
             assert eid in bc, f"{eid} held by A was not reclaimed"
             assert info[eid][0] >= until, (eid, info[eid][0], until)  # only after expiry
+        # in order per room: each sink file in room_seq order, and across B and C a room's
+        # later event never delivered before an earlier one
+        for path in (b.cfg["outbox_worker"]["log_sink"]["path"],
+                     c.cfg["outbox_worker"]["log_sink"]["path"]):
+            assert_room_order(sink_events(path), path)
+        seqs = {}
+        for room, seq, at in mysql(MYSQL_PORT, "SELECT room_id, room_seq, delivered_at_ms "
+                                   "FROM room_outbox ORDER BY room_id, room_seq", db):
+            seqs.setdefault(room, []).append((int(seq), int(at)))
+        for room, v in seqs.items():
+            assert [q for q, _ in v] == list(range(1, len(v) + 1)), (room, v[:5])
+            ats = [t for _, t in v]
+            assert ats == sorted(ats), f"{room}: delivered out of room_seq order"
         print(f"# A held {len(held)} rows when killed ({len(by_a)} written to its pipe); "
               f"B+C delivered {len(bc)}, the held ones after their lock expired "
               f"({min(held.values()) - killed_at} ms after the kill at the earliest)")
@@ -476,6 +509,91 @@ def test_database_restart_under_load():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_broker_order_two_procs():
+    need("127.0.0.1", MYSQL_PORT, "mariadb")
+    tmp = tempfile.mkdtemp(prefix="roomd-myo-")
+    db = fresh_db()
+    srv = NatsServer(tmp).start()
+    ns = f"o{uuid.uuid4().hex[:6]}_"
+    mq = {"rocketmq": {"enabled": True, "name_servers": [srv.url()], "namespace": ns,
+                       "send_timeout": "1s", "retry": 1,
+                       "consumer_store_dir": os.path.join(tmp, "consumers"),
+                       "room_outbox": {"enabled": True}, "rocket_launch": {"enabled": False}},
+          "outbox_worker": {"publish_mode": "mq", "ordering": "per_room", "workers": 3,
+                            "batch_size": 8, "poll_interval": "50ms", "lock_timeout": "5s",
+                            "max_retry_count": 30, "initial_backoff": "100ms",
+                            "max_backoff": "300ms", "circuit_failures": 2,
+                            "circuit_probe_every": "200ms"}}
+    a, b = node(tmp, "a", db, mq), node(tmp, "b", db, mq)
+    a.start()
+    b.start()
+    try:
+        rooms = {rd: [f"o{rd.port}-{i}" for i in range(3)] for rd in (a, b)}
+        stop = threading.Event()
+        sent = []
+
+        def churn(rd, room):
+            cl = Client(rd.port)
+            st, _, js = cl.post("/v1/rooms", {"command_id": f"c-{room}", "room_id": room,
+                                              "owner_uid": 1, "title": "o"})
+            assert st == 200, (st, js)
+            n = 0
+            while not stop.is_set() or n < 40:
+                uid = 100 + n % 7
+                verb = "join" if (n // 7) % 2 == 0 else "leave"
+                st, _, js = cl.post(f"/v1/rooms/{room}/{verb}",
+                                    {"command_id": f"{verb}-{room}-{n}", "uid": uid})
+                assert st == 200, (room, verb, st, js)
+                n += 1
+            cl.close()
+            sent.append(n + 1)
+        with ThreadPoolExecutor(max_workers=6) as ex:
+            futs = [ex.submit(churn, rd, room) for rd in (a, b) for room in rooms[rd]]
+            time.sleep(1.0)
+            srv.stop()   # the broker down: the rows in flight are retried (no attempt counted)
+            time.sleep(1.5)
+            srv.start()
+            time.sleep(1.0)
+            stop.set()
+            for f in futs:
+                f.result()
+        total = sum(sent)
+        rows = wait_until(lambda: all_delivered(db, expect=total), timeout=60, step=0.3,
+                          what="every row delivered after the broker came back")
+        assert len(rows) == total, (len(rows), total)
+        nc = Nats(srv.port)
+        msgs = js_all(nc, ns + "hyapp_room_outbox")
+        nc.close()
+        seen, order = set(), []
+        for _, hdrs, data in msgs:
+            assert hdrs["Nats-Msg-Id"] not in seen, f"{hdrs['Nats-Msg-Id']} twice in the stream"
+            seen.add(hdrs["Nats-Msg-Id"])
+            e = envelope(data)
+            order.append((e["room_id"], e["room_seq"]))
+        assert seen == set(rows), (len(seen), len(rows))
+        assert_room_order(order, "stream")
+        counts = {}
+        for room, seq in order:
+            counts[room] = counts.get(room, 0) + 1
+            assert seq == counts[room], f"{room}: room_seq {seq} at place {counts[room]}"
+        m = [metrics(rd) for rd in (a, b)]
+        retried = sum(x.get("roomd_outbox_outage_rows_total", 0) +
+                      x.get("roomd_outbox_order_held_total", 0) for x in m)
+        claimed = [int(x.get("roomd_outbox_claimed_rows_total", 0)) for x in m]
+        assert retried > 0, "no row was retried: the broker outage missed the run"
+        assert all(claimed), f"a process claimed no row: {claimed}"
+        print(f"# {total} events of 6 rooms in the stream in room order; {int(retried)} rows "
+              f"handed back by the outage or held behind them; rows claimed by A, B: {claimed}")
+        for rd in (a, b):
+            assert rd.stop() == 0, rd.stderr_text()
+    finally:
+        for rd in (a, b):
+            rd.stop()
+        srv.stop()
+        mysql(MYSQL_PORT, f"DROP DATABASE {db}")
+
+
 if __name__ == "__main__":
     run([test_three_procs_10k_events, test_kill9_midbatch_reclaimed,
-         test_two_owners_never_fork, test_database_restart_under_load])
+         test_two_owners_never_fork, test_database_restart_under_load,
+         test_broker_order_two_procs])

@@ -8,6 +8,8 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 
+#include <mysqld_error.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,29 +30,34 @@ static const struct mys_sql SQL_CLAIM_SELECT = {
 static const struct mys_sql SQL_CLAIM_UPDATE = {
     S_CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
                     " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?"};
-/* outbox_worker.ordering per_room, a consistent (non-locking) read: due rows
- * whose room has no earlier row still waiting (locked, or retryable not yet
- * due), their updated_at_ms (the claim's fence) and the id of the room's
- * undelivered row just before each. Both subqueries range over
- * ix_outbox_room, i.e. the room's undelivered rows only. A locking read
- * would lock (and SKIP LOCKED would skip) the subqueries' rows too. */
-static const struct mys_sql SQL_CLAIM_ORDERED = {
-    S_CLAIM_ORDERED,
-    "SELECT " OUTBOX_COLS ", updated_at_ms, (SELECT MAX(e.id) FROM room_outbox e"
+/* outbox_worker.ordering per_room (store_outbox_claim_ordered), consistent
+ * (non-locking) reads of one snapshot: the rooms of the due rows none of
+ * whose room's earlier rows is waiting (locked, or retryable not yet due),
+ * in claim order; then a room's undelivered rows in id order from its head,
+ * with updated_at_ms (the head's fence) and due_at_ms. The NOT EXISTS and
+ * the run range over ix_outbox_room: a room's undelivered rows only. */
+static const struct mys_sql SQL_CLAIM_ROOMS = {
+    S_CLAIM_ROOMS,
+    "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"
+    " WHERE o.due_at_ms<=? AND NOT EXISTS (SELECT 1 FROM room_outbox e"
     " FORCE INDEX (ix_outbox_room) WHERE e.app_code=o.app_code AND e.room_id=o.room_id"
-    " AND e.due_at_ms IS NOT NULL AND e.id<o.id)"
-    " FROM room_outbox o FORCE INDEX (ix_outbox_due) WHERE o.due_at_ms<=?"
-    " AND NOT EXISTS (SELECT 1 FROM room_outbox e FORCE INDEX (ix_outbox_room)"
-    " WHERE e.app_code=o.app_code AND e.room_id=o.room_id AND e.due_at_ms>? AND e.id<o.id)"
-    " ORDER BY o.due_at_ms, o.id LIMIT ?"};
-/* Takes one candidate unless it changed since that read (claimed, completed
- * or released by someone else: updated_at_ms moved, or no longer due). An
- * UPDATE waits for a row another claimer's short transaction holds, then
- * sees its latest version. */
+    " AND e.due_at_ms>? AND e.id<o.id) ORDER BY o.due_at_ms, o.id LIMIT ?"};
+static const struct mys_sql SQL_ROOM_RUN = {
+    S_ROOM_RUN, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM room_outbox"
+                " FORCE INDEX (ix_outbox_room) WHERE app_code=? AND room_id=?"
+                " AND due_at_ms IS NOT NULL ORDER BY id LIMIT ?"};
+/* Takes a room's head unless it changed since the snapshot (claimed,
+ * completed or released by someone else: updated_at_ms moved, or no longer
+ * due). An UPDATE waits for a row another claimer's short transaction holds,
+ * then sees its latest version. Whoever holds the head holds the room. */
 static const struct mys_sql SQL_CLAIM_FENCED = {
     S_CLAIM_FENCED, "UPDATE room_outbox SET status='delivering', locked_by=?,"
                     " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
                     " WHERE id=? AND due_at_ms<=? AND updated_at_ms=?"};
+/* The rest of a held room's run (one bulk statement; all must still be due). */
+static const struct mys_sql SQL_CLAIM_REST = {
+    S_CLAIM_REST, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                  " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=? AND due_at_ms<=?"};
 static const struct mys_sql SQL_COMPLETE = {
     S_COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
                 " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
@@ -133,13 +140,46 @@ struct claim_ctx {
     size_t n;
 };
 
-/* Claims rows[i] (fenced by its updated_at_ms seen[i]). Returns 1 claimed,
- * 0 taken or changed meanwhile, or a negative code. */
+/* Appends to x->rows the run of room rm from its head in the snapshot: its
+ * undelivered rows in id order while due (at most want), each one's
+ * updated_at_ms in *seen. Returns how many, or a negative code. */
 static int
-claim_fenced(struct conn *c, const struct claim_ctx *x, const struct outbox_row *row, int64_t seen)
+read_room_run(struct conn *c, struct claim_ctx *x, const struct outbox_room *rm, size_t want,
+              int64_t **seen, size_t *cap, size_t *scap)
+{
+    struct params p = {0};
+    struct rows r;
+    bool ended = false; /* a row not due was met: the run ends before it */
+    int rc, got = 0;
+
+    p_str(&p, rm->app_code);
+    p_str(&p, rm->room_id);
+    p_i64(&p, (int64_t)want);
+    if ((rc = mys_st_query(c, &SQL_ROOM_RUN, &p, &r, OUTBOX_TYPES "ii")) == 0) {
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            ended = ended || r_i64(&r, 19) > x->now;
+            if (ended)
+                continue;
+            x->rows = xgrow(x->rows, x->n, cap, sizeof(*x->rows));
+            *seen = xgrow(*seen, x->n, scap, sizeof(**seen));
+            read_outbox(&r, &x->rows[x->n]);
+            (*seen)[x->n++] = r_i64(&r, 18);
+            got++;
+        }
+    }
+    mys_rows_done(&r);
+    return rc != 0 ? rc : got;
+}
+
+/* Takes the room run x->rows[from..x->n): its head fenced by seen[from], the
+ * rest in one bulk UPDATE. Returns 1 taken, 0 not (another claimer holds or
+ * held the room since the snapshot: the run is dropped), or a negative code. */
+static int
+claim_room_run(struct conn *c, struct claim_ctx *x, size_t from, const int64_t *seen)
 {
     struct bulk k;
     uint64_t aff = 0;
+    size_t rest = x->n - from - 1;
     int rc;
 
     mys_bulk_init(&k, "siiiiii", 1);
@@ -147,27 +187,49 @@ claim_fenced(struct conn *c, const struct claim_ctx *x, const struct outbox_row 
     bk_i64(&k, 1, 0, x->until);
     bk_i64(&k, 2, 0, x->until);
     bk_i64(&k, 3, 0, x->now);
-    bk_i64(&k, 4, 0, row->id);
+    bk_i64(&k, 4, 0, x->rows[from].id);
     bk_i64(&k, 5, 0, x->now);
-    bk_i64(&k, 6, 0, seen);
+    bk_i64(&k, 6, 0, seen[from]);
     rc = mys_st_bulk(c, &SQL_CLAIM_FENCED, &k, &aff);
     mys_bulk_free(&k);
-    return rc != 0 ? rc : aff == 1;
+    if (rc != 0 || aff != 1 || rest == 0)
+        return rc != 0 ? rc : aff == 1;
+    mys_bulk_init(&k, "siiiii", rest);
+    for (size_t i = 0; i < rest; i++) {
+        bk_str(&k, 0, i, x->by);
+        bk_i64(&k, 1, i, x->until);
+        bk_i64(&k, 2, i, x->until);
+        bk_i64(&k, 3, i, x->now);
+        bk_i64(&k, 4, i, x->rows[from + 1 + i].id);
+        bk_i64(&k, 5, i, x->now);
+    }
+    rc = mys_st_bulk(c, &SQL_CLAIM_REST, &k, &aff);
+    mys_bulk_free(&k);
+    if (rc == 0 && aff != rest) {
+        /* cannot happen while only a head's holder takes a room's rows */
+        store_set_errmsg("ordered claim: %llu of %zu rows after head %lld changed meanwhile",
+                         (unsigned long long)(rest - aff), rest, (long long)x->rows[from].id);
+        c->err = ER_LOCK_DEADLOCK; /* as a deadlock: mys_run rolls back and runs the claim again */
+        return ROOMD_ECONFLICT;
+    }
+    return rc != 0 ? rc : 1;
 }
 
 /*
- * The ordered claim: the candidates by a consistent read, the rule of
- * outbox_claim_order, then each kept row taken in id order, fenced; a row
- * whose earlier row of the room (in this claim) could not be taken is left.
+ * The ordered claim: one snapshot gives the rooms and each room's run from
+ * its head; each run is taken by fencing its head (updated_at_ms unchanged
+ * and still due, read at the latest version), so two claimers never hold
+ * one room: only the head's holder takes the rows after it. A run whose
+ * head was taken meanwhile is dropped (the room is someone else's).
  */
 static int
 claim_ordered_fn(struct conn *c, struct claim_ctx *x)
 {
     struct params p = {0};
     struct rows r;
-    int64_t *ids = NULL, *prev = NULL, *seen = NULL, *got;
-    size_t *ord, cap = 0, pcap = 0, scap = 0, nk = 0, ng = 0;
-    bool *keep;
+    struct outbox_room *rooms = NULL;
+    int64_t *seen = NULL;
+    size_t nrooms = 0, rcap = 0, cap = 0, scap = 0;
     int rc;
 
     if ((rc = mys_tx_begin(c)) != 0)
@@ -175,66 +237,25 @@ claim_ordered_fn(struct conn *c, struct claim_ctx *x)
     p_i64(&p, x->now);
     p_i64(&p, x->now);
     p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, &SQL_CLAIM_ORDERED, &p, &r, OUTBOX_TYPES "ii")) == 0) {
-        while ((rc = mys_st_fetch(c, &r)) == 1) {
-            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
-            prev = xgrow(prev, x->n, &pcap, sizeof(*prev));
-            seen = xgrow(seen, x->n, &scap, sizeof(*seen));
-            read_outbox(&r, &x->rows[x->n]);
-            seen[x->n] = r_i64(&r, 18);
-            prev[x->n++] = r_i64(&r, 19);
-        }
-    }
+    if ((rc = mys_st_query(c, &SQL_CLAIM_ROOMS, &p, &r, "ss")) == 0)
+        while ((rc = mys_st_fetch(c, &r)) == 1)
+            outbox_rooms_add(&rooms, &nrooms, &rcap, r_str(&r, 0), r_str(&r, 1));
     mys_rows_done(&r);
-    if (rc != 0) {
-        free(prev);
-        free(seen);
-        return rc;
-    }
-    ids = xcalloc(x->n ? x->n : 1, sizeof(*ids));
-    keep = xcalloc(x->n ? x->n : 1, sizeof(*keep));
-    ord = xcalloc(x->n ? x->n : 1, sizeof(*ord));
-    got = xcalloc(x->n ? x->n : 1, sizeof(*got));
-    for (size_t i = 0; i < x->n; i++)
-        ids[i] = x->rows[i].id;
-    outbox_claim_order(ids, prev, x->n, keep);
-    /* the candidates came in (due_at_ms, id) order: take the kept ones by id
-     * (insertion sort of at most batch_size indexes) */
-    for (size_t i = 0; i < x->n; i++) {
-        size_t j = nk++;
+    for (size_t i = 0; i < nrooms && rc == 0 && x->n < (size_t)x->limit; i++) {
+        size_t from = x->n;
 
-        if (!keep[i]) {
-            nk--;
+        if ((rc = read_room_run(c, x, &rooms[i], (size_t)x->limit - x->n, &seen, &cap, &scap)) <= 0)
             continue;
-        }
-        while (j > 0 && ids[ord[j - 1]] > ids[i]) {
-            ord[j] = ord[j - 1];
-            j--;
-        }
-        ord[j] = i;
-    }
-    for (size_t i = 0; i < x->n; i++)
-        keep[i] = false;
-    for (size_t o = 0; o < nk && rc == 0; o++) {
-        size_t i = ord[o];
-        bool after_taken = prev[i] == 0;
-
-        for (size_t g = 0; g < ng && !after_taken; g++)
-            after_taken = got[g] == prev[i];
-        if (!after_taken)
-            continue; /* its earlier row was taken meanwhile: the next claim */
-        if ((rc = claim_fenced(c, x, &x->rows[i], seen[i])) == 1) {
-            got[ng++] = ids[i];
-            keep[i] = true;
+        if ((rc = claim_room_run(c, x, from, seen)) == 0) {
+            for (size_t j = from; j < x->n; j++) {
+                free(x->rows[j].payload);
+                free(x->rows[j].last_error);
+            }
+            x->n = from;
         }
         rc = rc < 0 ? rc : 0;
     }
-    x->n = outbox_rows_keep(x->rows, x->n, keep);
-    free(got);
-    free(ord);
-    free(keep);
-    free(ids);
-    free(prev);
+    free(rooms);
     free(seen);
     if (rc != 0)
         return rc;

@@ -23,18 +23,20 @@ static const struct sq_sql SQL_CLAIM = {
               " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
               " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
               " RETURNING " OUTBOX_COLS};
-/* outbox_worker.ordering per_room (store_outbox_claim_ordered): due rows
- * whose room has no earlier row still waiting (locked, or retryable not yet
- * due), with the id of the room's undelivered row just before each (?2 now,
- * ?3 limit); room_outbox_room serves both subqueries. */
-static const struct sq_sql SQL_CLAIM_ORDERED = {
-    ST_CLAIM_ORDERED,
-    "SELECT " OUTBOX_COLS ", (SELECT max(e.id) FROM room_outbox e"
-    " WHERE e.app_code = o.app_code AND e.room_id = o.room_id AND e.due_at_ms IS NOT NULL"
-    " AND e.id < o.id) FROM room_outbox o WHERE o.due_at_ms IS NOT NULL AND o.due_at_ms <= ?2"
-    " AND NOT EXISTS (SELECT 1 FROM room_outbox e WHERE e.app_code = o.app_code"
-    " AND e.room_id = o.room_id AND e.due_at_ms > ?2 AND e.id < o.id)"
-    " ORDER BY o.due_at_ms, o.id LIMIT ?3"};
+/* outbox_worker.ordering per_room (store_outbox_claim_ordered): the rooms
+ * of the due rows none of whose room's earlier rows is waiting (locked, or
+ * retryable not yet due), in claim order (?1 now, ?2 limit); then each
+ * room's undelivered rows in id order from its head, with due_at_ms (?3
+ * limit). room_outbox_room serves the NOT EXISTS and the run. */
+static const struct sq_sql SQL_CLAIM_ROOMS = {
+    ST_CLAIM_ROOMS, "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
+                    " AND o.due_at_ms <= ?1 AND NOT EXISTS (SELECT 1 FROM room_outbox e"
+                    " WHERE e.app_code = o.app_code AND e.room_id = o.room_id AND e.due_at_ms > ?1"
+                    " AND e.id < o.id) ORDER BY o.due_at_ms, o.id LIMIT ?2"};
+static const struct sq_sql SQL_ROOM_RUN = {
+    ST_ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
+                 " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
+                 " ORDER BY id LIMIT ?3"};
 static const struct sq_sql SQL_CLAIM_ONE = {
     ST_CLAIM_ONE, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
                   " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3 WHERE id = ?4"};
@@ -118,41 +120,56 @@ read_rows(struct conn *c, sqlite3_stmt *q, struct outbox_row **rows, size_t *n, 
     return 0;
 }
 
-/* The ordered claim inside the open IMMEDIATE transaction: the candidates,
- * the rule of outbox_claim_order, then one UPDATE per kept row. */
+/* Appends to *rows the run of room rm from its head: its undelivered rows
+ * in id order while due (at most want). Returns 0 or a store error. */
+static int
+read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size_t want,
+              struct outbox_row **rows, size_t *n, size_t *cap)
+{
+    sqlite3_stmt *q = sq_stmt(c, &SQL_ROOM_RUN);
+    int step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    bind_text(q, 1, rm->app_code);
+    bind_text(q, 2, rm->room_id);
+    sqlite3_bind_int64(q, 3, (int64_t)want);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW && sqlite3_column_int64(q, 18) <= now_ms) {
+        *rows = xgrow(*rows, *n, cap, sizeof(**rows));
+        read_row(q, &(*rows)[(*n)++]);
+    }
+    done(q);
+    if (step != SQLITE_DONE && step != SQLITE_ROW)
+        return sq_fail(c->db, step, "claim");
+    return 0;
+}
+
+/* The ordered claim (store_outbox_claim_ordered) inside the open IMMEDIATE
+ * transaction, which no other claimer can enter: the rooms, each room's run
+ * from its head, then one UPDATE per row. */
 static int
 claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
               int limit, struct outbox_row **rows, size_t *n)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_CLAIM_ORDERED);
-    int64_t *ids = NULL, *prev = NULL;
-    size_t cap = 0, pcap = 0, k;
-    bool *keep;
+    sqlite3_stmt *q = sq_stmt(c, &SQL_CLAIM_ROOMS);
+    struct outbox_room *rooms = NULL;
+    size_t nrooms = 0, rcap = 0, cap = 0;
     int rc = 0, step;
 
     if (q == NULL)
         return ROOMD_EIO;
-    sqlite3_bind_int64(q, 2, now_ms);
-    sqlite3_bind_int(q, 3, limit);
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
-        prev = xgrow(prev, *n, &pcap, sizeof(*prev));
-        read_row(q, &(*rows)[*n]);
-        prev[(*n)++] = sqlite3_column_int64(q, 18);
-    }
+    sqlite3_bind_int64(q, 1, now_ms);
+    sqlite3_bind_int(q, 2, limit);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW)
+        outbox_rooms_add(&rooms, &nrooms, &rcap, (const char *)sqlite3_column_text(q, 0),
+                         (const char *)sqlite3_column_text(q, 1));
     done(q);
-    if (step != SQLITE_DONE) {
-        free(prev);
-        return sq_fail(c->db, step, "claim");
-    }
-    ids = xcalloc(*n ? *n : 1, sizeof(*ids));
-    keep = xcalloc(*n ? *n : 1, sizeof(*keep));
-    for (size_t i = 0; i < *n; i++)
-        ids[i] = (*rows)[i].id;
-    outbox_claim_order(ids, prev, *n, keep);
-    k = outbox_rows_keep(*rows, *n, keep);
-    *n = k;
-    for (size_t i = 0; i < k && rc == 0; i++) {
+    if (step != SQLITE_DONE)
+        rc = sq_fail(c->db, step, "claim");
+    for (size_t i = 0; i < nrooms && rc == 0 && *n < (size_t)limit; i++)
+        rc = read_room_run(c, &rooms[i], now_ms, (size_t)limit - *n, rows, n, &cap);
+    free(rooms);
+    for (size_t i = 0; i < *n && rc == 0; i++) {
         if ((q = sq_stmt(c, &SQL_CLAIM_ONE)) == NULL) {
             rc = ROOMD_EIO;
             break;
@@ -162,10 +179,10 @@ claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char 
         sqlite3_bind_int64(q, 3, now_ms);
         sqlite3_bind_int64(q, 4, (*rows)[i].id);
         rc = sq_step_write(c, q, "claim");
+        (*rows)[i].status = OUTBOX_DELIVERING;
+        (*rows)[i].lock_until_ms = lock_until_ms;
+        strlcpy_((*rows)[i].locked_by, locked_by, sizeof((*rows)[i].locked_by));
     }
-    free(keep);
-    free(ids);
-    free(prev);
     return rc;
 }
 
