@@ -4,6 +4,7 @@ IM down -> commands succeed, rows retryable (an outage costs no attempt, never f
 a retried event makes no second IM message; a permanent IM error fails the row at once;
 CreateRoom creates the group synchronously and records tencent_im_ms.
 Rows are read straight from the SQLite file."""
+import json
 import os
 import sqlite3
 import sys
@@ -13,6 +14,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standins"))
 import roomd_test as rt  # noqa: E402
 from standins import ImStandin, TEST_SECRET  # noqa: E402
+from http_util import metrics  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
 
@@ -233,6 +235,78 @@ def test_public_group_membership():
         im.stop()
 
 
+def test_im_outage_public_membership_in_order():
+    """Issue 12: a 5 s IM outage during joins and leaves on Public groups (ordering per_room,
+    the default): afterwards the stand-in's membership of every group equals the room's
+    members; no row failed; every event stored once."""
+    import threading
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    t_start = time.time()
+    r = start(tmp, im, group_type="Public", im_timeout="1s",
+              outbox={"ordering": "per_room", "workers": 4, "max_retry_count": 3,
+                      "circuit_failures": 2, "circuit_probe_every": "300ms"})
+    rooms = [f"out{i}" for i in range(8)]
+    members = {}
+    stop = threading.Event()
+    errs = []
+
+    def churn(room, k):
+        # five users per room, each command the join or the leave of one of them in turn
+        inside, n = set(), 0
+        while not stop.is_set():
+            uid = 100 * (k + 1) + n % 5 + (n // 10) % 2
+            verb = "leave" if uid in inside else "join"
+            st, _, js = r.post(f"/v1/rooms/{room}/{verb}",
+                               {"command_id": f"{verb}-{room}-{n}", "uid": uid})
+            if st != 200:
+                errs.append((room, verb, uid, st, js))
+                return
+            inside ^= {uid}
+            members[room] = sorted(str(m["uid"]) for m in js["room"]["members"])
+            n += 1
+            time.sleep(0.2)  # ~40 events/s in all: the stand-in keeps up once IM is back
+    try:
+        for room in rooms:
+            cmd(r, "/v1/rooms", {"room_id": room, "owner_uid": 7, "title": "pub"})
+        ts = [threading.Thread(target=churn, args=(room, k)) for k, room in enumerate(rooms)]
+        for t in ts:
+            t.start()
+        time.sleep(1.0)
+        im.stop()
+        down_at = time.time()
+        time.sleep(5.0)
+        im.start()
+        up_at = time.time()
+        time.sleep(1.0)
+        stop.set()
+        for t in ts:
+            t.join()
+        assert not errs, errs[:3]
+        rt.wait_until(lambda: all_delivered(r), timeout=60, step=0.3, what="all delivered")
+        print(f"  all delivered {time.time() - up_at:.1f}s after IM came back")
+        assert "failed" not in statuses(r)
+        groups = im.state_now()["groups"]
+        wrong = {room: (sorted(groups[f"hyapp_{room}"]["members"]), members[room])
+                 for room in rooms if sorted(groups[f"hyapp_{room}"]["members"]) != members[room]}
+        assert not wrong, f"IM membership differs from the room's (IM, room): {wrong}"
+        import collections
+        stored = collections.Counter(json.loads(x["Data"]).get("event_id")
+                                     for x in im.messages() if x["Data"])
+        assert max(stored.values()) == 1, stored.most_common(3)
+        m = metrics(r)
+        during = m.get("roomd_outbox_outage_rows_total", 0)
+        print(f"  {len(rows(r))} events, IM down {up_at - down_at:.1f}s, {int(during)} rows "
+              f"handed back by the outage; membership of all {len(rooms)} groups equals the "
+              f"rooms'")
+        assert during > 0, "no row met the outage"
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        stop.set()
+        r.stop()
+        im.stop()
+
+
 def burst_of_joins(r, rooms, per_room):
     """per_room[i] joins in rooms[i], sent by 4 threads at once."""
     import threading
@@ -333,4 +407,5 @@ def test_dual_im_down_then_back():
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
             test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
-            test_public_group_membership, test_im_rate_limits, test_dual_im_down_then_back])
+            test_public_group_membership, test_im_outage_public_membership_in_order,
+            test_im_rate_limits, test_dual_im_down_then_back])
