@@ -61,6 +61,10 @@ struct outbox_stats {
      * last bucket holds everything from 49.9 ms on. */
     uint32_t handoff_lat[OUTBOX_LAT_BUCKETS];
     int64_t handoff_lat_sum_us; /* their sum */
+    /* ordering per_room (roomd_outbox_order_*_total): rows held behind an
+     * earlier row of their room; dead letters after which their room's
+     * later rows went on (poison policy) */
+    uint64_t order_held, order_failed;
 };
 /* Copies the counters. They are also on GET /metrics (roomd_outbox_*: a
  * collector outbox_open adds and outbox_close removes). Thread: any. */

@@ -68,6 +68,8 @@ outbox_stats(struct outbox *ob, struct outbox_stats *out)
     pthread_mutex_lock(&ob->pool.mu);
     *out = ob->stats;
     pthread_mutex_unlock(&ob->pool.mu);
+    out->order_held = (uint64_t)atomic_load(&ob->order_held);
+    out->order_failed = (uint64_t)atomic_load(&ob->order_failed);
 }
 
 int64_t

@@ -752,9 +752,14 @@ test_per_room_order_across_retries(void **state)
     t->retry_id = ids[1];
     struct outbox *ob = open_outbox(&t, 1);
 
+    struct outbox_stats st;
+
     assert_true(wait_status(ids[4], OUTBOX_DELIVERED, 5000));
+    outbox_stats(ob, &st);
     outbox_close(ob);
     assert_int_equal(row_status(ids[1]), OUTBOX_FAILED);
+    assert_int_equal(st.order_failed, 1); /* counted: roomd_outbox_order_failed_total */
+    assert_true(st.order_held >= 3);
     /* e0, then e1 max_retry_count times, then e2 e3 e4 */
     assert_int_equal(t->calls, 1 + c->max_retry_count + 3);
     assert_string_equal(t->event_ids[0], ids[0]);
