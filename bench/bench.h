@@ -1,7 +1,8 @@
 /*
  * bench.h: what the store benches share. Each bench_*.c is a program of its
  * own (no common library), so these are static inline, included where used:
- * a CreateRoom mutation with fixed-size events, and a fresh SQLite store.
+ * a CreateRoom mutation with fixed-size events, a fresh SQLite store, and
+ * the claim comparison (ordering per_room vs none) over one backlog.
  */
 #ifndef ROOMD_BENCH_H
 #define ROOMD_BENCH_H
@@ -85,6 +86,56 @@ bench_fresh_sqlite(struct conf *c, const char *dir, const char *name)
         exit(1);
     }
     return st;
+}
+
+/* One claim of up to 100 rows at now, per_room or not, whose rows are
+ * completed delivered at once (a draining backlog). Adds the claim's time
+ * (µs, completion excluded) to *us and its rows to *rows. Exits on failure. */
+static inline void
+bench_claim_drain_one(struct store *st, int64_t now, bool per_room, int64_t *us, size_t *rows)
+{
+    struct outbox_row *r;
+    size_t n;
+    int64_t t0 = clock_mono_us();
+
+    if (store_outbox_claim_ordered(st, now, now + 600000, "bench", 100, per_room, &r, &n) != 0) {
+        fprintf(stderr, "claim: %s\n", store_errmsg());
+        exit(1);
+    }
+    *us += clock_mono_us() - t0;
+    *rows += n;
+    struct outbox_result *res = xcalloc(n ? n : 1, sizeof(*res));
+    for (size_t k = 0; k < n; k++)
+        res[k] = (struct outbox_result){
+            .id = r[k].id, .locked_by = "bench", .status = OUTBOX_DELIVERED, .now_ms = now};
+    if (n > 0 && store_outbox_complete(st, res, n) != 0) {
+        fprintf(stderr, "complete: %s\n", store_errmsg());
+        exit(1);
+    }
+    free(res);
+    outbox_rows_free(r, n);
+}
+
+/* The claim figure of outbox_worker.ordering: claims rounds x (one per_room,
+ * one none, in turn, on the same backlog, so both see the same table and
+ * load) and prints each one's µs per claim and per row, and the ratio. */
+static inline void
+bench_claim_ordering(struct store *st, const char *what, int rounds)
+{
+    int64_t us[2] = {0, 0}, now = clock_wall_ms();
+    size_t rows[2] = {0, 0};
+
+    for (int i = 0; i < rounds; i++)
+        for (int k = 0; k < 2; k++)
+            bench_claim_drain_one(st, now, k == 0, &us[k], &rows[k]);
+    for (int k = 0; k < 2; k++)
+        printf("claim %-8s %-9s %4d claims of 100: %7.0f us/claim, %5.1f us/row (%zu rows)\n",
+               k == 0 ? "per_room" : "none", what, rounds, (double)us[k] / rounds,
+               rows[k] ? (double)us[k] / (double)rows[k] : 0.0, rows[k]);
+    printf("claim per_room/none %s: %.2fx per row\n", what,
+           rows[0] && rows[1] && us[1]
+               ? ((double)us[0] / (double)rows[0]) / ((double)us[1] / (double)rows[1])
+               : 0.0);
 }
 
 #endif

@@ -340,51 +340,32 @@ add_pending(MYSQL *m, int n)
 /*
  * outbox_worker.ordering per_room on the 1M table with a backlog of 40000
  * pending rows in 100 rooms (400 each): claims of 100 that complete their
- * rows between claims (a draining backlog: each claim gets the rooms' next
- * rows), then claims while every room has a row in flight (the candidates
+ * rows between claims (a draining backlog), per_room and none in turn
+ * (bench_claim_ordering), then per_room claims while every room has a row
+ * in flight (the candidates
  * scan passes over the whole blocked backlog and finds nothing).
  */
 static void
 claim_ordered_bench(struct store *st, const char *db)
 {
     MYSQL *m = connect_db(db);
-    struct lat drain = {.us = xcalloc(MAXLAT, sizeof(int64_t))};
     struct lat blocked = {.us = xcalloc(MAXLAT, sizeof(int64_t))};
     struct outbox_row *rows;
-    int64_t now = clock_wall_ms(), sum = 0, bsum = 0;
-    size_t n, total = 0;
+    int64_t now = clock_wall_ms(), bsum = 0;
+    size_t n;
 
     /* the plain claims above left their rows in flight: settle them first */
     sql(m, "UPDATE room_outbox SET status='delivered', due_at_ms=NULL, delivered_at_ms=1"
            " WHERE status<>'delivered'");
     add_pending(m, 40000);
     mysql_close(m);
+    bench_claim_ordering(st, "mysql@1M", 100);
+    /* claims of one row put every room's head in flight; then the scan passes
+     * over their later rows and finds none */
     for (int i = 0; i < 100; i++) {
-        int64_t c0 = clock_mono_us();
-
-        if (store_outbox_claim_ordered(st, now, now + 600000, "bench", 100, true, &rows, &n) != 0) {
-            fprintf(stderr, "claim: %s\n", store_errmsg());
-            exit(1);
-        }
-        int64_t us = clock_mono_us() - c0;
-        lat_add(&drain, us);
-        sum += us;
-        total += n;
-        struct outbox_result *res = xcalloc(n ? n : 1, sizeof(*res));
-        for (size_t k = 0; k < n; k++)
-            res[k] = (struct outbox_result){
-                .id = rows[k].id, .locked_by = "bench", .status = OUTBOX_DELIVERED, .now_ms = now};
-        if (n > 0 && store_outbox_complete(st, res, n) != 0)
-            exit(1);
-        free(res);
+        store_outbox_claim_ordered(st, now, now + 600000, "bench", 1, true, &rows, &n);
         outbox_rows_free(rows, n);
     }
-    char extra[96];
-    snprintf(extra, sizeof(extra), "  (per_room, draining, %zu rows claimed)", total);
-    lat_report("claim_ordered@1M", "claims", &drain, sum, extra);
-    /* one claim leaves a row of every room in flight; then the scan finds none */
-    store_outbox_claim_ordered(st, now, now + 600000, "bench", 100, true, &rows, &n);
-    outbox_rows_free(rows, n);
     for (int i = 0; i < 20; i++) {
         int64_t c0 = clock_mono_us();
 
@@ -396,7 +377,6 @@ claim_ordered_bench(struct store *st, const char *db)
     }
     lat_report("claim_ordered_blocked", "claims", &blocked, bsum,
                "  (every room in flight, the backlog scanned)");
-    free(drain.us);
     free(blocked.us);
 }
 
