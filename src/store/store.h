@@ -362,8 +362,8 @@ void outbox_rows_sort(struct outbox_row *rows, size_t n);
 /*
  * The rooms of an ordered claim (outbox_worker.ordering per_room), once for
  * both backends. An ordered claim reads its candidates (due rows of rooms
- * none of whose earlier undelivered rows is waiting: locked, or retryable
- * not yet due) only for their rooms, in (due_at_ms, id) order; then, room by
+ * none of whose undelivered rows is waiting: locked, or retryable not yet
+ * due) only for their rooms, in (due_at_ms, id) order; then, room by
  * room, the room's undelivered rows in id order from its head, taking them
  * while they are due. Appends (app, room) to (*rooms)[0..*n) (grown with
  * *cap, owned by the caller, free()) unless it is there; returns true when

@@ -31,17 +31,22 @@ static const struct mys_sql SQL_CLAIM_UPDATE = {
     S_CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
                     " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?"};
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered), consistent
- * (non-locking) reads of one snapshot: the rooms of the due rows none of
- * whose room's earlier rows is waiting (locked, or retryable not yet due),
- * in claim order; then a room's undelivered rows in id order from its head,
- * with updated_at_ms (the head's fence) and due_at_ms. The NOT EXISTS and
- * the run range over ix_outbox_room: a room's undelivered rows only. */
+ * (non-locking) reads of one snapshot: the rooms of the due rows whose room
+ * has no row waiting (locked, or retryable not yet due: due_at_ms > now), in
+ * claim order; then a room's undelivered rows in id order from its head,
+ * with updated_at_ms (the head's fence) and due_at_ms. The waiting rooms are
+ * one materialized subquery (a range of ix_outbox_due: the rows in flight
+ * and the retries ahead), not a probe per candidate: with every room busy
+ * the scan passes over the whole backlog (1M-row table, 19900 rows behind
+ * 100 busy heads: 74 s with a NOT EXISTS probe per row, 1.2 s so, on a
+ * loaded machine). The run ranges over ix_outbox_room: a room's undelivered
+ * rows only. */
 static const struct mys_sql SQL_CLAIM_ROOMS = {
     S_CLAIM_ROOMS,
     "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"
-    " WHERE o.due_at_ms<=? AND NOT EXISTS (SELECT 1 FROM room_outbox e"
-    " FORCE INDEX (ix_outbox_room) WHERE e.app_code=o.app_code AND e.room_id=o.room_id"
-    " AND e.due_at_ms>? AND e.id<o.id) ORDER BY o.due_at_ms, o.id LIMIT ?"};
+    " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"
+    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"
+    " ORDER BY o.due_at_ms, o.id LIMIT ?"};
 static const struct mys_sql SQL_ROOM_RUN = {
     S_ROOM_RUN, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM room_outbox"
                 " FORCE INDEX (ix_outbox_room) WHERE app_code=? AND room_id=?"

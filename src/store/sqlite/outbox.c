@@ -24,15 +24,17 @@ static const struct sq_sql SQL_CLAIM = {
               " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
               " RETURNING " OUTBOX_COLS};
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered): the rooms
- * of the due rows none of whose room's earlier rows is waiting (locked, or
- * retryable not yet due), in claim order (?1 now, ?2 limit); then each
- * room's undelivered rows in id order from its head, with due_at_ms (?3
- * limit). room_outbox_room serves the NOT EXISTS and the run. */
+ * of the due rows whose room has no row waiting (locked, or retryable not
+ * yet due: due_at_ms > ?1; one subquery over room_outbox_due, not a probe
+ * per candidate), in claim order (?2 limit); then each room's undelivered
+ * rows in id order from its head, with due_at_ms (?3 limit, over
+ * room_outbox_room). */
 static const struct sq_sql SQL_CLAIM_ROOMS = {
-    ST_CLAIM_ROOMS, "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
-                    " AND o.due_at_ms <= ?1 AND NOT EXISTS (SELECT 1 FROM room_outbox e"
-                    " WHERE e.app_code = o.app_code AND e.room_id = o.room_id AND e.due_at_ms > ?1"
-                    " AND e.id < o.id) ORDER BY o.due_at_ms, o.id LIMIT ?2"};
+    ST_CLAIM_ROOMS,
+    "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
+    " AND o.due_at_ms <= ?1 AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code,"
+    " e.room_id FROM room_outbox e WHERE e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
+    " ORDER BY o.due_at_ms, o.id LIMIT ?2"};
 static const struct sq_sql SQL_ROOM_RUN = {
     ST_ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
                  " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
