@@ -86,17 +86,46 @@ read_outbox(const struct rows *r, void *dst)
     o->delivered_at_ms = r_i64(r, 16);
 }
 
-/* Reads every row of r into a growing array (*rows, *n). */
+/* The rows a claim or a list read (malloc'd; the caller's once handed on). */
+struct outbox_got {
+    struct outbox_row *rows;
+    size_t n;
+};
+
+/* Reads every row of r into g, dropping what an earlier try of the
+ * transaction left there. Returns 0 or the fetch's failure. */
 static int
-read_outbox_rows(struct conn *c, struct rows *r, struct outbox_row **rows, size_t *n)
+read_outbox_rows(struct conn *c, struct rows *r, struct outbox_got *g)
 {
     size_t cap = 0;
     int rc;
 
+    outbox_rows_free(g->rows, g->n);
+    g->rows = NULL;
+    g->n = 0;
     while ((rc = mys_st_fetch(c, r)) == 1) {
-        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
-        read_outbox(r, &(*rows)[(*n)++]);
+        g->rows = xgrow(g->rows, g->n, &cap, sizeof(*g->rows));
+        read_outbox(r, &g->rows[g->n++]);
     }
+    return rc;
+}
+
+/* Runs fn (claim_fn, list_fn: it reads into g, a member of x) under mys_run
+ * and hands g's rows to (*rows, *n). Returns 0, or the failure with no rows
+ * (freed). Blocks; any thread. */
+static int
+run_listing(struct store *s, mys_txn_fn fn, void *x, struct outbox_got *g, struct outbox_row **rows,
+            size_t *n)
+{
+    int rc = mys_run((struct mstore *)s, fn, x);
+
+    if (rc != 0) {
+        outbox_rows_free(g->rows, g->n);
+        g->rows = NULL;
+        g->n = 0;
+    }
+    *rows = g->rows;
+    *n = g->n;
     return rc;
 }
 
@@ -104,38 +133,35 @@ struct claim_ctx {
     int64_t now, until;
     const char *by;
     int limit;
-    struct outbox_row *rows;
-    size_t n;
+    struct outbox_got got;
 };
 
 static int
 claim_fn(struct conn *c, void *arg)
 {
     struct claim_ctx *x = arg;
+    struct outbox_got *g = &x->got;
     struct params p = {0};
     struct rows r;
     struct bulk k;
     int rc;
 
-    outbox_rows_free(x->rows, x->n);
-    x->rows = NULL;
-    x->n = 0;
     if ((rc = mys_tx_begin(c)) != 0)
         return rc;
     p_i64(&p, x->now);
     p_i64(&p, x->limit);
     if ((rc = mys_st_query(c, &SQL_CLAIM_SELECT, &p, &r, OUTBOX_TYPES)) == 0)
-        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
+        rc = read_outbox_rows(c, &r, &x->got);
     mys_rows_done(&r);
     if (rc != 0)
         return rc;
-    mys_bulk_init(&k, "siiii", x->n);
-    for (size_t i = 0; i < x->n; i++) {
+    mys_bulk_init(&k, "siiii", g->n);
+    for (size_t i = 0; i < g->n; i++) {
         bk_str(&k, 0, i, x->by);
         bk_i64(&k, 1, i, x->until);
         bk_i64(&k, 2, i, x->until);
         bk_i64(&k, 3, i, x->now);
-        bk_i64(&k, 4, i, x->rows[i].id);
+        bk_i64(&k, 4, i, g->rows[i].id);
     }
     rc = mys_st_bulk(c, &SQL_CLAIM_UPDATE, &k, NULL);
     mys_bulk_free(&k);
@@ -143,11 +169,11 @@ claim_fn(struct conn *c, void *arg)
         rc = mys_tx_commit(c);
     if (rc != 0)
         return rc;
-    outbox_rows_sort(x->rows, x->n); /* by id, as SQLite returns them */
-    for (size_t i = 0; i < x->n; i++) {
-        x->rows[i].status = OUTBOX_DELIVERING;
-        x->rows[i].lock_until_ms = x->until;
-        strlcpy_(x->rows[i].locked_by, x->by, sizeof(x->rows[i].locked_by));
+    outbox_rows_sort(g->rows, g->n); /* by id, as SQLite returns them */
+    for (size_t i = 0; i < g->n; i++) {
+        g->rows[i].status = OUTBOX_DELIVERING;
+        g->rows[i].lock_until_ms = x->until;
+        strlcpy_(g->rows[i].locked_by, x->by, sizeof(g->rows[i].locked_by));
     }
     return 0;
 }
@@ -156,21 +182,11 @@ int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, struct outbox_row **rows, size_t *n)
 {
-    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, NULL, 0};
-    int rc;
+    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, {NULL, 0}};
 
     *rows = NULL;
     *n = 0;
-    if (limit <= 0)
-        return 0;
-    rc = mys_run((struct mstore *)s, claim_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.rows, x.n);
-        return rc;
-    }
-    *rows = x.rows;
-    *n = x.n;
-    return 0;
+    return limit > 0 ? run_listing(s, claim_fn, &x, &x.got, rows, n) : 0;
 }
 
 struct complete_ctx {
@@ -268,8 +284,7 @@ struct list_ctx {
     int status;
     int64_t after_id;
     int limit;
-    struct outbox_row *rows;
-    size_t n;
+    struct outbox_got got;
 };
 
 static int
@@ -281,9 +296,6 @@ list_fn(struct conn *c, void *arg)
     const struct mys_sql *id = &SQL_LIST_ALL;
     int rc;
 
-    outbox_rows_free(x->rows, x->n);
-    x->rows = NULL;
-    x->n = 0;
     if (x->status >= 0) {
         id = &SQL_LIST_STATUS;
         const char *name = outbox_status_name((enum outbox_status)x->status);
@@ -294,7 +306,7 @@ list_fn(struct conn *c, void *arg)
     p_i64(&p, x->after_id);
     p_i64(&p, x->limit);
     if ((rc = mys_st_query(c, id, &p, &r, OUTBOX_TYPES)) == 0)
-        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
+        rc = read_outbox_rows(c, &r, &x->got);
     mys_rows_done(&r);
     return rc;
 }
@@ -303,21 +315,11 @@ int
 mys_outbox_list(struct store *s, int status, int64_t after_id, int limit, struct outbox_row **rows,
                 size_t *n)
 {
-    struct list_ctx x = {status, after_id, limit, NULL, 0};
-    int rc;
+    struct list_ctx x = {status, after_id, limit, {NULL, 0}};
 
     *rows = NULL;
     *n = 0;
-    if (limit <= 0)
-        return 0;
-    rc = mys_run((struct mstore *)s, list_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.rows, x.n);
-        return rc;
-    }
-    *rows = x.rows;
-    *n = x.n;
-    return 0;
+    return limit > 0 ? run_listing(s, list_fn, &x, &x.got, rows, n) : 0;
 }
 
 int
