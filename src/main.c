@@ -25,6 +25,7 @@
 #include "publish/sink_tim.h"
 #include "publish/tim_client.h"
 #include "room/service.h"
+#include "rpc/server.h"
 #include "store/group_commit.h"
 #include "store/store.h"
 #include "wallet/wallet.h"
@@ -206,12 +207,17 @@ main(int argc, char **argv)
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
         fatalx("http.listen: %s", err);
+    /* the gRPC API beside it: the same router behind another transport */
+    struct rpc_server *rpc = NULL;
+    if (rpc_server_open(&rpc, &hd, err, sizeof(err)) != 0)
+        fatalx("%s", err);
     static const char *const mode_names[] = {"direct", "mq", "dual"};
     log_info("main", "roomd started", "listen=%s store=%s publish_mode=%s node=%s",
              conf->http.listen, conf->store.driver, mode_names[conf->outbox_worker.publish_mode],
              conf->app.node_id);
 
     daemon_wait(&stopset);
+    rpc_server_close(rpc);
     http_server_close(http);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);

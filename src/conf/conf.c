@@ -81,6 +81,11 @@ const struct key conf_keys[] = {
     {"http.request_timeout", K_DUR, F(http.request_timeout_ms), "30s", GT(0),
      .doc = "an idle connection is closed after this"},
 
+    {"grpc.listen", K_STR, F(grpc.listen), "", HOSTPORT_OPT,
+     .doc = "address the gRPC API (docs/grpc.md) listens on; \"\" = no gRPC API"},
+    {"grpc.workers", K_INT, F(grpc.workers), "64", RANGE(1, 1024),
+     .doc = "threads serving gRPC calls (each call holds one until it answers)"},
+
     {"store.driver", K_STR, F(store.driver), "sqlite", ONE_OF(store_drivers),
      .doc = "the store backend"},
     {"store.sqlite.path", K_STR, F(store.sqlite.path), "./var/roomd.db", NONEMPTY,

@@ -1,0 +1,354 @@
+"""test_grpc: the gRPC API (docs/grpc.md, proto/room_service.proto) against a real roomd
+process serving HTTP and gRPC, called by a real gRPC client (tests/standins/grpc_client.js on
+@grpc/grpc-js, a separate process). Every RPC's happy path, each status code with its details
+(google.rpc.ErrorInfo / BadRequest), idempotent replay across the two transports, the
+idempotency-key and x-app-code metadata, a deadline that passes while a command commits.
+
+Run: python3 tests/integ/test_grpc.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
+"""
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import http_util as hu  # noqa: E402
+from roomd_test import SOURCE, Roomd, free_port, listing, run, wait_until  # noqa: E402
+
+CLIENT = os.path.join(SOURCE, "tests", "standins", "grpc_client.js")
+NODE_MODULES = os.path.join(SOURCE, "tests", "standins", "node_modules")
+
+# gRPC status codes
+OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS = 0, 3, 4, 5, 6
+RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED, UNIMPLEMENTED = 8, 9, 10, 12
+
+RD = None
+
+
+def grpc_roomd(env=None, overrides=None):
+    gport = free_port()
+    rd = Roomd(dict({"grpc": {"listen": f"127.0.0.1:{gport}", "workers": 8}}, **(overrides or {})))
+    rd.grpc_port = gport
+    rd.start(env=env)
+    return rd
+
+
+def shared():
+    global RD
+    if RD is None:
+        RD = grpc_roomd()
+        atexit.register(RD.stop)
+    return RD
+
+
+def calls(rd, batch):
+    """Makes the calls of batch (grpc_client.js input) in order; returns their results."""
+    out = subprocess.run(["node", CLIENT, "--target", f"127.0.0.1:{rd.grpc_port}"],
+                         input=json.dumps(batch).encode(), capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()
+    return json.loads(out.stdout)
+
+
+def call(rd, method, request, metadata=None, service="RoomService", deadline_ms=10000):
+    return calls(rd, [{"service": service, "method": method, "request": request,
+                       "metadata": metadata or {}, "deadline_ms": deadline_ms}])[0]
+
+
+def ok(res, what=""):
+    assert res["code"] == OK, f"{what}: want OK, got {res['code']} {res['details']}"
+    return res["response"]
+
+
+def refused(res, code, reason=None, field=None, http_status=None, what=""):
+    """Asserts a refusal: the status code, and the details trailer saying the same."""
+    assert res["code"] == code, f"{what}: want {code}, got {res['code']} {res['details']}"
+    assert res["details"], f"{what}: no status message"
+    assert res["status_code"] == code, f"{what}: details say {res['status_code']}"
+    info = res["error_info"]
+    assert info and info["domain"] == "roomd", f"{what}: {res}"
+    if reason:
+        assert info["reason"] == reason, f"{what}: reason {info['reason']}, want {reason}"
+    if http_status:
+        assert info["metadata"]["http_status"] == str(http_status), f"{what}: {info}"
+    if field:
+        assert info["metadata"].get("field") == field, f"{what}: {info}"
+        fv = res["bad_request"]["field_violations"]
+        assert fv and fv[0]["field"] == field and fv[0]["description"], f"{what}: {fv}"
+    return info
+
+
+def new_room(rd, owner=1, metadata=None):
+    rid = hu.room_name("g")
+    js = ok(call(rd, "CreateRoom", {"command_id": hu.cid(), "room_id": rid, "owner_uid": owner,
+                                    "title": "gRPC room"}, metadata), "create")
+    return rid, js
+
+
+# --- happy paths ---------------------------------------------------------------------------
+
+def test_every_rpc():
+    rd = shared()
+    rid = hu.room_name("g")
+    res = calls(rd, [
+        {"method": "CreateRoom", "request": {"command_id": hu.cid(), "room_id": rid,
+                                             "owner_uid": 1, "title": "Friday"}},
+        {"method": "JoinRoom", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 2}},
+        {"method": "JoinRoom", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 3}},
+        {"method": "MicUp", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 2,
+                                        "seat": 0}},
+        {"method": "MicUp", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 3}},
+        {"method": "MicDown", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 3}},
+        {"method": "SendGift", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 3,
+                                           "to_uid": 2, "gift_id": "rose", "count": 2,
+                                           "unit_price": 15}},
+        {"method": "KickUser", "request": {"command_id": hu.cid(), "room_id": rid,
+                                           "operator_uid": 1, "uid": 3, "reason": "spam"}},
+        {"method": "GetPresence", "request": {"uid": 2}},
+        {"method": "LeaveRoom", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 2}},
+        {"method": "GetPresence", "request": {"uid": 2}},
+        {"method": "GetRoom", "request": {"room_id": rid}},
+        {"method": "ListRooms", "request": {"limit": 100}},
+        {"method": "CloseRoom", "request": {"command_id": hu.cid(), "room_id": rid,
+                                            "operator_uid": 1}},
+    ])
+    for i, r in enumerate(res):
+        ok(r, f"call {i}")
+    create, join2, _, mic0, mic_free, _, gift, kick, pres, leave, pres2, room, lst, close = \
+        [r["response"] for r in res]
+    assert create["room_id"] == rid and create["version"] == 1, create
+    assert [e["event_type"] for e in create["events"]] == ["RoomCreated"], create
+    assert create["room"]["title"] == "Friday" and create["room"]["status"] == "open", create
+    assert join2["version"] == 2 and join2["room"]["members"][0]["uid"] == 2, join2
+    assert mic0["room"]["seats"][0] == 2, mic0
+    assert mic_free["room"]["seats"][1] == 3, mic_free  # no seat: the first free one
+    assert gift["room"]["gift_total"] == 30, gift
+    assert 3 not in [m["uid"] for m in kick["room"]["members"]], kick
+    assert kick["room"]["bans"][0]["uid"] == 3, kick
+    assert pres["uid"] == 2 and pres["room_id"] == rid and pres["since_ms"] > 0, pres
+    assert pres2.get("room_id", "") == "", pres2  # in no room: the field stays empty
+    assert leave["room"].get("member_count", 0) == 0, leave
+    assert room["room_id"] == rid and room["version"] == leave["version"], room
+    assert rid in [r["room_id"] for r in lst["rooms"]], lst
+    assert close["room"]["status"] == "closed", close
+    # the same state over HTTP: one room service behind both transports
+    st, _, js = hu.get_room(rd, rid)
+    assert st == 200 and js["version"] == close["version"], js
+
+
+def test_list_rooms_pages():
+    rd = shared()
+    app = "gpages"
+    md = {"x-app-code": app}
+    for _ in range(3):
+        new_room(rd, metadata=md)
+    p1 = ok(call(rd, "ListRooms", {"limit": 2}, md))
+    assert len(p1["rooms"]) == 2 and p1["next_cursor"] == 2, p1
+    p2 = ok(call(rd, "ListRooms", {"cursor": p1["next_cursor"], "limit": 2}, md))
+    assert len(p2["rooms"]) == 1 and "next_cursor" not in p2, p2  # last page: absent
+    refused(call(rd, "ListRooms", {"limit": 101}, md), INVALID_ARGUMENT, "invalid_argument",
+            field="limit")
+
+
+def test_launch_rocket_internal_service():
+    rd = shared()
+    rid, _ = new_room(rd)
+    ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": 9}))
+    # energy 1000 ignites the rocket (threshold of the test config)
+    gift = ok(call(rd, "SendGift", {"command_id": hu.cid(), "room_id": rid, "uid": 9,
+                                    "to_uid": 9, "gift_id": "rose", "count": 10,
+                                    "unit_price": 100}))
+    rocket = gift["room"]["rocket"]
+    assert rocket["status"] == "ignited", rocket
+    req = {"command_id": hu.cid("launch"), "room_id": rid, "rocket_id": rocket["rocket_id"],
+           "level": rocket["level"], "launch_at_ms": rocket["launch_at_ms"]}
+    # not a RoomService method
+    assert call(rd, "LaunchRocket", req)["code"] != OK
+    # before launch_at_ms the wake-up is stale: OK, launched false, nothing changed
+    v = hu.version(rd, rid)
+    js = ok(call(rd, "LaunchRocket", req, service="RoomInternalService"))
+    assert js.get("launched", False) is False and "not before" in js["reason"], js
+    assert hu.version(rd, rid) == v
+    # at launch_at_ms, with the wake-up's own command_id (rl-<rocket_id>): it launches, or it
+    # replays the answer of roomd's own timer that got there first
+    time.sleep(max(0.0, rocket["launch_at_ms"] / 1000.0 - time.time()) + 0.05)
+    req["command_id"] = "rl-" + rocket["rocket_id"]
+    js = ok(call(rd, "LaunchRocket", req, service="RoomInternalService"))
+    assert js["launched"] is True and js["room"]["rocket"]["status"] != "ignited", js
+    assert "RoomRocketLaunched" in [e["event_type"] for e in js["events"]], js
+
+
+# --- refusals: each status code ------------------------------------------------------------
+
+def test_invalid_argument_names_the_field():
+    rd = shared()
+    rid, _ = new_room(rd)
+    cases = [
+        ("JoinRoom", {"command_id": hu.cid(), "room_id": rid}, "uid"),  # 0 = absent
+        ("JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": -4}, "uid"),
+        ("JoinRoom", {"room_id": rid, "uid": 4}, "command_id"),
+        ("JoinRoom", {"command_id": "bad id!", "room_id": rid, "uid": 4}, "command_id"),
+        ("JoinRoom", {"command_id": hu.cid(), "uid": 4}, "room_id"),
+        ("JoinRoom", {"command_id": hu.cid(), "room_id": "no/such", "uid": 4}, "room_id"),
+        ("MicUp", {"command_id": hu.cid(), "room_id": rid, "uid": 4, "seat": 99}, "seat"),
+        ("SendGift", {"command_id": hu.cid(), "room_id": rid, "uid": 4, "to_uid": 5,
+                      "gift_id": "rose", "count": 1}, "unit_price"),
+        ("CreateRoom", {"command_id": hu.cid(), "owner_uid": 1}, "title"),
+        ("GetPresence", {}, "uid"),
+        ("GetRoom", {}, "room_id"),
+    ]
+    res = calls(rd, [{"method": m, "request": r} for m, r, _ in cases])
+    for (m, r, field), got in zip(cases, res):
+        refused(got, INVALID_ARGUMENT, field=field, http_status=400, what=f"{m} {r}")
+    # bytes that are no message of the method: INVALID_ARGUMENT "body"
+    res = calls(rd, [{"path": "/roomd.v1.RoomService/JoinRoom", "raw_hex": "0aff"}])
+    refused(res[0], INVALID_ARGUMENT, field="body")
+    # an invalid x-app-code
+    refused(call(rd, "GetRoom", {"room_id": rid}, {"x-app-code": "Bad App"}), INVALID_ARGUMENT,
+            field="X-App-Code")
+
+
+def test_not_found_and_unimplemented():
+    rd = shared()
+    refused(call(rd, "GetRoom", {"room_id": "never-created"}), NOT_FOUND, "not_found",
+            http_status=404)
+    refused(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": "never-created", "uid": 1}),
+            NOT_FOUND, "not_found")
+    res = calls(rd, [{"path": "/roomd.v1.RoomService/Nope", "raw_hex": ""}])
+    assert res[0]["code"] == UNIMPLEMENTED, res
+
+
+def test_state_conflicts():
+    rd = shared()
+    rid, _ = new_room(rd)
+    ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": 2}))
+    ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": 3}))
+    ok(call(rd, "MicUp", {"command_id": hu.cid(), "room_id": rid, "uid": 2, "seat": 0}))
+    v = hu.version(rd, rid)
+    refused(call(rd, "MicUp", {"command_id": hu.cid(), "room_id": rid, "uid": 3, "seat": 0}),
+            FAILED_PRECONDITION, "seat_taken", http_status=409)
+    refused(call(rd, "LeaveRoom", {"command_id": hu.cid(), "room_id": rid, "uid": 44}),
+            FAILED_PRECONDITION, "not_member")
+    refused(call(rd, "CreateRoom", {"command_id": hu.cid(), "room_id": rid, "owner_uid": 1,
+                                    "title": "again"}), ALREADY_EXISTS, "room_exists")
+    # a refused command changed nothing
+    assert hu.version(rd, rid) == v
+
+
+def test_insufficient_balance():
+    rd = shared()
+    rid, _ = new_room(rd)
+    ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": 77}))
+    v = hu.version(rd, rid)
+    # 100000 is the test wallet's initial balance
+    refused(call(rd, "SendGift", {"command_id": hu.cid(), "room_id": rid, "uid": 77, "to_uid": 77,
+                                  "gift_id": "rose", "count": 9999, "unit_price": 1000}),
+            FAILED_PRECONDITION, "insufficient_balance", http_status=402)
+    assert hu.version(rd, rid) == v
+
+
+def test_message_too_large():
+    rd = shared()
+    # field 4 (title) of CreateRoomRequest, 70000 bytes: above http.max_body_bytes (65536)
+    n = 70000
+    varint = bytes([(n & 0x7f) | 0x80, ((n >> 7) & 0x7f) | 0x80, n >> 14]).hex()
+    res = calls(rd, [{"path": "/roomd.v1.RoomService/CreateRoom",
+                      "raw_hex": "22" + varint + "61" * n}])
+    assert res[0]["code"] == RESOURCE_EXHAUSTED, res[0]["code"]
+
+
+# --- idempotency ---------------------------------------------------------------------------
+
+def test_replay_across_transports():
+    rd = shared()
+    rid, _ = new_room(rd)
+    # first over HTTP, then over gRPC: the first answer again, marked a replay
+    c1 = hu.cid()
+    st, _, first = rd.post(f"/v1/rooms/{rid}/join", {"command_id": c1, "uid": 5})
+    assert st == 200, first
+    again = call(rd, "JoinRoom", {"command_id": c1, "room_id": rid, "uid": 5})
+    js = ok(again)
+    assert again["initial"].get("idempotent-replay") == "true", again["initial"]
+    assert js["version"] == first["version"], (js, first)
+    assert [e["event_id"] for e in js["events"]] == [e["event_id"] for e in first["events"]]
+    # first over gRPC (the idempotency-key metadata as the command_id), then over HTTP
+    c2 = hu.cid()
+    res = calls(rd, [{"method": "JoinRoom", "request": {"room_id": rid, "uid": 6},
+                      "metadata": {"idempotency-key": c2}}])
+    first = ok(res[0])
+    assert "idempotent-replay" not in res[0]["initial"], res[0]["initial"]
+    st, hd, js = rd.post(f"/v1/rooms/{rid}/join", {"command_id": c2, "uid": 6})
+    assert st == 200 and hd.get("Idempotent-Replay") == "true", (st, hd)
+    assert js["version"] == first["version"] and js["events"][0]["event_id"] == \
+        first["events"][0]["event_id"], (js, first)
+    v = hu.version(rd, rid)
+    # the key again with a command_id that differs: INVALID_ARGUMENT command_id
+    refused(call(rd, "JoinRoom", {"command_id": "other", "room_id": rid, "uid": 6},
+                 {"idempotency-key": c2}), INVALID_ARGUMENT, field="command_id")
+    # the same key with another request: ABORTED idempotency_key_reused
+    refused(call(rd, "JoinRoom", {"room_id": rid, "uid": 8}, {"idempotency-key": c2}), ABORTED,
+            "idempotency_key_reused", http_status=409)
+    assert hu.version(rd, rid) == v
+
+
+def test_app_code_metadata():
+    rd = shared()
+    rid, _ = new_room(rd, metadata={"x-app-code": "gapp2"})
+    ok(call(rd, "GetRoom", {"room_id": rid}, {"x-app-code": "gapp2"}))
+    refused(call(rd, "GetRoom", {"room_id": rid}), NOT_FOUND)  # the default app has no such room
+    st, _, _ = rd.http("GET", f"/v1/rooms/{rid}", headers={"X-App-Code": "gapp2"})
+    assert st == 200
+
+
+# --- deadlines -----------------------------------------------------------------------------
+
+def test_deadline_exceeded_leaves_no_half_done_command():
+    # every commit waits 1.5 s (test hook) while the client's deadline is 0.4 s
+    rd = grpc_roomd(env={"ROOMD_TEST_PRECOMMIT_DELAY_MS": "1500"})
+    try:
+        rid = hu.room_name("g")
+        ok(call(rd, "CreateRoom", {"command_id": hu.cid(), "room_id": rid, "owner_uid": 1,
+                                   "title": "slow"}))
+        c = hu.cid()
+        t0 = time.time()
+        res = call(rd, "JoinRoom", {"command_id": c, "room_id": rid, "uid": 2}, deadline_ms=400)
+        assert res["code"] == DEADLINE_EXCEEDED, res
+        assert time.time() - t0 < 1.4, "the client waited past its deadline"
+        # the command went on to commit as a whole; a retry with its command_id tells so
+        retry = call(rd, "JoinRoom", {"command_id": c, "room_id": rid, "uid": 2})
+        js = ok(retry)
+        assert retry["initial"].get("idempotent-replay") == "true", retry["initial"]
+        assert js["version"] == 2 and [m["uid"] for m in js["room"]["members"]] == [2], js
+        st, _, room = hu.get_room(rd, rid)
+        assert st == 200 and room["version"] == 2, room
+        # one join, one outbox event: nothing half done, nothing done twice
+        events = wait_until(lambda: [e for e in rd.events() if e["room_id"] == rid
+                                     and e["event_type"] == "RoomUserJoined"] or None,
+                            what="the join's event")
+        assert len(events) == 1, events
+    finally:
+        rd.stop()
+
+
+def test_zz_stop_is_clean():
+    rd = shared()
+    assert rd.stop() == 0
+
+
+TESTS = [test_every_rpc, test_list_rooms_pages, test_launch_rocket_internal_service,
+         test_invalid_argument_names_the_field, test_not_found_and_unimplemented,
+         test_state_conflicts, test_insufficient_balance, test_message_too_large,
+         test_replay_across_transports, test_app_code_metadata,
+         test_deadline_exceeded_leaves_no_half_done_command, test_zz_stop_is_clean]
+
+if __name__ == "__main__":
+    if not listing() and (shutil.which("node") is None or
+                          not os.path.isdir(os.path.join(NODE_MODULES, "@grpc", "grpc-js"))):
+        if os.environ.get("CI", "") not in ("", "0", "false"):
+            print("FAIL: node + @grpc/grpc-js missing (scripts/deps.sh installs them)")
+            sys.exit(1)
+        print("SKIP: node + @grpc/grpc-js missing (scripts/deps.sh installs them)")
+        sys.exit(77)
+    run(TESTS, fixture="grpc_api")
