@@ -5,7 +5,7 @@
  * channel's connectivity state in grpc_completion_queue_next: reconnection
  * after a server restart goes on between calls, and calls fail fast
  * (UNAVAILABLE -> retry) while the server is down instead of holding a worker
- * until the deadline. Each publish() is one unary call on its own CQ.
+ * until the deadline. Each publish() is one unary call (rpc/client.h).
  */
 #include "publish/sink_activity.h"
 
@@ -15,11 +15,10 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "publish/sink.h"
+#include "rpc/client.h"
 
-#include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
-#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -127,105 +126,24 @@ status_rc(grpc_status_code st)
     }
 }
 
-static const char *
-status_name(grpc_status_code st)
-{
-    static const char *const names[] = {"OK",
-                                        "CANCELLED",
-                                        "UNKNOWN",
-                                        "INVALID_ARGUMENT",
-                                        "DEADLINE_EXCEEDED",
-                                        "NOT_FOUND",
-                                        "ALREADY_EXISTS",
-                                        "PERMISSION_DENIED",
-                                        "RESOURCE_EXHAUSTED",
-                                        "FAILED_PRECONDITION",
-                                        "ABORTED",
-                                        "OUT_OF_RANGE",
-                                        "UNIMPLEMENTED",
-                                        "INTERNAL",
-                                        "UNAVAILABLE",
-                                        "DATA_LOSS",
-                                        "UNAUTHENTICATED"};
-    if ((int)st >= 0 && (size_t)st < sizeof(names) / sizeof(names[0]))
-        return names[st];
-    return "?";
-}
-
 static int
 activity_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
                  size_t errlen)
 {
     struct sink_activity *a = (struct sink_activity *)s;
     int64_t left = deadline - clock_mono_ms();
-    grpc_completion_queue *cq;
-    grpc_call *call;
-    grpc_slice payload, details = grpc_empty_slice();
-    grpc_byte_buffer *req, *resp = NULL;
-    grpc_metadata_array md_initial, md_trailing;
-    grpc_status_code st = GRPC_STATUS_UNKNOWN;
-    grpc_op ops[6];
-    grpc_call_error ce;
-    grpc_event e;
-    char *detail;
-    int rc;
+    grpc_status_code st;
+    char detail[256];
 
     if (left <= 0) {
         snprintf(err, errlen, "activity: publish deadline passed");
         return ROOMD_ERETRY;
     }
-    cq = grpc_completion_queue_create_for_next(NULL);
-    call = grpc_channel_create_call(a->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                    grpc_slice_from_static_string(CONSUME_METHOD), NULL,
-                                    in_ms(left), NULL);
-    payload = grpc_slice_from_copied_buffer((const char *)ev->envelope, ev->envelope_len);
-    req = grpc_raw_byte_buffer_create(&payload, 1);
-    grpc_slice_unref(payload);
-    grpc_metadata_array_init(&md_initial);
-    grpc_metadata_array_init(&md_trailing);
-
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = req;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_initial;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &resp;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &md_trailing;
-    ops[5].data.recv_status_on_client.status = &st;
-    ops[5].data.recv_status_on_client.status_details = &details;
-
-    ce = grpc_call_start_batch(call, ops, 6, ops, NULL);
-    if (ce == GRPC_CALL_OK) {
-        /* The call's deadline ends the batch; no other tag is on this CQ. */
-        e = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-        (void)e;
-        detail = grpc_slice_to_c_string(details);
-        rc = status_rc(st);
-        if (st != GRPC_STATUS_OK)
-            snprintf(err, errlen, "activity %s: %.200s", status_name(st), detail);
-        gpr_free(detail);
-    } else {
-        snprintf(err, errlen, "activity: grpc_call_start_batch failed (%d)", (int)ce);
-        rc = ROOMD_ERETRY;
-    }
-
-    grpc_call_unref(call);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(cq);
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&md_initial);
-    grpc_metadata_array_destroy(&md_trailing);
-    grpc_byte_buffer_destroy(req);
-    if (resp != NULL)
-        grpc_byte_buffer_destroy(resp);
-    return rc;
+    st = rpc_unary(a->channel, CONSUME_METHOD, ev->envelope, ev->envelope_len, left, NULL, NULL,
+                   detail, sizeof(detail));
+    if (st != GRPC_STATUS_OK)
+        snprintf(err, errlen, "activity %s: %.200s", rpc_status_name(st), detail);
+    return status_rc(st);
 }
 
 /* Shutdown order (DEPENDENCIES.md §5): CQ shutdown -> drain -> CQ destroy ->

@@ -16,11 +16,11 @@
 #include "http/router.h"
 #include "room/command.h"
 #include "room_service.pb-c.h"
+#include "rpc/client.h"
 #include "rpc/pbjson.h"
 #include "rpc_status.pb-c.h"
 
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -462,7 +462,6 @@ static uint8_t *
 receive(grpc_call *call, grpc_completion_queue *cq, size_t *len)
 {
     grpc_byte_buffer *bb = NULL;
-    grpc_byte_buffer_reader rd;
     grpc_op op;
     uint8_t *out;
 
@@ -471,14 +470,8 @@ receive(grpc_call *call, grpc_completion_queue *cq, size_t *len)
     op.data.recv_message.recv_message = &bb;
     if (!run_batch(call, cq, &op, 1) || bb == NULL)
         return NULL;
-    grpc_byte_buffer_reader_init(&rd, bb);
-    grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
-    grpc_byte_buffer_reader_destroy(&rd);
+    out = rpc_buffer_copy(bb, len);
     grpc_byte_buffer_destroy(bb);
-    *len = GRPC_SLICE_LENGTH(all);
-    out = xmalloc(*len + 1);
-    memcpy(out, GRPC_SLICE_START_PTR(all), *len);
-    grpc_slice_unref(all);
     return out;
 }
 
