@@ -1,7 +1,7 @@
 #!/bin/sh
 # run.sh BUILD_DIR: the command-path benchmark of issue 2 (bench/README.md). Starts roomd on a
 # fresh SQLite file (synchronous=FULL, 2 outbox workers), drives it over HTTP at concurrency 1
-# and 64, stops it, then measures the raw one-transaction-per-command rate of the same rows
+# and 64 and over gRPC at 64 (the same mix through the same room service), stops it, then measures the raw one-transaction-per-command rate of the same rows
 # into the same file at concurrency 64. Two passes: publish_mode direct (log sink), then, when
 # nats-server answers on 127.0.0.1:$ROOMD_NATS_PORT (4333), publish_mode mq (JetStream, the
 # outbox hand-off relaying every event). Figures, not assertions.
@@ -18,6 +18,7 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 run_roomd() {
     mode=$1
     port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    gport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     db="$tmp/bench-$mode.db"
     case $mode in
     direct) sink="outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
@@ -30,6 +31,7 @@ run_roomd() {
     cat >"$tmp/bench-$mode.yaml" <<YAML
 app: {log_file: "$tmp/roomd-$mode.log", log_level: warn}
 http: {listen: "127.0.0.1:$port", max_connections: 1024}
+grpc: {listen: "127.0.0.1:$gport", workers: 64}
 store: {driver: sqlite, sqlite: {path: "$db", synchronous: full}}
 room: {snapshot_every_n: 50}
 wallet: {initial_balance: 1000000000}
@@ -39,9 +41,10 @@ YAML
     "$build/roomd" -c "$tmp/bench-$mode.yaml" &
     pid=$!
     for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-    echo "== roomd over HTTP, publish_mode $mode ($rooms rooms, ${secs}s each)"
+    echo "== roomd over HTTP, then gRPC, publish_mode $mode ($rooms rooms, ${secs}s each)"
     "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
     "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
+    "$build/bench_commands" grpc "127.0.0.1:$gport" 64 "$rooms" "$secs" "$db"
     kill $pid; wait $pid 2>/dev/null || true
     pid=
 }
