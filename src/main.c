@@ -7,6 +7,7 @@
  *   roomd -c configs/local.yaml        serve
  *   roomd --check-config FILE          validate FILE and exit (0 ok, 1 error)
  *   roomd --print-config-doc           print the key reference of docs/conf.md
+ *   roomd --print-routes               print the HTTP routes ("METHOD /path"), one a line
  */
 #include "conf/conf.h"
 #include "consume/roles.h"
@@ -14,6 +15,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
+#include "http/router.h"
 #include "http/server.h"
 #include "lease/lease.h"
 #include "outbox/outbox.h"
@@ -43,7 +45,7 @@ static void
 usage(void)
 {
     fprintf(stderr, "usage: roomd -c FILE\n       roomd --check-config FILE\n       roomd "
-                    "--print-config-doc\n");
+                    "--print-config-doc\n       roomd --print-routes\n");
     exit(2);
 }
 
@@ -89,6 +91,7 @@ main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'C'},
         {"print-config-doc", no_argument, NULL, 'D'},
+        {"print-routes", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -108,6 +111,9 @@ main(int argc, char **argv)
             break;
         case 'D':
             conf_write_doc(stdout);
+            return 0;
+        case 'R':
+            router_write_routes(stdout);
             return 0;
         default:
             usage();

@@ -57,6 +57,13 @@ static const struct route {
 
 #define SEG_MAX 128
 
+void
+router_write_routes(FILE *out)
+{
+    for (size_t i = 0; i < NROUTES; i++)
+        fprintf(out, "%s %s\n", routes[i].method, routes[i].pattern);
+}
+
 bool
 http_valid_app_code(const char *s)
 {

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "http/server.h"
 #include "room/command.h"
@@ -63,6 +64,10 @@ void http_response_clear(struct http_response *r);
 /* Fills resp for req. Never fails: every outcome is a response. */
 void router_handle(const struct http_deps *d, const struct http_request *req,
                    struct http_response *resp);
+
+/* Prints the route table, "METHOD /pattern" a line ("POST /v1/rooms/{room_id}/join"),
+ * for docs/openapi.yaml's test (roomd --print-routes). Thread: any. */
+void router_write_routes(FILE *out);
 
 /* True when s is a valid app code ([a-z0-9_-]{1,32}). */
 bool http_valid_app_code(const char *s);

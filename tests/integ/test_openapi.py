@@ -1,0 +1,146 @@
+"""test_openapi: docs/openapi.yaml is a valid OpenAPI 3.1 document (@seriousme/openapi-schema-
+validator from npm, pinned by tests/standins/package-lock.json, run by
+tests/standins/openapi_check.js), describes exactly the router's routes (roomd --print-routes),
+and real answers of a roomd process, one or more per route, match the schemas it documents for
+their route and status.
+
+Run: python3 tests/integ/test_openapi.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import http_util as hu  # noqa: E402
+from roomd_test import ROOMD, SOURCE, Roomd, listing, run  # noqa: E402
+
+DOC = os.path.join(SOURCE, "docs", "openapi.yaml")
+CHECK = os.path.join(SOURCE, "tests", "standins", "openapi_check.js")
+VALIDATOR = os.path.join(SOURCE, "tests", "standins", "node_modules", "@seriousme",
+                         "openapi-schema-validator")
+
+
+def check(doc, answers=None):
+    cmd = ["node", CHECK, doc]
+    if answers is not None:
+        f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        json.dump(answers, f)
+        f.close()
+        cmd += ["--answers", f.name]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_document_is_valid():
+    res = check(DOC)
+    assert res["valid"], res["errors"]
+    # the validator does refuse a broken document (a response without its description)
+    with open(DOC) as f:
+        text = f.read()
+    broken = text.replace("          description: One page.\n", "", 1)
+    assert broken != text
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(broken)
+    assert not check(f.name)["valid"], "a response without a description passed"
+
+
+def test_paths_are_the_routers():
+    out = subprocess.run([ROOMD, "--print-routes"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    routes = set(out.stdout.split("\n")) - {""}
+    documented = set(check(DOC)["operations"])
+    assert routes, "roomd printed no routes"
+    assert routes == documented, \
+        f"in the router only: {sorted(routes - documented)}; " \
+        f"in the document only: {sorted(documented - routes)}"
+
+
+def answer(rd, method, path, body=None, headers=None, raw=None):
+    st, hd, js = rd.http(method, path, body, headers=headers, raw=raw)
+    ct = hd.get("Content-Type", "")
+    return {"method": method, "path": path, "status": st, "content_type": ct, "body": js}
+
+
+def test_real_answers_match_the_document():
+    rd = Roomd()
+    rd.start()
+    try:
+        rid = hu.room_name("oa")
+        a = []
+        a.append(answer(rd, "POST", "/v1/rooms", {"command_id": hu.cid(), "room_id": rid,
+                                                  "owner_uid": 1, "title": "OpenAPI"}))
+        a.append(answer(rd, "POST", "/v1/rooms", {"command_id": hu.cid(), "room_id": rid,
+                                                  "owner_uid": 1, "title": "again"}))  # 409
+        for uid in (2, 3):
+            a.append(answer(rd, "POST", f"/v1/rooms/{rid}/join",
+                            {"command_id": hu.cid(), "uid": uid}))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/mic/up",
+                        {"command_id": hu.cid(), "uid": 2, "seat": 0}))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/mic/up",
+                        {"command_id": hu.cid(), "uid": 3, "seat": 0}))  # 409 seat_taken
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/mic/down", {"command_id": hu.cid(), "uid": 2}))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/gifts",
+                        {"command_id": hu.cid(), "uid": 3, "to_uid": 2, "gift_id": "rose",
+                         "count": 1, "unit_price": 5}))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/gifts",
+                        {"command_id": hu.cid(), "uid": 3, "to_uid": 2, "gift_id": "rose",
+                         "count": 9999, "unit_price": 1000000}))  # 402
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/kick",
+                        {"command_id": hu.cid(), "operator_uid": 1, "uid": 3, "reason": "x"}))
+        a.append(answer(rd, "POST", f"/internal/v1/rooms/{rid}/rocket/launch",
+                        {"command_id": hu.cid(), "rocket_id": "nope", "level": 1,
+                         "launch_at_ms": 1}))  # stale: 200 launched false
+        a.append(answer(rd, "GET", "/v1/users/2/presence"))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/leave", {"command_id": hu.cid(), "uid": 2}))
+        a.append(answer(rd, "GET", "/v1/users/2/presence"))  # room_id null
+        a.append(answer(rd, "GET", f"/v1/rooms/{rid}"))
+        a.append(answer(rd, "GET", "/v1/rooms/never-created"))  # 404
+        a.append(answer(rd, "GET", "/v1/rooms?limit=1"))
+        a.append(answer(rd, "GET", "/v1/rooms?limit=0"))  # 400
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/close", {"command_id": hu.cid(),
+                                                               "operator_uid": 1}))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": 4}))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/join", raw="{not json"))  # 400 invalid_json
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/join",
+                        raw="{" + " " * 70000 + "}"))  # 413
+        a.append(answer(rd, "POST", "/v1/wallet/topup", {"command_id": hu.cid(), "uid": 3,
+                                                         "amount": 10}))
+        a.append(answer(rd, "GET", "/v1/wallet/3"))
+        a.append(answer(rd, "GET", "/v1/wallet/x"))  # 400
+        for p in ("/healthz", "/readyz", "/metrics"):
+            a.append(answer(rd, "GET", p))
+    finally:
+        rd.stop()
+    res = check(DOC, a)
+    bad = [(a[r["i"]]["method"], a[r["i"]]["path"], a[r["i"]]["status"], r["errors"])
+           for r in res["answers"] if not r["ok"]]
+    assert not bad, bad
+    # the answers cover every documented operation, and several statuses
+    covered = set()
+    for x in a:
+        segs = x["path"].split("?")[0].split("/")
+        for op in res["operations"]:
+            m, p = op.split(" ", 1)
+            ps = p.split("/")
+            if m == x["method"] and len(ps) == len(segs) and \
+                    all(s.startswith("{") or s == segs[i] for i, s in enumerate(ps)):
+                covered.add(op)
+    assert covered == set(res["operations"]), set(res["operations"]) - covered
+    assert {x["status"] for x in a} >= {200, 400, 402, 404, 409, 413}, {x["status"] for x in a}
+
+
+TESTS = [test_document_is_valid, test_paths_are_the_routers, test_real_answers_match_the_document]
+
+if __name__ == "__main__":
+    if not listing() and (shutil.which("node") is None or not os.path.isdir(VALIDATOR)):
+        if os.environ.get("CI", "") not in ("", "0", "false"):
+            print("FAIL: node + @seriousme/openapi-schema-validator missing (scripts/deps.sh)")
+            sys.exit(1)
+        print("SKIP: node + @seriousme/openapi-schema-validator missing (scripts/deps.sh)")
+        sys.exit(77)
+    run(TESTS)
