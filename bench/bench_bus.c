@@ -31,6 +31,7 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "lease/lease.h"
+#include "outbox/handoff.h"
 #include "outbox/outbox.h"
 #include "publish/bus.h"
 #include "publish/sink.h"
@@ -268,10 +269,10 @@ bus_sink(struct bus *b, int n, struct timing_sink **timing)
 
 /*
  * Commits n single-event mutations numbered first.. (rooms "room-<k>",
- * commands "c<k>"), per_tx in one transaction. With ob, each mutation goes
- * through the hand-off steps of room_service_execute: reserve, save, push
- * or cancel; otherwise (or when the reservation is refused) its row is
- * pending and ob is woken. commit_end_us (may be NULL) gets each commit's
+ * commands "c<k>"), per_tx in one transaction. Each mutation goes through
+ * the two hand-off calls of room_service_execute (outbox/handoff.h): begin,
+ * save, end; a row that is not handed off is pending and ob is woken.
+ * commit_end_us (may be NULL) gets each commit's
  * end, by number.
  */
 static void
@@ -283,12 +284,10 @@ commit_rows(struct store *st, struct outbox *ob, int n, int first, int per_tx,
     struct mutation *m = xcalloc((size_t)per_tx, sizeof(*m));
     struct outbox_new *ev = xcalloc((size_t)per_tx, sizeof(*ev));
     struct mutation **ms = xcalloc((size_t)per_tx, sizeof(*ms));
-    bool *handoff = xcalloc((size_t)per_tx, sizeof(*handoff));
 
     for (int done = 0; done < n;) {
         int k = n - done < per_tx ? n - done : per_tx;
         int64_t now = clock_wall_ms();
-        bool woke = false;
         for (int i = 0; i < k; i++) {
             int id = first + done + i;
             memset(&m[i], 0, sizeof(m[i]));
@@ -316,9 +315,7 @@ commit_rows(struct store *st, struct outbox *ob, int n, int first, int per_tx,
             ev[i].payload_len = plen;
             m[i].events = &ev[i];
             m[i].nevents = 1;
-            handoff[i] = outbox_handoff_reserve(ob, 1, &m[i].lock_until_ms);
-            if (handoff[i])
-                m[i].locked_by = outbox_handoff_claimer(ob);
+            outbox_handoff_begin(ob, &m[i]);
             ms[i] = &m[i];
         }
         if (store_save(st, ms, (size_t)k) != 0)
@@ -327,18 +324,10 @@ commit_rows(struct store *st, struct outbox *ob, int n, int first, int per_tx,
         for (int i = 0; i < k; i++) {
             if (commit_end_us != NULL)
                 commit_end_us[first + done + i] = end;
-            if (handoff[i] && m[i].rc == 0)
-                outbox_handoff_push(ob, &m[i]);
-            else if (handoff[i])
-                outbox_handoff_cancel(ob, 1);
-            else
-                woke = true;
+            outbox_handoff_end(ob, &m[i], m[i].rc);
         }
-        if (woke)
-            outbox_wake(ob);
         done += k;
     }
-    free(handoff);
     free(ms);
     free(ev);
     free(m);
@@ -432,7 +421,7 @@ run_relay(double raw)
 
     commit_rows(st, NULL, nmsgs, 0, 100, NULL);
     int64_t t = clock_mono_us();
-    if (outbox_open(&ob, &conf->outbox_worker, st, "bench", &s, 1) != 0)
+    if (outbox_open(&ob, &conf->outbox_worker, &conf->store, st, "bench", &s, 1) != 0)
         exit(1);
     wait_delivered(st, nmsgs);
     int64_t us = clock_mono_us() - t;
@@ -460,7 +449,7 @@ run_handoff(double raw)
     struct bus *b = fresh_bus("handoff");
     struct sink *s = bus_sink(b, 0, NULL);
     struct outbox *ob = NULL;
-    if (outbox_open(&ob, &conf->outbox_worker, st, "bench", &s, 1) != 0)
+    if (outbox_open(&ob, &conf->outbox_worker, &conf->store, st, "bench", &s, 1) != 0)
         exit(1);
     usleep(100 * 1000); /* the start-up claims found nothing */
     t = clock_mono_us();
@@ -491,7 +480,7 @@ run_latency(bool handoff)
     struct outbox *ob = NULL;
     int64_t *commit_end = xcalloc((size_t)n, sizeof(int64_t));
 
-    if (outbox_open(&ob, &conf->outbox_worker, st, "bench", &s, 1) != 0)
+    if (outbox_open(&ob, &conf->outbox_worker, &conf->store, st, "bench", &s, 1) != 0)
         exit(1);
     if (!handoff)
         outbox_handoff_set_capacity(ob, 0);
@@ -560,7 +549,7 @@ svc_open(struct svc *v, int n, bool handoff)
     if (group_commit_open(&v->gc, v->st, conf->store.group_commit_max) != 0 ||
         wallet_open(&v->wallet, &conf->wallet, v->st) != 0 ||
         lease_open(&v->lease, conf, err, sizeof(err)) != 0 ||
-        outbox_open(&v->ob, &conf->outbox_worker, v->st, "bench", &s, 1) != 0) {
+        outbox_open(&v->ob, &conf->outbox_worker, &conf->store, v->st, "bench", &s, 1) != 0) {
         fprintf(stderr, "service setup failed\n");
         exit(1);
     }

@@ -170,8 +170,8 @@ main(int argc, char **argv)
     if (conf->outbox_worker.enabled) {
         struct sink *sinks[MAX_SINKS];
         size_t nsinks = open_sinks(conf, bus, sinks);
-        if (outbox_open(&outbox, &conf->outbox_worker, store, conf->app.node_id, sinks, nsinks) !=
-            0)
+        if (outbox_open(&outbox, &conf->outbox_worker, &conf->store, store, conf->app.node_id,
+                        sinks, nsinks) != 0)
             fatalx("outbox_worker: cannot start the workers");
     }
 

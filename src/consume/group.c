@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "room_events.pb-c.h"
 
@@ -41,8 +42,7 @@ struct consume_group {
     char *db_path;
     sqlite3 *db;
     natsSubscription *sub;
-    pthread_t thread;
-    atomic_bool stop;
+    struct bg_thread th;
     pthread_mutex_t stats_mu;
     struct consume_stats stats;
     int last_bind_rc;
@@ -430,17 +430,6 @@ process(struct consume_group *g, natsMsg *msg)
 /* ==== the group thread ==== */
 
 static void
-sleep_ms(struct consume_group *g, int64_t ms)
-{
-    int64_t end = clock_mono_ms() + ms;
-
-    while (!atomic_load(&g->stop) && clock_mono_ms() < end) {
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static void
 unbind(struct consume_group *g)
 {
     if (g->sub) {
@@ -493,7 +482,7 @@ group_main(void *arg)
     int errs = 0;
     char err[512];
 
-    while (!atomic_load(&g->stop)) {
+    while (!bg_thread_stopping(&g->th)) {
         if (g->sub == NULL) {
             int rc = bind(g, err, sizeof(err));
             if (rc != 0) {
@@ -501,7 +490,7 @@ group_main(void *arg)
                     log_warn("consume", "group not bound yet, retrying", "group=%s error=\"%s\"",
                              g->h.group, err);
                 g->last_bind_rc = rc;
-                sleep_ms(g, backoff);
+                bg_thread_sleep(&g->th, backoff);
                 backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
                 continue;
             }
@@ -519,7 +508,7 @@ group_main(void *arg)
             /* "No messages" -- also returned at once for a stale 408 from
              * an earlier pull (nats.c 3.4.1 pitfall 1): never spin. */
             if (clock_mono_ms() - t0 < 2)
-                sleep_ms(g, 5);
+                bg_thread_sleep(&g->th, 5);
             errs = 0;
             continue;
         }
@@ -528,7 +517,7 @@ group_main(void *arg)
             if (errs++ == 0)
                 log_warn("consume", "fetch failed", "group=%s status=\"%s\" jerr=%d", g->h.group,
                          natsStatus_GetText(s), (int)jerr);
-            sleep_ms(g, errs * 100 > 1000 ? 1000 : errs * 100);
+            bg_thread_sleep(&g->th, errs * 100 > 1000 ? 1000 : errs * 100);
             if (errs >= 3 && bus_connected(g->bus)) {
                 unbind(g); /* consumer or stream gone: set up and bind again */
                 bus_invalidate(g->bus);
@@ -556,6 +545,7 @@ group_free(struct consume_group *g)
     if (g->db)
         sqlite3_close(g->db);
     bus_unref(g->bus);
+    bg_thread_stop(&g->th); /* a no-op once consume_group_stop joined */
     pthread_mutex_destroy(&g->stats_mu);
     free(g->db_path);
     free(g);
@@ -577,12 +567,12 @@ consume_group_start(struct consume_group **out, struct bus *bus, const struct co
     bus_ref(bus);
     g->bus = bus;
     pthread_mutex_init(&g->stats_mu, NULL);
-    atomic_init(&g->stop, false);
+    bg_thread_init(&g->th);
     if (inbox_open(g, err, errlen) != 0) {
         group_free(g);
         return ROOMD_EIO;
     }
-    if (pthread_create(&g->thread, NULL, group_main, g) != 0) {
+    if (bg_thread_spawn(&g->th, group_main, g) != 0) {
         snprintf(err, errlen, "cannot start the %s thread", h->group);
         group_free(g);
         return ROOMD_EIO;
@@ -596,8 +586,7 @@ consume_group_stop(struct consume_group *g)
 {
     if (g == NULL)
         return;
-    atomic_store(&g->stop, true);
-    pthread_join(g->thread, NULL);
+    bg_thread_stop(&g->th);
     log_info("consume", "group stopped",
              "group=%s handled=%" PRIu64 " duplicates=%" PRIu64 " retried=%" PRIu64
              " dead=%" PRIu64,

@@ -1,8 +1,8 @@
 /*
  * err.h: roomd's error codes. Every fallible function returns 0 or one of
  * these negative codes; detail text lives on the object that failed
- * (store_errmsg(), a caller's char err[] buffer). Read roomd_err_retryable()
- * before deciding to retry anything.
+ * (store_errmsg(), a caller's char err[] buffer). roomd_err_retryable() says
+ * which codes are transient and who decides retries by it.
  */
 #ifndef ROOMD_ERR_H
 #define ROOMD_ERR_H
@@ -48,8 +48,14 @@ int roomd_err_http_status(int rc);
 const char *roomd_err_code(int rc);
 
 /* True when the failure is transient and the same operation may succeed if
- * retried later (EUNAVAIL, ETIMEDOUT, ERETRY, EIO, ENOMEM). This alone drives
- * retry and backoff decisions. */
+ * retried later: EUNAVAIL, ETIMEDOUT, ERETRY, EIO, ENOMEM, and the two
+ * ownership codes EFENCED and ENOTOWNER (another node, or this one after a
+ * new lease, may succeed). Consumer groups (consume/group.c) use it to choose
+ * between a redelivery with backoff and a dead letter. The other paths decide
+ * by themselves: a command answers every 503 code (EUNAVAIL, ETIMEDOUT,
+ * EFENCED, ENOTOWNER, ERETRY) with Retry-After and never retries inside
+ * roomd; the outbox worker retries a sink's every failure but EPERM with
+ * backoff (publish/sink.h) until outbox_worker.max_retry_count. Thread: any. */
 bool roomd_err_retryable(int rc);
 
 #endif

@@ -1,23 +1,22 @@
 /*
  * handlers_ops.c: the operational endpoints (/healthz, /readyz, /metrics and
- * the collector feeding /metrics with the store's outbox counts, group
- * commit batches and cells in memory) and the development wallet endpoints
- * (POST /v1/wallet/topup when wallet.allow_topup, GET /v1/wallet/{uid}).
+ * the collector feeding /metrics with the outbox table's lines
+ * (outbox_metrics_rows), group commit batches and cells in memory) and the development wallet
+ * endpoints (POST /v1/wallet/topup when wallet.allow_topup, GET /v1/wallet/{uid}).
  */
 #include "http/router.h"
 
 #include "conf/conf.h"
-#include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
+#include "outbox/outbox.h"
 #include "room/service.h"
 #include "store/group_commit.h"
 #include "store/store.h"
 #include "wallet/wallet.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,51 +50,29 @@ handle_metrics(const struct http_deps *d, struct http_response *resp)
     resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 
-/* The collector of http_metrics_register: arg is the server's http_deps. */
+/* The collector of http_metrics_register: arg is the server's http_deps. The
+ * outbox writes its table's lines; group commit and the cells are counted
+ * here, where their handles are. */
 static void
 collect(void *arg, struct metrics_text *t)
 {
     const struct http_deps *d = arg;
-    struct outbox_counts oc;
 
-    if (store_outbox_counts(d->store, &oc) == 0) {
-        metrics_printf(t, "# HELP roomd_outbox_rows room_outbox rows by status.\n"
-                          "# TYPE roomd_outbox_rows gauge\n");
-        metrics_printf(t, "roomd_outbox_rows{status=\"pending\"} %" PRId64 "\n", oc.pending);
-        metrics_printf(t, "roomd_outbox_rows{status=\"delivering\"} %" PRId64 "\n", oc.delivering);
-        metrics_printf(t, "roomd_outbox_rows{status=\"delivered\"} %" PRId64 "\n", oc.delivered);
-        metrics_printf(t, "roomd_outbox_rows{status=\"retryable\"} %" PRId64 "\n", oc.retryable);
-        metrics_printf(t, "roomd_outbox_rows{status=\"failed\"} %" PRId64 "\n", oc.failed);
-        double age = 0;
-        if (oc.oldest_undelivered_ms > 0) {
-            age = (double)(clock_wall_ms() - oc.oldest_undelivered_ms) / 1000.0;
-            if (age < 0)
-                age = 0;
-        }
-        metrics_printf(t,
-                       "# HELP roomd_outbox_oldest_undelivered_seconds Age of the oldest "
-                       "undelivered room_outbox row (0 when none).\n"
-                       "# TYPE roomd_outbox_oldest_undelivered_seconds gauge\n"
-                       "roomd_outbox_oldest_undelivered_seconds %.3f\n",
-                       age);
-    }
+    outbox_metrics_rows(d->store, t);
     if (d->gc != NULL) {
         uint64_t batches = 0, muts = 0;
         group_commit_stats(d->gc, &batches, &muts);
-        metrics_printf(t,
-                       "# HELP roomd_group_commit_batches_total Transactions of the group "
-                       "committer.\n# TYPE roomd_group_commit_batches_total counter\n"
-                       "roomd_group_commit_batches_total %" PRIu64 "\n"
-                       "# HELP roomd_group_commit_mutations_total Mutations committed by the "
-                       "group committer.\n# TYPE roomd_group_commit_mutations_total counter\n"
-                       "roomd_group_commit_mutations_total %" PRIu64 "\n",
-                       batches, muts);
+        metrics_family(t, "roomd_group_commit_batches_total", "counter",
+                       "Transactions of the group committer.");
+        metrics_count(t, "roomd_group_commit_batches_total", "", batches);
+        metrics_family(t, "roomd_group_commit_mutations_total", "counter",
+                       "Mutations committed by the group committer.");
+        metrics_count(t, "roomd_group_commit_mutations_total", "", muts);
     }
-    if (d->rooms != NULL)
-        metrics_printf(t,
-                       "# HELP roomd_room_cells Room cells in memory.\n"
-                       "# TYPE roomd_room_cells gauge\nroomd_room_cells %zu\n",
-                       room_service_cells(d->rooms));
+    if (d->rooms != NULL) {
+        metrics_family(t, "roomd_room_cells", "gauge", "Room cells in memory.");
+        metrics_count(t, "roomd_room_cells", "", room_service_cells(d->rooms));
+    }
 }
 
 void

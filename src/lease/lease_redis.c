@@ -13,8 +13,9 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
-#include "lease/redis_conn.h"
+#include "redis/redis_conn.h"
 
 #include <pthread.h>
 #include <search.h>
@@ -89,11 +90,7 @@ struct lease_redis {
     bool conn_down;          /* last acquire found Redis down (log once) */
     struct redis_conn rconn; /* the renewer's own */
 
-    pthread_mutex_t stop_mu;
-    pthread_cond_t stop_cv;
-    bool stop;
-    bool thread_started;
-    pthread_t thread;
+    struct bg_thread renewer; /* zeroed until started */
 };
 
 static int
@@ -367,23 +364,13 @@ renew_all(struct lease_redis *lr, bool *was_up)
 }
 
 static void *
-renewer(void *arg)
+renew_main(void *arg)
 {
     struct lease_redis *lr = arg;
     bool was_up = true;
 
-    pthread_mutex_lock(&lr->stop_mu);
-    while (!lr->stop) {
-        struct timespec ts;
-        clock_mono_deadline(&ts, lr->renew_ms);
-        pthread_cond_timedwait(&lr->stop_cv, &lr->stop_mu, &ts);
-        if (lr->stop)
-            break;
-        pthread_mutex_unlock(&lr->stop_mu);
+    while (!bg_thread_sleep(&lr->renewer, lr->renew_ms))
         renew_all(lr, &was_up);
-        pthread_mutex_lock(&lr->stop_mu);
-    }
-    pthread_mutex_unlock(&lr->stop_mu);
     return NULL;
 }
 
@@ -403,13 +390,7 @@ redis_close(struct lease *l)
 {
     struct lease_redis *lr = (struct lease_redis *)l;
 
-    if (lr->thread_started) {
-        pthread_mutex_lock(&lr->stop_mu);
-        lr->stop = true;
-        pthread_cond_signal(&lr->stop_cv);
-        pthread_mutex_unlock(&lr->stop_mu);
-        pthread_join(lr->thread, NULL);
-    }
+    bg_thread_stop(&lr->renewer);
     /* Shutdown gives every lease up so another node takes over at once. */
     twalk_r(lr->held, release_one, &lr->conn);
     tdestroy(lr->held, held_free);
@@ -417,8 +398,6 @@ redis_close(struct lease *l)
     redis_conn_close(&lr->rconn);
     pthread_mutex_destroy(&lr->map_mu);
     pthread_mutex_destroy(&lr->conn_mu);
-    pthread_mutex_destroy(&lr->stop_mu);
-    pthread_cond_destroy(&lr->stop_cv);
     free(lr->prefix);
     free(lr->addr);
     free(lr->instance);
@@ -468,8 +447,6 @@ lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t 
     lr->margin_ms = lr->ttl_ms / 10;
     pthread_mutex_init(&lr->map_mu, NULL);
     pthread_mutex_init(&lr->conn_mu, NULL);
-    pthread_mutex_init(&lr->stop_mu, NULL);
-    clock_cond_init(&lr->stop_cv);
 
     /* Try once now so a wrong address shows in the log at start-up; a Redis
      * that is down is not fatal: writes wait for it, reads go on. */
@@ -481,12 +458,11 @@ lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t 
     else
         freeReplyObject(r);
 
-    if (pthread_create(&lr->thread, NULL, renewer, lr) != 0) {
+    if (bg_thread_start(&lr->renewer, renew_main, lr) != 0) {
         snprintf(err, errlen, "lease: cannot start the renewer thread");
         redis_close(&lr->base);
         return ROOMD_EINTERNAL;
     }
-    lr->thread_started = true;
     *out = &lr->base;
     return 0;
 }

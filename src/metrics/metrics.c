@@ -1,13 +1,14 @@
 /*
  * metrics.c: the registry of metrics.h. Command counters are a fixed table
  * [command][http status] of atomics; the histogram keeps per-bucket counts
- * (made cumulative when rendered). Collectors are a small locked table.
+ * (made cumulative when rendered); the room layer names the command types.
+ * Collectors are a small locked table. The exposition helper writes the
+ * Prometheus text format 0.0.4 lines.
  */
 #include "metrics/metrics.h"
 
 #include "core/err.h"
 #include "core/xmalloc.h"
-#include "room/command.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -24,9 +25,12 @@ static const int64_t bucket_us[] = {500,    1000,   2500,   5000,    10000,   25
                                     100000, 250000, 500000, 1000000, 2500000, 5000000};
 #define NBUCKETS (sizeof(bucket_us) / sizeof(bucket_us[0]))
 
-static atomic_uint_fast64_t commands[CMD_COUNT_][MAX_STATUS];
-static atomic_uint_fast64_t buckets[CMD_COUNT_][NBUCKETS + 1];
-static atomic_uint_fast64_t sum_us[CMD_COUNT_];
+static atomic_uint_fast64_t commands[METRICS_MAX_COMMANDS][MAX_STATUS];
+static atomic_uint_fast64_t buckets[METRICS_MAX_COMMANDS][NBUCKETS + 1];
+static atomic_uint_fast64_t sum_us[METRICS_MAX_COMMANDS];
+
+static const char *const *command_names;
+static int ncommand_names;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -57,11 +61,55 @@ metrics_printf(struct metrics_text *t, const char *fmt, ...)
 }
 
 void
+metrics_family(struct metrics_text *t, const char *name, const char *type, const char *help)
+{
+    metrics_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void
+metrics_count(struct metrics_text *t, const char *name, const char *labels, uint64_t v)
+{
+    metrics_printf(t, "%s%s%s%s %" PRIu64 "\n", name, *labels ? "{" : "", labels,
+                   *labels ? "}" : "", v);
+}
+
+void
+metrics_value(struct metrics_text *t, const char *name, const char *labels, double v)
+{
+    metrics_printf(t, "%s%s%s%s %.6f\n", name, *labels ? "{" : "", labels, *labels ? "}" : "", v);
+}
+
+void
+metrics_histogram(struct metrics_text *t, const char *name, const char *labels,
+                  const int64_t *le_us, const uint64_t *cum, size_t n, uint64_t total,
+                  int64_t total_us)
+{
+    const char *sep = *labels ? "," : "";
+
+    for (size_t i = 0; i < n; i++)
+        metrics_printf(t, "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name, labels, sep,
+                       (double)le_us[i] / 1e6, cum[i]);
+    metrics_printf(t, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels, sep, total);
+    metrics_printf(t, "%s_sum%s%s%s %.6f\n", name, *labels ? "{" : "", labels, *labels ? "}" : "",
+                   (double)total_us / 1e6);
+    metrics_printf(t, "%s_count%s%s%s %" PRIu64 "\n", name, *labels ? "{" : "", labels,
+                   *labels ? "}" : "", total);
+}
+
+void
+metrics_command_names(const char *const *names, int n)
+{
+    command_names = names;
+    ncommand_names = n < METRICS_MAX_COMMANDS ? n : METRICS_MAX_COMMANDS;
+}
+
+void
 metrics_command_observe(int cmd_type, int http_status, int64_t duration_us)
 {
     size_t b = 0;
 
-    if (cmd_type < 0 || cmd_type >= CMD_COUNT_ || http_status < 100 || http_status >= MAX_STATUS)
+    if (cmd_type < 0 || cmd_type >= METRICS_MAX_COMMANDS || http_status < 100 ||
+        http_status >= MAX_STATUS)
         return;
     if (duration_us < 0)
         duration_us = 0;
@@ -106,43 +154,33 @@ metrics_remove_collector(metrics_collector_fn fn, void *arg)
 static void
 render_commands(struct metrics_text *t)
 {
-    metrics_printf(t, "# HELP roomd_commands_total Room write commands answered, by HTTP "
-                      "status.\n# TYPE roomd_commands_total counter\n");
-    for (int c = 0; c < CMD_COUNT_; c++) {
+    char labels[128];
+
+    metrics_family(t, "roomd_commands_total", "counter",
+                   "Room write commands answered, by HTTP status.");
+    for (int c = 0; c < ncommand_names; c++) {
         for (int s = 0; s < MAX_STATUS; s++) {
             uint64_t n = atomic_load_explicit(&commands[c][s], memory_order_relaxed);
-            if (n > 0)
-                metrics_printf(t,
-                               "roomd_commands_total{command=\"%s\",status=\"%d\"} %" PRIu64 "\n",
-                               room_cmd_name((enum room_cmd_type)c), s, n);
+            if (n == 0 || command_names[c] == NULL)
+                continue;
+            snprintf(labels, sizeof(labels), "command=\"%s\",status=\"%d\"", command_names[c], s);
+            metrics_count(t, "roomd_commands_total", labels, n);
         }
     }
-    metrics_printf(t, "# HELP roomd_command_duration_seconds Time to answer a room write "
-                      "command.\n# TYPE roomd_command_duration_seconds histogram\n");
-    for (int c = 0; c < CMD_COUNT_; c++) {
-        const char *name = room_cmd_name((enum room_cmd_type)c);
-        uint64_t cum = 0;
-        for (size_t b = 0; b <= NBUCKETS; b++)
-            cum += atomic_load_explicit(&buckets[c][b], memory_order_relaxed);
-        if (cum == 0)
-            continue;
-        cum = 0;
+    metrics_family(t, "roomd_command_duration_seconds", "histogram",
+                   "Time to answer a room write command.");
+    for (int c = 0; c < ncommand_names; c++) {
+        uint64_t cum[NBUCKETS], total = 0;
         for (size_t b = 0; b < NBUCKETS; b++) {
-            cum += atomic_load_explicit(&buckets[c][b], memory_order_relaxed);
-            metrics_printf(t,
-                           "roomd_command_duration_seconds_bucket{command=\"%s\",le=\"%g\"} "
-                           "%" PRIu64 "\n",
-                           name, (double)bucket_us[b] / 1e6, cum);
+            total += atomic_load_explicit(&buckets[c][b], memory_order_relaxed);
+            cum[b] = total;
         }
-        cum += atomic_load_explicit(&buckets[c][NBUCKETS], memory_order_relaxed);
-        metrics_printf(t,
-                       "roomd_command_duration_seconds_bucket{command=\"%s\",le=\"+Inf\"} "
-                       "%" PRIu64 "\n",
-                       name, cum);
-        metrics_printf(t, "roomd_command_duration_seconds_sum{command=\"%s\"} %.6f\n", name,
-                       (double)atomic_load_explicit(&sum_us[c], memory_order_relaxed) / 1e6);
-        metrics_printf(t, "roomd_command_duration_seconds_count{command=\"%s\"} %" PRIu64 "\n",
-                       name, cum);
+        total += atomic_load_explicit(&buckets[c][NBUCKETS], memory_order_relaxed);
+        if (total == 0 || command_names[c] == NULL)
+            continue;
+        snprintf(labels, sizeof(labels), "command=\"%s\"", command_names[c]);
+        metrics_histogram(t, "roomd_command_duration_seconds", labels, bucket_us, cum, NBUCKETS,
+                          total, (int64_t)atomic_load_explicit(&sum_us[c], memory_order_relaxed));
     }
 }
 
@@ -164,7 +202,7 @@ metrics_render(void)
 void
 metrics_reset(void)
 {
-    for (int c = 0; c < CMD_COUNT_; c++) {
+    for (int c = 0; c < METRICS_MAX_COMMANDS; c++) {
         for (int s = 0; s < MAX_STATUS; s++)
             atomic_store(&commands[c][s], 0);
         for (size_t b = 0; b <= NBUCKETS; b++)

@@ -1,8 +1,12 @@
 /*
  * metrics.h: a small process-wide metrics registry rendered as Prometheus
- * text (GET /metrics, http/handlers_ops.c). The command path's counters and
- * latency histogram live here; other modules add gauges through collectors,
- * callbacks that append their own lines at render time.
+ * text (GET /metrics, http/handlers_ops.c), and the one exposition helper
+ * every producer writes its lines with (metrics_family, metrics_count,
+ * metrics_value, metrics_histogram). The command counters and latency
+ * histogram live here (the command names come from the room layer through
+ * metrics_command_names, so this module includes nothing above core/); other
+ * modules own their metrics through collectors, callbacks that append their
+ * lines at render time (outbox/worker.c, outbox/metrics.c, http).
  * Thread: any; recording is lock-free (atomics), rendering takes a mutex.
  */
 #ifndef ROOMD_METRICS_H
@@ -20,6 +24,30 @@ struct metrics_text {
 /* Appends formatted text (aborts on OOM). */
 void metrics_printf(struct metrics_text *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* The exposition helper. labels is "" or the label pairs without braces
+ * (`status="pending"`); every string is the caller's and only read. */
+/* "# HELP name help" and "# TYPE name type" (counter, gauge, histogram). */
+void metrics_family(struct metrics_text *t, const char *name, const char *type, const char *help);
+/* One sample "name{labels} v" with an integer value. */
+void metrics_count(struct metrics_text *t, const char *name, const char *labels, uint64_t v);
+/* One sample with a real value (seconds, ages), printed with 6 decimals. */
+void metrics_value(struct metrics_text *t, const char *name, const char *labels, double v);
+/* One histogram series: name_bucket{labels,le} for each upper bound le_us[i]
+ * (µs, printed in seconds) with cum[i] observations at or below it, then
+ * le="+Inf" and name_count (total), name_sum (sum_us in seconds). */
+void metrics_histogram(struct metrics_text *t, const char *name, const char *labels,
+                       const int64_t *le_us, const uint64_t *cum, size_t n, uint64_t total,
+                       int64_t sum_us);
+
+/* The most command types metrics_command_names takes. */
+#define METRICS_MAX_COMMANDS 16
+
+/* Names command types 0..n-1 (n <= METRICS_MAX_COMMANDS; names borrowed,
+ * static) for roomd_commands_total and roomd_command_duration_seconds; a
+ * type without a name is counted but not rendered. room_service_open calls
+ * it with room_cmd_name's table. Thread: main, before the first render. */
+void metrics_command_names(const char *const *names, int n);
 
 /*
  * Records one write command: its type (enum room_cmd_type), the HTTP status

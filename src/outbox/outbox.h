@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 struct conf_outbox;
+struct conf_store;
 struct store;
 struct sink;
 struct outbox_row;
@@ -28,43 +29,19 @@ struct outbox;
  * takes ownership of the sinks and closes them in outbox_close, also when
  * outbox_open fails). node_id prefixes locked_by ("<node_id>/w<n>"; "" =
  * "<hostname>-<pid>"). Also starts the retention purge of delivered rows
- * (outbox/retention.h) with the settings of the same conf's store section:
- * cfg must therefore be the outbox_worker member of a struct conf, which
- * must outlive the outbox. Returns 0 and *out, or an error. Thread: main.
+ * (outbox/retention.h) with retention's retention_delivered_ms, purge_batch
+ * and purge_interval_ms (the store section; borrowed, it must outlive the
+ * outbox). cfg is copied. Returns 0 and *out, or an error. Thread: main.
  */
-int outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *store,
-                const char *node_id, struct sink **sinks, size_t nsinks);
+int outbox_open(struct outbox **out, const struct conf_outbox *cfg,
+                const struct conf_store *retention, struct store *store, const char *node_id,
+                struct sink **sinks, size_t nsinks);
 
 /* Wakes an idle worker to claim now (a commit just wrote pending rows).
  * outbox_wake(NULL) is a no-op. Thread: any; never blocks. */
 void outbox_wake(struct outbox *ob);
 
-/*
- * The in-process hand-off (docs/outbox.md): a command's outbox rows go from
- * the commit straight to this process's workers, without a claim query.
- *  1. Before the commit, outbox_handoff_reserve(ob, n, &lock_until) takes n
- *     places in the bounded hand-off queue. true: insert the rows already
- *     claimed, mutation.locked_by = outbox_handoff_claimer(ob) and
- *     mutation.lock_until_ms = lock_until (store.h). false (the queue is
- *     full, the hand-off is off, stopping, ob NULL or n 0): insert them
- *     pending as before and outbox_wake after the commit.
- *  2. After a successful reserve exactly one of: outbox_handoff_push(ob, m)
- *     once m committed (m->events[i].id set by store_save; everything is
- *     copied), or outbox_handoff_cancel(ob, n) when it did not commit.
- * A worker publishes handed-off rows and completes them fenced by the
- * hand-off claimer, only while their lock outlasts publish_timeout. Rows
- * that never reach a worker (the process died) are claimed by anyone once
- * their lock expires. Thread: any; never block (push copies the rows).
- */
-bool outbox_handoff_reserve(struct outbox *ob, size_t n, int64_t *lock_until_ms);
-/* "<node_id>/h": locked_by of handed-off rows. Static for the outbox's life. */
-const char *outbox_handoff_claimer(const struct outbox *ob);
-void outbox_handoff_push(struct outbox *ob, const struct mutation *m);
-void outbox_handoff_cancel(struct outbox *ob, size_t n);
-/* Sets the queue's capacity in rows (reserved + queued); 0 turns the
- * hand-off off. outbox_open sets it from outbox_worker.handoff_queue (-1:
- * max(1024, 4 * workers * batch_size)). Thread: any. */
-void outbox_handoff_set_capacity(struct outbox *ob, size_t rows);
+/* The in-process hand-off from the commit to the workers: outbox/handoff.h. */
 
 #define OUTBOX_LAT_BUCKETS 500
 #define OUTBOX_LAT_BUCKET_US 100
@@ -91,6 +68,13 @@ void outbox_stats(struct outbox *ob, struct outbox_stats *out);
 /* The p-th percentile (0 < p < 1) of handoff_lat in µs (a bucket's upper
  * edge), or 0 when there are no samples. */
 int64_t outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p);
+
+/* Appends the room_outbox table's lines to t: roomd_outbox_rows{status} and
+ * roomd_outbox_oldest_undelivered_seconds (nothing when the store cannot
+ * count). For the HTTP /metrics collector: the table exists whether or not
+ * this process runs workers. Thread: any; blocks on one store query. */
+struct metrics_text;
+void outbox_metrics_rows(struct store *store, struct metrics_text *t);
 
 /* Stops the workers after their current batch and joins them. Rows they
  * had claimed but not completed are reclaimed after their lock expires.

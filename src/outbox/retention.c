@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "store/store.h"
 
@@ -27,10 +28,7 @@ struct retention {
     int64_t keep_ms;
     int batch;
     int64_t interval_ms;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stopping;
+    struct bg_thread th;
 };
 
 int
@@ -48,23 +46,6 @@ retention_purge(struct store *store, int64_t before_ms, int batch, int max_batch
             break;
     }
     return rc;
-}
-
-/* Sleeps ms unless stopped; returns false when stopping. */
-static bool
-sleep_unless_stopped(struct retention *r, int64_t ms)
-{
-    struct timespec ts;
-    bool stop;
-
-    clock_mono_deadline(&ts, ms);
-    pthread_mutex_lock(&r->mu);
-    while (!r->stopping)
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT)
-            break;
-    stop = r->stopping;
-    pthread_mutex_unlock(&r->mu);
-    return !stop;
 }
 
 static void *
@@ -85,7 +66,7 @@ purge_main(void *arg)
         if (purged > 0)
             log_info("outbox", "purged delivered rows", "rows=%zu delivered_before_ms=%lld", purged,
                      (long long)before);
-    } while (sleep_unless_stopped(r, r->interval_ms));
+    } while (!bg_thread_sleep(&r->th, r->interval_ms));
     return NULL;
 }
 
@@ -102,11 +83,7 @@ retention_open(struct retention **out, const struct conf_store *cs, struct store
     r->keep_ms = cs->retention_delivered_ms;
     r->batch = cs->purge_batch > 0 ? cs->purge_batch : 1000;
     r->interval_ms = cs->purge_interval_ms > 0 ? cs->purge_interval_ms : 60000;
-    pthread_mutex_init(&r->mu, NULL);
-    clock_cond_init(&r->cv);
-    if (pthread_create(&r->thread, NULL, purge_main, r) != 0) {
-        pthread_cond_destroy(&r->cv);
-        pthread_mutex_destroy(&r->mu);
+    if (bg_thread_start(&r->th, purge_main, r) != 0) {
         free(r);
         return ROOMD_EINTERNAL;
     }
@@ -119,12 +96,6 @@ retention_close(struct retention *r)
 {
     if (r == NULL)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->stopping = true;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->thread, NULL);
-    pthread_cond_destroy(&r->cv);
-    pthread_mutex_destroy(&r->mu);
+    bg_thread_stop(&r->th);
     free(r);
 }

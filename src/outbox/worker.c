@@ -10,6 +10,8 @@
  */
 #include "outbox/outbox.h"
 
+#include "outbox/internal.h"
+
 #include "conf/conf.h"
 #include "core/backoff.h"
 #include "core/clock.h"
@@ -17,6 +19,7 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
+#include "outbox/handoff.h"
 #include "outbox/retention.h"
 #include "publish/sink.h"
 #include "store/store.h"
@@ -39,66 +42,13 @@
 #define SINK_ERR_LEN 256
 /* Retries of a batch completion while the store is briefly unavailable. */
 #define COMPLETE_TRIES 3
-/* Hand-off queue capacity (rows) with handoff_queue -1 (auto): max(this, 4 * workers *
- * batch_size). */
-#define HANDOFF_MIN_ROWS 1024
-
-struct worker {
-    struct outbox *ob;
-    char locked_by[STORE_ID_MAX];
-    pthread_t thread;
-    bool started;
-    /* claims (guarded by ob->mu): the next poll, and the store outage backoff */
-    int64_t next_claim_ms; /* clock_mono_ms; 0 = at once */
-    bool last_was_claim;   /* alternate claims and hand-off batches when both wait */
-    bool down;             /* the last claim failed: wake-ups wait for next_claim_ms */
-    int down_count;
-};
-
-struct outbox {
-    struct conf_outbox cfg; /* copy; its strings are not used */
-    struct store *store;
-    struct sink **sinks;
-    size_t nsinks;
-    struct worker *workers;
-    int nworkers;
-    struct retention *retention;
-
-    /* Wake-ups: outbox_wake bumps wake_seq; an idle worker that sees
-     * wake_seq != taken_seq takes it (taken_seq = wake_seq) and claims. A
-     * wake that arrives while every worker is busy is thus never lost. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint64_t wake_seq;
-    uint64_t taken_seq;
-    bool stopping;
-
-    /* The hand-off queue (under mu): rows committed already claimed by
-     * handoff_by, oldest first, in a ring q[qhead..qhead+qlen) of qalloc.
-     * reserved + qlen <= handoff_cap. */
-    char handoff_by[STORE_ID_MAX];
-    size_t handoff_cap;
-    size_t reserved;
-    struct outbox_row *q;
-    int64_t *qt; /* clock_mono_us of each row's push, beside q */
-    size_t qhead, qlen, qalloc;
-    struct outbox_stats stats;
-    bool metrics; /* collect_metrics is registered */
-
-    atomic_bool store_down; /* logged once per state change */
-};
 
 /* ==== waiting ==== */
 
 static bool
 stopping(struct outbox *ob)
 {
-    bool s;
-
-    pthread_mutex_lock(&ob->mu);
-    s = ob->stopping;
-    pthread_mutex_unlock(&ob->mu);
-    return s;
+    return bg_thread_stopping(&ob->pool);
 }
 
 void
@@ -106,154 +56,18 @@ outbox_wake(struct outbox *ob)
 {
     if (ob == NULL)
         return;
-    pthread_mutex_lock(&ob->mu);
+    pthread_mutex_lock(&ob->pool.mu);
     ob->wake_seq++;
-    pthread_cond_signal(&ob->cv);
-    pthread_mutex_unlock(&ob->mu);
-}
-
-/* ==== the hand-off queue ==== */
-
-/* Appends *r (moved in), pushed at pushed_us, to the ring, growing it.
- * Holds ob->mu. */
-static void
-q_put(struct outbox *ob, const struct outbox_row *r, int64_t pushed_us)
-{
-    if (ob->qlen == ob->qalloc) {
-        size_t alloc = ob->qalloc ? ob->qalloc * 2 : 64;
-        struct outbox_row *q = xcalloc(alloc, sizeof(*q));
-        int64_t *qt = xcalloc(alloc, sizeof(*qt));
-
-        for (size_t i = 0; i < ob->qlen; i++) {
-            q[i] = ob->q[(ob->qhead + i) % ob->qalloc];
-            qt[i] = ob->qt[(ob->qhead + i) % ob->qalloc];
-        }
-        free(ob->q);
-        free(ob->qt);
-        ob->q = q;
-        ob->qt = qt;
-        ob->qhead = 0;
-        ob->qalloc = alloc;
-    }
-    ob->q[(ob->qhead + ob->qlen) % ob->qalloc] = *r;
-    ob->qt[(ob->qhead + ob->qlen) % ob->qalloc] = pushed_us;
-    ob->qlen++;
-}
-
-/* Moves up to max of the oldest rows into a new array, their push times
- * into *pushed_us (may be NULL; else free it). Holds ob->mu. */
-static struct outbox_row *
-q_take(struct outbox *ob, size_t max, size_t *n, int64_t **pushed_us)
-{
-    size_t k = ob->qlen < max ? ob->qlen : max;
-    struct outbox_row *rows = xcalloc(k ? k : 1, sizeof(*rows));
-    int64_t *t = xcalloc(k ? k : 1, sizeof(*t));
-
-    for (size_t i = 0; i < k; i++) {
-        rows[i] = ob->q[ob->qhead];
-        t[i] = ob->qt[ob->qhead];
-        ob->qhead = (ob->qhead + 1) % ob->qalloc;
-    }
-    ob->qlen -= k;
-    *n = k;
-    if (pushed_us != NULL)
-        *pushed_us = t;
-    else
-        free(t);
-    return rows;
-}
-
-bool
-outbox_handoff_reserve(struct outbox *ob, size_t n, int64_t *lock_until_ms)
-{
-    bool ok;
-
-    if (ob == NULL || n == 0)
-        return false;
-    pthread_mutex_lock(&ob->mu);
-    ok = !ob->stopping && ob->reserved + ob->qlen + n <= ob->handoff_cap;
-    if (ok)
-        ob->reserved += n;
-    else if (ob->handoff_cap > 0)
-        ob->stats.handoff_full++;
-    pthread_mutex_unlock(&ob->mu);
-    *lock_until_ms = clock_wall_ms() + ob->cfg.lock_timeout_ms;
-    return ok;
-}
-
-const char *
-outbox_handoff_claimer(const struct outbox *ob)
-{
-    return ob->handoff_by;
-}
-
-void
-outbox_handoff_cancel(struct outbox *ob, size_t n)
-{
-    pthread_mutex_lock(&ob->mu);
-    ob->reserved -= n <= ob->reserved ? n : ob->reserved;
-    pthread_mutex_unlock(&ob->mu);
-}
-
-void
-outbox_handoff_push(struct outbox *ob, const struct mutation *m)
-{
-    struct outbox_row *rows = xcalloc(m->nevents ? m->nevents : 1, sizeof(*rows));
-
-    /* the rows as store_save inserted them, built outside the lock */
-    for (size_t i = 0; i < m->nevents; i++) {
-        const struct outbox_new *e = &m->events[i];
-        struct outbox_row *r = &rows[i];
-
-        r->id = e->id;
-        strlcpy_(r->event_id, e->event_id, sizeof(r->event_id));
-        strlcpy_(r->app_code, m->app_code, sizeof(r->app_code));
-        strlcpy_(r->room_id, m->room_id, sizeof(r->room_id));
-        strlcpy_(r->command_id, m->command_id, sizeof(r->command_id));
-        strlcpy_(r->event_type, e->event_type, sizeof(r->event_type));
-        r->room_version = m->version;
-        r->payload = xmalloc(e->payload_len ? e->payload_len : 1);
-        if (e->payload_len)
-            memcpy(r->payload, e->payload, e->payload_len);
-        r->payload_len = e->payload_len;
-        r->status = OUTBOX_DELIVERING;
-        r->lock_until_ms = m->lock_until_ms;
-        strlcpy_(r->locked_by, m->locked_by, sizeof(r->locked_by));
-        r->created_at_ms = m->created_at_ms;
-    }
-    int64_t now_us = clock_mono_us();
-    pthread_mutex_lock(&ob->mu);
-    for (size_t i = 0; i < m->nevents; i++) {
-        if (rows[i].id > 0) {
-            q_put(ob, &rows[i], now_us);
-            ob->stats.handoff_rows++;
-            continue;
-        }
-        /* a backend that did not report the row's id: leave the row to the
-         * claims (after its lock if it was inserted claimed) */
-        free(rows[i].payload);
-        ob->wake_seq++;
-    }
-    ob->reserved -= m->nevents <= ob->reserved ? m->nevents : ob->reserved;
-    pthread_cond_signal(&ob->cv);
-    pthread_mutex_unlock(&ob->mu);
-    free(rows);
-}
-
-void
-outbox_handoff_set_capacity(struct outbox *ob, size_t rows)
-{
-    pthread_mutex_lock(&ob->mu);
-    ob->handoff_cap = rows;
-    pthread_mutex_unlock(&ob->mu);
+    pthread_cond_signal(&ob->pool.cv);
+    pthread_mutex_unlock(&ob->pool.mu);
 }
 
 void
 outbox_stats(struct outbox *ob, struct outbox_stats *out)
 {
-    pthread_mutex_lock(&ob->mu);
+    pthread_mutex_lock(&ob->pool.mu);
     *out = ob->stats;
-    pthread_mutex_unlock(&ob->mu);
+    pthread_mutex_unlock(&ob->pool.mu);
 }
 
 int64_t
@@ -271,62 +85,6 @@ outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p)
             return (int64_t)(b + 1) * OUTBOX_LAT_BUCKET_US;
     }
     return (int64_t)OUTBOX_LAT_BUCKETS * OUTBOX_LAT_BUCKET_US;
-}
-
-/* Upper bounds of the /metrics buckets of handoff_lat, in µs: multiples of
- * OUTBOX_LAT_BUCKET_US below the last bucket's 49.9 ms (+Inf implied). */
-static const int64_t metrics_le_us[] = {500, 1000, 2500, 5000, 10000, 25000};
-
-/* The metrics collector (metrics.h): outbox_stats as roomd_outbox_* lines. */
-static void
-collect_metrics(void *arg, struct metrics_text *t)
-{
-    struct outbox_stats s;
-    uint64_t cum = 0, total = 0;
-    size_t b = 0;
-
-    outbox_stats(arg, &s);
-    metrics_printf(t,
-                   "# HELP roomd_outbox_claims_total Claim queries of the outbox workers.\n"
-                   "# TYPE roomd_outbox_claims_total counter\nroomd_outbox_claims_total %" PRIu64
-                   "\n# HELP roomd_outbox_claimed_rows_total Rows those claims returned.\n"
-                   "# TYPE roomd_outbox_claimed_rows_total counter\n"
-                   "roomd_outbox_claimed_rows_total %" PRIu64 "\n"
-                   "# HELP roomd_outbox_handoff_rows_total Rows handed from the commit to the "
-                   "workers without a claim.\n# TYPE roomd_outbox_handoff_rows_total counter\n"
-                   "roomd_outbox_handoff_rows_total %" PRIu64 "\n"
-                   "# HELP roomd_outbox_handoff_full_total Hand-off reservations refused by a "
-                   "full queue (the rows went pending).\n"
-                   "# TYPE roomd_outbox_handoff_full_total counter\n"
-                   "roomd_outbox_handoff_full_total %" PRIu64 "\n"
-                   "# HELP roomd_outbox_batches_total Batches published and completed.\n"
-                   "# TYPE roomd_outbox_batches_total counter\n"
-                   "roomd_outbox_batches_total %" PRIu64 "\n",
-                   s.claims, s.claimed_rows, s.handoff_rows, s.handoff_full, s.batches);
-    metrics_printf(t,
-                   "# HELP roomd_outbox_worker_seconds_total Time of all outbox workers "
-                   "together, by phase.\n# TYPE roomd_outbox_worker_seconds_total counter\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"claim\"} %.6f\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"build\"} %.6f\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"publish\"} %.6f\n"
-                   "roomd_outbox_worker_seconds_total{phase=\"complete\"} %.6f\n",
-                   s.claim_us / 1e6, s.build_us / 1e6, s.publish_us / 1e6, s.complete_us / 1e6);
-    metrics_printf(t, "# HELP roomd_outbox_handoff_delivery_seconds Handed-off rows delivered, "
-                      "from the commit to the return of the last sink.\n"
-                      "# TYPE roomd_outbox_handoff_delivery_seconds histogram\n");
-    for (int i = 0; i < OUTBOX_LAT_BUCKETS; i++)
-        total += s.handoff_lat[i];
-    for (size_t k = 0; k < sizeof(metrics_le_us) / sizeof(metrics_le_us[0]); k++) {
-        for (; b < (size_t)(metrics_le_us[k] / OUTBOX_LAT_BUCKET_US); b++)
-            cum += s.handoff_lat[b];
-        metrics_printf(t, "roomd_outbox_handoff_delivery_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-                       metrics_le_us[k] / 1e6, cum);
-    }
-    metrics_printf(t,
-                   "roomd_outbox_handoff_delivery_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n"
-                   "roomd_outbox_handoff_delivery_seconds_sum %.6f\n"
-                   "roomd_outbox_handoff_delivery_seconds_count %" PRIu64 "\n",
-                   total, s.handoff_lat_sum_us / 1e6, total);
 }
 
 /* ==== store state, logged once per change ==== */
@@ -637,7 +395,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
     }
     complete_batch(ob, rows, res, n);
     int64_t t3 = clock_mono_us();
-    pthread_mutex_lock(&ob->mu);
+    pthread_mutex_lock(&ob->pool.mu);
     ob->stats.batches++;
     ob->stats.build_us += t1 - t0;
     ob->stats.publish_us += t2 - t1;
@@ -648,7 +406,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
             ob->stats.handoff_lat[b < OUTBOX_LAT_BUCKETS ? b : OUTBOX_LAT_BUCKETS - 1]++;
             ob->stats.handoff_lat_sum_us += t2 - pushed_us[i];
         }
-    pthread_mutex_unlock(&ob->mu);
+    pthread_mutex_unlock(&ob->pool.mu);
     for (size_t i = 0; i < n; i++) {
         free(errs[i]);
         free((void *)sl[i].ev.envelope);
@@ -675,13 +433,13 @@ next_work(struct worker *w, struct outbox_row **rows, size_t *n, int64_t **pushe
     struct outbox *ob = w->ob;
     enum work what;
 
-    pthread_mutex_lock(&ob->mu);
+    pthread_mutex_lock(&ob->pool.mu);
     for (;;) {
         int64_t now = clock_mono_ms();
         bool claim_due = now >= w->next_claim_ms || (!w->down && ob->wake_seq != ob->taken_seq);
         bool queued = ob->qlen > 0;
 
-        if (ob->stopping) {
+        if (bg_thread_stopping(&ob->pool)) {
             what = WORK_STOP;
             break;
         }
@@ -692,18 +450,16 @@ next_work(struct worker *w, struct outbox_row **rows, size_t *n, int64_t **pushe
             break;
         }
         if (queued) {
-            *rows = q_take(ob, (size_t)ob->cfg.batch_size, n, pushed_us);
+            *rows = handoff_take(ob, (size_t)ob->cfg.batch_size, n, pushed_us);
             if (ob->qlen > 0)
-                pthread_cond_signal(&ob->cv); /* the rest to another idle worker */
+                pthread_cond_signal(&ob->pool.cv); /* the rest to another idle worker */
             what = WORK_HANDOFF;
             break;
         }
-        struct timespec ts;
-        clock_mono_deadline(&ts, w->next_claim_ms - now);
-        pthread_cond_timedwait(&ob->cv, &ob->mu, &ts);
+        bg_thread_wait_locked(&ob->pool, w->next_claim_ms - now);
     }
     w->last_was_claim = what == WORK_CLAIM;
-    pthread_mutex_unlock(&ob->mu);
+    pthread_mutex_unlock(&ob->pool.mu);
     return what;
 }
 
@@ -727,25 +483,25 @@ claim_and_run(struct worker *w)
         store_trouble(ob, "claim", rc);
         int64_t initial = cfg->poll_interval_ms < 100 ? cfg->poll_interval_ms : 100;
         int64_t cap = cfg->poll_interval_ms > 2000 ? cfg->poll_interval_ms : 2000;
-        pthread_mutex_lock(&ob->mu);
+        pthread_mutex_lock(&ob->pool.mu);
         w->down = true;
         w->down_count++;
         w->next_claim_ms = clock_mono_ms() + backoff_delay_ms(w->down_count, initial, cap);
-        pthread_mutex_unlock(&ob->mu);
+        pthread_mutex_unlock(&ob->pool.mu);
         return;
     }
     store_fine(ob);
     /* A full batch: claim again at once (and let an idle worker claim too);
      * else idle until woken or polled. */
     next = n == (size_t)cfg->batch_size ? 0 : clock_mono_ms() + cfg->poll_interval_ms;
-    pthread_mutex_lock(&ob->mu);
+    pthread_mutex_lock(&ob->pool.mu);
     w->down = false;
     w->down_count = 0;
     w->next_claim_ms = next;
     ob->stats.claims++;
     ob->stats.claimed_rows += n;
     ob->stats.claim_us += claim_us;
-    pthread_mutex_unlock(&ob->mu);
+    pthread_mutex_unlock(&ob->pool.mu);
     if (n == (size_t)cfg->batch_size)
         outbox_wake(ob);
     for (size_t i = 0; i < n; i++) {
@@ -800,19 +556,9 @@ node_name(const char *node_id, char *buf, size_t len)
     snprintf(buf, len, "%s-%d", host, (int)getpid());
 }
 
-/* The store section of the conf whose outbox_worker section cfg is (see the
- * contract of outbox_open). */
-static const struct conf_store *
-conf_store_of(const struct conf_outbox *cfg)
-{
-    const struct conf *c =
-        (const struct conf *)((const char *)cfg - offsetof(struct conf, outbox_worker));
-    return &c->store;
-}
-
 int
-outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *store,
-            const char *node_id, struct sink **sinks, size_t nsinks)
+outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct conf_store *retention,
+            struct store *store, const char *node_id, struct sink **sinks, size_t nsinks)
 {
     struct outbox *ob = xcalloc(1, sizeof(*ob));
     char node[STORE_ID_MAX];
@@ -833,8 +579,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
     ob->sinks = xcalloc(nsinks > 0 ? nsinks : 1, sizeof(*ob->sinks));
     for (size_t i = 0; i < nsinks; i++)
         ob->sinks[i] = sinks[i];
-    pthread_mutex_init(&ob->mu, NULL);
-    clock_cond_init(&ob->cv);
+    bg_thread_init(&ob->pool);
     atomic_init(&ob->store_down, false);
 
     if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)
@@ -843,12 +588,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
                  (long long)ob->cfg.publish_timeout_ms);
 
     node_name(node_id, node, sizeof(node));
-    snprintf(ob->handoff_by, sizeof(ob->handoff_by), "%.48s/h", node);
-    ob->handoff_cap = (size_t)ob->cfg.workers * (size_t)ob->cfg.batch_size * 4;
-    if (ob->handoff_cap < HANDOFF_MIN_ROWS)
-        ob->handoff_cap = HANDOFF_MIN_ROWS;
-    if (ob->cfg.handoff_queue >= 0)
-        ob->handoff_cap = (size_t)ob->cfg.handoff_queue;
+    handoff_init(ob, node);
     ob->nworkers = ob->cfg.workers;
     ob->workers = xcalloc((size_t)ob->nworkers, sizeof(*ob->workers));
     for (int i = 0; i < ob->nworkers; i++) {
@@ -856,19 +596,16 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, struct store *st
         w->ob = ob;
         snprintf(w->locked_by, sizeof(w->locked_by), "%.48s/w%d", node, i); /* fits 63 */
         w->next_claim_ms = 0;
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            rc = ROOMD_EINTERNAL;
+        if ((rc = bg_thread_spawn(&ob->pool, worker_main, w)) != 0)
             break;
-        }
-        w->started = true;
     }
     if (rc == 0)
-        rc = retention_open(&ob->retention, conf_store_of(cfg), store);
+        rc = retention_open(&ob->retention, retention, store);
     if (rc != 0) {
         outbox_close(ob);
         return rc;
     }
-    if (metrics_add_collector(collect_metrics, ob) == 0)
+    if (metrics_add_collector(outbox_collect_metrics, ob) == 0)
         ob->metrics = true;
     log_info("outbox", "workers started",
              "workers=%d batch_size=%d poll_interval_ms=%lld lock_timeout_ms=%lld sinks=%zu "
@@ -886,7 +623,7 @@ static void
 release_queued(struct outbox *ob)
 {
     size_t n = 0;
-    struct outbox_row *rows = ob->qlen > 0 ? q_take(ob, ob->qlen, &n, NULL) : NULL;
+    struct outbox_row *rows = ob->qlen > 0 ? handoff_take(ob, ob->qlen, &n, NULL) : NULL;
     struct outbox_result *res;
     int64_t now = clock_wall_ms();
 
@@ -916,23 +653,14 @@ outbox_close(struct outbox *ob)
     if (ob == NULL)
         return;
     if (ob->metrics)
-        metrics_remove_collector(collect_metrics, ob);
-    pthread_mutex_lock(&ob->mu);
-    ob->stopping = true;
-    pthread_cond_broadcast(&ob->cv);
-    pthread_mutex_unlock(&ob->mu);
-    for (int i = 0; i < ob->nworkers; i++)
-        if (ob->workers[i].started)
-            pthread_join(ob->workers[i].thread, NULL);
+        metrics_remove_collector(outbox_collect_metrics, ob);
+    bg_thread_stop(&ob->pool); /* joins the workers */
     release_queued(ob);
     retention_close(ob->retention);
     for (size_t i = 0; i < ob->nsinks; i++)
         if (ob->sinks[i] != NULL && ob->sinks[i]->close != NULL)
             ob->sinks[i]->close(ob->sinks[i]);
-    pthread_cond_destroy(&ob->cv);
-    pthread_mutex_destroy(&ob->mu);
-    free(ob->q);
-    free(ob->qt);
+    handoff_free(ob);
     free(ob->workers);
     free(ob->sinks);
     free(ob);

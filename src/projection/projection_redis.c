@@ -20,9 +20,10 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
-#include "lease/redis_conn.h"
 #include "projection/proj_room.h"
+#include "redis/redis_conn.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -136,10 +137,7 @@ struct projection_redis {
     void *parked;
     size_t nparked;
 
-    pthread_mutex_t stop_mu;
-    pthread_cond_t stop_cv;
-    bool stop, thread_started;
-    pthread_t thread;
+    struct bg_thread flusher; /* zeroed until started */
 };
 
 static int
@@ -339,22 +337,12 @@ flush_parked(struct projection_redis *pr)
 }
 
 static void *
-flusher(void *arg)
+flush_main(void *arg)
 {
     struct projection_redis *pr = arg;
 
-    pthread_mutex_lock(&pr->stop_mu);
-    while (!pr->stop) {
-        struct timespec ts;
-        clock_mono_deadline(&ts, FLUSH_EVERY_MS);
-        pthread_cond_timedwait(&pr->stop_cv, &pr->stop_mu, &ts);
-        if (pr->stop)
-            break;
-        pthread_mutex_unlock(&pr->stop_mu);
+    while (!bg_thread_sleep(&pr->flusher, FLUSH_EVERY_MS))
         flush_parked(pr);
-        pthread_mutex_lock(&pr->stop_mu);
-    }
-    pthread_mutex_unlock(&pr->stop_mu);
     return NULL;
 }
 
@@ -553,13 +541,7 @@ rp_close(struct projection *p)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
 
-    if (pr->thread_started) {
-        pthread_mutex_lock(&pr->stop_mu);
-        pr->stop = true;
-        pthread_cond_signal(&pr->stop_cv);
-        pthread_mutex_unlock(&pr->stop_mu);
-        pthread_join(pr->thread, NULL);
-    }
+    bg_thread_stop(&pr->flusher);
     flush_parked(pr); /* last chance */
     if (pr->nparked > 0)
         log_warn("projection", "parked updates dropped at shutdown", "rooms=%zu", pr->nparked);
@@ -567,8 +549,6 @@ rp_close(struct projection *p)
     redis_conn_close(&pr->conn);
     pthread_mutex_destroy(&pr->conn_mu);
     pthread_mutex_destroy(&pr->park_mu);
-    pthread_mutex_destroy(&pr->stop_mu);
-    pthread_cond_destroy(&pr->stop_cv);
     free(pr->prefix);
     free(pr->lock_value);
     free(pr);
@@ -600,14 +580,11 @@ projection_redis_open(struct projection **out, const struct conf *conf, char *er
                                (int)getpid(), (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)pr);
     pthread_mutex_init(&pr->conn_mu, NULL);
     pthread_mutex_init(&pr->park_mu, NULL);
-    pthread_mutex_init(&pr->stop_mu, NULL);
-    clock_cond_init(&pr->stop_cv);
-    if (pthread_create(&pr->thread, NULL, flusher, pr) != 0) {
+    if (bg_thread_start(&pr->flusher, flush_main, pr) != 0) {
         snprintf(err, errlen, "projection: cannot start the flusher thread");
         rp_close(&pr->base);
         return ROOMD_EINTERNAL;
     }
-    pr->thread_started = true;
     *out = &pr->base;
     return 0;
 }

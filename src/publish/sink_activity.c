@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "publish/sink.h"
 #include "rpc/client.h"
@@ -34,11 +35,8 @@ struct sink_activity {
     char *target;
     grpc_channel *channel;
     grpc_completion_queue *watch_cq;
-    pthread_t watcher;
-    bool watching;      /* the watcher thread runs */
-    pthread_mutex_t mu; /* stopping + arming a watch vs. shutting the CQ down */
-    bool stopping;
-    int last_state; /* last connectivity state seen (logging) */
+    struct bg_thread watcher; /* its mu: stopping + arming a watch vs. shutting the CQ down */
+    int last_state;           /* last connectivity state seen (logging) */
 };
 
 static gpr_timespec
@@ -71,8 +69,8 @@ arm_watch(struct sink_activity *a)
 {
     bool armed = false;
 
-    pthread_mutex_lock(&a->mu);
-    if (!a->stopping) {
+    pthread_mutex_lock(&a->watcher.mu);
+    if (!bg_thread_stopping(&a->watcher)) {
         /* try_to_connect=1: leave IDLE at once, so the first call finds it READY. */
         grpc_connectivity_state s = grpc_channel_check_connectivity_state(a->channel, 1);
         if ((int)s != a->last_state) {
@@ -86,7 +84,7 @@ arm_watch(struct sink_activity *a)
         grpc_channel_watch_connectivity_state(a->channel, s, in_ms(WATCH_MS), a->watch_cq, a);
         armed = true;
     }
-    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_unlock(&a->watcher.mu);
     return armed;
 }
 
@@ -153,16 +151,14 @@ activity_close(struct sink *s)
 {
     struct sink_activity *a = (struct sink_activity *)s;
 
-    pthread_mutex_lock(&a->mu);
-    a->stopping = true;
+    bg_thread_request_stop(&a->watcher); /* arms no more watches */
+    pthread_mutex_lock(&a->watcher.mu);
     grpc_completion_queue_shutdown(a->watch_cq); /* the pending watch ends within WATCH_MS */
-    pthread_mutex_unlock(&a->mu);
-    if (a->watching)
-        pthread_join(a->watcher, NULL);
+    pthread_mutex_unlock(&a->watcher.mu);
+    bg_thread_stop(&a->watcher); /* joins */
     grpc_completion_queue_destroy(a->watch_cq);
     grpc_channel_destroy(a->channel);
     grpc_shutdown_blocking();
-    pthread_mutex_destroy(&a->mu);
     free(a->target);
     free(a);
 }
@@ -184,7 +180,7 @@ sink_activity_open(struct sink **out, const struct conf_activity *cfg, char *err
     a = xcalloc(1, sizeof(*a));
     a->target = xstrdup(cfg->target);
     a->last_state = -1;
-    pthread_mutex_init(&a->mu, NULL);
+    bg_thread_init(&a->watcher);
 
     /* Reconnect quickly after an outage: retry the connection every <= 1 s. */
     memset(args, 0, sizeof(args));
@@ -204,12 +200,11 @@ sink_activity_open(struct sink **out, const struct conf_activity *cfg, char *err
     a->channel = grpc_channel_create(a->target, creds, &chargs);
     grpc_channel_credentials_release(creds);
     a->watch_cq = grpc_completion_queue_create_for_next(NULL);
-    if (pthread_create(&a->watcher, NULL, watch_main, a) != 0) {
+    if (bg_thread_spawn(&a->watcher, watch_main, a) != 0) {
         snprintf(err, errlen, "activity: cannot start the channel watcher thread");
         activity_close(&a->base);
         return ROOMD_EINTERNAL;
     }
-    a->watching = true;
     a->base.name = "activity";
     a->base.bit = SINK_BIT_ACTIVITY;
     a->base.accepts = NULL; /* every room fact goes to the activity service */

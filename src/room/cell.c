@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "lease/lease.h"
 #include "room/command.h"
@@ -32,11 +33,7 @@ struct cell_map {
     struct cell **buckets;
     size_t nbuckets; /* power of two */
     size_t count;
-    /* eviction thread */
-    pthread_t evictor;
-    bool evicting;
-    bool stop;
-    pthread_cond_t stop_cv;
+    struct bg_thread evictor; /* zeroed while room.idle_evict_ms is 0 */
 };
 
 /* ---- replay ------------------------------------------------------------------------ */
@@ -366,19 +363,9 @@ evict_main(void *arg)
     struct cell_map *m = arg;
     int64_t idle = m->conf->room.idle_evict_ms;
     int64_t every = idle / 4 < 10 ? 10 : idle / 4 > 1000 ? 1000 : idle / 4;
-    struct timespec ts;
 
-    pthread_mutex_lock(&m->mu);
-    while (!m->stop) {
-        clock_mono_deadline(&ts, every);
-        pthread_cond_timedwait(&m->stop_cv, &m->mu, &ts);
-        if (m->stop)
-            break;
-        pthread_mutex_unlock(&m->mu);
+    while (!bg_thread_sleep(&m->evictor, every))
         cell_map_evict(m, idle);
-        pthread_mutex_lock(&m->mu);
-    }
-    pthread_mutex_unlock(&m->mu);
     return NULL;
 }
 
@@ -394,14 +381,10 @@ cell_map_open(struct cell_map **out, const struct conf *conf, struct store *stor
     m->nbuckets = 256;
     m->buckets = xcalloc(m->nbuckets, sizeof(*m->buckets));
     pthread_mutex_init(&m->mu, NULL);
-    clock_cond_init(&m->stop_cv);
-    if (conf->room.idle_evict_ms > 0) {
-        if (pthread_create(&m->evictor, NULL, evict_main, m) != 0) {
-            cell_map_close(m);
-            *out = NULL;
-            return ROOMD_EINTERNAL;
-        }
-        m->evicting = true;
+    if (conf->room.idle_evict_ms > 0 && bg_thread_start(&m->evictor, evict_main, m) != 0) {
+        cell_map_close(m);
+        *out = NULL;
+        return ROOMD_EINTERNAL;
     }
     *out = m;
     return 0;
@@ -412,13 +395,7 @@ cell_map_close(struct cell_map *m)
 {
     if (m == NULL)
         return;
-    if (m->evicting) {
-        pthread_mutex_lock(&m->mu);
-        m->stop = true;
-        pthread_cond_signal(&m->stop_cv);
-        pthread_mutex_unlock(&m->mu);
-        pthread_join(m->evictor, NULL);
-    }
+    bg_thread_stop(&m->evictor);
     for (size_t i = 0; i < m->nbuckets; i++) {
         struct cell *c = m->buckets[i], *next;
         for (; c != NULL; c = next) {
@@ -428,6 +405,5 @@ cell_map_close(struct cell_map *m)
     }
     free(m->buckets);
     pthread_mutex_destroy(&m->mu);
-    pthread_cond_destroy(&m->stop_cv);
     free(m);
 }

@@ -29,6 +29,12 @@ static const char *const cmd_names[CMD_COUNT_] = {
     "SendGift",   "KickUser", "CloseRoom", "LaunchRocket",
 };
 
+const char *const *
+room_cmd_names(void)
+{
+    return cmd_names;
+}
+
 const char *
 room_cmd_name(enum room_cmd_type t)
 {

@@ -38,6 +38,9 @@ enum room_cmd_type {
 /* "CreateRoom", ... (the command_type column and timing log). */
 const char *room_cmd_name(enum room_cmd_type t);
 int room_cmd_parse_name(const char *name); /* -1 when unknown */
+/* Every command type's name, indexed by enum room_cmd_type (CMD_COUNT_
+ * entries; static): what room_service_open hands metrics_command_names. */
+const char *const *room_cmd_names(void);
 
 struct room_cmd {
     enum room_cmd_type type;

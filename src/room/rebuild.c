@@ -19,6 +19,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "projection/projection.h"
 #include "room/cell.h"
@@ -158,28 +159,8 @@ struct room_rebuild {
     const struct conf *conf;
     struct store *store;
     struct projection *p;
-    atomic_bool stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
+    struct bg_thread th;
 };
-
-/* Waits ms or until stopped. Returns true when stopped. */
-static bool
-wait_ms(struct room_rebuild *rb, int64_t ms)
-{
-    struct timespec ts;
-    bool stop;
-
-    clock_mono_deadline(&ts, ms);
-    pthread_mutex_lock(&rb->mu);
-    while (!(stop = atomic_load(&rb->stop)))
-        if (pthread_cond_timedwait(&rb->cv, &rb->mu, &ts) != 0)
-            break;
-    stop = atomic_load(&rb->stop);
-    pthread_mutex_unlock(&rb->mu);
-    return stop;
-}
 
 static void *
 rebuild_main(void *arg)
@@ -187,7 +168,7 @@ rebuild_main(void *arg)
     struct room_rebuild *rb = arg;
     int64_t wait = 0, backoff = POLL_MS;
 
-    while (!wait_ms(rb, wait)) {
+    while (!bg_thread_sleep(&rb->th, wait)) {
         int go = rb->p->ops->rebuild_begin(rb->p);
         wait = POLL_MS;
         if (go != 1)
@@ -195,7 +176,7 @@ rebuild_main(void *arg)
 
         struct rebuild_stats st;
         int64_t t0 = clock_mono_ms();
-        int rc = room_rebuild_projection(rb->conf, rb->store, rb->p, &rb->stop, &st);
+        int rc = room_rebuild_projection(rb->conf, rb->store, rb->p, &rb->th.stop, &st);
         rb->p->ops->rebuild_end(rb->p, rc == 0);
         if (rc == 0) {
             log_info("projection", "rebuilt from the store",
@@ -203,7 +184,7 @@ rebuild_main(void *arg)
                      "ms=%lld",
                      st.apps, st.rooms, st.skipped, (long long)(clock_mono_ms() - t0));
             backoff = POLL_MS;
-        } else if (!atomic_load(&rb->stop)) {
+        } else if (!bg_thread_stopping(&rb->th)) {
             log_warn("projection", "rebuild failed, retrying", "rc=%s err=\"%s\" retry_ms=%lld",
                      roomd_strerror(rc), store_errmsg(), (long long)backoff);
             wait = backoff;
@@ -223,12 +204,7 @@ room_rebuild_start(struct room_rebuild **out, const struct conf *conf, struct st
     rb->conf = conf;
     rb->store = store;
     rb->p = p;
-    atomic_init(&rb->stop, false);
-    pthread_mutex_init(&rb->mu, NULL);
-    clock_cond_init(&rb->cv);
-    if (pthread_create(&rb->thread, NULL, rebuild_main, rb) != 0) {
-        pthread_mutex_destroy(&rb->mu);
-        pthread_cond_destroy(&rb->cv);
+    if (bg_thread_start(&rb->th, rebuild_main, rb) != 0) {
         free(rb);
         return ROOMD_EINTERNAL;
     }
@@ -241,12 +217,6 @@ room_rebuild_stop(struct room_rebuild *rb)
 {
     if (rb == NULL)
         return;
-    pthread_mutex_lock(&rb->mu);
-    atomic_store(&rb->stop, true);
-    pthread_cond_signal(&rb->cv);
-    pthread_mutex_unlock(&rb->mu);
-    pthread_join(rb->thread, NULL);
-    pthread_mutex_destroy(&rb->mu);
-    pthread_cond_destroy(&rb->cv);
+    bg_thread_stop(&rb->th);
     free(rb);
 }

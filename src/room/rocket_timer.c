@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "room/apply.h"
 #include "room/service.h"
@@ -29,10 +30,7 @@ struct wakeup {
 
 struct rocket_timer {
     struct room_service *svc;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stop;
+    struct bg_thread th; /* th.mu guards heap, n, cap */
     struct wakeup *heap;
     size_t n, cap;
 };
@@ -106,24 +104,24 @@ static void *
 timer_main(void *arg)
 {
     struct rocket_timer *t = arg;
-    struct timespec ts;
+    int64_t wait_ms = 0;
 
-    pthread_mutex_lock(&t->mu);
-    while (!t->stop) {
-        int64_t wait_ms = 1000, now = clock_wall_ms();
+    pthread_mutex_lock(&t->th.mu);
+    while (!bg_thread_wait_locked(&t->th, wait_ms)) {
+        int64_t now = clock_wall_ms();
+        wait_ms = 1000;
         if (t->n > 0 && t->heap[0].launch_at_ms <= now) {
             struct wakeup w = heap_pop(t);
-            pthread_mutex_unlock(&t->mu);
+            pthread_mutex_unlock(&t->th.mu);
             launch(t, &w);
-            pthread_mutex_lock(&t->mu);
+            pthread_mutex_lock(&t->th.mu);
+            wait_ms = 0;
             continue;
         }
         if (t->n > 0 && t->heap[0].launch_at_ms - now < wait_ms)
             wait_ms = t->heap[0].launch_at_ms - now;
-        clock_mono_deadline(&ts, wait_ms);
-        pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     }
-    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&t->th.mu);
     return NULL;
 }
 
@@ -133,13 +131,9 @@ rocket_timer_open(struct rocket_timer **out, struct room_service *svc)
     struct rocket_timer *t = xcalloc(1, sizeof(*t));
 
     t->svc = svc;
-    pthread_mutex_init(&t->mu, NULL);
-    clock_cond_init(&t->cv);
-    if (pthread_create(&t->thread, NULL, timer_main, t) != 0) {
-        pthread_mutex_destroy(&t->mu);
-        pthread_cond_destroy(&t->cv);
+    *out = NULL;
+    if (bg_thread_start(&t->th, timer_main, t) != 0) {
         free(t);
-        *out = NULL;
         return ROOMD_EINTERNAL;
     }
     *out = t;
@@ -151,13 +145,7 @@ rocket_timer_close(struct rocket_timer *t)
 {
     if (t == NULL)
         return;
-    pthread_mutex_lock(&t->mu);
-    t->stop = true;
-    pthread_cond_signal(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    pthread_join(t->thread, NULL);
-    pthread_mutex_destroy(&t->mu);
-    pthread_cond_destroy(&t->cv);
+    bg_thread_stop(&t->th);
     free(t->heap);
     free(t);
 }
@@ -174,10 +162,10 @@ rocket_timer_schedule(struct rocket_timer *t, const char *app, const char *room_
     strlcpy_(w.app, app, sizeof(w.app));
     strlcpy_(w.room_id, room_id, sizeof(w.room_id));
     strlcpy_(w.rocket_id, rocket_id, sizeof(w.rocket_id));
-    pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(&t->th.mu);
     heap_push(t, &w);
-    pthread_cond_signal(&t->cv);
-    pthread_mutex_unlock(&t->mu);
+    pthread_cond_signal(&t->th.cv);
+    pthread_mutex_unlock(&t->th.mu);
 }
 
 size_t
@@ -185,8 +173,8 @@ rocket_timer_pending(struct rocket_timer *t)
 {
     size_t n;
 
-    pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(&t->th.mu);
     n = t->n;
-    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&t->th.mu);
     return n;
 }

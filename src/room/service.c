@@ -16,7 +16,8 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "lease/lease.h"
-#include "outbox/outbox.h"
+#include "metrics/metrics.h"
+#include "outbox/handoff.h"
 #include "projection/projection.h"
 #include "room/cell.h"
 #include "room/rebuild.h"
@@ -293,7 +294,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
     struct mutation m;
     struct outbox_new *obx = NULL;
     char *state_json = NULL, *snapshot_json = NULL, *response = NULL, msg[320];
-    bool debited = false, drop = false, created = false, snapshot_due, handoff = false;
+    bool debited = false, drop = false, created = false, snapshot_due;
     int64_t now, t, balance;
     int rc;
 
@@ -421,17 +422,13 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
 #endif
     /* the outbox hand-off: when this process's outbox queue has room, the
      * rows are inserted already claimed by it and go to its workers right
-     * after the commit, with no claim query (docs/outbox.md) */
-    handoff = ev.n > 0 && outbox_handoff_reserve(svc->d.outbox, ev.n, &m.lock_until_ms);
-    if (handoff)
-        m.locked_by = outbox_handoff_claimer(svc->d.outbox);
+     * after the commit, with no claim query; else a worker is woken to claim
+     * them now, not at its next poll (outbox/handoff.h, docs/outbox.md) */
+    outbox_handoff_begin(svc->d.outbox, &m);
     t = clock_mono_us();
     rc = commit(svc, &m);
     tm.save_us = clock_mono_us() - t;
-    if (handoff && rc == 0)
-        outbox_handoff_push(svc->d.outbox, &m);
-    else if (handoff)
-        outbox_handoff_cancel(svc->d.outbox, ev.n);
+    outbox_handoff_end(svc->d.outbox, &m, rc);
     if (rc == ROOMD_EREUSED) {
         /* the same command_id committed meanwhile (a concurrent retry, or another room) */
         int lr = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
@@ -478,10 +475,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
             log_warn("room", "projection update failed", "app=%s room=%s rc=%s", cmd->app_code,
                      cmd->room_id, roomd_strerror(rc));
     }
-    /* 8. rows not handed off: a worker claims them now, not at its next poll */
-    if (!handoff && ev.n > 0)
-        outbox_wake(svc->d.outbox);
-    /* 9. no broker: wake ourselves at launch_at_ms */
+    /* 8. no broker: wake ourselves at launch_at_ms */
     if (svc->timer != NULL)
         for (size_t i = 0; i < ev.n; i++)
             if (strcmp(ev.v[i].type, "RoomRocketIgnited") == 0)
@@ -560,6 +554,7 @@ room_service_open(struct room_service **out, const struct room_deps *deps)
 
     *out = NULL;
     svc->d = *deps;
+    metrics_command_names(room_cmd_names(), CMD_COUNT_);
     if ((rc = cell_map_open(&svc->cells, deps->conf, deps->store, deps->lease)) != 0)
         goto fail;
     if (deps->rocket_timer) {

@@ -4,9 +4,12 @@
 #include "core/backoff.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/thread.h"
 #include "core/uuid.h"
 
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 static void
 test_err_table(void **state)
@@ -72,14 +75,57 @@ test_utc_day(void **state)
     clock_set_offset_ms(0);
 }
 
+/* bg_thread: a pool of sleepers all return at the stop, long before their
+ * 60 s timeout; a wake given before the wait is not lost. */
+struct sleeper {
+    struct bg_thread *t;
+    atomic_int rounds;
+};
+
+static void *
+sleeper_main(void *arg)
+{
+    struct sleeper *s = arg;
+
+    while (!bg_thread_sleep(s->t, 60000))
+        atomic_fetch_add(&s->rounds, 1);
+    return NULL;
+}
+
+static void
+test_bg_thread(void **state)
+{
+    struct bg_thread t;
+    struct sleeper s = {&t, 0};
+
+    (void)state;
+    bg_thread_init(&t);
+    bg_thread_wake(&t); /* counted: the first wait returns at once */
+    assert_false(bg_thread_sleep(&t, 60000));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(bg_thread_spawn(&t, sleeper_main, &s), 0);
+    bg_thread_wake(&t);
+    for (int i = 0; i < 500 && atomic_load(&s.rounds) == 0; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&s.rounds), 1); /* one wake wakes one sleeper once */
+    int64_t t0 = clock_mono_ms();
+    assert_false(bg_thread_stopping(&t));
+    bg_thread_stop(&t);
+    assert_true(clock_mono_ms() - t0 < 10000);
+    assert_false(t.inited);
+    bg_thread_stop(&t); /* twice: a no-op */
+
+    struct bg_thread never = {0};
+    bg_thread_stop(&never); /* never initialized: a no-op */
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_err_table),
-        cmocka_unit_test(test_backoff),
-        cmocka_unit_test(test_uuid_v7),
-        cmocka_unit_test(test_utc_day),
+        cmocka_unit_test(test_err_table), cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_uuid_v7),   cmocka_unit_test(test_utc_day),
+        cmocka_unit_test(test_bg_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,7 @@ static void
 test_counters_and_histogram(void **state)
 {
     (void)state;
+    metrics_command_names(room_cmd_names(), CMD_COUNT_);
     metrics_reset();
     metrics_command_observe(CMD_JOIN_ROOM, 200, 300);     /* 0.3 ms */
     metrics_command_observe(CMD_JOIN_ROOM, 200, 4000);    /* 4 ms */
@@ -101,6 +102,7 @@ test_concurrent_observe(void **state)
     pthread_t th[8];
 
     (void)state;
+    metrics_command_names(room_cmd_names(), CMD_COUNT_);
     metrics_reset();
     for (int i = 0; i < 8; i++)
         pthread_create(&th[i], NULL, hammer, NULL);

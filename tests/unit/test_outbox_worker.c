@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "outbox/handoff.h"
 #include "outbox/outbox.h"
 #include "outbox/retention.h"
 #include "publish/sink.h"
@@ -379,7 +380,8 @@ open_outbox(struct tsink **sinks, size_t n)
 
     for (size_t i = 0; i < n; i++)
         s[i] = &sinks[i]->super;
-    assert_int_equal(outbox_open(&ob, &fx.conf->outbox_worker, fx.store, "node-a", s, n), 0);
+    assert_int_equal(
+        outbox_open(&ob, &fx.conf->outbox_worker, &fx.conf->store, fx.store, "node-a", s, n), 0);
     return ob;
 }
 
@@ -740,8 +742,6 @@ test_handoff_queue_conf(void **state)
 {
     static const int sizes[] = {0, 3, -1};
     struct conf_outbox *c = &fx.conf->outbox_worker;
-    int64_t until;
-
     c->workers = 2;
     c->batch_size = 100;
     for (int i = 0; i < 3; i++) {
@@ -750,10 +750,15 @@ test_handoff_queue_conf(void **state)
 
         c->handoff_queue = sizes[i];
         struct outbox *ob = open_outbox(&t, 1);
+        struct mutation all = {.nevents = cap}, one = {.nevents = 1};
         if (cap > 0)
-            assert_true(outbox_handoff_reserve(ob, cap, &until));
-        assert_false(outbox_handoff_reserve(ob, 1, &until));
-        outbox_handoff_cancel(ob, cap);
+            assert_true(outbox_handoff_begin(ob, &all));
+        assert_false(outbox_handoff_begin(ob, &one));
+        assert_null(one.locked_by);
+        outbox_handoff_end(ob, &all, ROOMD_EUNAVAIL); /* not committed: places given back */
+        if (cap > 0)
+            assert_true(outbox_handoff_begin(ob, &all));
+        outbox_handoff_end(ob, &all, ROOMD_EUNAVAIL);
         outbox_close(ob);
         tsink_free(t);
     }

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "lease/lease.h"
+#include "outbox/handoff.h"
 #include "outbox/outbox.h"
 #include "publish/sink.h"
 #include "room/command.h"
@@ -161,7 +162,8 @@ svc_open(struct fx *f)
     if (f->sink != NULL) {
         struct sink *s = &f->sink->super;
 
-        assert_int_equal(outbox_open(&f->ob, &f->conf->outbox_worker, f->store, "node-t", &s, 1),
+        assert_int_equal(outbox_open(&f->ob, &f->conf->outbox_worker, &f->conf->store, f->store,
+                                     "node-t", &s, 1),
                          0);
         d.outbox = f->ob;
     }

@@ -1,5 +1,5 @@
 /*
- * redis_conn.h: one hiredis 0.14 connection that reconnects by itself, shared by
+ * redis/redis_conn.h: one hiredis 0.14 connection that reconnects by itself, shared by
  * lease_redis.c and projection_redis.c. Connects lazily with redis.connect_timeout,
  * every command is bounded by redis.command_timeout, AUTH and SELECT on connect.
  * After a failure the connection is dropped; the next command reconnects (at most

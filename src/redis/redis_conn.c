@@ -1,8 +1,9 @@
 /*
- * redis_conn.c: the self-reconnecting hiredis connection of redis_conn.h.
- * Read lease_redis.c and projection_redis.c for its users.
+ * redis_conn.c: the self-reconnecting hiredis connection of redis_conn.h, its
+ * own module below lease/ and projection/ (its users: lease/lease_redis.c and
+ * projection/projection_redis.c).
  */
-#include "lease/redis_conn.h"
+#include "redis/redis_conn.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"

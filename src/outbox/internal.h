@@ -1,0 +1,81 @@
+/*
+ * outbox/internal.h: private to src/outbox (as libuv's src/unix/internal.h).
+ * The state the worker loop (worker.c) and the hand-off queue (handoff.c)
+ * share: struct outbox, its workers, and the queue calls the loop makes.
+ * Everything under pool.mu unless a field says otherwise.
+ */
+#ifndef ROOMD_OUTBOX_INTERNAL_H
+#define ROOMD_OUTBOX_INTERNAL_H
+
+#include "conf/conf.h"
+#include "core/thread.h"
+#include "outbox/outbox.h"
+#include "store/store.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct worker {
+    struct outbox *ob;
+    char locked_by[STORE_ID_MAX];
+    /* claims (guarded by ob->pool.mu): the next poll, and the store outage backoff */
+    int64_t next_claim_ms; /* clock_mono_ms; 0 = at once */
+    bool last_was_claim;   /* alternate claims and hand-off batches when both wait */
+    bool down;             /* the last claim failed: wake-ups wait for next_claim_ms */
+    int down_count;
+};
+
+struct outbox {
+    struct conf_outbox cfg; /* copy; its strings are not used */
+    struct store *store;
+    struct sink **sinks;
+    size_t nsinks;
+    struct worker *workers;
+    int nworkers;
+    struct retention *retention;
+
+    /* The worker threads (core/thread.h); pool.mu guards what follows. */
+    struct bg_thread pool;
+    /* Wake-ups: outbox_wake bumps wake_seq; an idle worker that sees
+     * wake_seq != taken_seq takes it (taken_seq = wake_seq) and claims. A
+     * wake that arrives while every worker is busy is thus never lost. */
+    uint64_t wake_seq;
+    uint64_t taken_seq;
+
+    /* The hand-off queue (handoff.c): rows committed already claimed by
+     * handoff_by, oldest first, in a ring q[qhead..qhead+qlen) of qalloc.
+     * reserved + qlen <= handoff_cap. */
+    char handoff_by[STORE_ID_MAX];
+    size_t handoff_cap;
+    size_t reserved;
+    struct outbox_row *q;
+    int64_t *qt; /* clock_mono_us of each row's push, beside q */
+    size_t qhead, qlen, qalloc;
+    struct outbox_stats stats;
+    bool metrics; /* outbox_collect_metrics is registered */
+
+    atomic_bool store_down; /* logged once per state change */
+};
+
+/* Sets handoff_by ("<node>/h") and the queue's capacity from
+ * cfg.handoff_queue (-1: max(1024, 4 * workers * batch_size)). Called by
+ * outbox_open before the workers start. */
+void handoff_init(struct outbox *ob, const char *node);
+
+/* Moves up to max of the oldest queued rows into a new array (caller frees
+ * it with outbox_rows_free), their push times (clock_mono_us) into a new
+ * *pushed_us (NULL: not wanted; else caller frees). *n gets the count.
+ * Holds ob->pool.mu, or runs after the workers were joined. */
+struct outbox_row *handoff_take(struct outbox *ob, size_t max, size_t *n, int64_t **pushed_us);
+
+/* The collector outbox_open adds (metrics.h): outbox_stats of arg (a struct
+ * outbox) as roomd_outbox_* lines (outbox/metrics.c). */
+struct metrics_text;
+void outbox_collect_metrics(void *arg, struct metrics_text *t);
+
+/* Frees the queue's memory (rows left are the caller's to hand back first). */
+void handoff_free(struct outbox *ob);
+
+#endif
