@@ -33,7 +33,6 @@
 #include <string.h>
 
 #define SHUTDOWN_GRACE_MS 5000
-#define MD_VALUE_MAX 4096 /* longer metadata values are refused */
 
 /* ==== The RPCs: each is the HTTP route of the same name ==== */
 
@@ -121,9 +120,9 @@ query_get(void *ctx, const char *name)
     return NULL;
 }
 
-/* The value of metadata key (lower case) as a C string into out; false when
- * absent or too long. */
-static bool
+/* The value of metadata key (lower case) as a C string into out: 1, or 0
+ * when absent, -1 when it does not fit outlen. */
+static int
 md_get(const grpc_metadata_array *md, const char *key, char *out, size_t outlen)
 {
     for (size_t i = 0; i < md->count; i++) {
@@ -132,12 +131,12 @@ md_get(const grpc_metadata_array *md, const char *key, char *out, size_t outlen)
             memcmp(GRPC_SLICE_START_PTR(k), key, GRPC_SLICE_LENGTH(k)) != 0)
             continue;
         if (GRPC_SLICE_LENGTH(v) >= outlen)
-            return false;
+            return -1;
         memcpy(out, GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v));
         out[GRPC_SLICE_LENGTH(v)] = '\0';
-        return true;
+        return 1;
     }
-    return false;
+    return 0;
 }
 
 /* ==== Status and details ==== */
@@ -314,7 +313,7 @@ build_path(const struct method *m, json_t *fields, char *path, size_t len, struc
 struct built {
     struct http_request req;
     char path[256];
-    char app[MD_VALUE_MAX];
+    char app[64]; /* X-App-Code, validated by the router */
     char *body;
     struct query q;
 };
@@ -331,11 +330,17 @@ request_clear(struct built *b)
 static bool
 apply_idempotency_key(const grpc_metadata_array *md, json_t *fields, struct answer *a)
 {
-    char key[MD_VALUE_MAX];
+    char key[STORE_ID_MAX];
     struct cmd_error ce;
+    int got = md_get(md, "idempotency-key", key, sizeof(key));
 
-    if (!md_get(md, "idempotency-key", key, sizeof(key)))
+    if (got == 0)
         return true;
+    if (got < 0) {
+        set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", "idempotency-key",
+                  "idempotency-key: longer than a command_id may be");
+        return false;
+    }
     if (room_cmd_set_idempotency_key(fields, key, "idempotency-key", &ce) != 0) {
         set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", ce.field, ce.message);
         return false;
@@ -367,8 +372,17 @@ to_request(const struct method *m, const uint8_t *data, size_t len, const grpc_m
     memset(&b->req, 0, sizeof(b->req));
     b->req.method = m->http_method;
     b->req.path = b->path;
-    if (md_get(md, "x-app-code", b->app, sizeof(b->app)))
+    switch (md_get(md, "x-app-code", b->app, sizeof(b->app))) {
+    case 1:
         b->req.app_header = b->app;
+        break;
+    case -1:
+        set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", "X-App-Code",
+                  "X-App-Code: must match [a-z0-9_-]{1,32}");
+        goto out;
+    default:
+        break;
+    }
     if (!build_path(m, fields, b->path, sizeof(b->path), a))
         goto out;
     if (strcmp(m->http_method, "GET") == 0) {

@@ -213,9 +213,16 @@ def test_invalid_argument_names_the_field():
     # bytes that are no message of the method: INVALID_ARGUMENT "body"
     res = calls(rd, [{"path": "/roomd.v1.RoomService/JoinRoom", "raw_hex": "0aff"}])
     refused(res[0], INVALID_ARGUMENT, field="body")
-    # an invalid x-app-code
-    refused(call(rd, "GetRoom", {"room_id": rid}, {"x-app-code": "Bad App"}), INVALID_ARGUMENT,
-            field="X-App-Code")
+    # an invalid x-app-code, one too long, an idempotency-key too long for a command_id
+    res = calls(rd, [
+        {"method": "GetRoom", "request": {"room_id": rid}, "metadata": {"x-app-code": "Bad App"}},
+        {"method": "GetRoom", "request": {"room_id": rid}, "metadata": {"x-app-code": "a" * 100}},
+        {"method": "JoinRoom", "request": {"room_id": rid, "uid": 4},
+         "metadata": {"idempotency-key": "k" * 100}},
+    ])
+    refused(res[0], INVALID_ARGUMENT, field="X-App-Code")
+    refused(res[1], INVALID_ARGUMENT, field="X-App-Code")
+    refused(res[2], INVALID_ARGUMENT, field="idempotency-key")
 
 
 def test_not_found_and_unimplemented():
