@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "http/router.h"
+#include "metrics/metrics.h"
 #include "room/command.h"
 #include "room_service.pb-c.h"
 #include "rpc/client.h"
@@ -27,6 +28,7 @@
 #include <grpc/support/time.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,11 +76,16 @@ static const struct method methods[] = {
 };
 #define NMETHODS (sizeof(methods) / sizeof(methods[0]))
 
+#define NCODES 17 /* gRPC status codes 0..16 */
+
 struct rpc_server {
     const struct http_deps *d;
     grpc_server *server;
     int nworkers;
     struct worker *workers;
+    /* roomd_grpc_calls_total{method,code}; row NMETHODS counts unknown methods */
+    _Atomic uint64_t calls[NMETHODS + 1][NCODES];
+    bool collecting;
 };
 
 struct worker {
@@ -580,6 +587,8 @@ serve(struct rpc_server *s, grpc_completion_queue *cq, grpc_call *call, const gr
         reply(m, &resp, &a);
     }
     send_answer(call, cq, &a);
+    if ((unsigned)a.status < NCODES)
+        atomic_fetch_add(&s->calls[m != NULL ? (size_t)(m - methods) : NMETHODS][a.status], 1);
     http_response_clear(&resp);
     request_clear(&b);
     free(data);
@@ -620,6 +629,28 @@ worker_main(void *arg)
 }
 
 /* ==== Open / close ==== */
+
+/* The /metrics lines: calls by method and status, the ones seen. */
+static void
+collect(void *arg, struct metrics_text *t)
+{
+    struct rpc_server *s = arg;
+    char labels[128];
+
+    metrics_family(t, "roomd_grpc_calls_total", "counter",
+                   "gRPC calls answered, by method and status code");
+    for (size_t i = 0; i <= NMETHODS; i++) {
+        const char *name = i < NMETHODS ? strrchr(methods[i].path, '/') + 1 : "unknown";
+        for (int c = 0; c < NCODES; c++) {
+            uint64_t v = atomic_load(&s->calls[i][c]);
+            if (v == 0)
+                continue;
+            snprintf(labels, sizeof(labels), "method=\"%s\",code=\"%s\"", name,
+                     rpc_status_name((grpc_status_code)c));
+            metrics_count(t, "roomd_grpc_calls_total", labels, v);
+        }
+    }
+}
 
 int
 rpc_server_open(struct rpc_server **out, const struct http_deps *d, char *err, size_t errlen)
@@ -668,6 +699,7 @@ rpc_server_open(struct rpc_server **out, const struct http_deps *d, char *err, s
         }
         s->workers[i].started = true;
     }
+    s->collecting = metrics_add_collector(collect, s) == 0;
     log_info("rpc", "gRPC API serving", "listen=%s workers=%d", conf->grpc.listen, s->nworkers);
     *out = s;
     return 0;
@@ -681,6 +713,8 @@ rpc_server_close(struct rpc_server *s)
 
     if (s == NULL)
         return;
+    if (s->collecting)
+        metrics_remove_collector(collect, s);
     done = grpc_completion_queue_create_for_pluck(NULL);
     grpc_server_shutdown_and_notify(s->server, done, s);
     e = grpc_completion_queue_pluck(
