@@ -9,6 +9,8 @@
  *   roomd --print-config-doc           print the key reference of docs/conf.md
  *   roomd --print-routes               print the HTTP routes ("METHOD /path"), one a line
  */
+#include "cluster/forward.h"
+#include "cluster/health.h"
 #include "conf/conf.h"
 #include "consume/roles.h"
 #include "core/daemon.h"
@@ -194,6 +196,13 @@ main(int argc, char **argv)
         rd.create_hook = tim_create_hook;
         rd.create_hook_arg = tim;
     }
+    /* any node takes any command: forward to the room's owner (docs/cluster.md) */
+    struct cluster_forward *fwd = NULL;
+    if (conf->cluster.forward && strcmp(conf->lease.driver, "redis") == 0) {
+        cluster_forward_open(&fwd, conf, conf->app.node_id);
+        rd.forward = cluster_forward_call;
+        rd.forward_arg = fwd;
+    }
     struct room_service *rooms = NULL;
     if (room_service_open(&rooms, &rd) != 0)
         fatalx("room: cannot start the room service");
@@ -210,6 +219,15 @@ main(int argc, char **argv)
                            .projection = proj,
                            .store = store,
                            .gc = gc};
+    /* /readyz: 503 when this node cannot serve commands, "degraded" for the rest */
+    struct node_health health = {0};
+    if (strcmp(conf->lease.driver, "redis") == 0)
+        node_health_add(&health, "lease", true, lease_ready, lease);
+    if (bus != NULL)
+        node_health_add(&health, "broker", false, bus_ready, bus);
+    if (outbox != NULL)
+        node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
+    hd.health = &health;
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
         fatalx("http.listen: %s", err);
@@ -227,6 +245,7 @@ main(int argc, char **argv)
     http_server_close(http);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);
+    cluster_forward_close(fwd);
     tim_client_close(tim);
     outbox_close(outbox);
     bus_unref(bus); /* after the sinks (outbox_close) dropped theirs */

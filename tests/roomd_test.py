@@ -38,6 +38,17 @@ def listing():
     return sys.argv[1:2] == ["--list"]
 
 
+def mysql_query(sql, db=None):
+    """Runs sql with the mariadb client on the suite's mariadbd (ROOMD_MYSQL_PORT, default
+    3417) as root; returns the rows as lists of strings."""
+    cmd = ["mariadb", "--no-defaults", "-h127.0.0.1", f"-P{env_port('ROOMD_MYSQL_PORT', 3417)}",
+           "-uroot", "-N", "-B", "-e", sql] + ([db] if db else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"mariadb: {sql}: {out.stderr.strip()}")
+    return [line.split("\t") for line in out.stdout.splitlines()]
+
+
 def need(host, port, what):
     if listing():
         return

@@ -169,6 +169,12 @@ const struct key conf_keys[] = {
     {"lease.renew_every", K_DUR, F(lease.renew_every_ms), "3s",
      .doc = "held leases are renewed this often (> 0, < lease.ttl)"},
 
+    {"cluster.forward", K_BOOL, F(cluster.forward), "true",
+     .doc = "a node that does not own a room forwards the request to the owner (lease.driver "
+            "redis); false = answer 503 not_owner for a gateway"},
+    {"cluster.forward_timeout", K_DUR, F(cluster.forward_timeout_ms), "5s", GT(0),
+     .doc = "the whole forwarded request, owner's answer included"},
+
     {"projection.driver", K_STR, F(projection.driver), "memory", ONE_OF(proj_drivers),
      .doc = "room list and presence: memory (one node) or redis (shared; needs redis.enabled)"},
 
@@ -269,6 +275,11 @@ const struct key conf_keys[] = {
     {"outbox_worker.handoff_queue", K_INT, F(outbox_worker.handoff_queue), "-1", GE(-1),
      .note = "(-1 auto, 0 off)",
      .doc = "hand-off queue rows; -1 = max(1024, 4 x workers x batch_size), 0 = off"},
+    {"outbox_worker.circuit_failures", K_INT, F(outbox_worker.circuit_failures), "5", GE(1),
+     .doc = "consecutive transport failures of a sink that open its circuit (no attempts "
+            "counted while open)"},
+    {"outbox_worker.circuit_probe_every", K_DUR, F(outbox_worker.circuit_probe_ms), "1s", GT(0),
+     .doc = "an open circuit lets one probe row through this often"},
     {"outbox_worker.log_sink.enabled", K_BOOL, F(outbox_worker.log_sink_enabled), "true",
      .doc = "direct sink writing one JSON line per event"},
     {"outbox_worker.log_sink.path", K_STR, F(outbox_worker.log_sink_path),
@@ -295,6 +306,11 @@ const struct key conf_keys[] = {
      .doc = "extra CA bundle; \"\" = the system's"},
     {"tencent_im.timeout", K_DUR, F(tencent_im.timeout_ms), "4s", GT(0), .when = IM_ON,
      .doc = "one HTTP call (above IM's own 3 s)"},
+
+    {"tencent_im.rate_limit_per_s", K_INT, F(tencent_im.rate_limit_per_s), "200", GE(0),
+     .note = "(0 = no limit)", .doc = "IM calls per second per API from this node"},
+    {"tencent_im.group_rate_limit_per_s", K_INT, F(tencent_im.group_rate_limit_per_s), "40", GE(0),
+     .note = "(0 = no limit)", .doc = "IM messages per second per group from this node"},
 
     {"activity.enabled", K_BOOL, F(activity.enabled), "false",
      .doc = "deliver to the activity gRPC service (direct or dual)"},
@@ -739,6 +755,11 @@ validate_cross(const struct conf *c, struct vctx *v)
     if (mq->room_outbox.tencent_im_consumer_enabled && !im->enabled)
         bad(v, "rocketmq.room_outbox.tencent_im_consumer_enabled",
             "needs tencent_im.enabled: true");
+    if (mq->room_outbox.tencent_im_consumer_enabled && im->enabled &&
+        ob->publish_mode == PUBLISH_DUAL)
+        bad(v, "rocketmq.room_outbox.tencent_im_consumer_enabled",
+            "not with outbox_worker.publish_mode: dual (the direct IM sink already sends every "
+            "IM call; use mq with the bridge, or dual without it)");
     if (mq->rocket_launch.enabled && !mq->enabled)
         bad(v, "rocketmq.rocket_launch.enabled", "needs rocketmq.enabled: true");
 

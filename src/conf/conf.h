@@ -109,6 +109,13 @@ struct conf_lease {
     int64_t renew_every_ms;
 };
 
+/* Several nodes (docs/cluster.md): a node that does not own a room forwards
+ * the request to the owner's http.advertise_addr. */
+struct conf_cluster {
+    bool forward;               /* false: answer 503 not_owner (a gateway routes) */
+    int64_t forward_timeout_ms; /* the whole forwarded request */
+};
+
 struct conf_projection {
     char *driver; /* "memory" | "redis" */
 };
@@ -172,12 +179,14 @@ struct conf_outbox {
     int max_retry_count;
     int64_t initial_backoff_ms;
     int64_t max_backoff_ms;
-    int workers;             /* worker threads */
-    int64_t lock_timeout_ms; /* lock_until_ms = claim time + this */
-    int handoff_queue;       /* hand-off queue rows; 0 = off, -1 = auto:
-                              * max(1024, 4 x workers x batch_size) */
-    bool log_sink_enabled;   /* direct sink writing event JSON lines */
-    char *log_sink_path;     /* "./var/outbox-events.jsonl" */
+    int workers;                   /* worker threads */
+    int64_t lock_timeout_ms;       /* lock_until_ms = claim time + this */
+    int handoff_queue;             /* hand-off queue rows; 0 = off, -1 = auto:
+                                    * max(1024, 4 x workers x batch_size) */
+    int circuit_failures;          /* consecutive transport failures that open a sink's circuit */
+    int64_t circuit_probe_ms;      /* an open circuit lets one probe through this often */
+    bool log_sink_enabled;         /* direct sink writing event JSON lines */
+    char *log_sink_path;           /* "./var/outbox-events.jsonl" */
 };
 
 struct conf_tencent_im {
@@ -188,9 +197,11 @@ struct conf_tencent_im {
     char *secret_key_env;   /* environment variable holding the key */
     char *secret_key_file;  /* or a file holding it */
     int64_t usersig_ttl_ms;
-    char *group_type;   /* AVChatRoom | Public | ChatRoom | Private */
-    char *ca_file;      /* extra CA bundle (stand-in in tests); "" = system */
-    int64_t timeout_ms; /* per HTTP call; above IM's own 3 s */
+    char *group_type;           /* AVChatRoom | Public | ChatRoom | Private */
+    char *ca_file;              /* extra CA bundle (stand-in in tests); "" = system */
+    int64_t timeout_ms;         /* per HTTP call; above IM's own 3 s */
+    int rate_limit_per_s;       /* calls per second per API, this node (0 = no limit) */
+    int group_rate_limit_per_s; /* messages per second per group, this node (0 = no limit) */
 };
 
 struct conf_activity {
@@ -208,6 +219,7 @@ struct conf {
     struct conf_wallet wallet;
     struct conf_redis redis;
     struct conf_lease lease;
+    struct conf_cluster cluster;
     struct conf_projection projection;
     struct conf_rocketmq rocketmq;
     struct conf_outbox outbox_worker;

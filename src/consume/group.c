@@ -562,6 +562,11 @@ consume_group_start(struct consume_group **out, struct bus *bus, const struct co
     g->o = *o;
     if (g->o.fetch_batch <= 0 || g->o.fetch_batch > 64)
         g->o.fetch_batch = 16;
+    /* nats.c's Fetch waits for a full batch (or the timeout): a held message
+     * coming due mid-fetch would wait up to fetch_timeout. A group that holds
+     * messages until a time (rocket wake-ups) fetches one at a time. */
+    if (g->h.holds)
+        g->o.fetch_batch = 1;
     if (g->o.fetch_timeout_ms <= 0)
         g->o.fetch_timeout_ms = 1000;
     bus_ref(bus);

@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <string.h>
 
+/* How soon a wake-up the room's owner could not take is tried again. */
+#define ROCKET_NOT_OWNER_RETRY_MS 250
+
 static int
 launch(struct room_service *rooms, const Roomd__V1__RocketLaunchWakeup *w, struct consume_msg *m)
 {
@@ -45,7 +48,13 @@ launch(struct room_service *rooms, const Roomd__V1__RocketLaunchWakeup *w, struc
         snprintf(m->err, sizeof(m->err), "LaunchRocket refused: %s: %s", ce.field, ce.message);
         return ROOMD_EPERM;
     }
-    room_service_execute(rooms, &cmd, &reply);
+    /* Another node may own the room: the service forwards the launch there
+     * (cluster.forward), as it would an HTTP request. */
+    char path[160];
+    snprintf(path, sizeof(path), "/internal/v1/rooms/%s/rocket/launch", w->room_id);
+    struct room_origin origin = {
+        .method = "POST", .path = path, .body = body, .body_len = (size_t)n};
+    room_service_execute_from(rooms, &cmd, &origin, &reply);
     room_cmd_clear(&cmd);
 
     int st = reply.status;
@@ -57,7 +66,16 @@ launch(struct room_service *rooms, const Roomd__V1__RocketLaunchWakeup *w, struc
                  w->app_code, w->room_id, w->rocket_id, w->level, w->launch_at_ms, st,
                  clock_wall_ms() - w->launch_at_ms, (int)reply.replay);
         rc = 0;
-    } else if (st >= 500 || st == 503 || st == 429) {
+    } else if (st == 503) {
+        /* not_owner (the owner could not be reached), fenced, or the lease or
+         * store briefly unavailable: the room has (or will have) an owner, so
+         * try again within a second, without counting a failure. */
+        log_info("consume", "rocket wake-up not launched yet, again shortly",
+                 "app=%s room=%s rocket_id=%s owner=%s", w->app_code, w->room_id, w->rocket_id,
+                 reply.owner[0] ? reply.owner : "-");
+        m->hold_ms = ROCKET_NOT_OWNER_RETRY_MS;
+        rc = 0;
+    } else if (st >= 500 || st == 429) {
         snprintf(m->err, sizeof(m->err), "LaunchRocket answered %d", st);
         rc = ROOMD_ERETRY;
     } else {

@@ -6,6 +6,8 @@
  */
 #include "http/router.h"
 
+#include "cluster/health.h"
+
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
@@ -32,14 +34,14 @@ void
 handle_readyz(const struct http_deps *d, struct http_response *resp)
 {
     struct outbox_counts oc;
+    char why[320], *json = NULL;
     int rc = store_outbox_counts(d->store, &oc);
 
-    if (rc != 0) {
-        http_response_error(resp, 503, "unavailable", "store: %s: %s", roomd_strerror(rc),
-                            store_errmsg());
-        return;
-    }
-    http_response_take(resp, 200, xstrdup("{\"status\":\"ready\"}"));
+    if (rc != 0)
+        snprintf(why, sizeof(why), "%s: %s", roomd_strerror(rc), store_errmsg());
+    /* 503 when this node cannot serve commands; "degraded" for the rest */
+    int status = node_health_eval(d->health, rc != 0 ? why : NULL, &json);
+    http_response_take(resp, status, json);
 }
 
 void

@@ -39,6 +39,21 @@ check_json(const struct http_request *req, struct http_response *resp)
     return true;
 }
 
+/* The request as the room service forwards it to the room's owner. */
+static struct room_origin
+origin_of(const struct http_request *req)
+{
+    struct room_origin o = {
+        .method = req->method,
+        .path = req->path,
+        .body = req->body,
+        .body_len = req->body_len,
+        .authorization = req->authorization,
+        .forwarded = req->forwarded_by != NULL,
+    };
+    return o;
+}
+
 /* Moves a room_reply into resp; adds "owner" to a not-owner error body. */
 static void
 reply_to_response(struct room_reply *rr, struct http_response *resp)
@@ -87,7 +102,8 @@ handle_command(const struct http_deps *d, const struct http_request *req, enum r
                                   ce.message[0] ? ce.message : "invalid request");
         goto out;
     }
-    room_service_execute(d->rooms, &cmd, &rr);
+    struct room_origin o = origin_of(req);
+    room_service_execute_from(d->rooms, &cmd, &o, &rr);
     reply_to_response(&rr, resp);
 out:
     metrics_command_observe((int)type, resp->status, clock_mono_us() - t0);
@@ -96,13 +112,14 @@ out:
 }
 
 void
-handle_get_room(const struct http_deps *d, const char *app, const char *room_id,
-                struct http_response *resp)
+handle_get_room(const struct http_deps *d, const struct http_request *req, const char *app,
+                const char *room_id, struct http_response *resp)
 {
     struct room_reply rr;
+    struct room_origin o = origin_of(req);
 
     memset(&rr, 0, sizeof(rr));
-    room_service_get(d->rooms, app, room_id, &rr);
+    room_service_get(d->rooms, app, room_id, &o, &rr);
     reply_to_response(&rr, resp);
     room_reply_clear(&rr);
 }

@@ -188,7 +188,7 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         handle_command(d, req, r->cmd, app, has_room ? cap : NULL, resp);
         break;
     case R_GET_ROOM:
-        handle_get_room(d, app, cap, resp);
+        handle_get_room(d, req, app, cap, resp);
         break;
     case R_WALLET_TOPUP:
         if (!d->conf->wallet.allow_topup) {

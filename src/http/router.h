@@ -24,10 +24,12 @@ typedef const char *(*http_query_fn)(void *ctx, const char *name);
 
 /* One complete request; every pointer is borrowed for the call. */
 struct http_request {
-    const char *method;     /* "GET", "POST", ... */
-    const char *path;       /* without the query string */
-    const char *app_header; /* X-App-Code, NULL when absent */
-    const char *body;       /* NUL-terminated, may be "" */
+    const char *method;        /* "GET", "POST", ... */
+    const char *path;          /* without the query string */
+    const char *app_header;    /* X-App-Code, NULL when absent */
+    const char *authorization; /* Authorization, NULL when absent (passed on when forwarded) */
+    const char *forwarded_by;  /* the hop header (cluster/forward.h), NULL when absent */
+    const char *body;          /* NUL-terminated, may be "" */
     size_t body_len;
     http_query_fn query; /* NULL: the request has no query string */
     void *query_ctx;
@@ -78,8 +80,8 @@ bool http_valid_room_id(const char *s);
 void handle_command(const struct http_deps *d, const struct http_request *req,
                     enum room_cmd_type type, const char *app, const char *room_id,
                     struct http_response *resp);
-void handle_get_room(const struct http_deps *d, const char *app, const char *room_id,
-                     struct http_response *resp);
+void handle_get_room(const struct http_deps *d, const struct http_request *req, const char *app,
+                     const char *room_id, struct http_response *resp);
 void handle_healthz(const struct http_deps *d, struct http_response *resp);
 void handle_readyz(const struct http_deps *d, struct http_response *resp);
 void handle_metrics(const struct http_deps *d, struct http_response *resp);

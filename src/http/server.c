@@ -17,6 +17,8 @@
 #include "core/xmalloc.h"
 #include "http/router.h"
 
+#include "cluster/forward.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -178,6 +180,9 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .method = method,
         .path = url,
         .app_header = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-App-Code"),
+        .authorization =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .forwarded_by = MHD_lookup_connection_value(c, MHD_HEADER_KIND, FORWARD_HOP_HEADER),
         .body = rs->body ? rs->body : "",
         .body_len = rs->len,
         .query = query_arg,

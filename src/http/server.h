@@ -16,6 +16,7 @@ struct projection;
 struct store;
 struct group_commit;
 struct http_server;
+struct node_health;
 
 /* Borrowed; must outlive the server. projection and gc may be NULL (gc only
  * feeds the group commit counters of /metrics). */
@@ -26,6 +27,7 @@ struct http_deps {
     struct projection *projection;
     struct store *store;
     struct group_commit *gc;
+    const struct node_health *health; /* /readyz checks besides the store; NULL = none */
 };
 
 /* Binds conf->http.listen and starts serving. Returns 0 and *out, or

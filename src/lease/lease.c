@@ -28,3 +28,11 @@ lease_close(struct lease *l)
     if (l != NULL)
         l->ops->close(l);
 }
+
+int
+lease_ready(void *arg, char *why, size_t whylen)
+{
+    struct lease *l = arg;
+
+    return l->ops->ready != NULL ? l->ops->ready(l, why, whylen) : 0;
+}

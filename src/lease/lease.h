@@ -26,6 +26,9 @@ struct lease_ops {
     /* Gives the lease up (cell evicted, shutdown). Best effort. */
     void (*release)(struct lease *l, const char *app, const char *room_id, int64_t token);
     void (*close)(struct lease *l);
+    /* Optional (NULL = always): 0 when leases can be taken now, else
+     * ROOMD_EUNAVAIL with why filled. Blocks up to redis.command_timeout. */
+    int (*ready)(struct lease *l, char *why, size_t whylen);
 };
 
 struct lease {
@@ -35,5 +38,9 @@ struct lease {
 /* Opens the lease named by conf->lease.driver. Returns 0 and *out, or an error. */
 int lease_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
 void lease_close(struct lease *l);
+/* 0 when this node can take leases now (local: always; redis: Redis answers
+ * a PING), else ROOMD_EUNAVAIL with why. Thread: any; blocks up to
+ * redis.command_timeout. Matches node_health's check (cluster/health.h). */
+int lease_ready(void *l, char *why, size_t whylen);
 
 #endif

@@ -404,8 +404,28 @@ redis_close(struct lease *l)
     free(lr);
 }
 
+/* Readiness: a PING on the acquire connection (Redis down: no room can be taken). */
+static int
+redis_ready(struct lease *l, char *why, size_t whylen)
+{
+    struct lease_redis *lr = (struct lease_redis *)l;
+    const char *ping[] = {"PING"};
+    int rc = 0;
+
+    pthread_mutex_lock(&lr->conn_mu);
+    redisReply *r = redis_conn_cmd(&lr->conn, 1, ping);
+    if (r == NULL) {
+        snprintf(why, whylen, "lease redis: %s", lr->conn.errstr);
+        rc = ROOMD_EUNAVAIL;
+    }
+    pthread_mutex_unlock(&lr->conn_mu);
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
 static const struct lease_ops redis_ops = {
-    .acquire = redis_acquire, .release = redis_release, .close = redis_close};
+    .acquire = redis_acquire, .release = redis_release, .close = redis_close, .ready = redis_ready};
 
 int
 lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)

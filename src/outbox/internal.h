@@ -27,6 +27,15 @@ struct worker {
     int down_count;
 };
 
+/* A sink's circuit breaker (circuit.c), under outbox.circ_mu. */
+struct sink_circuit {
+    int fails;           /* ROOMD_EUNAVAIL in a row */
+    bool open;           /* the sink is not called, but for a probe at probe_at_ms */
+    int64_t probe_at_ms; /* clock_mono_ms */
+    uint64_t opened;     /* times it opened */
+    uint64_t skipped;    /* calls not made while open */
+};
+
 struct outbox {
     struct conf_outbox cfg; /* copy; its strings are not used */
     struct store *store;
@@ -57,7 +66,21 @@ struct outbox {
     bool metrics; /* outbox_collect_metrics is registered */
 
     atomic_bool store_down; /* logged once per state change */
+
+    pthread_mutex_t circ_mu;
+    struct sink_circuit *circ;        /* [nsinks] */
+    atomic_uint_fast64_t outage_rows; /* rows handed back by an outage, no attempt counted */
 };
+
+/* The sinks' circuits (circuit.c). init/free: outbox_open/close. admit:
+ * true when sink k may be called now (closed, or the half-open probe).
+ * note: what the call gave: answered (any answer) or not (ROOMD_EUNAVAIL).
+ * read: a copy of sink k's state (metrics). Thread: any (circ_mu). */
+void circuit_init(struct outbox *ob);
+void circuit_free(struct outbox *ob);
+bool circuit_admit(struct outbox *ob, size_t k);
+void circuit_note(struct outbox *ob, size_t k, bool answered);
+void circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out);
 
 /* Sets handoff_by ("<node>/h") and the queue's capacity from
  * cfg.handoff_queue (-1: max(1024, 4 * workers * batch_size)). Called by

@@ -9,9 +9,11 @@
 
 #include "core/clock.h"
 #include "metrics/metrics.h"
+#include "publish/sink.h"
 #include "store/store.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Upper bounds of the /metrics buckets of handoff_lat, in µs: multiples of
  * OUTBOX_LAT_BUCKET_US below the last bucket's 49.9 ms (+Inf implied). */
@@ -23,6 +25,34 @@ counter(struct metrics_text *t, const char *name, const char *help, uint64_t v)
 {
     metrics_family(t, name, "counter", help);
     metrics_count(t, name, "", v);
+}
+
+/* The sinks' circuits (circuit.c) and the rows outages handed back. */
+static void
+circuit_metrics(struct outbox *ob, struct metrics_text *t)
+{
+    static const char *const names[] = {"roomd_outbox_sink_circuit_open",
+                                        "roomd_outbox_sink_circuit_opened_total",
+                                        "roomd_outbox_sink_circuit_skipped_total"};
+    static const char *const types[] = {"gauge", "counter", "counter"};
+    static const char *const helps[] = {
+        "1 while the sink's circuit is open (it did not answer; no attempts counted).",
+        "Times the sink's circuit opened.", "Sink calls not made while its circuit was open."};
+    char label[96];
+
+    for (size_t m = 0; m < 3; m++) {
+        metrics_family(t, names[m], types[m], helps[m]);
+        for (size_t k = 0; k < ob->nsinks; k++) {
+            struct sink_circuit c;
+            circuit_read(ob, k, &c);
+            snprintf(label, sizeof(label), "sink=\"%s\"", ob->sinks[k]->name);
+            const uint64_t v[] = {c.open ? 1u : 0u, c.opened, c.skipped};
+            metrics_count(t, names[m], label, v[m]);
+        }
+    }
+    counter(t, "roomd_outbox_outage_rows_total",
+            "Rows handed back by a sink outage, retry_count unchanged.",
+            (uint64_t)atomic_load(&ob->outage_rows));
 }
 
 void
@@ -61,21 +91,26 @@ outbox_collect_metrics(void *arg, struct metrics_text *t)
     }
     metrics_histogram(t, "roomd_outbox_handoff_delivery_seconds", "", metrics_le_us, cum, NLE,
                       total, s.handoff_lat_sum_us);
+    circuit_metrics(arg, t);
 }
 
 void
 outbox_metrics_rows(struct store *store, struct metrics_text *t)
 {
-    static const char *const status[] = {"status=\"pending\"", "status=\"delivering\"",
-                                         "status=\"delivered\"", "status=\"retryable\"",
-                                         "status=\"failed\""};
+    /* Store-wide: every node reads the same table, so the lines carry
+     * scope="store" and are aggregated with max(), never sum() (docs/cluster.md). */
+    static const char *const status[] = {
+        "scope=\"store\",status=\"pending\"", "scope=\"store\",status=\"delivering\"",
+        "scope=\"store\",status=\"delivered\"", "scope=\"store\",status=\"retryable\"",
+        "scope=\"store\",status=\"failed\""};
     struct outbox_counts oc;
     double age = 0;
 
     if (store_outbox_counts(store, &oc) != 0)
         return;
     const int64_t n[] = {oc.pending, oc.delivering, oc.delivered, oc.retryable, oc.failed};
-    metrics_family(t, "roomd_outbox_rows", "gauge", "room_outbox rows by status.");
+    metrics_family(t, "roomd_outbox_rows", "gauge",
+                   "room_outbox rows by status (store-wide: aggregate with max()).");
     for (size_t i = 0; i < 5; i++)
         metrics_count(t, "roomd_outbox_rows", status[i], (uint64_t)n[i]);
     if (oc.oldest_undelivered_ms > 0) {
@@ -84,6 +119,6 @@ outbox_metrics_rows(struct store *store, struct metrics_text *t)
             age = 0;
     }
     metrics_family(t, "roomd_outbox_oldest_undelivered_seconds", "gauge",
-                   "Age of the oldest undelivered room_outbox row (0 when none).");
-    metrics_value(t, "roomd_outbox_oldest_undelivered_seconds", "", age);
+                   "Age of the oldest undelivered room_outbox row (0 when none; store-wide).");
+    metrics_value(t, "roomd_outbox_oldest_undelivered_seconds", "scope=\"store\"", age);
 }

@@ -88,4 +88,9 @@ void outbox_close(struct outbox *ob);
 int outbox_event_build(const struct outbox_row *row, uint8_t **envelope, size_t *envelope_len,
                        char **json);
 
+/* Readiness of the sinks (cluster/health.h; arg is the outbox): 0 when no
+ * sink's circuit is open, else ROOMD_EUNAVAIL with why naming them
+ * ("tim: circuit open"). Thread: any, does not block. */
+int outbox_sinks_ready(void *ob, char *why, size_t whylen);
+
 #endif

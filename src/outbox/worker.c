@@ -139,15 +139,32 @@ struct slot {
     bool released;          /* handed back unpublished (release_row) */
     bool finished;          /* no further sink is called: poison or a permanent refusal */
     int rc;                 /* 0 so far, ROOMD_ERETRY or ROOMD_EPERM */
+    bool counted;           /* a sink answered "not now": the failure costs an attempt;
+                             * false with rc ERETRY: only outages (no answer, circuit
+                             * open, no time left), which cost none */
     uint32_t done;          /* sinks_done so far */
     char err[LAST_ERROR_MAX];
 };
 
-/* Records what sink s answered (prc, reason serr) for sl. */
+/* Marks sl failed for sink s by an outage (why): retried, no attempt counted. */
 static void
-sink_outcome(struct slot *sl, const struct sink *s, int prc, const char *serr)
+outage(struct slot *sl, const struct sink *s, const char *why)
 {
-    if (prc == 0) {
+    append_error(sl->err, s->name, why);
+    if (sl->rc == 0)
+        sl->rc = ROOMD_ERETRY;
+}
+
+/* Records what sink k answered (prc, reason serr) for sl, and feeds its circuit. */
+static void
+sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *serr)
+{
+    const struct sink *s = ob->sinks[k];
+
+    circuit_note(ob, k, prc != ROOMD_EUNAVAIL);
+    if (prc == ROOMD_EUNAVAIL) {
+        outage(sl, s, *serr ? serr : roomd_strerror(prc));
+    } else if (prc == 0) {
         sl->done |= s->bit;
     } else if (prc == ROOMD_EPERM) {
         append_error(sl->err, s->name, serr);
@@ -156,6 +173,7 @@ sink_outcome(struct slot *sl, const struct sink *s, int prc, const char *serr)
     } else {
         append_error(sl->err, s->name, *serr ? serr : roomd_strerror(prc));
         sl->rc = ROOMD_ERETRY;
+        sl->counted = true;
     }
 }
 
@@ -167,18 +185,23 @@ sink_needed(const struct slot *sl, struct sink *s)
            (s->accepts == NULL || s->accepts(s, &sl->ev));
 }
 
-/* Calls s->publish for sl unless deadline already passed. */
+/* Calls sink k's publish for sl unless deadline already passed or its
+ * circuit is open. */
 static void
-publish_one(struct slot *sl, struct sink *s, int64_t deadline)
+publish_one(struct outbox *ob, size_t k, struct slot *sl, int64_t deadline)
 {
+    struct sink *s = ob->sinks[k];
     char serr[SINK_ERR_LEN] = "";
 
     if (clock_mono_ms() >= deadline) {
-        append_error(sl->err, s->name, "publish_timeout exceeded before the call");
-        sl->rc = ROOMD_ERETRY;
+        outage(sl, s, "publish_timeout exceeded before the call");
         return;
     }
-    sink_outcome(sl, s, s->publish(s, &sl->ev, deadline, serr, sizeof(serr)), serr);
+    if (!circuit_admit(ob, k)) {
+        outage(sl, s, "circuit open: the sink did not answer lately");
+        return;
+    }
+    sink_outcome(ob, k, sl, s->publish(s, &sl->ev, deadline, serr, sizeof(serr)), serr);
 }
 
 /*
@@ -187,8 +210,9 @@ publish_one(struct slot *sl, struct sink *s, int64_t deadline)
  * sinks row by row would), within deadline.
  */
 static void
-publish_batch(struct slot *sl, size_t n, struct sink *s, int64_t deadline)
+publish_batch(struct outbox *ob, size_t ks, struct slot *sl, size_t n, int64_t deadline)
 {
+    struct sink *s = ob->sinks[ks];
     struct outbox_event *evs = xcalloc(n, sizeof(*evs));
     size_t *idx = xcalloc(n, sizeof(*idx));
     int *rcs = xcalloc(n, sizeof(*rcs));
@@ -201,15 +225,16 @@ publish_batch(struct slot *sl, size_t n, struct sink *s, int64_t deadline)
             evs[k++] = sl[i].ev;
         }
     if (k > 0 && clock_mono_ms() >= deadline) {
-        for (size_t j = 0; j < k; j++) {
-            append_error(sl[idx[j]].err, s->name, "publish_timeout exceeded before the call");
-            sl[idx[j]].rc = ROOMD_ERETRY;
-        }
+        for (size_t j = 0; j < k; j++)
+            outage(&sl[idx[j]], s, "publish_timeout exceeded before the call");
+    } else if (k > 0 && !circuit_admit(ob, ks)) {
+        for (size_t j = 0; j < k; j++)
+            outage(&sl[idx[j]], s, "circuit open: the sink did not answer lately");
     } else if (k > 0) {
         s->publish_batch(s, evs, k, deadline, rcs, errs, SINK_ERR_LEN);
         for (size_t j = 0; j < k; j++) {
             errs[(j + 1) * SINK_ERR_LEN - 1] = '\0';
-            sink_outcome(&sl[idx[j]], s, rcs[j], errs + j * SINK_ERR_LEN);
+            sink_outcome(ob, ks, &sl[idx[j]], rcs[j], errs + j * SINK_ERR_LEN);
         }
     }
     free(errs);
@@ -238,6 +263,19 @@ finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, 
     *errtext = NULL;
     if (sl->rc == 0) {
         res->status = OUTBOX_DELIVERED;
+        return;
+    }
+    if (!permanent && !sl->counted) {
+        /* Only outages: the event is not at fault. Again after a probe
+         * interval, retry_count unchanged; never failed for this. */
+        *errtext = xstrdup(sl->err);
+        res->last_error = *errtext;
+        res->status = OUTBOX_RETRYABLE;
+        res->next_retry_at_ms = now + cfg->circuit_probe_ms;
+        atomic_fetch_add(&ob->outage_rows, 1);
+        log_debug("outbox", "sink unreachable, no attempt counted",
+                  "id=%lld event_id=%s retry_count=%d err=\"%s\"", (long long)row->id,
+                  row->event_id, row->retry_count, sl->err);
         return;
     }
     res->retry_count = row->retry_count + 1;
@@ -352,7 +390,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
         }
         for (size_t k = 0; k < first_batch; k++)
             if (sink_needed(&sl[i], ob->sinks[k]))
-                publish_one(&sl[i], ob->sinks[k], deadline);
+                publish_one(ob, k, &sl[i], deadline);
     }
 
     /* phase 2: sink by sink, one call per batch sink */
@@ -365,8 +403,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
                 if (first_batch == 0 || stopping(ob)) {
                     sl[i].released = true; /* nothing called yet: no attempt */
                 } else if (!sl[i].finished) {
-                    append_error(sl[i].err, "outbox", "lock too short for the batch sinks");
-                    sl[i].rc = ROOMD_ERETRY;
+                    outage(&sl[i], ob->sinks[first_batch], "lock too short for the batch sinks");
                     sl[i].finished = true;
                 }
             }
@@ -374,12 +411,12 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
             struct sink *s = ob->sinks[k];
 
             if (s->publish_batch != NULL) {
-                publish_batch(sl, n, s, deadline);
+                publish_batch(ob, k, sl, n, deadline);
                 continue;
             }
             for (size_t i = 0; i < n; i++)
                 if (sink_needed(&sl[i], s))
-                    publish_one(&sl[i], s, deadline);
+                    publish_one(ob, k, &sl[i], deadline);
         }
     }
 
@@ -574,12 +611,17 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
         ob->cfg.poll_interval_ms = 1000;
     if (ob->cfg.lock_timeout_ms < 1)
         ob->cfg.lock_timeout_ms = 60000;
+    if (ob->cfg.circuit_failures < 1)
+        ob->cfg.circuit_failures = 5;
+    if (ob->cfg.circuit_probe_ms < 1)
+        ob->cfg.circuit_probe_ms = 1000;
     ob->store = store;
     ob->nsinks = nsinks;
     ob->sinks = xcalloc(nsinks > 0 ? nsinks : 1, sizeof(*ob->sinks));
     for (size_t i = 0; i < nsinks; i++)
         ob->sinks[i] = sinks[i];
     bg_thread_init(&ob->pool);
+    circuit_init(ob);
     atomic_init(&ob->store_down, false);
 
     if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)
@@ -661,6 +703,7 @@ outbox_close(struct outbox *ob)
         if (ob->sinks[i] != NULL && ob->sinks[i]->close != NULL)
             ob->sinks[i]->close(ob->sinks[i]);
     handoff_free(ob);
+    circuit_free(ob);
     free(ob->workers);
     free(ob->sinks);
     free(ob);

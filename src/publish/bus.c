@@ -39,6 +39,10 @@ struct bus {
     atomic_bool ready;        /* streams set up since the last (re)connect */
     atomic_bool closing;      /* bus_unref closes: a disconnect is expected */
     atomic_int last_setup_rc; /* to log a failing setup once, not per call */
+    /* A publish that got no PubAck marks the connection stalled (a broken
+     * TCP connection nats.c has not noticed yet, or a stream without its
+     * quorum): until then, publishes fail at once, one probe at a time. */
+    atomic_int_fast64_t stalled_until_ms; /* clock_mono_ms; 0 = not stalled */
 
     pthread_mutex_t close_mu;
     pthread_cond_t close_cv;
@@ -114,7 +118,7 @@ bus_status_rc(natsStatus s, jsErrCode jerr)
         return 0;
     if (s == NATS_MAX_PAYLOAD || jerr == JSStreamMessageExceedsMaximumErr)
         return ROOMD_EPERM;
-    return ROOMD_ERETRY;
+    return jerr != 0 ? ROOMD_ERETRY : ROOMD_EUNAVAIL;
 }
 
 bool
@@ -379,7 +383,7 @@ setup_stream(struct bus *b, enum bus_stream w, char *err, size_t errlen)
     if (s != NATS_OK) {
         snprintf(err, errlen, "stream %s: %s (jerr %d): %s", b->stream[w], natsStatus_GetText(s),
                  (int)jerr, nats_GetLastError(NULL));
-        return ROOMD_ERETRY;
+        return bus_status_rc(s, jerr);
     }
     return 0;
 }
@@ -393,7 +397,7 @@ bus_ensure(struct bus *b, char *err, size_t errlen)
         return 0;
     if (!bus_connected(b)) {
         snprintf(err, errlen, "broker not connected");
-        return ROOMD_ERETRY;
+        return ROOMD_EUNAVAIL;
     }
     pthread_mutex_lock(&b->setup_mu);
     if (!atomic_load(&b->ready)) {
@@ -465,6 +469,50 @@ bus_ensure_consumer(struct bus *b, enum bus_stream which, const char *durable, i
 
 /* ==== publishing ==== */
 
+/* How long a stalled connection fails publishes at once before one probes. */
+#define STALL_PROBE_MS 500
+
+bool
+bus_stalled(struct bus *b, char *err, size_t errlen)
+{
+    int64_t now = clock_mono_ms();
+    int_fast64_t until = atomic_load(&b->stalled_until_ms);
+
+    if (until == 0)
+        return false;
+    if (now >= until &&
+        atomic_compare_exchange_strong(&b->stalled_until_ms, &until, now + STALL_PROBE_MS))
+        return false; /* the probe */
+    snprintf(err, errlen, "broker stalled: no PubAck recently; probing every %d ms",
+             STALL_PROBE_MS);
+    return true;
+}
+
+int
+bus_ready(void *arg, char *why, size_t whylen)
+{
+    struct bus *b = arg;
+
+    if (!bus_connected(b)) {
+        snprintf(why, whylen, "broker not connected (reconnecting)");
+        return ROOMD_EUNAVAIL;
+    }
+    if (atomic_load(&b->stalled_until_ms) != 0) {
+        snprintf(why, whylen, "broker stalled: publishes get no PubAck");
+        return ROOMD_EUNAVAIL;
+    }
+    return 0;
+}
+
+void
+bus_note_publish(struct bus *b, natsStatus s, jsErrCode jerr)
+{
+    if (s == NATS_OK || jerr != 0)
+        atomic_store(&b->stalled_until_ms, 0); /* the broker answered */
+    else if (s == NATS_TIMEOUT)
+        atomic_store(&b->stalled_until_ms, clock_mono_ms() + STALL_PROBE_MS);
+}
+
 int
 bus_publish_msg(struct bus *b, enum bus_stream w, natsMsg *msg, const char *msg_id,
                 int64_t deadline_mono_ms, bool *dup, uint64_t *seq, char *err, size_t errlen)
@@ -477,12 +525,14 @@ bus_publish_msg(struct bus *b, enum bus_stream w, natsMsg *msg, const char *msg_
         if (left <= 0) {
             if (i == 0)
                 snprintf(err, errlen, "publish deadline passed");
-            return ROOMD_ERETRY;
+            return ROOMD_EUNAVAIL;
         }
-        /* Not connected: fail at once rather than park in the reconnect
-         * buffer until the deadline (the worker retries with backoff). */
+        /* Not connected, or connected but stalled: fail at once rather than
+         * park until the deadline (the worker retries; no attempt counted). */
         if ((rc = bus_ensure(b, err, errlen)) != 0)
             return rc;
+        if (bus_stalled(b, err, errlen))
+            return ROOMD_EUNAVAIL;
         jsPubOptions po;
         jsPubAck *pa = NULL;
         jsErrCode jerr = 0;
@@ -491,6 +541,7 @@ bus_publish_msg(struct bus *b, enum bus_stream w, natsMsg *msg, const char *msg_
         po.ExpectStream = b->stream[w];
         po.MaxWait = left < bus_api_wait_ms(b) ? left : bus_api_wait_ms(b);
         natsStatus s = js_PublishMsg(&pa, b->js, msg, &po, &jerr);
+        bus_note_publish(b, s, jerr);
         if (s == NATS_OK) {
             if (dup)
                 *dup = pa->Duplicate;

@@ -92,8 +92,23 @@ int bus_subject(struct bus *b, enum bus_stream which, const char *token, char *b
 
 /* Maps a nats.c status (and JetStream error code) to ROOMD_E*: 0 for OK,
  * ROOMD_EPERM for a message the stream can never accept (too large),
- * ROOMD_ERETRY for the rest. */
+ * ROOMD_ERETRY for another JetStream answer, ROOMD_EUNAVAIL when the broker
+ * did not answer (timeout, no connection, no responders): an outage, which
+ * costs the event no attempt (docs/outbox.md). */
 int bus_status_rc(natsStatus s, jsErrCode jerr);
+
+/* Records the outcome of one publish (s, jerr) for the stall detection:
+ * NATS_TIMEOUT without a JetStream answer marks the connection stalled, so
+ * the next publishes fail at once (ROOMD_EUNAVAIL) but for one probe every
+ * 500 ms; any answer clears it. Thread: any. */
+void bus_note_publish(struct bus *b, natsStatus s, jsErrCode jerr);
+/* True (with err) when the connection is stalled and this call is not the
+ * probe (the first call once 500 ms passed): the caller fails at once with
+ * ROOMD_EUNAVAIL. Thread: any. */
+bool bus_stalled(struct bus *b, char *err, size_t errlen);
+/* Readiness (cluster/health.h): 0 when connected and not stalled, else
+ * ROOMD_EUNAVAIL with why. Takes no probe. Thread: any, does not block. */
+int bus_ready(void *b, char *why, size_t whylen);
 
 /*
  * Publishes msg (subject and headers already set; borrowed) to stream w

@@ -32,9 +32,9 @@ struct outbox_row;
  * Everything is borrowed for the duration of publish(). */
 struct outbox_event {
     const struct outbox_row *row;
-    const uint8_t *envelope;  /* packed roomd.v1.RoomOutboxEvent */
+    const uint8_t *envelope; /* packed roomd.v1.RoomOutboxEvent */
     size_t envelope_len;
-    const char *json;         /* the envelope as JSON, payload decoded as an object */
+    const char *json; /* the envelope as JSON, payload decoded as an object */
 };
 
 struct sink {
@@ -43,9 +43,11 @@ struct sink {
     /* True when this sink handles ev (NULL = every event). */
     bool (*accepts)(struct sink *s, const struct outbox_event *ev);
     /* Delivers ev. Returns 0 (delivered; also when the peer says it already
-     * had it), ROOMD_ERETRY (transient: retry with backoff) or ROOMD_EPERM
-     * (permanent: the row fails at once). err gets a one-line reason without
-     * secrets, kept in room_outbox.last_error. deadline is clock_mono_ms(). */
+     * had it), ROOMD_ERETRY (the peer answered "not now": retry with backoff,
+     * an attempt), ROOMD_EUNAVAIL (no answer: connection down, timeout; an
+     * outage, retried without counting an attempt, and it feeds the sink's
+     * circuit) or ROOMD_EPERM (permanent: the row fails at once). err gets a one-line reason
+     * without secrets, kept in room_outbox.last_error. deadline is clock_mono_ms(). */
     int (*publish)(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms,
                    char *err, size_t errlen);
     /* Frees the sink. Called once, after all publish calls returned. */

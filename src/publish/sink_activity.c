@@ -119,8 +119,11 @@ status_rc(grpc_status_code st)
     case GRPC_STATUS_FAILED_PRECONDITION:
     case GRPC_STATUS_OUT_OF_RANGE:
         return ROOMD_EPERM; /* the event itself is refused: retrying cannot help */
+    case GRPC_STATUS_UNAVAILABLE:
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+        return ROOMD_EUNAVAIL; /* no answer: an outage, the event costs no attempt */
     default:
-        return ROOMD_ERETRY; /* UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ... */
+        return ROOMD_ERETRY; /* RESOURCE_EXHAUSTED, INTERNAL, ... */
     }
 }
 
@@ -135,7 +138,7 @@ activity_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline
 
     if (left <= 0) {
         snprintf(err, errlen, "activity: publish deadline passed");
-        return ROOMD_ERETRY;
+        return ROOMD_EUNAVAIL;
     }
     st = rpc_unary(a->channel, CONSUME_METHOD, ev->envelope, ev->envelope_len, left, NULL, NULL,
                    detail, sizeof(detail));

@@ -2,7 +2,7 @@
  * sink_bus.c: the mq-mode sink. Publishes each event's packed envelope
  * (roomd.v1.RoomOutboxEvent) to "<ns><topic>.<event_type>" on the outbox
  * stream with Nats-Msg-Id = event_id; delivered only after the stream's
- * PubAck (a Duplicate ack counts). Broker down -> ROOMD_ERETRY.
+ * PubAck (a Duplicate ack counts). Broker down or stalled -> ROOMD_EUNAVAIL at once.
  * The JetStream plumbing is in bus.c; the consumers in consume/group.c.
  */
 #include "publish/sink_bus.h"
@@ -120,10 +120,13 @@ bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
         return;
     }
     for (size_t i = 0; i < n; i++)
-        set_result(&bt, i, ROOMD_ERETRY, "%s%s", "no PubAck before the publish deadline", "");
-    if (bus_ensure(sb->bus, err, sizeof(err)) != 0) {
+        set_result(&bt, i, ROOMD_EUNAVAIL, "%s%s", "no PubAck before the publish deadline", "");
+    int rc0 = bus_ensure(sb->bus, err, sizeof(err));
+    if (rc0 == 0 && bus_stalled(sb->bus, err, sizeof(err)))
+        rc0 = ROOMD_EUNAVAIL;
+    if (rc0 != 0) {
         for (size_t i = 0; i < n; i++)
-            set_result(&bt, i, ROOMD_ERETRY, "%s%s", err, "");
+            set_result(&bt, i, rc0, "%s%s", err, "");
         return;
     }
     jsOptions_Init(&jo);
@@ -169,14 +172,19 @@ bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
     if (js_PublishAsyncComplete(js, &wo) != NATS_OK) {
         natsMsgList pending = {0};
         if (js_PublishAsyncGetPendingList(&pending, js) == NATS_OK)
-            natsMsgList_Destroy(&pending); /* their results stay ERETRY */
+            natsMsgList_Destroy(&pending); /* their results stay EUNAVAIL */
         wo.MaxWait = 100;
         js_PublishAsyncComplete(js, &wo); /* a callback in flight */
     }
     jsCtx_Destroy(js);
-    for (size_t i = 0; i < n; i++)
+    bool answered = false;
+    for (size_t i = 0; i < n; i++) {
+        answered = answered || rcs[i] != ROOMD_EUNAVAIL;
         if (rcs[i] == 0)
             log_debug("bus", "event published", "event_id=%s", evs[i].row->event_id);
+    }
+    if (n > 0) /* any answer clears a stall; none at all marks one */
+        bus_note_publish(sb->bus, answered ? NATS_OK : NATS_TIMEOUT, 0);
 }
 
 static void

@@ -8,9 +8,11 @@
 
 #include "conf/conf.h"
 #include "core/clock.h"
+#include "core/curl_pool.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
+#include "publish/tim_limit.h"
 #include "publish/tim_usersig.h"
 
 #include <curl/curl.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TIM_MAX_RESPONSE (1 << 20)
 #define TIM_MAX_DATA 8000 /* MsgBody limit (doc §4: 80002 / 93000) */
@@ -37,15 +40,18 @@ struct tim_client {
     char *key_file;
     struct tim_usersig_cache sig;
 
-    pthread_mutex_t pool_mu; /* idle curl handles */
-    CURL **pool;
-    size_t npool, cappool;
+    struct curl_pool pool;   /* idle curl handles */
+    struct tim_limit *limit; /* the process' IM token buckets (shared) */
 };
 
 /* ---- error classes (doc §4) ------------------------------------------------ */
 
 static const int retry_codes[] = {60008, 60014, 60007, 60011, 60018, 60019, 10006, 10023, 10002,
                                   20004, 20005, 90992, 90994, 90995, 91000, 70169, 70500};
+/* IM's rate-limit answers (doc §4): waited out and retried within the call,
+ * so they never cost the event an attempt. */
+static const int rate_codes[] = {60007, 60011, 60018, 60019, 10006, 10023};
+#define RATE_RETRY_MS 100 /* + up to as much jitter */
 static const int resig_codes[] = {60004, 60005, 70052, 70013, 70014};
 static const int perm_codes[] = {
     60002, 60003, 60009, 60012, 60013, 60015, 10003, 10004, 10011, 90031, 90044, 60010, 90009,
@@ -121,9 +127,6 @@ load_key(const char *env, const char *file, char *buf, size_t len, char *err, si
 
 /* ---- open / close ---------------------------------------------------------------- */
 
-static pthread_mutex_t curl_mu = PTHREAD_MUTEX_INITIALIZER;
-static int curl_users;
-
 static const char *
 normalize_type(const char *t)
 {
@@ -188,17 +191,14 @@ tim_client_open(struct tim_client **out, const struct conf_tencent_im *cfg, char
         tim_client_close(c);
         return rc;
     }
-    pthread_mutex_init(&c->pool_mu, NULL);
 
     if (c->timeout_ms <= 3000)
         log_warn("tim", "tencent_im.timeout is not above IM's own 3 s", "timeout_ms=%lld",
                  (long long)c->timeout_ms);
-    /* Thread-safe in this libcurl (feature "threadsafe"); still done before
+    /* curl_global_init (thread-safe in this libcurl) is still done before
      * the outbox workers start when the sink is opened. */
-    pthread_mutex_lock(&curl_mu);
-    if (curl_users++ == 0)
-        curl_global_init(CURL_GLOBAL_DEFAULT);
-    pthread_mutex_unlock(&curl_mu);
+    curl_pool_init(&c->pool);
+    c->limit = tim_limit_get(cfg->rate_limit_per_s, cfg->group_rate_limit_per_s);
     *out = c;
     return 0;
 }
@@ -209,15 +209,9 @@ tim_client_close(struct tim_client *c)
     if (c == NULL)
         return;
     if (c->sig.key != NULL) { /* fully opened */
-        for (size_t i = 0; i < c->npool; i++)
-            curl_easy_cleanup(c->pool[i]);
-        free(c->pool);
-        pthread_mutex_destroy(&c->pool_mu);
+        curl_pool_destroy(&c->pool);
+        tim_limit_release(c->limit);
         tim_usersig_cache_destroy(&c->sig);
-        pthread_mutex_lock(&curl_mu);
-        if (--curl_users == 0)
-            curl_global_cleanup();
-        pthread_mutex_unlock(&curl_mu);
     }
     free(c->base_url);
     free(c->admin);
@@ -241,49 +235,6 @@ tim_client_timeout_ms(const struct tim_client *c)
 
 /* ---- transport ------------------------------------------------------------------- */
 
-static CURL *
-pool_take(struct tim_client *c)
-{
-    CURL *h = NULL;
-
-    pthread_mutex_lock(&c->pool_mu);
-    if (c->npool > 0)
-        h = c->pool[--c->npool];
-    pthread_mutex_unlock(&c->pool_mu);
-    if (h == NULL && (h = curl_easy_init()) == NULL)
-        return NULL;
-    return h;
-}
-
-static void
-pool_give(struct tim_client *c, CURL *h)
-{
-    pthread_mutex_lock(&c->pool_mu);
-    c->pool = xgrow(c->pool, c->npool, &c->cappool, sizeof(*c->pool));
-    c->pool[c->npool++] = h;
-    pthread_mutex_unlock(&c->pool_mu);
-}
-
-struct buf {
-    char *p;
-    size_t n;
-};
-
-static size_t
-on_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct buf *b = arg;
-    size_t add = size * nmemb;
-
-    if (b->n + add > TIM_MAX_RESPONSE)
-        return 0; /* curl fails the call with a write error */
-    b->p = xrealloc(b->p, b->n + add + 1);
-    memcpy(b->p + b->n, data, add);
-    b->n += add;
-    b->p[b->n] = '\0';
-    return add;
-}
-
 static uint32_t
 random_u32(void)
 {
@@ -303,10 +254,10 @@ api_short(const char *api)
 }
 
 /* POSTs body to api with the current sig. Returns 0 with *status and the
- * body in *b, or ROOMD_ERETRY (transport) with err. */
+ * body in *b, or ROOMD_EUNAVAIL (no answer: transport, deadline) with err. */
 static int
 http_post(struct tim_client *c, const char *api, const char *sig, const char *body,
-          int64_t deadline, long *status, struct buf *b, char *err, size_t errlen)
+          int64_t deadline, long *status, struct curl_body *b, char *err, size_t errlen)
 {
     int64_t left = deadline - clock_mono_ms();
     int64_t tmo = c->timeout_ms < left ? c->timeout_ms : left;
@@ -318,9 +269,9 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
 
     if (tmo <= 0) {
         snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
-        return ROOMD_ERETRY;
+        return ROOMD_EUNAVAIL;
     }
-    if ((h = pool_take(c)) == NULL) {
+    if ((h = curl_pool_take(&c->pool)) == NULL) {
         snprintf(err, errlen, "tim %s: curl_easy_init failed", api_short(api));
         return ROOMD_ERETRY;
     }
@@ -342,7 +293,7 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)tmo);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)tmo);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-tim/1");
     if (c->ca_file != NULL)
@@ -352,14 +303,14 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
     if (cc != CURLE_OK) {
         snprintf(err, errlen, "tim %s: curl %d: %s", api_short(api), (int)cc,
                  curl_easy_strerror(cc));
-        rc = ROOMD_ERETRY;
+        rc = ROOMD_EUNAVAIL; /* no answer: an outage, not the event's fault */
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
     }
     curl_slist_free_all(hdrs);
     /* The URL holds the sig: wipe it from the handle before it idles in the pool. */
     curl_easy_setopt(h, CURLOPT_URL, "");
-    pool_give(c, h);
+    curl_pool_give(&c->pool, h);
     curl_free(ident);
     free(url);
     return rc;
@@ -394,8 +345,11 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         rc = ROOMD_EPERM;
         goto out;
     }
+    const char *group = strcmp(api_short(api), "send_group_msg") == 0
+                            ? json_string_value(json_object_get(req, "GroupId"))
+                            : NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
-        struct buf b = {0};
+        struct curl_body b = {.max = TIM_MAX_RESPONSE};
         long status = 0;
         json_error_t jerr;
         enum tim_class cls;
@@ -407,6 +361,12 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         if (tim_usersig_cache_get(&c->sig, clock_wall_ms() / 1000, sig, sizeof(sig), &gen) != 0) {
             snprintf(err, errlen, "tim %s: cannot make the UserSig", api_short(api));
             rc = ROOMD_EPERM;
+            goto out;
+        }
+        if (tim_limit_wait(c->limit, api_short(api), group, deadline) != 0) {
+            OPENSSL_cleanse(sig, sizeof(sig));
+            snprintf(err, errlen, "tim %s: no rate-limit slot before the deadline", api_short(api));
+            rc = ROOMD_ERETRY;
             goto out;
         }
         rc = http_post(c, api, sig, body, deadline, &status, &b, err, errlen);
@@ -436,6 +396,16 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
             goto out;
         }
         snprintf(err, errlen, "tim %d: %.160s (%s)", code, info ? info : "", api_short(api));
+        if (in_list(code, rate_codes, sizeof(rate_codes) / sizeof(rate_codes[0]))) {
+            int64_t pause = RATE_RETRY_MS + (int64_t)(random_u32() % RATE_RETRY_MS);
+            tim_limit_refused(c->limit);
+            if (clock_mono_ms() + pause < deadline) {
+                struct timespec ts = {0, pause * 1000000L};
+                nanosleep(&ts, NULL);
+                attempt--; /* IM's rate limit: not an attempt */
+                continue;
+            }
+        }
         if (cls == TIM_CLASS_RESIG && attempt == 0) {
             log_warn("tim", "UserSig refused; regenerating", "api=%s code=%d", api_short(api),
                      code);

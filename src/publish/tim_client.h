@@ -65,8 +65,11 @@ int64_t tim_client_timeout_ms(const struct tim_client *c);
  * json_decref's it) also when ErrorCode != 0. *im_code (may be NULL) gets
  * ErrorCode, or -1 when there was no IM answer (network, timeout, non-200).
  * A UserSig error (class RESIG) regenerates the sig (re-reading the key) and
- * retries once. Returns 0 when ErrorCode == 0, else ROOMD_ERETRY or
- * ROOMD_EPERM by tim_classify (UNKNOWN -> ERETRY).
+ * retries once. Each call first waits for its slot in the process' token
+ * buckets (tim_limit.h); IM's rate-limit answers are waited out and sent
+ * again within the deadline. Returns 0 when ErrorCode == 0, ROOMD_EUNAVAIL
+ * when IM did not answer (transport, deadline, no bucket slot in time), else
+ * ROOMD_ERETRY or ROOMD_EPERM by tim_classify (UNKNOWN -> ERETRY).
  */
 int tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t deadline_mono_ms,
                     json_t **resp, int *im_code, char *err, size_t errlen);

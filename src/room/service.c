@@ -47,8 +47,9 @@ struct room_service {
 struct timing {
     int64_t t0;
     int64_t idempotency_us, lease_us, wallet_us, save_us, snapshot_us, projection_us, im_us;
-    bool outbox;     /* the command wrote outbox rows */
-    char result[64]; /* "ok", "replay", or the error code */
+    int64_t forward_us; /* sending the request to the room's owner */
+    bool outbox;        /* the command wrote outbox rows */
+    char result[64];    /* "ok", "replay", or the error code */
 };
 
 /* ---- replies ------------------------------------------------------------------------ */
@@ -249,16 +250,16 @@ log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct 
 
     clock_format_utc(clock_wall_ms(), ts, sizeof(ts));
     o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, "
-                  "s:f, s:f, s:f, s:b, s:b}",
+                  "s:f, s:f, s:f, s:f, s:b, s:b}",
                   "ts", ts, "level", "info", "msg", "room_command_timing", "command",
                   room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
                   "command_id", cmd->command_id, "result", tm->result, "status", r->status,
                   "total_ms", ms(clock_mono_us() - tm->t0), "idempotency_ms",
                   ms(tm->idempotency_us), "lease_ms", ms(tm->lease_us), "wallet_debit_ms",
                   ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us), "snapshot_ms",
-                  ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "activity_ms", 0.0,
-                  "tencent_im_ms", ms(tm->im_us), "activity_async_outbox", tm->outbox,
-                  "tencent_im_async_outbox", tm->outbox);
+                  ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "forward_ms",
+                  ms(tm->forward_us), "activity_ms", 0.0, "tencent_im_ms", ms(tm->im_us),
+                  "activity_async_outbox", tm->outbox, "tencent_im_async_outbox", tm->outbox);
     if (o == NULL)
         return;
     text = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(9));
@@ -281,8 +282,39 @@ refund(struct room_service *svc, const struct room_cmd *cmd)
                   cmd->command_id, roomd_strerror(rc));
 }
 
+/* After ENOTOWNER: sends the request to the owner named in reply->owner when
+ * forwarding applies. Returns true when *reply now holds the owner's answer. */
+static bool
+forward_to_owner(struct room_service *svc, const char *app, const struct room_origin *origin,
+                 struct room_reply *reply, int64_t *forward_us)
+{
+    struct room_reply fr;
+    int64_t t = clock_mono_us();
+    int rc;
+
+    if (svc->d.forward == NULL || origin == NULL || origin->forwarded || reply->owner[0] == '\0')
+        return false;
+    memset(&fr, 0, sizeof(fr));
+    rc = svc->d.forward(svc->d.forward_arg, reply->owner, app, origin, &fr);
+    *forward_us = clock_mono_us() - t;
+    if (rc != 0) {
+        room_reply_clear(&fr);
+        return false;
+    }
+    room_reply_clear(reply);
+    *reply = fr;
+    return true;
+}
+
 void
 room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struct room_reply *reply)
+{
+    room_service_execute_from(svc, cmd, NULL, reply);
+}
+
+void
+room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
+                          const struct room_origin *origin, struct room_reply *reply)
 {
     const struct conf *conf = svc->d.conf;
     struct timing tm;
@@ -322,6 +354,11 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
                       sizeof(reply->owner), &tm.lease_us);
     if (rc != 0) {
         c = NULL;
+        if (rc == ROOMD_ENOTOWNER &&
+            forward_to_owner(svc, cmd->app_code, origin, reply, &tm.forward_us)) {
+            strlcpy_(tm.result, "forwarded", sizeof(tm.result));
+            goto out;
+        }
         store_fail_reply(reply, &tm, rc, "room load");
         goto out;
     }
@@ -513,7 +550,7 @@ out:
 
 void
 room_service_get(struct room_service *svc, const char *app, const char *room_id,
-                 struct room_reply *reply)
+                 const struct room_origin *origin, struct room_reply *reply)
 {
     struct cell *c = NULL;
     int64_t lease_us;
@@ -523,6 +560,8 @@ room_service_get(struct room_service *svc, const char *app, const char *room_id,
     memset(reply, 0, sizeof(*reply));
     rc = cell_acquire(svc->cells, app, room_id, &c, reply->owner, sizeof(reply->owner), &lease_us);
     if (rc != 0) {
+        if (rc == ROOMD_ENOTOWNER && forward_to_owner(svc, app, origin, reply, &lease_us))
+            return;
         snprintf(msg, sizeof(msg), "room load: %s", roomd_strerror(rc));
         room_reply_error(reply, rc == ROOMD_EINTERNAL ? 500 : 503,
                          rc == ROOMD_EINTERNAL ? "internal" : roomd_err_code(rc), msg);

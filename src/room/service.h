@@ -29,6 +29,25 @@ struct room_service;
 typedef int (*room_create_hook)(void *arg, const char *app, const char *room_id, const char *title,
                                 int64_t owner_uid);
 
+struct room_reply;
+
+/* Where a command (or GET) came from, so a node that does not own the room
+ * can send it unchanged to the owner (cluster/forward.h). All borrowed. */
+struct room_origin {
+    const char *method; /* "POST", "GET" */
+    const char *path;   /* "/v1/rooms/r1/join" (no query string) */
+    const char *body;   /* the request body as received ("" for a GET) */
+    size_t body_len;
+    const char *authorization; /* the caller's Authorization header, NULL = none */
+    bool forwarded;            /* it carries the hop header: never forward it again */
+};
+
+/* Sends o to the room's owner at owner_addr and fills *reply with the
+ * owner's answer. Returns 0, or an error when the owner could not be reached
+ * (*reply untouched). Thread: any; blocks (bounded by its own timeout). */
+typedef int (*room_forward_fn)(void *arg, const char *owner_addr, const char *app,
+                               const struct room_origin *o, struct room_reply *reply);
+
 /* Everything the service uses; all borrowed and must outlive it. NULL lease
  * means the local lease; NULL projection/outbox/create_hook are skipped. */
 struct room_deps {
@@ -41,6 +60,8 @@ struct room_deps {
     struct outbox *outbox;
     room_create_hook create_hook;
     void *create_hook_arg;
+    room_forward_fn forward; /* NULL: answer 503 not_owner instead (cluster.forward off) */
+    void *forward_arg;
     bool rocket_timer;       /* wake ourselves at launch_at_ms (no broker) */
     bool projection_rebuild; /* keep the projection complete: rebuild it from the
                               * store in the background after open and whenever
@@ -76,10 +97,19 @@ void room_service_close(struct room_service *svc);
  */
 void room_service_execute(struct room_service *svc, const struct room_cmd *cmd,
                           struct room_reply *reply);
+/* As room_service_execute; when another node owns the room and origin is not
+ * NULL (nor already forwarded) and forwarding is on, the request is sent to
+ * the owner and *reply is the owner's answer (forward_ms of the timing line;
+ * result "forwarded"). A forwarding failure answers 503 not_owner.
+ * Thread: any; blocks, also on the owner. */
+void room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
+                               const struct room_origin *origin, struct room_reply *reply);
 
-/* GET /v1/rooms/{id}: the current state as JSON into *reply (200 or 404). */
+/* GET /v1/rooms/{id}: the current state as JSON into *reply (200 or 404);
+ * forwarded to the owner like room_service_execute_from when origin is not
+ * NULL. Thread: any; blocks. */
 void room_service_get(struct room_service *svc, const char *app, const char *room_id,
-                      struct room_reply *reply);
+                      const struct room_origin *origin, struct room_reply *reply);
 
 /* Number of cells in memory (tests, metrics). */
 size_t room_service_cells(struct room_service *svc);

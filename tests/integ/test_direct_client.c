@@ -349,10 +349,11 @@ test_error_classes(void **state)
     assert_int_equal(code, 80001);
     assert_memory_equal(err, "tim 80001: ", 11);
 
+    /* IM's rate-limit answer is waited out and sent again within the call */
     im_control("{\"fail\": {\"api\": \"send_group_msg\", \"code\": 10023}}");
     assert_int_equal(tim_send_group_custom(c, "hyapp_g2", "{}", "x", "e-rate", "High",
                                            clock_mono_ms() + 3000, &code, err, sizeof(err)),
-                     ROOMD_ERETRY);
+                     0);
     im_control("{\"fail\": {\"api\": \"send_group_msg\", \"code\": 55555}}");
     assert_int_equal(tim_send_group_custom(c, "hyapp_g2", "{}", "x", "e-unknown", "High",
                                            clock_mono_ms() + 3000, &code, err, sizeof(err)),
@@ -426,7 +427,7 @@ test_timeout_then_dedupe(void **state)
     assert_int_equal(tim_send_group_custom(c, "hyapp_g3", "{\"event_id\":\"e-slow\"}", "x",
                                            "e-slow", "High", clock_mono_ms() + 5000, &code, err,
                                            sizeof(err)),
-                     ROOMD_ERETRY);
+                     ROOMD_EUNAVAIL); /* no answer: an outage */
     assert_true(clock_mono_ms() - t0 < 2300);
     assert_non_null(strstr(err, "curl 28"));
     /* The deadline caps the timeout too. */
@@ -435,7 +436,7 @@ test_timeout_then_dedupe(void **state)
     assert_int_equal(tim_send_group_custom(c, "hyapp_g3", "{\"event_id\":\"e-slow2\"}", "x",
                                            "e-slow2", "High", clock_mono_ms() + 300, &code, err,
                                            sizeof(err)),
-                     ROOMD_ERETRY);
+                     ROOMD_EUNAVAIL);
     assert_true(clock_mono_ms() - t0 < 800);
     /* The retry is discarded by IM as a duplicate: one stored message. */
     assert_int_equal(tim_send_group_custom(c, "hyapp_g3", "{\"event_id\":\"e-slow\"}", "x",
@@ -572,7 +573,7 @@ test_im_down_and_back(void **state)
     t0 = clock_mono_ms();
     assert_int_equal(
         tim_ensure_group(c, "hyapp_down", "d", clock_mono_ms() + 3000, err, sizeof(err)),
-        ROOMD_ERETRY);
+        ROOMD_EUNAVAIL);
     assert_true(clock_mono_ms() - t0 < 500); /* connection refused is immediate */
     assert_non_null(strstr(err, "curl 7"));
     im_start();
@@ -670,24 +671,24 @@ test_activity_sink(void **state)
     act_control("/fail", "{\"code\": 8}"); /* RESOURCE_EXHAUSTED */
     assert_int_equal(act_publish(s, "a-3", 2000, err, sizeof(err)), ROOMD_ERETRY);
     assert_non_null(strstr(err, "RESOURCE_EXHAUSTED"));
-    act_control("/fail", "{\"code\": 14}"); /* UNAVAILABLE */
-    assert_int_equal(act_publish(s, "a-3", 2000, err, sizeof(err)), ROOMD_ERETRY);
+    act_control("/fail", "{\"code\": 14}"); /* UNAVAILABLE: an outage */
+    assert_int_equal(act_publish(s, "a-3", 2000, err, sizeof(err)), ROOMD_EUNAVAIL);
     /* INVALID_ARGUMENT (here: the stand-in's own validation) is permanent. */
     assert_int_equal(act_publish(s, "", 2000, err, sizeof(err)), ROOMD_EPERM);
     assert_non_null(strstr(err, "INVALID_ARGUMENT"));
-    /* Slow past the deadline: DEADLINE_EXCEEDED, retryable, on time. */
+    /* Slow past the deadline: DEADLINE_EXCEEDED, an outage, on time. */
     act_control("/slow", "{\"ms\": 1500}");
     t0 = clock_mono_ms();
-    assert_int_equal(act_publish(s, "a-4", 300, err, sizeof(err)), ROOMD_ERETRY);
+    assert_int_equal(act_publish(s, "a-4", 300, err, sizeof(err)), ROOMD_EUNAVAIL);
     assert_non_null(strstr(err, "DEADLINE_EXCEEDED"));
     assert_true(clock_mono_ms() - t0 < 1000);
 
-    /* Down: fails fast (no worker held until the deadline) and retryable. */
+    /* Down: fails fast (no worker held until the deadline), an outage. */
     stop(&act_pid);
     usleep(200000);
     for (int i = 0; i < 3; i++) {
         t0 = clock_mono_ms();
-        assert_int_equal(act_publish(s, "a-5", 2000, err, sizeof(err)), ROOMD_ERETRY);
+        assert_int_equal(act_publish(s, "a-5", 2000, err, sizeof(err)), ROOMD_EUNAVAIL);
         assert_true(clock_mono_ms() - t0 < 1500);
         fprintf(stderr, "activity down: call %d failed in %lld ms (%s)\n", i,
                 (long long)(clock_mono_ms() - t0), err);

@@ -1,6 +1,6 @@
 """test_direct_im.py: a real roomd in publish_mode direct against the Tencent IM stand-in
 (tests/standins/im_standin.py, HTTPS, a separate process). The seed's acceptance rows:
-IM down -> commands succeed, rows retryable then failed; IM back before that -> delivered;
+IM down -> commands succeed, rows retryable (an outage costs no attempt, never failed); IM back before that -> delivered;
 a retried event makes no second IM message; a permanent IM error fails the row at once;
 CreateRoom creates the group synchronously and records tencent_im_ms.
 Rows are read straight from the SQLite file."""
@@ -37,12 +37,13 @@ def all_delivered(r):
     return rs and all(x["status"] == "delivered" for x in rs)
 
 
-def start(tmp, im, group_type="AVChatRoom", outbox=None, im_timeout="3500ms"):
+def start(tmp, im, group_type="AVChatRoom", outbox=None, im_timeout="3500ms", im_extra=None):
     ob = {"max_retry_count": 3, "initial_backoff": "100ms", "max_backoff": "500ms",
           "publish_timeout": "5s", "lock_timeout": "10s"}
     ob.update(outbox or {})
-    r = rt.Roomd({"tencent_im": im.conf(group_type=group_type, timeout=im_timeout),
-                  "outbox_worker": ob}, tmp=tmp)
+    tim = im.conf(group_type=group_type, timeout=im_timeout)
+    tim.update(im_extra or {})
+    r = rt.Roomd({"tencent_im": tim, "outbox_worker": ob}, tmp=tmp)
     return r.start(env=ENV)
 
 
@@ -110,9 +111,11 @@ def test_im_down_then_back():
         t = timing(r, "CreateRoom")
         assert t and t[-1]["tencent_im_ms"] > 0, t
         cmd(r, "/v1/rooms/r2/join", {"uid": 9})
-        rt.wait_until(lambda: all(x["status"] == "retryable" and x["retry_count"] >= 1
+        # an outage costs no attempt: retryable, retry_count stays 0 (issue 12)
+        rt.wait_until(lambda: all(x["status"] == "retryable" and x["last_error"]
                                   for x in rows(r)), timeout=10, what="rows retryable")
-        assert all("tim" in (x["last_error"] or "") for x in rows(r)), rows(r)
+        assert all("tim" in (x["last_error"] or "") and x["retry_count"] == 0
+                   for x in rows(r)), rows(r)
         im.start()
         rt.wait_until(lambda: all_delivered(r), timeout=20, what="delivered after IM is back")
         assert "hyapp_r2" in im.state_now()["groups"]
@@ -124,24 +127,37 @@ def test_im_down_then_back():
         im.stop()
 
 
-def test_im_down_rows_fail():
+def test_im_down_long_no_failed_rows():
+    """IM down for longer than max_retry_count x max_backoff (3 x 200 ms): an outage costs no
+    attempt, so no row fails (the circuit opens after 2 failures, one probe per 300 ms); all
+    are delivered once IM is back (issue 12)."""
     tmp = tempfile.mkdtemp(prefix="direct-im-")
-    im = ImStandin(tmp)  # never started
+    im = ImStandin(tmp)  # not started yet
     r = start(tmp, im, outbox={"max_retry_count": 3, "initial_backoff": "100ms",
-                               "max_backoff": "200ms"})
+                               "max_backoff": "200ms", "circuit_failures": 2,
+                               "circuit_probe_every": "300ms"})
     try:
         cmd(r, "/v1/rooms", {"room_id": "r3", "owner_uid": 7, "title": "down"})
-        cmd(r, "/v1/rooms/r3/join", {"uid": 9})
-        rt.wait_until(lambda: statuses(r) == ["failed"], timeout=15, what="rows failed")
+        for u in range(9, 14):
+            cmd(r, "/v1/rooms/r3/join", {"uid": u})
+        time.sleep(3 * 0.2 * 4)  # well past max_retry_count x max_backoff
         for x in rows(r):
-            assert x["retry_count"] == 3, x
-            assert "curl 7" in x["last_error"], x
+            assert x["status"] == "retryable" and x["retry_count"] == 0, x
+            assert "curl 7" in x["last_error"] or "circuit open" in x["last_error"], x
             assert TEST_SECRET not in x["last_error"]
         with open(r.log_path) as f:
-            assert TEST_SECRET not in f.read(), "the secret key is never logged"
+            text = f.read()
+        assert TEST_SECRET not in text, "the secret key is never logged"
+        assert "circuit open" in text, "the circuit opened"
+        im.start()
+        rt.wait_until(lambda: all_delivered(r), timeout=20, what="delivered after IM is back")
+        assert "failed" not in statuses(r)
+        for x in rows(r):
+            assert len(im.messages(x["event_id"])) == 1, x
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
+        im.stop()
 
 
 def test_retry_makes_no_second_message():
@@ -156,7 +172,8 @@ def test_retry_makes_no_second_message():
         cmd(r, "/v1/rooms/r4/join", {"uid": 10})
         rt.wait_until(lambda: all_delivered(r), timeout=15, what="join delivered")
         joined = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"][0]
-        assert joined["retry_count"] >= 1, joined  # the first attempt timed out
+        # the first attempt timed out: an outage (no answer), retried without an attempt
+        assert joined["retry_count"] == 0, joined
         sends = [c for c in im.calls("send_group_msg")
                  if joined["event_id"] in (c["body"]["MsgBody"][0]["MsgContent"]["Data"])]
         assert len(sends) >= 2, sends
@@ -214,6 +231,68 @@ def test_public_group_membership():
         im.stop()
 
 
+def burst_of_joins(r, rooms, per_room):
+    """per_room[i] joins in rooms[i], sent by 4 threads at once."""
+    import threading
+    jobs = [(room, 1000 + k) for room, n in zip(rooms, per_room) for k in range(n)]
+    errs = []
+
+    def work(part):
+        for room, uid in part:
+            st, _, js = r.post(f"/v1/rooms/{room}/join",
+                               {"command_id": f"j-{room}-{uid}", "uid": uid})
+            if st != 200:
+                errs.append((st, js))
+    ts = [threading.Thread(target=work, args=(jobs[i::4],)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs, errs[:3]
+
+
+def im_limits_run(tag, im_extra):
+    """IM enforcing 200 calls/s per API and 40 msgs/s per group; a burst of joins (160 in one
+    room). max_retry_count 1: a counted failure would fail the row at once."""
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    im.control(limits={"per_api": 200, "per_group": 40})
+    r = start(tmp, im, outbox={"max_retry_count": 1, "workers": 4, "publish_timeout": "3s",
+                               "lock_timeout": "30s"}, im_extra=im_extra)
+    try:
+        rooms = [f"lim{tag}{i}" for i in range(3)]
+        for room in rooms:
+            cmd(r, "/v1/rooms", {"room_id": room, "owner_uid": 7, "title": "busy"})
+        t0 = time.time()
+        burst_of_joins(r, rooms, [160, 30, 30])
+        rt.wait_until(lambda: all_delivered(r), timeout=60, step=0.3, what="all delivered")
+        took = time.time() - t0
+        assert "failed" not in statuses(r)
+        sends = im.calls("send_group_msg")
+        refused = [c for c in sends if c.get("code") in (10023, 60007)]
+        for x in rows(r):
+            assert len(im.messages(x["event_id"])) == 1, x
+        print(f"  {tag}: {len(rows(r))} events delivered in {took:.1f}s, 0 failed; "
+              f"{len(sends)} send_group_msg calls, {len(refused)} refused by IM's rate limit")
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+        return len(sends), len(refused)
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_im_rate_limits():
+    """Tencent IM's limits (the stand-in answers 10023 / 60007 above them): with roomd's token
+    buckets (defaults 200/s per API, 40/s per group) IM refuses (almost) nothing; without them
+    IM refuses many calls, which roomd retries without counting an attempt: 0 failed rows
+    either way, one stored message per event."""
+    sends, refused = im_limits_run("paced", {})
+    assert refused <= sends // 20, (sends, refused)
+    sends0, refused0 = im_limits_run("unpaced", {"rate_limit_per_s": 0,
+                                                 "group_rate_limit_per_s": 0})
+    assert refused0 > 0, "the stand-in enforces the limits (else this test proves nothing)"
+
+
 def test_dual_im_down_then_back():
     """publish_mode dual (direct sinks + the JetStream broker): IM down -> commands succeed,
     rows retryable with the broker already done; IM back -> delivered."""
@@ -234,7 +313,7 @@ def test_dual_im_down_then_back():
     try:
         cmd(r, "/v1/rooms", {"room_id": "d1", "owner_uid": 7, "title": "dual"})
         cmd(r, "/v1/rooms/d1/join", {"uid": 9})
-        rt.wait_until(lambda: all(x["status"] == "retryable" and x["retry_count"] >= 1
+        rt.wait_until(lambda: all(x["status"] == "retryable" and x["last_error"]
                                   for x in rows(r)), timeout=10, what="rows retryable")
         for x in rows(r):
             assert x["sinks_done"] & 8 and not x["sinks_done"] & 2, x  # bus done, IM not
@@ -249,6 +328,6 @@ def test_dual_im_down_then_back():
 
 
 if __name__ == "__main__":
-    rt.run([test_happy_path, test_im_down_then_back, test_im_down_rows_fail,
+    rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
             test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
-            test_public_group_membership, test_dual_im_down_then_back])
+            test_public_group_membership, test_im_rate_limits, test_dual_im_down_then_back])

@@ -577,13 +577,13 @@ def test_health_ready_metrics():
     assert m[cnt] == m[inf] and m[cnt] - before.get(cnt, 0) == 3, (m[cnt], m[inf])
     assert m['roomd_command_duration_seconds_sum{command="JoinRoom"}'] > 0
     for s in ("pending", "delivering", "delivered", "retryable", "failed"):
-        assert f'roomd_outbox_rows{{status="{s}"}}' in m, s
-    assert "roomd_outbox_oldest_undelivered_seconds" in m
+        assert f'roomd_outbox_rows{{scope="store",status="{s}"}}' in m, s
+    assert 'roomd_outbox_oldest_undelivered_seconds{scope="store"}' in m
     # the log sink delivers: eventually nothing is undelivered
-    wait_until(lambda: hu.metrics(rd)['roomd_outbox_rows{status="pending"}'] == 0 and
-               hu.metrics(rd)["roomd_outbox_oldest_undelivered_seconds"] == 0,
+    wait_until(lambda: hu.metrics(rd)['roomd_outbox_rows{scope="store",status="pending"}'] == 0
+               and hu.metrics(rd)['roomd_outbox_oldest_undelivered_seconds{scope="store"}'] == 0,
                timeout=10, what="outbox drained")
-    assert hu.metrics(rd)['roomd_outbox_rows{status="delivered"}'] >= 3
+    assert hu.metrics(rd)['roomd_outbox_rows{scope="store",status="delivered"}'] >= 3
     # the outbox's own counters: the commands' rows went through the hand-off
     m = hu.metrics(rd)
     for k in ("claims", "claimed_rows", "handoff_full", "batches"):

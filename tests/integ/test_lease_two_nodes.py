@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
 from roomd_test import Roomd, env_port, free_port, listing, need, run, wait_until  # noqa: E402
+from roomd_test import mysql_query as mysql  # noqa: E402
 
 TTL_MS = 1500
 REDIS_PORT = env_port("ROOMD_REDIS_PORT", 6390)
@@ -49,15 +50,6 @@ TMP = tempfile.mkdtemp(prefix="roomd-lease2-")
 
 
 # --- the two stores -------------------------------------------------------------------------
-
-def mysql(sql, db=None):
-    cmd = ["mariadb", "--no-defaults", "-h127.0.0.1", f"-P{MYSQL_PORT}", "-uroot", "-N", "-B",
-           "-e", sql] + ([db] if db else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise RuntimeError(f"mariadb: {sql}: {out.stderr.strip()}")
-    return [line.split("\t") for line in out.stdout.splitlines()]
-
 
 class MysqlStore:
     name = "mysql"
@@ -128,6 +120,8 @@ def node(store, name, redis_port, extra=None):
                   "connect_timeout": "200ms", "command_timeout": "300ms"},
         "lease": {"driver": "redis", "ttl": f"{TTL_MS}ms", "renew_every": "300ms"},
         "projection": {"driver": "redis"},
+        # these tests route like a gateway by X-Room-Owner (test_cluster.py: forwarding)
+        "cluster": {"forward": False},
     })
     hu_merge(cfg, extra or {})
     return Roomd(cfg, tmp=d)

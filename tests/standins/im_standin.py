@@ -17,6 +17,9 @@ Test endpoints (same port):
   POST /_control    {"fail": {"api": "send_group_msg"|"*", "code": 80001, "count": 1}}
                     {"http_status": {"api": .., "status": 502, "count": 1}}
                     {"slow": {"api": .., "ms": 3000, "count": 1}}  (do the work, answer late)
+                    {"limits": {"per_api": 200, "per_group": 40}}  IM's frequency control: more
+                    than per_api calls of one API, or per_group send_group_msg to one group,
+                    within the last second answer 60007 / 10023 (0 = off, the default)
                     {"reset": true}
 "Down" is the test stopping this process. State (groups, messages, dedupe table, calls) is kept
 in --state so a restarted stand-in continues where the stopped one was.
@@ -32,6 +35,7 @@ import hmac
 import http.server
 import json
 import os
+import signal
 import ssl
 import sys
 import threading
@@ -43,11 +47,31 @@ LOCK = threading.Lock()
 STATE = {"groups": {}, "messages": [], "c2c": [], "dedupe": {}, "c2c_dedupe": {}, "calls": [],
          "seq": 0}
 SCRIPT = {"fail": [], "http_status": [], "slow": []}
+LIMITS = {"per_api": 0, "per_group": 0}
+WINDOWS = {}  # ("api", name) / ("group", id) -> [times of admitted calls in the last second]
 ARGS = None
 GROUP_TYPES = {"Private", "Work", "Public", "ChatRoom", "Meeting", "AVChatRoom", "Community"}
 
 
+DIRTY = threading.Event()
+
+
 def save():
+    """Marks the state changed; the flusher writes it within 50 ms (and at SIGTERM), so a
+    busy stand-in does not rewrite its whole state on every call."""
+    DIRTY.set()
+
+
+def flusher():
+    while True:
+        DIRTY.wait()
+        time.sleep(0.05)
+        with LOCK:
+            DIRTY.clear()
+            write_state()
+
+
+def write_state():
     tmp = ARGS.state + ".tmp"
     with open(tmp, "w") as f:
         json.dump(STATE, f)
@@ -95,6 +119,24 @@ def take(kind, api):
             if e["count"] <= 0:
                 SCRIPT[kind].remove(e)
             return e
+    return None
+
+
+def over_limit(api, body, now):
+    """IM's frequency control: the refusal for this call, or None (then it is counted)."""
+    keys = []
+    if LIMITS["per_api"] > 0:
+        keys.append((("api", api), LIMITS["per_api"], 60007, f"{api}: over {LIMITS['per_api']}/s"))
+    if LIMITS["per_group"] > 0 and api == "send_group_msg" and isinstance(body, dict):
+        keys.append((("group", body.get("GroupId")), LIMITS["per_group"], 10023,
+                     f"group over {LIMITS['per_group']} msgs/s"))
+    for key, limit, code, info in keys:
+        w = [t for t in WINDOWS.get(key, []) if t > now - 1.0]
+        WINDOWS[key] = w
+        if len(w) >= limit:
+            return fail(code, info)
+    for key, _, _, _ in keys:
+        WINDOWS[key].append(now)
     return None
 
 
@@ -325,7 +367,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 resp = fail(60003, "body is not a JSON object")
             else:
                 f = take("fail", rec["api"])
-                if f is not None:
+                limited = over_limit(rec["api"], body, now) if f is None else None
+                if limited is not None:
+                    resp = limited
+                elif f is not None:
                     resp = fail(f["code"], f.get("info", "scripted error"))
                 else:
                     resp = APIS[api](body, now)
@@ -349,6 +394,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if c.get("reset"):
                 for k in SCRIPT:
                     SCRIPT[k].clear()
+                LIMITS.update(per_api=0, per_group=0)
+            if "limits" in c:
+                LIMITS.update(c["limits"])
             for k in ("fail", "http_status", "slow"):
                 if k in c:
                     SCRIPT[k].append(dict(c[k]))
@@ -369,6 +417,13 @@ def main():
     if not ARGS.secret:
         sys.exit("IM_STANDIN_SECRET is empty")
     load()
+
+    def on_term(signum, frame):
+        with LOCK:
+            write_state()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    threading.Thread(target=flusher, daemon=True).start()
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
     srv.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -284,7 +284,7 @@ get_room(struct fx *f, const char *room)
     struct room_reply r = {0};
     char *body;
 
-    room_service_get(f->svc, APP, room, &r);
+    room_service_get(f->svc, APP, room, NULL, &r);
     if (r.status != 200)
         fail_msg("GET %s: %d %s", room, r.status, r.body);
     body = r.body;
@@ -982,7 +982,7 @@ test_fenced_commit_reloads(void **state)
     free(a);
     {
         /* the other service loads r1 at version 1 */
-        room_service_get(other, APP, "r1", &r);
+        room_service_get(other, APP, "r1", NULL, &r);
         assert_int_equal(r.status, 200);
         room_reply_clear(&r);
     }

@@ -1,0 +1,180 @@
+/*
+ * forward.c: sending a request to the room's owner (forward.h). One pool of
+ * libcurl handles serves every owner: a handle keeps the connections it
+ * opened, so consecutive requests to an owner reuse a keep-alive connection.
+ * What is sent: the method, path, body, X-App-Code, the caller's
+ * Authorization (so the owner authenticates the caller itself) and the hop
+ * header. What comes back is the owner's answer, unchanged.
+ */
+#include "cluster/forward.h"
+
+#include "conf/conf.h"
+#include "core/curl_pool.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/xmalloc.h"
+#include "metrics/metrics.h"
+#include "room/service.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define FORWARD_MAX_RESPONSE (4 << 20)
+#define FORWARD_CONNECT_TIMEOUT_MS 500
+
+struct cluster_forward {
+    struct curl_pool pool;
+    int64_t timeout_ms;
+    char hop[192]; /* "X-Roomd-Forwarded-By: <node_id>" */
+    atomic_uint_fast64_t forwarded, failed;
+};
+
+/* The answer headers the owner's reply is rebuilt from. */
+struct answer_headers {
+    bool replay;
+    char owner[128];
+};
+
+static void
+collect(void *arg, struct metrics_text *t)
+{
+    struct cluster_forward *f = arg;
+
+    metrics_family(t, "roomd_forward_total", "counter",
+                   "Requests sent to the room's owner, by result.");
+    metrics_count(t, "roomd_forward_total", "result=\"ok\"", atomic_load(&f->forwarded));
+    metrics_count(t, "roomd_forward_total", "result=\"failed\"", atomic_load(&f->failed));
+}
+
+int
+cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id)
+{
+    struct cluster_forward *f = xcalloc(1, sizeof(*f));
+
+    curl_pool_init(&f->pool);
+    f->timeout_ms = c->cluster.forward_timeout_ms > 0 ? c->cluster.forward_timeout_ms : 5000;
+    snprintf(f->hop, sizeof(f->hop), "%s: %s", FORWARD_HOP_HEADER,
+             node_id && *node_id ? node_id : "roomd");
+    metrics_add_collector(collect, f);
+    *out = f;
+    return 0;
+}
+
+void
+cluster_forward_close(struct cluster_forward *f)
+{
+    if (f == NULL)
+        return;
+    metrics_remove_collector(collect, f);
+    curl_pool_destroy(&f->pool);
+    free(f);
+}
+
+void
+cluster_forward_counts(const struct cluster_forward *f, uint64_t *forwarded, uint64_t *failed)
+{
+    *forwarded = atomic_load(&f->forwarded);
+    *failed = atomic_load(&f->failed);
+}
+
+/* CURLOPT_HEADERFUNCTION: picks Idempotent-Replay and X-Room-Owner. */
+static size_t
+on_header(char *line, size_t size, size_t nmemb, void *arg)
+{
+    struct answer_headers *h = arg;
+    size_t n = size * nmemb;
+    char buf[256];
+    char *v;
+
+    if (n >= sizeof(buf))
+        return n;
+    memcpy(buf, line, n);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\r' || buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if ((v = strchr(buf, ':')) == NULL)
+        return size * nmemb;
+    *v++ = '\0';
+    while (*v == ' ')
+        v++;
+    if (strcasecmp(buf, "Idempotent-Replay") == 0)
+        h->replay = strcasecmp(v, "true") == 0;
+    else if (strcasecmp(buf, "X-Room-Owner") == 0)
+        strlcpy_(h->owner, v, sizeof(h->owner));
+    return size * nmemb;
+}
+
+int
+cluster_forward_call(void *arg, const char *owner_addr, const char *app,
+                     const struct room_origin *o, struct room_reply *reply)
+{
+    struct cluster_forward *f = arg;
+    struct curl_body body = {.max = FORWARD_MAX_RESPONSE};
+    struct answer_headers ah;
+    struct curl_slist *hdrs = NULL;
+    char *url, *line;
+    long status = 0;
+    CURLcode cc;
+    CURL *h;
+
+    memset(&ah, 0, sizeof(ah));
+    if ((h = curl_pool_take(&f->pool)) == NULL) {
+        atomic_fetch_add(&f->failed, 1);
+        return ROOMD_EUNAVAIL;
+    }
+    url = xasprintf("http://%s%s", owner_addr, o->path);
+    hdrs = curl_slist_append(hdrs, f->hop);
+    line = xasprintf("X-App-Code: %s", app);
+    hdrs = curl_slist_append(hdrs, line);
+    free(line);
+    if (o->authorization != NULL) {
+        line = xasprintf("Authorization: %s", o->authorization);
+        hdrs = curl_slist_append(hdrs, line);
+        free(line);
+    }
+    hdrs = curl_slist_append(hdrs, "Expect:");
+
+    curl_easy_reset(h); /* keeps the connection cache: keep-alive survives */
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (strcmp(o->method, "GET") != 0) {
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, o->method);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, o->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)o->body_len);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)f->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)FORWARD_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &ah);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-forward/1");
+
+    cc = curl_easy_perform(h);
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(hdrs);
+    curl_pool_give(&f->pool, h);
+    if (cc != CURLE_OK || status < 100) {
+        log_warn("cluster", "forwarding to the room's owner failed",
+                 "owner=%s path=%s error=\"%s\"", owner_addr, o->path,
+                 cc != CURLE_OK ? curl_easy_strerror(cc) : "no status");
+        atomic_fetch_add(&f->failed, 1);
+        free(url);
+        free(body.p);
+        return ROOMD_EUNAVAIL;
+    }
+    free(url);
+    reply->status = (int)status;
+    reply->body = body.p != NULL ? body.p : xstrdup("");
+    reply->replay = ah.replay;
+    strlcpy_(reply->owner, ah.owner, sizeof(reply->owner));
+    atomic_fetch_add(&f->forwarded, 1);
+    return 0;
+}

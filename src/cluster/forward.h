@@ -1,0 +1,44 @@
+/*
+ * forward.h: any node takes any command (docs/cluster.md). A node that does
+ * not own a room sends the request, unchanged, to the owner named by the
+ * room's lease (its http.advertise_addr) and returns the owner's answer as
+ * its own. A keep-alive connection pool (libcurl handles, each keeping its
+ * connections) serves every owner; the hop header FORWARD_HOP_HEADER marks a
+ * forwarded request so it is forwarded at most once. The room service calls
+ * cluster_forward_call through its room_forward_fn hook (room/service.h).
+ */
+#ifndef ROOMD_CLUSTER_FORWARD_H
+#define ROOMD_CLUSTER_FORWARD_H
+
+#include <stdint.h>
+
+struct conf;
+struct room_origin;
+struct room_reply;
+struct cluster_forward;
+
+/* The hop header: its value is the forwarding node's node_id. A request that
+ * carries it is served by the node it reached, never forwarded again. */
+#define FORWARD_HOP_HEADER "X-Roomd-Forwarded-By"
+
+/* Opens the forwarder with cluster.forward_timeout and the node's id (for
+ * the hop header; node_id is copied). Returns 0 and *out. Thread: main. */
+int cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id);
+/* Frees the pool. No call may be in flight. NULL is a no-op. Thread: main. */
+void cluster_forward_close(struct cluster_forward *f);
+
+/*
+ * Sends the request o (borrowed) for app to the owner at owner_addr
+ * ("host:port") and, on any HTTP answer, fills *reply with it: status, body,
+ * Idempotent-Replay, X-Room-Owner. Returns 0 then, or ROOMD_EUNAVAIL when the
+ * owner could not be reached or did not answer within cluster.forward_timeout
+ * (*reply untouched). Matches room_forward_fn (arg = the forwarder).
+ * Thread: any; blocks up to cluster.forward_timeout.
+ */
+int cluster_forward_call(void *f, const char *owner_addr, const char *app,
+                         const struct room_origin *o, struct room_reply *reply);
+
+/* Requests forwarded and forwarding failures since open (metrics). */
+void cluster_forward_counts(const struct cluster_forward *f, uint64_t *forwarded, uint64_t *failed);
+
+#endif

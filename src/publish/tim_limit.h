@@ -1,0 +1,37 @@
+/*
+ * tim_limit.h: Tencent IM's downstream limits as token buckets (docs/direct.md):
+ * tencent_im.rate_limit_per_s calls per second per API and
+ * tencent_im.group_rate_limit_per_s messages per second per group. One set of
+ * buckets serves the whole process, so the direct IM sink, the IM bridge and
+ * the notice consumer of a node share them (each has its own tim_client).
+ * A caller reserves the next free slot and sleeps until it: calls are spaced
+ * 1/rate apart, with a burst of one. /metrics: roomd_tim_rate_waits_total,
+ * roomd_tim_rate_wait_seconds_total, roomd_tim_rate_limited_total.
+ */
+#ifndef ROOMD_PUBLISH_TIM_LIMIT_H
+#define ROOMD_PUBLISH_TIM_LIMIT_H
+
+#include <stdint.h>
+
+struct tim_limit;
+
+/* Returns the process' buckets, opening them with these rates on first use
+ * (0 = that limit is off); later callers share them (their rates are those of
+ * the first). Release with tim_limit_release. Thread: any. */
+struct tim_limit *tim_limit_get(int per_api_per_s, int per_group_per_s);
+/* Drops one reference; the last frees the buckets. NULL is a no-op. */
+void tim_limit_release(struct tim_limit *l);
+
+/*
+ * Waits for a slot of api (its short name, "send_group_msg") and, when group
+ * is not NULL, of that group. Returns 0 once the call may be made, or
+ * ROOMD_ETIMEDOUT without waiting when the slot lies beyond deadline_mono_ms
+ * (no slot is then taken). Thread: any; blocks (sleeps) until the slot.
+ */
+int tim_limit_wait(struct tim_limit *l, const char *api, const char *group,
+                   int64_t deadline_mono_ms);
+
+/* Counts one rate-limit answer of IM (roomd_tim_rate_limited_total). Thread: any. */
+void tim_limit_refused(struct tim_limit *l);
+
+#endif
