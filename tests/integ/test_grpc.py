@@ -274,9 +274,10 @@ def test_message_too_large():
     assert res[0]["code"] == RESOURCE_EXHAUSTED, res[0]["code"]
 
 
-def test_unavailable_names_the_owner():
-    # two nodes on one SQLite file and one Redis lease: the room's owner is the node that
-    # created it; the other answers UNAVAILABLE naming it (cluster forwarding off)
+def test_other_node_forwards_or_names_the_owner():
+    # three nodes on one SQLite file and one Redis lease; the room's owner is a, the node that
+    # created it. c (cluster.forward on, the default) forwards a gRPC command and read to a and
+    # answers with a's answer; b (cluster.forward off) answers UNAVAILABLE naming a.
     import socket
     import tempfile
     try:
@@ -287,29 +288,42 @@ def test_unavailable_names_the_owner():
             f"required server missing: redis-server at 127.0.0.1:{REDIS_PORT}"
         print(f"skip: no redis-server at 127.0.0.1:{REDIS_PORT}")
         return
-    tmp = tempfile.mkdtemp(prefix="roomd-grpc2-")
+    tmp = tempfile.mkdtemp(prefix="roomd-grpc3-")
     prefix = f"roomdtest:grpc:{os.getpid()}:{int(time.time() * 1000)}:"
-    shared_cfg = {
-        "store": {"sqlite": {"path": os.path.join(tmp, "shared.db")}},
-        "redis": {"enabled": True, "addr": f"127.0.0.1:{REDIS_PORT}", "key_prefix": prefix},
-        "lease": {"driver": "redis", "ttl": "5s", "renew_every": "500ms"},
-    }
-    a = grpc_roomd(overrides=dict(shared_cfg, app={"node_id": "grpc-a"}))
-    b = grpc_roomd(overrides=dict(shared_cfg, app={"node_id": "grpc-b"}))
+
+    def node(name, forward):
+        return grpc_roomd(overrides={
+            "app": {"node_id": f"grpc-{name}"},
+            "store": {"sqlite": {"path": os.path.join(tmp, "shared.db")}},
+            "redis": {"enabled": True, "addr": f"127.0.0.1:{REDIS_PORT}", "key_prefix": prefix},
+            "lease": {"driver": "redis", "ttl": "5s", "renew_every": "500ms"},
+            "cluster": {"forward": forward},
+        })
+    a = node("a", True)
+    b = node("b", False)
+    c = node("c", True)
     try:
         rid, _ = new_room(a)
         v = hu.version(a, rid)
-        res = call(b, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": 3})
+        cmd = {"command_id": hu.cid(), "room_id": rid, "uid": 3}
+        res = call(b, "JoinRoom", cmd)
         info = refused(res, UNAVAILABLE, "not_owner", http_status=503)
         owner = f"127.0.0.1:{a.port}"  # http.advertise_addr is empty: a's http.listen
         assert info["metadata"].get("owner") == owner, info
         assert res["trailing"].get("x-room-owner") == owner, res["trailing"]
-        # the gateway follows it, with the same command_id, and the command commits once
-        ok(call(a, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": 3}))
+        assert hu.version(a, rid) == v
+        # c forwards it to a: committed once, by a; the same command_id again replays
+        js = ok(call(c, "JoinRoom", cmd))
+        assert js["version"] == v + 1 and [m["uid"] for m in js["room"]["members"]] == [3], js
+        again = call(c, "JoinRoom", cmd)
+        assert ok(again)["version"] == v + 1
+        assert again["initial"].get("idempotent-replay") == "true", again["initial"]
+        room = ok(call(c, "GetRoom", {"room_id": rid}))
+        assert room["version"] == v + 1, room
         assert hu.version(a, rid) == v + 1
     finally:
-        b.stop()
-        a.stop()
+        for n in (c, b, a):
+            n.stop()
 
 
 # --- idempotency ---------------------------------------------------------------------------
@@ -406,7 +420,7 @@ def test_zz_stop_is_clean():
 TESTS = [test_every_rpc, test_list_rooms_pages, test_launch_rocket_internal_service,
          test_invalid_argument_names_the_field, test_not_found_and_unimplemented,
          test_state_conflicts, test_insufficient_balance, test_message_too_large,
-         test_unavailable_names_the_owner,
+         test_other_node_forwards_or_names_the_owner,
          test_replay_across_transports, test_app_code_metadata,
          test_deadline_exceeded_leaves_no_half_done_command, test_metrics_count_grpc_calls,
          test_zz_stop_is_clean]
