@@ -64,7 +64,10 @@ th_skip_or_fail(const char *why)
         exit(1);
     }
     fprintf(stderr, "SKIP: %s\n", why);
-    exit(77);
+    /* _exit: the atexit check of cases.c would turn a skipped single test
+     * ("no test named" when its group never ran) into a failure */
+    fflush(NULL);
+    _exit(77);
 }
 
 struct conf *

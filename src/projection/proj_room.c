@@ -1,6 +1,6 @@
 /*
- * proj_room.c: the reduction of a room_state for the projections and the
- * JSON both backends answer (proj_room.h).
+ * proj_room.c: copying and clearing a struct proj_room, and the JSON both
+ * backends answer (proj_room.h).
  */
 #include "projection/proj_room.h"
 
@@ -8,30 +8,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-void
-proj_room_from_state(struct proj_room *out, const struct room_state *st)
-{
-    memset(out, 0, sizeof(*out));
-    strlcpy_(out->app, st->app_code, sizeof(out->app));
-    strlcpy_(out->room_id, st->room_id, sizeof(out->room_id));
-    strlcpy_(out->title, st->title, sizeof(out->title));
-    out->owner_uid = st->owner_uid;
-    out->version = st->version;
-    out->updated_at_ms = st->updated_at_ms;
-    out->gift_total = st->gift_total;
-    out->closed = st->status == ROOM_CLOSED;
-    out->online = out->closed ? 0 : (int)st->nmembers;
-    if (!out->closed && st->nmembers > 0) {
-        out->uids = xcalloc(st->nmembers, sizeof(int64_t));
-        out->joined_ms = xcalloc(st->nmembers, sizeof(int64_t));
-        for (size_t i = 0; i < st->nmembers; i++) {
-            out->uids[i] = st->members[i].uid;
-            out->joined_ms[i] = st->members[i].joined_at_ms;
-        }
-        out->nuids = st->nmembers;
-    }
-}
 
 void
 proj_room_copy(struct proj_room *dst, const struct proj_room *src)

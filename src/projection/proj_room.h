@@ -1,8 +1,7 @@
 /*
- * proj_room.h: what the projections keep of a room_state (internal to
- * src/projection): the list entry (title, owner, online count, gifts) and
- * the member uids for presence. Shared by projection_memory.c and
- * projection_redis.c so both answer the same JSON.
+ * proj_room.h: helpers on struct proj_room (projection.h: the list entry
+ * and the member uids for presence), internal to src/projection. Shared by
+ * projection_memory.c and projection_redis.c so both answer the same JSON.
  *
  * Ranking of GET /v1/rooms: online count, then recent gifts (the gift value
  * of the current and the previous UTC hour), both descending; ties by
@@ -17,31 +16,14 @@
 
 #include <jansson.h>
 
-#include "room/state.h"
+#include "projection/projection.h"
 
 #define PROJ_HOUR_MS INT64_C(3600000)
 #define PROJ_RECENT_CAP INT64_C(999999999) /* recent gifts clamp inside the list score */
 #define PROJ_MAX_LIMIT 100
 
-struct proj_room {
-    char app[STORE_ID_MAX];
-    char room_id[STORE_ID_MAX];
-    char title[ROOM_TITLE_MAX + 1];
-    int64_t owner_uid;
-    int64_t version;
-    int64_t updated_at_ms;
-    int64_t gift_total;
-    bool closed;
-    int online;    /* members */
-    int64_t *uids; /* members, join order; malloc'd */
-    size_t nuids;
-    int64_t *joined_ms; /* joined_at_ms of each member */
-};
-
-/* Reduces st into *out (allocates uids; proj_room_clear frees). */
-void proj_room_from_state(struct proj_room *out, const struct room_state *st);
+/* A deep copy of src into dst (dst's arrays its own: proj_room_clear). */
 void proj_room_copy(struct proj_room *dst, const struct proj_room *src);
-void proj_room_clear(struct proj_room *r);
 
 /* Gift buckets: advances (bucket, cur, prev) to hour hb adding delta. */
 void proj_gift_buckets(int64_t hb, int64_t delta, int64_t *bucket, int64_t *cur, int64_t *prev);

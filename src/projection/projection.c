@@ -38,14 +38,14 @@ projection_close(struct projection *p)
 int
 projection_rebuild(struct projection *p, const char *app, projection_next_fn next, void *arg)
 {
-    const struct room_state *st = NULL;
+    const struct proj_room *r = NULL;
     size_t n = 0;
     int rc;
 
     if ((rc = p->ops->clear(p, app)) != 0)
         return rc;
-    while ((rc = next(arg, &st)) == 1) {
-        if ((rc = p->ops->update(p, st)) != 0)
+    while ((rc = next(arg, &r)) == 1) {
+        if ((rc = p->ops->update(p, r)) != 0)
             return rc;
         n++;
     }

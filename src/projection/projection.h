@@ -14,14 +14,38 @@
 #include <stdint.h>
 
 struct conf;
-struct room_state;
 struct store;
 struct projection;
 
+#define PROJ_ID_MAX 64     /* app, room_id: as STORE_ID_MAX */
+#define PROJ_TITLE_MAX 128 /* title bytes, as ROOM_TITLE_MAX */
+
+/* What the projections keep of one room, filled by the room layer from its
+ * state (room_state_project, src/room/state.c) so this layer needs nothing
+ * of room/. uids and joined_ms are malloc'd arrays of nuids each (NULL when
+ * none), owned by the struct: proj_room_clear frees them. */
+struct proj_room {
+    char app[PROJ_ID_MAX];
+    char room_id[PROJ_ID_MAX];
+    char title[PROJ_TITLE_MAX + 1];
+    int64_t owner_uid;
+    int64_t version;
+    int64_t updated_at_ms;
+    int64_t gift_total;
+    bool closed;
+    int online;    /* members; 0 when closed */
+    int64_t *uids; /* members, join order; NULL when closed */
+    size_t nuids;
+    int64_t *joined_ms; /* joined_at_ms of each member */
+};
+
+/* Frees r's arrays and empties them (r itself is the caller's). Thread: any. */
+void proj_room_clear(struct proj_room *r);
+
 struct projection_ops {
-    /* Reflects st (the state just committed). Returns 0 or an error (logged
-     * by the caller, never fails the command). */
-    int (*update)(struct projection *p, const struct room_state *st);
+    /* Reflects r (the room just committed; borrowed for the call). Returns 0
+     * or an error (logged by the caller, never fails the command). */
+    int (*update)(struct projection *p, const struct proj_room *r);
     /* JSON page of rooms for app: {"rooms":[...],"next_cursor":..}. *json malloc'd. */
     int (*list_rooms)(struct projection *p, const char *app, int64_t cursor, int limit,
                       char **json);
@@ -52,11 +76,11 @@ struct projection {
 int projection_open(struct projection **out, const struct conf *conf, char *err, size_t errlen);
 void projection_close(struct projection *p);
 
-/* Yields the states a rebuild re-projects: returns 1 and *st (borrowed until
+/* Yields the rooms a rebuild re-projects: returns 1 and *r (borrowed until
  * the next call), 0 at the end, or a negative ROOMD_E* code. */
-typedef int (*projection_next_fn)(void *arg, const struct room_state **st);
+typedef int (*projection_next_fn)(void *arg, const struct proj_room **r);
 
-/* Replaces what is projected for app by the states next() yields (after an
+/* Replaces what is projected for app by the rooms next() yields (after an
  * outage, a Redis flush, or at start-up from the store). Returns 0 or the
  * first error. Thread: any; blocks. The room service drives it
  * (src/room/rebuild.c) whenever rebuild_begin answers 1. */

@@ -24,9 +24,9 @@ struct mroom {
 };
 
 struct mpres {
-    char app[STORE_ID_MAX];
+    char app[PROJ_ID_MAX];
     int64_t uid;
-    char room_id[STORE_ID_MAX];
+    char room_id[PROJ_ID_MAX];
     int64_t since_ms;
 };
 
@@ -143,16 +143,13 @@ apply(struct projection_memory *pm, const struct proj_room *nr)
 }
 
 static int
-mem_update(struct projection *p, const struct room_state *st)
+mem_update(struct projection *p, const struct proj_room *r)
 {
     struct projection_memory *pm = (struct projection_memory *)p;
-    struct proj_room nr;
 
-    proj_room_from_state(&nr, st);
     pthread_mutex_lock(&pm->mu);
-    apply(pm, &nr);
+    apply(pm, r);
     pthread_mutex_unlock(&pm->mu);
-    proj_room_clear(&nr);
     return 0;
 }
 

@@ -267,20 +267,17 @@ note_state(struct projection_redis *pr, int rc)
 }
 
 static int
-rp_update(struct projection *p, const struct room_state *st)
+rp_update(struct projection *p, const struct proj_room *r)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
-    struct proj_room r;
     int rc;
 
-    proj_room_from_state(&r, st);
     pthread_mutex_lock(&pr->conn_mu);
-    rc = push(pr, &r);
+    rc = push(pr, r);
     note_state(pr, rc);
     pthread_mutex_unlock(&pr->conn_mu);
     if (rc == ROOMD_EUNAVAIL)
-        park(pr, &r);
-    proj_room_clear(&r);
+        park(pr, r);
     return rc;
 }
 

@@ -73,11 +73,30 @@ raw(struct redis_conn *rc, int argc, const char **argv, const size_t *lens, int 
     return r;
 }
 
+/* Sends "cmd arg" (AUTH, SELECT) on the connection just made: 0, or -1
+ * after dropping it (refused or lost; the next try waits RETRY_MS). */
+static int
+hello(struct redis_conn *rc, const char *cmd, const char *arg, int64_t now)
+{
+    const char *av[] = {cmd, arg};
+    redisReply *r = raw(rc, 2, av, NULL, NULL);
+    int ok = r != NULL && r->type != REDIS_REPLY_ERROR;
+    char why[32];
+
+    if (r != NULL && !ok) {
+        snprintf(why, sizeof(why), "%s refused", cmd);
+        drop(rc, why);
+    }
+    freeReplyObject(r);
+    if (!ok)
+        rc->next_try_ms = now + RETRY_MS;
+    return ok ? 0 : -1;
+}
+
 static int
 connect_now(struct redis_conn *rc)
 {
     int64_t now = clock_mono_ms();
-    redisReply *r;
     char db[16];
 
     if (now < rc->next_try_ms)
@@ -89,29 +108,11 @@ connect_now(struct redis_conn *rc)
         return -1;
     }
     redisSetTimeout(rc->ctx, tv_ms(rc->command_timeout_ms));
-    if (rc->password[0] != '\0') {
-        const char *av[] = {"AUTH", rc->password};
-        if ((r = raw(rc, 2, av, NULL, NULL)) == NULL || r->type == REDIS_REPLY_ERROR) {
-            if (r != NULL)
-                drop(rc, "AUTH refused");
-            freeReplyObject(r);
-            rc->next_try_ms = now + RETRY_MS;
-            return -1;
-        }
-        freeReplyObject(r);
-    }
-    if (rc->db != 0) {
-        snprintf(db, sizeof(db), "%d", rc->db);
-        const char *av[] = {"SELECT", db};
-        if ((r = raw(rc, 2, av, NULL, NULL)) == NULL || r->type == REDIS_REPLY_ERROR) {
-            if (r != NULL)
-                drop(rc, "SELECT refused");
-            freeReplyObject(r);
-            rc->next_try_ms = now + RETRY_MS;
-            return -1;
-        }
-        freeReplyObject(r);
-    }
+    if (rc->password[0] != '\0' && hello(rc, "AUTH", rc->password, now) != 0)
+        return -1;
+    snprintf(db, sizeof(db), "%d", rc->db);
+    if (rc->db != 0 && hello(rc, "SELECT", db, now) != 0)
+        return -1;
     return 0;
 }
 

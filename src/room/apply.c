@@ -81,10 +81,7 @@ apply_push_left(const struct room_state *s, int64_t uid, const char *reason, str
     room_events_push(ev, "RoomUserLeft", &left.base);
 }
 
-typedef int (*apply_fn)(struct room_state *, const struct room_cmd *, int64_t,
-                        const struct conf_room *, struct room_events *, struct apply_error *);
-
-static const apply_fn apply_of[CMD_COUNT_] = {
+static cmd_apply_fn *const apply_of[CMD_COUNT_] = {
     [CMD_CREATE_ROOM] = cmd_create_apply,   [CMD_JOIN_ROOM] = cmd_join_apply,
     [CMD_LEAVE_ROOM] = cmd_leave_apply,     [CMD_MIC_UP] = cmd_mic_up_apply,
     [CMD_MIC_DOWN] = cmd_mic_down_apply,    [CMD_SEND_GIFT] = cmd_gift_apply,

@@ -26,24 +26,10 @@ void room_events_push(struct room_events *ev, const char *type, const ProtobufCM
 /* The apply step of each command: same contract as room_apply, called after
  * the common checks (room exists and is open, UTC-day reset done). They do
  * not bump the version. */
-int cmd_create_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                     const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_join_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                   const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_leave_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                    const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_mic_up_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                     const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_mic_down_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                       const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_gift_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                   const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_kick_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                   const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_close_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                    const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
-int cmd_launch_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
-                     const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
+typedef int cmd_apply_fn(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
+                         const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
+cmd_apply_fn cmd_create_apply, cmd_join_apply, cmd_leave_apply, cmd_mic_up_apply,
+    cmd_mic_down_apply, cmd_gift_apply, cmd_kick_apply, cmd_close_apply, cmd_launch_apply;
 
 /* Returns 0 when uid is a member, else fills *e with 409 not_member. */
 int apply_need_member(const struct room_state *s, int64_t uid, struct apply_error *e);

@@ -104,19 +104,28 @@ id_ok(const char *s, size_t maxlen)
     return 1;
 }
 
+/* Finds field in o: 0 and *v, 1 when absent and optional, or ROOMD_EINVAL
+ * (e set) when absent and required. The get_* readers below start here. */
+static int
+get_field(json_t *o, const char *field, int required, json_t **v, struct cmd_error *e)
+{
+    *v = json_object_get(o, field);
+    if (*v != NULL)
+        return 0;
+    return required ? fail(e, field, "is required") : 1;
+}
+
 /* Reads an identifier field into dst. Returns 0 (found), 1 (absent and
  * optional) or ROOMD_EINVAL. */
 static int
 get_id(json_t *o, const char *field, size_t maxlen, int required, char *dst, size_t dstlen,
        struct cmd_error *e)
 {
-    json_t *v = json_object_get(o, field);
+    json_t *v;
+    int rc = get_field(o, field, required, &v, e);
 
-    if (v == NULL) {
-        if (required)
-            return fail(e, field, "is required");
-        return 1;
-    }
+    if (rc != 0)
+        return rc;
     if (!json_is_string(v) || !id_ok(json_string_value(v), maxlen))
         return fail(e, field, "must be a string of 1..%zu characters [A-Za-z0-9_.:-]", maxlen);
     strlcpy_(dst, json_string_value(v), dstlen);
@@ -128,13 +137,11 @@ static int
 get_int(json_t *o, const char *field, int64_t lo, int64_t hi, int required, int64_t *out,
         struct cmd_error *e)
 {
-    json_t *v = json_object_get(o, field);
+    json_t *v;
+    int rc = get_field(o, field, required, &v, e);
 
-    if (v == NULL) {
-        if (required)
-            return fail(e, field, "is required");
-        return 1;
-    }
+    if (rc != 0)
+        return rc;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
         if (lo == 1 && hi == INT64_MAX)
             return fail(e, field, "must be a positive integer");
@@ -155,14 +162,12 @@ static int
 get_text(json_t *o, const char *field, size_t minlen, size_t maxlen, int required, char *dst,
          size_t dstlen, struct cmd_error *e)
 {
-    json_t *v = json_object_get(o, field);
+    json_t *v;
+    int rc = get_field(o, field, required, &v, e);
     size_t n;
 
-    if (v == NULL) {
-        if (required)
-            return fail(e, field, "is required");
-        return 1;
-    }
+    if (rc != 0)
+        return rc;
     if (!json_is_string(v))
         return fail(e, field, "must be a string");
     n = json_string_length(v);

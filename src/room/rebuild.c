@@ -47,8 +47,8 @@ struct feed {
     char next_app[STORE_ID_MAX]; /* the app after this one; "" when none */
     struct room_row *rows;       /* the current page */
     size_t n, i;
-    bool last_page;           /* the current page is the last one */
-    struct room_state *state; /* yielded; freed at the next call */
+    bool last_page;        /* the current page is the last one */
+    struct proj_room proj; /* yielded; cleared at the next call */
     size_t rooms, skipped;
 };
 
@@ -65,15 +65,15 @@ feed_reset(struct feed *f, const char *app)
 }
 
 static int
-feed_next(void *arg, const struct room_state **st)
+feed_next(void *arg, const struct proj_room **out)
 {
     struct feed *f = arg;
+    struct room_state *st = NULL;
     struct room_load l;
     char err[256];
     int rc;
 
-    room_state_free(f->state);
-    f->state = NULL;
+    proj_room_clear(&f->proj);
     for (;;) {
         if (f->stop != NULL && atomic_load(f->stop))
             return ROOMD_ERETRY;
@@ -105,7 +105,7 @@ feed_next(void *arg, const struct room_state **st)
             continue;
         if (rc != 0)
             return rc;
-        rc = room_load_state(&l, f->app, r->room_id, &f->conf->room, &f->state, err, sizeof(err));
+        rc = room_load_state(&l, f->app, r->room_id, &f->conf->room, &st, err, sizeof(err));
         room_load_clear(&l);
         if (rc != 0) {
             log_error("projection", "rebuild: room does not replay, left out",
@@ -116,7 +116,9 @@ feed_next(void *arg, const struct room_state **st)
             continue;
         }
         f->rooms++;
-        *st = f->state;
+        room_state_project(st, &f->proj);
+        room_state_free(st);
+        *out = &f->proj;
         return 1;
     }
 }
@@ -148,7 +150,7 @@ room_rebuild_projection(const struct conf *conf, struct store *store, struct pro
     }
     stats->rooms = f.rooms;
     stats->skipped = f.skipped;
-    room_state_free(f.state);
+    proj_room_clear(&f.proj);
     room_rows_free(f.rows, f.n);
     return rc;
 }

@@ -506,7 +506,7 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     /* 7. projections, best effort */
     if (svc->d.projection != NULL) {
         t = clock_mono_us();
-        rc = svc->d.projection->ops->update(svc->d.projection, c->state);
+        rc = room_state_update_projection(svc->d.projection, c->state);
         tm.projection_us = clock_mono_us() - t;
         if (rc != 0)
             log_warn("room", "projection update failed", "app=%s room=%s rc=%s", cmd->app_code,

@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "projection/projection.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -158,6 +159,21 @@ copy_str(char *dst, size_t len, const char *src)
     return 0;
 }
 
+/* Reads v, exactly {"uid": I, key: I} (a member or a ban), into *uid and
+ * *x. Returns 0 or -1. */
+static int
+uid_pair(json_t *v, const char *key, int64_t *uid, int64_t *x)
+{
+    json_error_t jerr;
+    json_int_t a, b;
+
+    if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &a, key, &b) != 0)
+        return -1;
+    *uid = a;
+    *x = b;
+    return 0;
+}
+
 int
 room_state_from_json(const char *json, struct room_state **out)
 {
@@ -213,12 +229,8 @@ room_state_from_json(const char *json, struct room_state **out)
     s->members = s->nmembers ? xcalloc(s->nmembers, sizeof(*s->members)) : NULL;
     json_array_foreach(members, i, v)
     {
-        json_int_t uid, at;
-        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "joined_at_ms", &at) !=
-            0)
+        if (uid_pair(v, "joined_at_ms", &s->members[i].uid, &s->members[i].joined_at_ms) != 0)
             goto fail;
-        s->members[i].uid = uid;
-        s->members[i].joined_at_ms = at;
     }
     if ((size_t)member_count != s->nmembers)
         goto fail;
@@ -233,12 +245,8 @@ room_state_from_json(const char *json, struct room_state **out)
     s->bans = s->nbans ? xcalloc(s->nbans, sizeof(*s->bans)) : NULL;
     json_array_foreach(bans, i, v)
     {
-        json_int_t uid, until;
-        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:I, s:I}", "uid", &uid, "until_ms", &until) !=
-            0)
+        if (uid_pair(v, "until_ms", &s->bans[i].uid, &s->bans[i].until_ms) != 0)
             goto fail;
-        s->bans[i].uid = uid;
-        s->bans[i].until_ms = until;
     }
     json_decref(root);
     *out = s;
@@ -247,4 +255,43 @@ fail:
     room_state_free(s);
     json_decref(root);
     return ROOMD_EINVAL;
+}
+
+_Static_assert(PROJ_ID_MAX == STORE_ID_MAX, "projection ids hold a room's ids");
+_Static_assert(PROJ_TITLE_MAX >= ROOM_TITLE_MAX, "a projected title holds a room's title");
+
+void
+room_state_project(const struct room_state *st, struct proj_room *out)
+{
+    memset(out, 0, sizeof(*out));
+    strlcpy_(out->app, st->app_code, sizeof(out->app));
+    strlcpy_(out->room_id, st->room_id, sizeof(out->room_id));
+    strlcpy_(out->title, st->title, sizeof(out->title));
+    out->owner_uid = st->owner_uid;
+    out->version = st->version;
+    out->updated_at_ms = st->updated_at_ms;
+    out->gift_total = st->gift_total;
+    out->closed = st->status == ROOM_CLOSED;
+    out->online = out->closed ? 0 : (int)st->nmembers;
+    if (!out->closed && st->nmembers > 0) {
+        out->uids = xcalloc(st->nmembers, sizeof(int64_t));
+        out->joined_ms = xcalloc(st->nmembers, sizeof(int64_t));
+        for (size_t i = 0; i < st->nmembers; i++) {
+            out->uids[i] = st->members[i].uid;
+            out->joined_ms[i] = st->members[i].joined_at_ms;
+        }
+        out->nuids = st->nmembers;
+    }
+}
+
+int
+room_state_update_projection(struct projection *p, const struct room_state *st)
+{
+    struct proj_room r;
+    int rc;
+
+    room_state_project(st, &r);
+    rc = p->ops->update(p, &r);
+    proj_room_clear(&r);
+    return rc;
 }

@@ -77,6 +77,15 @@ char *room_state_to_json_capped(const struct room_state *s, size_t max_members);
 /* Parses a snapshot. Returns 0 and *out, or ROOMD_EINVAL. */
 int room_state_from_json(const char *json, struct room_state **out);
 
+struct proj_room;
+struct projection;
+/* Fills *out (overwritten; free its arrays with proj_room_clear) with what
+ * the projections keep of s (projection.h). Never fails. */
+void room_state_project(const struct room_state *s, struct proj_room *out);
+/* Reflects s in p (best effort, as projection_ops.update): returns its rc.
+ * Blocks as p's update does; thread: any. */
+int room_state_update_projection(struct projection *p, const struct room_state *s);
+
 /* Member helpers: index or -1. */
 int room_state_member_index(const struct room_state *s, int64_t uid);
 int room_state_seat_of(const struct room_state *s, int64_t uid);

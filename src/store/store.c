@@ -51,23 +51,13 @@ outbox_status_read(const char *name)
 void
 outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n)
 {
-    switch (outbox_status_read(name)) {
-    case OUTBOX_PENDING:
-        c->pending += n;
-        break;
-    case OUTBOX_DELIVERING:
-        c->delivering += n;
-        break;
-    case OUTBOX_DELIVERED:
-        c->delivered += n;
-        break;
-    case OUTBOX_RETRYABLE:
-        c->retryable += n;
-        break;
-    case OUTBOX_FAILED:
-        c->failed += n;
-        break;
-    }
+    int64_t *of[] = {[OUTBOX_PENDING] = &c->pending,
+                     [OUTBOX_DELIVERING] = &c->delivering,
+                     [OUTBOX_DELIVERED] = &c->delivered,
+                     [OUTBOX_RETRYABLE] = &c->retryable,
+                     [OUTBOX_FAILED] = &c->failed};
+
+    *of[outbox_status_read(name)] += n; /* read: always one of the five */
 }
 
 size_t

@@ -215,35 +215,69 @@ struct wallet_debit {
 
 struct store;
 
+/* The operations every backend provides, one function type each
+ * (store_<op>_fn, the contract is the store_<op> function's below). */
+typedef int store_find_command_fn(struct store *s, const char *app, const char *command_id,
+                                  struct command_record *out);
+typedef int store_load_room_fn(struct store *s, const char *app, const char *room_id,
+                               struct room_load *out);
+typedef int store_save_fn(struct store *s, struct mutation *const *muts, size_t n);
+typedef int store_outbox_claim_fn(struct store *s, int64_t now_ms, int64_t lock_until_ms,
+                                  const char *locked_by, int limit, struct outbox_row **rows,
+                                  size_t *n);
+typedef int store_outbox_complete_fn(struct store *s, struct outbox_result *res, size_t n);
+typedef int store_outbox_list_fn(struct store *s, int status, int64_t after_id, int limit,
+                                 struct outbox_row **rows, size_t *n);
+typedef int store_outbox_get_fn(struct store *s, const char *event_id, struct outbox_row *out);
+typedef int store_outbox_replay_fn(struct store *s, const char *event_id, int64_t now_ms);
+typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
+typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
+                                  size_t *purged);
+typedef int store_wallet_refund_fn(struct store *s, const char *app, const char *ref_id);
+typedef int store_wallet_topup_fn(struct store *s, const char *app, int64_t uid, int64_t amount,
+                                  const char *ref_id, int64_t initial_balance,
+                                  int64_t *balance_after);
+typedef int store_wallet_balance_fn(struct store *s, const char *app, int64_t uid,
+                                    int64_t initial_balance, int64_t *balance);
+typedef int store_wallet_debit_many_fn(struct store *s, struct wallet_debit *items, size_t n,
+                                       int64_t initial_balance);
+typedef int store_rockets_pending_fn(struct store *s, struct rocket_pending **out, size_t *n);
+typedef int store_rooms_list_fn(struct store *s, const char *after_app, const char *after_room,
+                                bool open_only, int limit, struct room_row **rows, size_t *n);
+typedef int store_fence_room_fn(struct store *s, const char *app, const char *room_id,
+                                int64_t token);
+
+/* The list of those operations, written once: X(op) for each. struct
+ * store_ops has a member op of type store_<op>_fn *; a backend defines
+ * <prefix>_<op> for each, declares them all from this list in its
+ * internal.h and fills its ops table from it (mysql/conn.c, sqlite/conn.c). */
+#define STORE_OPS(X)                                                                               \
+    X(find_command)                                                                                \
+    X(load_room)                                                                                   \
+    X(save)                                                                                        \
+    X(outbox_claim)                                                                                \
+    X(outbox_complete)                                                                             \
+    X(outbox_list)                                                                                 \
+    X(outbox_get)                                                                                  \
+    X(outbox_replay)                                                                               \
+    X(outbox_counts)                                                                               \
+    X(outbox_purge)                                                                                \
+    X(wallet_refund)                                                                               \
+    X(wallet_topup)                                                                                \
+    X(wallet_balance)                                                                              \
+    X(wallet_debit_many)                                                                           \
+    X(rockets_pending)                                                                             \
+    X(rooms_list)                                                                                  \
+    X(fence_room)
+
+#define STORE_OP_MEMBER(op) store_##op##_fn *op;
 struct store_ops {
     const char *name;
     int (*open)(struct store **out, const struct conf_store *cs, char *err, size_t errlen);
     void (*close)(struct store *s);
-    int (*find_command)(struct store *s, const char *app, const char *command_id,
-                        struct command_record *out);
-    int (*load_room)(struct store *s, const char *app, const char *room_id, struct room_load *out);
-    int (*save)(struct store *s, struct mutation *const *muts, size_t n);
-    int (*outbox_claim)(struct store *s, int64_t now_ms, int64_t lock_until_ms,
-                        const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
-    int (*outbox_complete)(struct store *s, struct outbox_result *res, size_t n);
-    int (*outbox_list)(struct store *s, int status, int64_t after_id, int limit,
-                       struct outbox_row **rows, size_t *n);
-    int (*outbox_get)(struct store *s, const char *event_id, struct outbox_row *out);
-    int (*outbox_replay)(struct store *s, const char *event_id, int64_t now_ms);
-    int (*outbox_counts)(struct store *s, struct outbox_counts *out);
-    int (*outbox_purge)(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
-    int (*wallet_refund)(struct store *s, const char *app, const char *ref_id);
-    int (*wallet_topup)(struct store *s, const char *app, int64_t uid, int64_t amount,
-                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
-    int (*wallet_balance)(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
-                          int64_t *balance);
-    int (*wallet_debit_many)(struct store *s, struct wallet_debit *items, size_t n,
-                             int64_t initial_balance);
-    int (*rockets_pending)(struct store *s, struct rocket_pending **out, size_t *n);
-    int (*rooms_list)(struct store *s, const char *after_app, const char *after_room,
-                      bool open_only, int limit, struct room_row **rows, size_t *n);
-    int (*fence_room)(struct store *s, const char *app, const char *room_id, int64_t token);
+    STORE_OPS(STORE_OP_MEMBER)
 };
+#undef STORE_OP_MEMBER
 
 /* Common head of every backend's handle ("super" first member, as h2o). */
 struct store {

@@ -66,7 +66,7 @@ put(struct projection *p, const char *app, const char *room, int64_t version, co
     size_t n, int64_t gifts, int64_t at_ms)
 {
     struct room_state *s = state(app, room, version, uids, n, gifts, at_ms);
-    int rc = p->ops->update(p, s);
+    int rc = room_state_update_projection(p, s);
 
     state_free(s);
     return rc;
@@ -181,16 +181,19 @@ open_proj(const char *driver, int port)
 struct rebuild_src {
     struct room_state **v;
     size_t n, at;
+    struct proj_room cur; /* the one yielded */
 };
 
 static int
-rebuild_next(void *arg, const struct room_state **st)
+rebuild_next(void *arg, const struct proj_room **r)
 {
     struct rebuild_src *s = arg;
 
+    proj_room_clear(&s->cur);
     if (s->at == s->n)
         return 0;
-    *st = s->v[s->at++];
+    room_state_project(s->v[s->at++], &s->cur);
+    *r = &s->cur;
     return 1;
 }
 
@@ -273,7 +276,7 @@ suite(struct projection *p, const char *app)
     /* closing B: out of the list, its members nowhere */
     struct room_state *s = state(app, "B", 2, b_uids, 5, 0, T0 + 2 * 3600000 + 10000);
     s->status = ROOM_CLOSED;
-    assert_int_equal(p->ops->update(p, s), 0);
+    assert_int_equal(room_state_update_projection(p, s), 0);
     state_free(s);
     pg = list(p, app, 0, 10);
     assert_string_equal(ids(pg, buf, sizeof(buf)), "D,C,A");

@@ -1,11 +1,16 @@
 /*
  * test_store_mysql.c: the store conformance suite (tests/store_suite.c, the
  * same one SQLite passes) on a real mariadbd (scripts/servers.sh, :3417),
- * then what only MySQL shows. Each run works in its own fresh database so
- * it runs in parallel with other tests. MySQL-only cases: concurrent migrations,
- * the claim's plan (EXPLAIN: ix_outbox_due, no filesort) and that it reads no
- * delivered row, SKIP LOCKED between claimers, reconnect after KILL
- * CONNECTION, deadlock and lock-wait retries, batch save rules, purge.
+ * then what only MySQL shows. A run of the whole program works in its own
+ * fresh database (created, migrated, dropped), so it runs in parallel with
+ * other tests. Under ctest each test is an entry of its own: the entries
+ * share one database named by ROOMD_TEST_MYSQL_DB (tests/ctest_cases.cmake
+ * drops it before and after the run and serializes them with a resource
+ * lock), migrated by the first entry and emptied before each test, so an
+ * entry costs one store open rather than a database create/migrate/drop. MySQL-only cases:
+ * concurrent migrations, the claim's plan (EXPLAIN: ix_outbox_due, no filesort) and that it reads
+ * no delivered row, SKIP LOCKED between claimers, reconnect after KILL CONNECTION, deadlock and
+ * lock-wait retries, batch save rules, purge.
  */
 #include "helpers.h"
 #include "store_suite.h"
@@ -834,6 +839,7 @@ int
 main(void)
 {
     char *dir = th_tmpdir();
+    const char *shared; /* the database of every ctest entry, or NULL */
     char q[256];
     int rc;
 
@@ -852,9 +858,14 @@ main(void)
         th_skip_or_fail("mariadbd not reachable (scripts/servers.sh start)");
         return 77;
     }
-    snprintf(dbname, sizeof(dbname), "roomd_t%d_%lld", (int)getpid(),
-             (long long)(clock_wall_ms() % 100000));
-    snprintf(q, sizeof(q), "CREATE DATABASE %s CHARACTER SET utf8mb4", dbname);
+    shared = getenv("ROOMD_TEST_MYSQL_DB");
+    if (shared != NULL && shared[0] != '\0')
+        strlcpy_(dbname, shared, sizeof(dbname));
+    else
+        snprintf(dbname, sizeof(dbname), "roomd_t%d_%lld", (int)getpid(),
+                 (long long)(clock_wall_ms() % 100000));
+    snprintf(q, sizeof(q), "CREATE DATABASE %s%s CHARACTER SET utf8mb4",
+             shared != NULL ? "IF NOT EXISTS " : "", dbname);
     sql(admin, q);
     snprintf(q, sizeof(q), "USE %s", dbname);
     sql(admin, q);
@@ -864,7 +875,7 @@ main(void)
     cf->store.mysql.read_timeout_ms = 5000;
 
     suite_dir = dir;
-    /* the suite needs the tables: the first open migrates */
+    /* the suite needs the tables: the first open migrates (once for a shared database) */
     store_close(open_store(1));
     rc = store_suite_run("store_mysql", suite_conf, suite_reset);
     /* again with one execution per row, as against a MySQL server */
@@ -873,8 +884,10 @@ main(void)
     unsetenv("ROOMD_MYSQL_NO_BULK");
     rc += cmocka_run_group_tests_name("store_mysql_only", mysql_only, NULL, NULL);
 
-    snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
-    sql(admin, q);
+    if (shared == NULL) { /* a shared one is dropped by ctest's cleanup entry */
+        snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
+        sql(admin, q);
+    }
     mysql_close(admin);
     conf_free(cf);
     rmdir(dir);

@@ -563,6 +563,40 @@ mys_one_fn(struct conn *c, void *arg)
     return rc;
 }
 
+static int
+all_fn(struct conn *c, void *arg)
+{
+    struct all_ctx *x = arg;
+    struct rows r;
+    size_t cap = 0;
+    int rc;
+
+    x->clear(x->rows, x->n); /* a retry starts over */
+    x->rows = NULL;
+    x->n = 0;
+    if ((rc = mys_st_query(c, x->id, &x->p, &r, x->types)) == 0) {
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            x->rows = xgrow(x->rows, x->n, &cap, x->size);
+            x->read(&r, (char *)x->rows + x->n++ * x->size);
+        }
+    }
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_read_all(struct mstore *s, struct all_ctx *x)
+{
+    int rc = mys_run(s, all_fn, x);
+
+    if (rc != 0) {
+        x->clear(x->rows, x->n);
+        x->rows = NULL;
+        x->n = 0;
+    }
+    return rc;
+}
+
 static void
 my_close(struct store *st)
 {
@@ -656,25 +690,7 @@ fail:
     return rc;
 }
 
+#define MYS_OP(op) .op = mys_##op,
 const struct store_ops store_mysql_ops = {
-    .name = "mysql",
-    .open = my_open,
-    .close = my_close,
-    .find_command = mys_find_command,
-    .load_room = mys_load_room,
-    .save = mys_save,
-    .outbox_claim = mys_outbox_claim,
-    .outbox_complete = mys_outbox_complete,
-    .outbox_list = mys_outbox_list,
-    .outbox_get = mys_outbox_get,
-    .outbox_replay = mys_outbox_replay,
-    .outbox_counts = mys_outbox_counts,
-    .outbox_purge = mys_outbox_purge,
-    .wallet_refund = mys_wallet_refund,
-    .wallet_topup = mys_wallet_topup,
-    .wallet_balance = mys_wallet_balance,
-    .wallet_debit_many = mys_wallet_debit_many,
-    .rockets_pending = mys_rockets_pending,
-    .rooms_list = mys_rooms_list,
-    .fence_room = mys_fence_room,
-};
+    .name = "mysql", .open = my_open, .close = my_close, STORE_OPS(MYS_OP)};
+#undef MYS_OP

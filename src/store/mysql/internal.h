@@ -255,6 +255,21 @@ struct one_ctx {
     void *out;
 };
 
+/* Every row statement id yields for p (bound by the caller; kept as is for
+ * a retry), each read by read into the next element (size bytes) of the
+ * growing array rows; clear frees rows and what read allocated in its n
+ * elements (either may be NULL/0). */
+struct all_ctx {
+    const struct mys_sql *id;
+    const char *types;
+    struct params p;
+    size_t size;
+    void (*read)(const struct rows *, void *);
+    void (*clear)(void *rows, size_t n);
+    void *rows; /* out: malloc'd, the caller's on success */
+    size_t n;
+};
+
 /* conn.c */
 enum errclass mys_classify(unsigned int e);
 int mys_db_fail(struct conn *c, const char *what);
@@ -275,41 +290,19 @@ int mys_tx_commit(struct conn *c);
 void mys_tx_rollback(struct conn *c);
 int mys_run(struct mstore *s, mys_txn_fn fn, void *arg);
 int mys_one_fn(struct conn *c, void *arg);
+/* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
+ * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */
+int mys_read_all(struct mstore *s, struct all_ctx *x);
 
 /* schema.c */
 int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);
 
-/* command.c */
-int mys_find_command(struct store *s, const char *app, const char *command_id,
-                     struct command_record *out);
-int mys_load_room(struct store *s, const char *app, const char *room_id, struct room_load *out);
-int mys_save(struct store *s, struct mutation *const *muts, size_t n);
-int mys_fence_room(struct store *s, const char *app, const char *room_id, int64_t token);
-
-/* outbox.c */
-int mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                     int limit, struct outbox_row **rows, size_t *n);
-int mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n);
-int mys_outbox_list(struct store *s, int status, int64_t after_id, int limit,
-                    struct outbox_row **rows, size_t *n);
-int mys_outbox_get(struct store *s, const char *event_id, struct outbox_row *out);
-int mys_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
-int mys_outbox_counts(struct store *s, struct outbox_counts *out);
-int mys_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
-
-/* wallet.c */
-int mys_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
-                          int64_t initial_balance);
-int mys_wallet_refund(struct store *s, const char *app, const char *ref_id);
-int mys_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
-                     const char *ref_id, int64_t initial_balance, int64_t *balance_after);
-int mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
-                       int64_t *balance);
-
-/* rooms.c */
-int mys_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n);
-int mys_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
-                   int limit, struct room_row **rows, size_t *n);
+/* command.c, outbox.c, wallet.c, rooms.c: mys_<op> for every op of
+ * STORE_OPS (store.h), of type store_<op>_fn: e.g. mys_outbox_claim in
+ * outbox.c. */
+#define MYS_DECLARE_OP(op) store_##op##_fn mys_##op;
+STORE_OPS(MYS_DECLARE_OP)
+#undef MYS_DECLARE_OP
 
 extern const struct store_ops store_mysql_ops;
 

@@ -22,8 +22,10 @@ static const struct mys_sql SQL_ROOMS_LIST = {
                   " AND (?=0 OR status='open') ORDER BY app_code, room_id LIMIT ?"};
 
 static void
-read_rocket(const struct rows *r, struct rocket_pending *rp)
+read_rocket(const struct rows *r, void *out)
 {
+    struct rocket_pending *rp = out;
+
     memset(rp, 0, sizeof(*rp));
     strlcpy_(rp->app_code, r_str(r, 0), sizeof(rp->app_code));
     strlcpy_(rp->room_id, r_str(r, 1), sizeof(rp->room_id));
@@ -32,52 +34,29 @@ read_rocket(const struct rows *r, struct rocket_pending *rp)
     rp->launch_at_ms = r_i64(r, 4);
 }
 
-struct rockets_ctx {
-    struct rocket_pending *out;
-    size_t n;
-};
-
-static int
-rockets_fn(struct conn *c, void *arg)
+static void
+free_rockets(void *rows, size_t n)
 {
-    struct rockets_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
-    size_t cap = 0;
-    int rc;
-
-    free(x->out);
-    x->out = NULL;
-    x->n = 0;
-    if ((rc = mys_st_query(c, &SQL_ROCKETS, &p, &r, "sssii")) == 0) {
-        while ((rc = mys_st_fetch(c, &r)) == 1) {
-            x->out = xgrow(x->out, x->n, &cap, sizeof(*x->out));
-            read_rocket(&r, &x->out[x->n++]);
-        }
-    }
-    mys_rows_done(&r);
-    return rc;
+    (void)n;
+    free(rows);
 }
 
 int
 mys_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n)
 {
-    struct rockets_ctx x = {NULL, 0};
-    int rc = mys_run((struct mstore *)s, rockets_fn, &x);
+    struct all_ctx x = {&SQL_ROCKETS, "sssii",      {.n = 0}, sizeof(**out),
+                        read_rocket,  free_rockets, NULL,     0};
+    int rc = mys_read_all((struct mstore *)s, &x);
 
-    if (rc != 0) {
-        free(x.out);
-        x.out = NULL;
-        x.n = 0;
-    }
-    *out = x.out;
+    *out = x.rows;
     *n = x.n;
     return rc;
 }
 
 static void
-read_room_row(const struct rows *r, struct room_row *rr)
+read_room_row(const struct rows *r, void *out)
 {
+    struct room_row *rr = out;
     const char *title = r_str(r, 3), *status = r_str(r, 4);
 
     memset(rr, 0, sizeof(*rr));
@@ -92,53 +71,26 @@ read_room_row(const struct rows *r, struct room_row *rr)
     rr->updated_at_ms = r_i64(r, 8);
 }
 
-struct rooms_list_ctx {
-    const char *after_app, *after_room;
-    bool open_only;
-    int limit;
-    struct room_row *rows;
-    size_t n;
-};
-
-static int
-rooms_list_fn(struct conn *c, void *arg)
+static void
+free_room_rows(void *rows, size_t n)
 {
-    struct rooms_list_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
-    size_t cap = 0;
-    int rc;
-
-    room_rows_free(x->rows, x->n);
-    x->rows = NULL;
-    x->n = 0;
-    p_str(&p, x->after_app);
-    p_str(&p, x->after_app);
-    p_str(&p, x->after_room);
-    p_i64(&p, x->open_only ? 1 : 0);
-    p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, &SQL_ROOMS_LIST, &p, &r, "ssissiiii")) == 0) {
-        while ((rc = mys_st_fetch(c, &r)) == 1) {
-            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
-            read_room_row(&r, &x->rows[x->n++]);
-        }
-    }
-    mys_rows_done(&r);
-    return rc;
+    room_rows_free(rows, n);
 }
 
 int
 mys_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
                int limit, struct room_row **rows, size_t *n)
 {
-    struct rooms_list_ctx x = {after_app, after_room, open_only, limit, NULL, 0};
-    int rc = mys_run((struct mstore *)s, rooms_list_fn, &x);
+    struct all_ctx x = {&SQL_ROOMS_LIST, "ssissiiii",    {.n = 0}, sizeof(**rows),
+                        read_room_row,   free_room_rows, NULL,     0};
+    int rc;
 
-    if (rc != 0) {
-        room_rows_free(x.rows, x.n);
-        x.rows = NULL;
-        x.n = 0;
-    }
+    p_str(&x.p, after_app);
+    p_str(&x.p, after_app);
+    p_str(&x.p, after_room);
+    p_i64(&x.p, open_only ? 1 : 0);
+    p_i64(&x.p, limit);
+    rc = mys_read_all((struct mstore *)s, &x);
     *rows = x.rows;
     *n = x.n;
     return rc;

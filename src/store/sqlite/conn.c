@@ -295,6 +295,29 @@ out:
     return rc;
 }
 
+int
+sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x)
+{
+    size_t cap = 0;
+    int step;
+
+    x->rows = NULL;
+    x->n = 0;
+    if (q == NULL)
+        return ROOMD_EIO;
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        x->rows = xgrow(x->rows, x->n, &cap, x->size);
+        x->read(q, (char *)x->rows + x->n++ * x->size);
+    }
+    done(q);
+    if (step == SQLITE_DONE)
+        return 0;
+    x->clear(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    return sq_fail(c->db, step, x->what);
+}
+
 static void
 sq_close(struct store *st)
 {
@@ -346,25 +369,7 @@ out:
     return 0;
 }
 
+#define SQ_OP(op) .op = sq_##op,
 const struct store_ops store_sqlite_ops = {
-    .name = "sqlite",
-    .open = sq_open,
-    .close = sq_close,
-    .find_command = sq_find_command,
-    .load_room = sq_load_room,
-    .save = sq_save,
-    .outbox_claim = sq_outbox_claim,
-    .outbox_complete = sq_outbox_complete,
-    .outbox_list = sq_outbox_list,
-    .outbox_get = sq_outbox_get,
-    .outbox_replay = sq_outbox_replay,
-    .outbox_counts = sq_outbox_counts,
-    .outbox_purge = sq_outbox_purge,
-    .wallet_refund = sq_wallet_refund,
-    .wallet_topup = sq_wallet_topup,
-    .wallet_balance = sq_wallet_balance,
-    .wallet_debit_many = sq_wallet_debit_many,
-    .rockets_pending = sq_rockets_pending,
-    .rooms_list = sq_rooms_list,
-    .fence_room = sq_fence_room,
-};
+    .name = "sqlite", .open = sq_open, .close = sq_close, STORE_OPS(SQ_OP)};
+#undef SQ_OP

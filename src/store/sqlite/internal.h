@@ -140,6 +140,18 @@ extern const struct sq_sql SQL_BEGIN;
 extern const struct sq_sql SQL_BEGIN_IMMEDIATE;
 extern const struct sq_sql SQL_COMMIT;
 
+/* The rows of one query read into a growing array: each row by read into
+ * the next element (size bytes) of rows; clear frees rows and what read
+ * allocated in its n elements. what names the query in errors. */
+struct sq_all {
+    size_t size;
+    void (*read)(sqlite3_stmt *, void *);
+    void (*clear)(void *rows, size_t n);
+    const char *what;
+    void *rows; /* out: malloc'd, the caller's on success */
+    size_t n;
+};
+
 /* conn.c */
 int sq_fail(sqlite3 *db, int rc, const char *what);
 sqlite3_stmt *sq_stmt(struct conn *c, const struct sq_sql *id);
@@ -156,40 +168,20 @@ int sq_in_savepoints(struct conn *c, size_t n, sq_batch_item_fn item, void *arg)
 int sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const char *key2,
                 void (*read)(sqlite3_stmt *, void *), void *out, const char *what);
 
+/* Steps q (prepared on c and bound; NULL when the prepare failed) to its
+ * end into x, then resets q. Returns 0 with x->rows/x->n filled, or EIO
+ * with x->rows NULL and x->n 0. */
+int sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x);
+
 /* schema.c */
 int sq_migrate(struct conn *c, char *err, size_t errlen);
 
-/* command.c */
-int sq_find_command(struct store *st, const char *app, const char *command_id,
-                    struct command_record *out);
-int sq_load_room(struct store *st, const char *app, const char *room_id, struct room_load *out);
-int sq_save(struct store *st, struct mutation *const *muts, size_t n);
-int sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t token);
-
-/* outbox.c */
-int sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                    int limit, struct outbox_row **rows, size_t *n);
-int sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n);
-int sq_outbox_list(struct store *st, int status, int64_t after_id, int limit,
-                   struct outbox_row **rows, size_t *n);
-int sq_outbox_get(struct store *st, const char *event_id, struct outbox_row *out);
-int sq_outbox_replay(struct store *st, const char *event_id, int64_t now_ms);
-int sq_outbox_counts(struct store *st, struct outbox_counts *out);
-int sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t *purged);
-
-/* wallet.c */
-int sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
-                         int64_t initial_balance);
-int sq_wallet_refund(struct store *st, const char *app, const char *ref_id);
-int sq_wallet_topup(struct store *st, const char *app, int64_t uid, int64_t amount,
-                    const char *ref_id, int64_t initial_balance, int64_t *balance_after);
-int sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initial_balance,
-                      int64_t *balance);
-
-/* rooms.c */
-int sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n);
-int sq_rooms_list(struct store *st, const char *after_app, const char *after_room, bool open_only,
-                  int limit, struct room_row **rows, size_t *n);
+/* command.c, outbox.c, wallet.c, rooms.c: sq_<op> for every op of
+ * STORE_OPS (store.h), of type store_<op>_fn: e.g. sq_outbox_claim in
+ * outbox.c. */
+#define SQ_DECLARE_OP(op) store_##op##_fn sq_##op;
+STORE_OPS(SQ_DECLARE_OP)
+#undef SQ_DECLARE_OP
 
 extern const struct store_ops store_sqlite_ops;
 

@@ -22,8 +22,10 @@ static const struct sq_sql SQL_ROOMS_LIST = {
                    " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4"};
 
 static void
-read_rocket(sqlite3_stmt *q, struct rocket_pending *r)
+read_rocket(sqlite3_stmt *q, void *out)
 {
+    struct rocket_pending *r = out;
+
     memset(r, 0, sizeof(*r));
     col_copy(q, 0, r->app_code, sizeof(r->app_code));
     col_copy(q, 1, r->room_id, sizeof(r->room_id));
@@ -32,38 +34,32 @@ read_rocket(sqlite3_stmt *q, struct rocket_pending *r)
     r->launch_at_ms = sqlite3_column_int64(q, 4);
 }
 
+static void
+free_rockets(void *rows, size_t n)
+{
+    (void)n;
+    free(rows);
+}
+
 int
 sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_ROCKETS);
-    size_t cap = 0;
-    int rc = ROOMD_EIO, step;
+    struct sq_all x = {sizeof(**out), read_rocket, free_rockets, "rockets_pending", NULL, 0};
+    int rc = sq_read_all(c, sq_stmt(c, &SQL_ROCKETS), &x);
 
-    *out = NULL;
-    *n = 0;
-    if (q == NULL)
-        goto out;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        *out = xgrow(*out, *n, &cap, sizeof(**out));
-        read_rocket(q, &(*out)[(*n)++]);
-    }
-    done(q);
-    rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "rockets_pending");
-out:
     sq_reader_put(s, c);
-    if (rc != 0) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
+    *out = x.rows;
+    *n = x.n;
     return rc;
 }
 
 static void
-read_room_row(sqlite3_stmt *q, struct room_row *r)
+read_room_row(sqlite3_stmt *q, void *out)
 {
+    struct room_row *r = out;
+
     memset(r, 0, sizeof(*r));
     col_copy(q, 0, r->app_code, sizeof(r->app_code));
     col_copy(q, 1, r->room_id, sizeof(r->room_id));
@@ -78,6 +74,12 @@ read_room_row(sqlite3_stmt *q, struct room_row *r)
     r->updated_at_ms = sqlite3_column_int64(q, 8);
 }
 
+static void
+free_room_rows(void *rows, size_t n)
+{
+    room_rows_free(rows, n);
+}
+
 int
 sq_rooms_list(struct store *st, const char *after_app, const char *after_room, bool open_only,
               int limit, struct room_row **rows, size_t *n)
@@ -85,29 +87,18 @@ sq_rooms_list(struct store *st, const char *after_app, const char *after_room, b
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
     sqlite3_stmt *q = sq_stmt(c, &SQL_ROOMS_LIST);
-    size_t cap = 0;
-    int rc = ROOMD_EIO, step;
+    struct sq_all x = {sizeof(**rows), read_room_row, free_room_rows, "rooms_list", NULL, 0};
+    int rc;
 
-    *rows = NULL;
-    *n = 0;
-    if (q == NULL)
-        goto out;
-    bind_text(q, 1, after_app);
-    bind_text(q, 2, after_room);
-    sqlite3_bind_int(q, 3, open_only ? 1 : 0);
-    sqlite3_bind_int(q, 4, limit);
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
-        read_room_row(q, &(*rows)[(*n)++]);
+    if (q != NULL) {
+        bind_text(q, 1, after_app);
+        bind_text(q, 2, after_room);
+        sqlite3_bind_int(q, 3, open_only ? 1 : 0);
+        sqlite3_bind_int(q, 4, limit);
     }
-    done(q);
-    rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "rooms_list");
-out:
+    rc = sq_read_all(c, q, &x);
     sq_reader_put(s, c);
-    if (rc != 0) {
-        room_rows_free(*rows, *n);
-        *rows = NULL;
-        *n = 0;
-    }
+    *rows = x.rows;
+    *n = x.n;
     return rc;
 }
