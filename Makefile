@@ -1,14 +1,18 @@
 # roomd: the two commands a new machine needs.
 #   make run    install what is missing, build (release: no test hooks), start roomd on SQLite
-#   make test   install, build with ASan+UBSan, start mariadb/redis/nats, run every test
+#   make test   install, build with ASan+UBSan, start mariadb/redis/nats, run every test,
+#               then each fuzzer 10 s from its seed corpus (a crash fails)
+#   make fuzz   build the libFuzzer harnesses (clang) and run each FUZZ_SECONDS (60) from fuzz/corpus
 # Other targets: build, asan, bench, format, check-config, clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= 2
 WERROR ?= OFF
 CONFIG ?= configs/local.yaml
 
-.PHONY: all deps build asan run test bench format check-config clean
+.PHONY: all deps build asan fuzz-build fuzz run test bench format check-config clean
 
 all: build
 
@@ -23,6 +27,14 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DROOMD_SANITIZE=ON -DROOMD_TESTING=ON -DROOMD_WERROR=$(WERROR) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
+fuzz-build: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DROOMD_FUZZ=ON -DROOMD_TESTING=OFF -DROOMD_WERROR=OFF >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $$(cd fuzz && ls fuzz_*.c | sed 's/\.c$$//')
+
+fuzz: fuzz-build
+	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 run: build
 	mkdir -p var
 	$(BUILD)/roomd -c $(CONFIG)
@@ -33,6 +45,8 @@ check-config: build
 test: asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  scripts/test.sh $(ASAN_BUILD)
+	$(MAKE) fuzz-build
+	scripts/fuzz.sh $(FUZZ_BUILD) 10
 
 bench: build
 	bench/run.sh $(BUILD)

@@ -62,6 +62,9 @@ cmp64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* "Authorization: Bearer <ROOMD_BENCH_TOKEN>" when that variable is set, else "". */
+static char auth_header[4096];
+
 static size_t
 discard(char *p, size_t sz, size_t n, void *arg)
 {
@@ -129,8 +132,12 @@ send_grpc(struct conn *c, const char *room, const char *verb, const char *body)
         json_object_set_new(j, "room_id", json_string(room));
         req = pbjson_to_wire(j, grpc_methods[i].in, &len);
         json_decref(j);
-        grpc_status_code st = rpc_unary(c->channel, grpc_methods[i].method, req, len, 30000, NULL,
-                                        NULL, details, sizeof(details));
+        /* ROOMD_BENCH_TOKEN: the authorization metadata, as HTTP's header */
+        grpc_metadata md = {.key = grpc_slice_from_static_string("authorization"),
+                            .value = grpc_slice_from_static_string(auth_header + 15)};
+        grpc_status_code st =
+            rpc_unary(c->channel, grpc_methods[i].method, req, len, &md,
+                      auth_header[0] != '\0' ? 1 : 0, 30000, NULL, NULL, details, sizeof(details));
         free(req);
         return st == GRPC_STATUS_OK ? 200 : 500;
     }
@@ -155,6 +162,8 @@ send_cmd(struct conn *c, const char *room, const char *verb, const char *body)
     else
         snprintf(url, sizeof(url), "%s/v1/rooms/%s/%s", base_url, room, verb);
     h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (auth_header[0] != '\0') /* ROOMD_BENCH_TOKEN: auth.mode jwt */
+        h = curl_slist_append(h, auth_header);
     curl_easy_setopt(c->curl, CURLOPT_URL, url);
     curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, h);
@@ -298,6 +307,9 @@ run_roomd(char **argv)
     nclients = atoi(argv[3]);
     nrooms = atoi(argv[4]);
     seconds = atoi(argv[5]);
+    const char *token = getenv("ROOMD_BENCH_TOKEN");
+    if (token != NULL && token[0] != '\0')
+        snprintf(auth_header, sizeof(auth_header), "Authorization: Bearer %s", token);
     curl_global_init(CURL_GLOBAL_ALL);
     if (use_grpc)
         grpc_init();

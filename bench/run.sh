@@ -1,10 +1,13 @@
 #!/bin/sh
 # run.sh BUILD_DIR: the command-path benchmark of issue 2 (bench/README.md). Starts roomd on a
 # fresh SQLite file (synchronous=FULL, 2 outbox workers), drives it over HTTP at concurrency 1
-# and 64 and over gRPC at 64 (the same mix through the same room service), stops it, then measures the raw one-transaction-per-command rate of the same rows
+# and 64 and over gRPC at 64 (the same mix through the same room service), stops it, then
+# measures the raw one-transaction-per-command rate of the same rows
 # into the same file at concurrency 64. Two passes: publish_mode direct (log sink), then, when
 # nats-server answers on 127.0.0.1:$ROOMD_NATS_PORT (4333), publish_mode mq (JetStream, the
-# outbox hand-off relaying every event). Figures, not assertions.
+# outbox hand-off relaying every event); then the direct pass again with auth.mode jwt, HS256
+# and ES256 (issue 11: commands/s with JWT verification on vs off); then bench/readyz.py
+# (/readyz at BENCH_OUTBOX_ROWS outbox rows). Figures, not assertions.
 set -eu
 build=${1:-build}
 secs=${BENCH_SECONDS:-10}
@@ -19,9 +22,16 @@ run_roomd() {
     mode=$1
     port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     gport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    admin_port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     db="$tmp/bench-$mode.db"
+    auth=""
+    token=""
     case $mode in
-    direct) sink="outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
+    jwt-*)  token=$(python3 "$(dirname "$0")/jwt_setup.py" "${mode#jwt-}" "$tmp")
+            auth=$(cat "$tmp/auth.yaml") ;;
+    esac
+    case $mode in
+    direct|jwt-*) sink="outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
   log_sink: {enabled: true, path: \"$tmp/events.jsonl\"}}"
             broker="" ;;
     mq)     sink="outbox_worker: {publish_mode: mq, workers: 2, poll_interval: 1s, batch_size: 100}"
@@ -32,19 +42,21 @@ run_roomd() {
 app: {log_file: "$tmp/roomd-$mode.log", log_level: warn}
 http: {listen: "127.0.0.1:$port", max_connections: 1024}
 grpc: {listen: "127.0.0.1:$gport", workers: 64}
+admin: {listen: "127.0.0.1:$admin_port"}
 store: {driver: sqlite, sqlite: {path: "$db", synchronous: full}}
-room: {snapshot_every_n: 50}
+room: {snapshot_every_n: 50, max_creates_per_minute: 0}
 wallet: {initial_balance: 1000000000}
 $sink
 $broker
+$auth
 YAML
     "$build/roomd" -c "$tmp/bench-$mode.yaml" &
     pid=$!
     for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-    echo "== roomd over HTTP, then gRPC, publish_mode $mode ($rooms rooms, ${secs}s each)"
-    "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
-    "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
-    "$build/bench_commands" grpc "127.0.0.1:$gport" 64 "$rooms" "$secs" "$db"
+    echo "== roomd over HTTP, then gRPC, $mode ($rooms rooms, ${secs}s each)"
+    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
+    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
+    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" grpc "127.0.0.1:$gport" 64 "$rooms" "$secs" "$db"
     kill $pid; wait $pid 2>/dev/null || true
     pid=
 }
@@ -55,5 +67,9 @@ if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $nats_p
 else
     echo "== (no nats-server on 127.0.0.1:$nats_port: the mq pass is skipped)"
 fi
+# issue 11: the same direct pass with JWT verification on every request (a service token)
+run_roomd jwt-HS256
+run_roomd jwt-ES256
 echo "== raw baseline: same rows, one transaction per command, same SQLite file"
 "$build/bench_commands" raw "$tmp/bench-direct.db" 64 "$secs"
+python3 "$(dirname "$0")/readyz.py" "$build"

@@ -3,7 +3,7 @@
 # packages of the gRPC stand-in). Safe to run again: it only installs what is missing.
 # Needs root (or sudo) on a Debian 12 machine.
 set -eu
-PKGS="build-essential cmake pkg-config python3 curl ca-certificates openssl \
+PKGS="build-essential cmake pkg-config python3 python3-cryptography curl ca-certificates openssl \
  libmicrohttpd-dev libjansson-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler libgrpc-dev \
  libcurl4-openssl-dev libssl-dev zlib1g-dev libmariadb-dev libhiredis-dev libnats-dev \
  libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server \

@@ -9,6 +9,7 @@
  *   roomd --print-config-doc           print the key reference of docs/conf.md
  *   roomd --print-routes               print the HTTP routes ("METHOD /path"), one a line
  */
+#include "auth/auth.h"
 #include "cluster/forward.h"
 #include "cluster/health.h"
 #include "conf/conf.h"
@@ -213,7 +214,11 @@ main(int argc, char **argv)
                                    err, sizeof(err)) != 0)
         fatalx("rocketmq consumers: %s", err);
 
+    struct auth *auth = NULL;
+    if (auth_open(&auth, conf, err, sizeof(err)) != 0)
+        fatalx("%s", err);
     struct http_deps hd = {.conf = conf,
+                           .auth = auth,
                            .rooms = rooms,
                            .wallet = wallet,
                            .projection = proj,
@@ -230,19 +235,21 @@ main(int argc, char **argv)
     hd.health = &health;
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
-        fatalx("http.listen: %s", err);
+        fatalx("%s", err);
     /* the gRPC API beside it: the same router behind another transport */
     struct rpc_server *rpc = NULL;
     if (rpc_server_open(&rpc, &hd, err, sizeof(err)) != 0)
         fatalx("%s", err);
     static const char *const mode_names[] = {"direct", "mq", "dual"};
-    log_info("main", "roomd started", "listen=%s store=%s publish_mode=%s node=%s",
-             conf->http.listen, conf->store.driver, mode_names[conf->outbox_worker.publish_mode],
-             conf->app.node_id);
+    log_info("main", "roomd started",
+             "listen=%s admin_listen=%s auth=%s store=%s publish_mode=%s node=%s",
+             conf->http.listen, conf->admin.listen, conf->auth.mode, conf->store.driver,
+             mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
 
     daemon_wait(&stopset);
     rpc_server_close(rpc);
     http_server_close(http);
+    auth_close(auth);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     room_service_close(rooms);
     cluster_forward_close(fwd);

@@ -1,8 +1,9 @@
 """roomd_test: what the Python integration tests share.
 
 Roomd(cfg_overrides) writes a config (JSON is YAML) into a fresh temp dir, starts the
-built roomd binary as a process on a free port, waits for /healthz, and offers
-http(method, path, body) -> (status, headers, json). stop() sends SIGTERM; kill() SIGKILL.
+built roomd binary as a process on a free port (and its admin listener on another), waits
+for /healthz, and offers http(method, path, body) -> (status, headers, json) on the public
+listener and admin(method, path, body) on the admin one. stop() sends SIGTERM; kill() SIGKILL.
 Test servers (scripts/servers.sh) are reached through ROOMD_*_PORT variables; need()
 skips (exit 77) or, under make test (ROOMD_REQUIRE_SERVERS=1), fails when one is down.
 """
@@ -71,15 +72,18 @@ def merge(dst, src):
     return dst
 
 
-def base_config(tmp, port):
-    """A test config: SQLite in tmp, short timers, log sink on."""
+def base_config(tmp, port, admin_port=None):
+    """A test config: SQLite in tmp, short timers, log sink on, the admin listener on
+    admin_port (a free port when None), auth.mode none (every listener is loopback)."""
     return {
         "app": {"default_app_code": "hyapp", "node_id": f"test-{port}",
                 "log_file": os.path.join(tmp, "roomd.log"), "log_level": "info"},
         "http": {"listen": f"127.0.0.1:{port}", "max_body_bytes": 65536},
+        "admin": {"listen": f"127.0.0.1:{admin_port or free_port()}"},
         "store": {"driver": "sqlite",
                   "sqlite": {"path": os.path.join(tmp, "roomd.db"), "synchronous": "full"}},
         "room": {"snapshot_every_n": 5, "idle_evict_after": "10m", "seat_count": 8,
+                 "max_creates_per_minute": 0,  # tests create many rooms per owner
                  "rocket": {"thresholds": [1000, 5000], "countdown": "2s"}},
         "wallet": {"driver": "embedded", "initial_balance": 100000, "allow_topup": True},
         "outbox_worker": {"enabled": True, "publish_mode": "direct", "poll_interval": "200ms",
@@ -95,6 +99,8 @@ class Roomd:
         self.tmp = tmp or tempfile.mkdtemp(prefix="roomd-it-")
         self.port = port or free_port()
         self.cfg = merge(base_config(self.tmp, self.port), overrides or {})
+        self.admin_port = int(self.cfg["admin"]["listen"].rpartition(":")[2])
+        self.admin_token = None  # set it when the config names admin.token_env/_file
         self.cfg_path = os.path.join(self.tmp, f"roomd-{self.port}.yaml")
         with open(self.cfg_path, "w") as f:
             json.dump(self.cfg, f, indent=1)
@@ -130,8 +136,8 @@ class Roomd:
         with open(os.path.join(self.tmp, f"stderr-{self.port}.txt"), "rb") as f:
             return f.read().decode(errors="replace")[-4000:]
 
-    def http(self, method, path, body=None, headers=None, raw=None, timeout=30):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+    def http(self, method, path, body=None, headers=None, raw=None, timeout=30, port=None):
+        c = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
         h = {"Content-Type": "application/json"}
         h.update(headers or {})
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
@@ -147,6 +153,18 @@ class Roomd:
 
     def post(self, path, body, **kw):
         return self.http("POST", path, body, **kw)
+
+    def admin(self, method, path, body=None, headers=None, **kw):
+        """A request to the admin listener (/internal/v1/..., /metrics, top-up, readiness),
+        with "Authorization: Bearer <admin_token>" when self.admin_token is set and headers
+        carry no Authorization of their own."""
+        h = dict(headers or {})
+        if self.admin_token and "Authorization" not in h:
+            h["Authorization"] = f"Bearer {self.admin_token}"
+        return self.http(method, path, body, headers=h, port=self.admin_port, **kw)
+
+    def admin_post(self, path, body, **kw):
+        return self.admin("POST", path, body, **kw)
 
     def log_lines(self):
         try:

@@ -56,6 +56,7 @@ static const char *const proj_drivers[] = {"memory", "redis", NULL};
 static const char *const publish_modes[] = {"direct", "mq", "dual", NULL}; /* enum publish_mode */
 static const char *const strategies[] = {"exponential_backoff", NULL};
 static const char *const group_types[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
+static const char *const auth_modes[] = {"none", "jwt", NULL};
 
 #define MYSQL_ON "store.driver=mysql"
 #define MQ_ON "rocketmq.enabled"
@@ -80,6 +81,41 @@ const struct key conf_keys[] = {
      .doc = "concurrent HTTP connections"},
     {"http.request_timeout", K_DUR, F(http.request_timeout_ms), "30s", GT(0),
      .doc = "an idle connection is closed after this"},
+    {"http.header_timeout", K_DUR, F(http.header_timeout_ms), "10s", GT(0),
+     .doc = "a request's headers must be in within this, else the connection is cut"},
+    {"http.body_timeout", K_DUR, F(http.body_timeout_ms), "30s", GT(0),
+     .doc = "a request's body must be in within this, else the connection is cut"},
+    {"http.max_connections_per_ip", K_INT, F(http.max_connections_per_ip), "64", GE(0),
+     .note = "(0 = no limit)", .doc = "concurrent connections of one client address"},
+    {"http.tls.cert_file", K_STR, F(http.tls_cert_file), "",
+     .doc = "PEM certificate: HTTPS on http.listen (with http.tls.key_file); \"\" = plain HTTP"},
+    {"http.tls.key_file", K_STR, F(http.tls_key_file), "", .doc = "PEM private key of it"},
+
+    {"auth.mode", K_STR, F(auth.mode), "none", ONE_OF(auth_modes),
+     .doc = "none (only when every listener is loopback) or jwt (docs/auth.md)"},
+    {"auth.jwt.hs256_secret_env", K_STR, F(auth.hs256_secret_env), "",
+     .doc = "environment variable holding the HS256 secret (>= 32 bytes)"},
+    {"auth.jwt.hs256_secret_file", K_STR, F(auth.hs256_secret_file), "",
+     .doc = "or a file holding it"},
+    {"auth.jwt.public_key_file", K_STR, F(auth.public_key_file), "",
+     .doc = "or a PEM public key: RSA -> RS256, EC P-256 -> ES256"},
+    {"auth.jwt.leeway", K_DUR, F(auth.leeway_ms), "30s", GE(0),
+     .doc = "clock skew allowed on exp and nbf"},
+    {"auth.jwt.issuer", K_STR, F(auth.issuer), "", .doc = "required iss; \"\" = not checked"},
+    {"auth.jwt.audience", K_STR, F(auth.audience), "",
+     .doc = "required in aud; \"\" = not checked"},
+
+    {"admin.listen", K_STR, F(admin.listen), "127.0.0.1:8081", HOSTPORT,
+     .note = "with a port in 1..65535",
+     .doc = "the operator listener: /internal/v1/..., /metrics, readiness details, top-up"},
+    {"admin.token_env", K_STR, F(admin.token_env), "",
+     .doc = "environment variable holding the admin bearer token (required off loopback)"},
+    {"admin.token_file", K_STR, F(admin.token_file), "", .doc = "or a file holding it"},
+    {"admin.max_connections", K_INT, F(admin.max_connections), "64", GE(1),
+     .doc = "concurrent admin connections (apart from http.max_connections)"},
+    {"admin.tls.cert_file", K_STR, F(admin.tls_cert_file), "",
+     .doc = "PEM certificate: HTTPS on admin.listen (with admin.tls.key_file)"},
+    {"admin.tls.key_file", K_STR, F(admin.tls_key_file), "", .doc = "PEM private key of it"},
 
     {"grpc.listen", K_STR, F(grpc.listen), "", HOSTPORT_OPT,
      .doc = "address the gRPC API (docs/grpc.md) listens on; \"\" = no gRPC API"},
@@ -135,6 +171,9 @@ const struct key conf_keys[] = {
     {"room.seat_count", K_INT, F(room.seat_count), "8", RANGE(1, 32), .note = "(ROOM_MAX_SEATS)",
      .doc = "mic seats per room"},
     {"room.max_members", K_INT, F(room.max_members), "10000", GE(1), .doc = "members per room"},
+    {"room.max_creates_per_minute", K_INT, F(room.max_creates_per_minute), "60", GE(0),
+     .note = "(0 = no limit)",
+     .doc = "CreateRoom calls per owner_uid and app per minute; above: 429 with Retry-After"},
     {"room.kick_ban", K_DUR, F(room.kick_ban_ms), "10m", GE(0), .note = "(0 = no ban)",
      .doc = "a kicked user cannot rejoin for this long"},
     {"room.rocket.thresholds", K_INT64LIST, L(room.rocket.thresholds, room.rocket.nthresholds),
@@ -146,8 +185,8 @@ const struct key conf_keys[] = {
      .doc = "embedded: the ledger lives in the store"},
     {"wallet.initial_balance", K_INT64, F(wallet.initial_balance), "0", GE(0),
      .doc = "balance of a never-seen user (development)"},
-    {"wallet.allow_topup", K_BOOL, F(wallet.allow_topup), "true",
-     .doc = "serve POST /v1/wallet/topup (development)"},
+    {"wallet.allow_topup", K_BOOL, F(wallet.allow_topup), "false",
+     .doc = "serve POST /v1/wallet/topup on the admin listener (development)"},
 
     {"redis.enabled", K_BOOL, F(redis.enabled), "false",
      .doc = "connect to Redis (needed by the redis lease and projection)"},
@@ -704,6 +743,87 @@ check_row(const struct conf *c, const struct key *k, struct vctx *v)
     }
 }
 
+bool
+conf_listen_is_loopback(const char *listen)
+{
+    const char *colon = listen ? strrchr(listen, ':') : NULL;
+    size_t n;
+
+    if (colon == NULL)
+        return false;
+    n = (size_t)(colon - listen);
+    if (n == 9 && strncmp(listen, "localhost", 9) == 0)
+        return true;
+    if (n == 5 && strncmp(listen, "[::1]", 5) == 0)
+        return true;
+    return n >= 4 && strncmp(listen, "127.", 4) == 0;
+}
+
+/* At most one of two keys saying where a secret (or a TLS file) is. */
+static void
+not_both(struct vctx *v, const char *a_key, const char *a, const char *b_key, const char *b)
+{
+    if (!empty(a) && !empty(b))
+        bad(v, b_key, "set either %s or %s, not both", a_key, b_key);
+}
+
+/* Both of a TLS pair, or neither. */
+static void
+pair(struct vctx *v, const char *a_key, const char *a, const char *b_key, const char *b)
+{
+    if (empty(a) != empty(b))
+        bad(v, empty(a) ? a_key : b_key, "set both %s and %s, or neither", a_key, b_key);
+}
+
+/* auth.* and admin.* (docs/auth.md). */
+static void
+validate_auth_admin(const struct conf *c, struct vctx *v)
+{
+    const struct conf_auth *a = &c->auth;
+    const struct conf_admin *ad = &c->admin;
+    bool hs = !empty(a->hs256_secret_env) || !empty(a->hs256_secret_file);
+
+    if (strcmp(a->mode, "none") == 0) {
+        if (!conf_listen_is_loopback(c->http.listen))
+            bad(v, "auth.mode", "none needs every listener on loopback; http.listen is \"%s\"",
+                c->http.listen);
+        else if (!conf_listen_is_loopback(ad->listen))
+            bad(v, "auth.mode", "none needs every listener on loopback; admin.listen is \"%s\"",
+                ad->listen);
+        else if (!empty(c->grpc.listen) && !conf_listen_is_loopback(c->grpc.listen))
+            bad(v, "auth.mode", "none needs every listener on loopback; grpc.listen is \"%s\"",
+                c->grpc.listen);
+    }
+    not_both(v, "auth.jwt.hs256_secret_env", a->hs256_secret_env, "auth.jwt.hs256_secret_file",
+             a->hs256_secret_file);
+    if (strcmp(a->mode, "jwt") == 0 && !hs && empty(a->public_key_file))
+        bad(v, "auth.jwt.hs256_secret_env",
+            "auth.mode jwt needs auth.jwt.hs256_secret_env, auth.jwt.hs256_secret_file or "
+            "auth.jwt.public_key_file");
+    if (hs && !empty(a->public_key_file))
+        bad(v, "auth.jwt.public_key_file",
+            "set either an HS256 secret or auth.jwt.public_key_file, not both");
+    if (strcmp(ad->listen, c->http.listen) == 0)
+        bad(v, "admin.listen", "must differ from http.listen");
+    not_both(v, "admin.token_env", ad->token_env, "admin.token_file", ad->token_file);
+    if (empty(ad->token_env) && empty(ad->token_file) && !conf_listen_is_loopback(ad->listen))
+        bad(v, "admin.token_env",
+            "admin.listen \"%s\" is not loopback: set admin.token_env or admin.token_file",
+            ad->listen);
+    /* gRPC's RoomInternalService checks the admin token, as admin.listen does */
+    if (empty(ad->token_env) && empty(ad->token_file) && !empty(c->grpc.listen) &&
+        !conf_listen_is_loopback(c->grpc.listen))
+        bad(v, "admin.token_env",
+            "grpc.listen \"%s\" is not loopback: set admin.token_env or admin.token_file "
+            "(RoomInternalService checks it)",
+            c->grpc.listen);
+    if (!empty(c->grpc.listen) &&
+        (strcmp(c->grpc.listen, c->http.listen) == 0 || strcmp(c->grpc.listen, ad->listen) == 0))
+        bad(v, "grpc.listen", "must differ from http.listen and admin.listen");
+    pair(v, "http.tls.cert_file", c->http.tls_cert_file, "http.tls.key_file", c->http.tls_key_file);
+    pair(v, "admin.tls.cert_file", ad->tls_cert_file, "admin.tls.key_file", ad->tls_key_file);
+}
+
 /* The rules that read more than one key (or every entry of a list). */
 static void
 validate_cross(const struct conf *c, struct vctx *v)
@@ -780,6 +900,8 @@ validate_cross(const struct conf *c, struct vctx *v)
     if (im->enabled && empty(im->secret_key_env) && empty(im->secret_key_file))
         bad(v, "tencent_im.secret_key_env",
             "tencent_im.enabled needs secret_key_env or secret_key_file");
+
+    validate_auth_admin(c, v);
 }
 
 /* Every row's rule in table order, then the cross-key rules; v keeps the first failure. */

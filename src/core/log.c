@@ -1,5 +1,6 @@
 /* log.c: logfmt and JSON line logger (see log.h). */
 #include "core/log.h"
+#include "core/secret.h"
 
 #include "core/clock.h"
 #include "core/err.h"
@@ -66,7 +67,7 @@ write_line(char *buf, size_t len)
 void
 log_msg(enum log_level lvl, const char *mod, const char *msg, const char *fmt, ...)
 {
-    char buf[2048];
+    char buf[2048], line[2048 + 64];
     char ts[32];
     size_t len;
     va_list ap;
@@ -86,8 +87,10 @@ log_msg(enum log_level lvl, const char *mod, const char *msg, const char *fmt, .
     }
     if (len >= sizeof(buf) - 1)
         len = sizeof(buf) - 2;
-    buf[len++] = '\n';
-    write_line(buf, len);
+    buf[len] = '\0';
+    len = secret_redact(buf, line, sizeof(line) - 1); /* no password or token in a log line */
+    line[len++] = '\n';
+    write_line(line, len);
 }
 
 void
@@ -109,10 +112,12 @@ fatalx(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("roomd: ", stderr);
+    char buf[2048], line[2048];
+
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    secret_redact(buf, line, sizeof(line));
+    fprintf(stderr, "roomd: %s\n", line);
     exit(1);
 }

@@ -1,8 +1,9 @@
 /*
- * handlers_ops.c: the operational endpoints (/healthz, /readyz, /metrics and
- * the collector feeding /metrics with the outbox table's lines
- * (outbox_metrics_rows), group commit batches and cells in memory) and the development wallet
- * endpoints (POST /v1/wallet/topup when wallet.allow_topup, GET /v1/wallet/{uid}).
+ * handlers_ops.c: the operational endpoints (/healthz, /readyz from the
+ * readiness cache of ready.c, /metrics and the collector feeding it with the
+ * outbox counts of that cache, group commit batches and cells in memory) and
+ * the wallet endpoints (POST /v1/wallet/topup on the admin listener when
+ * wallet.allow_topup, GET /v1/wallet/{uid}).
  */
 #include "http/router.h"
 
@@ -31,17 +32,9 @@ handle_healthz(const struct http_deps *d, struct http_response *resp)
 }
 
 void
-handle_readyz(const struct http_deps *d, struct http_response *resp)
+handle_readyz(const struct http_deps *d, const struct http_request *req, struct http_response *resp)
 {
-    struct outbox_counts oc;
-    char why[320], *json = NULL;
-    int rc = store_outbox_counts(d->store, &oc);
-
-    if (rc != 0)
-        snprintf(why, sizeof(why), "%s: %s", roomd_strerror(rc), store_errmsg());
-    /* 503 when this node cannot serve commands; "degraded" for the rest */
-    int status = node_health_eval(d->health, rc != 0 ? why : NULL, &json);
-    http_response_take(resp, status, json);
+    http_ready_reply(d->ready, req->listener == HTTP_ADMIN, resp);
 }
 
 void
@@ -60,7 +53,10 @@ collect(void *arg, struct metrics_text *t)
 {
     const struct http_deps *d = arg;
 
-    outbox_metrics_rows(d->store, t);
+    struct outbox_counts oc;
+
+    if (http_ready_counts(d->ready, &oc)) /* refreshed in the background: no scan here */
+        outbox_metrics_rows(&oc, t);
     if (d->gc != NULL) {
         uint64_t batches = 0, muts = 0;
         group_commit_stats(d->gc, &batches, &muts);
@@ -89,9 +85,8 @@ http_metrics_unregister(const struct http_deps *d)
     metrics_remove_collector(collect, (void *)d);
 }
 
-/* Parses a positive int64 from text; false when it is not one. */
-static bool
-parse_uid(const char *s, int64_t *out)
+bool
+http_parse_uid(const char *s, int64_t *out)
 {
     char *end;
     long long v;
@@ -191,15 +186,21 @@ out:
 }
 
 void
-handle_wallet_get(const struct http_deps *d, const char *app, const char *uid_text,
+handle_wallet_get(const struct http_deps *d, const struct http_request *req,
+                  const struct auth_principal *p, const char *app, const char *uid_text,
                   struct http_response *resp)
 {
     int64_t uid, balance = 0;
+    enum auth_reason ar;
     int rc;
 
-    if (!parse_uid(uid_text, &uid)) {
+    if (!http_parse_uid(uid_text, &uid)) {
         http_response_field_error(resp, "invalid_argument", "uid",
                                   "uid: must be a positive integer");
+        return;
+    }
+    if ((ar = auth_may_act_as(p, app, uid)) != AUTH_OK) { /* the user itself or a service */
+        http_refuse(d, req, ar, resp);
         return;
     }
     rc = d->wallet->ops->balance(d->wallet, app, uid, &balance);

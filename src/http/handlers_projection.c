@@ -83,16 +83,22 @@ handle_list_rooms(const struct http_deps *d, const struct http_request *req, con
 }
 
 void
-handle_presence(const struct http_deps *d, const char *app, const char *uid_text,
+handle_presence(const struct http_deps *d, const struct http_request *req,
+                const struct auth_principal *p, const char *app, const char *uid_text,
                 struct http_response *resp)
 {
     int64_t uid = 0;
+    enum auth_reason ar;
     char *json = NULL;
     int rc;
 
     if (!parse_digits(uid_text, &uid) || uid <= 0) {
         http_response_field_error(resp, "invalid_argument", "uid",
                                   "uid: must be a positive integer");
+        return;
+    }
+    if ((ar = auth_may_act_as(p, app, uid)) != AUTH_OK) { /* the user itself or a service */
+        http_refuse(d, req, ar, resp);
         return;
     }
     if (d->projection == NULL) {

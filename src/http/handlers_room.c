@@ -1,11 +1,13 @@
 /*
  * handlers_room.c: the room handlers, kept thin: HTTP -> room_cmd_parse ->
  * room_service_execute -> reply (room/service.h builds the JSON answer).
- * What is added here is HTTP only: invalid_json vs invalid_argument, the
- * Idempotent-Replay and X-Room-Owner headers, Retry-After, the metrics.
+ * What is added here is HTTP only: invalid_json vs invalid_argument (the body
+ * is parsed once, here), the acting-uid check of auth, the Idempotent-Replay
+ * and X-Room-Owner headers, Retry-After, the metrics.
  */
 #include "http/router.h"
 
+#include "conf/conf.h"
 #include "core/clock.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
@@ -15,28 +17,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Checks that body is syntactically JSON, so a parse failure answers
- * invalid_json and everything else invalid_argument naming the field. */
-static bool
-check_json(const struct http_request *req, struct http_response *resp)
+/* Parses the body once: NULL and an invalid_json 400 in resp when it is
+ * not JSON; the object then goes to room_cmd_parse_json. */
+static json_t *
+parse_body(const struct http_request *req, struct http_response *resp)
 {
     json_error_t je;
     json_t *j;
 
     if (req->body_len == 0) {
         http_response_field_error(resp, "invalid_json", "body", "body: empty, want a JSON object");
-        return false;
+        return NULL;
     }
-    j = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &je);
+    j = json_loadb(req->body, req->body_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (j == NULL) {
         char msg[320];
         snprintf(msg, sizeof(msg), "body: invalid JSON at line %d column %d: %s", je.line,
                  je.column, je.text);
         http_response_field_error(resp, "invalid_json", "body", msg);
-        return false;
     }
-    json_decref(j);
-    return true;
+    return j;
 }
 
 /* The request as the room service forwards it to the room's owner. */
@@ -54,7 +54,7 @@ origin_of(const struct http_request *req)
     return o;
 }
 
-/* Moves a room_reply into resp; adds "owner" to a not-owner error body. */
+/* Moves a room_reply into resp (the not-owner body already names the owner). */
 static void
 reply_to_response(struct room_reply *rr, struct http_response *resp)
 {
@@ -63,49 +63,76 @@ reply_to_response(struct room_reply *rr, struct http_response *resp)
     rr->body = NULL;
     if (body == NULL)
         body = xasprintf("{\"error\":{\"code\":\"internal\",\"message\":\"no reply\"}}");
-    if (rr->owner[0] != '\0') {
-        json_t *j = json_loads(body, 0, NULL);
-        json_t *e = j ? json_object_get(j, "error") : NULL;
-        if (json_is_object(e) && json_object_get(e, "owner") == NULL) {
-            json_object_set_new(e, "owner", json_string(rr->owner));
-            char *text = json_dumps(j, JSON_COMPACT);
-            if (text != NULL) {
-                free(body);
-                body = text;
-            }
-        }
-        json_decref(j);
+    if (rr->owner[0] != '\0')
         http_response_header(resp, "X-Room-Owner", rr->owner);
-    }
     if (rr->replay)
         http_response_header(resp, "Idempotent-Replay", "true");
     http_response_take(resp, rr->status, body);
 }
 
+/* The uid a command acts as (auth: a user token may act only as itself);
+ * 0 for LaunchRocket (admin listener only). */
+static int64_t
+acting_uid(const struct room_cmd *cmd)
+{
+    switch (cmd->type) {
+    case CMD_CREATE_ROOM:
+        return cmd->owner_uid;
+    case CMD_KICK_USER:
+    case CMD_CLOSE_ROOM:
+        return cmd->operator_uid;
+    case CMD_LAUNCH_ROCKET:
+        return 0;
+    default:
+        return cmd->uid; /* join, leave, mic up/down, the gift's sender */
+    }
+}
+
 void
-handle_command(const struct http_deps *d, const struct http_request *req, enum room_cmd_type type,
-               const char *app, const char *room_id, struct http_response *resp)
+handle_command(const struct http_deps *d, const struct http_request *req,
+               const struct auth_principal *p, enum room_cmd_type type, const char *app,
+               const char *room_id, struct http_response *resp)
 {
     struct room_cmd cmd;
     struct cmd_error ce;
     struct room_reply rr;
+    enum auth_reason ar;
+    int retry;
     int64_t t0 = clock_mono_us();
+    json_t *body = NULL;
 
     memset(&cmd, 0, sizeof(cmd));
     memset(&ce, 0, sizeof(ce));
     memset(&rr, 0, sizeof(rr));
-    if (!check_json(req, resp))
+    if ((body = parse_body(req, resp)) == NULL)
         goto out;
-    if (room_cmd_parse(type, app, room_id, req->body, req->body_len, &cmd, &ce) != 0) {
+    if (room_cmd_parse_json(type, app, room_id, body, &cmd, &ce) != 0) {
         const char *field = ce.field[0] ? ce.field : "body";
         http_response_field_error(resp, "invalid_argument", field,
                                   ce.message[0] ? ce.message : "invalid request");
+        goto out;
+    }
+    if ((ar = auth_may_act_as(p, app, acting_uid(&cmd))) != AUTH_OK) {
+        http_refuse(d, req, ar, resp);
+        goto out;
+    }
+    if (type == CMD_CREATE_ROOM &&
+        (retry = http_create_allowed(d->conf->room.max_creates_per_minute, app, cmd.owner_uid)) >
+            0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry);
+        http_response_error(resp, 429, "rate_limited",
+                            "owner_uid: more than room.max_creates_per_minute (%d) rooms this "
+                            "minute",
+                            d->conf->room.max_creates_per_minute);
+        http_response_header(resp, "Retry-After", ra);
         goto out;
     }
     struct room_origin o = origin_of(req);
     room_service_execute_from(d->rooms, &cmd, &o, &rr);
     reply_to_response(&rr, resp);
 out:
+    json_decref(body);
     metrics_command_observe((int)type, resp->status, clock_mono_us() - t0);
     room_reply_clear(&rr);
     room_cmd_clear(&cmd);

@@ -25,6 +25,11 @@ enum route_kind {
     R_PRESENCE,
 };
 
+/* Where a route is served: elsewhere it answers 404 as if unknown. */
+#define ON_PUBLIC (1u << HTTP_PUBLIC)
+#define ON_ADMIN (1u << HTTP_ADMIN)
+#define ON_BOTH (ON_PUBLIC | ON_ADMIN)
+
 /*
  * A pattern is a '/'-separated path where "{room_id}" and "{uid}" capture one
  * segment. Routes sharing a pattern but not a method answer 405.
@@ -34,24 +39,25 @@ static const struct route {
     const char *pattern;
     enum route_kind kind;
     enum room_cmd_type cmd;
+    unsigned on;
 } routes[] = {
-    {"POST", "/v1/rooms", R_COMMAND, CMD_CREATE_ROOM},
-    {"POST", "/v1/rooms/{room_id}/join", R_COMMAND, CMD_JOIN_ROOM},
-    {"POST", "/v1/rooms/{room_id}/leave", R_COMMAND, CMD_LEAVE_ROOM},
-    {"POST", "/v1/rooms/{room_id}/mic/up", R_COMMAND, CMD_MIC_UP},
-    {"POST", "/v1/rooms/{room_id}/mic/down", R_COMMAND, CMD_MIC_DOWN},
-    {"POST", "/v1/rooms/{room_id}/gifts", R_COMMAND, CMD_SEND_GIFT},
-    {"POST", "/v1/rooms/{room_id}/kick", R_COMMAND, CMD_KICK_USER},
-    {"POST", "/v1/rooms/{room_id}/close", R_COMMAND, CMD_CLOSE_ROOM},
-    {"POST", "/internal/v1/rooms/{room_id}/rocket/launch", R_COMMAND, CMD_LAUNCH_ROCKET},
-    {"GET", "/v1/rooms", R_LIST_ROOMS, 0},
-    {"GET", "/v1/rooms/{room_id}", R_GET_ROOM, 0},
-    {"GET", "/v1/users/{uid}/presence", R_PRESENCE, 0},
-    {"GET", "/healthz", R_HEALTHZ, 0},
-    {"GET", "/readyz", R_READYZ, 0},
-    {"GET", "/metrics", R_METRICS, 0},
-    {"POST", "/v1/wallet/topup", R_WALLET_TOPUP, 0},
-    {"GET", "/v1/wallet/{uid}", R_WALLET_GET, 0},
+    {"POST", "/v1/rooms", R_COMMAND, CMD_CREATE_ROOM, ON_PUBLIC},
+    {"POST", "/v1/rooms/{room_id}/join", R_COMMAND, CMD_JOIN_ROOM, ON_PUBLIC},
+    {"POST", "/v1/rooms/{room_id}/leave", R_COMMAND, CMD_LEAVE_ROOM, ON_PUBLIC},
+    {"POST", "/v1/rooms/{room_id}/mic/up", R_COMMAND, CMD_MIC_UP, ON_PUBLIC},
+    {"POST", "/v1/rooms/{room_id}/mic/down", R_COMMAND, CMD_MIC_DOWN, ON_PUBLIC},
+    {"POST", "/v1/rooms/{room_id}/gifts", R_COMMAND, CMD_SEND_GIFT, ON_PUBLIC},
+    {"POST", "/v1/rooms/{room_id}/kick", R_COMMAND, CMD_KICK_USER, ON_PUBLIC},
+    {"POST", "/v1/rooms/{room_id}/close", R_COMMAND, CMD_CLOSE_ROOM, ON_PUBLIC},
+    {"POST", "/internal/v1/rooms/{room_id}/rocket/launch", R_COMMAND, CMD_LAUNCH_ROCKET, ON_ADMIN},
+    {"GET", "/v1/rooms", R_LIST_ROOMS, 0, ON_PUBLIC},
+    {"GET", "/v1/rooms/{room_id}", R_GET_ROOM, 0, ON_PUBLIC},
+    {"GET", "/v1/users/{uid}/presence", R_PRESENCE, 0, ON_PUBLIC},
+    {"GET", "/healthz", R_HEALTHZ, 0, ON_BOTH},
+    {"GET", "/readyz", R_READYZ, 0, ON_BOTH},
+    {"GET", "/metrics", R_METRICS, 0, ON_ADMIN},
+    {"POST", "/v1/wallet/topup", R_WALLET_TOPUP, 0, ON_ADMIN},
+    {"GET", "/v1/wallet/{uid}", R_WALLET_GET, 0, ON_BOTH},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -92,7 +98,56 @@ http_valid_room_id(const char *s)
               c == '_' || c == '-' || c == '.' || c == ':'))
             return false;
     }
-    return true;
+    return strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+static int
+hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* True when out (decoded) has a "." or ".." segment. */
+static bool
+has_dot_segment(const char *out)
+{
+    for (const char *seg = out; seg != NULL; seg = strchr(seg, '/')) {
+        seg++;
+        size_t n = strcspn(seg, "/");
+        if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+            return true;
+    }
+    return false;
+}
+
+bool
+http_decode_path(const char *raw, char *out, size_t outlen)
+{
+    size_t j = 0;
+
+    if (raw == NULL || raw[0] != '/' || outlen == 0)
+        return false;
+    for (size_t i = 0; raw[i] != '\0' && raw[i] != '?'; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c == '%') {
+            int hi = hex_value(raw[i + 1]), lo = hi < 0 ? -1 : hex_value(raw[i + 2]);
+            if (lo < 0)
+                return false;
+            c = (unsigned char)(hi * 16 + lo);
+            i += 2;
+        }
+        if (c < 0x20 || c == 0x7f || j + 1 >= outlen)
+            return false;
+        out[j++] = (char)c;
+    }
+    out[j] = '\0';
+    return !has_dot_segment(out);
 }
 
 const char *
@@ -138,13 +193,15 @@ match(const char *pattern, const char *path, char *cap, bool *toolong)
     return *p == '\0' && *u == '\0';
 }
 
-/* Resolves X-App-Code (or the default). False and a 400 in resp when invalid. */
+/* Resolves the app: X-App-Code when given (it must equal the token's app),
+ * else the token's app, else app.default_app_code. False and a 400/403 in
+ * resp when invalid or another app's. */
 static bool
-resolve_app(const struct http_deps *d, const struct http_request *req, const char **app,
-            struct http_response *resp)
+resolve_app(const struct http_deps *d, const struct http_request *req,
+            const struct auth_principal *p, const char **app, struct http_response *resp)
 {
     if (req->app_header == NULL || req->app_header[0] == '\0') {
-        *app = d->conf->app.default_app_code;
+        *app = p->anyone ? d->conf->app.default_app_code : p->app;
         return true;
     }
     if (!http_valid_app_code(req->app_header)) {
@@ -152,8 +209,59 @@ resolve_app(const struct http_deps *d, const struct http_request *req, const cha
                                   "X-App-Code: must match [a-z0-9_-]{1,32}");
         return false;
     }
+    if (auth_may_act_as(p, req->app_header, 0) != AUTH_OK) {
+        http_refuse(d, req, AUTH_OTHER_APP, resp);
+        return false;
+    }
     *app = req->app_header;
     return true;
+}
+
+static const char *
+listener_name(const struct http_request *req)
+{
+    return req->listener == HTTP_ADMIN ? "admin" : "public";
+}
+
+void
+http_refuse(const struct http_deps *d, const struct http_request *req, enum auth_reason r,
+            struct http_response *resp)
+{
+    int status = auth_reason_status(r);
+
+    auth_count(d->auth, listener_name(req), r);
+    if (status == 401) {
+        http_response_error(resp, 401, "unauthenticated", "Authorization: %s", auth_reason_name(r));
+        http_response_header(resp, "WWW-Authenticate",
+                             r == AUTH_MISSING ? "Bearer realm=\"roomd\""
+                                               : "Bearer realm=\"roomd\", error=\"invalid_token\"");
+    } else {
+        http_response_error(resp, 403, "forbidden", "not allowed: %s", auth_reason_name(r));
+    }
+}
+
+/* Who is calling: the admin token on the admin listener, a JWT (or anyone,
+ * auth.mode none) on the public one. False and a 401 in resp when refused. */
+static bool
+authenticate(const struct http_deps *d, const struct http_request *req, struct auth_principal *p,
+             struct http_response *resp)
+{
+    enum auth_reason r;
+
+    memset(p, 0, sizeof(*p));
+    if (d->auth == NULL) {
+        p->anyone = true;
+        return true;
+    }
+    if (req->listener == HTTP_ADMIN) {
+        r = auth_admin_ok(d->auth, req->authorization);
+        p->anyone = r == AUTH_OK;
+    } else {
+        r = auth_verify_bearer(d->auth, req->authorization, p);
+    }
+    if (r != AUTH_OK)
+        http_refuse(d, req, r, resp);
+    return r == AUTH_OK;
 }
 
 static void
@@ -162,13 +270,28 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
 {
     const char *app = NULL;
     bool has_room = strstr(r->pattern, "{room_id}") != NULL;
+    struct auth_principal p;
 
-    switch (r->kind) {
-    case R_HEALTHZ:
+    if (r->kind == R_HEALTHZ) {
         handle_healthz(d, resp);
         return;
+    }
+    if (req->listener == HTTP_PUBLIC && r->on == ON_ADMIN && d->auth != NULL &&
+        !auth_mode_none(d->auth)) { /* a forwarded wake-up under jwt: retried, never lost */
+        http_response_error(resp, 503, "unavailable",
+                            "a forwarded LaunchRocket is not served on http.listen under auth.mode "
+                            "jwt");
+        return;
+    }
+    if (r->kind == R_READYZ && req->listener == HTTP_PUBLIC) {
+        handle_readyz(d, req, resp); /* one word, no details: no token needed */
+        return;
+    }
+    if (!authenticate(d, req, &p, resp))
+        return;
+    switch (r->kind) {
     case R_READYZ:
-        handle_readyz(d, resp);
+        handle_readyz(d, req, resp);
         return;
     case R_METRICS:
         handle_metrics(d, resp);
@@ -176,16 +299,16 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
     default:
         break;
     }
-    if (!resolve_app(d, req, &app, resp))
+    if (!resolve_app(d, req, &p, &app, resp))
         return;
     if (has_room && (toolong || !http_valid_room_id(cap))) {
         http_response_field_error(resp, "invalid_argument", "room_id",
-                                  "room_id: must match [A-Za-z0-9_.:-]{1,63}");
+                                  "room_id: must match [A-Za-z0-9_.:-]{1,63}, not . or ..");
         return;
     }
     switch (r->kind) {
     case R_COMMAND:
-        handle_command(d, req, r->cmd, app, has_room ? cap : NULL, resp);
+        handle_command(d, req, &p, r->cmd, app, has_room ? cap : NULL, resp);
         break;
     case R_GET_ROOM:
         handle_get_room(d, req, app, cap, resp);
@@ -198,17 +321,33 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         handle_wallet_topup(d, req, app, resp);
         break;
     case R_WALLET_GET:
-        handle_wallet_get(d, app, toolong ? "" : cap, resp);
+        handle_wallet_get(d, req, &p, app, toolong ? "" : cap, resp);
         break;
     case R_LIST_ROOMS:
         handle_list_rooms(d, req, app, resp);
         break;
     case R_PRESENCE:
-        handle_presence(d, app, toolong ? "" : cap, resp);
+        handle_presence(d, req, &p, app, toolong ? "" : cap, resp);
         break;
     default:
         break;
     }
+}
+
+/*
+ * A LaunchRocket another node forwards to this one, the room's owner
+ * (cluster.forward sends to the owner's http.advertise_addr, the public
+ * listener). Served there only under auth.mode none (every listener is
+ * loopback); under jwt the hop header proves nothing: 503 (the consumer
+ * retries the wake-up; docs/auth.md: forwarding it between nodes needs the
+ * admin listener and its token, not built yet).
+ */
+static bool
+forwarded_launch(const struct http_deps *d, const struct http_request *req, const struct route *r)
+{
+    (void)d;
+    return req->listener == HTTP_PUBLIC && req->forwarded_by != NULL && r->kind == R_COMMAND &&
+           r->cmd == CMD_LAUNCH_ROCKET;
 }
 
 void
@@ -216,12 +355,26 @@ router_handle(const struct http_deps *d, const struct http_request *req, struct 
 {
     char cap[SEG_MAX];
     char allow[64] = "";
+    char path[1024];
     bool toolong;
+    unsigned here = 1u << req->listener;
+
+    if (!http_decode_path(req->path, path, sizeof(path))) {
+        http_response_field_error(resp, "invalid_argument", "path",
+                                  "path: bad percent-encoding, a control byte, a . or .. "
+                                  "segment, or longer than 1023 bytes");
+        return;
+    }
+    bool elsewhere = false; /* a path of the other listener: 404, never 405 */
 
     for (size_t i = 0; i < NROUTES; i++) {
         const struct route *r = &routes[i];
-        if (!match(r->pattern, req->path, cap, &toolong))
+        if (!match(r->pattern, path, cap, &toolong))
             continue;
+        if ((r->on & here) == 0 && !forwarded_launch(d, req, r)) {
+            elsewhere = elsewhere || strcmp(r->method, req->method) == 0;
+            continue;
+        }
         if (strcmp(r->method, req->method) == 0) {
             dispatch(d, req, r, cap, toolong, resp);
             return;
@@ -230,11 +383,11 @@ router_handle(const struct http_deps *d, const struct http_request *req, struct 
             snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
                      allow[0] ? ", " : "", r->method);
     }
-    if (allow[0] != '\0') {
+    if (allow[0] != '\0' && !elsewhere) {
         http_response_error(resp, 405, "method_not_allowed", "%s %s: allowed: %s", req->method,
-                            req->path, allow);
+                            path, allow);
         http_response_header(resp, "Allow", allow);
         return;
     }
-    http_response_error(resp, 404, "not_found", "no route %s %s", req->method, req->path);
+    http_response_error(resp, 404, "not_found", "no route %s %s", req->method, path);
 }

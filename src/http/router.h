@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "auth/auth.h"
 #include "http/server.h"
 #include "room/command.h"
 
@@ -24,12 +25,14 @@ typedef const char *(*http_query_fn)(void *ctx, const char *name);
 
 /* One complete request; every pointer is borrowed for the call. */
 struct http_request {
-    const char *method;        /* "GET", "POST", ... */
-    const char *path;          /* without the query string */
-    const char *app_header;    /* X-App-Code, NULL when absent */
-    const char *authorization; /* Authorization, NULL when absent (passed on when forwarded) */
-    const char *forwarded_by;  /* the hop header (cluster/forward.h), NULL when absent */
-    const char *body;          /* NUL-terminated, may be "" */
+    enum http_listener listener; /* which listener it came in on */
+    const char *method;          /* "GET", "POST", ... */
+    const char *path;            /* as sent: still percent-encoded, may hold "?query" */
+    const char *app_header;      /* X-App-Code, NULL when absent */
+    const char *authorization;   /* Authorization, NULL when absent (passed on when forwarded;
+                                  * never logged) */
+    const char *forwarded_by;    /* the hop header (cluster/forward.h), NULL when absent */
+    const char *body;            /* NUL-terminated, may be "" */
     size_t body_len;
     http_query_fn query; /* NULL: the request has no query string */
     void *query_ctx;
@@ -63,6 +66,37 @@ void http_response_field_error(struct http_response *r, const char *code, const 
                                const char *message);
 void http_response_clear(struct http_response *r);
 
+/*
+ * Decodes the path part of raw (up to '?') once into out (outlen bytes).
+ * Returns true, or false when it holds a bad escape, %00, a control byte, a
+ * "." or ".." segment, or does not fit. Thread: any.
+ */
+bool http_decode_path(const char *raw, char *out, size_t outlen);
+
+/* The readiness the public /readyz answers from, refreshed in the
+ * background (ready.c: store_outbox_counts every every_ms on its own
+ * thread), so no request scans a table. */
+struct http_ready;
+struct outbox_counts;
+/* Starts the refresh of st's readiness and of health's checks (may be NULL;
+ * borrowed). Returns 0 and *out or ROOMD_ENOMEM. Thread: main. */
+struct node_health;
+int http_ready_start(struct http_ready **out, struct store *st, const struct node_health *health,
+                     int64_t every_ms);
+/* Stops the refresh and frees. NULL is a no-op. Blocks for a check in progress. */
+void http_ready_stop(struct http_ready *r);
+/* The outbox counts of the last successful check into *oc; false when none
+ * yet (or r is NULL). Thread: any; never blocks on the store. */
+bool http_ready_counts(struct http_ready *r, struct outbox_counts *oc);
+/* Fills resp with 200 {"status":"ready"} or 503 {"status":"unavailable",
+ * "reason":word}; details adds the counts and the store error (admin). */
+void http_ready_reply(struct http_ready *r, bool details, struct http_response *resp);
+
+/* CreateRoom rate limit (ratelimit.c): 0 when owner of app may create one
+ * more room now (counted), else the seconds until it may (Retry-After).
+ * per_minute <= 0: no limit. Thread: any; never blocks but on a mutex. */
+int http_create_allowed(int per_minute, const char *app, int64_t owner);
+
 /* Fills resp for req. Never fails: every outcome is a response. */
 void router_handle(const struct http_deps *d, const struct http_request *req,
                    struct http_response *resp);
@@ -73,31 +107,43 @@ void router_write_routes(FILE *out);
 
 /* True when s is a valid app code ([a-z0-9_-]{1,32}). */
 bool http_valid_app_code(const char *s);
-/* True when s is a valid room_id path segment ([A-Za-z0-9_.:-]{1,63}). */
+/* True when s is a valid room_id path segment ([A-Za-z0-9_.:-]{1,63}, not
+ * "." or ".."). */
 bool http_valid_room_id(const char *s);
 
 /* Handlers (resolved app code, validated room_id). */
+/* Answers 401/403 for reason r: the error body, WWW-Authenticate on a 401,
+ * and the refusal counted. */
+void http_refuse(const struct http_deps *d, const struct http_request *req, enum auth_reason r,
+                 struct http_response *resp);
+/* p: the verified caller; the command's acting uid must be one p may act as. */
 void handle_command(const struct http_deps *d, const struct http_request *req,
-                    enum room_cmd_type type, const char *app, const char *room_id,
-                    struct http_response *resp);
+                    const struct auth_principal *p, enum room_cmd_type type, const char *app,
+                    const char *room_id, struct http_response *resp);
 void handle_get_room(const struct http_deps *d, const struct http_request *req, const char *app,
                      const char *room_id, struct http_response *resp);
 void handle_healthz(const struct http_deps *d, struct http_response *resp);
-void handle_readyz(const struct http_deps *d, struct http_response *resp);
+void handle_readyz(const struct http_deps *d, const struct http_request *req,
+                   struct http_response *resp);
 void handle_metrics(const struct http_deps *d, struct http_response *resp);
 void handle_wallet_topup(const struct http_deps *d, const struct http_request *req, const char *app,
                          struct http_response *resp);
-void handle_wallet_get(const struct http_deps *d, const char *app, const char *uid,
+void handle_wallet_get(const struct http_deps *d, const struct http_request *req,
+                       const struct auth_principal *p, const char *app, const char *uid,
                        struct http_response *resp);
 /* The projections (handlers_projection.c): GET /v1/rooms?cursor=&limit= and
  * GET /v1/users/{uid}/presence. */
 void handle_list_rooms(const struct http_deps *d, const struct http_request *req, const char *app,
                        struct http_response *resp);
-void handle_presence(const struct http_deps *d, const char *app, const char *uid,
+void handle_presence(const struct http_deps *d, const struct http_request *req,
+                     const struct auth_principal *p, const char *app, const char *uid,
                      struct http_response *resp);
+/* Parses a positive decimal uid ("12"); false when s is not one. */
+bool http_parse_uid(const char *s, int64_t *out);
 
-/* Registers/removes the /metrics collector of the store, group commit and
- * cells (handlers_ops.c); called by http_server_open/close. */
+/* Registers/removes the /metrics collector of the outbox counts (from the
+ * readiness cache), group commit and cells (handlers_ops.c); called by
+ * http_server_open/close. */
 void http_metrics_register(const struct http_deps *d);
 void http_metrics_unregister(const struct http_deps *d);
 

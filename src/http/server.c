@@ -1,9 +1,23 @@
 /*
- * server.c: the libmicrohttpd side of the HTTP API (server.h). One thread per
- * connection (handlers block on their room cell and on group commit), keep-
- * alive, a connection limit and an idle timeout. This file accumulates the
- * body under http.max_body_bytes and hands complete requests to
- * router_handle() (router.c); read that next.
+ * server.c: the libmicrohttpd side of the HTTP API (server.h): two daemons,
+ * the public listener (http.*) and the admin listener (admin.*), each with
+ * its own connection limit, so a flood of one cannot lock the other out.
+ * One thread per connection (handlers block on their room cell and on group
+ * commit), keep-alive, an idle timeout. This file accumulates the body under
+ * http.max_body_bytes and hands complete requests to router_handle()
+ * (router.c); read that next.
+ *
+ * Hardening done here, before any handler runs:
+ *  - repeated or conflicting Content-Length, a Content-Length that is not
+ *    digits, and Content-Length with Transfer-Encoding answer 400 and close
+ *    (request smuggling behind a proxy);
+ *  - a watchdog (ticker.h) shuts the socket of a connection whose headers
+ *    are not in within http.header_timeout (for a keep-alive connection:
+ *    after http.request_timeout + header_timeout since its last answer) or
+ *    whose body is not in within http.body_timeout (slowloris, slow bodies);
+ *  - http.max_connections_per_ip on the public listener;
+ *  - the raw request target (MHD_OPTION_URI_LOG_CALLBACK) goes to the router,
+ *    which percent-decodes it once; libmicrohttpd's own decoded path is not used.
  *
  * Body limit: a Content-Length above the limit is answered 413 before any of
  * the body is read (MHD then closes the connection); a chunked body that
@@ -12,10 +26,13 @@
 #include "http/server.h"
 
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "http/router.h"
+#include "http/ticker.h"
+#include "metrics/metrics.h"
 
 #include "cluster/forward.h"
 
@@ -23,33 +40,177 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 /* How long http_server_close waits for in-flight requests. */
 #define DRAIN_MAX_MS 10000
+/* How often the watchdog looks for slow clients, and readiness refreshes. */
+#define WATCHDOG_EVERY_MS 100
+#define READY_EVERY_MS 1000
+#define TLS_FILE_MAX (64 * 1024)
 
-struct http_server {
-    struct MHD_Daemon *mhd;
-    struct http_deps deps; /* copy; its pointers are borrowed */
-    size_t max_body;
-    atomic_int inflight;  /* requests between their headers and completion */
-    atomic_bool stopping; /* close began: new requests get 503 + close */
+struct http_server;
+
+/* One TCP connection (MHD's socket context), linked in its listener. */
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+    int64_t deadline_ms; /* monotonic; 0 = none (a handler is running) */
+    const char *phase;   /* what the deadline waits for: "header" | "body" */
 };
 
-/* Per-request state, freed in on_completed. */
+/* One listening daemon. */
+struct listener {
+    struct http_server *srv;
+    enum http_listener which;
+    const char *key; /* "http.listen" | "admin.listen" */
+    struct MHD_Daemon *mhd;
+    pthread_mutex_t mu; /* conns */
+    struct conn *conns;
+    atomic_uint_least64_t cut_header, cut_body, refused_smuggling;
+    char *tls_cert, *tls_key; /* PEM text (MHD keeps pointers) */
+};
+
+struct http_server {
+    struct listener lst[2]; /* [HTTP_PUBLIC], [HTTP_ADMIN] */
+    struct http_deps deps;  /* copy; its pointers are borrowed, ready is ours */
+    size_t max_body;
+    int64_t header_ms, body_ms, idle_ms;
+    atomic_int inflight;  /* requests between their headers and completion */
+    atomic_bool stopping; /* close began: new requests get 503 + close */
+    struct ticker *watchdog;
+};
+
+/* Per-request state: made by the URI log callback (the raw target), freed
+ * in on_completed. */
 struct req_state {
+    char *uri; /* as sent */
+    bool started;
     char *body;
     size_t len, cap;
     bool too_big;
 };
 
+/* ---- connections and the watchdog ------------------------------------------------ */
+
+static void
+conn_set_deadline(struct listener *l, struct conn *cn, int64_t after_ms, const char *phase)
+{
+    if (cn == NULL)
+        return;
+    pthread_mutex_lock(&l->mu);
+    cn->deadline_ms = after_ms > 0 ? clock_mono_us() / 1000 + after_ms : 0;
+    cn->phase = phase;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static struct conn *
+conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void
+on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+              enum MHD_ConnectionNotificationCode code)
+{
+    struct listener *l = cls;
+    struct conn *cn = *socket_context;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        cn = xcalloc(1, sizeof(*cn));
+        cn->fd = ci ? ci->connect_fd : -1;
+        cn->deadline_ms = clock_mono_us() / 1000 + l->srv->header_ms;
+        cn->phase = "header";
+        pthread_mutex_lock(&l->mu);
+        cn->next = l->conns;
+        if (l->conns)
+            l->conns->prev = cn;
+        l->conns = cn;
+        pthread_mutex_unlock(&l->mu);
+        *socket_context = cn;
+        return;
+    }
+    if (cn == NULL)
+        return;
+    /* closed: unlink before MHD closes the fd, so the watchdog never
+     * shuts a reused descriptor */
+    pthread_mutex_lock(&l->mu);
+    if (cn->prev)
+        cn->prev->next = cn->next;
+    else
+        l->conns = cn->next;
+    if (cn->next)
+        cn->next->prev = cn->prev;
+    pthread_mutex_unlock(&l->mu);
+    free(cn);
+    *socket_context = NULL;
+}
+
+/* The ticker: shuts the socket of every connection past its deadline
+ * (MHD then sees end of stream and closes it). */
+static void
+watchdog(void *arg)
+{
+    struct http_server *srv = arg;
+    int64_t now = clock_mono_us() / 1000;
+
+    for (int i = 0; i < 2; i++) {
+        struct listener *l = &srv->lst[i];
+        if (l->mhd == NULL)
+            continue;
+        pthread_mutex_lock(&l->mu);
+        for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
+            if (cn->deadline_ms == 0 || now < cn->deadline_ms || cn->fd < 0)
+                continue;
+            shutdown(cn->fd, SHUT_RDWR);
+            cn->deadline_ms = 0;
+            atomic_fetch_add(strcmp(cn->phase, "body") == 0 ? &l->cut_body : &l->cut_header, 1);
+        }
+        pthread_mutex_unlock(&l->mu);
+    }
+}
+
+/* /metrics: slow clients cut and smuggling attempts refused, per listener. */
+static void
+collect_conns(void *arg, struct metrics_text *t)
+{
+    static const char *const cut = "roomd_http_cut_total";
+    static const char *const framing = "roomd_http_framing_refused_total";
+    static const char *const names[2] = {"public", "admin"};
+    struct http_server *srv = arg;
+    char labels[64];
+
+    metrics_family(t, cut, "counter", "Connections shut for a slow header or body.");
+    for (int i = 0; i < 2; i++) {
+        snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"header\"", names[i]);
+        metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_header));
+        snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"body\"", names[i]);
+        metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_body));
+    }
+    metrics_family(t, framing, "counter",
+                   "Requests refused 400 for repeated or conflicting Content-Length / "
+                   "Transfer-Encoding.");
+    for (int i = 0; i < 2; i++) {
+        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
+        metrics_count(t, framing, labels, (uint64_t)atomic_load(&srv->lst[i].refused_smuggling));
+    }
+}
+
+/* ---- responses ------------------------------------------------------------------ */
 static enum MHD_Result
 send_response(struct MHD_Connection *c, struct http_response *resp)
 {
@@ -111,22 +272,53 @@ accumulate(struct http_server *srv, struct req_state *rs, const char *data, size
     rs->body[rs->len] = '\0';
 }
 
-/* True when the request announces a Content-Length above the limit. */
-static bool
-announced_too_big(struct http_server *srv, struct MHD_Connection *c)
-{
-    const char *cl =
-        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    char *end;
-    unsigned long long v;
+/* What the framing headers say: how many Content-Length and
+ * Transfer-Encoding headers, and whether a Content-Length is not digits. */
+struct framing {
+    int content_length, transfer_encoding;
+    bool bad_length;
+    unsigned long long length;
+};
 
-    if (cl == NULL)
-        return false;
-    errno = 0;
-    v = strtoull(cl, &end, 10);
-    if (errno != 0)
-        return true; /* does not fit: certainly too big */
-    return end != cl && v > srv->max_body;
+static enum MHD_Result
+scan_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    struct framing *f = cls;
+
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        char *end;
+        f->content_length++;
+        errno = 0;
+        f->length = strtoull(value, &end, 10);
+        if (value[0] < '0' || value[0] > '9' || *end != '\0' || errno != 0)
+            f->bad_length = true;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->transfer_encoding++;
+    }
+    return MHD_YES;
+}
+
+/* Answers 400 + close to an ambiguous framing; MHD_YES when the framing is
+ * fine (and *too_big when the announced length is above the limit). */
+static bool
+framing_ok(struct listener *l, struct MHD_Connection *c, bool *too_big, enum MHD_Result *ret)
+{
+    struct framing f = {0};
+    struct http_response resp = {0};
+
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_framing, &f);
+    *too_big = f.content_length == 1 && !f.bad_length && f.length > l->srv->max_body;
+    if (f.content_length <= 1 && !f.bad_length && !(f.content_length && f.transfer_encoding) &&
+        f.transfer_encoding <= 1)
+        return true;
+    atomic_fetch_add(&l->refused_smuggling, 1);
+    http_response_error(&resp, 400, "bad_request",
+                        "Content-Length: repeated, not a number, or with Transfer-Encoding");
+    http_response_header(&resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    *ret = send_response(c, &resp);
+    http_response_clear(&resp);
+    return false;
 }
 
 /* http_query_fn over MHD: ctx is the connection. */
@@ -136,8 +328,50 @@ query_arg(void *ctx, const char *name)
     return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
 }
 
+/* MHD_OPTION_URI_LOG_CALLBACK: keeps the request target as sent; the
+ * result becomes the request's *con_cls. */
+static void *
+on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    struct req_state *rs = xcalloc(1, sizeof(*rs));
+
+    (void)cls;
+    (void)c;
+    rs->uri = xstrdup(uri ? uri : "");
+    return rs;
+}
+
+/* The first call of a request (headers in): limits and framing. Returns
+ * MHD_YES to read the body, or the result of an answer already queued. */
+static enum MHD_Result
+on_headers(struct listener *l, struct MHD_Connection *c, struct req_state *rs)
+{
+    struct http_server *srv = l->srv;
+    struct http_response resp = {0};
+    enum MHD_Result ret = MHD_YES;
+    bool too_big = false;
+
+    rs->started = true;
+    atomic_fetch_add(&srv->inflight, 1);
+    conn_set_deadline(l, conn_of(c), srv->body_ms, "body");
+    if (atomic_load(&srv->stopping)) {
+        http_response_error(&resp, 503, "unavailable", "server is shutting down");
+        http_response_header(&resp, MHD_HTTP_HEADER_CONNECTION, "close");
+        ret = send_response(c, &resp);
+        http_response_clear(&resp);
+        return ret;
+    }
+    if (!framing_ok(l, c, &too_big, &ret))
+        return ret;
+    if (too_big) {
+        rs->too_big = true;
+        return send_too_big(srv, c);
+    }
+    return MHD_YES;
+}
+
 /*
- * MHD calls this once when the headers are in (*con_cls == NULL), then once
+ * MHD calls this once when the headers are in (rs->started false), then once
  * per piece of body (*upload_data_size > 0), then once more with nothing
  * left: that last call answers.
  */
@@ -145,40 +379,30 @@ static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
            const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
-    struct http_server *srv = cls;
+    struct listener *l = cls;
+    struct http_server *srv = l->srv;
     struct req_state *rs = *con_cls;
     struct http_response resp = {0};
     enum MHD_Result ret;
 
     (void)version;
-    if (rs == NULL) {
-        rs = xcalloc(1, sizeof(*rs));
-        *con_cls = rs;
-        atomic_fetch_add(&srv->inflight, 1);
-        if (atomic_load(&srv->stopping)) {
-            http_response_error(&resp, 503, "unavailable", "server is shutting down");
-            http_response_header(&resp, MHD_HTTP_HEADER_CONNECTION, "close");
-            ret = send_response(c, &resp);
-            http_response_clear(&resp);
-            return ret;
-        }
-        if (announced_too_big(srv, c)) {
-            rs->too_big = true;
-            return send_too_big(srv, c);
-        }
-        return MHD_YES;
-    }
+    if (rs == NULL) /* no URI callback ran: cannot happen with MHD >= 0.9.40 */
+        *con_cls = rs = on_uri(NULL, url, c);
+    if (!rs->started)
+        return on_headers(l, c, rs);
     if (*upload_data_size > 0) {
         accumulate(srv, rs, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
+    conn_set_deadline(l, conn_of(c), 0, "handler");
     if (rs->too_big)
         return send_too_big(srv, c);
 
     struct http_request req = {
+        .listener = l->which,
         .method = method,
-        .path = url,
+        .path = rs->uri,
         .app_header = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-App-Code"),
         .authorization =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
@@ -200,16 +424,19 @@ static void
 on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
              enum MHD_RequestTerminationCode toe)
 {
-    struct http_server *srv = cls;
+    struct listener *l = cls;
     struct req_state *rs = *con_cls;
 
-    (void)c;
     (void)toe;
+    /* keep-alive: the next request's headers get the idle time plus their own */
+    conn_set_deadline(l, conn_of(c), l->srv->idle_ms + l->srv->header_ms, "header");
     if (rs != NULL) {
+        if (rs->started)
+            atomic_fetch_sub(&l->srv->inflight, 1);
+        free(rs->uri);
         free(rs->body);
         free(rs);
         *con_cls = NULL;
-        atomic_fetch_sub(&srv->inflight, 1);
     }
 }
 
@@ -285,39 +512,174 @@ listen_on(const char *listen_addr, char *err, size_t errlen)
     return fd;
 }
 
+/* Reads a PEM file (cert or key) for MHD's TLS. NULL with err when it cannot. */
+static char *
+read_pem(const char *key, const char *file, char *err, size_t errlen)
+{
+    FILE *f = fopen(file, "r");
+    char *buf;
+    size_t n;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot open %s", key, file);
+        return NULL;
+    }
+    buf = xmalloc(TLS_FILE_MAX);
+    n = fread(buf, 1, TLS_FILE_MAX - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (n == 0 || strstr(buf, "-----BEGIN") == NULL) {
+        snprintf(err, errlen, "%s: %s is not PEM", key, file);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* What one listener is configured with. */
+struct listener_conf {
+    const char *listen, *key, *cert_file, *key_file, *cert_key, *key_key;
+    int max_connections, per_ip;
+};
+
+/* Binds and starts one daemon. Returns 0, or ROOMD_EUNAVAIL / EINVAL with err. */
+static int
+listener_start(struct http_server *srv, enum http_listener which, const struct listener_conf *lc,
+               unsigned int idle_s, char *err, size_t errlen)
+{
+    struct listener *l = &srv->lst[which];
+    struct MHD_OptionItem opts[16];
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    char why[200];
+    int n = 0, fd;
+
+    l->srv = srv;
+    l->which = which;
+    l->key = lc->key;
+    pthread_mutex_init(&l->mu, NULL);
+    if (lc->cert_file[0] != '\0') {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            snprintf(err, errlen, "%s: this libmicrohttpd has no TLS", lc->cert_key);
+            return ROOMD_EINVAL;
+        }
+        if ((l->tls_cert = read_pem(lc->cert_key, lc->cert_file, err, errlen)) == NULL ||
+            (l->tls_key = read_pem(lc->key_key, lc->key_file, err, errlen)) == NULL)
+            return ROOMD_EINVAL;
+        flags |= MHD_USE_TLS;
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, l->tls_cert};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, l->tls_key};
+    }
+    fd = listen_on(lc->listen, why, sizeof(why));
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", lc->key, why);
+        return ROOMD_EUNAVAIL;
+    }
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, fd, NULL};
+    opts[n++] =
+        (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, (intptr_t)lc->max_connections, NULL};
+    if (lc->per_ip > 0)
+        opts[n++] =
+            (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)lc->per_ip, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_s, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    l->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        l, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    if (l->mhd == NULL) {
+        snprintf(err, errlen, "%s: %s: libmicrohttpd did not start", lc->key, lc->listen);
+        close(fd);
+        return ROOMD_EUNAVAIL;
+    }
+    return 0;
+}
+
+/* Stops accepting on both listeners, lets in-flight requests answer, stops. */
+static void
+listeners_stop(struct http_server *srv)
+{
+    struct timespec tick = {0, 5 * 1000 * 1000};
+
+    /* MHD_stop_daemon alone would shut in-flight sockets down mid-request */
+    atomic_store(&srv->stopping, true);
+    for (int i = 0; i < 2; i++) {
+        if (srv->lst[i].mhd == NULL)
+            continue;
+        MHD_socket lfd = MHD_quiesce_daemon(srv->lst[i].mhd);
+        if (lfd != MHD_INVALID_SOCKET)
+            close(lfd);
+    }
+    for (int waited = 0; atomic_load(&srv->inflight) > 0 && waited < DRAIN_MAX_MS; waited += 5)
+        nanosleep(&tick, NULL);
+    if (atomic_load(&srv->inflight) > 0)
+        log_warn("http", "closing with requests in flight", "n=%d", atomic_load(&srv->inflight));
+    for (int i = 0; i < 2; i++) {
+        struct listener *l = &srv->lst[i];
+        if (l->mhd != NULL)
+            MHD_stop_daemon(l->mhd);
+        if (l->srv != NULL)
+            pthread_mutex_destroy(&l->mu);
+        free(l->tls_cert);
+        free(l->tls_key);
+    }
+}
+
 int
 http_server_open(struct http_server **out, const struct http_deps *d, char *err, size_t errlen)
 {
     const struct conf_http *hc = &d->conf->http;
+    const struct conf_admin *ac = &d->conf->admin;
     struct http_server *srv;
-    unsigned int timeout_s = 0;
-    int fd;
+    unsigned int idle_s = 0;
+    int rc;
 
     *out = NULL;
-    fd = listen_on(hc->listen, err, errlen);
-    if (fd < 0)
-        return ROOMD_EUNAVAIL;
     srv = xcalloc(1, sizeof(*srv));
     srv->deps = *d;
     srv->max_body = hc->max_body_bytes > 0 ? (size_t)hc->max_body_bytes : 1048576;
-    if (hc->request_timeout_ms > 0)
-        timeout_s = (unsigned int)((hc->request_timeout_ms + 999) / 1000);
+    srv->header_ms = hc->header_timeout_ms > 0 ? hc->header_timeout_ms : 10000;
+    srv->body_ms = hc->body_timeout_ms > 0 ? hc->body_timeout_ms : 30000;
+    srv->idle_ms = hc->request_timeout_ms > 0 ? hc->request_timeout_ms : 30000;
+    idle_s = (unsigned int)((srv->idle_ms + 999) / 1000);
 
-    srv->mhd =
-        MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                             MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-                         srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned int)(hc->max_connections > 0 ? hc->max_connections : 1024),
-                         MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, srv, MHD_OPTION_END);
-    if (srv->mhd == NULL) {
-        snprintf(err, errlen, "%s: libmicrohttpd did not start", hc->listen);
-        close(fd);
+    const struct listener_conf pub = {
+        hc->listen,
+        "http.listen",
+        hc->tls_cert_file ? hc->tls_cert_file : "",
+        hc->tls_key_file ? hc->tls_key_file : "",
+        "http.tls.cert_file",
+        "http.tls.key_file",
+        hc->max_connections > 0 ? hc->max_connections : 1024,
+        hc->max_connections_per_ip,
+    };
+    const struct listener_conf adm = {
+        ac->listen ? ac->listen : "127.0.0.1:8081",
+        "admin.listen",
+        ac->tls_cert_file ? ac->tls_cert_file : "",
+        ac->tls_key_file ? ac->tls_key_file : "",
+        "admin.tls.cert_file",
+        "admin.tls.key_file",
+        ac->max_connections > 0 ? ac->max_connections : 64,
+        0, /* the operator's own: no per-IP cap */
+    };
+    if ((rc = http_ready_start(&srv->deps.ready, d->store, d->health, READY_EVERY_MS)) != 0) {
+        snprintf(err, errlen, "http.listen: cannot start the readiness refresh");
         free(srv);
-        return ROOMD_EUNAVAIL;
+        return rc;
+    }
+    if ((rc = listener_start(srv, HTTP_PUBLIC, &pub, idle_s, err, errlen)) != 0 ||
+        (rc = listener_start(srv, HTTP_ADMIN, &adm, idle_s, err, errlen)) != 0 ||
+        (rc = ticker_start(&srv->watchdog, WATCHDOG_EVERY_MS, watchdog, srv)) != 0) {
+        if (rc == ROOMD_ENOMEM)
+            snprintf(err, errlen, "http.listen: cannot start the watchdog");
+        listeners_stop(srv);
+        http_ready_stop(srv->deps.ready);
+        free(srv);
+        return rc;
     }
     http_metrics_register(&srv->deps);
+    metrics_add_collector(collect_conns, srv);
     *out = srv;
     return 0;
 }
@@ -325,22 +687,12 @@ http_server_open(struct http_server **out, const struct http_deps *d, char *err,
 void
 http_server_close(struct http_server *srv)
 {
-    MHD_socket lfd;
-    struct timespec tick = {0, 5 * 1000 * 1000};
-
     if (srv == NULL)
         return;
-    /* Stop accepting, let in-flight requests answer (MHD_stop_daemon would
-     * shut their sockets down mid-request), then stop and join. */
-    atomic_store(&srv->stopping, true);
-    lfd = MHD_quiesce_daemon(srv->mhd);
-    if (lfd != MHD_INVALID_SOCKET)
-        close(lfd);
-    for (int waited = 0; atomic_load(&srv->inflight) > 0 && waited < DRAIN_MAX_MS; waited += 5)
-        nanosleep(&tick, NULL);
-    if (atomic_load(&srv->inflight) > 0)
-        log_warn("http", "closing with requests in flight", "n=%d", atomic_load(&srv->inflight));
-    MHD_stop_daemon(srv->mhd);
+    ticker_stop(srv->watchdog); /* before the listeners' locks go */
+    listeners_stop(srv);
+    metrics_remove_collector(collect_conns, srv);
     http_metrics_unregister(&srv->deps);
+    http_ready_stop(srv->deps.ready);
     free(srv);
 }

@@ -16,10 +16,17 @@ struct projection;
 struct store;
 struct group_commit;
 struct http_server;
+struct auth;
+struct http_ready;
+
+/* The two listeners: the public API (http.listen) and the operator's
+ * (admin.listen: /internal/v1/..., /metrics, readiness details, top-up). */
+enum http_listener { HTTP_PUBLIC = 0, HTTP_ADMIN = 1 };
 struct node_health;
 
 /* Borrowed; must outlive the server. projection and gc may be NULL (gc only
- * feeds the group commit counters of /metrics). */
+ * feeds the group commit counters of /metrics); auth NULL = auth.mode none.
+ * ready is the server's own (http_server_open sets it in its copy). */
 struct http_deps {
     const struct conf *conf;
     struct room_service *rooms;
@@ -27,11 +34,16 @@ struct http_deps {
     struct projection *projection;
     struct store *store;
     struct group_commit *gc;
+    struct auth *auth;
     const struct node_health *health; /* /readyz checks besides the store; NULL = none */
+    struct http_ready *ready;
 };
 
-/* Binds conf->http.listen and starts serving. Returns 0 and *out, or
- * ROOMD_EUNAVAIL with err ("bind 127.0.0.1:8080: Address in use"). Thread: main. */
+/* Binds conf->http.listen and conf->admin.listen and starts serving both
+ * (each its own connection limits), the readiness refresh and the watchdog
+ * cutting slow clients (http.header_timeout, http.body_timeout). Returns 0
+ * and *out, or ROOMD_EUNAVAIL / ROOMD_EINVAL with err naming the key
+ * ("admin.listen: bind 127.0.0.1:8081: Address in use"). Thread: main. */
 int http_server_open(struct http_server **out, const struct http_deps *d, char *err, size_t errlen);
 /* Stops accepting, waits for in-flight requests, frees. NULL is a no-op. */
 void http_server_close(struct http_server *srv);

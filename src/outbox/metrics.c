@@ -2,8 +2,9 @@
  * metrics.c: every roomd_outbox_* line of GET /metrics, written with the
  * exposition helper of metrics/metrics.h: the workers' counters (a collector
  * outbox_open adds and outbox_close removes) and the room_outbox table by
- * status (outbox_metrics_rows, which the HTTP collector calls: the table is
- * there whether or not this process runs workers). docs/http.md lists them.
+ * status (outbox_metrics_rows, which the HTTP collector calls with the counts
+ * of its readiness cache: the table is there whether or not this process runs
+ * workers). docs/http.md lists them.
  */
 #include "outbox/internal.h"
 
@@ -95,7 +96,7 @@ outbox_collect_metrics(void *arg, struct metrics_text *t)
 }
 
 void
-outbox_metrics_rows(struct store *store, struct metrics_text *t)
+outbox_metrics_rows(const struct outbox_counts *c, struct metrics_text *t)
 {
     /* Store-wide: every node reads the same table, so the lines carry
      * scope="store" and are aggregated with max(), never sum() (docs/cluster.md). */
@@ -103,11 +104,9 @@ outbox_metrics_rows(struct store *store, struct metrics_text *t)
         "scope=\"store\",status=\"pending\"", "scope=\"store\",status=\"delivering\"",
         "scope=\"store\",status=\"delivered\"", "scope=\"store\",status=\"retryable\"",
         "scope=\"store\",status=\"failed\""};
-    struct outbox_counts oc;
+    const struct outbox_counts oc = *c;
     double age = 0;
 
-    if (store_outbox_counts(store, &oc) != 0)
-        return;
     const int64_t n[] = {oc.pending, oc.delivering, oc.delivered, oc.retryable, oc.failed};
     metrics_family(t, "roomd_outbox_rows", "gauge",
                    "room_outbox rows by status (store-wide: aggregate with max()).");

@@ -69,12 +69,14 @@ void outbox_stats(struct outbox *ob, struct outbox_stats *out);
  * edge), or 0 when there are no samples. */
 int64_t outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p);
 
-/* Appends the room_outbox table's lines to t: roomd_outbox_rows{status} and
- * roomd_outbox_oldest_undelivered_seconds (nothing when the store cannot
- * count). For the HTTP /metrics collector: the table exists whether or not
- * this process runs workers. Thread: any; blocks on one store query. */
+/* Appends the room_outbox table's lines for counts c (store_outbox_counts) to
+ * t: roomd_outbox_rows{status} and roomd_outbox_oldest_undelivered_seconds.
+ * For the HTTP /metrics collector, which passes the counts of its readiness
+ * cache (no query per scrape): the table exists whether or not this process
+ * runs workers. Thread: any; never blocks. */
 struct metrics_text;
-void outbox_metrics_rows(struct store *store, struct metrics_text *t);
+struct outbox_counts;
+void outbox_metrics_rows(const struct outbox_counts *c, struct metrics_text *t);
 
 /* Stops the workers after their current batch and joins them. Rows they
  * had claimed but not completed are reclaimed after their lock expires.

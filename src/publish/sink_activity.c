@@ -140,8 +140,8 @@ activity_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline
         snprintf(err, errlen, "activity: publish deadline passed");
         return ROOMD_EUNAVAIL;
     }
-    st = rpc_unary(a->channel, CONSUME_METHOD, ev->envelope, ev->envelope_len, left, NULL, NULL,
-                   detail, sizeof(detail));
+    st = rpc_unary(a->channel, CONSUME_METHOD, ev->envelope, ev->envelope_len, NULL, 0, left, NULL,
+                   NULL, detail, sizeof(detail));
     if (st != GRPC_STATUS_OK)
         snprintf(err, errlen, "activity %s: %.200s", rpc_status_name(st), detail);
     return status_rc(st);

@@ -11,6 +11,7 @@
 #include "core/curl_pool.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/secret.h"
 #include "core/xmalloc.h"
 #include "publish/tim_limit.h"
 #include "publish/tim_usersig.h"
@@ -84,45 +85,12 @@ tim_classify(int code)
 
 /* ---- secret key ------------------------------------------------------------------ */
 
-/* Reads the key into buf from the env variable or the file (trailing
- * whitespace trimmed). Returns 0 or ROOMD_EINVAL with err (no key text). */
+/* Reads the key into buf (core/secret.h). Returns 0 or ROOMD_EINVAL with err. */
 static int
 load_key(const char *env, const char *file, char *buf, size_t len, char *err, size_t errlen)
 {
-    const char *v = (env && env[0]) ? getenv(env) : NULL;
-    size_t n;
-
-    if (v != NULL && v[0] != '\0') {
-        if (strlen(v) >= len) {
-            snprintf(err, errlen, "tencent_im.secret_key_env: $%s is too long", env);
-            return ROOMD_EINVAL;
-        }
-        strcpy(buf, v);
-    } else if (file && file[0]) {
-        FILE *f = fopen(file, "r");
-        if (f == NULL) {
-            snprintf(err, errlen, "tencent_im.secret_key_file: cannot open %s", file);
-            return ROOMD_EINVAL;
-        }
-        n = fread(buf, 1, len - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-    } else {
-        snprintf(err, errlen,
-                 "tencent_im.secret_key_env: %s%s%s is empty and no "
-                 "secret_key_file is set",
-                 env && env[0] ? "$" : "", env ? env : "", env && env[0] ? "" : "(unset)");
-        return ROOMD_EINVAL;
-    }
-    n = strlen(buf);
-    while (n > 0 &&
-           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-        buf[--n] = '\0';
-    if (n == 0) {
-        snprintf(err, errlen, "tencent_im: the secret key is empty");
-        return ROOMD_EINVAL;
-    }
-    return 0;
+    return secret_load("tencent_im.secret_key_env", env, "tencent_im.secret_key_file", file, buf,
+                       len, err, errlen);
 }
 
 /* ---- open / close ---------------------------------------------------------------- */

@@ -104,6 +104,13 @@ id_ok(const char *s, size_t maxlen)
     return 1;
 }
 
+/* A room id: an id that is not "." or ".." (a path segment of its own). */
+static int
+room_id_ok(const char *s)
+{
+    return id_ok(s, ROOM_ID_MAX) && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
 /* Finds field in o: 0 and *v, 1 when absent and optional, or ROOMD_EINVAL
  * (e set) when absent and required. The get_* readers below start here. */
 static int
@@ -329,7 +336,28 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
                size_t len, struct room_cmd *cmd, struct cmd_error *e)
 {
     json_error_t jerr;
-    json_t *o = NULL, *v;
+    json_t *o;
+    int rc;
+
+    o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    if (o == NULL) {
+        memset(cmd, 0, sizeof(*cmd));
+        memset(e, 0, sizeof(*e));
+        cmd->seat = -1;
+        cmd->type = type;
+        return fail(e, "body", "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                    jerr.text);
+    }
+    rc = room_cmd_parse_json(type, app, path_room_id, o, cmd, e);
+    json_decref(o);
+    return rc;
+}
+
+int
+room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_room_id,
+                    struct json_t *o, struct room_cmd *cmd, struct cmd_error *e)
+{
+    json_t *v;
     const char *key;
     char body_room[STORE_ID_MAX] = "";
     int rc;
@@ -343,16 +371,9 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
     if (app == NULL || !id_ok(app, STORE_ID_MAX - 1))
         return fail(e, "app_code", "must be 1..%d characters [A-Za-z0-9_.:-]", STORE_ID_MAX - 1);
     strlcpy_(cmd->app_code, app, sizeof(cmd->app_code));
-    if (path_room_id != NULL && !id_ok(path_room_id, ROOM_ID_MAX)) {
-        rc =
-            fail(e, "room_id", "must be a string of 1..%d characters [A-Za-z0-9_.:-]", ROOM_ID_MAX);
-        goto out;
-    }
-
-    o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
-    if (o == NULL) {
-        rc = fail(e, "body", "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
-                  jerr.text);
+    if (path_room_id != NULL && !room_id_ok(path_room_id)) {
+        rc = fail(e, "room_id", "must be a string of 1..%d characters [A-Za-z0-9_.:-], not . or ..",
+                  ROOM_ID_MAX);
         goto out;
     }
     if (!json_is_object(o)) {
@@ -379,6 +400,10 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
     rc = get_id(o, "room_id", ROOM_ID_MAX, 0, body_room, sizeof(body_room), e);
     if (rc < 0)
         goto out;
+    if (rc == 0 && !room_id_ok(body_room)) {
+        rc = fail(e, "room_id", "must not be . or ..");
+        goto out;
+    }
     if (path_room_id != NULL) {
         if (rc == 0 && strcmp(body_room, path_room_id) != 0) {
             rc = fail(e, "room_id", "does not match the room in the path");
@@ -399,7 +424,6 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
     cmd->request = canonical_request(cmd);
     rc = 0;
 out:
-    json_decref(o);
     if (rc != 0) {
         free(cmd->request);
         cmd->request = NULL;

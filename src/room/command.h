@@ -81,6 +81,11 @@ struct cmd_error {
  */
 int room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_id,
                    const char *body, size_t len, struct room_cmd *cmd, struct cmd_error *e);
+/* As room_cmd_parse, for a body the caller already parsed (jansson object,
+ * borrowed): the HTTP handler parses once to tell invalid_json apart. */
+struct json_t;
+int room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_room_id,
+                        struct json_t *body, struct room_cmd *cmd, struct cmd_error *e);
 void room_cmd_clear(struct room_cmd *cmd);
 
 /*

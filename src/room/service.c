@@ -66,6 +66,8 @@ room_reply_error(struct room_reply *r, int status, const char *code, const char 
 {
     json_t *o = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message);
 
+    if (r->owner[0] != '\0') /* not_owner: where the room lives */
+        json_object_set_new(json_object_get(o, "error"), "owner", json_string(r->owner));
     free(r->body);
     r->status = status;
     r->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);

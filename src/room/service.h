@@ -77,7 +77,8 @@ struct room_reply {
 };
 void room_reply_clear(struct room_reply *r);
 /* Sets *r to status with the error body {"error":{"code":..,"message":..}}
- * (ARCHITECTURE §6), freeing a previous body. */
+ * (ARCHITECTURE §6), plus "owner" when r->owner is set (not_owner), freeing
+ * a previous body. */
 void room_reply_error(struct room_reply *r, int status, const char *code, const char *message);
 
 /* Starts the service (cells, idle eviction, the rocket timer rebuilt from

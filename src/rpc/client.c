@@ -58,8 +58,9 @@ rpc_buffer_copy(grpc_byte_buffer *bb, size_t *len)
 }
 
 grpc_status_code
-rpc_unary(grpc_channel *ch, const char *method, const void *req, size_t len, int64_t timeout_ms,
-          uint8_t **resp, size_t *resp_len, char *details, size_t dlen)
+rpc_unary(grpc_channel *ch, const char *method, const void *req, size_t len, grpc_metadata *md,
+          size_t nmd, int64_t timeout_ms, uint8_t **resp, size_t *resp_len, char *details,
+          size_t dlen)
 {
     gpr_timespec deadline =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
@@ -86,6 +87,8 @@ rpc_unary(grpc_channel *ch, const char *method, const void *req, size_t len, int
 
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = nmd;
+    ops[0].data.send_initial_metadata.metadata = md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = out;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -13,16 +13,16 @@
 
 /*
  * Calls method ("/pkg.Service/Method") on ch with the request bytes req (len;
- * borrowed) and waits for its status, at most timeout_ms (the call's
- * deadline). Returns the status: GRPC_STATUS_OK, the server's, or
+ * borrowed) and the nmd metadata md (borrowed; NULL when nmd is 0), and waits for its status, at
+ * most timeout_ms (the call's deadline). Returns the status: GRPC_STATUS_OK, the server's, or
  * DEADLINE_EXCEEDED / UNAVAILABLE from gRPC itself; details gets the status
  * message ("" when none; truncated to dlen). When resp is not NULL, *resp
  * receives the answer bytes (malloc'd, the caller frees; NULL when none) and
  * *resp_len their length. Thread: any (a completion queue per call); blocks.
  */
 grpc_status_code rpc_unary(grpc_channel *ch, const char *method, const void *req, size_t len,
-                           int64_t timeout_ms, uint8_t **resp, size_t *resp_len, char *details,
-                           size_t dlen);
+                           grpc_metadata *md, size_t nmd, int64_t timeout_ms, uint8_t **resp,
+                           size_t *resp_len, char *details, size_t dlen);
 
 /* The bytes of bb in one malloc'd buffer (the caller frees; bb stays the
  * caller's) and *len. Thread: any. */

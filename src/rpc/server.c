@@ -43,6 +43,7 @@ struct method {
     const ProtobufCMessageDescriptor *in, *out;
     const char *http_method; /* "POST" | "GET" */
     const char *route;       /* "{room_id}" and "{uid}" come from the message's fields */
+    enum http_listener on;   /* whose auth: a JWT (public) or the admin token (internal) */
 };
 
 #define SVC "/roomd.v1.RoomService/"
@@ -50,29 +51,30 @@ struct method {
 
 static const struct method methods[] = {
     {SVC "CreateRoom", &roomd__v1__create_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms"},
+     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms", HTTP_PUBLIC},
     {SVC "JoinRoom", &roomd__v1__join_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/join"},
+     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/join", HTTP_PUBLIC},
     {SVC "LeaveRoom", &roomd__v1__leave_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/leave"},
+     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/leave", HTTP_PUBLIC},
     {SVC "MicUp", &roomd__v1__mic_up_request__descriptor, &roomd__v1__command_reply__descriptor,
-     "POST", "/v1/rooms/{room_id}/mic/up"},
+     "POST", "/v1/rooms/{room_id}/mic/up", HTTP_PUBLIC},
     {SVC "MicDown", &roomd__v1__mic_down_request__descriptor, &roomd__v1__command_reply__descriptor,
-     "POST", "/v1/rooms/{room_id}/mic/down"},
+     "POST", "/v1/rooms/{room_id}/mic/down", HTTP_PUBLIC},
     {SVC "SendGift", &roomd__v1__send_gift_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/gifts"},
+     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/gifts", HTTP_PUBLIC},
     {SVC "KickUser", &roomd__v1__kick_user_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/kick"},
+     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/kick", HTTP_PUBLIC},
     {SVC "CloseRoom", &roomd__v1__close_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/close"},
+     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/close", HTTP_PUBLIC},
     {ISVC "LaunchRocket", &roomd__v1__launch_rocket_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/internal/v1/rooms/{room_id}/rocket/launch"},
+     &roomd__v1__command_reply__descriptor, "POST", "/internal/v1/rooms/{room_id}/rocket/launch",
+     HTTP_ADMIN},
     {SVC "GetRoom", &roomd__v1__get_room_request__descriptor, &roomd__v1__room__descriptor, "GET",
-     "/v1/rooms/{room_id}"},
+     "/v1/rooms/{room_id}", HTTP_PUBLIC},
     {SVC "ListRooms", &roomd__v1__list_rooms_request__descriptor, &roomd__v1__room_list__descriptor,
-     "GET", "/v1/rooms"},
+     "GET", "/v1/rooms", HTTP_PUBLIC},
     {SVC "GetPresence", &roomd__v1__get_presence_request__descriptor,
-     &roomd__v1__presence__descriptor, "GET", "/v1/users/{uid}/presence"},
+     &roomd__v1__presence__descriptor, "GET", "/v1/users/{uid}/presence", HTTP_PUBLIC},
 };
 #define NMETHODS (sizeof(methods) / sizeof(methods[0]))
 
@@ -127,23 +129,48 @@ query_get(void *ctx, const char *name)
     return NULL;
 }
 
-/* The value of metadata key (lower case) as a C string into out: 1, or 0
- * when absent, -1 when it does not fit outlen. */
+/* The value of metadata key (lower case), NULL when absent. */
+static const grpc_slice *
+md_find(const grpc_metadata_array *md, const char *key)
+{
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_slice *k = &md->metadata[i].key;
+        if (GRPC_SLICE_LENGTH(*k) == strlen(key) &&
+            memcmp(GRPC_SLICE_START_PTR(*k), key, GRPC_SLICE_LENGTH(*k)) == 0)
+            return &md->metadata[i].value;
+    }
+    return NULL;
+}
+
+/* The value of metadata key as a C string into out: 1, or 0 when absent, -1
+ * when it does not fit outlen. */
 static int
 md_get(const grpc_metadata_array *md, const char *key, char *out, size_t outlen)
 {
-    for (size_t i = 0; i < md->count; i++) {
-        const grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
-        if (GRPC_SLICE_LENGTH(k) != strlen(key) ||
-            memcmp(GRPC_SLICE_START_PTR(k), key, GRPC_SLICE_LENGTH(k)) != 0)
-            continue;
-        if (GRPC_SLICE_LENGTH(v) >= outlen)
-            return -1;
-        memcpy(out, GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v));
-        out[GRPC_SLICE_LENGTH(v)] = '\0';
-        return 1;
-    }
-    return 0;
+    const grpc_slice *v = md_find(md, key);
+
+    if (v == NULL)
+        return 0;
+    if (GRPC_SLICE_LENGTH(*v) >= outlen)
+        return -1;
+    memcpy(out, GRPC_SLICE_START_PTR(*v), GRPC_SLICE_LENGTH(*v));
+    out[GRPC_SLICE_LENGTH(*v)] = '\0';
+    return 1;
+}
+
+/* A copy of the value of metadata key (malloc'd), NULL when absent. */
+static char *
+md_dup(const grpc_metadata_array *md, const char *key)
+{
+    const grpc_slice *v = md_find(md, key);
+    char *out;
+
+    if (v == NULL)
+        return NULL;
+    out = xmalloc(GRPC_SLICE_LENGTH(*v) + 1);
+    memcpy(out, GRPC_SLICE_START_PTR(*v), GRPC_SLICE_LENGTH(*v));
+    out[GRPC_SLICE_LENGTH(*v)] = '\0';
+    return out;
 }
 
 /* ==== Status and details ==== */
@@ -320,7 +347,8 @@ build_path(const struct method *m, json_t *fields, char *path, size_t len, struc
 struct built {
     struct http_request req;
     char path[256];
-    char app[64]; /* X-App-Code, validated by the router */
+    char app[64];        /* X-App-Code, validated by the router */
+    char *authorization; /* the authorization metadata, malloc'd; never logged */
     char *body;
     struct query q;
 };
@@ -330,6 +358,11 @@ request_clear(struct built *b)
 {
     free(b->body);
     b->body = NULL;
+    if (b->authorization != NULL) {
+        explicit_bzero(b->authorization, strlen(b->authorization));
+        free(b->authorization);
+        b->authorization = NULL;
+    }
 }
 
 /* The command's idempotency-key metadata: becomes its command_id (one given
@@ -377,8 +410,11 @@ to_request(const struct method *m, const uint8_t *data, size_t len, const grpc_m
     fields = pbjson_from_message(msg);
     protobuf_c_message_free_unpacked(msg, NULL);
     memset(&b->req, 0, sizeof(b->req));
+    b->req.listener = m->on;
     b->req.method = m->http_method;
     b->req.path = b->path;
+    b->authorization = md_dup(md, "authorization");
+    b->req.authorization = b->authorization;
     switch (md_get(md, "x-app-code", b->app, sizeof(b->app))) {
     case 1:
         b->req.app_header = b->app;

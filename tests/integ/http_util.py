@@ -93,7 +93,7 @@ def close(rd, room_id, operator_uid, **kw):
 
 
 def launch(rd, room_id, body, app=None):
-    return rd.post(f"/internal/v1/rooms/{room_id}/rocket/launch", body, headers=_app(app))
+    return rd.admin_post(f"/internal/v1/rooms/{room_id}/rocket/launch", body, headers=_app(app))
 
 
 def get_room(rd, room_id, app=None):
@@ -149,7 +149,7 @@ def wait_events(rd, room_id, n, timeout=10):
 
 
 def metrics(rd):
-    st, hd, text = rd.http("GET", "/metrics")
+    st, hd, text = rd.admin("GET", "/metrics")
     assert st == 200, st
     assert hd.get("Content-Type", "").startswith("text/plain"), hd
     out = {}

@@ -256,7 +256,7 @@ def readiness(cl):
         cl.nats.kill(n)
     try:
         def degraded(rd):
-            st, _, js = rd.http("GET", "/readyz")
+            st, _, js = rd.admin("GET", "/readyz")
             return st == 200 and js["status"] == "degraded" and \
                 js["checks"]["broker"].startswith("down") and js
         for rd in cl.nodes[:2]:
@@ -282,7 +282,7 @@ def readiness(cl):
     cfg["projection"]["driver"] = "memory"
     r = Roomd(cfg, tmp=d).start()
     try:
-        st, _, js = r.http("GET", "/readyz")
+        st, _, js = r.admin("GET", "/readyz")
         assert st == 503 and js["status"] == "unavailable", (st, js)
         assert js["checks"]["lease"].startswith("down") and js["checks"]["store"] == "ok", js
         st, _, _ = hu.create(r, hu.room_name("nr"))

@@ -192,24 +192,25 @@ def test_validation_names_the_field():
         [(f"/internal/v1/rooms/{rid}/rocket/launch",
           {"rocket_id": "r", "level": 1, "launch_at_ms": 5})]
     for path, fields in cases:
+        post = rd.admin_post if path.startswith("/internal/") else rd.post
         full = dict(fields, command_id=hu.cid("val"))
         for name in full:
             if name in OPTIONAL:
                 continue
             missing = {k: x for k, x in full.items() if k != name}
-            hu.expect_error(rd.post(path, missing), 400, "invalid_argument", name,
+            hu.expect_error(post(path, missing), 400, "invalid_argument", name,
                             what=f"{path} without {name}")
             wrong = dict(full)
             wrong[name] = [] if isinstance(full[name], str) else "x"
-            hu.expect_error(rd.post(path, wrong), 400, "invalid_argument", name,
+            hu.expect_error(post(path, wrong), 400, "invalid_argument", name,
                             what=f"{path} with ill-typed {name}")
-        hu.expect_error(rd.post(path, dict(full, surprise=1)), 400, "invalid_argument",
+        hu.expect_error(post(path, dict(full, surprise=1)), 400, "invalid_argument",
                         "surprise", what=f"{path} with an unknown field")
-        hu.expect_error(rd.post(path, None, raw='{"command_id": "x",'), 400, "invalid_json",
+        hu.expect_error(post(path, None, raw='{"command_id": "x",'), 400, "invalid_json",
                         what=f"{path} with bad JSON")
-        hu.expect_error(rd.post(path, None, raw=''), 400, "invalid_json",
+        hu.expect_error(post(path, None, raw=''), 400, "invalid_json",
                         what=f"{path} with no body")
-        hu.expect_error(rd.post(path, None, raw='[1,2]'), 400, what=f"{path} with an array")
+        hu.expect_error(post(path, None, raw='[1,2]'), 400, what=f"{path} with an array")
     # negative / zero / out of range values
     hu.expect_error(hu.join(rd, rid, 0), 400, field="uid")
     hu.expect_error(hu.join(rd, rid, -5), 400, field="uid")
@@ -282,7 +283,7 @@ def test_insufficient_balance_402_commits_nothing():
     time.sleep(0.6)  # > poll_interval: an outbox row, had one been written, is delivered
     assert len(hu.room_events(rd, rid)) == n, "402 wrote an outbox row"
     # nothing was stored under the command_id: after a top-up the same id executes
-    hu.expect_ok(rd.post("/v1/wallet/topup", {"command_id": hu.cid("topup"), "uid": 901,
+    hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid("topup"), "uid": 901,
                                               "amount": 1}), "topup")
     st, hd, js = hu.gift(rd, rid, 901, 902, count=1, unit_price=price, command_id=c)
     assert st == 200 and "Idempotent-Replay" not in hd, (st, hd, js)
@@ -295,19 +296,21 @@ def test_failed_command_writes_no_outbox_row():
     hu.expect_ok(hu.join(rd, rid, 1001), "join")
     n = len(hu.wait_events(rd, rid, 2))
     assert n == 2
+    time.sleep(1.2)  # > the readiness refresh (1 s) the outbox gauges come from
     before = hu.metrics(rd)
+    evs_before = len(rd.events())
     total_before = sum(v for k, v in before.items() if k.startswith("roomd_outbox_rows{"))
     hu.expect_error(hu.join(rd, rid, 1001), 409, what="join twice")
     hu.expect_error(hu.leave(rd, rid, 1999), 409)
     hu.expect_error(hu.mic_up(rd, rid, 1999), 409)
     hu.expect_error(hu.join(rd, rid, "x"), 400)
-    time.sleep(0.6)
+    time.sleep(1.2)  # > poll_interval and > the 1 s refresh of the outbox gauges
     after = hu.metrics(rd)
     total_after = sum(v for k, v in after.items() if k.startswith("roomd_outbox_rows{"))
     assert hu.version(rd, rid) == 2
     assert len(hu.room_events(rd, rid)) == n, hu.room_events(rd, rid)
     # other tests do not run concurrently: the table did not grow
-    assert total_after == total_before, (total_before, total_after)
+    assert total_after == total_before, (total_before, total_after, rd.events()[evs_before:])
 
 
 # --- idempotency -------------------------------------------------------------------------------
@@ -528,16 +531,16 @@ def test_wallet_endpoints():
     js = hu.expect_ok(rd.http("GET", f"/v1/wallet/{uid}"))
     assert js["uid"] == uid and js["balance"] == rd.cfg["wallet"]["initial_balance"], js
     c = hu.cid("topup")
-    js = hu.expect_ok(rd.post("/v1/wallet/topup", {"command_id": c, "uid": uid, "amount": 50}))
+    js = hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": c, "uid": uid, "amount": 50}))
     assert js["balance"] == rd.cfg["wallet"]["initial_balance"] + 50, js
-    hu.expect_ok(rd.post("/v1/wallet/topup", {"command_id": c, "uid": uid, "amount": 50}))
+    hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": c, "uid": uid, "amount": 50}))
     assert hu.expect_ok(rd.http("GET", f"/v1/wallet/{uid}"))["balance"] == \
         rd.cfg["wallet"]["initial_balance"] + 50, "a repeated top-up credited twice"
-    hu.expect_error(rd.post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": uid}), 400,
+    hu.expect_error(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": uid}), 400,
                     field="amount")
-    hu.expect_error(rd.post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": "u",
+    hu.expect_error(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": "u",
                                                  "amount": 1}), 400, field="uid")
-    hu.expect_error(rd.post("/v1/wallet/topup", None, raw="{"), 400, "invalid_json")
+    hu.expect_error(rd.admin_post("/v1/wallet/topup", None, raw="{"), 400, "invalid_json")
     hu.expect_error(rd.http("GET", "/v1/wallet/abc"), 400, field="uid")
     # apps have separate wallets
     js = hu.expect_ok(rd.http("GET", f"/v1/wallet/{uid}", headers={"X-App-Code": "other"}))
@@ -547,7 +550,7 @@ def test_wallet_endpoints():
 def test_topup_disabled_404():
     rd = Roomd({"wallet": {"allow_topup": False}}).start()
     try:
-        hu.expect_error(rd.post("/v1/wallet/topup", {"command_id": "t", "uid": 1, "amount": 5}),
+        hu.expect_error(rd.admin_post("/v1/wallet/topup", {"command_id": "t", "uid": 1, "amount": 5}),
                         404, "not_found")
         hu.expect_ok(rd.http("GET", "/v1/wallet/1"))
     finally:

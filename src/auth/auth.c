@@ -1,0 +1,434 @@
+/*
+ * auth.c: the verifier of auth.h. auth_open loads the keys once;
+ * auth_verify_bearer checks the header's shape, lets libjwt verify the
+ * signature with the configured key, then checks alg, exp/nbf (+ leeway),
+ * iss, aud and reads sub/app/scope into a principal. Nothing here logs.
+ */
+#include "auth/auth.h"
+
+#include "conf/conf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/secret.h"
+#include "core/xmalloc.h"
+#include "metrics/metrics.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <jwt.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/sha.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define SECRET_MAX 4096 /* HS256 secret, admin token */
+#define PEM_MAX 16384   /* public key file */
+#define TOKEN_MAX 8192  /* a longer Authorization value is malformed */
+#define SERVICE_SCOPE "room:service"
+
+enum { LISTENER_PUBLIC, LISTENER_ADMIN, LISTENER_COUNT_ };
+
+struct auth {
+    bool none;          /* auth.mode none */
+    jwt_alg_t alg;      /* the one alg a token may use */
+    unsigned char *key; /* HS256 secret or PEM public key */
+    int key_len;
+    int64_t leeway_s;
+    char *issuer;   /* "" = not checked */
+    char *audience; /* "" = not checked */
+    bool has_admin_token;
+    unsigned char admin_digest[SHA256_DIGEST_LENGTH]; /* SHA-256 of the admin token */
+    atomic_uint_least64_t refused[LISTENER_COUNT_][AUTH_REASON_COUNT_];
+};
+
+static const char *const reason_names[AUTH_REASON_COUNT_] = {
+    "ok",         "missing",      "malformed",  "bad_signature",   "expired",   "not_yet_valid",
+    "bad_issuer", "bad_audience", "bad_claims", "bad_admin_token", "other_app", "other_uid",
+};
+static const char *const listener_names[LISTENER_COUNT_] = {"public", "admin"};
+
+const char *
+auth_reason_name(enum auth_reason r)
+{
+    return (unsigned)r < AUTH_REASON_COUNT_ ? reason_names[r] : "unknown";
+}
+
+int
+auth_reason_status(enum auth_reason r)
+{
+    if (r == AUTH_OK)
+        return 200;
+    return r >= AUTH_OTHER_APP ? 403 : 401;
+}
+
+bool
+auth_mode_none(const struct auth *a)
+{
+    return a->none;
+}
+
+/* ---- open / close ------------------------------------------------------------------ */
+
+/* Reads the PEM public key file and picks the alg from its type: RSA ->
+ * RS256, EC P-256 -> ES256. */
+static int
+load_public_key(struct auth *a, const char *file, char *err, size_t errlen)
+{
+    static const char *const key = "auth.jwt.public_key_file";
+    FILE *f = fopen(file, "r");
+    EVP_PKEY *pk;
+    char *pem;
+    size_t n;
+    int type, rc = 0;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot open %s", key, file);
+        return ROOMD_EINVAL;
+    }
+    pem = xmalloc(PEM_MAX);
+    n = fread(pem, 1, PEM_MAX - 1, f);
+    fclose(f);
+    pem[n] = '\0';
+    BIO *bio = BIO_new_mem_buf(pem, (int)n);
+    pk = bio ? PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL) : NULL;
+    BIO_free(bio);
+    type = pk ? EVP_PKEY_base_id(pk) : 0;
+    if (type == EVP_PKEY_RSA) {
+        a->alg = JWT_ALG_RS256;
+    } else if (type == EVP_PKEY_EC && EVP_PKEY_bits(pk) == 256) {
+        a->alg = JWT_ALG_ES256;
+    } else {
+        snprintf(err, errlen, "%s: %s is not a PEM RSA or EC P-256 public key", key, file);
+        rc = ROOMD_EINVAL;
+    }
+    EVP_PKEY_free(pk);
+    if (rc != 0) {
+        free(pem);
+        return rc;
+    }
+    a->key = (unsigned char *)pem;
+    a->key_len = (int)n;
+    return 0;
+}
+
+static int
+load_jwt_key(struct auth *a, const struct conf_auth *c, char *err, size_t errlen)
+{
+    char buf[SECRET_MAX];
+    int rc;
+
+    if (c->public_key_file != NULL && c->public_key_file[0] != '\0')
+        return load_public_key(a, c->public_key_file, err, errlen);
+    rc = secret_load("auth.jwt.hs256_secret_env", c->hs256_secret_env, "auth.jwt.hs256_secret_file",
+                     c->hs256_secret_file, buf, sizeof(buf), err, errlen);
+    if (rc != 0)
+        return rc;
+    if (strlen(buf) < 32) {
+        secret_wipe(buf, sizeof(buf));
+        snprintf(err, errlen, "%s: the HS256 secret must be at least 32 bytes",
+                 c->hs256_secret_env && c->hs256_secret_env[0] ? "auth.jwt.hs256_secret_env"
+                                                               : "auth.jwt.hs256_secret_file");
+        return ROOMD_EINVAL;
+    }
+    a->alg = JWT_ALG_HS256;
+    a->key_len = (int)strlen(buf);
+    a->key = (unsigned char *)xstrdup(buf);
+    secret_wipe(buf, sizeof(buf));
+    return 0;
+}
+
+static int
+load_admin_token(struct auth *a, const struct conf_admin *c, char *err, size_t errlen)
+{
+    char buf[SECRET_MAX];
+    int rc;
+
+    if ((c->token_env == NULL || c->token_env[0] == '\0') &&
+        (c->token_file == NULL || c->token_file[0] == '\0'))
+        return 0; /* conf.c allowed it: a loopback admin.listen */
+    rc = secret_load("admin.token_env", c->token_env, "admin.token_file", c->token_file, buf,
+                     sizeof(buf), err, errlen);
+    if (rc != 0)
+        return rc;
+    SHA256((const unsigned char *)buf, strlen(buf), a->admin_digest);
+    a->has_admin_token = true;
+    secret_wipe(buf, sizeof(buf));
+    return 0;
+}
+
+/* The /metrics collector: arg is the struct auth. */
+static void
+collect(void *arg, struct metrics_text *t)
+{
+    static const char *const name = "roomd_auth_refused_total";
+    struct auth *a = arg;
+    char labels[128];
+
+    metrics_family(t, name, "counter", "Requests refused 401/403 by reason.");
+    for (int l = 0; l < LISTENER_COUNT_; l++)
+        for (int r = 1; r < AUTH_REASON_COUNT_; r++) {
+            /* the admin listener checks its token only; the public one never does */
+            if ((l == LISTENER_ADMIN) != (r == AUTH_MISSING || r == AUTH_BAD_ADMIN_TOKEN) &&
+                r != AUTH_MISSING)
+                continue;
+            snprintf(labels, sizeof(labels), "listener=\"%s\",status=\"%d\",reason=\"%s\"",
+                     listener_names[l], auth_reason_status((enum auth_reason)r), reason_names[r]);
+            metrics_count(t, name, labels, (uint64_t)atomic_load(&a->refused[l][r]));
+        }
+}
+
+int
+auth_open(struct auth **out, const struct conf *conf, char *err, size_t errlen)
+{
+    struct auth *a = xcalloc(1, sizeof(*a));
+    int rc = 0;
+
+    *out = NULL;
+    a->none = strcmp(conf->auth.mode, "jwt") != 0;
+    a->leeway_s = conf->auth.leeway_ms / 1000;
+    a->issuer = xstrdup(conf->auth.issuer ? conf->auth.issuer : "");
+    a->audience = xstrdup(conf->auth.audience ? conf->auth.audience : "");
+    if (!a->none)
+        rc = load_jwt_key(a, &conf->auth, err, errlen);
+    if (rc == 0)
+        rc = load_admin_token(a, &conf->admin, err, errlen);
+    if (rc != 0) {
+        auth_close(a);
+        return rc;
+    }
+    metrics_add_collector(collect, a);
+    *out = a;
+    return 0;
+}
+
+void
+auth_close(struct auth *a)
+{
+    if (a == NULL)
+        return;
+    metrics_remove_collector(collect, a);
+    if (a->key != NULL) {
+        secret_wipe(a->key, (size_t)a->key_len);
+        free(a->key);
+    }
+    free(a->issuer);
+    free(a->audience);
+    secret_wipe(a, sizeof(*a));
+    free(a);
+}
+
+/* ---- verification ------------------------------------------------------------------ */
+
+/* The token after "Bearer " when authorization has that shape and only
+ * base64url characters and two dots; else NULL. */
+static const char *
+bearer_token(const char *authorization)
+{
+    const char *t;
+    size_t n, dots = 0;
+
+    if (strncasecmp(authorization, "Bearer ", 7) != 0)
+        return NULL;
+    t = authorization + 7;
+    while (*t == ' ')
+        t++;
+    n = strlen(t);
+    if (n == 0 || n > TOKEN_MAX)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (c == '.')
+            dots++;
+        else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '-' || c == '_'))
+            return NULL;
+    }
+    return dots == 2 ? t : NULL;
+}
+
+/* A numeric claim (exp, nbf): 0 and *v, 1 when absent, -1 when not an integer. */
+static int
+int_claim(jwt_t *j, const char *name, long *v)
+{
+    char *js = jwt_get_grants_json(j, name);
+    json_t *o;
+    int rc;
+
+    if (js == NULL)
+        return 1;
+    o = json_loads(js, JSON_DECODE_ANY, NULL);
+    free(js);
+    rc = json_is_integer(o) ? 0 : -1;
+    if (rc == 0)
+        *v = (long)json_integer_value(o);
+    json_decref(o);
+    return rc;
+}
+
+/* True when aud (a string or an array of strings) holds want. */
+static bool
+audience_ok(jwt_t *j, const char *want)
+{
+    char *js = jwt_get_grants_json(j, "aud");
+    json_t *o, *v;
+    size_t i;
+    bool ok = false;
+
+    if (js == NULL)
+        return false;
+    o = json_loads(js, JSON_DECODE_ANY, NULL);
+    free(js);
+    if (json_is_string(o))
+        ok = strcmp(json_string_value(o), want) == 0;
+    json_array_foreach(o, i, v) ok =
+        ok || (json_is_string(v) && strcmp(json_string_value(v), want) == 0);
+    json_decref(o);
+    return ok;
+}
+
+/* True when the space-separated scope holds SERVICE_SCOPE. */
+static bool
+scope_has_service(const char *scope)
+{
+    size_t n = strlen(SERVICE_SCOPE);
+
+    for (const char *p = scope; p != NULL && *p != '\0';) {
+        while (*p == ' ')
+            p++;
+        const char *e = strchr(p, ' ');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, SERVICE_SCOPE, n) == 0)
+            return true;
+        p = e;
+    }
+    return false;
+}
+
+/* sub = a positive decimal uid, app = an app code. */
+static enum auth_reason
+read_identity(jwt_t *j, struct auth_principal *p)
+{
+    const char *sub = jwt_get_grant(j, "sub");
+    const char *app = jwt_get_grant(j, "app");
+    char *end;
+    long long uid;
+
+    if (sub == NULL || sub[0] < '1' || sub[0] > '9' || app == NULL || app[0] == '\0' ||
+        strlen(app) >= sizeof(p->app))
+        return AUTH_BAD_CLAIMS;
+    errno = 0;
+    uid = strtoll(sub, &end, 10);
+    if (errno != 0 || *end != '\0' || uid <= 0)
+        return AUTH_BAD_CLAIMS;
+    for (const char *c = app; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
+            return AUTH_BAD_CLAIMS;
+    p->uid = uid;
+    strlcpy_(p->app, app, sizeof(p->app));
+    p->service = scope_has_service(jwt_get_grant(j, "scope"));
+    return AUTH_OK;
+}
+
+/* The claims of a token whose signature verified. */
+static enum auth_reason
+check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p)
+{
+    int64_t now = clock_wall_ms() / 1000;
+    long exp = 0, nbf = 0;
+    int rc;
+
+    if (jwt_get_alg(j) != a->alg)
+        return AUTH_BAD_SIGNATURE;
+    if (int_claim(j, "exp", &exp) != 0)
+        return AUTH_BAD_CLAIMS;
+    if (now > (int64_t)exp + a->leeway_s)
+        return AUTH_EXPIRED;
+    rc = int_claim(j, "nbf", &nbf);
+    if (rc < 0)
+        return AUTH_BAD_CLAIMS;
+    if (rc == 0 && now + a->leeway_s < (int64_t)nbf)
+        return AUTH_NOT_YET_VALID;
+    if (a->issuer[0] != '\0') {
+        const char *iss = jwt_get_grant(j, "iss");
+        if (iss == NULL || strcmp(iss, a->issuer) != 0)
+            return AUTH_BAD_ISSUER;
+    }
+    if (a->audience[0] != '\0' && !audience_ok(j, a->audience))
+        return AUTH_BAD_AUDIENCE;
+    return read_identity(j, p);
+}
+
+enum auth_reason
+auth_verify_bearer(const struct auth *a, const char *authorization, struct auth_principal *p)
+{
+    const char *token;
+    jwt_t *j = NULL;
+    enum auth_reason r;
+
+    memset(p, 0, sizeof(*p));
+    if (a->none) {
+        p->anyone = true;
+        return AUTH_OK;
+    }
+    if (authorization == NULL || authorization[0] == '\0')
+        return AUTH_MISSING;
+    if ((token = bearer_token(authorization)) == NULL)
+        return AUTH_MALFORMED;
+    if (jwt_decode(&j, token, a->key, a->key_len) != 0) {
+        /* signed with another key, or not a JWT at all? Decoding without a
+         * key only parses: success means the signature was at fault. */
+        jwt_t *unverified = NULL;
+        r = jwt_decode(&unverified, token, NULL, 0) == 0 ? AUTH_BAD_SIGNATURE : AUTH_MALFORMED;
+        jwt_free(unverified);
+        return r;
+    }
+    r = check_claims(a, j, p);
+    jwt_free(j);
+    if (r != AUTH_OK)
+        memset(p, 0, sizeof(*p));
+    return r;
+}
+
+enum auth_reason
+auth_may_act_as(const struct auth_principal *p, const char *app, int64_t uid)
+{
+    if (p->anyone)
+        return AUTH_OK;
+    if (app == NULL || strcmp(p->app, app) != 0)
+        return AUTH_OTHER_APP;
+    if (uid != 0 && !p->service && p->uid != uid)
+        return AUTH_OTHER_UID;
+    return AUTH_OK;
+}
+
+enum auth_reason
+auth_admin_ok(const struct auth *a, const char *authorization)
+{
+    unsigned char got[SHA256_DIGEST_LENGTH];
+    const char *t;
+
+    if (!a->has_admin_token)
+        return AUTH_OK;
+    if (authorization == NULL || authorization[0] == '\0')
+        return AUTH_MISSING;
+    if (strncasecmp(authorization, "Bearer ", 7) != 0)
+        return AUTH_BAD_ADMIN_TOKEN;
+    t = authorization + 7;
+    /* digests of equal length: the compare time says nothing about the token */
+    SHA256((const unsigned char *)t, strlen(t), got);
+    return CRYPTO_memcmp(got, a->admin_digest, sizeof(got)) == 0 ? AUTH_OK : AUTH_BAD_ADMIN_TOKEN;
+}
+
+void
+auth_count(struct auth *a, const char *listener, enum auth_reason r)
+{
+    int l = strcmp(listener, "admin") == 0 ? LISTENER_ADMIN : LISTENER_PUBLIC;
+
+    if (a != NULL && r > AUTH_OK && r < AUTH_REASON_COUNT_)
+        atomic_fetch_add(&a->refused[l][r], 1);
+}

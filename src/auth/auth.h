@@ -1,0 +1,91 @@
+/*
+ * auth.h: who is calling (docs/auth.md). One verifier per process, shared by
+ * every entry point (the HTTP listeners today, a gRPC server later):
+ *
+ *   auth_verify_bearer(a, "Bearer <JWT>", &p)   token -> principal {app, uid, service}
+ *   auth_may_act_as(&p, app, uid)               may p act as uid of app?
+ *   auth_admin_ok(a, "Bearer <token>")          the operator token of admin.*
+ *
+ * auth.mode none accepts every request as an "anyone" principal (conf.c only
+ * allows it when every listener binds loopback); auth.mode jwt verifies the
+ * token with libjwt: HS256 with a shared secret, or RS256/ES256 with a PEM
+ * public key; exp (required), nbf, iss and aud are checked. The token is never
+ * logged or copied anywhere. Refusals are counted by reason in /metrics
+ * (roomd_auth_refused_total{listener,status,reason}).
+ * Thread: any, after auth_open; nothing blocks.
+ */
+#ifndef ROOMD_AUTH_H
+#define ROOMD_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct conf;
+struct auth;
+
+/* Why a request was refused. 401 reasons first, then the 403 ones. */
+enum auth_reason {
+    AUTH_OK = 0,
+    AUTH_MISSING,         /* no Authorization header */
+    AUTH_MALFORMED,       /* not "Bearer <JWT>", or the JWT does not parse */
+    AUTH_BAD_SIGNATURE,   /* signature does not verify, or another alg */
+    AUTH_EXPIRED,         /* exp + leeway is past */
+    AUTH_NOT_YET_VALID,   /* nbf - leeway is ahead */
+    AUTH_BAD_ISSUER,      /* iss differs from auth.jwt.issuer */
+    AUTH_BAD_AUDIENCE,    /* aud does not hold auth.jwt.audience */
+    AUTH_BAD_CLAIMS,      /* exp, sub or app missing or ill-typed */
+    AUTH_BAD_ADMIN_TOKEN, /* the admin listener: not the admin token */
+    AUTH_OTHER_APP,       /* 403: the token's app is not the request's */
+    AUTH_OTHER_UID,       /* 403: a user token acting as another uid */
+    AUTH_REASON_COUNT_
+};
+
+/* The caller behind a verified token. */
+struct auth_principal {
+    char app[64]; /* the token's app claim; "" for anyone */
+    int64_t uid;  /* sub; 0 for anyone */
+    bool service; /* scope holds "room:service": may act for any uid of app */
+    bool anyone;  /* auth.mode none: may act as anyone of any app */
+};
+
+/*
+ * Loads the keys named by conf->auth and conf->admin (reading the variables
+ * and files they name) and registers the refusal counters with /metrics.
+ * Returns 0 and *out, or ROOMD_EINVAL with err naming the key
+ * ("auth.jwt.hs256_secret_env: TOKEN_SECRET is not set"); err never holds a
+ * secret. Thread: main; blocks on file reads.
+ */
+int auth_open(struct auth **out, const struct conf *conf, char *err, size_t errlen);
+/* Unregisters the counters, wipes the keys and frees. NULL is a no-op. */
+void auth_close(struct auth *a);
+
+/* True when auth.mode is none (every principal is "anyone"). */
+bool auth_mode_none(const struct auth *a);
+
+/*
+ * Verifies an Authorization header value (NULL when absent). Returns AUTH_OK
+ * and fills *p, or the reason of the 401. Does not count (auth_count does).
+ */
+enum auth_reason auth_verify_bearer(const struct auth *a, const char *authorization,
+                                    struct auth_principal *p);
+
+/* AUTH_OK when p may act as uid of app (itself, or a service token of app,
+ * or anyone); AUTH_OTHER_APP or AUTH_OTHER_UID when not. uid 0 checks the
+ * app only (reads of the app's rooms). */
+enum auth_reason auth_may_act_as(const struct auth_principal *p, const char *app, int64_t uid);
+
+/* AUTH_OK when the admin listener may be used with this Authorization value:
+ * it carries the admin token (constant-time compare), or no admin token is
+ * configured (conf.c allows that only on a loopback admin.listen). Else
+ * AUTH_MISSING or AUTH_BAD_ADMIN_TOKEN. */
+enum auth_reason auth_admin_ok(const struct auth *a, const char *authorization);
+
+/* 401 for AUTH_MISSING..AUTH_BAD_ADMIN_TOKEN, 403 for the others, 200 for OK. */
+int auth_reason_status(enum auth_reason r);
+/* "missing", "malformed", "bad_signature", ... (the metric's reason label). */
+const char *auth_reason_name(enum auth_reason r);
+/* Counts one refusal on listener ("public" | "admin"). Thread: any; lock-free. */
+void auth_count(struct auth *a, const char *listener, enum auth_reason r);
+
+#endif

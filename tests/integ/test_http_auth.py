@@ -1,0 +1,262 @@
+"""test_http_auth: auth.mode jwt and the admin listener against a real roomd.
+
+The endpoint x caller matrix: every route of the public and the admin listener called with
+no token, a malformed one, an expired one, a bad signature, another app's, a user acting as
+another uid, a user as itself, a service token (scope room:service), the admin token on the
+public listener and a user token on the admin listener. Each refusal asserts its status
+(401 + WWW-Authenticate, or 403) and that the room, its outbox events and the wallet did not
+change; the refusals are counted by reason in /metrics; the log never holds a token or a
+secret. Then ES256 and RS256 keys (and the HS256-with-the-public-key confusion), and
+auth.mode none refused off loopback."""
+import atexit
+import os
+import subprocess
+import time
+
+import http_util as hu
+import jwt_util as jw
+from roomd_test import ROOMD, Roomd, run
+
+SECRET = "test-secret-" + os.urandom(16).hex()
+ADMIN = "admin-token-" + os.urandom(12).hex()
+ENV = {"ROOMD_TEST_JWT": SECRET, "ROOMD_TEST_ADMIN": ADMIN}
+
+_rd = None
+
+
+def shared():
+    global _rd
+    if _rd is None:
+        _rd = Roomd({"auth": {"mode": "jwt", "jwt": {"hs256_secret_env": "ROOMD_TEST_JWT"}},
+                     "admin": {"token_env": "ROOMD_TEST_ADMIN"}})
+        _rd.admin_token = ADMIN
+        _rd.start(env=ENV)
+        atexit.register(_rd.stop)
+    return _rd
+
+
+def tok(uid, app="hyapp", **kw):
+    return jw.bearer(jw.hs256(SECRET, jw.claims(uid, app, **kw)))
+
+
+def service():
+    return tok(1, scope="profile room:service")
+
+
+def callers(uid):
+    """(name, headers, want status) of every refused caller acting as uid."""
+    return [
+        ("no token", {}, 401),
+        ("malformed", {"Authorization": "Bearer not-a-jwt"}, 401),
+        ("basic scheme", {"Authorization": "Basic dXNlcjpwYXNz"}, 401),
+        ("expired", tok(uid, ttl=-3600), 401),
+        ("bad signature", jw.bearer(jw.hs256("another-secret-" + "x" * 32, jw.claims(uid))), 401),
+        ("alg none", jw.bearer(jw.hs256(SECRET, jw.claims(uid)).rsplit(".", 1)[0]
+                                .replace(jw.b64(b'{"alg": "HS256", "typ": "JWT"}'),
+                                         jw.b64(b'{"alg": "none", "typ": "JWT"}')) + "."), 401),
+        # the token's app acts in that app; naming another app in X-App-Code is refused
+        ("other app", dict(tok(uid, app="otherapp"), **{"X-App-Code": "hyapp"}), 403),
+        ("other uid", tok(uid + 1000), 403),
+        ("admin token on public", jw.bearer(ADMIN), 401),
+    ]
+
+
+def state(rd, rid, uids):
+    """What a refused request must not change: the room, its delivered events, wallets."""
+    st, _, js = rd.http("GET", f"/v1/rooms/{rid}", headers=service())
+    assert st == 200, (st, js)
+    bal = [rd.http("GET", f"/v1/wallet/{u}", headers=service())[2]["balance"] for u in uids]
+    return hu.room_of(js)["version"], len(hu.room_events(rd, rid)), bal
+
+
+def expect_refused(res, want, what):
+    st, hd, js = res
+    assert st == want, f"{what}: want {want}, got {st} {js}"
+    assert js["error"]["code"] == ("unauthenticated" if want == 401 else "forbidden"), js
+    if want == 401:
+        assert hd.get("WWW-Authenticate", "").startswith("Bearer"), (what, hd)
+
+
+def commands(rid, owner, uid):
+    """(name, path, body, acting uid) of every public write command of room rid."""
+    return [
+        ("join", f"/v1/rooms/{rid}/join", {"uid": uid}, uid),
+        ("mic up", f"/v1/rooms/{rid}/mic/up", {"uid": uid}, uid),
+        ("mic down", f"/v1/rooms/{rid}/mic/down", {"uid": uid}, uid),
+        ("gift", f"/v1/rooms/{rid}/gifts", {"uid": uid, "to_uid": owner, "gift_id": "rose",
+                                            "count": 1, "unit_price": 10}, uid),
+        ("leave", f"/v1/rooms/{rid}/leave", {"uid": uid}, uid),
+        ("kick", f"/v1/rooms/{rid}/kick", {"operator_uid": owner, "uid": uid}, owner),
+        ("close", f"/v1/rooms/{rid}/close", {"operator_uid": owner}, owner),
+    ]
+
+
+def run_matrix(rd, as_service):
+    owner, uid = (501, 502) if not as_service else (601, 602)
+    rid = hu.room_name("auth")
+    create = ("create", "/v1/rooms", {"room_id": rid, "owner_uid": owner, "title": "t"}, owner)
+    # create refused by every caller: no room appears
+    for name, h, want in callers(owner):
+        expect_refused(rd.post(create[1], dict(create[2], command_id=hu.cid()), headers=h), want,
+                       f"create / {name}")
+    st, _, _ = rd.http("GET", f"/v1/rooms/{rid}", headers=service())
+    assert st == 404, "a refused create made the room"
+    hu.expect_ok(rd.post(create[1], dict(create[2], command_id=hu.cid()),
+                         headers=service() if as_service else tok(owner)), "create")
+    hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": owner},
+                         headers=tok(owner)), "owner joins (the gift's receiver)")
+    for name, path, body, acting in commands(rid, owner, uid):
+        before = state(rd, rid, (owner, uid))
+        for cname, h, want in callers(acting):
+            expect_refused(rd.post(path, dict(body, command_id=hu.cid()), headers=h), want,
+                           f"{name} / {cname}")
+        time.sleep(0.3)  # > poll_interval: a row, had one been written, is delivered
+        assert state(rd, rid, (owner, uid)) == before, f"{name}: a refusal changed something"
+        if name == "kick":  # the target must be in the room to be kicked
+            hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": uid},
+                                 headers=tok(uid)), "rejoin before kick")
+        h = service() if as_service else tok(acting)
+        hu.expect_ok(rd.post(path, dict(body, command_id=hu.cid()), headers=h),
+                     f"{name} as {'service' if as_service else 'itself'}")
+
+
+def test_commands_matrix_user_itself():
+    run_matrix(shared(), as_service=False)
+
+
+def test_commands_matrix_service():
+    run_matrix(shared(), as_service=True)
+
+
+def test_reads_matrix():
+    rd = shared()
+    rid = hu.room_name("read")
+    hu.expect_ok(rd.post("/v1/rooms", {"command_id": hu.cid(), "room_id": rid, "owner_uid": 7,
+                                       "title": "t"}, headers=tok(7)))
+    hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": 8},
+                         headers=tok(8)))
+    # any valid token of the app reads rooms; presence and balance: the user or a service
+    for path, per_user in ((f"/v1/rooms/{rid}", False), ("/v1/rooms?limit=5", False),
+                           ("/v1/users/8/presence", True), ("/v1/wallet/8", True)):
+        for cname, h, want in callers(8):
+            if cname == "other uid" and not per_user:
+                hu.expect_ok(rd.http("GET", path, headers=h), f"{path} / any user of the app")
+                continue
+            expect_refused(rd.http("GET", path, headers=h), want, f"{path} / {cname}")
+        hu.expect_ok(rd.http("GET", path, headers=tok(8)), f"{path} / itself")
+        hu.expect_ok(rd.http("GET", path, headers=service()), f"{path} / service")
+    # X-App-Code must equal the token's app; absent, the token's app wins
+    expect_refused(rd.http("GET", f"/v1/rooms/{rid}", headers=dict(tok(8), **{
+        "X-App-Code": "otherapp"})), 403, "X-App-Code of another app")
+    st, _, js = rd.http("GET", f"/v1/rooms/{rid}", headers=tok(8, app="otherapp"))
+    assert st == 404, (st, js)  # otherapp has no such room
+    st, _, js = rd.http("GET", "/v1/wallet/8", headers=tok(8, app="app2"))
+    assert st == 200 and js["app_code"] == "app2", (st, js)
+
+
+def test_admin_listener():
+    rd = shared()
+    user = tok(5)
+    admin_paths = [("GET", "/metrics", None), ("GET", "/readyz", None),
+                   ("POST", "/v1/wallet/topup", {"command_id": hu.cid(), "uid": 5, "amount": 3}),
+                   ("POST", "/internal/v1/rooms/nosuch/rocket/launch",
+                    {"command_id": hu.cid(), "rocket_id": "x", "level": 1, "launch_at_ms": 5})]
+    bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
+    for method, path, body in admin_paths:
+        for name, h in (("no token", {"Authorization": ""}), ("user token", user),
+                        ("wrong token", jw.bearer(ADMIN + "x"))):
+            st, hd, js = rd.admin(method, path, body, headers=h)
+            assert st == 401 and hd.get("WWW-Authenticate", "").startswith("Bearer"), \
+                (path, name, st, js)
+        # the public listener does not serve them, whoever asks
+        if path != "/readyz":
+            for h in (service(), jw.bearer(ADMIN), {}):
+                st, _, js = rd.http(method, path, body, headers=h)
+                assert st == 404, (path, st, js)
+    assert rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"] == bal, "refused top-up"
+    js = hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": 5,
+                                                         "amount": 3}))
+    assert js["balance"] == bal + 3, js
+    st, _, js = rd.admin_post("/internal/v1/rooms/nosuch/rocket/launch",
+                              {"command_id": hu.cid(), "rocket_id": "x", "level": 1,
+                               "launch_at_ms": 5})
+    assert st == 404, (st, js)  # authorized: the room is what is missing
+    # readiness: public one word (no token), admin the details
+    st, _, js = rd.http("GET", "/readyz")
+    assert st == 200 and js == {"status": "ready"}, js
+    js = hu.expect_ok(rd.admin("GET", "/readyz"))
+    assert js["status"] == "ready" and "outbox" in js, js
+    st, _, js = rd.http("GET", "/healthz")
+    assert st == 200, js
+
+
+def test_refusals_counted_and_never_logged():
+    rd = shared()
+    m = hu.metrics(rd)
+    for reason in ("missing", "malformed", "expired", "bad_signature"):
+        k = f'roomd_auth_refused_total{{listener="public",status="401",reason="{reason}"}}'
+        assert m.get(k, 0) > 0, (k, {x: v for x, v in m.items() if "auth" in x})
+    for reason in ("other_app", "other_uid"):
+        k = f'roomd_auth_refused_total{{listener="public",status="403",reason="{reason}"}}'
+        assert m.get(k, 0) > 0, k
+    k = 'roomd_auth_refused_total{listener="admin",status="401",reason="bad_admin_token"}'
+    assert m.get(k, 0) > 0, k
+    text = "\n".join(rd.log_lines()) + rd.stderr_text()
+    sample = tok(5)["Authorization"].split()[1]
+    for secret in (SECRET, ADMIN, sample.split(".")[2]):
+        assert secret not in text, "a secret or a token signature is in the log"
+
+
+def test_public_key_algs():
+    import tempfile
+    for alg, key, sign in (("ES256", jw.es256_key(), jw.es256), ("RS256", jw.rs256_key(),
+                                                                  jw.rs256)):
+        d = tempfile.mkdtemp(prefix="roomd-auth-")
+        pem = os.path.join(d, "pub.pem")
+        with open(pem, "wb") as f:
+            f.write(jw.public_pem(key))
+        rd = Roomd({"auth": {"mode": "jwt", "jwt": {"public_key_file": pem, "issuer": "gw",
+                                                    "audience": "roomd"}}}, tmp=d).start()
+        try:
+            good = jw.bearer(sign(key, jw.claims(9, iss="gw", aud=["x", "roomd"])))
+            hu.expect_ok(rd.http("GET", "/v1/wallet/9", headers=good), alg)
+            for name, h in (
+                    ("other issuer", jw.bearer(sign(key, jw.claims(9, iss="evil", aud="roomd")))),
+                    ("other audience", jw.bearer(sign(key, jw.claims(9, iss="gw", aud="x")))),
+                    ("not yet valid", jw.bearer(sign(key, jw.claims(9, iss="gw", aud="roomd",
+                                                                    nbf=int(time.time()) + 600)))),
+                    ("HS256 keyed with the public key",
+                     jw.bearer(jw.hs256(jw.public_pem(key), jw.claims(9, iss="gw", aud="roomd"))))):
+                st, hd, js = rd.http("GET", "/v1/wallet/9", headers=h)
+                assert st == 401, (alg, name, st, js)
+        finally:
+            rd.stop()
+
+
+def test_none_refused_off_loopback():
+    import json as _json
+    import tempfile
+    d = tempfile.mkdtemp(prefix="roomd-auth-")
+    for over, key in (({"http": {"listen": "0.0.0.0:18080"}}, "auth.mode"),
+                      ({"admin": {"listen": "0.0.0.0:18081"}}, "auth.mode"),
+                      ({"auth": {"mode": "jwt"}, "admin": {"listen": "0.0.0.0:18081"},
+                        "http": {"listen": "0.0.0.0:18080"}}, "auth.jwt.hs256_secret_env")):
+        rd = Roomd(over, tmp=d)
+        p = subprocess.run([ROOMD, "--check-config", rd.cfg_path], capture_output=True,
+                           text=True, timeout=20)
+        assert p.returncode == 1 and key in p.stderr + p.stdout, (over, p.stdout, p.stderr)
+    # jwt without its secret variable: start-up refused naming the key, no secret text
+    rd = Roomd({"auth": {"mode": "jwt", "jwt": {"hs256_secret_env": "ROOMD_TEST_UNSET"}}}, tmp=d)
+    p = subprocess.run([ROOMD, "-c", rd.cfg_path], capture_output=True, text=True, timeout=20)
+    assert p.returncode != 0 and "auth.jwt.hs256_secret_env" in p.stderr, p.stderr
+    _json.dumps(over)
+
+
+def test_zz_stop():
+    assert shared().stop() == 0
+
+
+if __name__ == "__main__":
+    run([test_commands_matrix_user_itself, test_commands_matrix_service, test_reads_matrix,
+         test_admin_listener, test_refusals_counted_and_never_logged, test_public_key_algs,
+         test_none_refused_off_loopback, test_zz_stop], fixture="shared_roomd")
