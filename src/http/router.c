@@ -67,7 +67,10 @@ void
 router_write_routes(FILE *out)
 {
     for (size_t i = 0; i < NROUTES; i++)
-        fprintf(out, "%s %s\n", routes[i].method, routes[i].pattern);
+        fprintf(out, "%s %s %s\n", routes[i].method, routes[i].pattern,
+                routes[i].on == ON_BOTH    ? "public,admin"
+                : routes[i].on == ON_ADMIN ? "admin"
+                                           : "public");
 }
 
 bool

@@ -101,8 +101,9 @@ int http_create_allowed(int per_minute, const char *app, int64_t owner);
 void router_handle(const struct http_deps *d, const struct http_request *req,
                    struct http_response *resp);
 
-/* Prints the route table, "METHOD /pattern" a line ("POST /v1/rooms/{room_id}/join"),
- * for docs/openapi.yaml's test (roomd --print-routes). Thread: any. */
+/* Prints the route table, "METHOD /pattern LISTENERS" a line ("POST /v1/rooms/{room_id}/join
+ * public", "GET /healthz public,admin"), for docs/openapi.yaml's test (roomd --print-routes).
+ * Thread: any. */
 void router_write_routes(FILE *out);
 
 /* True when s is a valid app code ([a-z0-9_-]{1,32}). */

@@ -336,6 +336,12 @@ build_path(const struct method *m, json_t *fields, char *path, size_t len, struc
             set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", name, msg);
             return false;
         }
+        /* the router's own check, before a '/' in it could change the route */
+        if (strcmp(name, "room_id") == 0 && !http_valid_room_id(text)) {
+            set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", name,
+                      "room_id: must match [A-Za-z0-9_.:-]{1,63}, not . or ..");
+            return false;
+        }
         append_segment(path, len, text);
         json_object_del(fields, name);
         r = close + 1;

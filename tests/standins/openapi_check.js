@@ -5,7 +5,8 @@
 // content_type, body}) it also checks each real answer's body against the schema the document
 // gives that route and status (Ajv, JSON Schema 2020-12, the dialect of OpenAPI 3.1).
 // Prints {"valid": bool, "errors": [...], "operations": ["GET /v1/rooms", ...],
-//         "answers": [{"i": 0, "ok": bool, "errors": [...]}]}.
+//         "answers": [{"i": 0, "ok": bool, "errors": [...]}]}; an operation is
+// "METHOD /path LISTENERS", LISTENERS its x-listeners joined by "," (absent: public).
 // Usage: node openapi_check.js DOC.yaml [--answers FILE]
 'use strict';
 const fs = require('fs');
@@ -47,7 +48,11 @@ async function main() {
   const doc = validator.specification;
   const out = { valid: res.valid, errors: res.errors || [], operations: [], answers: [] };
   for (const [p, item] of Object.entries((doc && doc.paths) || {})) {
-    for (const m of METHODS) if (item[m]) out.operations.push(`${m.toUpperCase()} ${p}`);
+    for (const m of METHODS) {
+      if (!item[m]) continue;
+      const on = (item[m]['x-listeners'] || ['public']).join(',');
+      out.operations.push(`${m.toUpperCase()} ${p} ${on}`);
+    }
   }
   const answersFile = arg('answers');
   if (answersFile && res.valid) {
