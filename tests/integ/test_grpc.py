@@ -16,6 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
+import jwt_util as jw  # noqa: E402
 from roomd_test import (SOURCE, Roomd, env_port, free_port, listing, run,  # noqa: E402
                         wait_until)
 
@@ -25,6 +26,7 @@ NODE_MODULES = os.path.join(SOURCE, "tests", "standins", "node_modules")
 # gRPC status codes
 OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS = 0, 3, 4, 5, 6
 RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED, UNIMPLEMENTED, UNAVAILABLE = 8, 9, 10, 12, 14
+PERMISSION_DENIED, UNAUTHENTICATED = 7, 16
 REDIS_PORT = env_port("ROOMD_REDIS_PORT", 6390)
 
 RD = None
@@ -397,6 +399,60 @@ def test_deadline_exceeded_leaves_no_half_done_command():
         rd.stop()
 
 
+def test_auth_refused_and_allowed():
+    # auth.mode jwt: the authorization metadata is checked as HTTP's Authorization header
+    secret, admin = "grpc-secret-" + os.urandom(16).hex(), "grpc-admin-" + os.urandom(16).hex()
+    rd = grpc_roomd(env={"ROOMD_TEST_JWT": secret, "ROOMD_TEST_ADMIN": admin},
+                    overrides={"auth": {"mode": "jwt", "jwt": {"hs256_secret_env": "ROOMD_TEST_JWT"}},
+                               "admin": {"token_env": "ROOMD_TEST_ADMIN"}})
+    try:
+        def bearer(uid, app="hyapp", **kw):
+            return {"authorization": "Bearer " + jw.hs256(secret, jw.claims(uid, app, **kw))}
+        rid = hu.room_name("ga")
+        create = {"command_id": hu.cid(), "room_id": rid, "owner_uid": 1, "title": "auth"}
+        res = calls(rd, [
+            {"method": "CreateRoom", "request": create},  # no token
+            {"method": "CreateRoom", "request": create,
+             "metadata": {"authorization": "Bearer not.a.jwt"}},
+            {"method": "CreateRoom", "request": create,
+             "metadata": {"authorization": "Bearer " + jw.hs256("other", jw.claims(1))}},
+            {"method": "CreateRoom", "request": create,
+             "metadata": bearer(1, ttl=-600)},  # expired
+            {"method": "CreateRoom", "request": create, "metadata": bearer(2)},  # as uid 1
+            {"method": "CreateRoom", "request": create,
+             "metadata": dict(bearer(1, app="otherapp"), **{"x-app-code": "hyapp"})},
+            {"method": "CreateRoom", "request": create, "metadata": bearer(1)},  # itself: OK
+            {"method": "JoinRoom", "request": {"command_id": hu.cid(), "room_id": rid, "uid": 5},
+             "metadata": bearer(9, scope="room:service")},  # a service token: any uid
+            {"method": "GetRoom", "request": {"room_id": rid}, "metadata": bearer(5)},
+            {"method": "GetRoom", "request": {"room_id": rid}},
+        ])
+        for r in res[0:4]:
+            refused(r, UNAUTHENTICATED, "unauthenticated", http_status=401)
+        for r in res[4:6]:
+            refused(r, PERMISSION_DENIED, "forbidden", http_status=403)
+        assert ok(res[6])["version"] == 1
+        assert ok(res[7])["version"] == 2
+        assert ok(res[8])["version"] == 2
+        refused(res[9], UNAUTHENTICATED)
+        # RoomInternalService takes the admin token, not a user's JWT
+        launch = {"command_id": hu.cid(), "room_id": rid, "rocket_id": "nope", "level": 1,
+                  "launch_at_ms": 1}
+        res = calls(rd, [
+            {"service": "RoomInternalService", "method": "LaunchRocket", "request": launch,
+             "metadata": bearer(1, scope="room:service")},
+            {"service": "RoomInternalService", "method": "LaunchRocket", "request": launch,
+             "metadata": {"authorization": "Bearer " + admin}},
+        ])
+        refused(res[0], UNAUTHENTICATED, "unauthenticated")
+        assert ok(res[1]).get("launched", False) is False  # stale: nothing to launch
+        # the token is never logged
+        with open(rd.log_path) as f:
+            assert secret not in f.read() and admin not in open(rd.log_path).read()
+    finally:
+        rd.stop()
+
+
 def test_metrics_count_grpc_calls():
     rd = shared()
     before = hu.metrics(rd)
@@ -422,7 +478,8 @@ TESTS = [test_every_rpc, test_list_rooms_pages, test_launch_rocket_internal_serv
          test_state_conflicts, test_insufficient_balance, test_message_too_large,
          test_other_node_forwards_or_names_the_owner,
          test_replay_across_transports, test_app_code_metadata,
-         test_deadline_exceeded_leaves_no_half_done_command, test_metrics_count_grpc_calls,
+         test_deadline_exceeded_leaves_no_half_done_command, test_auth_refused_and_allowed,
+         test_metrics_count_grpc_calls,
          test_zz_stop_is_clean]
 
 if __name__ == "__main__":
