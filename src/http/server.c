@@ -407,6 +407,9 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .authorization =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .forwarded_by = MHD_lookup_connection_value(c, MHD_HEADER_KIND, FORWARD_HOP_HEADER),
+        .content_type =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
+        .idempotency_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key"),
         .body = rs->body ? rs->body : "",
         .body_len = rs->len,
         .query = query_arg,

@@ -353,8 +353,9 @@ build_path(const struct method *m, json_t *fields, char *path, size_t len, struc
 struct built {
     struct http_request req;
     char path[256];
-    char app[64];        /* X-App-Code, validated by the router */
-    char *authorization; /* the authorization metadata, malloc'd; never logged */
+    char app[64];          /* X-App-Code, validated by the router */
+    char *authorization;   /* the authorization metadata, malloc'd; never logged */
+    char *idempotency_key; /* the idempotency-key metadata, malloc'd */
     char *body;
     struct query q;
 };
@@ -364,34 +365,13 @@ request_clear(struct built *b)
 {
     free(b->body);
     b->body = NULL;
+    free(b->idempotency_key);
+    b->idempotency_key = NULL;
     if (b->authorization != NULL) {
         explicit_bzero(b->authorization, strlen(b->authorization));
         free(b->authorization);
         b->authorization = NULL;
     }
-}
-
-/* The command's idempotency-key metadata: becomes its command_id (one given
- * in both that differs is INVALID_ARGUMENT). */
-static bool
-apply_idempotency_key(const grpc_metadata_array *md, json_t *fields, struct answer *a)
-{
-    char key[STORE_ID_MAX];
-    struct cmd_error ce;
-    int got = md_get(md, "idempotency-key", key, sizeof(key));
-
-    if (got == 0)
-        return true;
-    if (got < 0) {
-        set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", "idempotency-key",
-                  "idempotency-key: longer than a command_id may be");
-        return false;
-    }
-    if (room_cmd_set_idempotency_key(fields, key, "idempotency-key", &ce) != 0) {
-        set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", ce.field, ce.message);
-        return false;
-    }
-    return true;
 }
 
 /*
@@ -449,8 +429,10 @@ to_request(const struct method *m, const uint8_t *data, size_t len, const grpc_m
         b->req.query_ctx = &b->q;
         b->req.body = "";
     } else {
-        if (!apply_idempotency_key(md, fields, a))
-            goto out;
+        /* the handler makes it the command_id, as HTTP's Idempotency-Key */
+        b->idempotency_key = md_dup(md, "idempotency-key");
+        b->req.idempotency_key = b->idempotency_key;
+        b->req.content_type = "application/json";
         b->body = json_dumps(fields, JSON_COMPACT);
         if (b->body == NULL)
             abort();

@@ -224,7 +224,7 @@ def test_invalid_argument_names_the_field():
     ])
     refused(res[0], INVALID_ARGUMENT, field="X-App-Code")
     refused(res[1], INVALID_ARGUMENT, field="X-App-Code")
-    refused(res[2], INVALID_ARGUMENT, field="idempotency-key")
+    refused(res[2], INVALID_ARGUMENT, field="command_id")  # the key is the command_id
 
 
 def test_not_found_and_unimplemented():
@@ -465,7 +465,7 @@ def test_metrics_count_grpc_calls():
     assert delta('roomd_grpc_calls_total{method="CreateRoom",code="OK"}') == 1, after
     assert delta('roomd_grpc_calls_total{method="GetRoom",code="NOT_FOUND"}') == 1, after
     # the command itself is counted with HTTP's, by the status HTTP would answer
-    assert delta('roomd_commands_total{command="CreateRoom",status="200"}') == 1, after
+    assert delta('roomd_commands_total{command="CreateRoom",status="201"}') == 1, after
 
 
 def test_zz_stop_is_clean():
