@@ -547,7 +547,7 @@ svc_open(struct svc *v, int n, bool handoff)
     v->end_us = xcalloc((size_t)n, sizeof(int64_t));
     struct sink *s = bus_sink(v->bus, n, &v->timing);
     if (group_commit_open(&v->gc, v->st, conf->store.group_commit_max) != 0 ||
-        wallet_open(&v->wallet, &conf->wallet, v->st) != 0 ||
+        wallet_open(&v->wallet, &conf->wallet, v->st, err, sizeof(err)) != 0 ||
         lease_open(&v->lease, conf, err, sizeof(err)) != 0 ||
         outbox_open(&v->ob, &conf->outbox_worker, &conf->store, v->st, "bench", &s, 1) != 0) {
         fprintf(stderr, "service setup failed\n");

@@ -6,6 +6,8 @@
  *       join / mic up / gift / mic down / leave commands over ROOMS rooms for
  *       SECONDS; prints commands/s, p50/p99 latency and the largest outbox
  *       backlog (undelivered rows, sampled from DBFILE every 100 ms).
+ *       BENCH_MIX=gifts: the gift path alone (each client joins its rooms once,
+ *       then sends only SendGift, each paid from the embedded wallet).
  *   bench_commands grpc HOST:PORT CLIENTS ROOMS SECONDS DBFILE
  *       the same over the gRPC API (proto/room_service.proto), one channel
  *       per client thread; the same mix, rooms and figures.
@@ -20,13 +22,11 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "room_service.pb-c.h"
-#include "rpc/client.h"
+#include "rpc/grpc_peer.h"
 #include "rpc/pbjson.h"
 #include "store/store.h"
 
 #include <curl/curl.h>
-#include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,6 +37,7 @@
 
 static const char *base_url;
 static int nclients, nrooms, seconds, run_id;
+static int gifts_only; /* BENCH_MIX=gifts */
 static atomic_int stop_flag;
 static atomic_long ok_count, err_count;
 
@@ -74,7 +75,7 @@ discard(char *p, size_t sz, size_t n, void *arg)
 /* One client's connection: a keep-alive curl handle or a gRPC channel. */
 struct conn {
     CURL *curl;
-    grpc_channel *channel;
+    struct grpc_peer *peer;
 };
 
 static bool use_grpc;
@@ -97,9 +98,11 @@ conn_open(struct conn *c)
 {
     memset(c, 0, sizeof(*c));
     if (use_grpc) {
-        grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-        c->channel = grpc_channel_create(base_url, creds, NULL);
-        grpc_channel_credentials_release(creds);
+        char err[256];
+        if (grpc_peer_open(&c->peer, base_url, "bench", err, sizeof(err)) != 0) {
+            fprintf(stderr, "grpc: %s\n", err);
+            exit(1);
+        }
         return;
     }
     c->curl = curl_easy_init();
@@ -111,8 +114,7 @@ conn_open(struct conn *c)
 static void
 conn_close(struct conn *c)
 {
-    if (c->channel != NULL)
-        grpc_channel_destroy(c->channel);
+    grpc_peer_close(c->peer);
     if (c->curl != NULL)
         curl_easy_cleanup(c->curl);
 }
@@ -121,7 +123,6 @@ conn_close(struct conn *c)
 static long
 send_grpc(struct conn *c, const char *room, const char *verb, const char *body)
 {
-    char details[256];
     json_t *j = json_loads(body, 0, NULL);
     uint8_t *req;
     size_t len;
@@ -132,14 +133,12 @@ send_grpc(struct conn *c, const char *room, const char *verb, const char *body)
         json_object_set_new(j, "room_id", json_string(room));
         req = pbjson_to_wire(j, grpc_methods[i].in, &len);
         json_decref(j);
-        /* ROOMD_BENCH_TOKEN: the authorization metadata, as HTTP's header */
-        grpc_metadata md = {.key = grpc_slice_from_static_string("authorization"),
-                            .value = grpc_slice_from_static_string(auth_header + 15)};
-        grpc_status_code st =
-            rpc_unary(c->channel, grpc_methods[i].method, req, len, &md,
-                      auth_header[0] != '\0' ? 1 : 0, 30000, NULL, NULL, details, sizeof(details));
+        struct grpc_reply rep;
+        int rc = grpc_peer_call(c->peer, grpc_methods[i].method, req, len, clock_mono_ms() + 30000,
+                                &rep);
+        free(rep.body);
         free(req);
-        return st == GRPC_STATUS_OK ? 200 : 500;
+        return rc == 0 && rep.status == GRPC_PEER_OK ? 200 : 500;
     }
     json_decref(j);
     return 0;
@@ -227,6 +226,12 @@ client_main(void *arg)
         static const char *const steps[6] = {"join",  "mic/up",   "gifts",
                                              "gifts", "mic/down", "leave"};
         const char *p = steps[seq % 6];
+        if (gifts_only) { /* join each of my rooms once, then gifts only */
+            r = cl->id + nclients * (int)(seq % (uint64_t)my);
+            if (r >= nrooms)
+                r = cl->id % nrooms;
+            p = seq < (uint64_t)my ? "join" : "gifts";
+        }
         long uid = 1000L * (run_id % 1000000) + cl->id; /* fresh users for each run */
         int n = snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%d-%lu\",\"uid\":%ld", run_id,
                          cl->id, (unsigned long)seq, uid);
@@ -304,6 +309,7 @@ run_roomd(char **argv)
     use_grpc = strcmp(argv[1], "grpc") == 0;
     base_url = argv[2];
     run_id = (int)getpid();
+    gifts_only = getenv("BENCH_MIX") != NULL && strcmp(getenv("BENCH_MIX"), "gifts") == 0;
     nclients = atoi(argv[3]);
     nrooms = atoi(argv[4]);
     seconds = atoi(argv[5]);
@@ -311,8 +317,6 @@ run_roomd(char **argv)
     if (token != NULL && token[0] != '\0')
         snprintf(auth_header, sizeof(auth_header), "Authorization: Bearer %s", token);
     curl_global_init(CURL_GLOBAL_ALL);
-    if (use_grpc)
-        grpc_init();
     /* Create the rooms first (not timed; a second run finds them: 409, fine). */
     struct conn c;
     conn_open(&c);
@@ -346,8 +350,6 @@ run_roomd(char **argv)
            (clock_mono_ms() - wait0) / 1000.0, (long long)oc.delivered);
     store_close(sample_store);
     free(all.v);
-    if (use_grpc)
-        grpc_shutdown_blocking();
     curl_global_cleanup();
     return 0;
 }

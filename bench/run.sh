@@ -17,13 +17,17 @@ tmp=$(mktemp -d /tmp/roomd-bench-XXXXXX)
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 
-# roomd MODE: writes the config, starts roomd, drives it, stops it.
+# roomd MODE [ROOMD [MIX]]: writes the config, starts ROOMD (default $build/roomd) on a fresh
+# file, drives it at concurrency 1 and 64 with bench_commands (MIX "gifts": SendGift only), stops it.
 run_roomd() {
     mode=$1
+    bin=${2:-$build/roomd}
+    mix=${3:-}
     port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     gport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     admin_port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-    db="$tmp/bench-$mode.db"
+    db="$tmp/bench-$mode$mix-$(basename "$(dirname "$bin")").db"
+    rm -f "$db"*
     auth=""
     token=""
     case $mode in
@@ -50,17 +54,24 @@ $sink
 $broker
 $auth
 YAML
-    "$build/roomd" -c "$tmp/bench-$mode.yaml" &
+    "$bin" -c "$tmp/bench-$mode.yaml" &
     pid=$!
     for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-    echo "== roomd over HTTP, then gRPC, $mode ($rooms rooms, ${secs}s each)"
-    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
-    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
-    ROOMD_BENCH_TOKEN=$token "$build/bench_commands" grpc "127.0.0.1:$gport" 64 "$rooms" "$secs" "$db"
+    echo "== $bin over HTTP, then gRPC, $mode ${mix:+(mix $mix) }($rooms rooms, ${secs}s each)"
+    BENCH_MIX=$mix ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
+    BENCH_MIX=$mix ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
+    # gRPC beside it (docs/grpc.md); without a token only (the gRPC load sends no metadata)
+    [ -n "$token" ] || BENCH_MIX=$mix "$build/bench_commands" grpc "127.0.0.1:$gport" 64 "$rooms" "$secs" "$db"
     kill $pid; wait $pid 2>/dev/null || true
     pid=
 }
 
+# the gift path alone (issue 10): SendGift only, paid from the embedded wallet; with
+# BENCH_BASELINE=DIR (a build of the version to compare with) its roomd runs first, same run
+if [ -n "${BENCH_BASELINE:-}" ]; then
+    run_roomd direct "$BENCH_BASELINE/roomd" gifts
+fi
+run_roomd direct "$build/roomd" gifts
 run_roomd direct
 if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $nats_port), 1)" 2>/dev/null; then
     run_roomd mq
@@ -71,5 +82,5 @@ fi
 run_roomd jwt-HS256
 run_roomd jwt-ES256
 echo "== raw baseline: same rows, one transaction per command, same SQLite file"
-"$build/bench_commands" raw "$tmp/bench-direct.db" 64 "$secs"
+"$build/bench_commands" raw "$tmp/bench-direct-$(basename "$build").db" 64 "$secs"
 python3 "$(dirname "$0")/readyz.py" "$build"

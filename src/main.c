@@ -28,12 +28,15 @@
 #include "publish/sink_activity.h"
 #include "publish/sink_bus.h"
 #include "publish/sink_tim.h"
+#include "publish/sink_wallet.h"
 #include "publish/tim_client.h"
 #include "room/service.h"
 #include "rpc/server.h"
 #include "store/group_commit.h"
 #include "store/store.h"
+#include "wallet/reconcile.h"
 #include "wallet/wallet.h"
+#include "wallet/wallet_grpc.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -53,9 +56,10 @@ usage(void)
 }
 
 /* Builds the sinks of the publish mode (seed: 发布模式); bus is the JetStream
- * connection or NULL. Returns the count. */
+ * connection or NULL; wallet the remote wallet's Confirm (any mode) or NULL.
+ * Returns the count. */
 static size_t
-open_sinks(const struct conf *c, struct bus *bus, struct sink **sinks)
+open_sinks(const struct conf *c, struct bus *bus, struct wallet *wallet, struct sink **sinks)
 {
     size_t n = 0;
     char err[512];
@@ -84,6 +88,9 @@ open_sinks(const struct conf *c, struct bus *bus, struct sink **sinks)
         sink_bus_open(&sinks[n++], bus);
     if (bus && c->rocketmq.rocket_launch.enabled)
         sink_rocket_open(&sinks[n++], bus);
+    /* the remote wallet's Confirm of each committed gift (docs/wallet.md) */
+    if (wallet != NULL && wallet_is_grpc(wallet))
+        sink_wallet_open(&sinks[n++], wallet);
     return n;
 }
 
@@ -142,8 +149,8 @@ main(int argc, char **argv)
     if (group_commit_open(&gc, store, conf->store.group_commit_max) != 0)
         fatalx("store.group_commit_max: cannot start the committer");
     struct wallet *wallet = NULL;
-    if (wallet_open(&wallet, &conf->wallet, store) != 0)
-        fatalx("wallet.driver: unknown \"%s\"", conf->wallet.driver);
+    if (wallet_open(&wallet, &conf->wallet, store, err, sizeof(err)) != 0)
+        fatalx("%s", err);
     struct lease *lease = NULL;
     if (lease_open(&lease, conf, err, sizeof(err)) != 0)
         fatalx("lease: %s", err);
@@ -172,7 +179,7 @@ main(int argc, char **argv)
     struct outbox *outbox = NULL;
     if (conf->outbox_worker.enabled) {
         struct sink *sinks[MAX_SINKS];
-        size_t nsinks = open_sinks(conf, bus, sinks);
+        size_t nsinks = open_sinks(conf, bus, wallet, sinks);
         if (outbox_open(&outbox, &conf->outbox_worker, &conf->store, store, conf->app.node_id,
                         sinks, nsinks) != 0)
             fatalx("outbox_worker: cannot start the workers");
@@ -207,6 +214,11 @@ main(int argc, char **argv)
     struct room_service *rooms = NULL;
     if (room_service_open(&rooms, &rd) != 0)
         fatalx("room: cannot start the room service");
+    /* the remote wallet's holds a crash left behind, settled from the command log */
+    struct wallet_reconciler *reconciler = NULL;
+    if (wallet_is_grpc(wallet) &&
+        wallet_reconcile_start(&reconciler, wallet, store, conf->wallet.reconcile_after_ms) != 0)
+        fatalx("wallet.reconcile_after: cannot start the reconciler");
 
     /* consumer groups (IM bridge, rocket open, ...) configured to run inside roomd */
     struct consume_roles *consumers = NULL;
@@ -251,6 +263,7 @@ main(int argc, char **argv)
     http_server_close(http);
     auth_close(auth);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
+    wallet_reconcile_stop(reconciler);
     room_service_close(rooms);
     cluster_forward_close(fwd);
     tim_client_close(tim);

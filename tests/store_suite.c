@@ -40,6 +40,7 @@ struct tmut {
     struct mutation m;
     struct outbox_new ev[8];
     uint8_t payload[8][4];
+    struct wallet_debit debit; /* m.debit when set (gift_mut) */
 };
 
 static struct tmut *
@@ -1077,154 +1078,124 @@ t_counts(void **state)
 
 /* ---- wallet and rockets ---- */
 
+/* A SendGift mutation of room at version whose debit charges amount to
+ * (app, uid) under its command_id, a never-seen account holding 100. */
+static struct tmut *
+gift_mut(const char *app, const char *room, const char *cmd, int64_t version, int64_t uid,
+         int64_t amount)
+{
+    struct tmut *x = tmut_new(app, room, cmd, version, 1, T0 + version);
+
+    x->m.command_type = "SendGift";
+    x->debit = (struct wallet_debit){.app = x->m.app_code,
+                                     .ref_id = x->m.command_id,
+                                     .uid = uid,
+                                     .amount = amount,
+                                     .initial_balance = 100,
+                                     .rc = -12345,
+                                     .balance_after = -1};
+    x->m.debit = &x->debit;
+    return x;
+}
+
+static int64_t
+balance_of(struct store *st, const char *app, int64_t uid)
+{
+    int64_t b = -1;
+
+    assert_int_equal(store_wallet_balance(st, app, uid, 100, &b), 0);
+    return b;
+}
+
+/* The gift's debit is a statement of the gift's own transaction: it commits
+ * exactly with its gift, a refused one rolls its gift back alone, and a
+ * command_id reused for anything else never debits. */
 static void
 t_wallet(void **state)
 {
     struct fixture *f = *state;
     struct store *st = f->st;
-    int64_t b;
+    struct command_record rec;
+    struct tmut *x, *b[3];
+    struct mutation *ms[3];
+    int64_t bal;
 
-    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
-    assert_int_equal(b, 100);
-    assert_int_equal(store_wallet_debit(st, "a1", 7, 30, "g1", 100, &b), 0);
-    assert_int_equal(b, 70);
-    /* Idempotent: the same ref charges once. */
-    assert_int_equal(store_wallet_debit(st, "a1", 7, 30, "g1", 100, &b), 0);
-    assert_int_equal(b, 70);
-    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
-    assert_int_equal(b, 70);
-    /* Short: EFUNDS, nothing written (no debit to refund). */
-    assert_int_equal(store_wallet_debit(st, "a1", 7, 71, "g2", 100, &b), ROOMD_EFUNDS);
-    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
-    assert_int_equal(b, 70);
-    assert_int_equal(store_wallet_refund(st, "a1", "g2"), ROOMD_ENOTFOUND);
-    assert_int_equal(store_wallet_debit(st, "a1", 7, 70, "g2", 100, &b), 0);
-    assert_int_equal(b, 0);
-    /* Refund credits back once. */
-    assert_int_equal(store_wallet_refund(st, "a1", "g2"), 0);
-    assert_int_equal(store_wallet_refund(st, "a1", "g2"), 0);
-    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
-    assert_int_equal(b, 70);
-    /* A refunded ref debited again (the command retried) is charged again. */
-    assert_int_equal(store_wallet_debit(st, "a1", 7, 70, "g2", 100, &b), 0);
-    assert_int_equal(b, 0);
-    assert_int_equal(store_wallet_debit(st, "a1", 7, 70, "g2", 100, &b), 0);
-    assert_int_equal(b, 0);
-    /* Top-up, idempotent by ref. */
-    assert_int_equal(store_wallet_topup(st, "a1", 7, 50, "t1", 100, &b), 0);
-    assert_int_equal(b, 50);
-    assert_int_equal(store_wallet_topup(st, "a1", 7, 50, "t1", 100, &b), 0);
-    assert_int_equal(b, 50);
+    create_room(st, "a1", "r1", 0, T0);
+    create_room(st, "a1", "r2", 0, T0);
+    create_room(st, "a1", "r3", 0, T0);
+    assert_int_equal(balance_of(st, "a1", 7), 100);
+    x = gift_mut("a1", "r1", "g1", 2, 7, 30);
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    assert_int_equal(x->debit.rc, 0);
+    assert_int_equal(x->debit.balance_after, 70);
+    free(x);
+    assert_int_equal(balance_of(st, "a1", 7), 70);
+    /* the same command_id again, here or in another room, with any amount: never debits */
+    x = gift_mut("a1", "r1", "g1", 3, 7, 30);
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EREUSED);
+    free(x);
+    x = gift_mut("a1", "r2", "g1", 2, 7, 1);
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EREUSED);
+    free(x);
+    assert_int_equal(balance_of(st, "a1", 7), 70);
+    /* short: 402 material; the gift's rows are rolled back with it */
+    x = gift_mut("a1", "r1", "g2", 3, 7, 71);
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, ROOMD_EFUNDS);
+    assert_int_equal(x->debit.rc, ROOMD_EFUNDS);
+    assert_int_equal(x->debit.balance_after, 70);
+    free(x);
+    memset(&rec, 0, sizeof(rec));
+    assert_int_equal(store_find_command(st, "a1", "g2", &rec), ROOMD_ENOTFOUND);
+    assert_int_equal(balance_of(st, "a1", 7), 70);
+    /* one batch (one transaction): a refused debit rolls back its own gift only */
+    b[0] = gift_mut("a1", "r1", "g3", 3, 7, 50); /* 70 -> 20 */
+    b[1] = gift_mut("a1", "r2", "g4", 2, 7, 21); /* 20 left: short */
+    b[2] = gift_mut("a1", "r3", "g5", 2, 8, 10); /* a fresh account: 100 -> 90 */
+    for (int i = 0; i < 3; i++)
+        ms[i] = &b[i]->m;
+    assert_int_equal(store_save(st, ms, 3), 0);
+    assert_int_equal(b[0]->m.rc, 0);
+    assert_int_equal(b[0]->debit.balance_after, 20);
+    assert_int_equal(b[1]->m.rc, ROOMD_EFUNDS);
+    assert_int_equal(b[2]->m.rc, 0);
+    assert_int_equal(b[2]->debit.balance_after, 90);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+    assert_int_equal(store_find_command(st, "a1", "g4", &rec), ROOMD_ENOTFOUND);
+    assert_int_equal(store_find_command(st, "a1", "g3", &rec), 0);
+    command_record_clear(&rec);
+    assert_int_equal(balance_of(st, "a1", 7), 20);
+    assert_int_equal(balance_of(st, "a1", 8), 90);
+    x = gift_mut("a1", "r2", "g6", 2, 7, 20); /* r2 is still at version 1 */
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    assert_int_equal(x->debit.balance_after, 0);
+    free(x);
+
+    /* Top-up, idempotent by ref; a balance past INT64_MAX is refused. */
+    assert_int_equal(store_wallet_topup(st, "a1", 7, 50, "t1", 100, &bal), 0);
+    assert_int_equal(bal, 50);
+    assert_int_equal(store_wallet_topup(st, "a1", 7, 50, "t1", 100, &bal), 0);
+    assert_int_equal(bal, 50);
+    assert_int_equal(store_wallet_topup(st, "a1", 7, INT64_MAX - 50, "t2", 100, &bal), 0);
+    assert_true(bal == INT64_MAX);
+    assert_int_equal(store_wallet_topup(st, "a1", 7, 1, "t3", 100, &bal), ROOMD_ERANGE);
+    assert_true(balance_of(st, "a1", 7) == INT64_MAX);
+    assert_int_equal(store_wallet_topup(st, "a1", 7, 1, "t3", 100, &bal), ROOMD_ERANGE);
     /* A never-seen account tops up from initial_balance. */
-    assert_int_equal(store_wallet_topup(st, "a1", 8, 5, "t2", 100, &b), 0);
-    assert_int_equal(b, 105);
+    assert_int_equal(store_wallet_topup(st, "a1", 9, 5, "t4", 100, &bal), 0);
+    assert_int_equal(bal, 105);
     /* Accounts and refs are per app. */
-    assert_int_equal(store_wallet_balance(st, "a2", 7, 100, &b), 0);
-    assert_int_equal(b, 100);
-    assert_int_equal(store_wallet_debit(st, "a2", 7, 30, "g1", 100, &b), 0);
-    assert_int_equal(b, 70);
-    assert_int_equal(store_wallet_balance(st, "a1", 7, 100, &b), 0);
-    assert_int_equal(b, 50);
-    assert_int_equal(store_wallet_refund(st, "a1", "nope"), ROOMD_ENOTFOUND);
+    assert_int_equal(balance_of(st, "a2", 7), 100);
 }
 
-/* Sets batch item i: debit amount from (app, uid) under ref. */
-static void
-wd_set(struct wallet_debit *d, const char *app, int64_t uid, int64_t amount, const char *ref)
-{
-    *d = (struct wallet_debit){
-        .app = app, .uid = uid, .amount = amount, .ref_id = ref, .rc = -12345, .balance_after = -1};
-}
-
-static void
-t_wallet_debit_many(void **state)
-{
-    struct fixture *f = *state;
-    struct store *st = f->st;
-    struct wallet_debit d[8];
-    int64_t b;
-
-    /* A mixed batch: uid 1 twice (applied in order), one EFUNDS that charges
-     * nothing and leaves the others alone, the same ref twice (charged once),
-     * a negative amount (EINVAL). */
-    wd_set(&d[0], "a1", 1, 30, "m1");
-    wd_set(&d[1], "a1", 2, 101, "m2"); /* short: 100 */
-    wd_set(&d[2], "a1", 1, 50, "m3");
-    wd_set(&d[3], "a1", 1, 30, "m1"); /* same ref again in the batch */
-    wd_set(&d[4], "a1", 2, 40, "m4"); /* after the short one */
-    wd_set(&d[5], "a1", 1, 21, "m5"); /* 20 left: short */
-    wd_set(&d[6], "a1", 3, -1, "m6");
-    wd_set(&d[7], "a2", 1, 5, "m1"); /* another app, same ref and uid */
-    assert_int_equal(store_wallet_debit_many(st, d, 8, 100), 0);
-    assert_int_equal(d[0].rc, 0);
-    assert_int_equal(d[0].balance_after, 70);
-    assert_int_equal(d[1].rc, ROOMD_EFUNDS);
-    assert_int_equal(d[1].balance_after, 100);
-    assert_int_equal(d[2].rc, 0);
-    assert_int_equal(d[2].balance_after, 20);
-    assert_int_equal(d[3].rc, 0);
-    assert_int_equal(d[3].balance_after, 20);
-    assert_int_equal(d[4].rc, 0);
-    assert_int_equal(d[4].balance_after, 60);
-    assert_int_equal(d[5].rc, ROOMD_EFUNDS);
-    assert_int_equal(d[5].balance_after, 20);
-    assert_int_equal(d[6].rc, ROOMD_EINVAL);
-    assert_int_equal(d[7].rc, 0);
-    assert_int_equal(d[7].balance_after, 95);
-    assert_int_equal(store_wallet_balance(st, "a1", 1, 100, &b), 0);
-    assert_int_equal(b, 20);
-    assert_int_equal(store_wallet_balance(st, "a1", 2, 100, &b), 0);
-    assert_int_equal(b, 60);
-    assert_int_equal(store_wallet_balance(st, "a2", 1, 100, &b), 0);
-    assert_int_equal(b, 95);
-    /* Nothing was written for the short ones: no debit to refund. */
-    assert_int_equal(store_wallet_refund(st, "a1", "m2"), ROOMD_ENOTFOUND);
-    assert_int_equal(store_wallet_refund(st, "a1", "m5"), ROOMD_ENOTFOUND);
-    assert_int_equal(store_wallet_refund(st, "a1", "m6"), ROOMD_ENOTFOUND);
-
-    /* Across batches: a ref already charged charges nothing and reports the
-     * current balance; a refunded ref is charged again, once; a ref charged by
-     * store_wallet_debit is known to the batch and the other way round. */
-    assert_int_equal(store_wallet_refund(st, "a1", "m3"), 0); /* uid 1: 70 */
-    assert_int_equal(store_wallet_debit(st, "a1", 2, 10, "s1", 100, &b), 0);
-    assert_int_equal(b, 50);
-    wd_set(&d[0], "a1", 1, 30, "m1"); /* charged before: nothing */
-    wd_set(&d[1], "a1", 1, 50, "m3"); /* refunded: charged again */
-    wd_set(&d[2], "a1", 1, 50, "m3"); /* and only once */
-    wd_set(&d[3], "a1", 2, 10, "s1"); /* charged by store_wallet_debit */
-    wd_set(&d[4], "a1", 2, 5, "m7");
-    assert_int_equal(store_wallet_debit_many(st, d, 5, 100), 0);
-    assert_int_equal(d[0].rc, 0);
-    assert_int_equal(d[0].balance_after, 70);
-    assert_int_equal(d[1].rc, 0);
-    assert_int_equal(d[1].balance_after, 20);
-    assert_int_equal(d[2].rc, 0);
-    assert_int_equal(d[2].balance_after, 20);
-    assert_int_equal(d[3].rc, 0);
-    assert_int_equal(d[3].balance_after, 50);
-    assert_int_equal(d[4].rc, 0);
-    assert_int_equal(d[4].balance_after, 45);
-    assert_int_equal(store_wallet_debit(st, "a1", 2, 5, "m7", 100, &b), 0);
-    assert_int_equal(b, 45);
-    assert_int_equal(store_wallet_balance(st, "a1", 1, 100, &b), 0);
-    assert_int_equal(b, 20);
-    /* Refund then re-debit inside one batch's reach: refund m1, debit it
-     * again in a batch with a short one of the same uid. */
-    assert_int_equal(store_wallet_refund(st, "a1", "m1"), 0); /* uid 1: 50 */
-    wd_set(&d[0], "a1", 1, 51, "m8");
-    wd_set(&d[1], "a1", 1, 30, "m1");
-    assert_int_equal(store_wallet_debit_many(st, d, 2, 100), 0);
-    assert_int_equal(d[0].rc, ROOMD_EFUNDS);
-    assert_int_equal(d[0].balance_after, 50);
-    assert_int_equal(d[1].rc, 0);
-    assert_int_equal(d[1].balance_after, 20);
-    assert_int_equal(store_wallet_balance(st, "a1", 1, 100, &b), 0);
-    assert_int_equal(b, 20);
-    assert_int_equal(store_wallet_debit_many(st, d, 0, 100), 0);
-}
-
-/* Threads running batches whose accounts come in opposite orders (a backend
- * that locks rows in batch order would deadlock or lose updates). */
+/* Threads committing batches of gifts whose accounts come in opposite orders
+ * (a backend that locks accounts in batch order would deadlock or lose
+ * updates): every balance is exact. */
 #define WB_THREADS 4
 #define WB_BATCHES 15
 #define WB_ITEMS 6
@@ -1239,28 +1210,38 @@ static void *
 wb_main(void *arg)
 {
     struct wb_worker *w = arg;
-    char refs[WB_ITEMS][32];
-    struct wallet_debit d[WB_ITEMS];
+    struct tmut *x[WB_ITEMS];
+    struct mutation *ms[WB_ITEMS];
+    char room[32], cmd[48];
 
+    for (int i = 0; i < WB_ITEMS; i++) {
+        snprintf(room, sizeof(room), "wb-%d-%d", w->idx, i);
+        create_room(w->st, "wb", room, 0, T0);
+    }
     for (int b = 0; b < WB_BATCHES; b++) {
         for (int i = 0; i < WB_ITEMS; i++) {
             /* even threads: uids 1..6, odd threads: 6..1 */
             int64_t uid = w->idx % 2 == 0 ? i + 1 : WB_ITEMS - i;
 
-            snprintf(refs[i], sizeof(refs[i]), "wb-%d-%d-%d", w->idx, b, i);
-            wd_set(&d[i], "wb", uid, uid, refs[i]);
+            snprintf(room, sizeof(room), "wb-%d-%d", w->idx, i);
+            snprintf(cmd, sizeof(cmd), "wb-%d-%d-%d", w->idx, b, i);
+            x[i] = gift_mut("wb", room, cmd, b + 2, uid, uid);
+            x[i]->debit.initial_balance = 100000;
+            ms[i] = &x[i]->m;
         }
-        if (store_wallet_debit_many(w->st, d, WB_ITEMS, 100000) != 0)
+        if (store_save(w->st, ms, WB_ITEMS) != 0)
             w->failures++;
-        for (int i = 0; i < WB_ITEMS; i++)
-            if (d[i].rc != 0)
+        for (int i = 0; i < WB_ITEMS; i++) {
+            if (x[i]->m.rc != 0)
                 w->failures++;
+            free(x[i]);
+        }
     }
     return NULL;
 }
 
 static void
-t_wallet_debit_many_concurrent(void **state)
+t_wallet_gifts_concurrent(void **state)
 {
     struct fixture *f = *state;
     struct wb_worker w[WB_THREADS];
@@ -1275,7 +1256,7 @@ t_wallet_debit_many_concurrent(void **state)
         pthread_join(th[i], NULL);
         assert_int_equal(w[i].failures, 0);
     }
-    /* uid u was charged u by every item of every batch of every thread */
+    /* uid u paid u for every gift of every batch of every thread */
     for (int64_t uid = 1; uid <= WB_ITEMS; uid++) {
         assert_int_equal(store_wallet_balance(f->st, "wb", uid, 100000, &b), 0);
         assert_int_equal(b, 100000 - uid * WB_THREADS * WB_BATCHES);
@@ -1435,8 +1416,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(t_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet, setup, teardown),
-        cmocka_unit_test_setup_teardown(t_wallet_debit_many, setup, teardown),
-        cmocka_unit_test_setup_teardown(t_wallet_debit_many_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_wallet_gifts_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rockets, setup, teardown),
         cmocka_unit_test_setup_teardown(t_concurrent_claim, setup, teardown),
     };

@@ -2,7 +2,7 @@
  * roomctl.c: the operator CLI. Opens the store named by a roomd config
  * directly (roomd may be running) and runs one command from a table, as
  * OpenSMTPD's smtpctl does: outbox counts / list / show / replay (the dead
- * letter tools of the seed's 重试和死信), wallet balance / topup, migrate.
+ * letter tools of the seed's 重试和死信), wallet balance / topup / audit, migrate.
  *
  *   roomctl -c configs/local.yaml outbox list --status failed
  */
@@ -12,6 +12,8 @@
 #include "core/xmalloc.h"
 #include "outbox/outbox.h"
 #include "store/store.h"
+#include "wallet/audit.h"
+#include "wallet/wallet.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -278,6 +280,35 @@ do_wallet_topup(struct ctl *c, int argc, char **argv)
     return 0;
 }
 
+/* The money invariant (wallet/audit.h): prints the offending command_ids,
+ * exits 1 when it does not hold, 0 when it does. --app limits it to one app
+ * (default: every app). With wallet.driver grpc it asks the wallet service
+ * for holds older than wallet.reconcile_after. */
+static int
+do_wallet_audit(struct ctl *c, int argc, char **argv)
+{
+    const char *app = opt_value(argc, argv, "--app");
+    struct wallet *w = NULL;
+    size_t offences = 0;
+    char err[512];
+    int rc;
+
+    if (strcmp(c->conf->wallet.driver, "grpc") == 0 &&
+        wallet_open(&w, &c->conf->wallet, c->store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "roomctl: %s\n", err);
+        return 2;
+    }
+    rc = wallet_audit(c->store, &c->conf->wallet, w, app != NULL ? app : "", stdout, &offences);
+    wallet_close(w);
+    if (rc != 0) {
+        fail("wallet audit", rc);
+        return 2; /* could not check: neither holds nor fails */
+    }
+    printf("%s: %zu offence%s\n", offences == 0 ? "ok" : "FAILED", offences,
+           offences == 1 ? "" : "s");
+    return offences == 0 ? 0 : 1;
+}
+
 static int
 do_migrate(struct ctl *c, int argc, char **argv)
 {
@@ -298,6 +329,7 @@ static const struct ctl_cmd commands[] = {
     {{"outbox", "replay"}, 1, 1, do_outbox_replay, "outbox replay EVENT_ID"},
     {{"wallet", "balance"}, 1, 1, do_wallet_balance, "wallet balance UID [--app APP]"},
     {{"wallet", "topup"}, 3, 3, do_wallet_topup, "wallet topup UID AMOUNT REF [--app APP]"},
+    {{"wallet", "audit"}, 0, 0, do_wallet_audit, "wallet audit [--app APP]"},
     {{"migrate"}, 0, 0, do_migrate, "migrate"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

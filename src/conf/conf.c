@@ -50,7 +50,7 @@
 
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const store_drivers[] = {"sqlite", "mysql", NULL};
-static const char *const wallet_drivers[] = {"embedded", NULL};
+static const char *const wallet_drivers[] = {"embedded", "grpc", NULL};
 static const char *const lease_drivers[] = {"local", "redis", NULL};
 static const char *const proj_drivers[] = {"memory", "redis", NULL};
 static const char *const publish_modes[] = {"direct", "mq", "dual", NULL}; /* enum publish_mode */
@@ -182,11 +182,19 @@ const struct key conf_keys[] = {
      .doc = "ignition -> launch"},
 
     {"wallet.driver", K_STR, F(wallet.driver), "embedded", ONE_OF(wallet_drivers),
-     .doc = "embedded: the ledger lives in the store"},
+     .doc = "embedded: the ledger lives in the store; grpc: a wallet service (docs/wallet.md)"},
     {"wallet.initial_balance", K_INT64, F(wallet.initial_balance), "0", GE(0),
      .doc = "balance of a never-seen user (development)"},
     {"wallet.allow_topup", K_BOOL, F(wallet.allow_topup), "false",
      .doc = "serve POST /v1/wallet/topup on the admin listener (development)"},
+    {"wallet.grpc.target", K_STR, F(wallet.grpc_target), "127.0.0.1:50061", HOSTPORT,
+     .when = "wallet.driver=grpc",
+     .doc = "the wallet service's gRPC host:port (proto/wallet.proto)"},
+    {"wallet.grpc.timeout", K_DUR, F(wallet.grpc_timeout_ms), "2s", GT(0),
+     .doc = "deadline of one wallet call"},
+    {"wallet.reconcile_after", K_DUR, F(wallet.reconcile_after_ms), "60s", GE(1000),
+     .note = "(and >= 4 x wallet.grpc.timeout)",
+     .doc = "grpc: holds older than this are resolved against the command log"},
 
     {"redis.enabled", K_BOOL, F(redis.enabled), "false",
      .doc = "connect to Redis (needed by the redis lease and projection)"},
@@ -847,6 +855,10 @@ validate_cross(const struct conf *c, struct vctx *v)
         bad(v, "lease.driver", "redis needs redis.enabled: true");
     if (c->lease.renew_every_ms <= 0 || c->lease.renew_every_ms >= c->lease.ttl_ms)
         bad(v, "lease.renew_every", "must be > 0 and < lease.ttl");
+    /* a command gives up on its hold at half of reconcile_after (docs/wallet.md),
+     * so a hold the reconciler sees is never about to commit */
+    if (c->wallet.reconcile_after_ms < 4 * c->wallet.grpc_timeout_ms)
+        bad(v, "wallet.reconcile_after", "must be >= 4 x wallet.grpc.timeout");
     if (strcmp(c->projection.driver, "redis") == 0 && !c->redis.enabled)
         bad(v, "projection.driver", "redis needs redis.enabled: true");
 

@@ -115,9 +115,12 @@ struct conf_room {
 };
 
 struct conf_wallet {
-    char *driver;            /* "embedded" (ledger in the store) */
-    int64_t initial_balance; /* balance of a never-seen user (development) */
-    bool allow_topup;        /* POST /v1/wallet/topup (development) */
+    char *driver;               /* "embedded" (ledger in the store) | "grpc" (docs/wallet.md) */
+    int64_t initial_balance;    /* balance of a never-seen user (development) */
+    bool allow_topup;           /* POST /v1/wallet/topup (development) */
+    char *grpc_target;          /* grpc: the wallet service, host:port */
+    int64_t grpc_timeout_ms;    /* grpc: deadline of one call */
+    int64_t reconcile_after_ms; /* grpc: holds older than this are resolved from the log */
 };
 
 struct conf_redis {

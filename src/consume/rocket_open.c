@@ -2,10 +2,11 @@
  * rocket_open.c: hyapp-room-rocket-open. Each wake-up
  * (roomd.v1.RocketLaunchWakeup, published by sink_rocket.c) is held with
  * NakWithDelay until launch_at_ms, then sent in-process as LaunchRocket with
- * the wake-up's command_id. The Room Cell re-validates status, rocket_id,
- * level, launch_at_ms and the UTC day: a stale or repeated wake-up answers
- * 409 rocket_stale (or a replay), which is success here. Every redelivery
- * re-checks the clock, so a restart or a lost Nak only delays, never skips.
+ * the reserved command_id of its rocket (rocket_launch_command_id: the id a
+ * wake-up carries from before the reserved namespace is not used). The Room Cell re-validates
+ * status, rocket_id, level, launch_at_ms and the UTC day: a stale or repeated wake-up answers 409
+ * rocket_stale (or a replay), which is success here. Every redelivery re-checks the clock, so a
+ * restart or a lost Nak only delays, never skips.
  */
 #include "consume/handlers.h"
 
@@ -29,17 +30,17 @@ launch(struct room_service *rooms, const Roomd__V1__RocketLaunchWakeup *w, struc
     struct room_cmd cmd;
     struct cmd_error ce;
     struct room_reply reply = {0};
-    char body[512];
+    char body[512], cid[STORE_ID_MAX];
     int rc;
 
     memset(&cmd, 0, sizeof(cmd));
     memset(&ce, 0, sizeof(ce));
+    rocket_launch_command_id(w->rocket_id, cid, sizeof(cid));
     int n = snprintf(body, sizeof(body),
                      "{\"command_id\":\"%s\",\"rocket_id\":\"%s\",\"level\":%d,"
                      "\"launch_at_ms\":%" PRId64 "}",
-                     w->command_id, w->rocket_id, w->level, w->launch_at_ms);
-    if (n < 0 || (size_t)n >= sizeof(body) || strpbrk(w->command_id, "\"\\") ||
-        strpbrk(w->rocket_id, "\"\\")) {
+                     cid, w->rocket_id, w->level, w->launch_at_ms);
+    if (n < 0 || (size_t)n >= sizeof(body) || strpbrk(w->rocket_id, "\"\\")) {
         snprintf(m->err, sizeof(m->err), "wake-up fields do not fit a command");
         return ROOMD_EPERM;
     }

@@ -67,6 +67,8 @@ roomd_err_code(int rc)
         return "idempotency_key_reused";
     case ROOMD_EFUNDS:
         return "insufficient_balance";
+    case ROOMD_ERANGE:
+        return "out_of_range";
     case ROOMD_ETOOBIG:
         return "payload_too_large";
     case ROOMD_EUNAVAIL:

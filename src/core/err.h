@@ -18,6 +18,7 @@
     X(EEXIST, 409, "already exists")                                                               \
     X(EREUSED, 409, "idempotency key reused")                                                      \
     X(EFUNDS, 402, "insufficient balance")                                                         \
+    X(ERANGE, 409, "the result would overflow")                                                    \
     X(ETOOBIG, 413, "too large")                                                                   \
     X(EUNAVAIL, 503, "dependency unavailable")                                                     \
     X(ETIMEDOUT, 503, "timed out")                                                                 \

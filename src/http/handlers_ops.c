@@ -176,6 +176,11 @@ handle_wallet_topup(const struct http_deps *d, const struct http_request *req, c
     if (!positive_field(j, "uid", &uid, resp) || !positive_field(j, "amount", &amount, resp))
         goto out;
     rc = d->wallet->ops->topup(d->wallet, app, uid, amount, json_string_value(cid), &balance);
+    if (rc == ROOMD_ERANGE) {
+        http_response_field_error(resp, "out_of_range", "amount",
+                                  "amount: the balance would pass INT64_MAX");
+        goto out;
+    }
     if (rc != 0) {
         wallet_error(resp, rc);
         goto out;

@@ -105,6 +105,8 @@ proj_clamp_page(int64_t *cursor, int *limit)
 {
     if (*cursor < 0)
         *cursor = 0;
+    if (*cursor > PROJ_MAX_CURSOR)
+        *cursor = PROJ_MAX_CURSOR;
     if (*limit <= 0)
         *limit = 20;
     if (*limit > PROJ_MAX_LIMIT)

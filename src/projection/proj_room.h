@@ -42,7 +42,13 @@ char *proj_page_json(json_t *rooms, int64_t next_cursor);
 /* {"uid":uid,"room_id":room|null} malloc'd. */
 char *proj_presence_json(int64_t uid, const char *room_id, int64_t since_ms);
 
-/* Clamps a page request: cursor >= 0, limit 1..PROJ_MAX_LIMIT (0 -> 20). */
+/* The largest cursor a page starts at: no list holds that many rooms, so a
+ * larger cursor saturates to it and reads an empty page (next_cursor null);
+ * cursor + limit never overflows, and stays exact as a Lua number. */
+#define PROJ_MAX_CURSOR 1000000000000000LL
+
+/* Clamps a page request: cursor 0..PROJ_MAX_CURSOR (saturating), limit
+ * 1..PROJ_MAX_LIMIT (0 -> 20). */
 void proj_clamp_page(int64_t *cursor, int *limit);
 
 #endif

@@ -17,6 +17,7 @@
 #include "projection/projection.h"
 
 #include "conf/conf.h"
+#include "core/checked.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -391,11 +392,12 @@ rp_list_rooms(struct projection *p, const char *app, int64_t cursor, int limit, 
         redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 9)
             continue;
-        json_array_append_new(rooms, proj_entry_json(str_el(e->element[0]), str_el(e->element[1]),
-                                                     int_el(e->element[2]), int_el(e->element[3]),
-                                                     int_el(e->element[4]) + int_el(e->element[5]),
-                                                     int_el(e->element[6]), int_el(e->element[7]),
-                                                     int_el(e->element[8])));
+        json_array_append_new(
+            rooms,
+            proj_entry_json(str_el(e->element[0]), str_el(e->element[1]), int_el(e->element[2]),
+                            int_el(e->element[3]),
+                            i64_add_sat(int_el(e->element[4]), int_el(e->element[5])),
+                            int_el(e->element[6]), int_el(e->element[7]), int_el(e->element[8])));
     }
     int64_t total = r->element[0]->integer;
     *json = proj_page_json(rooms, cursor + limit < total ? cursor + limit : -1);

@@ -2,7 +2,8 @@
  * sink.h: one interface for every place an outbox event is delivered to.
  * One file per sink: sink_log.c (event JSON lines to a file), sink_tim.c
  * (Tencent IM REST), sink_activity.c (activity gRPC), sink_bus.c (JetStream
- * hyapp_room_outbox), sink_rocket.c (JetStream rocket launch wake-ups).
+ * hyapp_room_outbox), sink_rocket.c (JetStream rocket launch wake-ups),
+ * sink_wallet.c (the remote wallet's Confirm of a committed gift).
  *
  * The outbox worker (outbox/worker.c) calls publish() for each claimed row
  * and each sink whose bit is not yet in the row's sinks_done and that
@@ -27,6 +28,7 @@ struct outbox_row;
 #define SINK_BIT_ACTIVITY (1u << 2)
 #define SINK_BIT_BUS (1u << 3)
 #define SINK_BIT_ROCKET (1u << 4)
+#define SINK_BIT_WALLET (1u << 5)
 
 /* One event as the sinks see it, built once per row by the worker.
  * Everything is borrowed for the duration of publish(). */

@@ -12,8 +12,10 @@
 #include "core/xmalloc.h"
 #include "room_events.pb-c.h"
 
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int
@@ -89,6 +91,49 @@ static cmd_apply_fn *const apply_of[CMD_COUNT_] = {
     [CMD_LAUNCH_ROCKET] = cmd_launch_apply,
 };
 
+/* Which rules the command runs with (command.h): the ones its log row
+ * recorded; live, the configured rc when the room has none or they differ;
+ * else the room's own. A replayed room without rules (a snapshot from
+ * before rules were kept) goes on with rc, as it always did. */
+static void
+take_rules(struct room_state *s, const struct room_cmd *cmd, const struct conf_room *rc)
+{
+    if (cmd->has_rules) {
+        s->rules = cmd->rules;
+        s->has_rules = true;
+        return;
+    }
+    if (cmd->from_log || (s->has_rules && room_rules_equal(&s->rules, rc)))
+        return;
+    memset(&s->rules, 0, sizeof(s->rules));
+    s->rules.max_members = rc->max_members;
+    s->rules.kick_ban_ms = rc->kick_ban_ms;
+    s->rules.rocket = rc->rocket;
+    /* the seats are the room's from its creation on */
+    s->rules.seat_count = cmd->type == CMD_CREATE_ROOM ? rc->seat_count : s->nseats;
+    s->has_rules = true;
+}
+
+char *
+room_logged_request(const struct room_cmd *cmd, const struct room_state *before,
+                    const struct room_state *after)
+{
+    json_t *o;
+    char *text;
+
+    if (!after->has_rules ||
+        (before != NULL && before->has_rules && room_rules_equal(&before->rules, &after->rules)))
+        return xstrdup(cmd->request);
+    if ((o = json_loads(cmd->request, 0, NULL)) == NULL)
+        abort(); /* cmd->request is our own canonical JSON */
+    json_object_set_new(o, "rules", room_rules_to_json(&after->rules));
+    text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (text == NULL)
+        abort();
+    return text;
+}
+
 int
 room_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
            const struct conf_room *rc, struct room_events *ev, struct apply_error *e)
@@ -113,7 +158,8 @@ room_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
         }
         rocket_reset_if_new_day(s, now_ms, ev);
     }
-    if ((r = apply_of[cmd->type](s, cmd, now_ms, rc, ev, e)) != 0)
+    take_rules(s, cmd, rc);
+    if ((r = apply_of[cmd->type](s, cmd, now_ms, s->has_rules ? &s->rules : rc, ev, e)) != 0)
         return r;
     s->version++;
     s->updated_at_ms = now_ms;

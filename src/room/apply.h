@@ -53,8 +53,5 @@ void rocket_reset_if_new_day(struct room_state *s, int64_t now_ms, struct room_e
 bool rocket_add_energy(struct room_state *s, int64_t amount, int64_t now_ms,
                        const struct conf_room *rc);
 void rocket_push_ignited(const struct room_state *s, struct room_events *ev);
-/* The deterministic command_id of the launch of rocket_id: "rl-<rocket_id>"
- * (rocket_id is "<room_id>-<utc_day>-<level>", so at most 60 bytes). */
-void rocket_launch_command_id(const char *rocket_id, char *out, size_t len);
 
 #endif

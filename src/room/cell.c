@@ -68,8 +68,8 @@ room_load_state(const struct room_load *l, const char *app, const char *room_id,
         struct apply_error ae;
         int a;
 
-        if (type < 0 || room_cmd_parse((enum room_cmd_type)type, app, room_id, r->request,
-                                       strlen(r->request ? r->request : ""), &cmd, &ce) != 0) {
+        if (type < 0 || room_cmd_parse_logged((enum room_cmd_type)type, app, room_id, r->request,
+                                              &cmd, &ce) != 0) {
             snprintf(err, errlen, "log v%lld (%s): request does not parse", (long long)r->version,
                      r->command_id);
             goto out;

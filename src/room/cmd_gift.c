@@ -2,11 +2,13 @@
  * cmd_gift.c: SendGift. Sender and receiver must be members. The value
  * count*unit_price adds to the room's gift total and charges the rocket
  * (cmd_rocket.c); the wallet debit happens in service.c, not here, so a
- * replay never charges. Events: RoomGiftSent, then RoomRocketIgnited when
+ * replay never charges. gift_total and the rocket energy saturate at
+ * INT64_MAX (docs/room.md) instead of wrapping. Events: RoomGiftSent, then RoomRocketIgnited when
  * this gift reached the level's threshold.
  */
 #include "room/apply.h"
 
+#include "core/checked.h"
 #include "core/err.h"
 #include "room_events.pb-c.h"
 
@@ -24,7 +26,7 @@ cmd_gift_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
     if (room_state_member_index(s, cmd->to_uid) < 0)
         return apply_fail(e, ROOMD_ECONFLICT, "not_member", "to_uid %lld is not a member",
                           (long long)cmd->to_uid);
-    s->gift_total += total;
+    s->gift_total = i64_add_sat(s->gift_total, total); /* documented: saturates */
     ignited = rocket_add_energy(s, total, now_ms, rc);
 
     m.uid = cmd->uid;

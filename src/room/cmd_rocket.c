@@ -11,6 +11,7 @@
 #include "room/apply.h"
 
 #include "conf/conf.h"
+#include "core/checked.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
@@ -50,7 +51,7 @@ rocket_add_energy(struct room_state *s, int64_t amount, int64_t now_ms, const st
 
     if (r->status != ROCKET_IDLE || r->level < 1 || r->level > cr->nthresholds)
         return false;
-    r->energy += amount;
+    r->energy = i64_add_sat(r->energy, amount); /* saturates: ignites at any threshold */
     if (r->energy < cr->thresholds[r->level - 1])
         return false;
     r->status = ROCKET_IGNITED;
@@ -59,15 +60,8 @@ rocket_add_energy(struct room_state *s, int64_t amount, int64_t now_ms, const st
                  (long long)r->utc_day, r->level) >= (int)sizeof(r->rocket_id))
         r->rocket_id[sizeof(r->rocket_id) - 1] = '\0';
     r->ignited_at_ms = now_ms;
-    r->launch_at_ms = now_ms + cr->countdown_ms;
+    r->launch_at_ms = i64_add_sat(now_ms, cr->countdown_ms);
     return true;
-}
-
-void
-rocket_launch_command_id(const char *rocket_id, char *out, size_t len)
-{
-    if (snprintf(out, len, "rl-%s", rocket_id) >= (int)len)
-        out[len - 1] = '\0';
 }
 
 void

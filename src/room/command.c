@@ -331,9 +331,68 @@ generate_room_id(char *dst, size_t len)
     dst[j] = '\0';
 }
 
-int
-room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_id, const char *body,
-               size_t len, struct room_cmd *cmd, struct cmd_error *e)
+void
+rocket_launch_command_id(const char *rocket_id, char *out, size_t len)
+{
+    if (snprintf(out, len, ROOM_RESERVED_ID_PREFIX "rl-%s", rocket_id) >= (int)len)
+        out[len - 1] = '\0';
+}
+
+/* Reads the command_id. Client commands take 1..63 characters of the id
+ * charset; the reserved prefix belongs to roomd alone. Only
+ * cmd->command_id's syntax is checked here; reserved_id_ok checks the rest
+ * once the command's other fields are known. */
+static int
+get_command_id(json_t *o, struct room_cmd *cmd, bool from_log, struct cmd_error *e)
+{
+    json_t *v = json_object_get(o, "command_id");
+    const char *id = json_is_string(v) ? json_string_value(v) : NULL;
+    size_t plen = strlen(ROOM_RESERVED_ID_PREFIX);
+
+    if (id != NULL && strncmp(id, ROOM_RESERVED_ID_PREFIX, plen) == 0) {
+        if (!from_log && cmd->type != CMD_LAUNCH_ROCKET)
+            return fail(e, "command_id",
+                        "ids starting with \"%s\" are reserved for the commands roomd issues "
+                        "itself",
+                        ROOM_RESERVED_ID_PREFIX);
+        if (!id_ok(id + plen, STORE_ID_MAX - 1 - plen))
+            return fail(e, "command_id", "must be a string of 1..%d characters [A-Za-z0-9_.:-]",
+                        STORE_ID_MAX - 1);
+        strlcpy_(cmd->command_id, id, sizeof(cmd->command_id));
+        return 0;
+    }
+    return get_id(o, "command_id", STORE_ID_MAX - 1, 1, cmd->command_id, sizeof(cmd->command_id),
+                  e);
+}
+
+/* LaunchRocket is issued by roomd itself (its timer, the broker wake-up):
+ * its command_id must be the reserved id rocket_launch_command_id derives
+ * from its rocket_id, and that rocket_id must be this room's
+ * ("<room_id>-<utc_day>-<level>"), so the id is scoped by room and no
+ * client request can take it first. A logged command is not checked: the
+ * log holds what committed (older logs have "rl-..." launch ids). */
+static int
+reserved_id_ok(const struct room_cmd *cmd, bool from_log, struct cmd_error *e)
+{
+    char want[STORE_ID_MAX];
+    size_t n = strlen(cmd->room_id);
+
+    if (from_log || cmd->type != CMD_LAUNCH_ROCKET)
+        return 0;
+    if (strncmp(cmd->rocket_id, cmd->room_id, n) != 0 || cmd->rocket_id[n] != '-')
+        return fail(e, "rocket_id", "must be a rocket of room %s", cmd->room_id);
+    rocket_launch_command_id(cmd->rocket_id, want, sizeof(want));
+    if (strcmp(cmd->command_id, want) != 0)
+        return fail(e, "command_id", "must be \"%s\" (the reserved id of this launch)", want);
+    return 0;
+}
+
+static int parse_object(enum room_cmd_type type, const char *app, const char *path_room_id,
+                        json_t *o, bool from_log, struct room_cmd *cmd, struct cmd_error *e);
+
+static int
+parse(enum room_cmd_type type, const char *app, const char *path_room_id, const char *body,
+      size_t len, bool from_log, struct room_cmd *cmd, struct cmd_error *e)
 {
     json_error_t jerr;
     json_t *o;
@@ -348,7 +407,7 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
         return fail(e, "body", "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
                     jerr.text);
     }
-    rc = room_cmd_parse_json(type, app, path_room_id, o, cmd, e);
+    rc = parse_object(type, app, path_room_id, o, from_log, cmd, e);
     json_decref(o);
     return rc;
 }
@@ -356,6 +415,14 @@ room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_i
 int
 room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_room_id,
                     struct json_t *o, struct room_cmd *cmd, struct cmd_error *e)
+{
+    return parse_object(type, app, path_room_id, o, false, cmd, e);
+}
+
+/* Validates the body object o (a logged request when from_log) into cmd. */
+static int
+parse_object(enum room_cmd_type type, const char *app, const char *path_room_id, json_t *o,
+             bool from_log, struct room_cmd *cmd, struct cmd_error *e)
 {
     json_t *v;
     const char *key;
@@ -380,6 +447,15 @@ room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_r
         rc = fail(e, "body", "must be a JSON object");
         goto out;
     }
+    if (from_log && (v = json_object_get(o, "rules")) != NULL) {
+        if (room_rules_from_json(v, &cmd->rules) != 0) {
+            rc = fail(e, "rules", "recorded rules do not parse");
+            goto out;
+        }
+        cmd->has_rules = true;
+        json_object_del(o, "rules");
+    }
+    cmd->from_log = from_log;
     json_object_foreach(o, key, v)
     {
         if (!field_known(type, key)) {
@@ -394,8 +470,7 @@ room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_r
         rc = fail(e, "type", "must be \"%s\"", room_cmd_name(type));
         goto out;
     }
-    if ((rc = get_id(o, "command_id", STORE_ID_MAX - 1, 1, cmd->command_id, sizeof(cmd->command_id),
-                     e)) != 0)
+    if ((rc = get_command_id(o, cmd, from_log, e)) != 0)
         goto out;
     rc = get_id(o, "room_id", ROOM_ID_MAX, 0, body_room, sizeof(body_room), e);
     if (rc < 0)
@@ -419,7 +494,7 @@ room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *path_r
         rc = fail(e, "room_id", "is required");
         goto out;
     }
-    if ((rc = parse_fields(o, cmd, e)) != 0)
+    if ((rc = parse_fields(o, cmd, e)) != 0 || (rc = reserved_id_ok(cmd, from_log, e)) != 0)
         goto out;
     cmd->request = canonical_request(cmd);
     rc = 0;
@@ -429,6 +504,20 @@ out:
         cmd->request = NULL;
     }
     return rc;
+}
+
+int
+room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_id, const char *body,
+               size_t len, struct room_cmd *cmd, struct cmd_error *e)
+{
+    return parse(type, app, path_room_id, body, len, false, cmd, e);
+}
+
+int
+room_cmd_parse_logged(enum room_cmd_type type, const char *app, const char *room_id,
+                      const char *request, struct room_cmd *cmd, struct cmd_error *e)
+{
+    return parse(type, app, room_id, request, strlen(request ? request : ""), true, cmd, e);
 }
 
 int

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conf/conf.h"
 #include "room/state.h"
 #include "store/store.h"
 
@@ -63,7 +64,22 @@ struct room_cmd {
     char *request;                /* canonical request JSON (sorted keys), malloc'd */
     bool room_id_generated;       /* create without room_id: the id was generated, so an
                                    * idempotent retry compares requests ignoring room_id */
+    bool from_log;                /* parsed by room_cmd_parse_logged (a replay) */
+    bool has_rules;               /* from_log: the row recorded the rules it took */
+    struct conf_room rules;       /* those rules (room_state.rules) */
 };
+
+/* The reserved command_id namespace: ids starting with this prefix belong to
+ * the commands roomd issues itself (LaunchRocket). It lies outside the id
+ * charset clients may use, so no client request, now or logged before,
+ * can hold one; a client command_id starting with it is refused (400 naming
+ * command_id). */
+#define ROOM_RESERVED_ID_PREFIX "~"
+
+/* The deterministic command_id of the launch of rocket_id:
+ * "~rl-<rocket_id>" (rocket_id is "<room_id>-<utc_day>-<level>", at most 57
+ * bytes, so this fits in 63), written to out (len bytes). Thread: any. */
+void rocket_launch_command_id(const char *rocket_id, char *out, size_t len);
 
 /* A validation failure: the field at fault and a message. */
 struct cmd_error {
@@ -81,6 +97,13 @@ struct cmd_error {
  */
 int room_cmd_parse(enum room_cmd_type type, const char *app, const char *path_room_id,
                    const char *body, size_t len, struct room_cmd *cmd, struct cmd_error *e);
+/* The same for a request read back from the command log (replay): the
+ * reserved-id rules are not applied, since the log holds what committed,
+ * and the "rules" the row recorded (room_logged_request) go to
+ * cmd->rules. request is the stored request (NUL-terminated); cmd->request
+ * becomes its canonical request without "rules". */
+int room_cmd_parse_logged(enum room_cmd_type type, const char *app, const char *room_id,
+                          const char *request, struct room_cmd *cmd, struct cmd_error *e);
 /* As room_cmd_parse, for a body the caller already parsed (jansson object,
  * borrowed): the HTTP handler parses once to tell invalid_json apart. */
 struct json_t;
@@ -121,6 +144,12 @@ struct apply_error {
 };
 
 /*
+ * The rules (ARCHITECTURE §5, docs/room.md "Replay is deterministic"): a
+ * room applies its own rules (room_state.rules). room_apply of a live
+ * command gives the room the configured rules rc when it has none or they
+ * changed; the command's log row then records them, and a replay takes the
+ * rules only from the log, never from the config of the day.
+ *
  * Applies cmd to s (a clone owned by the caller) at time now_ms, appending
  * events to ev. On success bumps s->version by one and returns 0; a no-op
  * command (stale/duplicate LaunchRocket) returns ROOMD_ECONFLICT with code
@@ -131,5 +160,12 @@ struct apply_error {
  */
 int room_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
                const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
+
+/* The request the command log stores for cmd, which turned before (NULL:
+ * no room yet) into after with room_apply: cmd->request, plus "rules" (as
+ * room_rules_to_json) when the command gave the room rules it did not
+ * have. Returns a malloc'd string. Thread: any (pure). */
+char *room_logged_request(const struct room_cmd *cmd, const struct room_state *before,
+                          const struct room_state *after);
 
 #endif

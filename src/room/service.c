@@ -27,6 +27,7 @@
 #include "wallet/wallet.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +102,10 @@ store_fail_reply(struct room_reply *r, struct timing *tm, int rc, const char *wh
 
 /* ---- idempotency --------------------------------------------------------------------- */
 
-/* True when the stored request is the same command as cmd. A create whose
- * room_id was generated compares with the stored room_id put in, since a
- * retry cannot repeat an id it never chose. */
+/* True when the stored request is the same command as cmd. The "rules" a
+ * row recorded (room_logged_request) are not part of the request. A create
+ * whose room_id was generated compares with the stored room_id put in,
+ * since a retry cannot repeat an id it never chose. */
 static bool
 same_request(const struct room_cmd *cmd, const char *stored)
 {
@@ -115,9 +117,11 @@ same_request(const struct room_cmd *cmd, const char *stored)
         return false;
     if (strcmp(cmd->request, stored) == 0)
         return true;
-    if (!cmd->room_id_generated || (o = json_loads(stored, 0, NULL)) == NULL)
+    if ((o = json_loads(stored, 0, NULL)) == NULL)
         return false;
-    json_object_set_new(o, "room_id", json_string(cmd->room_id));
+    json_object_del(o, "rules");
+    if (cmd->room_id_generated)
+        json_object_set_new(o, "room_id", json_string(cmd->room_id));
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
     same = text != NULL && strcmp(text, cmd->request) == 0;
@@ -273,15 +277,47 @@ log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct 
 
 /* ---- execute ------------------------------------------------------------------------- */
 
-/* Reverses the gift debit of cmd after its commit failed. */
+#ifdef ROOMD_TESTING
+/* Fault injection (ROOMD_TEST_WALLET_CRASH=point): the process dies with
+ * SIGKILL at that point of the gift path, as kill -9 would. Points:
+ * before_try, after_try, before_commit, after_commit. */
 static void
-refund(struct room_service *svc, const struct room_cmd *cmd)
+crash_point(const char *point)
 {
-    int rc = svc->d.wallet->ops->refund(svc->d.wallet, cmd->app_code, cmd->command_id);
+    const char *want = getenv("ROOMD_TEST_WALLET_CRASH");
 
-    if (rc != 0)
-        log_error("room", "refund failed", "app=%s command_id=%s rc=%s", cmd->app_code,
-                  cmd->command_id, roomd_strerror(rc));
+    if (want != NULL && strcmp(want, point) == 0) {
+        log_warn("room", "test hook: killed", "point=%s", point);
+        raise(SIGKILL);
+    }
+}
+#else
+#define crash_point(p) ((void)0)
+#endif
+
+/* How a gift whose commit did not succeed ended, from the log (the
+ * authority): its own row -> committed; no row or another request's ->
+ * refused; the store cannot tell -> unknown (the reconciler decides). */
+static enum wallet_outcome
+gift_outcome(struct room_service *svc, const struct room_cmd *cmd)
+{
+    struct command_record rec;
+    enum wallet_outcome o;
+    int rc;
+
+    memset(&rec, 0, sizeof(rec));
+    rc = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
+    if (rc == ROOMD_ENOTFOUND)
+        o = WALLET_REFUSED;
+    else if (rc != 0)
+        o = WALLET_UNKNOWN;
+    else
+        o = rec.command_type != NULL && strcmp(rec.command_type, "SendGift") == 0 &&
+                    same_request(cmd, rec.request)
+                ? WALLET_COMMITTED
+                : WALLET_REFUSED;
+    command_record_clear(&rec);
+    return o;
 }
 
 /* After ENOTOWNER: sends the request to the owner named in reply->owner when
@@ -327,9 +363,12 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     struct apply_error ae;
     struct mutation m;
     struct outbox_new *obx = NULL;
-    char *state_json = NULL, *snapshot_json = NULL, *response = NULL, msg[320];
-    bool debited = false, drop = false, created = false, snapshot_due;
-    int64_t now, t, balance;
+    char *state_json = NULL, *snapshot_json = NULL, *response = NULL, *logged_request = NULL,
+         msg[320];
+    bool held = false, drop = false, created = false, snapshot_due;
+    struct wallet_gift gift;
+    struct wallet_debit debit;
+    int64_t now, t, balance, held_at_ms = 0;
     int rc;
 
     memset(&tm, 0, sizeof(tm));
@@ -403,24 +442,40 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         goto out;
     }
 
-    /* 4. SendGift: debit the sender, idempotent by command_id */
-    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL) {
+    /* 4. SendGift: the sender's wallet holds the amount, keyed by
+     * (app, command_id) and bound to this request */
+    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL)
+        wallet_gift_init(&gift, cmd->app_code, cmd->room_id, cmd->command_id, cmd->uid,
+                         cmd->count * cmd->unit_price, cmd->request);
+    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL && svc->d.wallet->ops->hold != NULL) {
+        crash_point("before_try");
         t = clock_mono_us();
-        rc = svc->d.wallet->ops->debit(svc->d.wallet, cmd->app_code, cmd->uid,
-                                       cmd->count * cmd->unit_price, cmd->command_id, &balance);
+        held_at_ms = clock_mono_ms();
+        rc = svc->d.wallet->ops->hold(svc->d.wallet, &gift, &balance);
         tm.wallet_us = clock_mono_us() - t;
         if (rc == ROOMD_EFUNDS) {
             snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld", (long long)cmd->uid,
-                     (long long)(cmd->count * cmd->unit_price));
+                     (long long)gift.amount);
             fail_reply(reply, &tm, 402, "insufficient_balance", msg);
             goto out;
         }
+        if (rc == ROOMD_EREUSED) {
+            if (logged_meanwhile(svc, cmd, reply, &tm))
+                goto out;
+            snprintf(msg, sizeof(msg),
+                     "command_id %s is held by the wallet for a different request, or was "
+                     "cancelled after a failed attempt: send the gift with a new command_id",
+                     cmd->command_id);
+            fail_reply(reply, &tm, 409, "idempotency_key_reused", msg);
+            goto out;
+        }
+        held = true; /* from here on, every way out settles the hold */
         if (rc != 0) {
             snprintf(msg, sizeof(msg), "wallet: %s", roomd_strerror(rc));
             fail_reply(reply, &tm, 503, "unavailable", msg);
-            goto out;
+            goto out; /* settled REFUSED: Cancel, whatever the Try did */
         }
-        debited = true;
+        crash_point("after_try");
     }
 
     /* 5. SaveMutation: log row + outbox rows + room meta (+ snapshot), one transaction */
@@ -444,11 +499,18 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     state_json = room_state_to_json_capped(clone, ROOM_REPLY_MEMBERS_MAX);
     response = build_response(cmd, clone, obx, ev.n, state_json);
 
+    logged_request = room_logged_request(cmd, c->state, clone);
     make_mutation(&m, cmd, clone, now, c->lease_token, response);
+    m.request = logged_request; /* with "rules" when the room took the configured rules */
     m.events = obx;
     m.nevents = ev.n;
     m.snapshot = snapshot_json;
     m.snapshots_keep = conf->room.snapshots_keep;
+    /* the embedded ledger: the debit is a statement of this very commit */
+    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL && svc->d.wallet->ops->attach != NULL) {
+        svc->d.wallet->ops->attach(svc->d.wallet, &gift, &debit);
+        m.debit = &debit;
+    }
 
 #ifdef ROOMD_TESTING
     /* fault injection: hold the command between its lease check and its
@@ -463,27 +525,45 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
      * rows are inserted already claimed by it and go to its workers right
      * after the commit, with no claim query; else a worker is woken to claim
      * them now, not at its next poll (outbox/handoff.h, docs/outbox.md) */
+    /* a hold older than half of wallet.reconcile_after may meet the
+     * reconciler's Cancel: give it up rather than commit an unpaid gift */
+    if (held && clock_mono_ms() - held_at_ms > conf->wallet.reconcile_after_ms / 2) {
+        fail_reply(reply, &tm, 503, "unavailable", "wallet: the hold is too old to commit");
+        goto out;
+    }
     outbox_handoff_begin(svc->d.outbox, &m);
+    crash_point("before_commit");
     t = clock_mono_us();
     rc = commit(svc, &m);
     tm.save_us = clock_mono_us() - t;
+    if (m.debit != NULL)
+        tm.wallet_us = m.debit_us; /* inside save_mutation_ms */
+    if (rc == 0)
+        crash_point("after_commit");
     outbox_handoff_end(svc->d.outbox, &m, rc);
     if (rc == ROOMD_EREUSED) {
         /* the same command_id committed meanwhile (a concurrent retry, or another room) */
         int lr = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
+        if (lr == ROOMD_ENOTFOUND) { /* the ledger holds another debit under this id */
+            snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
+                     cmd->command_id);
+            fail_reply(reply, &tm, 409, "idempotency_key_reused", msg);
+            goto out;
+        }
         if (lr != 0) {
             store_fail_reply(reply, &tm, lr, "idempotency check");
             goto out;
         }
-        /* a debit under this command_id belongs to the logged gift, if it was one */
-        if (debited && strcmp(rec.command_type ? rec.command_type : "", "SendGift") != 0)
-            refund(svc, cmd);
         answer_logged(reply, &tm, cmd, &rec);
+        goto out; /* settled from the log: ours only when it is this very gift */
+    }
+    if (rc == ROOMD_EFUNDS) { /* the debit was refused: rolled back alone, nothing written */
+        snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
+                 (long long)debit.amount, (long long)debit.balance_after);
+        fail_reply(reply, &tm, 402, "insufficient_balance", msg);
         goto out;
     }
     if (rc != 0) {
-        if (debited)
-            refund(svc, cmd);
         if (rc == ROOMD_EEXIST) {
             snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
             fail_reply(reply, &tm, 409, "room_exists", msg);
@@ -499,6 +579,10 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     }
 
     /* 6. committed: swap the clone in */
+    if (held) {
+        svc->d.wallet->ops->settle(svc->d.wallet, &gift, WALLET_COMMITTED);
+        held = false;
+    }
     room_state_free(c->state);
     c->state = clone;
     clone = NULL;
@@ -526,6 +610,10 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     response = NULL;
 
 out:
+    /* a hold whose gift did not commit (here or, for a concurrent twin,
+     * under the same key) is given back; the log tells which */
+    if (held)
+        svc->d.wallet->ops->settle(svc->d.wallet, &gift, gift_outcome(svc, cmd));
     if (c != NULL)
         cell_release(svc->cells, c, drop);
     /* CreateRoom: the synchronous IM group, outside the room's turn; never fails the command */
@@ -546,6 +634,7 @@ out:
     free(state_json);
     free(snapshot_json);
     free(response);
+    free(logged_request);
 }
 
 /* ---- reads, lifetime ----------------------------------------------------------------- */

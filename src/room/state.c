@@ -93,6 +93,58 @@ rocket_to_json(const struct room_rocket *r)
                      (json_int_t)r->launch_at_ms, "launched", r->launched);
 }
 
+json_t *
+room_rules_to_json(const struct conf_room *c)
+{
+    json_t *th = json_array();
+
+    for (int i = 0; i < c->rocket.nthresholds; i++)
+        json_array_append_new(th, json_integer(c->rocket.thresholds[i]));
+    return json_pack("{s:I, s:I, s:i, s:i, s:o}", "countdown_ms",
+                     (json_int_t)c->rocket.countdown_ms, "kick_ban_ms", (json_int_t)c->kick_ban_ms,
+                     "max_members", c->max_members, "seat_count", c->seat_count, "thresholds", th);
+}
+
+int
+room_rules_from_json(json_t *o, struct conf_room *out)
+{
+    json_error_t jerr;
+    json_int_t countdown, kick_ban;
+    json_t *th, *v;
+    size_t i;
+
+    memset(out, 0, sizeof(*out));
+    if (o == NULL ||
+        json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:i, s:i, s:o}", "countdown_ms",
+                       &countdown, "kick_ban_ms", &kick_ban, "max_members", &out->max_members,
+                       "seat_count", &out->seat_count, "thresholds", &th) != 0 ||
+        !json_is_array(th) || json_array_size(th) > CONF_MAX_ROCKET_LEVELS)
+        return ROOMD_EINVAL;
+    json_array_foreach(th, i, v)
+    {
+        if (!json_is_integer(v))
+            return ROOMD_EINVAL;
+        out->rocket.thresholds[i] = json_integer_value(v);
+    }
+    out->rocket.nthresholds = (int)json_array_size(th);
+    out->rocket.countdown_ms = countdown;
+    out->kick_ban_ms = kick_ban;
+    return 0;
+}
+
+bool
+room_rules_equal(const struct conf_room *a, const struct conf_room *b)
+{
+    if (a->max_members != b->max_members || a->kick_ban_ms != b->kick_ban_ms ||
+        a->rocket.countdown_ms != b->rocket.countdown_ms ||
+        a->rocket.nthresholds != b->rocket.nthresholds)
+        return false;
+    for (int i = 0; i < a->rocket.nthresholds; i++)
+        if (a->rocket.thresholds[i] != b->rocket.thresholds[i])
+            return false;
+    return true;
+}
+
 /* The state as JSON with at most max_members members listed. */
 static char *
 to_json(const struct room_state *s, size_t max_members)
@@ -122,6 +174,8 @@ to_json(const struct room_state *s, size_t max_members)
         abort(); /* only on out of memory or a programming error in the format */
     if (s->nmembers > max_members)
         json_object_set_new(o, "members_truncated", json_true());
+    if (s->has_rules)
+        json_object_set_new(o, "rules", room_rules_to_json(&s->rules));
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
     if (text == NULL)
@@ -178,7 +232,7 @@ int
 room_state_from_json(const char *json, struct room_state **out)
 {
     json_error_t jerr;
-    json_t *root = json_loads(json, 0, &jerr), *members, *seats, *bans, *v;
+    json_t *root = json_loads(json, 0, &jerr), *members, *seats, *bans, *v, *rules = NULL;
     const char *app, *room_id, *title, *status, *rstatus, *rocket_id;
     json_int_t owner, version, created, updated, gift_total, energy, utc_day, ignited_at, launch_at;
     int level, launched, member_count, si;
@@ -190,14 +244,14 @@ room_state_from_json(const char *json, struct room_state **out)
         return ROOMD_EINVAL;
     if (json_unpack_ex(root, &jerr, JSON_STRICT,
                        "{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:i, "
-                       "s:{s:s, s:i, s:I, s:I, s:s, s:I, s:I, s:i}}",
+                       "s:{s:s, s:i, s:I, s:I, s:s, s:I, s:I, s:i}, s?o}",
                        "app_code", &app, "room_id", &room_id, "owner_uid", &owner, "title", &title,
                        "status", &status, "version", &version, "created_at_ms", &created,
                        "updated_at_ms", &updated, "members", &members, "seats", &seats, "bans",
                        &bans, "gift_total", &gift_total, "member_count", &member_count, "rocket",
                        "status", &rstatus, "level", &level, "energy", &energy, "utc_day", &utc_day,
                        "rocket_id", &rocket_id, "ignited_at_ms", &ignited_at, "launch_at_ms",
-                       &launch_at, "launched", &launched) != 0)
+                       &launch_at, "launched", &launched, "rules", &rules) != 0)
         goto fail;
     if (!json_is_array(members) || !json_is_array(seats) || !json_is_array(bans) ||
         json_array_size(seats) > ROOM_MAX_SEATS)
@@ -224,6 +278,11 @@ room_state_from_json(const char *json, struct room_state **out)
     s->rocket.ignited_at_ms = ignited_at;
     s->rocket.launch_at_ms = launch_at;
     s->rocket.launched = launched;
+    if (rules != NULL) {
+        if (room_rules_from_json(rules, &s->rules) != 0)
+            goto fail;
+        s->has_rules = true;
+    }
 
     s->nmembers = s->cap_members = json_array_size(members);
     s->members = s->nmembers ? xcalloc(s->nmembers, sizeof(*s->members)) : NULL;

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
+#include "conf/conf.h"
 #include "store/store.h"
 
 #define ROOM_TITLE_MAX 128
@@ -58,8 +61,17 @@ struct room_state {
     int64_t seats[ROOM_MAX_SEATS]; /* uid on each seat, 0 = free */
     struct room_ban *bans;
     size_t nbans, cap_bans;
-    int64_t gift_total; /* sum of all gift values */
+    int64_t gift_total; /* sum of all gift values (saturates at INT64_MAX) */
     struct room_rocket rocket;
+    /* The rules this room applies: the room.* keys that decide a command's
+     * outcome (seat_count, max_members, kick_ban_ms, rocket thresholds and
+     * countdown; the other fields are 0). A room takes the configured rules
+     * with a command whose log row records them (room_request_with_rules),
+     * so a replay applies exactly the rules each command ran with.
+     * has_rules false: a room loaded from a snapshot written before rules
+     * were kept (its tail replays with the current config, as it always did). */
+    bool has_rules;
+    struct conf_room rules;
 };
 
 struct room_state *room_state_new(const char *app, const char *room_id);
@@ -77,6 +89,14 @@ char *room_state_to_json_capped(const struct room_state *s, size_t max_members);
 /* Parses a snapshot. Returns 0 and *out, or ROOMD_EINVAL. */
 int room_state_from_json(const char *json, struct room_state **out);
 
+/* The rule fields of c (room_state.rules) as a JSON object (new reference)
+ * {"countdown_ms","kick_ban_ms","max_members","seat_count","thresholds"}. */
+json_t *room_rules_to_json(const struct conf_room *c);
+/* Reads such an object into *out (other fields zeroed). 0 or ROOMD_EINVAL. */
+int room_rules_from_json(json_t *o, struct conf_room *out);
+/* True when a and b have the same rule fields, seat_count aside (a room
+ * keeps the seats it was created with). */
+bool room_rules_equal(const struct conf_room *a, const struct conf_room *b);
 struct proj_room;
 struct projection;
 /* Fills *out (overwritten; free its arrays with proj_room_clear) with what

@@ -17,11 +17,12 @@
 #include "metrics/metrics.h"
 #include "room/command.h"
 #include "room_service.pb-c.h"
-#include "rpc/client.h"
+#include "rpc/grpc_peer.h"
 #include "rpc/pbjson.h"
 #include "rpc_status.pb-c.h"
 
 #include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -507,6 +508,7 @@ static uint8_t *
 receive(grpc_call *call, grpc_completion_queue *cq, size_t *len)
 {
     grpc_byte_buffer *bb = NULL;
+    grpc_byte_buffer_reader rd;
     grpc_op op;
     uint8_t *out;
 
@@ -515,8 +517,14 @@ receive(grpc_call *call, grpc_completion_queue *cq, size_t *len)
     op.data.recv_message.recv_message = &bb;
     if (!run_batch(call, cq, &op, 1) || bb == NULL)
         return NULL;
-    out = rpc_buffer_copy(bb, len);
+    grpc_byte_buffer_reader_init(&rd, bb);
+    grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
     grpc_byte_buffer_destroy(bb);
+    *len = GRPC_SLICE_LENGTH(all);
+    out = xmalloc(*len + 1);
+    memcpy(out, GRPC_SLICE_START_PTR(all), *len);
+    grpc_slice_unref(all);
     return out;
 }
 
@@ -670,7 +678,7 @@ collect(void *arg, struct metrics_text *t)
             if (v == 0)
                 continue;
             snprintf(labels, sizeof(labels), "method=\"%s\",code=\"%s\"", name,
-                     rpc_status_name((grpc_status_code)c));
+                     grpc_peer_status_name(c));
             metrics_count(t, "roomd_grpc_calls_total", labels, v);
         }
     }

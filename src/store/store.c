@@ -113,17 +113,24 @@ outbox_outcome_of(const struct outbox_result *r, struct outbox_outcome *out)
 }
 
 enum wallet_debit_step
-wallet_debit_rule(struct wallet_debit *d, bool have_debit, bool have_refund, int64_t balance)
+wallet_debit_rule(struct wallet_debit *d, bool have_debit, int64_t luid, int64_t lamount,
+                  bool have_refund, int64_t balance)
 {
     d->rc = 0;
-    d->balance_after = 0;
+    d->balance_after = balance;
     if (d->amount < 0) {
         store_set_errmsg("wallet debit: negative amount");
         d->rc = ROOMD_EINVAL;
         return WALLET_DEBIT_REFUSED;
     }
-    if (have_debit && !have_refund)
-        return WALLET_DEBIT_STANDS;
+    if (have_debit && !have_refund) {
+        if (luid == d->uid && lamount == d->amount)
+            return WALLET_DEBIT_STANDS;
+        store_set_errmsg("wallet: %s already debited %lld from uid %lld", d->ref_id,
+                         (long long)lamount, (long long)luid);
+        d->rc = ROOMD_EREUSED;
+        return WALLET_DEBIT_REFUSED;
+    }
     if (balance < d->amount) {
         store_set_errmsg("wallet: balance %lld < %lld", (long long)balance, (long long)d->amount);
         d->balance_after = balance;
@@ -289,38 +296,20 @@ store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size
     return s->ops->outbox_purge(s, delivered_before_ms, limit, purged);
 }
 
-/* One debit is a batch of one: the rules live once per backend, in wallet_debit_many. */
-int
-store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount,
-                   const char *ref_id, int64_t initial_balance, int64_t *balance_after)
+void
+audit_rows_free(struct audit_row *rows, size_t n)
 {
-    struct wallet_debit d = {.app = app, .ref_id = ref_id, .uid = uid, .amount = amount};
-    int rc = s->ops->wallet_debit_many(s, &d, 1, initial_balance);
-
-    *balance_after = d.balance_after;
-    if (rc != 0)
-        return rc;
-    if (d.rc == ROOMD_EFUNDS)
-        store_set_errmsg("wallet: balance %lld < %lld", (long long)d.balance_after,
-                         (long long)amount);
-    else if (d.rc == ROOMD_EINVAL)
-        store_set_errmsg("wallet debit: negative amount");
-    return d.rc;
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(rows[i].request);
+    free(rows);
 }
 
 int
-store_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
-                        int64_t initial_balance)
+store_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
 {
-    if (n == 0)
-        return 0;
-    return s->ops->wallet_debit_many(s, items, n, initial_balance);
-}
-
-int
-store_wallet_refund(struct store *s, const char *app, const char *ref_id)
-{
-    return s->ops->wallet_refund(s, app, ref_id);
+    return s->ops->wallet_audit_rows(s, app != NULL ? app : "", rows, n);
 }
 
 int

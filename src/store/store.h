@@ -110,10 +110,18 @@ struct mutation {
      * (zeroed): pending, due_at_ms = created_at_ms. */
     const char *locked_by;
     int64_t lock_until_ms;
+    /* SendGift with the embedded ledger: the sender's debit, written in this
+     * mutation's savepoint right after its command log row claimed the
+     * command_id (so a debit exists exactly when its gift commits). NULL:
+     * none. Out: debit->rc and balance_after, debit_us its time. */
+    struct wallet_debit *debit;
+    int64_t debit_us;
     /* Out: result of this mutation, set by store_save. 0 committed;
-     * ROOMD_EREUSED its command_id already exists (look it up);
-     * ROOMD_EEXIST create of an existing room; ROOMD_EFENCED its version was
-     * taken or its fence token is older than the room's. */
+     * ROOMD_EREUSED its command_id already exists (look it up), or the
+     * ledger holds another debit under it; ROOMD_EFUNDS its debit was refused
+     * (short balance); ROOMD_EEXIST create of an existing room;
+     * ROOMD_EFENCED its version was taken or its fence token is older than
+     * the room's. Any of these rolls back this mutation alone. */
     int rc;
 };
 
@@ -205,13 +213,27 @@ struct room_row {
 };
 void room_rows_free(struct room_row *rows, size_t n);
 
-/* One debit of store_wallet_debit_many. */
+/* A gift's debit from the embedded ledger (mutation.debit): a statement of
+ * its mutation's transaction, keyed by (app, ref_id = the command_id). */
 struct wallet_debit {
     const char *app, *ref_id; /* borrowed */
     int64_t uid, amount;
-    int rc;                /* out: 0, ROOMD_EFUNDS, ROOMD_EINVAL, or the batch's failure */
-    int64_t balance_after; /* out: as store_wallet_debit's */
+    int64_t initial_balance; /* balance of a never-seen account */
+    int rc;                  /* out: 0, ROOMD_EFUNDS, ROOMD_EINVAL, ROOMD_EREUSED */
+    int64_t balance_after;   /* out: uid's balance after it (or as found when refused) */
 };
+
+/* One row the wallet audit reads (store_wallet_audit_rows). */
+struct audit_row {
+    char kind; /* 'G' a committed SendGift, 'L' a ledger row, 'A' an account */
+    char app_code[STORE_ID_MAX];
+    char key[STORE_ID_MAX]; /* G: command_id; L: ref_id; A: "" */
+    char ledger_kind[8];    /* L: "debit" | "refund" | "topup" */
+    int64_t uid;            /* L, A */
+    int64_t amount;         /* L: amount; A: balance */
+    char *request;          /* G: the logged request (malloc'd), else NULL */
+};
+void audit_rows_free(struct audit_row *rows, size_t n);
 
 struct store;
 
@@ -233,14 +255,13 @@ typedef int store_outbox_replay_fn(struct store *s, const char *event_id, int64_
 typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
 typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
                                   size_t *purged);
-typedef int store_wallet_refund_fn(struct store *s, const char *app, const char *ref_id);
 typedef int store_wallet_topup_fn(struct store *s, const char *app, int64_t uid, int64_t amount,
                                   const char *ref_id, int64_t initial_balance,
                                   int64_t *balance_after);
 typedef int store_wallet_balance_fn(struct store *s, const char *app, int64_t uid,
                                     int64_t initial_balance, int64_t *balance);
-typedef int store_wallet_debit_many_fn(struct store *s, struct wallet_debit *items, size_t n,
-                                       int64_t initial_balance);
+typedef int store_wallet_audit_rows_fn(struct store *s, const char *app, struct audit_row **rows,
+                                       size_t *n);
 typedef int store_rockets_pending_fn(struct store *s, struct rocket_pending **out, size_t *n);
 typedef int store_rooms_list_fn(struct store *s, const char *after_app, const char *after_room,
                                 bool open_only, int limit, struct room_row **rows, size_t *n);
@@ -262,10 +283,9 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(outbox_replay)                                                                               \
     X(outbox_counts)                                                                               \
     X(outbox_purge)                                                                                \
-    X(wallet_refund)                                                                               \
     X(wallet_topup)                                                                                \
     X(wallet_balance)                                                                              \
-    X(wallet_debit_many)                                                                           \
+    X(wallet_audit_rows)                                                                           \
     X(rockets_pending)                                                                             \
     X(rooms_list)                                                                                  \
     X(fence_room)
@@ -343,20 +363,24 @@ void outbox_outcome_of(const struct outbox_result *r, struct outbox_outcome *out
 
 /* What a debit does, by the rule of wallet_debit_rule. */
 enum wallet_debit_step {
-    WALLET_DEBIT_REFUSED, /* d->rc set (EINVAL, EFUNDS), d->balance_after set: write nothing */
-    WALLET_DEBIT_STANDS,  /* ref_id already charged and not refunded: charge nothing, report
-                           * the balance of the ledger row's uid */
+    WALLET_DEBIT_REFUSED, /* d->rc set (EINVAL, EFUNDS, EREUSED): write nothing */
+    WALLET_DEBIT_STANDS,  /* the same debit is already charged (a ledger from before debits
+                           * were in the gift's transaction): charge nothing */
     WALLET_DEBIT_CHARGE,  /* drop the refund row if any, write (or rewrite) the debit row,
                            * balance -= amount; d->balance_after set */
 };
-/* The wallet debit rule, once for both backends, inside their transaction:
- * d against what the ledger holds for d->ref_id (have_debit, have_refund)
- * and the balance of d->uid. A negative amount is ROOMD_EINVAL; a debit row
- * without a refund row stands; a refunded ref is charged again (its command
- * is being retried); a short balance is ROOMD_EFUNDS. Sets the detail text
- * when refused. */
-enum wallet_debit_step wallet_debit_rule(struct wallet_debit *d, bool have_debit, bool have_refund,
-                                         int64_t balance);
+/* The wallet debit rule, once for both backends, inside the gift's
+ * transaction (its command log row already claimed ref_id): d against what
+ * the ledger holds for d->ref_id (have_debit with its uid and amount,
+ * have_refund) and the balance of d->uid. A negative amount is
+ * ROOMD_EINVAL; an unrefunded debit row of the same uid and amount stands
+ * (paid before), of another uid or amount is ROOMD_EREUSED (a mismatch never
+ * debits and never skips a debit); a refunded one is charged again; a short
+ * balance is ROOMD_EFUNDS. Older ledgers hold such rows; a new one only
+ * ever gets the debit of its committed gift. Sets the detail text when
+ * refused. */
+enum wallet_debit_step wallet_debit_rule(struct wallet_debit *d, bool have_debit, int64_t luid,
+                                         int64_t lamount, bool have_refund, int64_t balance);
 
 /* Looks up a command by its idempotency key. 0 and *out filled (clear with
  * command_record_clear), ROOMD_ENOTFOUND, or EUNAVAIL. */
@@ -411,31 +435,23 @@ int store_outbox_counts(struct store *s, struct outbox_counts *out);
 /* Deletes up to limit delivered rows with delivered_at_ms < before. */
 int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
 
-/* Embedded wallet ledger (see wallet/wallet.h). Idempotent by ref_id:
- * a second debit with the same ref_id succeeds without charging again.
- * Debit returns ROOMD_EFUNDS when the balance is short (nothing written). */
-int store_wallet_debit(struct store *s, const char *app, int64_t uid, int64_t amount,
-                       const char *ref_id, int64_t initial_balance, int64_t *balance_after);
-/*
- * Applies n debits in ONE transaction (one fsync): item i as
- * store_wallet_debit(app, uid, amount, ref_id) would, in array order (the
- * same uid or ref_id twice is applied in order). Each item succeeds or fails
- * alone: items[i].rc is 0, ROOMD_EFUNDS or EINVAL (nothing charged for it),
- * items[i].balance_after as store_wallet_debit's. Returns 0 when the
- * transaction committed, or the batch's failure (EUNAVAIL, EIO), then set in
- * every rc and nothing is charged. Blocks; thread: any.
- */
-int store_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
-                            int64_t initial_balance);
-/* Reverses the debit ref_id if it exists and was not refunded. 0 or ENOTFOUND. */
-int store_wallet_refund(struct store *s, const char *app, const char *ref_id);
+/* Embedded wallet ledger (see wallet/wallet.h): a gift's debit is written
+ * by store_save (mutation.debit); these are the development top-up and the
+ * balance. */
 /* Credits amount (>= 0, else ROOMD_EINVAL) once per ref_id; *balance_after
- * is the balance after it (also on a repeated ref_id). */
+ * is the balance after it (also on a repeated ref_id). A balance that would
+ * pass INT64_MAX is refused with ROOMD_ERANGE (nothing written). */
 int store_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount,
                        const char *ref_id, int64_t initial_balance, int64_t *balance_after);
 /* The balance of (app, uid): initial_balance for an account never written. */
 int store_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initial_balance,
                          int64_t *balance);
+
+/* Reads what `roomctl wallet audit` checks, for app ("" = every app), in one
+ * read snapshot: every committed SendGift (G), every wallet_ledger row (L),
+ * every wallet_accounts row (A). *rows is malloc'd (audit_rows_free). 0 or
+ * EUNAVAIL/EIO. Reads whole tables: an operator's tool, not the command path. */
+int store_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n);
 
 /* Lists rooms whose rocket is ignited, for the launch timer rebuild. */
 int store_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n);

@@ -1,22 +1,32 @@
 /*
- * wallet.c: picks the wallet implementation named by wallet.driver. Only
- * "embedded" (wallet_embedded.c, the ledger in the store) exists so far; a
- * remote wallet service would be another file and another name here.
+ * wallet.c: picks the wallet implementation named by wallet.driver
+ * ("embedded": wallet_embedded.c, the ledger in the store; "grpc":
+ * wallet_grpc.c, a remote wallet service), and the request digest both
+ * bind a gift's key to.
  */
 #include "wallet/wallet.h"
 
 #include "conf/conf.h"
 #include "core/err.h"
 #include "wallet/wallet_embedded.h"
+#include "wallet/wallet_grpc.h"
 
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int
-wallet_open(struct wallet **out, const struct conf_wallet *cfg, struct store *store)
+wallet_open(struct wallet **out, const struct conf_wallet *cfg, struct store *store, char *err,
+            size_t errlen)
 {
     *out = NULL;
     if (cfg->driver != NULL && strcmp(cfg->driver, "embedded") == 0)
         return wallet_embedded_open(out, cfg, store);
+    if (cfg->driver != NULL && strcmp(cfg->driver, "grpc") == 0)
+        return wallet_grpc_open(out, cfg, err, errlen);
+    snprintf(err, errlen, "wallet.driver: unknown \"%s\"", cfg->driver ? cfg->driver : "");
     return ROOMD_EINVAL;
 }
 
@@ -25,4 +35,42 @@ wallet_close(struct wallet *w)
 {
     if (w != NULL)
         w->ops->close(w);
+}
+
+void
+wallet_request_digest(const char *request, char out[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    char *canon = NULL;
+    json_t *o;
+
+    /* a logged request may carry the room's "rules" (room_logged_request) */
+    if (strstr(request, "\"rules\":") != NULL && (o = json_loads(request, 0, NULL)) != NULL) {
+        json_object_del(o, "rules");
+        canon = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+        json_decref(o);
+    }
+    if (canon == NULL)
+        canon = strdup(request);
+    if (canon == NULL)
+        abort();
+    EVP_Digest(canon, strlen(canon), md, &len, EVP_sha256(), NULL);
+    free(canon);
+    for (unsigned int i = 0; i < len && i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    out[64] = '\0';
+}
+
+void
+wallet_gift_init(struct wallet_gift *g, const char *app, const char *room_id,
+                 const char *command_id, int64_t uid, int64_t amount, const char *request)
+{
+    memset(g, 0, sizeof(*g));
+    g->app = app;
+    g->room_id = room_id;
+    g->command_id = command_id;
+    g->uid = uid;
+    g->amount = amount;
+    wallet_request_digest(request, g->digest);
 }

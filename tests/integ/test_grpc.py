@@ -167,26 +167,29 @@ def test_launch_rocket_internal_service():
                                     "unit_price": 100}))
     rocket = gift["room"]["rocket"]
     assert rocket["status"] == "ignited", rocket
-    req = {"command_id": hu.cid("launch"), "room_id": rid, "rocket_id": rocket["rocket_id"],
-           "level": rocket["level"], "launch_at_ms": rocket["launch_at_ms"]}
     # not a RoomService method
+    req = {"command_id": "~rl-" + rocket["rocket_id"], "room_id": rid,
+           "rocket_id": rocket["rocket_id"], "level": rocket["level"],
+           "launch_at_ms": rocket["launch_at_ms"]}
     assert call(rd, "LaunchRocket", req)["code"] != OK
-    # another command_id: stale (before launch_at_ms, or after roomd's own timer launched it):
-    # OK, launched false with the reason
-    js = ok(call(rd, "LaunchRocket", req, service="RoomInternalService"))
+    # a wake-up of a rocket of this room that is not the ignited one is stale: OK, launched
+    # false with the reason, nothing changed
+    stale_id = f"{rid}-{rocket['utc_day']}-9"
+    stale = dict(req, command_id="~rl-" + stale_id, rocket_id=stale_id, level=9)
+    js = ok(call(rd, "LaunchRocket", stale, service="RoomInternalService"))
     assert js.get("launched", False) is False and js["reason"], js
-    # at launch_at_ms, with the wake-up's own command_id (rl-<rocket_id>): it launches, or it
-    # replays the answer of roomd's own timer that got there first
+    # its command_id must be the launch's reserved one (~rl-<rocket_id>)
+    refused(call(rd, "LaunchRocket", dict(req, command_id=hu.cid()), service="RoomInternalService"),
+            INVALID_ARGUMENT, field="command_id")
+    # at launch_at_ms, with the reserved id: it launches, or it replays the answer of roomd's own
+    # timer that got there first
     time.sleep(max(0.0, rocket["launch_at_ms"] / 1000.0 - time.time()) + 0.05)
-    req["command_id"] = "rl-" + rocket["rocket_id"]
     js = ok(call(rd, "LaunchRocket", req, service="RoomInternalService"))
     assert js["launched"] is True and js["room"]["rocket"]["status"] != "ignited", js
     assert "RoomRocketLaunched" in [e["event_type"] for e in js["events"]], js
     # whoever sent it, the rocket launched once
-    req["command_id"] = hu.cid("launch")
-    js = ok(call(rd, "LaunchRocket", req, service="RoomInternalService"))
-    assert js.get("launched", False) is False, js
     launches = [e for e in hu.wait_events(rd, rid, 5) if e["event_type"] == "RoomRocketLaunched"]
+    time.sleep(0.3)
     assert len(launches) == 1, launches
 
 
@@ -436,8 +439,8 @@ def test_auth_refused_and_allowed():
         assert ok(res[8])["version"] == 2
         refused(res[9], UNAUTHENTICATED)
         # RoomInternalService takes the admin token, not a user's JWT
-        launch = {"command_id": hu.cid(), "room_id": rid, "rocket_id": "nope", "level": 1,
-                  "launch_at_ms": 1}
+        launch = {"command_id": f"~rl-{rid}-1-9", "room_id": rid, "rocket_id": f"{rid}-1-9",
+                  "level": 9, "launch_at_ms": 1}
         res = calls(rd, [
             {"service": "RoomInternalService", "method": "LaunchRocket", "request": launch,
              "metadata": bearer(1, scope="room:service")},

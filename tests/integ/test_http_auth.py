@@ -160,7 +160,8 @@ def test_admin_listener():
     admin_paths = [("GET", "/metrics", None), ("GET", "/readyz", None),
                    ("POST", "/v1/wallet/topup", {"command_id": hu.cid(), "uid": 5, "amount": 3}),
                    ("POST", "/internal/v1/rooms/nosuch/rocket/launch",
-                    {"command_id": hu.cid(), "rocket_id": "x", "level": 1, "launch_at_ms": 5})]
+                    {"command_id": "~rl-nosuch-1-1", "rocket_id": "nosuch-1-1", "level": 1,
+                     "launch_at_ms": 5})]
     bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
     for method, path, body in admin_paths:
         for name, h in (("no token", {"Authorization": ""}), ("user token", user),
@@ -178,8 +179,8 @@ def test_admin_listener():
                                                          "amount": 3}))
     assert js["balance"] == bal + 3, js
     st, _, js = rd.admin_post("/internal/v1/rooms/nosuch/rocket/launch",
-                              {"command_id": hu.cid(), "rocket_id": "x", "level": 1,
-                               "launch_at_ms": 5})
+                              {"command_id": "~rl-nosuch-1-1", "rocket_id": "nosuch-1-1",
+                               "level": 1, "launch_at_ms": 5})
     assert st == 404, (st, js)  # authorized: the room is what is missing
     # readiness: public one word (no token), admin the details
     st, _, js = rd.http("GET", "/readyz")

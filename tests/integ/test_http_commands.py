@@ -142,8 +142,8 @@ def test_launch_rocket_internal():
     hu.expect_ok(hu.join(rd, rid, 701), "join")
     v = hu.version(rd, rid)
     # a wake-up for a rocket that is not ignited changes nothing
-    st, _, js = hu.launch(rd, rid, {"command_id": hu.cid("launch"), "rocket_id": "nope",
-                                    "level": 1, "launch_at_ms": int(time.time() * 1000)})
+    st, _, js = hu.launch(rd, rid, {"command_id": f"~rl-{rid}-1-7", "rocket_id": f"{rid}-1-7",
+                                    "level": 7, "launch_at_ms": int(time.time() * 1000)})
     assert st in (200, 409), (st, js)
     assert hu.version(rd, rid) == v
     hu.expect_error(hu.launch(rd, rid, {"command_id": hu.cid("launch"), "level": 1,
@@ -153,7 +153,7 @@ def test_launch_rocket_internal():
     assert "RoomRocketIgnited" in hu.event_types(js), js
     rocket = hu.room_of(js)["rocket"]
     assert rocket["status"] == "ignited" and rocket["rocket_id"], rocket
-    body = {"command_id": hu.cid("launch"), "rocket_id": rocket["rocket_id"],
+    body = {"command_id": "~rl-" + rocket["rocket_id"], "rocket_id": rocket["rocket_id"],
             "level": rocket["level"], "launch_at_ms": rocket["launch_at_ms"]}
     wait_until(lambda: hu.room_of(hu.expect_ok(hu.get_room(rd, rid)))["rocket"]["status"]
                != "ignited", timeout=15, what="rocket launched by the timer")
@@ -163,6 +163,16 @@ def test_launch_rocket_internal():
     v = hu.version(rd, rid)
     st, _, js = hu.launch(rd, rid, body)
     assert st in (200, 409), (st, js)
+    assert hu.version(rd, rid) == v
+    # the reserved namespace: no client command takes a launch id first; a launch takes only
+    # its own reserved id, of a rocket of its own room
+    hu.expect_error(hu.join(rd, rid, 702, command_id="~rl-" + rocket["rocket_id"]), 400,
+                    "invalid_argument", "command_id")
+    hu.expect_error(hu.launch(rd, rid, dict(body, command_id="rl-" + rocket["rocket_id"])), 400,
+                    "invalid_argument", "command_id")
+    hu.expect_error(hu.launch(rd, rid, dict(body, rocket_id="other-1-1",
+                                            command_id="~rl-other-1-1")), 400,
+                    "invalid_argument", "rocket_id")
     assert hu.version(rd, rid) == v
 
 
@@ -542,6 +552,14 @@ def test_wallet_endpoints():
                                                  "amount": 1}), 400, field="uid")
     hu.expect_error(rd.admin_post("/v1/wallet/topup", None, raw="{"), 400, "invalid_json")
     hu.expect_error(rd.http("GET", "/v1/wallet/abc"), 400, field="uid")
+    # two top-ups summing past INT64_MAX: the second is refused naming amount, nothing changes
+    big = 2**63 - 1 - (rd.cfg["wallet"]["initial_balance"] + 50)
+    js = hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": uid,
+                                                   "amount": big}))
+    assert js["balance"] == 2**63 - 1, js
+    hu.expect_error(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": uid,
+                                                 "amount": 1}), 400, "out_of_range", "amount")
+    assert hu.expect_ok(rd.http("GET", f"/v1/wallet/{uid}"))["balance"] == 2**63 - 1
     # apps have separate wallets
     js = hu.expect_ok(rd.http("GET", f"/v1/wallet/{uid}", headers={"X-App-Code": "other"}))
     assert js["balance"] == rd.cfg["wallet"]["initial_balance"], js

@@ -94,8 +94,8 @@ def test_real_answers_match_the_document():
         a.append(answer(rd, "POST", f"/v1/rooms/{rid}/kick",
                         {"command_id": hu.cid(), "operator_uid": 1, "uid": 3, "reason": "x"}))
         a.append(answer(rd, "POST", f"/internal/v1/rooms/{rid}/rocket/launch",
-                        {"command_id": hu.cid(), "rocket_id": "nope", "level": 1,
-                         "launch_at_ms": 1}, admin=True))  # stale: 200 launched false
+                        {"command_id": f"~rl-{rid}-1-9", "rocket_id": f"{rid}-1-9",
+                         "level": 9, "launch_at_ms": 1}, admin=True))  # stale: 200 launched false
         a.append(answer(rd, "GET", "/v1/users/2/presence"))
         a.append(answer(rd, "POST", f"/v1/rooms/{rid}/leave", {"command_id": hu.cid(), "uid": 2}))
         a.append(answer(rd, "GET", "/v1/users/2/presence"))  # room_id null

@@ -211,6 +211,16 @@ suite(struct projection *p, const char *app)
     pg = list(p, app, 0, 10);
     assert_string_equal(ids(pg, buf, sizeof(buf)), "B,A,C");
     assert_true(json_is_null(json_object_get(pg, "next_cursor")));
+    /* a cursor past any list saturates: an empty last page, never an overflow */
+    {
+        json_t *far = list(p, app, INT64_MAX, 100);
+        assert_string_equal(ids(far, buf, sizeof(buf)), "");
+        assert_true(json_is_null(json_object_get(far, "next_cursor")));
+        json_decref(far);
+        far = list(p, app, INT64_MAX - 5, 100);
+        assert_string_equal(ids(far, buf, sizeof(buf)), "");
+        json_decref(far);
+    }
     json_t *b = entry(pg, "B");
     assert_int_equal(ival(b, "online"), 5);
     assert_int_equal(ival(b, "version"), 1);

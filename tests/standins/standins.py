@@ -114,11 +114,13 @@ class ImStandin:
         return self._req("POST", "/_control", kw)
 
 
-class ActivityStandin:
+class NodeGrpcStandin:
+    """A stand-in that is a Node @grpc/grpc-js server plus a JSON control port: the start,
+    stop and control calls the activity and wallet stand-ins share."""
+
     def __init__(self, tmp):
         self.tmp = tmp
         self.port, self.cport = free_port(), free_port()
-        self.record = os.path.join(tmp, f"activity-calls-{self.port}.jsonl")
         self.proc = None
 
     @staticmethod
@@ -126,15 +128,13 @@ class ActivityStandin:
         return shutil.which("node") is not None and \
             os.path.isdir(os.path.join(HERE, "node_modules", "@grpc", "grpc-js"))
 
-    def conf(self):
-        return {"enabled": True, "target": f"127.0.0.1:{self.port}"}
-
-    def start(self):
-        self.log = open(os.path.join(self.tmp, f"activity-standin-{self.port}.log"), "ab")
+    def _spawn(self, script, *args):
+        name = script.replace("_standin.js", "")
+        self.log = open(os.path.join(self.tmp, f"{name}-standin-{self.port}.log"), "ab")
         self.proc = subprocess.Popen(
-            ["node", os.path.join(HERE, "activity_standin.js"), "--port", str(self.port),
+            ["node", os.path.join(HERE, script), "--port", str(self.port),
              "--control-port", str(self.cport), "--proto-dir", os.path.join(SOURCE, "proto"),
-             "--record", self.record],
+             *args],
             stdout=self.log, stderr=self.log)
         wait_port(self.port, self.proc)
         wait_port(self.cport, self.proc)
@@ -154,6 +154,18 @@ class ActivityStandin:
         c.close()
         return json.loads(data)
 
+
+class ActivityStandin(NodeGrpcStandin):
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.record = os.path.join(tmp, f"activity-calls-{self.port}.jsonl")
+
+    def conf(self):
+        return {"enabled": True, "target": f"127.0.0.1:{self.port}"}
+
+    def start(self):
+        return self._spawn("activity_standin.js", "--record", self.record)
+
     def calls(self):
         if self.proc is None:  # stopped: read what it recorded
             try:
@@ -168,3 +180,32 @@ class ActivityStandin:
 
     def slow(self, ms, count=1):
         return self._req("POST", "/slow", {"ms": ms, "count": count})
+
+
+class WalletStandin(NodeGrpcStandin):
+    """The wallet service stand-in (wallet_standin.js): real gRPC, a durable ledger file."""
+
+    def __init__(self, tmp, initial=100000):
+        super().__init__(tmp)
+        self.ledger = os.path.join(tmp, f"wallet-ledger-{self.port}.jsonl")
+        self.initial = initial
+
+    def conf(self, reconcile_after="2s"):
+        return {"driver": "grpc", "grpc": {"target": f"127.0.0.1:{self.port}", "timeout": "500ms"},
+                "reconcile_after": reconcile_after}
+
+    def start(self):
+        return self._spawn("wallet_standin.js", "--ledger", self.ledger,
+                           "--initial", str(self.initial))
+
+    def state(self):
+        return self._req("GET", "/state")
+
+    def balance(self, app, uid):
+        return int(self.state()["balances"].get(f"{app}/{uid}", self.initial))
+
+    def holds(self, state=None):
+        return [h for h in self.state()["holds"] if state is None or h["state"] == state]
+
+    def fail(self, method, code, count=1):
+        return self._req("POST", "/fail", {"method": method, "code": code, "count": count})

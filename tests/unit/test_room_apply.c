@@ -268,6 +268,15 @@ test_gift(void **state)
     room_events_clear(&r.ev);
     assert_int_equal(s->gift_total, 15);
     assert_int_equal(s->rocket.energy, 15);
+    /* the room's gift total and the rocket energy saturate, never wrap */
+    s->gift_total = INT64_MAX - 10;
+    s->rocket.energy = INT64_MAX - 10;
+    ok(&s, CMD_SEND_GIFT,
+       "{\"command_id\":\"g2\",\"uid\":2,\"to_uid\":1,\"gift_id\":\"rose\",\"count\":9999,"
+       "\"unit_price\":1000000000}",
+       T0, "RoomGiftSent,RoomRocketIgnited");
+    assert_true(s->gift_total == INT64_MAX);
+    assert_true(s->rocket.energy == INT64_MAX);
     room_state_free(s);
 }
 
@@ -323,7 +332,7 @@ test_close(void **state)
     refused(&s, CMD_CLOSE_ROOM, "{\"command_id\":\"x2\",\"operator_uid\":1}", T0, ROOMD_ECONFLICT,
             "room_closed");
     refused(&s, CMD_LAUNCH_ROCKET,
-            "{\"command_id\":\"rl\",\"rocket_id\":\"r1-20000-1\",\"level\":1,"
+            "{\"command_id\":\"~rl-r1-20000-1\",\"rocket_id\":\"r1-20000-1\",\"level\":1,"
             "\"launch_at_ms\":5}",
             T0, ROOMD_ECONFLICT, "rocket_stale");
     room_state_free(s);
@@ -348,7 +357,7 @@ launch(struct room_state **s, const char *rocket_id, int level, int64_t at, int6
     struct result r;
 
     snprintf(body, sizeof(body),
-             "{\"command_id\":\"rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,\"launch_at_ms\":%lld}",
+             "{\"command_id\":\"~rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,\"launch_at_ms\":%lld}",
              rocket_id, rocket_id, level, (long long)at);
     r = run(s, CMD_LAUNCH_ROCKET, body, now);
     if (r.rc == 0)
@@ -380,7 +389,7 @@ test_rocket(void **state)
     assert_string_equal(ig->rocket_id, "r1-20000-1");
     assert_int_equal(ig->level, 1);
     assert_int_equal(ig->launch_at_ms, T0 + 5 + 10000);
-    assert_string_equal(ig->launch_command_id, "rl-r1-20000-1");
+    assert_string_equal(ig->launch_command_id, "~rl-r1-20000-1");
     roomd__v1__room_rocket_ignited__free_unpacked(ig, NULL);
     room_events_clear(&r.ev);
     at = T0 + 10005;

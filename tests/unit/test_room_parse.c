@@ -77,9 +77,9 @@ test_valid_commands(void **state)
     parses(CMD_CLOSE_ROOM, "r1", "{\"command_id\":\"x\",\"operator_uid\":1}",
            "{\"command_id\":\"x\",\"operator_uid\":1,\"room_id\":\"r1\",\"type\":\"CloseRoom\"}");
     parses(CMD_LAUNCH_ROCKET, "r1",
-           "{\"command_id\":\"rl-r1-1-1\",\"rocket_id\":\"r1-1-1\",\"level\":1,"
+           "{\"command_id\":\"~rl-r1-1-1\",\"rocket_id\":\"r1-1-1\",\"level\":1,"
            "\"launch_at_ms\":1700000000000}",
-           "{\"command_id\":\"rl-r1-1-1\",\"launch_at_ms\":1700000000000,\"level\":1,"
+           "{\"command_id\":\"~rl-r1-1-1\",\"launch_at_ms\":1700000000000,\"level\":1,"
            "\"rocket_id\":\"r1-1-1\",\"room_id\":\"r1\",\"type\":\"LaunchRocket\"}");
 }
 
@@ -247,6 +247,57 @@ test_names(void **state)
     assert_string_equal(room_cmd_name(CMD_SEND_GIFT), "SendGift");
 }
 
+/* The reserved namespace: clients cannot use it; a launch must use its own
+ * reserved id, of a rocket of its room; the log is replayed as it is. */
+static void
+test_reserved_ids(void **state)
+{
+    struct room_cmd cmd;
+    struct cmd_error e;
+    const char *old = "{\"command_id\":\"rl-r1-1-1\",\"launch_at_ms\":5,\"level\":1,"
+                      "\"rocket_id\":\"r1-1-1\",\"room_id\":\"r1\",\"type\":\"LaunchRocket\"}";
+    char id[STORE_ID_MAX];
+
+    refuses(CMD_JOIN_ROOM, "{\"command_id\":\"~rl-r1-1-1\",\"uid\":2}", "command_id",
+            "command_id: ids starting with \"~\" are reserved");
+    refuses(CMD_SEND_GIFT,
+            "{\"command_id\":\"~x\",\"uid\":1,\"to_uid\":2,\"gift_id\":\"x\",\"count\":1,"
+            "\"unit_price\":1}",
+            "command_id", "command_id: ids starting with \"~\" are reserved");
+    refuses(CMD_CREATE_ROOM, "{\"command_id\":\"~c\",\"owner_uid\":1,\"title\":\"t\"}",
+            "command_id", "command_id: ids starting with \"~\" are reserved");
+    refuses(CMD_JOIN_ROOM, "{\"command_id\":\"~\",\"uid\":2}", "command_id",
+            "command_id: ids starting with");
+    /* a launch takes exactly its reserved id, and only a rocket of its room */
+    refuses(CMD_LAUNCH_ROCKET,
+            "{\"command_id\":\"rl-r1-1-1\",\"rocket_id\":\"r1-1-1\",\"level\":1,"
+            "\"launch_at_ms\":5}",
+            "command_id", "command_id: must be \"~rl-r1-1-1\"");
+    refuses(CMD_LAUNCH_ROCKET,
+            "{\"command_id\":\"~rl-r1-1-2\",\"rocket_id\":\"r1-1-1\",\"level\":1,"
+            "\"launch_at_ms\":5}",
+            "command_id", "command_id: must be \"~rl-r1-1-1\"");
+    refuses(CMD_LAUNCH_ROCKET,
+            "{\"command_id\":\"~rl-r2-1-1\",\"rocket_id\":\"r2-1-1\",\"level\":1,"
+            "\"launch_at_ms\":5}",
+            "rocket_id", "rocket_id: must be a rocket of room r1");
+    refuses(CMD_LAUNCH_ROCKET,
+            "{\"command_id\":\"~rl-r10-1-1\",\"rocket_id\":\"r10-1-1\",\"level\":1,"
+            "\"launch_at_ms\":5}",
+            "rocket_id", "rocket_id: must be a rocket of room r1");
+    /* the longest room id's launch id still fits */
+    memset(id, 'a', 48);
+    id[48] = '\0';
+    strcat(id, "-99999-10");
+    rocket_launch_command_id(id, cmd.command_id, sizeof(cmd.command_id));
+    assert_int_equal(strlen(cmd.command_id), 4 + 57);
+    /* a logged launch from before the namespace replays */
+    assert_int_equal(room_cmd_parse_logged(CMD_LAUNCH_ROCKET, "app1", "r1", old, &cmd, &e), 0);
+    assert_string_equal(cmd.command_id, "rl-r1-1-1");
+    assert_string_equal(cmd.request, old);
+    room_cmd_clear(&cmd);
+}
+
 int
 main(void)
 {
@@ -255,6 +306,7 @@ main(void)
         cmocka_unit_test(test_body),           cmocka_unit_test(test_ids),
         cmocka_unit_test(test_uids),           cmocka_unit_test(test_texts),
         cmocka_unit_test(test_gift_fields),    cmocka_unit_test(test_names),
+        cmocka_unit_test(test_reserved_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

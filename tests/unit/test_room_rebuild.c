@@ -167,7 +167,7 @@ setup(void **state)
     if (store_open(&f->store, &f->conf->store, err, sizeof(err)) != 0)
         fail_msg("store_open: %s", err);
     assert_int_equal(group_commit_open(&f->gc, f->store, f->conf->store.group_commit_max), 0);
-    assert_int_equal(wallet_open(&f->wallet, &f->conf->wallet, f->store), 0);
+    assert_int_equal(wallet_open(&f->wallet, &f->conf->wallet, f->store, err, sizeof(err)), 0);
     assert_int_equal(lease_open(&f->lease, f->conf, err, sizeof(err)), 0);
     assert_int_equal(projection_open(&f->live, f->conf, err, sizeof(err)), 0);
     svc_open(f, f->live, false);

@@ -57,6 +57,7 @@ step(struct room_state **s, struct log *lg, enum room_cmd_type t, const char *bo
     struct room_events ev = {0};
     struct apply_error ae;
     struct room_state *c = room_state_clone(*s);
+    char *req;
     int rc;
 
     if (room_cmd_parse(t, "app1", t == CMD_CREATE_ROOM ? NULL : "r1", body, strlen(body), &cmd,
@@ -69,6 +70,7 @@ step(struct room_state **s, struct log *lg, enum room_cmd_type t, const char *bo
         room_cmd_clear(&cmd);
         return rc;
     }
+    req = room_logged_request(&cmd, *s, c); /* what service.c logs */
     room_state_free(*s);
     *s = c;
     if (lg->n == lg->cap) {
@@ -79,8 +81,7 @@ step(struct room_state **s, struct log *lg, enum room_cmd_type t, const char *bo
     strlcpy_(lg->v[lg->n].room_id, "r1", STORE_ID_MAX);
     strlcpy_(lg->v[lg->n].command_id, cmd.command_id, STORE_ID_MAX);
     lg->v[lg->n].command_type = xstrdup(room_cmd_name(t));
-    lg->v[lg->n].request = cmd.request;
-    cmd.request = NULL;
+    lg->v[lg->n].request = req;
     lg->v[lg->n].version = c->version;
     lg->v[lg->n].created_at_ms = now;
     lg->n++;
@@ -138,6 +139,18 @@ test_long_sequence(void **state)
         int kind = (int)(next_rand() % 100);
         enum room_cmd_type t;
 
+        /* the config changes while the room lives: later commands take the
+         * new rules and their log rows record them */
+        if (i == 1500) {
+            room_conf.max_members = 4;
+            room_conf.kick_ban_ms = 5000;
+            room_conf.rocket.thresholds[0] = 300;
+        } else if (i == 2800) {
+            room_conf.seat_count = 2; /* a room keeps its seats */
+            room_conf.rocket.nthresholds = 2;
+            room_conf.rocket.countdown_ms = 7000;
+        }
+
         now += 1 + (int64_t)(next_rand() % 4000);
         if (next_rand() % 700 == 0) {
             now += DAY; /* cross one or more UTC midnights */
@@ -149,7 +162,7 @@ test_long_sequence(void **state)
             if (next_rand() % 3 != 0 && now < at)
                 now = at;
             snprintf(body, sizeof(body),
-                     "{\"command_id\":\"rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,"
+                     "{\"command_id\":\"~rl-%s\",\"rocket_id\":\"%s\",\"level\":%d,"
                      "\"launch_at_ms\":%lld}",
                      s->rocket.rocket_id, s->rocket.rocket_id, s->rocket.level, (long long)at);
             t = CMD_LAUNCH_ROCKET;
@@ -210,6 +223,16 @@ test_long_sequence(void **state)
     assert_true(launches >= 2);
     assert_true(s->nbans + s->nmembers > 0);
 
+    assert_int_equal(s->nseats, 4);
+    assert_int_equal(s->rules.max_members, 4);
+    assert_int_equal(s->rules.rocket.nthresholds, 2);
+
+    /* a replay is the live state whatever the config says now */
+    room_conf.seat_count = 1;
+    room_conf.max_members = 1;
+    room_conf.kick_ban_ms = 0;
+    room_conf.rocket.thresholds[0] = 1;
+    room_conf.rocket.nthresholds = 1;
     live = room_state_to_json(s);
     a = rebuild(&lg, true, s->version);
     b = rebuild(&lg, false, s->version);

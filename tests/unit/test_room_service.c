@@ -150,7 +150,7 @@ svc_open(struct fx *f)
     if (store_open(&f->store, &f->conf->store, err, sizeof(err)) != 0)
         fail_msg("store_open: %s", err);
     assert_int_equal(group_commit_open(&f->gc, f->store, f->conf->store.group_commit_max), 0);
-    assert_int_equal(wallet_open(&f->wallet, &f->conf->wallet, f->store), 0);
+    assert_int_equal(wallet_open(&f->wallet, &f->conf->wallet, f->store, err, sizeof(err)), 0);
     assert_int_equal(lease_open(&f->lease, f->conf, err, sizeof(err)), 0);
     memset(&d, 0, sizeof(d));
     d.conf = f->conf;
@@ -1070,6 +1070,59 @@ test_snapshot_replay(void **state)
     free(after);
 }
 
+/* A config change and a restart: every room replays to exactly what it was
+ * (its log rows carry the rules they ran with), and the next command takes
+ * the new rules. */
+static void
+test_config_change_replay(void **state)
+{
+    struct fx *f = *state;
+    char *r1, *r2, *again;
+
+    svc_open(f);
+    create(f, "r1", 1);
+    for (int i = 1; i <= 3; i++)
+        join(f, "r1", i);
+    ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m1\",\"uid\":3,\"seat\":2}"); /* v5: snapshot */
+    join(f, "r1", 4);
+    ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m2\",\"uid\":4,\"seat\":1}");
+    create(f, "r2", 1); /* no snapshot: its whole log replays */
+    join(f, "r2", 2);
+    ok(f, CMD_MIC_UP, "r2", "{\"command_id\":\"m3\",\"uid\":2,\"seat\":2}");
+    r1 = get_room(f, "r1");
+    r2 = get_room(f, "r2");
+    svc_close(f);
+
+    f->conf->room.seat_count = 1;
+    f->conf->room.max_members = 1;
+    f->conf->room.rocket.thresholds[0] = 1;
+    svc_open(f);
+    again = get_room(f, "r1");
+    assert_string_equal(again, r1);
+    free(again);
+    again = get_room(f, "r2");
+    assert_string_equal(again, r2);
+    free(again);
+    /* the next command runs with the new rules; the room keeps its seats */
+    refused(f, CMD_JOIN_ROOM, "r1", "{\"command_id\":\"j9\",\"uid\":9}", 409, "room_full");
+    ok(f, CMD_MIC_DOWN, "r2", "{\"command_id\":\"d1\",\"uid\":2}");
+    ok(f, CMD_MIC_UP, "r2", "{\"command_id\":\"m4\",\"uid\":2,\"seat\":2}");
+    free(r2);
+    r2 = get_room(f, "r2");
+    assert_non_null(strstr(r2, "\"max_members\":1"));
+    svc_close(f);
+
+    f->conf->room.seat_count = 8;
+    f->conf->room.max_members = 50;
+    svc_open(f);
+    again = get_room(f, "r2");
+    assert_string_equal(again, r2);
+    free(again);
+    join(f, "r2", 5); /* 50 again */
+    free(r1);
+    free(r2);
+}
+
 /* Polls GET until the rocket's "launched" count reaches want (or 5 s). */
 static json_t *
 wait_launched(struct fx *f, const char *room, int want)
@@ -1122,7 +1175,7 @@ test_rocket_timer(void **state)
     assert_string_equal(json_string_value(json_object_get(rk, "status")), "idle");
     assert_int_equal(json_integer_value(json_object_get(j, "version")), 5);
     json_decref(j);
-    snprintf(cid, sizeof(cid), "rl-%s", rocket_id);
+    snprintf(cid, sizeof(cid), "~rl-%s", rocket_id);
     memset(&rec, 0, sizeof(rec));
     assert_int_equal(store_find_command(f->store, APP, cid, &rec), 0);
     assert_string_equal(rec.command_type, "LaunchRocket");
@@ -1135,13 +1188,13 @@ test_rocket_timer(void **state)
     assert_int_equal(run(f, CMD_LAUNCH_ROCKET, "r1", body, &r), 200);
     assert_true(r.replay);
     snprintf(body, sizeof(body),
-             "{\"command_id\":\"rl-stale\",\"rocket_id\":\"%s\",\"level\":1,"
+             "{\"command_id\":\"~rl-r1-1-9\",\"rocket_id\":\"r1-1-9\",\"level\":9,"
              "\"launch_at_ms\":%lld}",
-             rocket_id, (long long)launch_at);
+             (long long)launch_at);
     assert_int_equal(run(f, CMD_LAUNCH_ROCKET, "r1", body, &r), 200);
     assert_false(r.replay);
     assert_non_null(strstr(r.body, "\"launched\":false"));
-    assert_false(logged(f, "rl-stale"));
+    assert_false(logged(f, "~rl-r1-1-9"));
     room_reply_clear(&r);
 }
 
@@ -1283,6 +1336,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_fenced_commit_reloads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_change_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rocket_timer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rocket_rebuild_and_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timing_log, setup, teardown),

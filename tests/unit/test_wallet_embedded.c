@@ -1,8 +1,10 @@
 /*
- * test_wallet_embedded.c: the embedded wallet on a real SQLite file, many
- * threads debiting at once through its debit committer: every balance is
- * exact, a repeated ref charges once, a poor account is charged exactly as
- * far as it goes (the rest EFUNDS), and the debits really were batched.
+ * test_wallet_embedded.c: the wallet front (wallet.c) and the embedded
+ * wallet on a real SQLite file: a gift's debit is attached to its mutation
+ * (store_save writes it; tests/store_suite.c t_wallet checks that), the
+ * request digest binds a key to its request and ignores the room's logged
+ * "rules", top-up and balance go to the store, and an unknown driver is
+ * refused naming wallet.driver.
  */
 #include "helpers.h"
 #include "store_suite.h"
@@ -11,125 +13,49 @@
 #include "core/err.h"
 #include "store/store.h"
 #include "wallet/wallet.h"
-#include "wallet/wallet_embedded.h"
 
 #include <ftw.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NTHREADS 16
-#define PER_THREAD 30
-#define NUIDS 4
-#define INITIAL 100000
-#define POOR_UID 99
-#define POOR_LEFT 10
-
-struct worker {
-    struct wallet *w;
-    int idx;
-    int failures;
-    int efunds; /* debits of the poor account refused */
-    int charged_poor;
-};
-
-static void *
-worker_main(void *arg)
-{
-    struct worker *k = arg;
-
-    for (int i = 0; i < PER_THREAD; i++) {
-        char ref[48];
-        int64_t uid = (k->idx + i) % NUIDS + 1, bal = -1;
-        int rc;
-
-        snprintf(ref, sizeof(ref), "t%d-%d", k->idx, i);
-        if (k->w->ops->debit(k->w, "we", uid, uid, ref, &bal) != 0 || bal < 0)
-            k->failures++;
-        /* The same ref again: charges nothing. */
-        if (i % 5 == 0 && k->w->ops->debit(k->w, "we", uid, uid, ref, &bal) != 0)
-            k->failures++;
-        snprintf(ref, sizeof(ref), "poor-t%d-%d", k->idx, i);
-        rc = k->w->ops->debit(k->w, "we", POOR_UID, 1, ref, &bal);
-        if (rc == 0)
-            k->charged_poor++;
-        else if (rc == ROOMD_EFUNDS && bal == 0)
-            k->efunds++;
-        else
-            k->failures++;
-    }
-    return NULL;
-}
-
 static int
 rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
+    (void)sb, (void)flag, (void)ftw;
     return remove(path);
 }
 
 static void
-t_concurrent_debits(void **state)
+t_attach_topup_balance(void **state)
 {
     (void)state;
-    char *dir = th_tmpdir();
+    char *dir = th_tmpdir(), err[256];
     struct conf *c = th_conf_sqlite(dir);
     struct store *st = store_suite_open(c);
-    struct conf_wallet cw = {.driver = "embedded", .initial_balance = INITIAL};
+    struct conf_wallet cw = {.driver = "embedded", .initial_balance = 50};
     struct wallet *w = NULL;
-    struct worker k[NTHREADS];
-    pthread_t th[NTHREADS];
-    int64_t b, charged[NUIDS + 1] = {0};
-    uint64_t batches, debits;
-    int efunds = 0, charged_poor = 0;
+    struct wallet_gift g;
+    struct wallet_debit d;
+    int64_t b;
 
-    assert_int_equal(wallet_open(&w, &cw, st), 0);
-    /* The poor account keeps POOR_LEFT. */
-    assert_int_equal(w->ops->debit(w, "we", POOR_UID, INITIAL - POOR_LEFT, "poor", &b), 0);
-    assert_int_equal(b, POOR_LEFT);
-    for (int i = 0; i < NTHREADS; i++) {
-        k[i] = (struct worker){.w = w, .idx = i};
-        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &k[i]), 0);
-    }
-    for (int i = 0; i < NTHREADS; i++) {
-        pthread_join(th[i], NULL);
-        assert_int_equal(k[i].failures, 0);
-        efunds += k[i].efunds;
-        charged_poor += k[i].charged_poor;
-        for (int j = 0; j < PER_THREAD; j++) {
-            int64_t uid = (i + j) % NUIDS + 1;
-
-            charged[uid] += uid;
-        }
-    }
-    for (int64_t uid = 1; uid <= NUIDS; uid++) {
-        assert_int_equal(w->ops->balance(w, "we", uid, &b), 0);
-        assert_int_equal(b, INITIAL - charged[uid]);
-    }
-    assert_int_equal(charged_poor, POOR_LEFT);
-    assert_int_equal(efunds, NTHREADS * PER_THREAD - POOR_LEFT);
-    assert_int_equal(w->ops->balance(w, "we", POOR_UID, &b), 0);
-    assert_int_equal(b, 0);
-
-    /* A refunded ref is charged again through the committer, once. */
-    assert_int_equal(w->ops->refund(w, "we", "t0-0"), 0);
-    assert_int_equal(w->ops->balance(w, "we", 1, &b), 0);
-    assert_int_equal(b, INITIAL - charged[1] + 1);
-    assert_int_equal(w->ops->debit(w, "we", 1, 1, "t0-0", &b), 0);
-    assert_int_equal(b, INITIAL - charged[1]);
-    assert_int_equal(w->ops->debit(w, "we", 1, 1, "t0-0", &b), 0);
-    assert_int_equal(b, INITIAL - charged[1]);
-    assert_int_equal(w->ops->debit(w, "we", 1, -1, "neg", &b), ROOMD_EINVAL);
-
-    wallet_embedded_stats(w, &batches, &debits);
-    print_message("embedded wallet: %llu debits in %llu batches\n", (unsigned long long)debits,
-                  (unsigned long long)batches);
-    assert_int_equal(debits, 1 + NTHREADS * (PER_THREAD * 2 + PER_THREAD / 5) + 3);
-    assert_true(batches < debits);
-
+    assert_int_equal(wallet_open(&w, &cw, st, err, sizeof(err)), 0);
+    assert_null(w->ops->hold);
+    assert_null(w->ops->settle);
+    wallet_gift_init(&g, "we", "r1", "g1", 7, 30, "{\"type\":\"SendGift\"}");
+    w->ops->attach(w, &g, &d);
+    assert_string_equal(d.app, "we");
+    assert_string_equal(d.ref_id, "g1");
+    assert_int_equal(d.uid, 7);
+    assert_int_equal(d.amount, 30);
+    assert_int_equal(d.initial_balance, 50);
+    assert_int_equal(w->ops->balance(w, "we", 7, &b), 0);
+    assert_int_equal(b, 50);
+    assert_int_equal(w->ops->topup(w, "we", 7, 25, "t1", &b), 0);
+    assert_int_equal(b, 75);
+    assert_int_equal(w->ops->topup(w, "we", 7, INT64_MAX, "t2", &b), ROOMD_ERANGE);
+    assert_int_equal(w->ops->balance(w, "we", 7, &b), 0);
+    assert_int_equal(b, 75);
     wallet_close(w);
     store_close(st);
     conf_free(c);
@@ -137,38 +63,46 @@ t_concurrent_debits(void **state)
     free(dir);
 }
 
-/* Close with nothing queued returns at once; a debit right before close is durable. */
 static void
-t_close(void **state)
+t_digest(void **state)
 {
     (void)state;
-    char *dir = th_tmpdir();
-    struct conf *c = th_conf_sqlite(dir);
-    struct store *st = store_suite_open(c);
-    struct conf_wallet cw = {.driver = "embedded", .initial_balance = 50};
-    struct wallet *w = NULL;
-    int64_t b;
+    char a[65], b[65], x[65];
 
-    assert_int_equal(wallet_open(&w, &cw, st), 0);
-    assert_int_equal(w->ops->debit(w, "we", 1, 20, "c1", &b), 0);
-    assert_int_equal(b, 30);
-    assert_int_equal(w->ops->debit(w, "we", 1, 31, "c2", &b), ROOMD_EFUNDS);
-    assert_int_equal(b, 30);
-    wallet_close(w);
-    assert_int_equal(store_wallet_balance(st, "we", 1, 50, &b), 0);
-    assert_int_equal(b, 30);
-    store_close(st);
-    conf_free(c);
-    nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-    free(dir);
+    wallet_request_digest("{\"command_id\":\"g\",\"count\":1,\"type\":\"SendGift\"}", a);
+    assert_int_equal(strlen(a), 64);
+    /* a logged request with the room's rules is the same request */
+    wallet_request_digest("{\"command_id\":\"g\",\"count\":1,\"rules\":{\"max_members\":3},"
+                          "\"type\":\"SendGift\"}",
+                          b);
+    assert_string_equal(a, b);
+    wallet_request_digest("{\"command_id\":\"g\",\"count\":2,\"type\":\"SendGift\"}", x);
+    assert_string_not_equal(a, x);
+    /* SHA-256 of "" */
+    wallet_request_digest("", x);
+    assert_string_equal(x, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+static void
+t_unknown_driver(void **state)
+{
+    (void)state;
+    struct conf_wallet cw = {.driver = "paypal"};
+    struct wallet *w = (struct wallet *)1;
+    char err[256];
+
+    assert_int_equal(wallet_open(&w, &cw, NULL, err, sizeof(err)), ROOMD_EINVAL);
+    assert_null(w);
+    assert_non_null(strstr(err, "wallet.driver"));
 }
 
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_concurrent_debits),
-        cmocka_unit_test(t_close),
+        cmocka_unit_test(t_attach_topup_balance),
+        cmocka_unit_test(t_digest),
+        cmocka_unit_test(t_unknown_driver),
     };
 
     return cmocka_run_group_tests_name("wallet_embedded", tests, NULL, NULL);

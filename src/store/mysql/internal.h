@@ -12,7 +12,7 @@
  *              path), fence_room
  *   outbox.c   claim (FOR UPDATE SKIP LOCKED), complete, list, get, replay,
  *              counts, purge
- *   wallet.c   debit (batched), refund, topup, balance
+ *   wallet.c   the gifts' debits (inside their save), topup, balance
  *   rooms.c    rockets_pending, rooms_list
  *
  * An operation is a function fn(struct conn *, void *ctx) run by mys_run on
@@ -67,6 +67,7 @@ enum sid {
     S_LEDGER_INSERT,
     S_LEDGER_UPDATE,
     S_LEDGER_DELETE,
+    S_W_AUDIT,
     S_ROCKETS,
     S_ROOMS_LIST,
     S_FENCE_ROOM,
@@ -302,6 +303,11 @@ int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);
  * outbox.c. */
 #define MYS_DECLARE_OP(op) store_##op##_fn mys_##op;
 STORE_OPS(MYS_DECLARE_OP)
+
+/* The gifts' debits inside the open save transaction (wallet.c): accounts
+ * locked in primary key order, then each by wallet_debit_rule. 0 (see each
+ * rc) or the transaction's failure. */
+int mys_gift_debits(struct conn *c, struct wallet_debit *const *items, size_t n);
 #undef MYS_DECLARE_OP
 
 extern const struct store_ops store_mysql_ops;

@@ -1,10 +1,12 @@
 /*
  * mysql/wallet.c: the embedded wallet: balances in wallet_accounts (locked
- * FOR UPDATE) and an idempotent ledger, one row per (ref_id, kind): debit
- * (batched, accounts locked in one order), refund, topup, balance.
+ * FOR UPDATE) and an idempotent ledger, one row per (ref_id, kind): the
+ * gifts' debits inside their save (accounts locked in one order), topup,
+ * balance.
  */
 #include "store/mysql/internal.h"
 
+#include "core/checked.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
@@ -144,20 +146,12 @@ ledger_write(struct conn *c, const struct mys_sql *id, const char *app, const ch
     return mys_st_exec(c, id, &p, NULL);
 }
 
-/* ---- A batch of debits in one transaction (store_wallet_debit_many) ---- */
+/* ---- Gift debits inside the gifts' transaction (mysql/command.c) ---- */
 
 struct account {
     const char *app;
-    int64_t uid;
-    int64_t balance; /* as locked, then as the batch charged it */
-};
-
-struct debit_many_ctx {
-    struct wallet_debit *items;
-    size_t n;
-    int64_t initial;
-    struct account *accts; /* the distinct accounts of the items, in primary key order */
-    size_t naccts;
+    int64_t uid, initial;
+    int64_t balance; /* as locked, then as the debits charged it */
 };
 
 static int
@@ -170,136 +164,66 @@ account_cmp(const void *a, const void *b)
 }
 
 static struct account *
-account_find(struct debit_many_ctx *x, const char *app, int64_t uid)
+account_find(struct account *accts, size_t n, const char *app, int64_t uid)
 {
     struct account key = {.app = app, .uid = uid};
 
-    return bsearch(&key, x->accts, x->naccts, sizeof(key), account_cmp);
+    return bsearch(&key, accts, n, sizeof(key), account_cmp);
 }
 
-/*
- * The batch: locks every account of the batch first, in primary key order
- * (any two batches lock in the same order: no deadlock between them), then
- * applies each debit. A ref already debited (and not refunded) is not charged
- * again: 0 and the current balance. A refunded ref debited again is charged
- * again (the refund row removed, the debit row rewritten): the command refunded
- * because its commit failed is being retried. A short balance charges nothing
- * for its item and does not affect the others (nothing of it is written).
- */
-static int
-debit_many_fn(struct conn *c, void *arg)
+int
+mys_gift_debits(struct conn *c, struct wallet_debit *const *items, size_t n)
 {
-    struct debit_many_ctx *x = arg;
-    int rc;
+    struct account *accts = xcalloc(n ? n : 1, sizeof(*accts));
+    size_t na = 0, k = 0;
+    int rc = 0;
 
-    for (size_t i = 0; i < x->n; i++) {
-        x->items[i].balance_after = 0;
-        x->items[i].rc = 0;
-    }
-    if ((rc = mys_tx_begin(c)) != 0)
-        return rc;
-    for (size_t i = 0; i < x->naccts; i++) {
-        struct account *a = &x->accts[i];
-
-        if ((rc = lock_account(c, a->app, a->uid, x->initial, &a->balance)) != 0)
-            return rc;
-    }
-    for (size_t i = 0; i < x->n; i++) {
-        struct wallet_debit *d = &x->items[i];
-        struct account *a = account_find(x, d->app, d->uid), *la;
-        int64_t luid = 0;
+    for (size_t i = 0; i < n; i++)
+        if (items[i]->amount >= 0)
+            accts[na++] = (struct account){
+                .app = items[i]->app, .uid = items[i]->uid, .initial = items[i]->initial_balance};
+    qsort(accts, na, sizeof(*accts), account_cmp);
+    for (size_t i = 0; i < na; i++) /* keep the distinct ones */
+        if (k == 0 || account_cmp(&accts[k - 1], &accts[i]) != 0)
+            accts[k++] = accts[i];
+    na = k;
+    /* every account first, in primary key order: any two transactions lock
+     * in the same order, so they cannot deadlock on each other */
+    for (size_t i = 0; i < na; i++)
+        if ((rc = lock_account(c, accts[i].app, accts[i].uid, accts[i].initial,
+                               &accts[i].balance)) != 0)
+            goto out;
+    for (size_t i = 0; i < n; i++) {
+        struct wallet_debit *d = items[i];
+        struct account *a = account_find(accts, na, d->app, d->uid);
+        int64_t luid = 0, lamount = 0;
         int have_debit, have_refund;
 
         if (d->amount < 0) { /* refused before any read: its account is not locked */
-            wallet_debit_rule(d, false, false, 0);
+            wallet_debit_rule(d, false, 0, 0, false, 0);
             continue;
         }
-        if ((rc = have_debit = ledger_get(c, d->app, d->ref_id, "debit", &luid, NULL)) < 0)
-            return rc;
+        if ((rc = have_debit = ledger_get(c, d->app, d->ref_id, "debit", &luid, &lamount)) < 0)
+            goto out;
         if ((rc = have_refund = ledger_get(c, d->app, d->ref_id, "refund", NULL, NULL)) < 0)
-            return rc;
-        enum wallet_debit_step step = wallet_debit_rule(d, have_debit, have_refund, a->balance);
-
-        if (step == WALLET_DEBIT_REFUSED)
+            goto out;
+        rc = 0;
+        enum wallet_debit_step step =
+            wallet_debit_rule(d, have_debit, luid, lamount, have_refund, a->balance);
+        if (step != WALLET_DEBIT_CHARGE) /* refused, or paid before */
             continue;
-        if (step == WALLET_DEBIT_STANDS) { /* already charged */
-            if ((la = account_find(x, d->app, luid)) != NULL)
-                d->balance_after = la->balance;
-            else if ((rc = account_balance(c, d->app, luid, x->initial, &d->balance_after)) != 0)
-                return rc;
-            continue;
-        }
         if (have_refund &&
             (rc = ledger_write(c, &SQL_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0)) != 0)
-            return rc;
+            goto out;
         rc = ledger_write(c, have_debit ? &SQL_LEDGER_UPDATE : &SQL_LEDGER_INSERT, d->app,
                           d->ref_id, "debit", d->uid, d->amount);
         if (rc != 0 || (rc = account_add(c, d->app, d->uid, -d->amount)) != 0)
-            return rc;
+            goto out;
         a->balance = d->balance_after;
     }
-    return mys_tx_commit(c);
-}
-
-int
-mys_wallet_debit_many(struct store *s, struct wallet_debit *items, size_t n,
-                      int64_t initial_balance)
-{
-    struct debit_many_ctx x = {items, n, initial_balance, xcalloc(n, sizeof(struct account)), 0};
-    size_t k = 0;
-    int rc;
-
-    for (size_t i = 0; i < n; i++)
-        if (items[i].amount >= 0)
-            x.accts[x.naccts++] = (struct account){.app = items[i].app, .uid = items[i].uid};
-    qsort(x.accts, x.naccts, sizeof(*x.accts), account_cmp);
-    for (size_t i = 0; i < x.naccts; i++) /* keep the distinct ones */
-        if (k == 0 || account_cmp(&x.accts[k - 1], &x.accts[i]) != 0)
-            x.accts[k++] = x.accts[i];
-    x.naccts = k;
-    rc = mys_run((struct mstore *)s, debit_many_fn, &x);
-    if (rc != 0)
-        for (size_t i = 0; i < n; i++) {
-            items[i].rc = rc;
-            items[i].balance_after = 0;
-        }
-    free(x.accts);
+out:
+    free(accts);
     return rc;
-}
-
-static int
-refund_fn(struct conn *c, void *arg)
-{
-    struct wallet_ctx *x = arg;
-    int64_t uid = 0, amount = 0, bal;
-    int rc;
-
-    if ((rc = mys_tx_begin(c)) != 0)
-        return rc;
-    if ((rc = ledger_get(c, x->app, x->ref_id, "debit", &uid, &amount)) <= 0) {
-        if (rc == 0)
-            store_set_errmsg("wallet: no debit %s", x->ref_id);
-        return rc == 0 ? ROOMD_ENOTFOUND : rc;
-    }
-    if ((rc = lock_account(c, x->app, uid, 0, &bal)) != 0)
-        return rc;
-    if ((rc = ledger_get(c, x->app, x->ref_id, "refund", NULL, NULL)) < 0)
-        return rc;
-    if (rc == 0) { /* not refunded yet */
-        if ((rc = ledger_write(c, &SQL_LEDGER_INSERT, x->app, x->ref_id, "refund", uid, amount)) !=
-                0 ||
-            (rc = account_add(c, x->app, uid, amount)) != 0)
-            return rc;
-    }
-    return mys_tx_commit(c);
-}
-
-int
-mys_wallet_refund(struct store *s, const char *app, const char *ref_id)
-{
-    struct wallet_ctx x = {app, ref_id, 0, 0, 0, 0};
-
-    return mys_run((struct mstore *)s, refund_fn, &x);
 }
 
 static int
@@ -318,11 +242,14 @@ topup_fn(struct conn *c, void *arg)
         if (luid != x->uid && (rc = account_balance(c, x->app, luid, x->initial, &bal)) != 0)
             return rc;
     } else {
+        if (!i64_add_ok(bal, x->amount, &bal)) {
+            store_set_errmsg("amount: the balance would pass %lld", (long long)INT64_MAX);
+            return ROOMD_ERANGE;
+        }
         if ((rc = ledger_write(c, &SQL_LEDGER_INSERT, x->app, x->ref_id, "topup", x->uid,
                                x->amount)) != 0 ||
             (rc = account_add(c, x->app, x->uid, x->amount)) != 0)
             return rc;
-        bal += x->amount;
     }
     x->balance = bal;
     return mys_tx_commit(c);
@@ -362,5 +289,71 @@ mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initia
     int rc = mys_run((struct mstore *)s, balance_fn, &x);
 
     *balance = rc == 0 ? x.balance : 0;
+    return rc;
+}
+
+static const struct mys_sql SQL_W_AUDIT = {
+    S_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+               " WHERE command_type='SendGift' AND (?='' OR app_code=?)"
+               " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+               " FROM wallet_ledger WHERE ?='' OR app_code=?"
+               " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
+               " FROM wallet_accounts WHERE ?='' OR app_code=?"};
+
+struct audit_ctx {
+    const char *app;
+    struct audit_row *rows;
+    size_t n;
+};
+
+/* The audit's three tables in one statement: one read snapshot. */
+static int
+audit_fn(struct conn *c, void *arg)
+{
+    struct audit_ctx *x = arg;
+    struct params p = {0};
+    struct rows r;
+    size_t cap = 0;
+    int rc;
+
+    audit_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    for (int i = 0; i < 6; i++)
+        p_str(&p, x->app);
+    if ((rc = mys_st_query(c, &SQL_W_AUDIT, &p, &r, "ssssiis")) == 0) {
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            struct audit_row *a;
+            const char *req = r_str(&r, 6);
+
+            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
+            a = &x->rows[x->n++];
+            memset(a, 0, sizeof(*a));
+            a->kind = r_str(&r, 0)[0];
+            strlcpy_(a->app_code, r_str(&r, 1), sizeof(a->app_code));
+            strlcpy_(a->key, r_str(&r, 2), sizeof(a->key));
+            strlcpy_(a->ledger_kind, r_str(&r, 3), sizeof(a->ledger_kind));
+            a->uid = r_i64(&r, 4);
+            a->amount = r_i64(&r, 5);
+            a->request = a->kind == 'G' && req != NULL ? xstrdup(req) : NULL;
+        }
+    }
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
+{
+    struct audit_ctx x = {app, NULL, 0};
+    int rc = mys_run((struct mstore *)s, audit_fn, &x);
+
+    if (rc != 0) {
+        audit_rows_free(x.rows, x.n);
+        x.rows = NULL;
+        x.n = 0;
+    }
+    *rows = x.rows;
+    *n = x.n;
     return rc;
 }

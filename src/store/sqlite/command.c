@@ -6,6 +6,7 @@
  */
 #include "store/sqlite/internal.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
 
@@ -241,6 +242,17 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         return *fatal = ROOMD_EIO;
     }
 #endif
+
+    /* The gift's debit: this command_id is ours now (the row above), so the
+     * ledger gets exactly the debit of the gift that commits. */
+    if (m->debit != NULL) {
+        int64_t t0 = clock_mono_us();
+
+        rc = sq_gift_debit(c, m->debit, m->created_at_ms, fatal);
+        m->debit_us = clock_mono_us() - t0;
+        if (rc != 0)
+            return rc;
+    }
 
     /* One outbox row per event. */
     struct outbox_initial init;

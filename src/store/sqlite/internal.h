@@ -9,7 +9,7 @@
  *   schema.c   migrations
  *   command.c  find_command, load_room, save, fence_room
  *   outbox.c   claim, complete, list, get, replay, counts, purge
- *   wallet.c   debit (batched), refund, topup, balance
+ *   wallet.c   a gift's debit (in save_one's savepoint), topup, balance
  *   rooms.c    rockets_pending, rooms_list
  */
 #ifndef ROOMD_STORE_SQLITE_INTERNAL_H
@@ -67,6 +67,7 @@ enum stmt_id {
     ST_W_LEDGER_UPDATE,
     ST_W_BALANCE,
     ST_W_SET_BALANCE,
+    ST_W_AUDIT,
     ST_ROCKETS,
     ST_SYNC_NORMAL,
     ST_SYNC_FULL,
@@ -181,6 +182,9 @@ int sq_migrate(struct conn *c, char *err, size_t errlen);
  * outbox.c. */
 #define SQ_DECLARE_OP(op) store_##op##_fn sq_##op;
 STORE_OPS(SQ_DECLARE_OP)
+
+/* A gift's debit inside save_one's transaction and savepoint (wallet.c). */
+int sq_gift_debit(struct conn *c, struct wallet_debit *d, int64_t now, int *fatal);
 #undef SQ_DECLARE_OP
 
 extern const struct store_ops store_sqlite_ops;

@@ -1,12 +1,14 @@
 /*
  * sqlite/wallet.c: the embedded wallet: balances in wallet_accounts and one
- * ledger row per (ref_id, kind): debit (batched, a savepoint per debit),
- * refund, topup, balance.
+ * ledger row per (ref_id, kind): a gift's debit (inside the gift's own
+ * savepoint, called by save_one), topup, balance.
  */
 #include "store/sqlite/internal.h"
 
+#include "core/checked.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/xmalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,15 +108,13 @@ w_ledger_write(struct conn *c, const struct sq_sql *id, const char *app, const c
 }
 
 /*
- * One debit inside the open transaction. A ref already debited (and not
- * refunded) is not charged again: 0 and the current balance. A refunded ref
- * debited again is charged again (the refund row is removed, the debit row
- * rewritten): the command that was refunded because its commit failed is
- * being retried. Returns 0 or ROOMD_EFUNDS/EINVAL (nothing written), or a
+ * A gift's debit inside the open transaction and the gift's savepoint
+ * (sqlite/command.c save_one), by wallet_debit_rule. Returns 0, a refusal
+ * of this mutation alone (EFUNDS, EINVAL, EREUSED: nothing written), or a
  * failure of the transaction (*fatal set).
  */
-static int
-debit_one(struct conn *c, struct wallet_debit *d, int64_t initial, int64_t now, int *fatal)
+int
+sq_gift_debit(struct conn *c, struct wallet_debit *d, int64_t now, int *fatal)
 {
     int64_t luid = 0, lamount = 0, bal = 0, ruid, ramount;
     int rc, have_debit, have_refund;
@@ -123,13 +123,13 @@ debit_one(struct conn *c, struct wallet_debit *d, int64_t initial, int64_t now, 
         return *fatal = rc;
     if ((rc = have_refund = w_ledger_get(c, d->app, d->ref_id, "refund", &ruid, &ramount)) < 0)
         return *fatal = rc;
-    if ((rc = w_balance(c, d->app, d->uid, initial, &bal)) != 0)
+    if ((rc = w_balance(c, d->app, d->uid, d->initial_balance, &bal)) != 0)
         return *fatal = rc;
-    switch (wallet_debit_rule(d, have_debit, have_refund, bal)) {
+    switch (wallet_debit_rule(d, have_debit, luid, lamount, have_refund, bal)) {
     case WALLET_DEBIT_REFUSED:
         return d->rc;
-    case WALLET_DEBIT_STANDS: /* already charged: report the balance, charge nothing */
-        return *fatal = w_balance(c, d->app, luid, initial, &d->balance_after);
+    case WALLET_DEBIT_STANDS: /* paid before: charge nothing */
+        return 0;
     case WALLET_DEBIT_CHARGE:
         break;
     }
@@ -141,79 +141,6 @@ debit_one(struct conn *c, struct wallet_debit *d, int64_t initial, int64_t now, 
     if (rc != 0 || (rc = w_set_balance(c, d->app, d->uid, d->balance_after, now)) != 0)
         return *fatal = rc;
     return 0;
-}
-
-struct debit_batch {
-    struct wallet_debit *items;
-    int64_t initial_balance;
-    int64_t now;
-};
-
-static int
-debit_item(struct conn *c, void *arg, size_t i, int *fatal)
-{
-    struct debit_batch *b = arg;
-
-    return b->items[i].rc = debit_one(c, &b->items[i], b->initial_balance, b->now, fatal);
-}
-
-/* Debits in one transaction, a savepoint per item (as sq_save). */
-int
-sq_wallet_debit_many(struct store *st, struct wallet_debit *items, size_t n,
-                     int64_t initial_balance)
-{
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = sq_writer_get(s);
-    struct debit_batch b = {items, initial_balance, clock_wall_ms()};
-    int rc;
-
-    for (size_t i = 0; i < n; i++)
-        items[i].rc = 0;
-    rc = sq_in_savepoints(c, n, debit_item, &b);
-    if (rc != 0)
-        for (size_t i = 0; i < n; i++) {
-            items[i].rc = rc;
-            items[i].balance_after = 0;
-        }
-    sq_writer_put(s, c);
-    return rc;
-}
-
-int
-sq_wallet_refund(struct store *st, const char *app, const char *ref_id)
-{
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = sq_writer_get(s);
-    int64_t now = clock_wall_ms(), uid = 0, amount = 0, ruid, ramount, bal;
-    int rc, found;
-
-    if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) != 0)
-        goto out;
-    if ((rc = found = w_ledger_get(c, app, ref_id, "debit", &uid, &amount)) < 0)
-        goto out;
-    if (!found) {
-        store_set_errmsg("wallet: no debit %s", ref_id);
-        rc = ROOMD_ENOTFOUND;
-        goto out;
-    }
-    if ((rc = found = w_ledger_get(c, app, ref_id, "refund", &ruid, &ramount)) < 0)
-        goto out;
-    if (found) { /* refunded already: idempotent */
-        rc = sq_run(c, &SQL_COMMIT);
-        goto out;
-    }
-    /* The account exists: the debit wrote it. */
-    if ((rc = w_balance(c, app, uid, 0, &bal)) != 0)
-        goto out;
-    if ((rc = w_ledger_write(c, &SQL_W_LEDGER_INSERT, app, ref_id, "refund", uid, amount, now)) !=
-        0)
-        goto out;
-    if ((rc = w_set_balance(c, app, uid, bal + amount, now)) != 0)
-        goto out;
-    rc = sq_run(c, &SQL_COMMIT);
-out:
-    sq_writer_put(s, c);
-    return rc;
 }
 
 int
@@ -238,10 +165,14 @@ sq_wallet_topup(struct store *st, const char *app, int64_t uid, int64_t amount, 
     if ((rc = w_balance(c, app, found ? luid : uid, initial_balance, &bal)) != 0)
         goto out;
     if (!found) {
+        if (!i64_add_ok(bal, amount, &bal)) {
+            store_set_errmsg("amount: the balance would pass %lld", (long long)INT64_MAX);
+            rc = ROOMD_ERANGE;
+            goto out;
+        }
         if ((rc = w_ledger_write(c, &SQL_W_LEDGER_INSERT, app, ref_id, "topup", uid, amount,
                                  now)) != 0)
             goto out;
-        bal += amount;
         if ((rc = w_set_balance(c, app, uid, bal, now)) != 0)
             goto out;
     }
@@ -261,5 +192,54 @@ sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initia
     int rc = w_balance(c, app, uid, initial_balance, balance);
 
     sq_reader_put(s, c);
+    return rc;
+}
+
+static const struct sq_sql SQL_W_AUDIT = {
+    ST_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+                " WHERE command_type = 'SendGift' AND (?1 = '' OR app_code = ?1)"
+                " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+                " FROM wallet_ledger WHERE ?1 = '' OR app_code = ?1"
+                " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
+                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1"};
+
+/* The audit's three tables in one statement: one read snapshot. */
+int
+sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows, size_t *n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q = sq_stmt(c, &SQL_W_AUDIT);
+    size_t cap = 0;
+    int rc = ROOMD_EIO, step;
+
+    *rows = NULL;
+    *n = 0;
+    if (q == NULL)
+        goto out;
+    bind_text(q, 1, app);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        struct audit_row *r;
+
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+        r = &(*rows)[(*n)++];
+        memset(r, 0, sizeof(*r));
+        r->kind = (char)sqlite3_column_text(q, 0)[0];
+        col_copy(q, 1, r->app_code, sizeof(r->app_code));
+        col_copy(q, 2, r->key, sizeof(r->key));
+        col_copy(q, 3, r->ledger_kind, sizeof(r->ledger_kind));
+        r->uid = sqlite3_column_int64(q, 4);
+        r->amount = sqlite3_column_int64(q, 5);
+        r->request = col_strdup(q, 6);
+    }
+    done(q);
+    rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "wallet audit");
+out:
+    sq_reader_put(s, c);
+    if (rc != 0) {
+        audit_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+    }
     return rc;
 }
