@@ -207,7 +207,8 @@ main(int argc, char **argv)
     /* any node takes any command: forward to the room's owner (docs/cluster.md) */
     struct cluster_forward *fwd = NULL;
     if (conf->cluster.forward && strcmp(conf->lease.driver, "redis") == 0) {
-        cluster_forward_open(&fwd, conf, conf->app.node_id);
+        if (cluster_forward_open(&fwd, conf, conf->app.node_id, err, sizeof(err)) != 0)
+            fatalx("cluster.forward: %s", err);
         rd.forward = cluster_forward_call;
         rd.forward_arg = fwd;
     }

@@ -553,13 +553,12 @@ t_fail_hook(void **state)
 #endif
 }
 
+/* Room a1/r1 at version 9: commands c2..c9 at T0 + v, a snapshot at every
+ * even version, 2 kept (6 and 8). */
 static void
-t_snapshots(void **state)
+create_snapshotted_room(struct store *st)
 {
-    struct fixture *f = *state;
-    struct room_load l;
-
-    create_room(f->st, "a1", "r1", 0, T0);
+    create_room(st, "a1", "r1", 0, T0);
     for (int v = 2; v <= 9; v++) {
         char cmd[32], snap[32];
         struct tmut *x;
@@ -570,14 +569,62 @@ t_snapshots(void **state)
         x->m.snapshots_keep = 2;
         if (v % 2 == 0)
             x->m.snapshot = snap;
-        assert_int_equal(save1(f->st, x), 0);
+        assert_int_equal(save1(st, x), 0);
         assert_int_equal(x->m.rc, 0);
         free(x);
     }
+}
+
+static void
+t_snapshots(void **state)
+{
+    struct fixture *f = *state;
+    struct room_load l;
+
+    create_snapshotted_room(f->st);
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     assert_int_equal(l.version, 9);
     assert_int_equal(l.snapshot_version, 8);
     assert_string_equal(l.snapshot, "{\"v\":8}");
+    assert_int_equal(l.ntail, 1);
+    assert_int_equal(l.tail[0].version, 9);
+    room_load_clear(&l);
+}
+
+/* The command log purge (store_command_log_purge): only rows older than the
+ * cut-off at or below the room's oldest kept snapshot; a room without a
+ * snapshot keeps its log; the room still loads the same; a purged
+ * command_id is unknown again. */
+static void
+t_command_log_purge(void **state)
+{
+    struct fixture *f = *state;
+    struct command_record r;
+    struct room_load l;
+    size_t n = 0;
+
+    create_snapshotted_room(f->st);            /* snapshots 6 and 8 stay */
+    create_room(f->st, "a1", "nosnap", 0, T0); /* no snapshot: its log is all it has */
+
+    /* created before T0 + 5: versions 1..4 of r1 (not nosnap's) */
+    assert_int_equal(store_command_log_purge(f->st, T0 + 5, 100, &n), 0);
+    assert_int_equal(n, 4);
+    /* everything old: the rest up to the oldest snapshot (6), in batches of 1 */
+    assert_int_equal(store_command_log_purge(f->st, T0 + 100, 1, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_command_log_purge(f->st, T0 + 100, 100, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_command_log_purge(f->st, T0 + 100, 100, &n), 0);
+    assert_int_equal(n, 0);
+
+    assert_int_equal(store_find_command(f->st, "a1", "c6", &r), ROOMD_ENOTFOUND);
+    assert_int_equal(store_find_command(f->st, "a1", "c7", &r), 0);
+    command_record_clear(&r);
+    assert_int_equal(store_find_command(f->st, "a1", "nosnap-create", &r), 0);
+    command_record_clear(&r);
+    assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
+    assert_int_equal(l.version, 9);
+    assert_int_equal(l.snapshot_version, 8);
     assert_int_equal(l.ntail, 1);
     assert_int_equal(l.tail[0].version, 9);
     room_load_clear(&l);
@@ -1406,6 +1453,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_create_exists, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fail_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(t_snapshots, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_command_log_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),

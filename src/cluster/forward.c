@@ -4,7 +4,9 @@
  * opened, so consecutive requests to an owner reuse a keep-alive connection.
  * What is sent: the method, path, body, X-App-Code, the caller's
  * Authorization (so the owner authenticates the caller itself) and the hop
- * header. What comes back is the owner's answer, unchanged.
+ * header. An internal command (/internal/v1/..., a rocket launch) goes to the
+ * owner's admin listener instead, with this node's admin token (admin.*: the
+ * same token on every node). What comes back is the owner's answer, unchanged.
  */
 #include "cluster/forward.h"
 
@@ -12,11 +14,13 @@
 #include "core/curl_pool.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/secret.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
 #include "room/service.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +28,13 @@
 
 #define FORWARD_MAX_RESPONSE (4 << 20)
 #define FORWARD_CONNECT_TIMEOUT_MS 500
+#define FORWARD_TOKEN_MAX 4096 /* the admin token, as auth.c reads it */
 
 struct cluster_forward {
     struct curl_pool pool;
     int64_t timeout_ms;
-    char hop[192]; /* "X-Roomd-Forwarded-By: <node_id>" */
+    char hop[192];    /* "X-Roomd-Forwarded-By: <node_id>" */
+    char *admin_auth; /* "Authorization: Bearer <admin token>", NULL = none */
     atomic_uint_fast64_t forwarded, failed;
 };
 
@@ -50,10 +56,23 @@ collect(void *arg, struct metrics_text *t)
 }
 
 int
-cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id)
+cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id,
+                     char *err, size_t errlen)
 {
-    struct cluster_forward *f = xcalloc(1, sizeof(*f));
+    struct cluster_forward *f;
+    char token[FORWARD_TOKEN_MAX];
+    bool has_token = (c->admin.token_env && c->admin.token_env[0]) ||
+                     (c->admin.token_file && c->admin.token_file[0]);
 
+    *out = NULL;
+    if (has_token && secret_load("admin.token_env", c->admin.token_env, "admin.token_file",
+                                 c->admin.token_file, token, sizeof(token), err, errlen) != 0)
+        return ROOMD_EINVAL;
+    f = xcalloc(1, sizeof(*f));
+    if (has_token) {
+        f->admin_auth = xasprintf("Authorization: Bearer %s", token);
+        secret_wipe(token, sizeof(token));
+    }
     curl_pool_init(&f->pool);
     f->timeout_ms = c->cluster.forward_timeout_ms > 0 ? c->cluster.forward_timeout_ms : 5000;
     snprintf(f->hop, sizeof(f->hop), "%s: %s", FORWARD_HOP_HEADER,
@@ -70,6 +89,10 @@ cluster_forward_close(struct cluster_forward *f)
         return;
     metrics_remove_collector(collect, f);
     curl_pool_destroy(&f->pool);
+    if (f->admin_auth != NULL) {
+        secret_wipe(f->admin_auth, strlen(f->admin_auth));
+        free(f->admin_auth);
+    }
     free(f);
 }
 
@@ -107,10 +130,33 @@ on_header(char *line, size_t size, size_t nmemb, void *arg)
     return size * nmemb;
 }
 
+/* Adds the Authorization header: the admin token for an internal command,
+ * else the caller's own. Returns the list. */
+static struct curl_slist *
+add_authorization(const struct cluster_forward *f, bool internal, const struct room_origin *o,
+                  struct curl_slist *hdrs)
+{
+    char *line;
+
+    if (internal)
+        return f->admin_auth != NULL ? curl_slist_append(hdrs, f->admin_auth) : hdrs;
+    if (o->authorization == NULL)
+        return hdrs;
+    line = xasprintf("Authorization: %s", o->authorization);
+    hdrs = curl_slist_append(hdrs, line);
+    free(line);
+    return hdrs;
+}
+
 int
-cluster_forward_call(void *arg, const char *owner_addr, const char *app,
+cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr, const char *app,
                      const struct room_origin *o, struct room_reply *reply)
 {
+    /* an owner that does not advertise its admin listener (an older node)
+     * serves a forwarded launch on its public listener under auth.mode none */
+    bool internal =
+        strncmp(o->path, "/internal/", 10) == 0 && admin_addr != NULL && admin_addr[0] != '\0';
+    const char *owner_addr = internal ? admin_addr : public_addr;
     struct cluster_forward *f = arg;
     struct curl_body body = {.max = FORWARD_MAX_RESPONSE};
     struct answer_headers ah;
@@ -130,11 +176,7 @@ cluster_forward_call(void *arg, const char *owner_addr, const char *app,
     line = xasprintf("X-App-Code: %s", app);
     hdrs = curl_slist_append(hdrs, line);
     free(line);
-    if (o->authorization != NULL) {
-        line = xasprintf("Authorization: %s", o->authorization);
-        hdrs = curl_slist_append(hdrs, line);
-        free(line);
-    }
+    hdrs = add_authorization(f, internal, o, hdrs);
     hdrs = curl_slist_append(hdrs, "Expect:");
 
     curl_easy_reset(h); /* keeps the connection cache: keep-alive survives */

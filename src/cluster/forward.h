@@ -10,6 +10,7 @@
 #ifndef ROOMD_CLUSTER_FORWARD_H
 #define ROOMD_CLUSTER_FORWARD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct conf;
@@ -21,21 +22,26 @@ struct cluster_forward;
  * carries it is served by the node it reached, never forwarded again. */
 #define FORWARD_HOP_HEADER "X-Roomd-Forwarded-By"
 
-/* Opens the forwarder with cluster.forward_timeout and the node's id (for
- * the hop header; node_id is copied). Returns 0 and *out. Thread: main. */
-int cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id);
+/* Opens the forwarder with cluster.forward_timeout, the node's id (for the
+ * hop header; node_id is copied) and the admin token (admin.token_env /
+ * admin.token_file, sent with internal commands). Returns 0 and *out, or
+ * ROOMD_EINVAL with err naming the key (never the value). Thread: main. */
+int cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id,
+                         char *err, size_t errlen);
 /* Frees the pool. No call may be in flight. NULL is a no-op. Thread: main. */
 void cluster_forward_close(struct cluster_forward *f);
 
 /*
- * Sends the request o (borrowed) for app to the owner at owner_addr
- * ("host:port") and, on any HTTP answer, fills *reply with it: status, body,
+ * Sends the request o (borrowed) for app to the owner at public_addr
+ * ("host:port"), or at admin_addr with the admin token when o->path is
+ * /internal/v1/... and admin_addr is not "" (it is the owner's
+ * admin.advertise_addr), and, on any HTTP answer, fills *reply with it: status, body,
  * Idempotent-Replay, X-Room-Owner. Returns 0 then, or ROOMD_EUNAVAIL when the
  * owner could not be reached or did not answer within cluster.forward_timeout
  * (*reply untouched). Matches room_forward_fn (arg = the forwarder).
  * Thread: any; blocks up to cluster.forward_timeout.
  */
-int cluster_forward_call(void *f, const char *owner_addr, const char *app,
+int cluster_forward_call(void *f, const char *public_addr, const char *admin_addr, const char *app,
                          const struct room_origin *o, struct room_reply *reply);
 
 /* Requests forwarded and forwarding failures since open (metrics). */

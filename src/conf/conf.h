@@ -60,6 +60,8 @@ struct conf_admin {
     int max_connections; /* its own limit, apart from http.max_connections */
     char *tls_cert_file; /* admin.tls.cert_file: PEM; "" = plain HTTP */
     char *tls_key_file;  /* admin.tls.key_file */
+    /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
+    char *advertise_addr;
 };
 
 struct conf_grpc {
@@ -93,6 +95,7 @@ struct conf_store {
     struct conf_mysql mysql;
     int group_commit_max;           /* mutations committed together in one transaction (>= 1) */
     int64_t retention_delivered_ms; /* purge delivered rows older than this; 0 = keep */
+    int64_t retention_command_log_ms; /* purge command log rows older than this; 0 = keep */
     int purge_batch;
     int64_t purge_interval_ms;
 };

@@ -376,12 +376,12 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
 }
 
 /*
- * A LaunchRocket another node forwards to this one, the room's owner
- * (cluster.forward sends to the owner's http.advertise_addr, the public
- * listener). Served there only under auth.mode none (every listener is
- * loopback); under jwt the hop header proves nothing: 503 (the consumer
- * retries the wake-up; docs/auth.md: forwarding it between nodes needs the
- * admin listener and its token, not built yet).
+ * A LaunchRocket another node forwards to this one, the room's owner, on the
+ * public listener: what a node that does not know the owner's
+ * admin.advertise_addr sends (a lease written by an older node); a current
+ * node sends it to the admin listener with the admin token. Served on the
+ * public listener only under auth.mode none (every listener is loopback);
+ * under jwt the hop header proves nothing: 503 (the consumer retries).
  */
 static bool
 forwarded_launch(const struct http_deps *d, const struct http_request *req, const struct route *r)

@@ -20,7 +20,9 @@ struct lease;
 struct lease_ops {
     /* Ensures this node holds the lease of (app, room_id), taking or renewing
      * it. Returns 0 and *token (monotonic per room), ROOMD_ENOTOWNER with the
-     * owner's advertised address in owner[ownerlen], or ROOMD_EUNAVAIL. */
+     * owner's advertised addresses in owner[ownerlen] ("<public> <admin>":
+     * http.advertise_addr, admin.advertise_addr; only "<public>" from a node
+     * that does not advertise its admin listener), or ROOMD_EUNAVAIL. */
     int (*acquire)(struct lease *l, const char *app, const char *room_id, int64_t *token,
                    char *owner, size_t ownerlen);
     /* Gives the lease up (cell evicted, shutdown). Best effort. */

@@ -1,6 +1,8 @@
 /*
  * lease_redis.c: room ownership across nodes (lease.h) on one Redis.
- *   key   <prefix>lease:<app>:<room>        value "<token> <instance> <addr>", PX ttl
+ *   key   <prefix>lease:<app>:<room>        value "<token> <instance> <addr> <admin>", PX ttl
+ *     (addr = http.advertise_addr, admin = admin.advertise_addr; a node
+ *     before admin.advertise_addr wrote no admin part)
  *   key   <prefix>lease_token:<app>:<room>  INCR counter, the fencing token
  * Acquire is one EVAL (set-if-absent + INCR, atomic); a renewer thread extends
  * every held lease each renew_every with a compare-and-PEXPIRE; release is a
@@ -77,7 +79,7 @@ struct held {
 struct lease_redis {
     struct lease base;
     char *prefix;
-    char *addr;     /* our advertised address (owner shown to others) */
+    char *addr;     /* "<public> <admin>": our advertised addresses (owner shown to others) */
     char *instance; /* unique per handle: "<node_id>/<random>" */
     int64_t ttl_ms, renew_ms, margin_ms;
 
@@ -443,9 +445,12 @@ lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t 
     }
     lr->base.ops = &redis_ops;
     lr->prefix = xstrdup(conf->redis.key_prefix ? conf->redis.key_prefix : "");
-    lr->addr = xstrdup(conf->http.advertise_addr && conf->http.advertise_addr[0]
-                           ? conf->http.advertise_addr
-                           : conf->http.listen);
+    lr->addr = xasprintf(
+        "%s %s",
+        conf->http.advertise_addr && conf->http.advertise_addr[0] ? conf->http.advertise_addr
+                                                                  : conf->http.listen,
+        conf->admin.advertise_addr && conf->admin.advertise_addr[0] ? conf->admin.advertise_addr
+                                                                    : conf->admin.listen);
     if ((f = fopen("/dev/urandom", "rb")) != NULL) {
         if (fread(rnd, 1, sizeof(rnd), f) != sizeof(rnd))
             memset(rnd, 0, sizeof(rnd));

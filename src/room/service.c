@@ -320,8 +320,23 @@ gift_outcome(struct room_service *svc, const struct room_cmd *cmd)
     return o;
 }
 
-/* After ENOTOWNER: sends the request to the owner named in reply->owner when
- * forwarding applies. Returns true when *reply now holds the owner's answer. */
+/* The lease names the owner as "<public> <admin>" (lease.h): splits it into
+ * reply->owner and reply->owner_admin. */
+static void
+split_owner(struct room_reply *reply)
+{
+    char *sp = strchr(reply->owner, ' ');
+
+    reply->owner_admin[0] = '\0';
+    if (sp == NULL)
+        return;
+    *sp = '\0';
+    strlcpy_(reply->owner_admin, sp + 1, sizeof(reply->owner_admin));
+}
+
+/* After ENOTOWNER: sends the request to the owner named in reply->owner (and
+ * reply->owner_admin) when forwarding applies. Returns true when *reply now
+ * holds the owner's answer. */
 static bool
 forward_to_owner(struct room_service *svc, const char *app, const struct room_origin *origin,
                  struct room_reply *reply, int64_t *forward_us)
@@ -330,10 +345,11 @@ forward_to_owner(struct room_service *svc, const char *app, const struct room_or
     int64_t t = clock_mono_us();
     int rc;
 
+    split_owner(reply);
     if (svc->d.forward == NULL || origin == NULL || origin->forwarded || reply->owner[0] == '\0')
         return false;
     memset(&fr, 0, sizeof(fr));
-    rc = svc->d.forward(svc->d.forward_arg, reply->owner, app, origin, &fr);
+    rc = svc->d.forward(svc->d.forward_arg, reply->owner, reply->owner_admin, app, origin, &fr);
     *forward_us = clock_mono_us() - t;
     if (rc != 0) {
         room_reply_clear(&fr);

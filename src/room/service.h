@@ -42,11 +42,15 @@ struct room_origin {
     bool forwarded;            /* it carries the hop header: never forward it again */
 };
 
-/* Sends o to the room's owner at owner_addr and fills *reply with the
- * owner's answer. Returns 0, or an error when the owner could not be reached
- * (*reply untouched). Thread: any; blocks (bounded by its own timeout). */
-typedef int (*room_forward_fn)(void *arg, const char *owner_addr, const char *app,
-                               const struct room_origin *o, struct room_reply *reply);
+/* Sends o to the room's owner and fills *reply with the owner's answer:
+ * owner_addr is its public listener (http.advertise_addr), admin_addr its
+ * admin listener (admin.advertise_addr, "" when the owner did not advertise
+ * one); an /internal/v1 path goes to the admin listener. Returns 0, or an
+ * error when the owner could not be reached (*reply untouched).
+ * Thread: any; blocks (bounded by its own timeout). */
+typedef int (*room_forward_fn)(void *arg, const char *owner_addr, const char *admin_addr,
+                               const char *app, const struct room_origin *o,
+                               struct room_reply *reply);
 
 /* Everything the service uses; all borrowed and must outlive it. NULL lease
  * means the local lease; NULL projection/outbox/create_hook are skipped. */
@@ -70,10 +74,11 @@ struct room_deps {
 
 /* The answer to one command. */
 struct room_reply {
-    int status;      /* HTTP status */
-    char *body;      /* JSON, malloc'd (room_reply_clear frees) */
-    bool replay;     /* Idempotent-Replay: true */
-    char owner[128]; /* ENOTOWNER: owner's address, else "" */
+    int status;            /* HTTP status */
+    char *body;            /* JSON, malloc'd (room_reply_clear frees) */
+    bool replay;           /* Idempotent-Replay: true */
+    char owner[128];       /* ENOTOWNER: owner's address (public listener), else "" */
+    char owner_admin[128]; /* ENOTOWNER: owner's admin listener, "" = not advertised */
 };
 void room_reply_clear(struct room_reply *r);
 /* Sets *r to status with the error body {"error":{"code":..,"message":..}}

@@ -296,6 +296,12 @@ store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size
     return s->ops->outbox_purge(s, delivered_before_ms, limit, purged);
 }
 
+int
+store_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *purged)
+{
+    return s->ops->command_log_purge(s, before_ms, limit, purged);
+}
+
 void
 audit_rows_free(struct audit_row *rows, size_t n)
 {

@@ -255,6 +255,8 @@ typedef int store_outbox_replay_fn(struct store *s, const char *event_id, int64_
 typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
 typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
                                   size_t *purged);
+typedef int store_command_log_purge_fn(struct store *s, int64_t before_ms, int limit,
+                                      size_t *purged);
 typedef int store_wallet_topup_fn(struct store *s, const char *app, int64_t uid, int64_t amount,
                                   const char *ref_id, int64_t initial_balance,
                                   int64_t *balance_after);
@@ -283,6 +285,7 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(outbox_replay)                                                                               \
     X(outbox_counts)                                                                               \
     X(outbox_purge)                                                                                \
+    X(command_log_purge)                                                                           \
     X(wallet_topup)                                                                                \
     X(wallet_balance)                                                                              \
     X(wallet_audit_rows)                                                                           \
@@ -434,6 +437,13 @@ int store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
 int store_outbox_counts(struct store *s, struct outbox_counts *out);
 /* Deletes up to limit delivered rows with delivered_at_ms < before. */
 int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
+/* Deletes up to limit room_command_log rows created before before_ms that no
+ * replay needs: only rows whose version is at or below the room's oldest kept
+ * snapshot (a room without a snapshot keeps its whole log). A purged
+ * command_id is no longer known: sent again, it counts as a new command
+ * (docs/store.md, the idempotency window). Returns 0 and *purged, or an
+ * error. Thread: any (the retention thread); blocks. */
+int store_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *purged);
 
 /* Embedded wallet ledger (see wallet/wallet.h): a gift's debit is written
  * by store_save (mutation.debit); these are the development top-up and the

@@ -136,7 +136,7 @@ class Cluster:
         out = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(REDIS_PORT), "GET",
                               f"{self.prefix}lease:hyapp:{room}"], capture_output=True,
                              text=True, timeout=10).stdout.strip()
-        addr = out.split()[-1] if out else ""
+        addr = out.split()[2] if out else ""  # "<token> <instance> <public> <admin>"
         for i, r in enumerate(self.nodes):
             if r.proc is not None and addr == f"127.0.0.1:{r.port}":
                 return i

@@ -44,6 +44,8 @@ lease_conf(int port, const char *addr, int64_t ttl_ms, int64_t renew_ms)
     c->lease.renew_every_ms = renew_ms;
     free(c->http.advertise_addr);
     c->http.advertise_addr = xstrdup(addr);
+    free(c->admin.advertise_addr); /* "10.0.0.1:8080" -> admin "10.0.0.1:9081" */
+    c->admin.advertise_addr = xasprintf("%.*s:9081", (int)(strrchr(addr, ':') - addr), addr);
     free(c->app.node_id);
     c->app.node_id = xasprintf("node-%s", addr);
     return c;
@@ -124,6 +126,28 @@ teardown(void **state)
     return 0;
 }
 
+/* A lease written by a node that does not advertise its admin listener (no
+ * admin part): the owner is its public address alone. */
+static void
+test_owner_without_admin_addr(void **state)
+{
+    struct lease *b = open_lease(redis_port, "10.0.0.2:8080", 5000, 1000);
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    char owner[128];
+    int64_t t = 0;
+
+    assert_true(c != NULL && !c->err);
+    redisReply *r =
+        redisCommand(c, "SET %slease:hyapp:old %s PX 5000", prefix, "7 node-old 10.0.0.7:8080");
+    assert_true(r != NULL && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redisFree(c);
+    assert_int_equal(acquire(b, "old", &t, owner, sizeof(owner)), ROOMD_ENOTOWNER);
+    assert_string_equal(owner, "10.0.0.7:8080");
+    lease_close(b);
+}
+
 static void
 test_exclusive_and_release(void **state)
 {
@@ -140,7 +164,7 @@ test_exclusive_and_release(void **state)
     assert_int_equal(ta2, ta);
     /* B is refused and told where the owner is */
     assert_int_equal(acquire(b, "r1", &tb, owner, sizeof(owner)), ROOMD_ENOTOWNER);
-    assert_string_equal(owner, "10.0.0.1:8080");
+    assert_string_equal(owner, "10.0.0.1:8080 10.0.0.1:9081"); /* public, admin */
     /* another room is free for B */
     assert_int_equal(acquire(b, "r2", &tb, owner, sizeof(owner)), 0);
     /* release hands r1 over at once, with a larger token */
@@ -148,7 +172,7 @@ test_exclusive_and_release(void **state)
     assert_int_equal(acquire(b, "r1", &tb, owner, sizeof(owner)), 0);
     assert_true(tb > ta);
     assert_int_equal(acquire(a, "r1", &ta2, owner, sizeof(owner)), ROOMD_ENOTOWNER);
-    assert_string_equal(owner, "10.0.0.2:8080");
+    assert_string_equal(owner, "10.0.0.2:8080 10.0.0.2:9081");
     /* a release with a stale token does nothing */
     a->ops->release(a, "hyapp", "r1", ta);
     b->ops->release(b, "hyapp", "r1", ta);
@@ -233,7 +257,7 @@ test_expiry_takeover(void **state)
     struct lease *b = open_lease(redis_port, "10.0.0.2:8080", 800, 200);
     int64_t start = clock_mono_ms();
     assert_int_equal(acquire(b, "takeover", &t, owner, sizeof(owner)), ROOMD_ENOTOWNER);
-    assert_string_equal(owner, "10.0.0.9:8080");
+    assert_string_equal(owner, "10.0.0.9:8080 10.0.0.9:9081");
     int rc;
     while ((rc = acquire(b, "takeover", &t, owner, sizeof(owner))) == ROOMD_ENOTOWNER) {
         assert_true(clock_mono_ms() - start < 3000);
@@ -268,7 +292,7 @@ test_lost_lease_detected(void **state)
         usleep(20 * 1000);
     }
     assert_int_equal(rc, ROOMD_ENOTOWNER);
-    assert_string_equal(owner, "10.0.0.2:8080");
+    assert_string_equal(owner, "10.0.0.2:8080 10.0.0.2:9081");
     lease_close(a);
     lease_close(b);
 }
@@ -311,7 +335,7 @@ test_redis_down_and_back(void **state)
     assert_int_equal(rc, 0);
     assert_true(t > ta); /* fencing survives the data loss */
     assert_int_equal(acquire(b, "down", &t, owner, sizeof(owner)), ROOMD_ENOTOWNER);
-    assert_string_equal(owner, "10.0.0.1:8080");
+    assert_string_equal(owner, "10.0.0.1:8080 10.0.0.1:9081"); /* public, admin */
     assert_int_equal(acquire(b, "other", &t, owner, sizeof(owner)), 0);
     lease_close(a);
     lease_close(b);
@@ -327,9 +351,13 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exclusive_and_release), cmocka_unit_test(test_token_monotonic),
-        cmocka_unit_test(test_renewal_keeps_lease),   cmocka_unit_test(test_expiry_takeover),
-        cmocka_unit_test(test_lost_lease_detected),   cmocka_unit_test(test_redis_down_and_back),
+        cmocka_unit_test(test_exclusive_and_release),
+        cmocka_unit_test(test_owner_without_admin_addr),
+        cmocka_unit_test(test_token_monotonic),
+        cmocka_unit_test(test_renewal_keeps_lease),
+        cmocka_unit_test(test_expiry_takeover),
+        cmocka_unit_test(test_lost_lease_detected),
+        cmocka_unit_test(test_redis_down_and_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

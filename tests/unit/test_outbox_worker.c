@@ -50,6 +50,7 @@ setup(void **state)
     fx.log_path = xasprintf("%s/roomd.log", fx.dir);
     fx.conf = th_conf_sqlite(fx.dir);
     fx.conf->store.retention_delivered_ms = 0; /* tests that purge turn it on */
+    fx.conf->store.retention_command_log_ms = 0;
     struct conf_outbox *ob = &fx.conf->outbox_worker;
     ob->workers = 1;
     ob->batch_size = 100;

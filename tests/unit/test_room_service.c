@@ -383,6 +383,7 @@ open_with_outbox(struct fx *f)
     o->publish_timeout_ms = 2000;
     o->lock_timeout_ms = 20000;
     f->conf->store.retention_delivered_ms = 0;
+    f->conf->store.retention_command_log_ms = 0;
     f->sink = gsink_new(f);
     svc_open(f);
 }

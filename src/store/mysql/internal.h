@@ -72,6 +72,7 @@ enum sid {
     S_ROOMS_LIST,
     S_FENCE_ROOM,
     S_OUTBOX_IDS,
+    S_LOG_PURGE,
     S_COUNT
 };
 
@@ -290,6 +291,12 @@ int mys_tx_begin(struct conn *c);
 int mys_tx_commit(struct conn *c);
 void mys_tx_rollback(struct conn *c);
 int mys_run(struct mstore *s, mys_txn_fn fn, void *arg);
+
+/* Runs sql (parameters: before, chunk size) as autocommit DELETEs of up to
+ * 500 rows each until limit rows went or one came back short (retention.c).
+ * Returns 0 and *purged (NULL: not wanted), or the error. Thread: any; blocks. */
+int mys_purge_chunks(struct mstore *s, const struct mys_sql *sql, int64_t before, int limit,
+                     size_t *purged);
 int mys_one_fn(struct conn *c, void *arg);
 /* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
  * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */

@@ -17,7 +17,6 @@
     "retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by, last_error, "            \
     "created_at_ms, delivered_at_ms"
 #define OUTBOX_TYPES "isssssibsiiiisbii"
-#define PURGE_CHUNK 500
 
 /* The claim follows ix_outbox_due exactly (range on due_at_ms, ordered by
  * (due_at_ms, id)): no filesort, so SKIP LOCKED locks only the rows it
@@ -397,47 +396,10 @@ mys_outbox_counts(struct store *s, struct outbox_counts *out)
     return mys_run((struct mstore *)s, counts_fn, out);
 }
 
-struct purge_ctx {
-    int64_t before;
-    int limit;
-    size_t purged;
-};
-
-/* Deletes in chunks of PURGE_CHUNK, each its own short autocommit
- * statement following ix_outbox_delivered, so no lock is held for long. */
-static int
-purge_fn(struct conn *c, void *arg)
-{
-    struct purge_ctx *x = arg;
-    uint64_t aff;
-    int rc;
-
-    while (x->purged < (size_t)x->limit) {
-        struct params p = {0};
-        size_t want = (size_t)x->limit - x->purged;
-
-        if (want > PURGE_CHUNK)
-            want = PURGE_CHUNK;
-        p_i64(&p, x->before);
-        p_i64(&p, (int64_t)want);
-        if ((rc = mys_st_exec(c, &SQL_PURGE, &p, &aff)) != 0)
-            return rc;
-        x->purged += aff;
-        if (aff < want)
-            break;
-    }
-    return 0;
-}
-
 int
 mys_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged)
 {
-    struct purge_ctx x = {delivered_before_ms, limit, 0};
-    int rc = 0;
-
-    if (limit > 0)
-        rc = mys_run((struct mstore *)s, purge_fn, &x);
-    if (purged != NULL)
-        *purged = x.purged;
-    return rc;
+    /* chunks of 500, each its own short autocommit statement following
+     * ix_outbox_delivered, so no lock is held for long */
+    return mys_purge_chunks((struct mstore *)s, &SQL_PURGE, delivered_before_ms, limit, purged);
 }

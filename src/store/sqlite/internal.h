@@ -73,6 +73,7 @@ enum stmt_id {
     ST_SYNC_FULL,
     ST_ROOMS_LIST,
     ST_FENCE_ROOM,
+    ST_LOG_PURGE,
     ST_COUNT_
 };
 

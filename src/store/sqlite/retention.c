@@ -1,0 +1,36 @@
+/*
+ * sqlite/retention.c: purging the command log (store_command_log_purge,
+ * store.h). One DELETE of up to limit rows, its own short transaction: rows
+ * created before the cut-off whose version is at or below the room's oldest
+ * kept snapshot (load_room replays only the log after the newest one; the
+ * rebuild starts from a snapshot too), oldest id first.
+ */
+#include "store/sqlite/internal.h"
+
+#include "core/err.h"
+
+static const struct sq_sql SQL_LOG_PURGE = {
+    ST_LOG_PURGE, "DELETE FROM room_command_log WHERE id IN (SELECT l.id FROM room_command_log l"
+                  " WHERE l.created_at_ms < ?1 AND l.version <= (SELECT min(s.version)"
+                  " FROM room_snapshots s WHERE s.app_code = l.app_code"
+                  " AND s.room_id = l.room_id) ORDER BY l.id LIMIT ?2)"};
+
+int
+sq_command_log_purge(struct store *st, int64_t before_ms, int limit, size_t *purged)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_writer_get(s);
+    sqlite3_stmt *q = sq_stmt(c, &SQL_LOG_PURGE);
+    int rc = ROOMD_EIO;
+
+    *purged = 0;
+    if (q == NULL)
+        goto out;
+    sqlite3_bind_int64(q, 1, before_ms);
+    sqlite3_bind_int(q, 2, limit);
+    if ((rc = sq_step_write(c, q, "command log purge")) == 0)
+        *purged = (size_t)sqlite3_changes(c->db);
+out:
+    sq_writer_put(s, c);
+    return rc;
+}
