@@ -3,6 +3,8 @@
 #   make test   install, build with ASan+UBSan, start mariadb/redis/nats, run every test,
 #               then each fuzzer 10 s from its seed corpus (a crash fails)
 #   make fuzz   build the libFuzzer harnesses (clang) and run each FUZZ_SECONDS (60) from fuzz/corpus
+#   make install   build (release) and install under $(DESTDIR)$(PREFIX): binaries in sbin/,
+#                  /etc/roomd/roomd.yaml, the systemd unit, logrotate, man pages roomd(8) roomctl(8)
 # Other targets: build, asan, bench, format, check-config, clean.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -11,8 +13,11 @@ FUZZ_SECONDS ?= 60
 JOBS ?= 2
 WERROR ?= OFF
 CONFIG ?= configs/local.yaml
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+DESTDIR ?=
 
-.PHONY: all deps build asan fuzz-build fuzz run test bench format check-config clean
+.PHONY: all deps build asan fuzz-build fuzz run test bench format check-config clean install
 
 all: build
 
@@ -20,8 +25,13 @@ deps:
 	@scripts/deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROOMD_TESTING=OFF -DROOMD_WERROR=$(WERROR) >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROOMD_TESTING=OFF -DROOMD_WERROR=$(WERROR) \
+	  -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DROOMD_SYSCONFDIR=$(SYSCONFDIR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The config is installed only when absent (an operator's edits survive a reinstall).
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
 
 asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DROOMD_SANITIZE=ON -DROOMD_TESTING=ON -DROOMD_WERROR=$(WERROR) >/dev/null
@@ -40,6 +50,7 @@ run: build
 	$(BUILD)/roomd -c $(CONFIG)
 
 check-config: build
+	mkdir -p var
 	$(BUILD)/roomd --check-config $(CONFIG)
 
 test: asan

@@ -20,6 +20,8 @@
  *   bench_bus [N] [DIR] [RATE] [SECS]   (N 20000, DIR ./var, RATE 500/s, SECS 5)
  *   BENCH_ONLY=relay,handoff,latency,service picks parts (raw always runs);
  *   BENCH_WORKERS, BENCH_BATCH: outbox_worker.workers (2), batch_size (100).
+ *   BENCH_STORE=mysql: the store is MariaDB at 127.0.0.1:$ROOMD_MYSQL_PORT (3417,
+ *   root, no password), a fresh database per part, dropped at the end.
  * nats-server at 127.0.0.1:$ROOMD_NATS_PORT (4333, scripts/servers.sh).
  * "PubAck" time = when the sink's publish_batch returned (the last ack of
  * the row's batch), before the row's completion in the store.
@@ -43,6 +45,7 @@
 #include "store/store.h"
 #include "wallet/wallet.h"
 
+#include <mysql.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -59,8 +62,66 @@ static const char *dir = "./var";
 static int rate = 500;
 static int secs = 5;
 static struct conf *conf;
+static bool use_mysql; /* BENCH_STORE=mysql */
+static char *mysql_dbs[8];
+static int nmysql_dbs;
 
 /* ==== helpers ==== */
+
+/* Runs q on the MariaDB server of conf (root); exits on failure. */
+static void
+mysql_admin(const char *q)
+{
+    MYSQL *m = mysql_init(NULL);
+
+    if (!mysql_real_connect(m, conf->store.mysql.host, "root", "", NULL,
+                            (unsigned)conf->store.mysql.port, NULL, 0) ||
+        mysql_query(m, q) != 0) {
+        fprintf(stderr, "%s: %s\n", q, mysql_error(m));
+        exit(1);
+    }
+    mysql_close(m);
+}
+
+/* A fresh store for one part: SQLite DIR/name (bench_fresh_sqlite), or with
+ * BENCH_STORE=mysql a new database roomd_bench_<pid>_<k> on MariaDB. */
+static struct store *
+fresh_store(const char *name)
+{
+    struct store *st = NULL;
+    char err[256], q[160];
+
+    if (!use_mysql)
+        return bench_fresh_sqlite(conf, dir, name);
+    if (nmysql_dbs == (int)(sizeof(mysql_dbs) / sizeof(mysql_dbs[0]))) {
+        fprintf(stderr, "too many databases\n");
+        exit(1);
+    }
+    mysql_dbs[nmysql_dbs] = xasprintf("roomd_bench_%d_%d", (int)getpid(), nmysql_dbs);
+    snprintf(q, sizeof(q), "CREATE DATABASE %s CHARACTER SET utf8mb4", mysql_dbs[nmysql_dbs]);
+    mysql_admin(q);
+    free(conf->store.mysql.database);
+    conf->store.mysql.database = xstrdup(mysql_dbs[nmysql_dbs++]);
+    if (store_open(&st, &conf->store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "store_open %s: %s\n", conf->store.mysql.database, err);
+        exit(1);
+    }
+    return st;
+}
+
+/* Drops the databases fresh_store made. */
+static void
+drop_stores(void)
+{
+    char q[160];
+
+    for (int i = 0; i < nmysql_dbs; i++) {
+        snprintf(q, sizeof(q), "DROP DATABASE %s", mysql_dbs[i]);
+        mysql_admin(q);
+        free(mysql_dbs[i]);
+    }
+    nmysql_dbs = 0;
+}
 
 static uint8_t *
 gift_payload(size_t *len)
@@ -414,7 +475,7 @@ run_raw(void)
 static void
 run_relay(double raw)
 {
-    struct store *st = bench_fresh_sqlite(conf, dir, "bench_bus_relay.db");
+    struct store *st = fresh_store("bench_bus_relay.db");
     struct bus *b = fresh_bus("relay");
     struct sink *s = bus_sink(b, 0, NULL);
     struct outbox *ob = NULL;
@@ -437,7 +498,7 @@ run_relay(double raw)
 static void
 run_handoff(double raw)
 {
-    struct store *st = bench_fresh_sqlite(conf, dir, "bench_bus_commits.db");
+    struct store *st = fresh_store("bench_bus_commits.db");
 
     /* the commits alone, same rows, no outbox */
     int64_t t = clock_mono_us();
@@ -445,7 +506,7 @@ run_handoff(double raw)
     int64_t commit_us = clock_mono_us() - t;
     store_close(st);
 
-    st = bench_fresh_sqlite(conf, dir, "bench_bus_handoff.db");
+    st = fresh_store("bench_bus_handoff.db");
     struct bus *b = fresh_bus("handoff");
     struct sink *s = bus_sink(b, 0, NULL);
     struct outbox *ob = NULL;
@@ -472,7 +533,7 @@ run_handoff(double raw)
 static void
 run_latency(bool handoff)
 {
-    struct store *st = bench_fresh_sqlite(conf, dir, "bench_bus_latency.db");
+    struct store *st = fresh_store("bench_bus_latency.db");
     struct bus *b = fresh_bus("lat");
     int n = rate * secs;
     struct timing_sink *t = NULL;
@@ -539,7 +600,7 @@ svc_open(struct svc *v, int n, bool handoff)
     struct room_deps d;
 
     memset(v, 0, sizeof(*v));
-    v->st = bench_fresh_sqlite(conf, dir, "bench_bus_service.db");
+    v->st = fresh_store("bench_bus_service.db");
     v->bus = fresh_bus("svc");
     v->n = n;
     v->start_us = xcalloc((size_t)n, sizeof(int64_t));
@@ -760,6 +821,18 @@ main(int argc, char **argv)
     conf->rocketmq.send_timeout_ms = 5000;
     conf->rocketmq.room_outbox.enabled = true;
     conf->store.sqlite.synchronous_full = true;
+    use_mysql = getenv("BENCH_STORE") != NULL && strcmp(getenv("BENCH_STORE"), "mysql") == 0;
+    if (use_mysql) {
+        const char *mp = getenv("ROOMD_MYSQL_PORT");
+        free(conf->store.driver);
+        conf->store.driver = xstrdup("mysql");
+        free(conf->store.mysql.host);
+        conf->store.mysql.host = xstrdup("127.0.0.1");
+        conf->store.mysql.port = mp && *mp ? atoi(mp) : 3417;
+        free(conf->store.mysql.user);
+        conf->store.mysql.user = xstrdup("root");
+        conf->store.mysql.pool_size = 8;
+    }
     conf->outbox_worker.workers = getenv("BENCH_WORKERS") ? atoi(getenv("BENCH_WORKERS")) : 2;
     conf->outbox_worker.batch_size = getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 100;
     conf->outbox_worker.poll_interval_ms = 1000;
@@ -769,9 +842,14 @@ main(int argc, char **argv)
     for (int i = 0; i < conf->room.rocket.nthresholds; i++)
         conf->room.rocket.thresholds[i] = 1000000000000LL; /* one event per gift */
 
-    printf("== bench_bus: %d messages, SQLite synchronous=FULL in %s, %d outbox workers, "
-           "batch %d\n",
-           nmsgs, dir, conf->outbox_worker.workers, conf->outbox_worker.batch_size);
+    if (use_mysql)
+        printf("== bench_bus: %d messages, MariaDB at 127.0.0.1:%d, %d outbox workers, batch %d\n",
+               nmsgs, conf->store.mysql.port, conf->outbox_worker.workers,
+               conf->outbox_worker.batch_size);
+    else
+        printf("== bench_bus: %d messages, SQLite synchronous=FULL in %s, %d outbox workers, "
+               "batch %d\n",
+               nmsgs, dir, conf->outbox_worker.workers, conf->outbox_worker.batch_size);
     double raw = run_raw();
     if (want("relay"))
         run_relay(raw);
@@ -787,6 +865,7 @@ main(int argc, char **argv)
         run_service_paced(max / 2, true);
         run_service_paced(max / 2, false);
     }
+    drop_stores();
     conf_free(conf);
     bus_library_shutdown();
     return 0;

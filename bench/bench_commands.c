@@ -5,12 +5,17 @@
  *       CLIENTS threads, each with one keep-alive connection, send a mix of
  *       join / mic up / gift / mic down / leave commands over ROOMS rooms for
  *       SECONDS; prints commands/s, p50/p99 latency and the largest outbox
- *       backlog (undelivered rows, sampled from DBFILE every 100 ms).
+ *       backlog (undelivered rows, sampled from DBFILE every 100 ms). DBFILE
+ *       is a SQLite file, or mysql://USER@HOST:PORT/DATABASE for roomd on
+ *       MariaDB (no password).
  *       BENCH_MIX=gifts: the gift path alone (each client joins its rooms once,
  *       then sends only SendGift, each paid from the embedded wallet).
  *   bench_commands grpc HOST:PORT CLIENTS ROOMS SECONDS DBFILE
  *       the same over the gRPC API (proto/room_service.proto), one channel
  *       per client thread; the same mix, rooms and figures.
+ *   bench_commands ceiling URL CLIENTS SECONDS
+ *       the HTTP ceiling: the same clients and connections, each request a
+ *       GET /healthz (a trivial handler on the same libmicrohttpd server).
  *   bench_commands raw DBFILE CLIENTS SECONDS
  *       the baseline: CLIENTS threads write the same rows (command log row,
  *       one outbox row, room meta) with one transaction per command straight
@@ -253,6 +258,61 @@ client_main(void *arg)
     return NULL;
 }
 
+/* Points c's store at db: "mysql://USER@HOST:PORT/DATABASE", else a SQLite
+ * file. Exits on a malformed URL. */
+static void
+store_target(struct conf *c, const char *db)
+{
+    char user[64], host[128], name[128];
+    int port;
+
+    free(c->store.driver);
+    if (strncmp(db, "mysql://", 8) != 0) {
+        c->store.driver = xstrdup("sqlite");
+        free(c->store.sqlite.path);
+        c->store.sqlite.path = xstrdup(db);
+        return;
+    }
+    if (sscanf(db + 8, "%63[^@]@%127[^:]:%d/%127s", user, host, &port, name) != 4) {
+        fprintf(stderr, "%s: want mysql://USER@HOST:PORT/DATABASE\n", db);
+        exit(2);
+    }
+    c->store.driver = xstrdup("mysql");
+    free(c->store.mysql.user);
+    c->store.mysql.user = xstrdup(user);
+    free(c->store.mysql.host);
+    c->store.mysql.host = xstrdup(host);
+    c->store.mysql.port = port;
+    free(c->store.mysql.database);
+    c->store.mysql.database = xstrdup(name);
+    c->store.mysql.pool_size = 2;
+}
+
+/* GET /healthz on one keep-alive connection until stopped. */
+static void *
+ceiling_main(void *arg)
+{
+    struct client *cl = arg;
+    CURL *c = curl_easy_init();
+    char url[512];
+
+    snprintf(url, sizeof(url), "%s/healthz", base_url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    while (!atomic_load(&stop_flag)) {
+        long code = 0;
+        int64_t t0 = clock_mono_us();
+        if (curl_easy_perform(c) == CURLE_OK)
+            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+        lat_add(&cl->lat, clock_mono_us() - t0);
+        atomic_fetch_add(code == 200 ? &ok_count : &err_count, 1);
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
 static struct store *
 open_store(const char *db)
 {
@@ -261,10 +321,7 @@ open_store(const char *db)
     char err[256];
 
     conf_defaults(&c);
-    free(c.store.driver);
-    c.store.driver = xstrdup("sqlite");
-    free(c.store.sqlite.path);
-    c.store.sqlite.path = xstrdup(db);
+    store_target(&c, db);
     if (store_open(&s, &c.store, err, sizeof(err)) != 0) {
         fprintf(stderr, "store: %s\n", err);
         exit(1);
@@ -425,6 +482,21 @@ run_raw(char **argv)
     return 0;
 }
 
+static int
+run_ceiling(char **argv)
+{
+    struct lat all = {0};
+
+    base_url = argv[2];
+    nclients = atoi(argv[3]);
+    seconds = atoi(argv[4]);
+    curl_global_init(CURL_GLOBAL_ALL);
+    report("ceil", &all, run_clients(ceiling_main, &all));
+    free(all.v);
+    curl_global_cleanup();
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -432,8 +504,11 @@ main(int argc, char **argv)
         return run_roomd(argv);
     if (argc == 5 && strcmp(argv[1], "raw") == 0)
         return run_raw(argv);
+    if (argc == 5 && strcmp(argv[1], "ceiling") == 0)
+        return run_ceiling(argv);
     fprintf(stderr, "usage: bench_commands http URL CLIENTS ROOMS SECONDS DBFILE\n"
                     "       bench_commands grpc HOST:PORT CLIENTS ROOMS SECONDS DBFILE\n"
-                    "       bench_commands raw DBFILE CLIENTS SECONDS\n");
+                    "       bench_commands raw DBFILE CLIENTS SECONDS\n"
+                    "       bench_commands ceiling URL CLIENTS SECONDS\n");
     return 2;
 }

@@ -11,6 +11,7 @@
  *      databases claimed alternately; then counts and purge on the 1M table.
  *
  *   bench_mysql [SECONDS] [PORT] [HOST]   (defaults 5, $ROOMD_MYSQL_PORT or 3417, 127.0.0.1)
+ *   BENCH_ONLY=group,raw,claim picks parts (claim includes counts and purge).
  * Uses root without a password and a fresh database roomd_bench_<pid>, dropped
  * afterwards. Prints innodb_flush_log_at_trx_commit: run it with 1.
  */
@@ -445,6 +446,19 @@ run_counts_purge(struct store *st)
            (double)(t1 - t0) / 1e3 / 20);
 }
 
+/* True when BENCH_ONLY is unset or lists part. */
+static bool
+want(const char *part)
+{
+    const char *only = getenv("BENCH_ONLY");
+    size_t n = strlen(part);
+
+    for (const char *p = only; p != NULL; p = strchr(p, ','), p = p ? p + 1 : NULL)
+        if (strncmp(p, part, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return only == NULL;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -491,15 +505,21 @@ main(int argc, char **argv)
            mysql_get_server_info(admin), host, port,
            sql_int(admin, "SELECT @@innodb_flush_log_at_trx_commit"), THREADS, seconds);
 
-    empty_tables(admin);
-    run_group(st, &lg);
-    empty_tables(admin);
-    run_raw(&lr);
-    printf("group / raw = %.2fx\n",
-           (double)atomic_load(&lg.n) / (atomic_load(&lr.n) ? atomic_load(&lr.n) : 1));
-
-    run_claims(c, admin, st);
-    run_counts_purge(st);
+    if (want("group")) {
+        empty_tables(admin);
+        run_group(st, &lg);
+    }
+    if (want("raw")) {
+        empty_tables(admin);
+        run_raw(&lr);
+    }
+    if (want("group") && want("raw"))
+        printf("group / raw = %.2fx\n",
+               (double)atomic_load(&lg.n) / (atomic_load(&lr.n) ? atomic_load(&lr.n) : 1));
+    if (want("claim")) {
+        run_claims(c, admin, st);
+        run_counts_purge(st);
+    }
 
     snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
     sql(admin, q);

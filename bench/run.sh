@@ -1,86 +1,211 @@
 #!/bin/sh
-# run.sh BUILD_DIR: the command-path benchmark of issue 2 (bench/README.md). Starts roomd on a
-# fresh SQLite file (synchronous=FULL, 2 outbox workers), drives it over HTTP at concurrency 1
-# and 64 and over gRPC at 64 (the same mix through the same room service), stops it, then
-# measures the raw one-transaction-per-command rate of the same rows
-# into the same file at concurrency 64. Two passes: publish_mode direct (log sink), then, when
-# nats-server answers on 127.0.0.1:$ROOMD_NATS_PORT (4333), publish_mode mq (JetStream, the
-# outbox hand-off relaying every event); then the direct pass again with auth.mode jwt, HS256
-# and ES256 (issue 11: commands/s with JWT verification on vs off); then bench/readyz.py
-# (/readyz at BENCH_OUTBOX_ROWS outbox rows). Figures, not assertions.
+# run.sh BUILD_DIR: the production-path benchmark (issues 2, 5 and 13; bench/README.md).
+# Figures, not assertions. Every figure is printed beside the baseline it is judged by,
+# measured in the same run, and the ratio, in one table at the end.
+#   SQLite   roomd on a fresh SQLite file (synchronous=FULL, 2 outbox workers) over HTTP at
+#            1 and 64 clients and over gRPC at 64 (the same mix through the same room
+#            service, issue 15), publish_mode direct (log sink) and, when nats-server answers
+#            on 127.0.0.1:$ROOMD_NATS_PORT, mq (JetStream); the HTTP ceiling (GET /healthz,
+#            the same server); then the raw one-transaction-per-command rate of the same
+#            rows into the same file at 64 threads.
+#   MariaDB  when a mariadbd answers on 127.0.0.1:$ROOMD_MYSQL_PORT, or else can be started
+#            privately there (as scripts/servers.sh does, data in a temporary directory):
+#            roomd mq (direct without nats) on a fresh database at 1 and 64 clients, its
+#            HTTP ceiling, then bench_mysql raw/group (the same rows, the same server).
+#   relay    bench_bus relay (outbox -> JetStream, 2 and 4 workers) beside the raw nats.c
+#            async publish rate, on SQLite and (BENCH_STORE=mysql) on MariaDB.
+#   memory   bench_memory: heap per idle cached room, per evicted room, per active
+#            100-member room.
+#   readyz   bench/readyz.py: /readyz and JoinRoom at BENCH_OUTBOX_ROWS outbox rows (issue 11).
+# The SQLite part also runs the gift path alone (issue 10; BENCH_BASELINE=DIR runs DIR/roomd
+# first, same pass, as its baseline) and the direct pass with auth.mode jwt (HS256, ES256:
+# issue 11).
+# BENCH_SECONDS (10), BENCH_ROOMS (256), BENCH_RELAY_N (40000), BENCH_PARTS
+# (sqlite,mysql,relay,memory,readyz: which parts run), ROOMD_NATS_PORT (4333),
+# ROOMD_MYSQL_PORT (3417).
 set -eu
 build=${1:-build}
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
+relay_n=${BENCH_RELAY_N:-40000}
+parts=${BENCH_PARTS:-sqlite,mysql,relay,memory,readyz}
 nats_port=${ROOMD_NATS_PORT:-4333}
+mysql_port=${ROOMD_MYSQL_PORT:-3417}
 tmp=$(mktemp -d /tmp/roomd-bench-XXXXXX)
+table="$tmp/table"
 pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+mysqld_pid=
+mysql_db="roomd_bench_$$"
+: >"$table"
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    if [ -n "$mysqld_pid" ]; then
+        kill "$mysqld_pid" 2>/dev/null; wait "$mysqld_pid" 2>/dev/null
+    elif [ "$mysql_up" = yes ]; then
+        mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot \
+            -e "DROP DATABASE IF EXISTS $mysql_db" 2>/dev/null
+    fi
+    rm -rf "$tmp"
+}
+mysql_up=no
+trap cleanup EXIT
 
-# roomd MODE [ROOMD [MIX]]: writes the config, starts ROOMD (default $build/roomd) on a fresh
-# file, drives it at concurrency 1 and 64 with bench_commands (MIX "gifts": SendGift only), stops it.
-run_roomd() {
-    mode=$1
-    bin=${2:-$build/roomd}
-    mix=${3:-}
-    port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-    gport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-    admin_port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-    db="$tmp/bench-$mode$mix-$(basename "$(dirname "$bin")").db"
-    rm -f "$db"*
-    auth=""
-    token=""
-    case $mode in
-    jwt-*)  token=$(python3 "$(dirname "$0")/jwt_setup.py" "${mode#jwt-}" "$tmp")
-            auth=$(cat "$tmp/auth.yaml") ;;
-    esac
-    case $mode in
-    direct|jwt-*) sink="outbox_worker: {publish_mode: direct, workers: 2, poll_interval: 1s, batch_size: 100,
-  log_sink: {enabled: true, path: \"$tmp/events.jsonl\"}}"
-            broker="" ;;
-    mq)     sink="outbox_worker: {publish_mode: mq, workers: 2, poll_interval: 1s, batch_size: 100}"
-            broker="rocketmq: {enabled: true, name_servers: [\"nats://127.0.0.1:$nats_port\"],
-  namespace: \"bench_$$_\", stream_max_age: 5m, room_outbox: {enabled: true}}" ;;
-    esac
-    cat >"$tmp/bench-$mode.yaml" <<YAML
-app: {log_file: "$tmp/roomd-$mode.log", log_level: warn}
-http: {listen: "127.0.0.1:$port", max_connections: 1024}
-grpc: {listen: "127.0.0.1:$gport", workers: 64}
-admin: {listen: "127.0.0.1:$admin_port"}
-store: {driver: sqlite, sqlite: {path: "$db", synchronous: full}}
-room: {snapshot_every_n: 50, max_creates_per_minute: 0}
-wallet: {initial_balance: 1000000000}
-$sink
-$broker
-$auth
-YAML
-    "$bin" -c "$tmp/bench-$mode.yaml" &
-    pid=$!
-    for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-    echo "== $bin over HTTP, then gRPC, $mode ${mix:+(mix $mix) }($rooms rooms, ${secs}s each)"
-    BENCH_MIX=$mix ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$db"
-    BENCH_MIX=$mix ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$db"
-    # gRPC beside it (docs/grpc.md); without a token only (the gRPC load sends no metadata)
-    [ -n "$token" ] || BENCH_MIX=$mix "$build/bench_commands" grpc "127.0.0.1:$gport" 64 "$rooms" "$secs" "$db"
-    kill $pid; wait $pid 2>/dev/null || true
-    pid=
+want() { case ",$parts," in *",$1,"*) return 0 ;; esac; return 1; }
+. "$(dirname "$0")/lib.sh"
+# row FIGURE VALUE BASELINE_NAME BASELINE_VALUE: one line of the final table ("-" = none).
+row() { printf '%s|%s|%s|%s\n' "$1" "$2" "$3" "$4" >>"$table"; }
+# rate_of PART FILE: the msg/s of bench_bus's line for PART ("relay   N msgs in S s: R msg/s").
+rate_of() { sed -n "s/^$1 .*: *\([0-9]*\) msg\/s.*/\1/p" "$2" | tail -1; }
+# field NAME FILE: the value of NAME=... on the last line of FILE that has it, units cut.
+field() { sed -n "s/.*[ (]$1=\([0-9.]*\).*/\1/p" "$2" | tail -1; }
+
+# drive NAME DBSPEC [ceiling]: 1 and 64 clients over HTTP, 64 over gRPC (this build's roomd
+# without a token only: the gRPC load sends no metadata) and the ceiling against the running roomd (requests
+# carry $token when set; $mix "gifts": SendGift only); output in $tmp/NAME-1, NAME-64,
+# NAME-grpc-64, NAME-ceil.
+drive() {
+    echo "== roomd $1 over HTTP, then gRPC ($rooms rooms, ${secs}s each)"
+    BENCH_MIX=${mix:-} ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$2" | tee "$tmp/$1-1"
+    BENCH_MIX=${mix:-} ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-64"
+    if [ -z "$token" ] && [ -n "$grpc_port" ]; then
+        BENCH_MIX=${mix:-} "$build/bench_commands" grpc "127.0.0.1:$grpc_port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-grpc-64"
+    fi
+    if [ "${3:-}" = ceiling ]; then
+        echo "== HTTP ceiling: GET /healthz on the same server, 64 clients"
+        "$build/bench_commands" ceiling "http://127.0.0.1:$port" 64 "$secs" | tee "$tmp/$1-ceil"
+    fi
 }
 
-# the gift path alone (issue 10): SendGift only, paid from the embedded wallet; with
-# BENCH_BASELINE=DIR (a build of the version to compare with) its roomd runs first, same run
-if [ -n "${BENCH_BASELINE:-}" ]; then
-    run_roomd direct "$BENCH_BASELINE/roomd" gifts
+nats=no
+answers "$nats_port" && nats=yes
+[ $nats = yes ] || echo "== (no nats-server on 127.0.0.1:$nats_port: mq passes and the relay are skipped)"
+
+# ---- SQLite ----
+if want sqlite; then
+    start_roomd direct "{driver: sqlite, sqlite: {path: \"$tmp/direct.db\", synchronous: full}}" direct
+    drive direct "$tmp/direct.db"
+    stop_roomd
+    if [ $nats = yes ]; then
+        start_roomd mq "{driver: sqlite, sqlite: {path: \"$tmp/mq.db\", synchronous: full}}" mq
+        drive mq "$tmp/mq.db" ceiling
+        stop_roomd
+    fi
+    # issue 10: the gift path alone (SendGift only, paid from the embedded wallet); with
+    # BENCH_BASELINE=DIR (a build of the version to compare with) its roomd runs first
+    mix=gifts
+    if [ -n "${BENCH_BASELINE:-}" ]; then
+        start_roomd gifts-base "{driver: sqlite, sqlite: {path: \"$tmp/gifts-base.db\", synchronous: full}}" direct "$BENCH_BASELINE/roomd"
+        drive gifts-base "$tmp/gifts-base.db"
+        stop_roomd
+    fi
+    start_roomd gifts "{driver: sqlite, sqlite: {path: \"$tmp/gifts.db\", synchronous: full}}" direct
+    drive gifts "$tmp/gifts.db"
+    stop_roomd
+    mix=
+    # issue 11: the direct pass again with JWT verification on every request (a service token)
+    for alg in HS256 ES256; do
+        start_roomd "jwt-$alg" "{driver: sqlite, sqlite: {path: \"$tmp/jwt-$alg.db\", synchronous: full}}" "jwt-$alg"
+        drive "jwt-$alg" "$tmp/jwt-$alg.db"
+        stop_roomd
+    done
+    echo "== raw baseline: same rows, one transaction per command, same SQLite file"
+    "$build/bench_commands" raw "$tmp/direct.db" 64 "$secs" | tee "$tmp/sqlite-raw"
+    raw=$(field rate "$tmp/sqlite-raw")
+    row "SQLite direct, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/direct-64")" "raw store_save, 64 threads" "$raw"
+    row "SQLite direct, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/direct-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/direct-64")"
+    if [ $nats = yes ]; then
+        row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "raw store_save, 64 threads" "$raw"
+        row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mq-ceil")"
+        row "SQLite mq, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mq-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mq-64")"
+        row "SQLite mq, 64 clients, p99 (ms)" "$(field p99 "$tmp/mq-64")" "-" "-"
+        row "SQLite mq, 1 client, p50 (ms)" "$(field p50 "$tmp/mq-1")" "-" "-"
+    fi
+    row "SQLite direct, 1 client, p50 (ms)" "$(field p50 "$tmp/direct-1")" "-" "-"
+    if [ -n "${BENCH_BASELINE:-}" ]; then
+        row "SQLite direct, gifts only, 64 clients (cmd/s)" "$(field rate "$tmp/gifts-64")" "BENCH_BASELINE's roomd, same pass" "$(field rate "$tmp/gifts-base-64")"
+    else
+        row "SQLite direct, gifts only, 64 clients (cmd/s)" "$(field rate "$tmp/gifts-64")" "raw store_save, 64 threads" "$raw"
+    fi
+    for alg in HS256 ES256; do
+        row "SQLite direct + JWT $alg, 64 clients (cmd/s)" "$(field rate "$tmp/jwt-$alg-64")" "auth.mode none, same pass" "$(field rate "$tmp/direct-64")"
+    done
 fi
-run_roomd direct "$build/roomd" gifts
-run_roomd direct
-if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $nats_port), 1)" 2>/dev/null; then
-    run_roomd mq
-else
-    echo "== (no nats-server on 127.0.0.1:$nats_port: the mq pass is skipped)"
+
+# ---- MariaDB ----
+if want mysql; then
+    if answers "$mysql_port"; then
+        mysql_up=yes
+    elif command -v mariadbd >/dev/null; then
+        echo "== starting a private mariadbd on 127.0.0.1:$mysql_port (data in $tmp/mysql)"
+        mkdir -p "$tmp/mysql/data"
+        mariadb-install-db --no-defaults --datadir="$tmp/mysql/data" \
+            --auth-root-authentication-method=normal --skip-test-db >"$tmp/mysql/install.log" 2>&1
+        mariadbd --no-defaults --datadir="$tmp/mysql/data" --port="$mysql_port" \
+            --bind-address=127.0.0.1 --socket="$tmp/mysql/mysqld.sock" --user=root \
+            --pid-file="$tmp/mysql/mysqld.pid" --innodb-flush-log-at-trx-commit=1 \
+            --max-connections=500 --log-error="$tmp/mysql/error.log" </dev/null >/dev/null 2>&1 &
+        mysqld_pid=$!
+        for i in $(seq 600); do answers "$mysql_port" && break; sleep 0.1; done
+        answers "$mysql_port" && mysql_up=yes
+    fi
 fi
-# issue 11: the same direct pass with JWT verification on every request (a service token)
-run_roomd jwt-HS256
-run_roomd jwt-ES256
-echo "== raw baseline: same rows, one transaction per command, same SQLite file"
-"$build/bench_commands" raw "$tmp/bench-direct-$(basename "$build").db" 64 "$secs"
-python3 "$(dirname "$0")/readyz.py" "$build"
+if want mysql && [ $mysql_up = yes ]; then
+    mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot \
+        -e "CREATE DATABASE $mysql_db CHARACTER SET utf8mb4"
+    mode=direct
+    [ $nats = yes ] && mode=mq
+    start_roomd mysql "{driver: mysql, mysql: {host: 127.0.0.1, port: $mysql_port, user: root,
+  database: $mysql_db, pool_size: 8}}" $mode
+    drive mysql "mysql://root@127.0.0.1:$mysql_port/$mysql_db" ceiling
+    stop_roomd
+    echo "== raw baseline: bench_mysql raw and group, the same rows into the same server"
+    BENCH_ONLY=group,raw "$build/bench_mysql" "$secs" "$mysql_port" | tee "$tmp/mysql-raw"
+    raw=$(sed -n 's/^raw .*: *\([0-9]*\) commands\/s.*/\1/p' "$tmp/mysql-raw")
+    group=$(sed -n 's/^group .*: *\([0-9]*\) commands\/s.*/\1/p' "$tmp/mysql-raw")
+    row "MariaDB $mode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-64")" "bench_mysql raw, 64 threads" "$raw"
+    row "MariaDB $mode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mysql-ceil")"
+    row "bench_mysql group commit, store only (cmd/s)" "$group" "bench_mysql raw, 64 threads" "$raw"
+    row "MariaDB $mode, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mysql-64")"
+    row "MariaDB $mode, 64 clients, p99 (ms)" "$(field p99 "$tmp/mysql-64")" "-" "-"
+    row "MariaDB $mode, 1 client, p50 (ms)" "$(field p50 "$tmp/mysql-1")" "-" "-"
+elif want mysql; then
+    echo "== (no mariadbd on 127.0.0.1:$mysql_port and none could be started: the MariaDB pass is skipped)"
+fi
+
+# ---- relay: outbox -> JetStream ----
+if want relay && [ $nats = yes ]; then
+    mkdir -p "$tmp/bus"
+    for w in 2 4; do
+        echo "== relay, SQLite, $w workers x 100"
+        BENCH_ONLY=relay BENCH_WORKERS=$w "$build/bench_bus" "$relay_n" "$tmp/bus" | tee "$tmp/relay-sqlite-$w"
+        row "relay SQLite -> JetStream, $w workers (rows/s)" "$(rate_of relay "$tmp/relay-sqlite-$w")" "raw nats.c async publish" "$(rate_of raw "$tmp/relay-sqlite-$w")"
+        if [ $mysql_up = yes ]; then
+            echo "== relay, MariaDB, $w workers x 100"
+            BENCH_STORE=mysql BENCH_ONLY=relay BENCH_WORKERS=$w "$build/bench_bus" "$relay_n" "$tmp/bus" | tee "$tmp/relay-mysql-$w"
+            row "relay MariaDB -> JetStream, $w workers (rows/s)" "$(rate_of relay "$tmp/relay-mysql-$w")" "raw nats.c async publish" "$(rate_of raw "$tmp/relay-mysql-$w")"
+        fi
+    done
+fi
+
+# ---- memory ----
+if want memory; then
+    mkdir -p "$tmp/mem"
+    echo "== memory per room"
+    "$build/bench_memory" "$tmp/mem" | tee "$tmp/memory"
+    grep -v '^memory rss' "$tmp/memory" >"$tmp/memory-heap" || true
+    row "heap per idle cached room (bytes)" "$(field idle_room_bytes "$tmp/memory-heap")" "goal" 2048
+    row "heap per evicted room (bytes)" "$(field evicted_room_bytes "$tmp/memory-heap")" "goal" 200
+    row "heap per active 100-member room (bytes)" "$(field active_room_bytes "$tmp/memory-heap")" "goal" 65536
+fi
+
+# ---- /readyz at a big outbox (issue 11; its own figures, printed as it goes) ----
+if want readyz; then
+    python3 "$(dirname "$0")/readyz.py" "$build"
+fi
+
+echo
+echo "== summary (each figure beside its baseline from this run; ratio = figure / baseline)"
+awk -F'|' '{
+    r = ($4 != "-" && $4 + 0 > 0) ? sprintf("%.2fx", $2 / $4) : "-"
+    printf "%-52s %10s   %-30s %10s   %s\n", $1, $2, $3, $4, r
+}' "$table"

@@ -2,25 +2,32 @@
  * main.c: roomd. Loads and validates the config, opens the modules in
  * dependency order (store -> group commit -> wallet -> lease -> projection ->
  * broker -> sinks -> outbox worker -> room service -> consumers -> HTTP),
- * serves until SIGINT or SIGTERM, then closes them in reverse order.
+ * tells systemd it is ready, serves until SIGINT or SIGTERM (SIGHUP reopens
+ * the log files and reloads app.log_level), then closes them in reverse order.
  *
- *   roomd -c configs/local.yaml        serve
- *   roomd --check-config FILE          validate FILE and exit (0 ok, 1 error)
+ *   roomd [-c FILE]                    serve (FILE defaults to ROOMD_DEFAULT_CONFIG)
+ *   roomd --check-config FILE          validate FILE and what it names, exit 0/1
  *   roomd --print-config-doc           print the key reference of docs/conf.md
  *   roomd --print-routes               print the HTTP routes ("METHOD /path"), one a line
+ *   roomd --version | --help           print to stdout, exit 0
  */
+#include "admin/admin.h"
 #include "auth/auth.h"
 #include "cluster/forward.h"
 #include "cluster/health.h"
 #include "conf/conf.h"
 #include "consume/roles.h"
+#include "core/backoff.h"
+#include "core/clock.h"
 #include "core/daemon.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "core/xmalloc.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "lease/lease.h"
+#include "metrics/deps.h"
 #include "outbox/outbox.h"
 #include "projection/projection.h"
 #include "publish/bus.h"
@@ -47,12 +54,106 @@
 
 #define MAX_SINKS 8
 
+#ifndef ROOMD_DEFAULT_CONFIG
+#define ROOMD_DEFAULT_CONFIG "/etc/roomd/roomd.yaml"
+#endif
+
+static void usage(FILE *out, int status) __attribute__((noreturn));
+
 static void
-usage(void)
+usage(FILE *out, int status)
 {
-    fprintf(stderr, "usage: roomd -c FILE\n       roomd --check-config FILE\n       roomd "
-                    "--print-config-doc\n       roomd --print-routes\n");
-    exit(2);
+    fprintf(
+        out,
+        "usage: roomd [-c FILE]              serve (default FILE: %s)\n"
+        "       roomd --check-config FILE    validate FILE and what it names; exit 0 or 1\n"
+        "       roomd --print-config-doc     print the config key reference (Markdown)\n"
+        "       roomd --print-routes         print the HTTP routes (\"METHOD /path\"), one a line\n"
+        "       roomd --version              print the version\n"
+        "       roomd --help                 print this help\n"
+        "Signals: SIGTERM/SIGINT drain and stop; SIGHUP reopens the log files and reloads\n"
+        "app.log_level. See roomd(8).\n",
+        ROOMD_DEFAULT_CONFIG);
+    exit(status);
+}
+
+/* --check-config: the rules of conf_load, then what the config names. */
+static int
+check_config(const char *path)
+{
+    char err[4096];
+    struct conf *conf = NULL;
+
+    if (conf_load(path, &conf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "roomd: config: %s\n", err);
+        return 1;
+    }
+    int rc = conf_check_environment(conf, err, sizeof(err));
+    conf_free(conf);
+    if (rc != 0) {
+        fprintf(stderr, "roomd: %s:\n%s\n", path, err);
+        return 1;
+    }
+    printf("%s: ok\n", path);
+    return 0;
+}
+
+/* Opens the store; an unreachable MySQL server is retried for
+ * store.mysql.startup_wait (one log line per attempt) instead of exiting.
+ * A stop signal meanwhile exits. Returns the store or exits. */
+static struct store *
+open_store(const struct conf *c, const sigset_t *sigs)
+{
+    char err[1024];
+    struct store *store = NULL;
+    int64_t wait_ms = strcmp(c->store.driver, "mysql") == 0 ? c->store.mysql.startup_wait_ms : 0;
+    int64_t start = clock_mono_ms();
+
+    for (int attempt = 1;; attempt++) {
+        int rc = store_open(&store, &c->store, err, sizeof(err));
+        if (rc == 0)
+            return store;
+        int64_t left = wait_ms - (clock_mono_ms() - start);
+        if (rc != ROOMD_EUNAVAIL || left <= 0)
+            fatalx("store: %s", err);
+        int64_t delay = backoff_ceiling_ms(attempt, 500, 5000);
+        if (delay > left)
+            delay = left;
+        log_warn("main", "waiting for the database",
+                 "attempt=%d retry_in_ms=%lld gives_up_in_ms=%lld err=\"%s\"", attempt,
+                 (long long)delay, (long long)left, err);
+        if (daemon_sleep(sigs, (long)delay) != 0)
+            fatalx("store: stopped while waiting for the database");
+    }
+}
+
+/* What SIGHUP reloads (daemon_wait calls reload in the main thread). */
+struct reload_ctx {
+    const char *path;
+    struct sink *log_sink; /* or NULL */
+};
+
+/* SIGHUP: reopen the log file and the log sink's file (after logrotate moved
+ * them), reread the config and apply its reloadable key, app.log_level. A
+ * config that no longer loads changes nothing and is logged. */
+static void
+reload(void *arg)
+{
+    struct reload_ctx *rc = arg;
+    char err[1024];
+    struct conf *c = NULL;
+
+    if (log_reopen() != 0)
+        log_error("main", "cannot reopen the log file; still writing the old one", NULL);
+    if (rc->log_sink != NULL && sink_log_reopen(rc->log_sink, err, sizeof(err)) != 0)
+        log_error("main", "cannot reopen the log sink", "err=\"%s\"", err);
+    if (conf_load(rc->path, &c, err, sizeof(err)) != 0) {
+        log_error("main", "reload refused: config error, nothing changed", "err=\"%s\"", err);
+        return;
+    }
+    log_set_level((enum log_level)log_level_parse(c->app.log_level));
+    log_info("main", "reloaded", "config=%s log_level=%s", rc->path, c->app.log_level);
+    conf_free(c);
 }
 
 /* Builds the sinks of the publish mode (seed: 发布模式); bus is the JetStream
@@ -103,48 +204,47 @@ main(int argc, char **argv)
         {"print-config-doc", no_argument, NULL, 'D'},
         {"print-routes", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    const char *path = NULL;
-    int check_only = 0, ch;
+    const char *path = ROOMD_DEFAULT_CONFIG;
+    int ch;
     char err[1024];
     struct conf *conf = NULL;
 
-    while ((ch = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:hV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             path = optarg;
             break;
         case 'C':
-            path = optarg;
-            check_only = 1;
-            break;
+            return check_config(optarg);
         case 'D':
             conf_write_doc(stdout);
             return 0;
         case 'R':
             router_write_routes(stdout);
             return 0;
+        case 'V':
+            printf("roomd %s (commit %s)\n", roomd_version, roomd_commit);
+            return 0;
+        case 'h':
+            usage(stdout, 0);
         default:
-            usage();
+            usage(stderr, 2);
         }
     }
-    if (path == NULL)
-        usage();
+    if (optind != argc)
+        usage(stderr, 2);
     if (conf_load(path, &conf, err, sizeof(err)) != 0)
         fatalx("config: %s", err);
-    if (check_only) {
-        printf("%s: ok\n", path);
-        conf_free(conf);
-        return 0;
-    }
-    /* the stop signals are blocked in every thread; main waits for them below */
-    sigset_t stopset;
-    daemon_start(conf->app.log_file, conf->app.log_level, &stopset);
+    /* the signals are blocked in every thread; main waits for them below */
+    sigset_t sigs;
+    daemon_start(conf->app.log_file, conf->app.log_level, &sigs);
+    log_info("main", "starting", "version=%s commit=%s config=%s", roomd_version, roomd_commit,
+             path);
 
-    struct store *store = NULL;
-    if (store_open(&store, &conf->store, err, sizeof(err)) != 0)
-        fatalx("store: %s", err);
+    struct store *store = open_store(conf, &sigs);
     struct group_commit *gc = NULL;
     if (group_commit_open(&gc, store, conf->store.group_commit_max) != 0)
         fatalx("store.group_commit_max: cannot start the committer");
@@ -177,9 +277,13 @@ main(int argc, char **argv)
     }
 
     struct outbox *outbox = NULL;
+    struct reload_ctx rctx = {.path = path};
     if (conf->outbox_worker.enabled) {
         struct sink *sinks[MAX_SINKS];
         size_t nsinks = open_sinks(conf, bus, wallet, sinks);
+        for (size_t i = 0; i < nsinks; i++)
+            if (sinks[i]->bit == SINK_BIT_LOG)
+                rctx.log_sink = sinks[i];
         if (outbox_open(&outbox, &conf->outbox_worker, &conf->store, store, conf->app.node_id,
                         sinks, nsinks) != 0)
             fatalx("outbox_worker: cannot start the workers");
@@ -246,6 +350,13 @@ main(int argc, char **argv)
     if (outbox != NULL)
         node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
     hd.health = &health;
+    /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
+    struct admin *admin = NULL;
+    if (admin_open(&admin, conf, outbox, false, err, sizeof(err)) != 0)
+        fatalx("admin: %s", err);
+    admin_set_bus(admin, bus);
+    admin_resume(admin);
+    hd.admin = admin;
     struct http_server *http = NULL;
     if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
         fatalx("%s", err);
@@ -259,9 +370,14 @@ main(int argc, char **argv)
              conf->http.listen, conf->admin.listen, conf->auth.mode, conf->store.driver,
              mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
 
-    daemon_wait(&stopset);
+    struct metrics_deps *deps = metrics_deps_open(conf, store, bus, outbox);
+    daemon_ready("serving");
+
+    daemon_wait(&sigs, reload, &rctx);
     rpc_server_close(rpc);
     http_server_close(http);
+    admin_close(admin);
+    metrics_deps_close(deps);
     auth_close(auth);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     wallet_reconcile_stop(reconciler);

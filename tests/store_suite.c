@@ -1106,7 +1106,20 @@ t_counts(void **state)
     create_room(f->st, "a1", "r2", 1, T0 + 2);
     claim_and_complete(f->st, T0 + 2, OUTBOX_FAILED, 1);
     create_room(f->st, "a1", "r3", 1, T0 + 3);
-    claim_and_complete(f->st, T0 + 3, OUTBOX_RETRYABLE, 1);
+    /* retryable with sink bit 0 done: sink 0 no longer misses it, sink 1 does */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 3, T0 + 100, "Z", 10, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    struct outbox_result res = {.id = rows[0].id,
+                                .locked_by = "Z",
+                                .status = OUTBOX_RETRYABLE,
+                                .retry_count = 1,
+                                .sinks_done = 1,
+                                .next_retry_at_ms = T0 + 1000,
+                                .now_ms = T0 + 3,
+                                .last_error = "b: down"};
+    assert_int_equal(store_outbox_complete(f->st, &res, 1), 0);
+    assert_int_equal(res.rc, 0);
+    outbox_rows_free(rows, n);
     create_room(f->st, "a1", "r4", 1, T0 + 4);
     assert_int_equal(store_outbox_claim(f->st, T0 + 4, T0 + 10000, "Y", 1, &rows, &n), 0);
     assert_int_equal(n, 1);
@@ -1120,7 +1133,10 @@ t_counts(void **state)
     assert_int_equal(oc.delivered, 1);
     assert_int_equal(oc.retryable, 1);
     assert_int_equal(oc.failed, 1);
-    assert_int_equal(oc.oldest_undelivered_ms, T0 + 3);
+    assert_int_equal(oc.oldest_undelivered_ms, T0 + 3); /* retryable rows count */
+    assert_int_equal(oc.oldest_missing_ms[0], T0 + 4);  /* r3 has bit 0: r4 (delivering) */
+    assert_int_equal(oc.oldest_missing_ms[1], T0 + 3);
+    assert_int_equal(oc.oldest_missing_ms[7], T0 + 3);
 }
 
 /* ---- wallet and rockets ---- */

@@ -7,12 +7,14 @@
  *   roomd_consumer -c FILE -g activity,notice,im-bridge
  *
  * Stops on SIGINT/SIGTERM after the message in hand; what was not yet
- * acknowledged is redelivered (and deduplicated by the inbox).
+ * acknowledged is redelivered (and deduplicated by the inbox). SIGHUP
+ * reopens the log file.
  */
 #include "conf/conf.h"
 #include "consume/roles.h"
 #include "core/daemon.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "core/xmalloc.h"
 #include "publish/bus.h"
 
@@ -22,12 +24,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void usage(FILE *out, int status) __attribute__((noreturn));
+
 static void
-usage(void)
+usage(FILE *out, int status)
 {
-    fprintf(stderr, "usage: roomd_consumer -c FILE -g GROUP[,GROUP...]\n"
-                    "  groups: activity, notice, im-bridge (or their group names)\n");
-    exit(2);
+    fprintf(out, "usage: roomd_consumer -c FILE -g GROUP[,GROUP...]\n"
+                 "       roomd_consumer --version | --help\n"
+                 "  groups: activity, notice, im-bridge (or their group names)\n");
+    exit(status);
+}
+
+/* SIGHUP: the log file was rotated. */
+static void
+reopen_log(void *arg)
+{
+    if (log_reopen() != 0)
+        log_error("main", "cannot reopen the log file; still writing the old one", NULL);
 }
 
 int
@@ -38,7 +51,14 @@ main(int argc, char **argv)
     unsigned roles = 0;
     int ch;
 
-    while ((ch = getopt(argc, argv, "c:g:h")) != -1) {
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"groups", required_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    while ((ch = getopt_long(argc, argv, "c:g:hV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             path = optarg;
@@ -46,17 +66,22 @@ main(int argc, char **argv)
         case 'g':
             groups = optarg;
             break;
+        case 'V':
+            printf("roomd_consumer %s (commit %s)\n", roomd_version, roomd_commit);
+            return 0;
+        case 'h':
+            usage(stdout, 0);
         default:
-            usage();
+            usage(stderr, 2);
         }
     }
     if (path == NULL || groups == NULL)
-        usage();
+        usage(stderr, 2);
     for (char *save = NULL, *g = strtok_r(groups, ",", &save); g; g = strtok_r(NULL, ",", &save)) {
         unsigned r = consume_role_parse(g);
         if (r == 0 || r == CONSUME_ROLE_ROCKET_OPEN) {
             fprintf(stderr, "roomd_consumer: %s: not a group this tool runs\n", g);
-            usage();
+            usage(stderr, 2);
         }
         roles |= r;
     }
@@ -79,7 +104,8 @@ main(int argc, char **argv)
         fatalx("%s", err);
     log_info("main", "roomd_consumer started", "roles=%u node=%s", roles, conf->app.node_id);
 
-    daemon_wait(&stopset);
+    daemon_ready("consuming");
+    daemon_wait(&stopset, reopen_log, NULL);
     consume_roles_stop(r);
     bus_unref(bus);
     log_info("main", "stopped", NULL);

@@ -69,7 +69,7 @@ const struct key conf_keys[] = {
      .doc = "this process' name in leases and locked_by; \"\" = <hostname>-<pid>"},
     {"app.log_file", K_STR, F(app.log_file), "", .doc = "JSON log lines go here; \"\" = stderr"},
     {"app.log_level", K_STR, F(app.log_level), "info", ONE_OF(log_levels),
-     .doc = "lowest level logged"},
+     .doc = "lowest level logged; reloaded on SIGHUP"},
 
     {"http.listen", K_STR, F(http.listen), "127.0.0.1:8080", HOSTPORT,
      .note = "with a port in 1..65535", .doc = "address the HTTP API listens on"},
@@ -156,6 +156,9 @@ const struct key conf_keys[] = {
      .when = MYSQL_ON, .doc = "write timeout of one statement"},
     {"store.mysql.deadlock_retries", K_INT, F(store.mysql.deadlock_retries), "3", GE(0),
      .when = MYSQL_ON, .doc = "retries of a deadlocked or lock-wait-timed-out transaction"},
+    {"store.mysql.startup_wait", K_DUR, F(store.mysql.startup_wait_ms), "60s", GE(0),
+     .when = MYSQL_ON, .note = "(0 = exit at once)",
+     .doc = "at start-up, retry an unreachable server this long before exiting"},
     {"store.group_commit_max", K_INT, F(store.group_commit_max), "64", GE(1),
      .doc = "mutations committed together in one transaction"},
     {"store.retention.delivered_max_age", K_DUR, F(store.retention_delivered_ms), "72h", GE(0),

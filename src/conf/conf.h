@@ -86,7 +86,8 @@ struct conf_mysql {
     int64_t connect_timeout_ms;
     int64_t read_timeout_ms;
     int64_t write_timeout_ms;
-    int deadlock_retries; /* bounded retries of a deadlocked/lock-wait transaction */
+    int deadlock_retries;    /* bounded retries of a deadlocked/lock-wait transaction */
+    int64_t startup_wait_ms; /* start-up waits this long for the server; 0 = fail at once */
 };
 
 struct conf_store {
@@ -112,7 +113,7 @@ struct conf_room {
     int64_t idle_evict_ms; /* evict a cell idle this long; reload on demand */
     int seat_count;        /* mic seats per room */
     int max_members;
-    int64_t kick_ban_ms; /* a kicked user cannot rejoin for this long; 0 = no ban */
+    int64_t kick_ban_ms;        /* a kicked user cannot rejoin for this long; 0 = no ban */
     int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
     struct conf_rocket rocket;
 };
@@ -212,14 +213,14 @@ struct conf_outbox {
     int max_retry_count;
     int64_t initial_backoff_ms;
     int64_t max_backoff_ms;
-    int workers;                   /* worker threads */
-    int64_t lock_timeout_ms;       /* lock_until_ms = claim time + this */
-    int handoff_queue;             /* hand-off queue rows; 0 = off, -1 = auto:
-                                    * max(1024, 4 x workers x batch_size) */
-    int circuit_failures;          /* consecutive transport failures that open a sink's circuit */
-    int64_t circuit_probe_ms;      /* an open circuit lets one probe through this often */
-    bool log_sink_enabled;         /* direct sink writing event JSON lines */
-    char *log_sink_path;           /* "./var/outbox-events.jsonl" */
+    int workers;              /* worker threads */
+    int64_t lock_timeout_ms;  /* lock_until_ms = claim time + this */
+    int handoff_queue;        /* hand-off queue rows; 0 = off, -1 = auto:
+                               * max(1024, 4 x workers x batch_size) */
+    int circuit_failures;     /* consecutive transport failures that open a sink's circuit */
+    int64_t circuit_probe_ms; /* an open circuit lets one probe through this often */
+    bool log_sink_enabled;    /* direct sink writing event JSON lines */
+    char *log_sink_path;      /* "./var/outbox-events.jsonl" */
 };
 
 struct conf_tencent_im {
@@ -283,6 +284,13 @@ void conf_defaults(struct conf *c);
 /* Checks every rule: each key's bounds, then the rules spanning keys
  * (conf_load calls it). Returns 0 or ROOMD_EINVAL with the key named in err. */
 int conf_validate(const struct conf *c, char *err, size_t errlen);
+
+/* What `roomd --check-config` adds to conf_load (check.c): the environment
+ * variables the config names are set, the files it reads are readable, the
+ * directories it writes into are writable, servers are URLs of their scheme.
+ * Returns 0, or ROOMD_EINVAL with every problem in err, one "key: problem"
+ * a line (never a secret's value). Any thread; blocks on access(2). */
+int conf_check_environment(const struct conf *c, char *err, size_t errlen);
 
 /* True when listen ("host:port") binds a loopback address: 127.x.x.x,
  * localhost or [::1]. Thread: any. */

@@ -1,33 +1,42 @@
-/* log.c: logfmt and JSON line logger (see log.h). */
+/* log.c: the JSON lines logger (see log.h). */
 #include "core/log.h"
-#include "core/secret.h"
 
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/secret.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#define LINE_MAX_STACK 4096
+
 static int log_fd = 2;
-static enum log_level log_min = LOG_INFO;
+static char log_path[4096];
+static atomic_int log_min = LOG_INFO;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 int
 log_open(const char *path, enum log_level min)
 {
-    log_min = min;
+    atomic_store(&log_min, min);
+    log_path[0] = '\0';
     if (path == NULL || *path == '\0')
         return 0;
+    if (strlen(path) >= sizeof(log_path))
+        return ROOMD_EIO;
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return ROOMD_EIO;
     log_fd = fd;
+    memcpy(log_path, path, strlen(path) + 1);
     return 0;
 }
 
@@ -37,6 +46,34 @@ log_close(void)
     if (log_fd > 2)
         close(log_fd);
     log_fd = 2;
+    log_path[0] = '\0';
+}
+
+int
+log_reopen(void)
+{
+    if (log_fd <= 2 || log_path[0] == '\0')
+        return 0;
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ROOMD_EIO;
+    /* dup2 swaps the file under the same descriptor number atomically, so a
+     * thread writing now never sees a closed descriptor. */
+    int rc = dup3(fd, log_fd, O_CLOEXEC) < 0 ? ROOMD_EIO : 0;
+    close(fd);
+    return rc;
+}
+
+void
+log_set_level(enum log_level min)
+{
+    atomic_store(&log_min, min);
+}
+
+bool
+log_enabled(enum log_level lvl)
+{
+    return (int)lvl >= atomic_load(&log_min);
 }
 
 int
@@ -48,8 +85,14 @@ log_level_parse(const char *s)
     return -1;
 }
 
+const char *
+log_level_name(enum log_level lvl)
+{
+    return (unsigned)lvl < 4 ? level_names[lvl] : "error";
+}
+
 static void
-write_line(char *buf, size_t len)
+write_all(const char *buf, size_t len)
 {
     ssize_t n;
 
@@ -64,60 +107,185 @@ write_line(char *buf, size_t len)
     }
 }
 
-void
-log_msg(enum log_level lvl, const char *mod, const char *msg, const char *fmt, ...)
+/* A JSON string of s[0..n); bytes that are not UTF-8 become '?'. */
+static json_t *
+text(const char *s, size_t n)
 {
-    char buf[2048], line[2048 + 64];
-    char ts[32];
-    size_t len;
-    va_list ap;
+    json_t *j = json_stringn(s, n);
+    if (j != NULL)
+        return j;
+    char *c = malloc(n + 1);
+    if (c == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        c[i] = (unsigned char)s[i] < 0x80 && s[i] != '\0' ? s[i] : '?';
+    j = json_stringn(c, n);
+    free(c);
+    return j;
+}
 
-    if (lvl < log_min)
-        return;
-    clock_format_utc(clock_wall_ms(), ts, sizeof(ts));
-    len = (size_t)snprintf(buf, sizeof(buf), "ts=%s level=%s mod=%s msg=\"%s\"", ts,
-                           level_names[lvl], mod, msg);
-    if (len < sizeof(buf) && fmt != NULL) {
-        buf[len++] = ' ';
-        va_start(ap, fmt);
-        int n = vsnprintf(buf + len, sizeof(buf) - len, fmt, ap);
-        va_end(ap);
-        if (n > 0)
-            len += (size_t)n;
+/* A value: digits alone (at most 18, optional '-') are an integer. */
+static json_t *
+value(const char *s, size_t n)
+{
+    size_t i = (n > 0 && s[0] == '-') ? 1 : 0;
+    size_t digits = n - i;
+
+    if (digits == 0 || digits > 18)
+        return text(s, n);
+    for (; i < n; i++)
+        if (!isdigit((unsigned char)s[i]))
+            return text(s, n);
+    return json_integer(strtoll(s, NULL, 10));
+}
+
+/* Length of the key at p when p starts "key=" (key: [A-Za-z0-9_.-]+), else 0. */
+static size_t
+key_at(const char *p)
+{
+    size_t k = 0;
+
+    while (isalnum((unsigned char)p[k]) || p[k] == '_' || p[k] == '.' || p[k] == '-')
+        k++;
+    return k > 0 && p[k] == '=' ? k : 0;
+}
+
+/* Adds the "key=value ..." pairs of tail to o (see log.h); a key o already
+ * has is kept; text that is not a pair lands in "detail". */
+static void
+add_pairs(json_t *o, const char *tail)
+{
+    const char *p = tail;
+
+    while (*p != '\0') {
+        while (*p == ' ')
+            p++;
+        if (*p == '\0')
+            break;
+        size_t kl = key_at(p);
+        if (kl == 0) {
+            json_object_set_new(o, "detail", text(p, strlen(p)));
+            return;
+        }
+        char key[64];
+        snprintf(key, sizeof(key), "%.*s", (int)kl, p);
+        const char *v = p + kl + 1, *q = NULL, *next = NULL;
+        if (*v == '"') { /* a quoted value ends at a quote before " key=" or the end */
+            for (q = v + 1; *q != '\0'; q++)
+                if (*q == '"' && (q[1] == '\0' || (q[1] == ' ' && key_at(q + 2) > 0)))
+                    break;
+            if (*q == '"') {
+                next = q + 1;
+                v++;
+            }
+        }
+        if (next == NULL) {
+            for (q = v; *q != '\0' && !(*q == ' ' && key_at(q + 1) > 0); q++)
+                ;
+            next = q;
+        }
+        if (json_object_get(o, key) == NULL)
+            json_object_set_new(o, key, value(v, (size_t)(q - v)));
+        p = next;
     }
-    if (len >= sizeof(buf) - 1)
-        len = sizeof(buf) - 2;
-    buf[len] = '\0';
-    len = secret_redact(buf, line, sizeof(line) - 1); /* no password or token in a log line */
-    line[len++] = '\n';
-    write_line(line, len);
+}
+
+/* Writes o as one line and drops its reference. */
+static void
+emit(json_t *o)
+{
+    char stack[LINE_MAX_STACK];
+    size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(9);
+    size_t n = json_dumpb(o, stack, sizeof(stack) - 1, flags);
+
+    if (n == 0) {
+        json_decref(o);
+        return;
+    }
+    if (n < sizeof(stack) - 1) {
+        stack[n] = '\n';
+        write_all(stack, n + 1);
+    } else {
+        char *big = malloc(n + 1);
+        if (big != NULL && json_dumpb(o, big, n, flags) == n) {
+            big[n] = '\n';
+            write_all(big, n + 1);
+        }
+        free(big);
+    }
+    json_decref(o);
+}
+
+static json_t *
+header(enum log_level lvl, const char *mod, const char *msg)
+{
+    char ts[32];
+    json_t *o = json_object();
+
+    clock_format_utc(clock_wall_ms(), ts, sizeof(ts));
+    json_object_set_new(o, "ts", json_string(ts));
+    json_object_set_new(o, "level", json_string(log_level_name(lvl)));
+    json_object_set_new(o, "mod", text(mod, strlen(mod)));
+    json_object_set_new(o, "msg", text(msg, strlen(msg)));
+    return o;
 }
 
 void
-log_json_line(const char *json)
+log_msg(enum log_level lvl, const char *mod, const char *msg, const char *fmt, ...)
 {
-    size_t n = strlen(json);
-    char *buf = malloc(n + 1);
+    char tail[2048], clean[2048 + 64];
+    va_list ap;
 
-    if (buf == NULL)
+    if (!log_enabled(lvl))
         return;
-    memcpy(buf, json, n);
-    buf[n] = '\n';
-    write_line(buf, n + 1);
-    free(buf);
+    json_t *o = header(lvl, mod, msg);
+    if (fmt != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(tail, sizeof(tail), fmt, ap);
+        va_end(ap);
+        secret_redact(tail, clean, sizeof(clean)); /* no password or token in a log line */
+        add_pairs(o, clean);
+    }
+    emit(o);
+}
+
+void
+log_fields(enum log_level lvl, const char *mod, const char *msg, json_t *fields)
+{
+    const char *k;
+    json_t *v;
+
+    if (!log_enabled(lvl)) {
+        json_decref(fields);
+        return;
+    }
+    json_t *o = header(lvl, mod, msg);
+    if (fields != NULL) {
+        json_object_foreach(fields, k, v)
+        {
+            if (json_object_get(o, k) == NULL)
+                json_object_set(o, k, v);
+        }
+        json_decref(fields);
+    }
+    emit(o);
 }
 
 void
 fatalx(const char *fmt, ...)
 {
+    char raw[2048], why[2048 + 64];
     va_list ap;
 
-    char buf[2048], line[2048];
-
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
-    secret_redact(buf, line, sizeof(line));
-    fprintf(stderr, "roomd: %s\n", line);
+    secret_redact(raw, why, sizeof(why));
+    fprintf(stderr, "roomd: %s\n", why);
+    if (log_fd > 2) { /* the log file gets the reason too */
+        json_t *o = header(LOG_ERROR, "main", "fatal");
+        json_object_set_new(o, "err", text(why, strlen(why)));
+        emit(o);
+    }
     exit(1);
 }

@@ -299,6 +299,15 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
     return r == AUTH_OK;
 }
 
+bool
+http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
+                        struct http_response *resp)
+{
+    struct auth_principal p;
+
+    return authenticate(d, req, &p, resp);
+}
+
 static void
 dispatch(const struct http_deps *d, const struct http_request *req, const struct route *r,
          const char *cap, bool toolong, struct http_response *resp)
@@ -406,6 +415,8 @@ router_handle(const struct http_deps *d, const struct http_request *req, struct 
                                   "segment, or longer than 1023 bytes");
         return;
     }
+    if (req->listener == HTTP_ADMIN && handle_admin(d, req, path, resp))
+        return;
     bool elsewhere = false; /* a path of the other listener: 404, never 405 */
 
     for (size_t i = 0; i < NROUTES; i++) {

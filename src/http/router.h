@@ -141,6 +141,18 @@ void handle_list_rooms(const struct http_deps *d, const struct http_request *req
 void handle_presence(const struct http_deps *d, const struct http_request *req,
                      const struct auth_principal *p, const char *app, const char *uid,
                      struct http_response *resp);
+/* True when req carries what the admin listener needs (the admin token);
+ * else false with the 401 in resp (counted). */
+bool http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
+                             struct http_response *resp);
+
+/* The admin API and console (handlers_admin.c, admin/http.h) on the admin
+ * listener: true when path (decoded) is theirs and resp is filled. API
+ * paths need the admin token (authenticated through auth_admin_ok by the
+ * router first); console files are served to anyone. */
+bool handle_admin(const struct http_deps *d, const struct http_request *req, const char *path,
+                  struct http_response *resp);
+
 /* Parses a positive decimal uid ("12"); false when s is not one. */
 bool http_parse_uid(const char *s, int64_t *out);
 

@@ -16,6 +16,7 @@ struct projection;
 struct store;
 struct group_commit;
 struct http_server;
+struct admin;
 struct auth;
 struct http_ready;
 
@@ -37,6 +38,7 @@ struct http_deps {
     struct auth *auth;
     const struct node_health *health; /* /readyz checks besides the store; NULL = none */
     struct http_ready *ready;
+    struct admin *admin; /* the admin API and console on admin.listen; NULL = none */
 };
 
 /* Binds conf->http.listen and conf->admin.listen and starts serving both

@@ -190,6 +190,7 @@ metrics_render(void)
     struct metrics_text t = {0};
 
     metrics_printf(&t, "%s", "");
+    metrics_render_process(&t);
     render_commands(&t);
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < MAX_COLLECTORS; i++)

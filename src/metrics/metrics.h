@@ -69,6 +69,11 @@ void metrics_remove_collector(metrics_collector_fn fn, void *arg);
  * collector; blocks as long as they do. */
 char *metrics_render(void);
 
+/* Appends roomd_build_info and the standard process_* metrics (process.c),
+ * read from /proc/self now. metrics_render calls it. Thread: any; blocks on
+ * reading /proc. */
+void metrics_render_process(struct metrics_text *t);
+
 /* Zeroes the command counters (unit tests). */
 void metrics_reset(void);
 

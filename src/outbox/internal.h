@@ -27,6 +27,30 @@ struct worker {
     int down_count;
 };
 
+/* What one sink call came to (roomd_outbox_attempts_total{outcome}). */
+enum sink_call {
+    CALL_OK,
+    CALL_RETRY,       /* ROOMD_ERETRY: answered "not now" */
+    CALL_UNAVAILABLE, /* ROOMD_EUNAVAIL or another error: no answer */
+    CALL_PERMANENT,   /* ROOMD_EPERM: refused for good */
+    CALL_TIMEOUT,     /* publish_timeout passed before the call */
+    CALL_COUNT_
+};
+
+/* Upper bounds of roomd_outbox_delivery_seconds, µs: 1 ms .. 10 min. */
+#define OUTBOX_DELIVERY_BUCKETS 18
+
+/* The per-sink metrics of one sinks_done bit (outbox/metrics.c); atomics,
+ * written by any worker without a lock. */
+struct sink_metrics {
+    const char *name; /* NULL: no sink has this bit */
+    atomic_uint_fast64_t lat[OUTBOX_DELIVERY_BUCKETS + 1];
+    atomic_uint_fast64_t lat_sum_us;
+    atomic_uint_fast64_t attempts[CALL_COUNT_];
+    atomic_uint_fast64_t dead;
+    atomic_int up; /* -1 never called, 0 down, 1 up */
+};
+
 /* A sink's circuit breaker (circuit.c), under outbox.circ_mu. */
 struct sink_circuit {
     int fails;           /* ROOMD_EUNAVAIL in a row */
@@ -64,6 +88,9 @@ struct outbox {
     size_t qhead, qlen, qalloc;
     struct outbox_stats stats;
     bool metrics; /* outbox_collect_metrics is registered */
+    /* per sinks_done bit (outbox/metrics.c), and dead letters no sink was called for */
+    struct sink_metrics sm[OUTBOX_SINK_BITS];
+    atomic_uint_fast64_t dead_none;
 
     atomic_bool store_down; /* logged once per state change */
 
@@ -97,6 +124,23 @@ struct outbox_row *handoff_take(struct outbox *ob, size_t max, size_t *n, int64_
  * outbox) as roomd_outbox_* lines (outbox/metrics.c). */
 struct metrics_text;
 void outbox_collect_metrics(void *arg, struct metrics_text *t);
+
+/* The per-sink metrics (outbox/metrics.c): roomd_outbox_delivery_seconds,
+ * _attempts_total, _dead_letters_total, _sink_oldest_undelivered_seconds,
+ * _sink_up, all {sink}. init names ob->sm from ob->sinks (before the workers
+ * start); the rest are called by any worker, lock-free. */
+void outbox_metrics_init(struct outbox *ob);
+/* The outcome of a sink's return code. */
+enum sink_call sink_call_of(int rc);
+/* The sink with bit `bit` was called and came to outcome. */
+void outbox_metrics_attempt(struct outbox *ob, uint32_t bit, enum sink_call outcome);
+/* The sink with bit `bit` delivered a row lag_us after its commit. */
+void outbox_metrics_delivered(struct outbox *ob, uint32_t bit, int64_t lag_us);
+/* A row became a dead letter lacking the sinks `missing` (0: none was called). */
+void outbox_metrics_dead_letter(struct outbox *ob, uint32_t missing);
+/* 1 when the sink named name answered its last call (or was never called),
+ * 0 when not, -1 when no sink has that name. */
+int outbox_metrics_sink_up(struct outbox *ob, const char *name);
 
 /* Frees the queue's memory (rows left are the caller's to hand back first). */
 void handoff_free(struct outbox *ob);

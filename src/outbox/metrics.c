@@ -1,20 +1,35 @@
 /*
  * metrics.c: every roomd_outbox_* line of GET /metrics, written with the
- * exposition helper of metrics/metrics.h: the workers' counters (a collector
- * outbox_open adds and outbox_close removes) and the room_outbox table by
- * status (outbox_metrics_rows, which the HTTP collector calls with the counts
- * of its readiness cache: the table is there whether or not this process runs
- * workers). docs/http.md lists them.
+ * exposition helper of metrics/metrics.h: the workers' counters and the
+ * per-sink delivery metrics (a collector outbox_open adds and outbox_close
+ * removes), and the room_outbox table by status and by sink
+ * (outbox_metrics_rows, which the HTTP collector calls with the counts of its
+ * readiness cache: the table is there whether or not this process runs
+ * workers). docs/http.md and docs/metrics.md list them.
+ *
+ * Per sink (sink = its name: log, tim, activity, bus, rocket):
+ *   roomd_outbox_delivery_seconds{sink}       commit -> delivered by the sink,
+ *                                             every row (handed off or claimed)
+ *   roomd_outbox_attempts_total{sink,outcome} one per call: ok, retry,
+ *                                             unavailable, permanent, timeout
+ *   roomd_outbox_dead_letters_total{sink}     rows failed still lacking the sink
+ *                                             ("none": poison, no sink called)
+ *   roomd_outbox_sink_oldest_undelivered_seconds{sink}  the oldest pending,
+ *                                             delivering or retryable row the
+ *                                             sink has not delivered yet
+ *   roomd_outbox_sink_up{sink}                the sink's last call was answered
  */
 #include "outbox/internal.h"
 
 #include "core/clock.h"
+#include "core/err.h"
 #include "metrics/metrics.h"
 #include "publish/sink.h"
 #include "store/store.h"
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Upper bounds of the /metrics buckets of handoff_lat, in µs: multiples of
  * OUTBOX_LAT_BUCKET_US below the last bucket's 49.9 ms (+Inf implied). */
@@ -26,6 +41,149 @@ counter(struct metrics_text *t, const char *name, const char *help, uint64_t v)
 {
     metrics_family(t, name, "counter", help);
     metrics_count(t, name, "", v);
+}
+
+/* ==== per sink ==== */
+
+/* Upper bounds of roomd_outbox_delivery_seconds, µs (+Inf implied). */
+static const int64_t delivery_le_us[OUTBOX_DELIVERY_BUCKETS] = {
+    1000,    2500,    5000,    10000,    25000,    50000,    100000,    250000,    500000,
+    1000000, 2500000, 5000000, 10000000, 30000000, 60000000, 120000000, 300000000, 600000000};
+
+static const char *const call_names[CALL_COUNT_] = {"ok", "retry", "unavailable", "permanent",
+                                                    "timeout"};
+
+/* The sm slot of bit, or NULL (no bit, or beyond OUTBOX_SINK_BITS). */
+static struct sink_metrics *
+slot_of(struct outbox *ob, uint32_t bit)
+{
+    int b = bit != 0 ? __builtin_ctz(bit) : OUTBOX_SINK_BITS;
+    return b < OUTBOX_SINK_BITS ? &ob->sm[b] : NULL;
+}
+
+/* The sinks_done bits of the sinks this process delivers to. */
+static atomic_uint sinks_here;
+
+void
+outbox_metrics_init(struct outbox *ob)
+{
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        atomic_store(&ob->sm[b].up, -1);
+    for (size_t i = 0; i < ob->nsinks; i++) {
+        struct sink_metrics *m = slot_of(ob, ob->sinks[i]->bit);
+        if (m != NULL)
+            m->name = ob->sinks[i]->name;
+        atomic_fetch_or(&sinks_here, ob->sinks[i]->bit);
+    }
+}
+
+enum sink_call
+sink_call_of(int rc)
+{
+    if (rc == 0)
+        return CALL_OK;
+    if (rc == ROOMD_ERETRY)
+        return CALL_RETRY;
+    if (rc == ROOMD_EPERM)
+        return CALL_PERMANENT;
+    return CALL_UNAVAILABLE;
+}
+
+void
+outbox_metrics_attempt(struct outbox *ob, uint32_t bit, enum sink_call outcome)
+{
+    struct sink_metrics *m = slot_of(ob, bit);
+
+    if (m == NULL || outcome >= CALL_COUNT_)
+        return;
+    atomic_fetch_add_explicit(&m->attempts[outcome], 1, memory_order_relaxed);
+    if (outcome != CALL_TIMEOUT)
+        atomic_store(&m->up, outcome == CALL_OK || outcome == CALL_PERMANENT);
+}
+
+void
+outbox_metrics_delivered(struct outbox *ob, uint32_t bit, int64_t lag_us)
+{
+    struct sink_metrics *m = slot_of(ob, bit);
+    size_t k = 0;
+
+    if (m == NULL)
+        return;
+    if (lag_us < 0)
+        lag_us = 0;
+    while (k < OUTBOX_DELIVERY_BUCKETS && lag_us > delivery_le_us[k])
+        k++;
+    atomic_fetch_add_explicit(&m->lat[k], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->lat_sum_us, (uint_fast64_t)lag_us, memory_order_relaxed);
+}
+
+void
+outbox_metrics_dead_letter(struct outbox *ob, uint32_t missing)
+{
+    if (missing == 0)
+        atomic_fetch_add_explicit(&ob->dead_none, 1, memory_order_relaxed);
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (missing & (1u << b))
+            atomic_fetch_add_explicit(&ob->sm[b].dead, 1, memory_order_relaxed);
+}
+
+int
+outbox_metrics_sink_up(struct outbox *ob, const char *name)
+{
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (ob->sm[b].name != NULL && strcmp(ob->sm[b].name, name) == 0)
+            return atomic_load(&ob->sm[b].up) != 0;
+    return -1;
+}
+
+static uint64_t
+ld(atomic_uint_fast64_t *a)
+{
+    return atomic_load_explicit(a, memory_order_relaxed);
+}
+
+static void
+collect_per_sink(struct outbox *ob, struct metrics_text *t)
+{
+    char labels[96];
+
+    metrics_family(t, "roomd_outbox_delivery_seconds", "histogram",
+                   "Commit to delivered, per sink, every row (handed off or claimed).");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
+        struct sink_metrics *m = &ob->sm[b];
+        uint64_t cum[OUTBOX_DELIVERY_BUCKETS], c = 0;
+        if (m->name == NULL)
+            continue;
+        for (size_t k = 0; k < OUTBOX_DELIVERY_BUCKETS; k++)
+            cum[k] = c += ld(&m->lat[k]);
+        snprintf(labels, sizeof(labels), "sink=\"%s\"", m->name);
+        metrics_histogram(t, "roomd_outbox_delivery_seconds", labels, delivery_le_us, cum,
+                          OUTBOX_DELIVERY_BUCKETS, c + ld(&m->lat[OUTBOX_DELIVERY_BUCKETS]),
+                          (int64_t)ld(&m->lat_sum_us));
+    }
+    metrics_family(t, "roomd_outbox_attempts_total", "counter",
+                   "Sink calls of the outbox workers, by outcome.");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        for (int o = 0; ob->sm[b].name != NULL && o < CALL_COUNT_; o++) {
+            snprintf(labels, sizeof(labels), "sink=\"%s\",outcome=\"%s\"", ob->sm[b].name,
+                     call_names[o]);
+            metrics_count(t, "roomd_outbox_attempts_total", labels, ld(&ob->sm[b].attempts[o]));
+        }
+    metrics_family(t, "roomd_outbox_dead_letters_total", "counter",
+                   "Rows failed for good (dead letters), by the sinks they still lacked.");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (ob->sm[b].name != NULL) {
+            snprintf(labels, sizeof(labels), "sink=\"%s\"", ob->sm[b].name);
+            metrics_count(t, "roomd_outbox_dead_letters_total", labels, ld(&ob->sm[b].dead));
+        }
+    metrics_count(t, "roomd_outbox_dead_letters_total", "sink=\"none\"", ld(&ob->dead_none));
+    metrics_family(t, "roomd_outbox_sink_up", "gauge",
+                   "1 when the sink's last call was answered (delivered or refused for good).");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (ob->sm[b].name != NULL) {
+            snprintf(labels, sizeof(labels), "sink=\"%s\"", ob->sm[b].name);
+            metrics_count(t, "roomd_outbox_sink_up", labels, atomic_load(&ob->sm[b].up) != 0);
+        }
 }
 
 /* The sinks' circuits (circuit.c) and the rows outages handed back. */
@@ -93,6 +251,7 @@ outbox_collect_metrics(void *arg, struct metrics_text *t)
     metrics_histogram(t, "roomd_outbox_handoff_delivery_seconds", "", metrics_le_us, cum, NLE,
                       total, s.handoff_lat_sum_us);
     circuit_metrics(arg, t);
+    collect_per_sink(arg, t);
 }
 
 void
@@ -120,4 +279,20 @@ outbox_metrics_rows(const struct outbox_counts *c, struct metrics_text *t)
     metrics_family(t, "roomd_outbox_oldest_undelivered_seconds", "gauge",
                    "Age of the oldest undelivered room_outbox row (0 when none; store-wide).");
     metrics_value(t, "roomd_outbox_oldest_undelivered_seconds", "scope=\"store\"", age);
+
+    /* per sink of this process (every sink an outbox_open here was given) */
+    uint32_t sinks = atomic_load(&sinks_here);
+    int64_t now = clock_wall_ms();
+    char labels[96];
+    metrics_family(t, "roomd_outbox_sink_oldest_undelivered_seconds", "gauge",
+                   "Age of the oldest pending, delivering or retryable row the sink has not "
+                   "delivered yet (0 when none; store-wide).");
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
+        int64_t at = oc.oldest_missing_ms[b];
+        if (!(sinks & (1u << b)))
+            continue;
+        snprintf(labels, sizeof(labels), "scope=\"store\",sink=\"%s\"", sink_bit_name(1u << b));
+        metrics_value(t, "roomd_outbox_sink_oldest_undelivered_seconds", labels,
+                      at > 0 && now > at ? (double)(now - at) / 1000.0 : 0.0);
+    }
 }

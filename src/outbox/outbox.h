@@ -69,6 +69,11 @@ void outbox_stats(struct outbox *ob, struct outbox_stats *out);
  * edge), or 0 when there are no samples. */
 int64_t outbox_stats_handoff_pct_us(const struct outbox_stats *s, double p);
 
+/* Whether the sink named name ("tim", "activity", ...) answered its last
+ * call: 1 (delivered or refused for good; also before any call), 0 (no
+ * answer, or "not now"), -1 (no such sink). Thread: any; never blocks. */
+int outbox_sink_up(struct outbox *ob, const char *name);
+
 /* Appends the room_outbox table's lines for counts c (store_outbox_counts) to
  * t: roomd_outbox_rows{status} and roomd_outbox_oldest_undelivered_seconds.
  * For the HTTP /metrics collector, which passes the counts of its readiness

@@ -143,8 +143,24 @@ struct slot {
                              * false with rc ERETRY: only outages (no answer, circuit
                              * open, no time left), which cost none */
     uint32_t done;          /* sinks_done so far */
+    uint32_t tried;         /* sinks called in this attempt (bits) */
+    uint32_t failed;        /* of those, the ones that did not deliver */
+    uint8_t outcome[OUTBOX_SINK_BITS]; /* enum sink_call, by bit index */
     char err[LAST_ERROR_MAX];
 };
+
+/* Notes that sink s was called for sl (or timed out before) with outcome o. */
+static void
+note_call(struct slot *sl, const struct sink *s, enum sink_call o)
+{
+    int b = __builtin_ctz(s->bit);
+
+    sl->tried |= s->bit;
+    if (o != CALL_OK)
+        sl->failed |= s->bit;
+    if (b < OUTBOX_SINK_BITS)
+        sl->outcome[b] = (uint8_t)o;
+}
 
 /* Marks sl failed for sink s by an outage (why): retried, no attempt counted. */
 static void
@@ -161,6 +177,7 @@ sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *
 {
     const struct sink *s = ob->sinks[k];
 
+    note_call(sl, s, sink_call_of(prc));
     circuit_note(ob, k, prc != ROOMD_EUNAVAIL);
     if (prc == ROOMD_EUNAVAIL) {
         outage(sl, s, *serr ? serr : roomd_strerror(prc));
@@ -195,6 +212,7 @@ publish_one(struct outbox *ob, size_t k, struct slot *sl, int64_t deadline)
 
     if (clock_mono_ms() >= deadline) {
         outage(sl, s, "publish_timeout exceeded before the call");
+        note_call(sl, s, CALL_TIMEOUT);
         return;
     }
     if (!circuit_admit(ob, k)) {
@@ -225,8 +243,10 @@ publish_batch(struct outbox *ob, size_t ks, struct slot *sl, size_t n, int64_t d
             evs[k++] = sl[i].ev;
         }
     if (k > 0 && clock_mono_ms() >= deadline) {
-        for (size_t j = 0; j < k; j++)
+        for (size_t j = 0; j < k; j++) {
             outage(&sl[idx[j]], s, "publish_timeout exceeded before the call");
+            note_call(&sl[idx[j]], s, CALL_TIMEOUT);
+        }
     } else if (k > 0 && !circuit_admit(ob, ks)) {
         for (size_t j = 0; j < k; j++)
             outage(&sl[idx[j]], s, "circuit open: the sink did not answer lately");
@@ -301,6 +321,26 @@ finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, 
 }
 
 /* ==== one batch ==== */
+
+/* Feeds the per-sink metrics with what sl's attempt came to (res, already
+ * filled): each call's outcome, the commit -> delivered lag of each sink
+ * that delivered it now (lag_us), a dead letter's missing sinks. */
+static void
+record_metrics(struct outbox *ob, const struct slot *sl, const struct outbox_result *res,
+               int64_t lag_us)
+{
+    uint32_t now_done = sl->done & ~sl->row->sinks_done;
+
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++) {
+        uint32_t bit = 1u << b;
+        if (sl->tried & bit)
+            outbox_metrics_attempt(ob, bit, (enum sink_call)sl->outcome[b]);
+        if (now_done & bit)
+            outbox_metrics_delivered(ob, bit, lag_us);
+    }
+    if (res->status == OUTBOX_FAILED)
+        outbox_metrics_dead_letter(ob, sl->failed);
+}
 
 /* Writes the batch's outcomes, fenced by locked_by. A completion the store
  * cannot take now is left: the rows are reclaimed after their lock expires. */
@@ -424,10 +464,15 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
     for (size_t i = 0; i < n; i++) {
         res[i].id = rows[i].id;
         res[i].locked_by = rows[i].locked_by;
-        if (sl[i].released)
+        if (sl[i].released) {
             release_row(&rows[i], &res[i], clock_wall_ms());
-        else
+        } else {
             finish_row(ob, &sl[i], &res[i], &errs[i]);
+            /* commit -> now: the push time of a handed-off row, else its created_at */
+            int64_t lag_us = pushed_us != NULL ? t2 - pushed_us[i]
+                                               : (clock_wall_ms() - rows[i].created_at_ms) * 1000;
+            record_metrics(ob, &sl[i], &res[i], lag_us);
+        }
         res[i].now_ms = clock_wall_ms();
     }
     complete_batch(ob, rows, res, n);
@@ -623,6 +668,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
     bg_thread_init(&ob->pool);
     circuit_init(ob);
     atomic_init(&ob->store_down, false);
+    outbox_metrics_init(ob);
 
     if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)
         log_warn("outbox", "lock_timeout <= publish_timeout: rows are handed back unpublished",
@@ -687,6 +733,12 @@ release_queued(struct outbox *ob)
         log_info("outbox", "handed back queued rows", "rows=%zu", n);
     free(res);
     outbox_rows_free(rows, n);
+}
+
+int
+outbox_sink_up(struct outbox *ob, const char *name)
+{
+    return ob != NULL ? outbox_metrics_sink_up(ob, name) : -1;
 }
 
 void

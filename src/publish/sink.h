@@ -30,6 +30,12 @@ struct outbox_row;
 #define SINK_BIT_ROCKET (1u << 4)
 #define SINK_BIT_WALLET (1u << 5)
 
+/* The sink name of a bit ("log", "tim", "activity", "bus", "rocket"; ""
+ * for another), and back (0 for an unknown name). The names are the sinks'
+ * struct sink.name. Thread: any. */
+const char *sink_bit_name(uint32_t bit);
+uint32_t sink_bit_parse(const char *name);
+
 /* One event as the sinks see it, built once per row by the worker.
  * Everything is borrowed for the duration of publish(). */
 struct outbox_event {
@@ -70,5 +76,9 @@ struct sink {
 /* The log sink: appends ev->json lines to path. Returns 0 and *out, or
  * ROOMD_EIO with err. */
 int sink_log_open(struct sink **out, const char *path, char *err, size_t errlen);
+/* Reopens the log sink s's file (SIGHUP, after logrotate moved it). Returns 0
+ * or ROOMD_EIO with err (the old file stays in use). Thread: any; blocks on
+ * open(2) and on a publish in progress. s must come from sink_log_open. */
+int sink_log_reopen(struct sink *s, char *err, size_t errlen);
 
 #endif

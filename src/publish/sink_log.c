@@ -65,6 +65,27 @@ close_sink(struct sink *s)
 }
 
 int
+sink_log_reopen(struct sink *s, char *err, size_t errlen)
+{
+    struct sink_log *sl = (struct sink_log *)s;
+    int fd = open(sl->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", sl->path, strerror(errno));
+        return ROOMD_EIO;
+    }
+    /* same descriptor number, new file: a publish running now writes whole
+     * lines to one of the two */
+    pthread_mutex_lock(&sl->mu);
+    int rc = dup3(fd, sl->fd, O_CLOEXEC) < 0 ? ROOMD_EIO : 0;
+    pthread_mutex_unlock(&sl->mu);
+    close(fd);
+    if (rc != 0)
+        snprintf(err, errlen, "reopen %s: %s", sl->path, strerror(errno));
+    return rc;
+}
+
+int
 sink_log_open(struct sink **out, const char *path, char *err, size_t errlen)
 {
     struct sink_log *sl;

@@ -172,28 +172,28 @@ logged_meanwhile(struct room_service *svc, const struct room_cmd *cmd, struct ro
 static const char *const room_status_str[] = {"open", "closed"};
 static const char *const rocket_status_str[] = {"idle", "ignited", "done"};
 
-/* {"events":[{"event_id","event_type"}],"room":{..},"room_id":..,"version":..} */
+/* {"events":[{"event_id","event_type"}],"room":{..},"room_id":..,"version":..},
+ * written directly (keys in jansson's sorted order): event ids are UUIDs,
+ * event types constants and the room id an identifier, none needs escaping. */
 static char *
 build_response(const struct room_cmd *cmd, const struct room_state *s, const struct outbox_new *evs,
                size_t n, const char *state_json)
 {
-    json_t *events = json_array(), *id = json_string(s->room_id);
-    char *ev_text, *id_text, *out;
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
 
+    if (f == NULL)
+        abort(); /* only on out of memory */
+    fputs("{\"events\":[", f);
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(events, json_pack("{s:s, s:s}", "event_id", evs[i].event_id,
-                                                "event_type", evs[i].event_type));
-    ev_text = json_dumps(events, JSON_COMPACT);
-    id_text = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-    json_decref(events);
-    json_decref(id);
-    if (ev_text == NULL || id_text == NULL)
+        fprintf(f, "%s{\"event_id\":\"%s\",\"event_type\":\"%s\"}", i ? "," : "", evs[i].event_id,
+                evs[i].event_type);
+    fprintf(f, "],%s\"room\":%s,\"room_id\":\"%s\",\"version\":%lld}",
+            cmd->type == CMD_LAUNCH_ROCKET ? "\"launched\":true," : "", state_json, s->room_id,
+            (long long)s->version);
+    if (fclose(f) != 0 || out == NULL)
         abort();
-    out = xasprintf("{\"events\":%s,%s\"room\":%s,\"room_id\":%s,\"version\":%lld}", ev_text,
-                    cmd->type == CMD_LAUNCH_ROCKET ? "\"launched\":true," : "", state_json, id_text,
-                    (long long)s->version);
-    free(ev_text);
-    free(id_text);
     return out;
 }
 
@@ -248,31 +248,28 @@ ms(int64_t us)
     return (double)us / 1000.0;
 }
 
+/* Writes the room_command_timing line (ARCHITECTURE §9) with snprintf, not
+ * through a JSON library: it is written for every command, and jansson's
+ * pack + dump of it was ~9% of roomd's CPU (bench/README.md). Every string
+ * in it is a constant, an error code or an identifier room_cmd_parse checked
+ * ([A-Za-z0-9_.:-]), so none needs escaping. */
 static void
 log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct timing *tm)
 {
-    char ts[32], *text;
-    json_t *o;
-
-    clock_format_utc(clock_wall_ms(), ts, sizeof(ts));
-    o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, "
-                  "s:f, s:f, s:f, s:f, s:b, s:b}",
-                  "ts", ts, "level", "info", "msg", "room_command_timing", "command",
-                  room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
-                  "command_id", cmd->command_id, "result", tm->result, "status", r->status,
-                  "total_ms", ms(clock_mono_us() - tm->t0), "idempotency_ms",
-                  ms(tm->idempotency_us), "lease_ms", ms(tm->lease_us), "wallet_debit_ms",
-                  ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us), "snapshot_ms",
-                  ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "forward_ms",
-                  ms(tm->forward_us), "activity_ms", 0.0, "tencent_im_ms", ms(tm->im_us),
-                  "activity_async_outbox", tm->outbox, "tencent_im_async_outbox", tm->outbox);
-    if (o == NULL)
+    if (!log_enabled(LOG_INFO))
         return;
-    text = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(9));
-    json_decref(o);
-    if (text != NULL)
-        log_json_line(text);
-    free(text);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, "
+        "s:b}",
+        "command", room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
+        "command_id", cmd->command_id, "result", tm->result, "status", r->status, "total_ms",
+        ms(clock_mono_us() - tm->t0), "idempotency_ms", ms(tm->idempotency_us), "lease_ms",
+        ms(tm->lease_us), "wallet_debit_ms", ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us),
+        "snapshot_ms", ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "forward_ms",
+        ms(tm->forward_us), "activity_ms", 0.0, "tencent_im_ms", ms(tm->im_us),
+        "activity_async_outbox", tm->outbox, "tencent_im_async_outbox", tm->outbox);
+    if (o != NULL)
+        log_fields(LOG_INFO, "room", "room_command_timing", o);
 }
 
 /* ---- execute ------------------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,14 +84,58 @@ room_state_seat_of(const struct room_state *s, int64_t uid)
 static const char *const room_status_names[] = {"open", "closed"};
 static const char *const rocket_status_names[] = {"idle", "ignited", "done"};
 
-static json_t *
-rocket_to_json(const struct room_rocket *r)
+/* Writes s as JSON text to f, with at most max_members members listed: the
+ * canonical form (keys sorted, compact) that jansson's json_dumps with
+ * JSON_SORT_KEYS | JSON_COMPACT gives, written directly since every
+ * command's response carries it (jansson's pack + sorted dump was a fifth of
+ * the command path's instructions, bench/README.md). The title is the only
+ * free text and is escaped by jansson; app_code, room_id and rocket_id are
+ * identifiers ([A-Za-z0-9_.:-]). */
+static void
+write_json(FILE *f, const struct room_state *s, size_t max_members)
 {
-    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:I, s:I, s:i}", "status",
-                     rocket_status_names[r->status], "level", r->level, "energy",
-                     (json_int_t)r->energy, "utc_day", (json_int_t)r->utc_day, "rocket_id",
-                     r->rocket_id, "ignited_at_ms", (json_int_t)r->ignited_at_ms, "launch_at_ms",
-                     (json_int_t)r->launch_at_ms, "launched", r->launched);
+    const struct room_rocket *r = &s->rocket;
+    json_t *title = json_string(s->title);
+
+    if (title == NULL) /* not UTF-8: room_cmd_parse lets no such title in */
+        abort();
+    fprintf(f, "{\"app_code\":\"%s\",\"bans\":[", s->app_code);
+    for (size_t i = 0; i < s->nbans; i++)
+        fprintf(f, "%s{\"uid\":%lld,\"until_ms\":%lld}", i ? "," : "", (long long)s->bans[i].uid,
+                (long long)s->bans[i].until_ms);
+    fprintf(f, "],\"created_at_ms\":%lld,\"gift_total\":%lld,\"member_count\":%zu,\"members\":[",
+            (long long)s->created_at_ms, (long long)s->gift_total, s->nmembers);
+    for (size_t i = 0; i < s->nmembers && i < max_members; i++)
+        fprintf(f, "%s{\"joined_at_ms\":%lld,\"uid\":%lld}", i ? "," : "",
+                (long long)s->members[i].joined_at_ms, (long long)s->members[i].uid);
+    fprintf(f, "]%s,\"owner_uid\":%lld,",
+            s->nmembers > max_members ? ",\"members_truncated\":true" : "",
+            (long long)s->owner_uid);
+    fprintf(
+        f,
+        "\"rocket\":{\"energy\":%lld,\"ignited_at_ms\":%lld,\"launch_at_ms\":%lld,"
+        "\"launched\":%d,\"level\":%d,\"rocket_id\":\"%s\",\"status\":\"%s\",\"utc_day\":%lld},",
+        (long long)r->energy, (long long)r->ignited_at_ms, (long long)r->launch_at_ms, r->launched,
+        r->level, r->rocket_id, rocket_status_names[r->status], (long long)r->utc_day);
+    fprintf(f, "\"room_id\":\"%s\",", s->room_id);
+    if (s->has_rules) {
+        json_t *rules = room_rules_to_json(&s->rules);
+
+        fputs("\"rules\":", f);
+        if (rules == NULL || json_dumpf(rules, f, JSON_SORT_KEYS | JSON_COMPACT) != 0)
+            abort();
+        json_decref(rules);
+        fputc(',', f);
+    }
+    fputs("\"seats\":[", f);
+    for (int i = 0; i < s->nseats; i++)
+        fprintf(f, "%s%lld", i ? "," : "", (long long)s->seats[i]);
+    fprintf(f, "],\"status\":\"%s\",\"title\":", room_status_names[s->status]);
+    if (json_dumpf(title, f, JSON_ENCODE_ANY | JSON_COMPACT) != 0)
+        abort();
+    json_decref(title);
+    fprintf(f, ",\"updated_at_ms\":%lld,\"version\":%lld}", (long long)s->updated_at_ms,
+            (long long)s->version);
 }
 
 json_t *
@@ -149,36 +194,14 @@ room_rules_equal(const struct conf_room *a, const struct conf_room *b)
 static char *
 to_json(const struct room_state *s, size_t max_members)
 {
-    json_t *members = json_array(), *seats = json_array(), *bans = json_array();
-    json_t *o;
-    char *text;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
 
-    for (size_t i = 0; i < s->nmembers && i < max_members; i++)
-        json_array_append_new(members,
-                              json_pack("{s:I, s:I}", "uid", (json_int_t)s->members[i].uid,
-                                        "joined_at_ms", (json_int_t)s->members[i].joined_at_ms));
-    for (int i = 0; i < s->nseats; i++)
-        json_array_append_new(seats, json_integer(s->seats[i]));
-    for (size_t i = 0; i < s->nbans; i++)
-        json_array_append_new(bans, json_pack("{s:I, s:I}", "uid", (json_int_t)s->bans[i].uid,
-                                              "until_ms", (json_int_t)s->bans[i].until_ms));
-    o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:o, s:i}",
-                  "app_code", s->app_code, "room_id", s->room_id, "owner_uid",
-                  (json_int_t)s->owner_uid, "title", s->title, "status",
-                  room_status_names[s->status], "version", (json_int_t)s->version, "created_at_ms",
-                  (json_int_t)s->created_at_ms, "updated_at_ms", (json_int_t)s->updated_at_ms,
-                  "members", members, "seats", seats, "bans", bans, "gift_total",
-                  (json_int_t)s->gift_total, "rocket", rocket_to_json(&s->rocket), "member_count",
-                  (int)s->nmembers);
-    if (o == NULL)
-        abort(); /* only on out of memory or a programming error in the format */
-    if (s->nmembers > max_members)
-        json_object_set_new(o, "members_truncated", json_true());
-    if (s->has_rules)
-        json_object_set_new(o, "rules", room_rules_to_json(&s->rules));
-    text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(o);
-    if (text == NULL)
+    if (f == NULL)
+        abort(); /* only on out of memory */
+    write_json(f, s, max_members);
+    if (fclose(f) != 0 || text == NULL)
         abort();
     return text;
 }

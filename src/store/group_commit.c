@@ -1,8 +1,12 @@
 /*
- * group_commit.c: the committer thread of group_commit.h. Callers append a
- * waiter to a FIFO and sleep on their own condition; the committer takes up
- * to max_batch waiters, calls store_save once for all of them, and wakes
- * each. While it commits, new callers queue up and form the next batch.
+ * group_commit.c: the group committer of group_commit.h, without a thread of
+ * its own. Callers append a waiter to a FIFO. When no commit is running, the
+ * caller becomes the leader: it takes up to max_batch waiters from the head
+ * (itself first), calls store_save once for all of them on its own thread,
+ * wakes the others and, when more queued meanwhile, makes the new head the
+ * next leader. A lone command thus commits with no thread hand-off at all;
+ * under load each command is woken once (its batch ended, or it leads the
+ * next one) instead of twice (caller -> committer -> caller).
  */
 #include "store/group_commit.h"
 
@@ -18,7 +22,8 @@
 
 struct waiter {
     struct mutation *m;
-    bool done;
+    bool done;     /* its batch ended: m->rc and err are final */
+    bool lead;     /* it is at the head and must commit the next batch */
     char err[256]; /* detail text for the caller's thread */
     pthread_cond_t cond;
     struct waiter *next;
@@ -27,62 +32,61 @@ struct waiter {
 struct group_commit {
     struct store *store;
     int max_batch;
-    pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t work;        /* signalled when the queue gets a waiter or on close */
+    pthread_cond_t idle;        /* signalled when the last leader is done (close waits) */
     struct waiter *head, *tail; /* FIFO of queued waiters */
+    bool busy;                  /* a leader is committing or has been named */
     bool closing;
+    struct mutation **muts; /* the leader's scratch, max_batch each */
+    struct waiter **ws;
     uint64_t batches, mutations;
 };
 
-static void *
-committer(void *arg)
+/* Commits one batch from the head of the queue, which is the caller's own
+ * waiter. Holds gc->lock on entry and return (dropped around store_save). */
+static void
+lead(struct group_commit *gc)
 {
-    struct group_commit *gc = arg;
-    struct mutation **muts = xcalloc((size_t)gc->max_batch, sizeof(*muts));
-    struct waiter **ws = xcalloc((size_t)gc->max_batch, sizeof(*ws));
+    size_t n = 0;
 
-    pthread_mutex_lock(&gc->lock);
-    for (;;) {
-        size_t n = 0;
+    while (gc->head != NULL && n < (size_t)gc->max_batch) {
+        struct waiter *w = gc->head;
 
-        while (gc->head == NULL && !gc->closing)
-            pthread_cond_wait(&gc->work, &gc->lock);
-        if (gc->head == NULL) /* closing and drained */
-            break;
-        while (gc->head != NULL && n < (size_t)gc->max_batch) {
-            struct waiter *w = gc->head;
-
-            gc->head = w->next;
-            if (gc->head == NULL)
-                gc->tail = NULL;
-            ws[n] = w;
-            muts[n++] = w->m;
-        }
-        pthread_mutex_unlock(&gc->lock);
-
-        int rc = store_save(gc->store, muts, n);
-        if (rc != 0)
-            log_warn("store", "group commit failed", "mutations=%zu rc=%s err=\"%s\"", n,
-                     roomd_strerror(rc), store_errmsg());
-
-        pthread_mutex_lock(&gc->lock);
-        gc->batches++;
-        gc->mutations += n;
-        for (size_t i = 0; i < n; i++) {
-            if (rc != 0)
-                strlcpy_(ws[i]->err, store_errmsg(), sizeof(ws[i]->err));
-            else if (muts[i]->rc != 0)
-                snprintf(ws[i]->err, sizeof(ws[i]->err), "command %s: %s", muts[i]->command_id,
-                         roomd_strerror(muts[i]->rc));
-            ws[i]->done = true;
-            pthread_cond_signal(&ws[i]->cond);
-        }
+        gc->head = w->next;
+        if (gc->head == NULL)
+            gc->tail = NULL;
+        gc->ws[n] = w;
+        gc->muts[n++] = w->m;
     }
     pthread_mutex_unlock(&gc->lock);
-    free(muts);
-    free(ws);
-    return NULL;
+
+    int rc = store_save(gc->store, gc->muts, n);
+    if (rc != 0)
+        log_warn("store", "group commit failed", "mutations=%zu rc=%s err=\"%s\"", n,
+                 roomd_strerror(rc), store_errmsg());
+    for (size_t i = 0; i < n; i++) {
+        struct waiter *w = gc->ws[i];
+        if (rc != 0)
+            strlcpy_(w->err, store_errmsg(), sizeof(w->err));
+        else if (w->m->rc != 0)
+            snprintf(w->err, sizeof(w->err), "command %s: %s", w->m->command_id,
+                     roomd_strerror(w->m->rc));
+    }
+
+    pthread_mutex_lock(&gc->lock);
+    gc->batches++;
+    gc->mutations += n;
+    for (size_t i = 0; i < n; i++) {
+        gc->ws[i]->done = true;
+        pthread_cond_signal(&gc->ws[i]->cond);
+    }
+    if (gc->head != NULL) {
+        gc->head->lead = true; /* busy stays: the next leader is named */
+        pthread_cond_signal(&gc->head->cond);
+    } else {
+        gc->busy = false;
+        pthread_cond_broadcast(&gc->idle);
+    }
 }
 
 int
@@ -90,17 +94,12 @@ group_commit_open(struct group_commit **out, struct store *store, int max_batch)
 {
     struct group_commit *gc = xcalloc(1, sizeof(*gc));
 
-    *out = NULL;
     gc->store = store;
     gc->max_batch = max_batch >= 1 ? max_batch : 1;
+    gc->muts = xcalloc((size_t)gc->max_batch, sizeof(*gc->muts));
+    gc->ws = xcalloc((size_t)gc->max_batch, sizeof(*gc->ws));
     pthread_mutex_init(&gc->lock, NULL);
-    pthread_cond_init(&gc->work, NULL);
-    if (pthread_create(&gc->thread, NULL, committer, gc) != 0) {
-        pthread_cond_destroy(&gc->work);
-        pthread_mutex_destroy(&gc->lock);
-        free(gc);
-        return ROOMD_EINTERNAL;
-    }
+    pthread_cond_init(&gc->idle, NULL);
     *out = gc;
     return 0;
 }
@@ -112,11 +111,13 @@ group_commit_close(struct group_commit *gc)
         return;
     pthread_mutex_lock(&gc->lock);
     gc->closing = true;
-    pthread_cond_signal(&gc->work);
+    while (gc->busy)
+        pthread_cond_wait(&gc->idle, &gc->lock);
     pthread_mutex_unlock(&gc->lock);
-    pthread_join(gc->thread, NULL);
-    pthread_cond_destroy(&gc->work);
+    pthread_cond_destroy(&gc->idle);
     pthread_mutex_destroy(&gc->lock);
+    free(gc->muts);
+    free(gc->ws);
     free(gc);
 }
 
@@ -138,9 +139,18 @@ group_commit_submit(struct group_commit *gc, struct mutation *m)
     else
         gc->head = &w;
     gc->tail = &w;
-    pthread_cond_signal(&gc->work);
-    while (!w.done)
+    if (!gc->busy) {
+        gc->busy = true;
+        w.lead = true;
+    }
+    while (!w.done) {
+        if (w.lead) {
+            w.lead = false;
+            lead(gc); /* w is the head, so this batch ends it */
+            continue;
+        }
         pthread_cond_wait(&w.cond, &gc->lock);
+    }
     pthread_mutex_unlock(&gc->lock);
     pthread_cond_destroy(&w.cond);
     if (m->rc != 0)

@@ -1,9 +1,9 @@
 /*
- * group_commit.h: one committer thread in front of store_save. Callers
- * queue a mutation and block; the committer takes everything queued (up to
- * max_batch) and commits it in ONE transaction, so N rooms' commands cost
- * one fsync. Each mutation still succeeds or fails alone (savepoints in
- * store_save).
+ * group_commit.h: group commit in front of store_save. Callers queue a
+ * mutation and block; one of them at a time (the leader, on its own thread:
+ * no committer thread) takes everything queued (up to max_batch) and
+ * commits it in ONE transaction, so N rooms' commands cost one fsync. Each
+ * mutation still succeeds or fails alone (savepoints in store_save).
  */
 #ifndef ROOMD_GROUP_COMMIT_H
 #define ROOMD_GROUP_COMMIT_H
@@ -15,14 +15,17 @@ struct store;
 struct mutation;
 struct group_commit;
 
-/* Starts the committer thread. Returns 0 and *out. Thread: main. */
+/* Sets up the queue (store borrowed). Returns 0 and *out. Thread: main. */
 int group_commit_open(struct group_commit **out, struct store *store, int max_batch);
-/* Drains the queue, stops and joins the thread. NULL is a no-op. */
+/* Refuses new submits (ROOMD_EUNAVAIL), waits for the batches in flight,
+ * frees. NULL is a no-op. Thread: main; blocks until the last commit ends. */
 void group_commit_close(struct group_commit *gc);
 
 /*
- * Commits m (borrowed until return) together with whatever else is queued.
- * Blocks until its transaction ended. Returns m->rc: 0, ROOMD_EREUSED,
+ * Commits m (borrowed until return) together with whatever else is queued:
+ * on this thread when no commit is running (this caller leads the batch),
+ * else in the batch after the running one. Blocks until its transaction
+ * ended. Returns m->rc: 0, ROOMD_EREUSED,
  * ROOMD_EEXIST, ROOMD_EFENCED, or the batch's failure (EUNAVAIL, EIO).
  * Thread: any.
  */

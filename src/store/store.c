@@ -60,6 +60,22 @@ outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n)
     *of[outbox_status_read(name)] += n; /* read: always one of the five */
 }
 
+static void
+keep_oldest(int64_t *slot, int64_t ms)
+{
+    if (ms > 0 && (*slot == 0 || ms < *slot))
+        *slot = ms;
+}
+
+void
+outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, int64_t oldest_ms)
+{
+    keep_oldest(&c->oldest_undelivered_ms, oldest_ms);
+    for (int b = 0; b < OUTBOX_SINK_BITS; b++)
+        if (!(sinks_done & (1u << b)))
+            keep_oldest(&c->oldest_missing_ms[b], oldest_ms);
+}
+
 size_t
 outbox_last_error_len(const char *last_error)
 {

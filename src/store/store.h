@@ -185,9 +185,16 @@ struct outbox_result {
     int rc; /* out: 0, or ROOMD_ESTALE when the fence refused */
 };
 
+#define OUTBOX_SINK_BITS 8 /* sinks_done bits outbox_counts tracks (sink.h SINK_BIT_*) */
+
 struct outbox_counts {
     int64_t pending, delivering, delivered, retryable, failed;
-    int64_t oldest_undelivered_ms; /* created_at_ms of the oldest, 0 when none */
+    /* created_at_ms of the oldest undelivered row (pending, delivering or
+     * retryable: every row a claim may still take), 0 when none */
+    int64_t oldest_undelivered_ms;
+    /* the same among the rows whose sinks_done lacks bit 1 << b: the oldest
+     * row sink b has not delivered yet (also when it waits for another sink) */
+    int64_t oldest_missing_ms[OUTBOX_SINK_BITS];
 };
 
 /* A room whose rocket is ignited (in-process launch timer rebuild). */
@@ -334,6 +341,9 @@ int store_check_mutation(const struct mutation *m, bool exists, int64_t cur_vers
 enum outbox_status outbox_status_read(const char *name);
 /* Adds n rows of status name (a GROUP BY status row) to c. */
 void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
+/* Folds one group of undelivered rows (sinks_done, min created_at_ms) into
+ * c's oldest_undelivered_ms and oldest_missing_ms (backends' counts query). */
+void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, int64_t oldest_ms);
 /* The length last_error is stored with: at most 1000 bytes, cut at a UTF-8
  * character boundary. */
 size_t outbox_last_error_len(const char *last_error);

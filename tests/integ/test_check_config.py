@@ -1,6 +1,9 @@
 """test_check_config: `roomd --check-config FILE` on the shipped configs and on broken
 files: exit 0 and "FILE: ok" for good ones, exit 1 and a message naming the key (with
-its line) for bad ones, and `roomd -c BAD` refuses to start the same way."""
+its line) for bad ones, and `roomd -c BAD` refuses to start the same way. Beyond the
+rules, --check-config checks what a config names on this machine: environment variables
+holding secrets are set, files it reads exist, directories it writes into are writable,
+servers are URLs (never printing a secret)."""
 import json
 import os
 import subprocess
@@ -11,9 +14,14 @@ from roomd_test import ROOMD, SOURCE, base_config, free_port, merge, run
 TMP = tempfile.mkdtemp(prefix="roomd-checkcfg-")
 
 
-def check(path, *args):
+# what the shipped configs name: their secrets' variables, ./var under the working dir
+ENV = dict(os.environ, ROOMD_MYSQL_PASSWORD="pw", TIM_SECRET_KEY="k3y-never-printed")
+os.makedirs(os.path.join(TMP, "var"), exist_ok=True)
+
+
+def check(path, *args, env=None):
     p = subprocess.run([ROOMD, *(args or ("--check-config",)), path], capture_output=True,
-                       text=True, timeout=20)
+                       text=True, timeout=20, cwd=TMP, env=env or ENV)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -77,6 +85,47 @@ def test_serve_refuses_bad_config():
     assert rc == 1 and "outbox_worker.batch_size" in out, out
 
 
+def test_environment_checked():
+    """Every missing thing named by its key, one per line, exit 1; no secret printed."""
+    cfg = merge(base_config(TMP, free_port()), {
+        "app": {"log_file": os.path.join(TMP, "no-such-dir", "roomd.log")},
+        "store": {"driver": "mysql", "mysql": {"password_env": "ROOMD_TEST_UNSET_PW"}},
+        "rocketmq": {"enabled": True, "name_servers": ["nats://127.0.0.1:4222",
+                                                       "127.0.0.1:4222"]},
+        "tencent_im": {"enabled": True, "sdk_app_id": 1, "admin_identifier": "admin",
+                       "base_url": "console.tim.qq.com",
+                       "secret_key_file": os.path.join(TMP, "no-such-key"),
+                       "ca_file": os.path.join(TMP, "no-such-ca.pem")},
+    })
+    path = write("env.yaml", json.dumps(cfg, indent=1))
+    env = dict(ENV)
+    env.pop("ROOMD_TEST_UNSET_PW", None)
+    rc, out = check(path, env=env)
+    assert rc == 1, out
+    for want in ("app.log_file: directory", "store.mysql.password_env: environment variable "
+                 "ROOMD_TEST_UNSET_PW is not set", "rocketmq.name_servers: \"127.0.0.1:4222\" "
+                 "is not a nats://", "tencent_im.base_url: \"console.tim.qq.com\" is not an "
+                 "http(s):// URL", "tencent_im.secret_key_file: cannot read",
+                 "tencent_im.ca_file: cannot read"):
+        assert want in out, f"want {want!r} in {out!r}"
+    assert "nats://127.0.0.1:4222\" is not" not in out, out
+    # the same config with everything present passes
+    key = write("im.key", "secret-text-42\n")
+    ca = write("ca.pem", "-----BEGIN CERTIFICATE-----\n")
+    os.makedirs(os.path.join(TMP, "logs"), exist_ok=True)
+    cfg = merge(cfg, {"app": {"log_file": os.path.join(TMP, "logs", "roomd.log")},
+                      "rocketmq": {"name_servers": ["nats://127.0.0.1:4222"]},
+                      "tencent_im": {"base_url": "https://console.tim.qq.com",
+                                     "secret_key_file": key, "ca_file": ca}})
+    path = write("env-ok.yaml", json.dumps(cfg, indent=1))
+    rc, out = check(path, env=dict(env, ROOMD_TEST_UNSET_PW="pw"))
+    assert rc == 0, out
+    # an empty secret variable is refused too, and no secret text is ever printed
+    rc, out = check(path, env=dict(env, ROOMD_TEST_UNSET_PW=""))
+    assert rc == 1 and "ROOMD_TEST_UNSET_PW is empty" in out, out
+    assert "secret-text-42" not in out and "k3y-never-printed" not in out, out
+
+
 def test_missing_file():
     rc, out = check(os.path.join(TMP, "nope.yaml"))
     assert rc == 1 and "cannot open" in out, out
@@ -84,4 +133,5 @@ def test_missing_file():
 
 if __name__ == "__main__":
     run([test_shipped_configs_ok, test_harness_json_config_ok, test_bad_configs_refused,
-         test_json_bad_value_refused, test_serve_refuses_bad_config, test_missing_file])
+         test_json_bad_value_refused, test_serve_refuses_bad_config, test_environment_checked,
+         test_missing_file])

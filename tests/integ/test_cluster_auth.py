@@ -7,6 +7,7 @@ every wake-up and forwards those of the rooms the other node owns to the owner's
 both nodes (none held as "not launched yet": before, the owner's public listener answered a
 forwarded launch 503 under jwt), and every rocket launches within 1 s of launch_at_ms.
 """
+import json
 import os
 import sys
 import tempfile
@@ -73,8 +74,8 @@ def handled(rd, rooms):
     """{room: status} of the wake-ups rd's rocket-open group handled (its log)."""
     out = {}
     for line in rd.log_lines():
-        if '"rocket wake-up handled"' in line:
-            f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if "rocket wake-up handled" in line:
+            f = json.loads(line)  # one JSON line per record, the k=v fields as its keys
             if f.get("room") in rooms:
                 out[f["room"]] = int(f["status"])
     return out

@@ -161,7 +161,15 @@ def test_admin_listener():
                    ("POST", "/v1/wallet/topup", {"command_id": hu.cid(), "uid": 5, "amount": 3}),
                    ("POST", "/internal/v1/rooms/nosuch/rocket/launch",
                     {"command_id": "~rl-nosuch-1-1", "rocket_id": "nosuch-1-1", "level": 1,
-                     "launch_at_ms": 5})]
+                     "launch_at_ms": 5}),
+                   # the admin API (docs/admin.md): every route, the replay as a real one
+                   ("GET", "/admin/v1/outbox/summary", None),
+                   ("GET", "/admin/v1/outbox?status=failed", None),
+                   ("GET", "/admin/v1/outbox/01a22a3a-4b8f-7424-b66d-e3f93b482f0d", None),
+                   ("POST", "/admin/v1/outbox/replay", {"filter": {"status": "failed"}}),
+                   ("GET", "/admin/v1/audit", None), ("GET", "/admin/v1/audit/1", None),
+                   ("GET", "/admin/v1/dlq", None), ("GET", "/admin/v1/dlq/1", None),
+                   ("POST", "/admin/v1/dlq/1/replay", {})]
     bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
     for method, path, body in admin_paths:
         for name, h in (("no token", {"Authorization": ""}), ("user token", user),
@@ -175,6 +183,16 @@ def test_admin_listener():
                 st, _, js = rd.http(method, path, body, headers=h)
                 assert st == 404, (path, st, js)
     assert rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"] == bal, "refused top-up"
+    # no refused admin call left an audit entry; the admin token reaches each admin route
+    js = hu.expect_ok(rd.admin("GET", "/admin/v1/audit"))
+    assert js["audits"] == [], js
+    for method, path, body in admin_paths[4:]:
+        st, _, js = rd.admin(method, path, body)
+        assert st in (200, 404), (path, st, js)  # 404: no such row / audit / dead letter
+    # the console's files need no token (they hold no data); the public listener has none
+    st, hd, page = rd.admin("GET", "/console/", headers={"Authorization": ""})
+    assert st == 200 and hd["Content-Type"].startswith("text/html"), (st, hd)
+    assert rd.http("GET", "/console/")[0] == 404
     js = hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": 5,
                                                          "amount": 3}))
     assert js["balance"] == bal + 3, js

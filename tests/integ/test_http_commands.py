@@ -298,6 +298,10 @@ def test_insufficient_balance_402_commits_nothing():
     st, hd, js = hu.gift(rd, rid, 901, 902, count=1, unit_price=price, command_id=c)
     assert st == 200 and "Idempotent-Replay" not in hd, (st, hd, js)
     assert js["version"] == v + 1
+    # that gift ignited the rocket: let its timer launch it now (2 s countdown), not inside
+    # the next test's window on the whole outbox table
+    wait_until(lambda: hu.room_of(hu.expect_ok(hu.get_room(rd, rid)))["rocket"]["status"]
+               != "ignited", timeout=15, what="rocket launched by the timer")
 
 
 def test_failed_command_writes_no_outbox_row():

@@ -180,8 +180,8 @@ def test_memory_projection_rebuilt_after_restart():
                 assert got[k] == want[k], (k, got, want)
         assert presence(rd, app, 12) == a and presence(rd, app, 31) == c
         assert presence(rd, app, 91) is None  # its room is closed
-        assert any('msg="rebuilt from the store" apps=1 rooms=4' in line
-                   for line in rd.log_lines()), "no rebuild logged"
+        assert any(j.get("apps") == 1 and j.get("rooms") == 4
+                   for j in rd.json_log("rebuilt from the store")), "no rebuild logged"
         # live updates go on after the rebuild
         hu.expect_ok(hu.join(rd, e, 55, app=app), "join after restart")
         assert presence(rd, app, 55) == e

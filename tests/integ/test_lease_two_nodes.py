@@ -395,7 +395,7 @@ def scenarios(store):
             assert st == 200 and js["room_id"] == quiet, js
             assert_not_owner(hu.join(b, room, 53), addr(a), "b after the restart")
             logs = a.log_lines() + b.log_lines()
-            assert any('msg="rebuilt from the store"' in line for line in logs), "no rebuild"
+            assert any('"msg":"rebuilt from the store"' in line for line in logs), "no rebuild"
             assert stop_all(a, b, solo) == [0, 0, 0]
         finally:
             stop_all(a, b, solo)

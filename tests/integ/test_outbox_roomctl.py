@@ -71,7 +71,7 @@ def test_dead_letter_list_show_replay():
     assert all("No space left" in r["line"] for r in failed), failed
     # one log line per attempt, no flood while the rows sit failed
     time.sleep(0.5)
-    log = "\n".join(l for l in rd.log_lines() if "mod=outbox" in l)
+    log = "\n".join(l for l in rd.log_lines() if '"mod":"outbox"' in l)
     for r in failed:
         assert log.count(r["event_id"]) == 2, (r["event_id"], log.count(r["event_id"]))
     c = counts(rd.cfg_path)

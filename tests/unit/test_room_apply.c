@@ -8,10 +8,12 @@
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/xmalloc.h"
 #include "room/command.h"
 #include "room/state.h"
 #include "room_events.pb-c.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,6 +503,33 @@ test_json_roundtrip(void **state)
     assert_string_equal(a, b);
     free(a);
     free(b);
+    /* byte for byte jansson's canonical form (sorted keys, compact), the
+     * title escaped: full and capped, without and with the room's rules */
+    strlcpy_(s->title, "a \"quoted\" \\ t\u00eftle/\x01", sizeof(s->title));
+    for (int k = 0; k < 4; k++) {
+        size_t cap = k % 2 ? 1 : 2;
+        json_t *j;
+        if (k == 2) {
+            s->has_rules = true;
+            s->rules.max_members = 9;
+            s->rules.seat_count = 3;
+            s->rules.kick_ban_ms = 600000;
+            s->rules.rocket.countdown_ms = 60000;
+            s->rules.rocket.nthresholds = 2;
+            s->rules.rocket.thresholds[0] = 10;
+            s->rules.rocket.thresholds[1] = 50;
+        }
+        a = cap == 2 ? room_state_to_json(s) : room_state_to_json_capped(s, cap);
+        if (k >= 2)
+            assert_non_null(strstr(a, "\"rules\":{\"countdown_ms\":60000,"));
+        j = json_loads(a, 0, NULL);
+        assert_non_null(j);
+        b = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+        assert_string_equal(a, b);
+        json_decref(j);
+        free(a);
+        free(b);
+    }
     assert_int_equal(room_state_from_json("{\"app_code\":1}", &t), ROOMD_EINVAL);
     assert_null(t);
     assert_int_equal(room_state_from_json("not json", &t), ROOMD_EINVAL);

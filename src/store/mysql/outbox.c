@@ -51,7 +51,8 @@ static const struct mys_sql SQL_STATUS_OF = {S_STATUS_OF,
 static const struct mys_sql SQL_COUNTS = {
     S_COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status"};
 static const struct mys_sql SQL_OLDEST = {
-    S_OLDEST, "SELECT MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"};
+    S_OLDEST, "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
+              " GROUP BY sinks_done"};
 static const struct mys_sql SQL_PURGE = {
     S_PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
              " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?"};
@@ -381,10 +382,10 @@ counts_fn(struct conn *c, void *arg)
     if (rc < 0)
         goto out;
     mys_rows_done(&r);
-    if ((rc = mys_st_query_one(c, &SQL_OLDEST, &p, &r, "i")) >= 0) {
-        o->oldest_undelivered_ms = rc == 1 ? r_i64(&r, 0) : 0;
-        rc = 0;
-    }
+    if ((rc = mys_st_query(c, &SQL_OLDEST, &p, &r, "ii")) != 0)
+        goto out;
+    while ((rc = mys_st_fetch(c, &r)) == 1)
+        outbox_counts_oldest(o, (uint32_t)r_i64(&r, 0), r_i64(&r, 1));
 out:
     mys_rows_done(&r);
     return rc;

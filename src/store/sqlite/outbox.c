@@ -46,7 +46,8 @@ static const struct sq_sql SQL_STATUS_OF = {ST_STATUS_OF,
 static const struct sq_sql SQL_COUNTS = {
     ST_COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status"};
 static const struct sq_sql SQL_OLDEST = {
-    ST_OLDEST, "SELECT min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"};
+    ST_OLDEST, "SELECT sinks_done, min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
+               " GROUP BY sinks_done"};
 static const struct sq_sql SQL_PURGE = {
     ST_PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
               " WHERE delivered_at_ms IS NOT NULL AND delivered_at_ms < ?1"
@@ -294,11 +295,14 @@ sq_outbox_counts(struct store *st, struct outbox_counts *out)
     }
     if ((q = sq_stmt(c, &SQL_OLDEST)) == NULL)
         goto out;
-    if ((rc = sq_step_one(c, q, "counts oldest")) == 1)
-        out->oldest_undelivered_ms = sqlite3_column_int64(q, 0);
+    while ((step = sqlite3_step(q)) == SQLITE_ROW)
+        outbox_counts_oldest(out, (uint32_t)sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1));
     done(q);
-    if (rc >= 0)
-        rc = sq_run(c, &SQL_COMMIT);
+    if (step != SQLITE_DONE) {
+        rc = sq_fail(c->db, step, "counts oldest");
+        goto out;
+    }
+    rc = sq_run(c, &SQL_COMMIT);
 out:
     sq_reader_put(s, c);
     return rc;

@@ -1,0 +1,63 @@
+#!/bin/sh
+# profile.sh BUILD_DIR STORE CLIENTS [record]: roomd's cost per command, from the kernel's
+# counters rather than the wall clock (which a shared machine makes noisy). Starts roomd
+# (STORE sqlite: a fresh file, synchronous=FULL; mysql: a fresh database on the mariadbd at
+# 127.0.0.1:$ROOMD_MYSQL_PORT), publish_mode mq when nats answers on $ROOMD_NATS_PORT (else
+# direct), drives it with bench_commands http at CLIENTS for BENCH_SECONDS (10) over
+# BENCH_ROOMS (256) rooms under `perf stat -e task-clock,context-switches` and prints roomd's
+# CPU time and context switches per command beside the client's rate and latencies.
+# "record": `perf record -g` (cpu-clock) the load instead and print the top of the report;
+# "switches": the same with the sched:sched_switch tracepoint (where roomd's threads sleep).
+set -eu
+build=${1:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
+store=${2:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
+clients=${3:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
+record=${4:-}
+secs=${BENCH_SECONDS:-10}
+rooms=${BENCH_ROOMS:-256}
+nats_port=${ROOMD_NATS_PORT:-4333}
+mysql_port=${ROOMD_MYSQL_PORT:-3417}
+tmp=$(mktemp -d /tmp/roomd-profile-XXXXXX)
+db="roomd_prof_$$"
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ "$store" = mysql ] && mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "DROP DATABASE IF EXISTS $db" 2>/dev/null; rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+
+case $store in
+sqlite) st="{driver: sqlite, sqlite: {path: \"$tmp/p.db\", synchronous: full}}"; spec="$tmp/p.db" ;;
+mysql)  mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "CREATE DATABASE $db CHARACTER SET utf8mb4"
+        st="{driver: mysql, mysql: {host: 127.0.0.1, port: $mysql_port, user: root, database: $db, pool_size: 8}}"
+        spec="mysql://root@127.0.0.1:$mysql_port/$db" ;;
+*) echo "store: sqlite or mysql" >&2; exit 2 ;;
+esac
+mode=direct
+answers "$nats_port" && mode=mq
+start_roomd prof "$st" $mode
+
+# the rooms are created (untimed) before the load: wait for that, then count the load only
+"$build/bench_commands" http "http://127.0.0.1:$port" "$clients" "$rooms" "$secs" "$spec" >"$tmp/load" &
+load=$!
+while ! grep -q "create-bench-$((rooms - 1))" "$tmp/roomd-prof.log" 2>/dev/null; do
+    kill -0 $load 2>/dev/null || { echo "bench_commands ended early:" >&2; cat "$tmp/load" >&2; exit 1; }
+    sleep 0.05
+done
+if [ -n "$record" ]; then
+    event=cpu-clock
+    [ "$record" = switches ] && event=sched:sched_switch
+    perf record ${PERF_RECORD_OPTS:--g} -e "$event" -p "$pid" -o "$tmp/perf.data" -- sleep "$((secs - 1))" 2>/dev/null
+else
+    perf stat -e task-clock,context-switches -p "$pid" -x, -o "$tmp/stat" -- sleep "$((secs - 1))"
+fi
+wait $load
+cat "$tmp/load"
+ops=$(sed -n 's/.* ops=\([0-9]*\) .*/\1/p' "$tmp/load" | head -1)
+if [ -n "$record" ]; then
+    perf report -i "$tmp/perf.data" ${PERF_SORT:---no-children --sort dso,symbol} --stdio ${PERF_REPORT_OPTS:-} 2>/dev/null | grep -v '^#' | grep -v '^$' | head -${PERF_LINES:-60}
+else
+    # perf ran secs-1 of the secs seconds: scale the commands to its window
+    awk -F, -v ops="$ops" -v secs="$secs" '
+        $3 == "task-clock" { cpu = $1 }            # ms
+        $3 == "context-switches" { cs = $1 }
+        END { n = ops * (secs - 1) / secs
+              printf "roomd per command: %.0f us CPU, %.1f context switches (%d commands in the window)\n", cpu * 1000 / n, cs / n, n }' "$tmp/stat"
+fi

@@ -1,0 +1,43 @@
+/*
+ * admin/internal.h: what the files of src/admin share (not for other
+ * modules): the handle and the reply helpers of admin.c, used by dlq.c.
+ */
+#ifndef ROOMD_ADMIN_INTERNAL_H
+#define ROOMD_ADMIN_INTERNAL_H
+
+#include "admin/admin.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct conf;
+struct admin_store;
+struct outbox;
+struct outbox_row;
+struct bus;
+
+struct admin {
+    const struct conf *conf;
+    struct admin_store *store;
+    struct outbox *outbox;
+    bool readonly;
+    uint32_t sinks;  /* SINK_BIT_* of the publish mode's sinks */
+    struct bus *bus; /* the consumer groups' dead letters; NULL: rocketmq off */
+};
+
+/* 200 with o (reference taken). */
+void admin_reply_ok(struct admin_reply *r, json_t *o);
+/* status with {"error":{"code","message"[,"field"]}}; field may be NULL. */
+void admin_reply_error(struct admin_reply *r, int status, const char *code, const char *field,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* A store failure (rc): 404, 503 when it may pass, else 500; the store's text. */
+void admin_reply_store(struct admin *a, struct admin_reply *r, int rc);
+/* Reads an integer query key in [lo, hi] (dflt when absent); false and a
+ * 400 naming the key in r when it is not one. */
+bool admin_query_int(admin_lookup_fn q, void *ctx, const char *key, int64_t lo, int64_t hi,
+                     int64_t dflt, int64_t *out, struct admin_reply *r);
+/* A row as the API shows it (new reference). */
+json_t *admin_row_json(const struct outbox_row *r);
+
+#endif

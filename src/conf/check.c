@@ -1,0 +1,138 @@
+/*
+ * check.c: what `roomd --check-config` checks beyond conf_load's rules: that
+ * what the config names outside itself exists on this machine. Secrets named
+ * by environment variables are set and not empty, files it reads are
+ * readable, directories it writes into exist, and servers are URLs of the
+ * right scheme. Each problem names its key; no secret text is ever printed.
+ */
+#include "conf/conf.h"
+
+#include "core/err.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct problems {
+    char *err;
+    size_t len, used;
+    int n;
+};
+
+static void add(struct problems *p, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+add(struct problems *p, const char *key, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (p->used < p->len) {
+        int w =
+            snprintf(p->err + p->used, p->len - p->used, "%s%s: %s", p->n ? "\n" : "", key, msg);
+        if (w > 0)
+            p->used += (size_t)w;
+    }
+    p->n++;
+}
+
+static int
+unset(const char *s)
+{
+    return s == NULL || *s == '\0';
+}
+
+/* key names an environment variable that must be set and not empty. */
+static void
+need_env(struct problems *p, const char *key, const char *var)
+{
+    const char *v = getenv(var);
+
+    if (v == NULL || *v == '\0')
+        add(p, key, "environment variable %s is %s", var, v == NULL ? "not set" : "empty");
+}
+
+/* key names a file that must be readable. */
+static void
+need_file(struct problems *p, const char *key, const char *path)
+{
+    if (access(path, R_OK) != 0)
+        add(p, key, "cannot read %s: %s", path, strerror(errno));
+}
+
+/* key names a file roomd creates or appends to: its directory must exist and be writable. */
+static void
+need_dir_of(struct problems *p, const char *key, const char *path)
+{
+    char *copy = strdup(path);
+    const char *dir = copy ? dirname(copy) : ".";
+
+    if (access(dir, W_OK) != 0)
+        add(p, key, "directory %s of %s is not writable: %s", dir, path, strerror(errno));
+    free(copy);
+}
+
+/* "scheme://host[:port]..." with one of schemes (NULL-terminated). */
+static int
+url_ok(const char *s, const char *const *schemes)
+{
+    for (int i = 0; schemes[i] != NULL; i++) {
+        size_t n = strlen(schemes[i]);
+        if (strncmp(s, schemes[i], n) == 0 && strncmp(s + n, "://", 3) == 0 && s[n + 3] != '\0' &&
+            s[n + 3] != '/' && s[n + 3] != ':')
+            return 1;
+    }
+    return 0;
+}
+
+int
+conf_check_environment(const struct conf *c, char *err, size_t errlen)
+{
+    static const char *const http_schemes[] = {"https", "http", NULL};
+    static const char *const nats_schemes[] = {"nats", "tls", NULL};
+    struct problems p = {err, errlen, 0, 0};
+
+    if (errlen > 0)
+        err[0] = '\0';
+    if (!unset(c->app.log_file))
+        need_dir_of(&p, "app.log_file", c->app.log_file);
+
+    if (strcmp(c->store.driver, "sqlite") == 0)
+        need_dir_of(&p, "store.sqlite.path", c->store.sqlite.path);
+    if (strcmp(c->store.driver, "mysql") == 0 && !unset(c->store.mysql.password_env))
+        need_env(&p, "store.mysql.password_env", c->store.mysql.password_env);
+
+    if (c->outbox_worker.enabled && c->outbox_worker.log_sink_enabled &&
+        c->outbox_worker.publish_mode != PUBLISH_MQ)
+        need_dir_of(&p, "outbox_worker.log_sink.path", c->outbox_worker.log_sink_path);
+
+    if (c->tencent_im.enabled) {
+        const struct conf_tencent_im *im = &c->tencent_im;
+        if (!url_ok(im->base_url, http_schemes))
+            add(&p, "tencent_im.base_url", "\"%s\" is not an http(s):// URL", im->base_url);
+        if (!unset(im->secret_key_file))
+            need_file(&p, "tencent_im.secret_key_file", im->secret_key_file);
+        else if (unset(im->secret_key_env))
+            add(&p, "tencent_im.secret_key_env",
+                "neither it nor tencent_im.secret_key_file is set");
+        else
+            need_env(&p, "tencent_im.secret_key_env", im->secret_key_env);
+        if (!unset(im->ca_file))
+            need_file(&p, "tencent_im.ca_file", im->ca_file);
+    }
+
+    if (c->rocketmq.enabled)
+        for (int i = 0; i < c->rocketmq.nname_servers; i++)
+            if (!url_ok(c->rocketmq.name_servers[i], nats_schemes))
+                add(&p, "rocketmq.name_servers", "\"%s\" is not a nats:// (or tls://) URL",
+                    c->rocketmq.name_servers[i]);
+    return p.n ? ROOMD_EINVAL : 0;
+}

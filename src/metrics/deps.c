@@ -1,0 +1,95 @@
+/* deps.c: the dependency up gauges (see deps.h). */
+#include "metrics/deps.h"
+
+#include "conf/conf.h"
+#include "core/xmalloc.h"
+#include "metrics/metrics.h"
+#include "outbox/outbox.h"
+#include "publish/bus.h"
+#include "redis/redis_conn.h"
+#include "store/store.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct metrics_deps {
+    const struct conf *conf;
+    struct store *store;
+    struct bus *bus;
+    struct outbox *outbox;
+    bool redis_on;
+    struct redis_conn redis; /* collect runs under the registry lock: one caller */
+    bool registered;
+};
+
+static int
+redis_up(struct metrics_deps *d)
+{
+    const char *ping[] = {"PING"};
+    redisReply *r = redis_conn_cmd(&d->redis, 1, ping);
+    int up = r != NULL && r->type != REDIS_REPLY_ERROR;
+
+    if (r != NULL)
+        freeReplyObject(r);
+    return up;
+}
+
+static void
+line(struct metrics_text *t, const char *dep, int up)
+{
+    char labels[64];
+
+    snprintf(labels, sizeof(labels), "dependency=\"%s\"", dep);
+    metrics_count(t, "roomd_dependency_up", labels, up ? 1 : 0);
+}
+
+static void
+collect(void *arg, struct metrics_text *t)
+{
+    struct metrics_deps *d = arg;
+    struct outbox_counts oc;
+
+    metrics_family(t, "roomd_dependency_up", "gauge",
+                   "1 when roomd reaches the dependency, 0 when not.");
+    line(t, "store", store_outbox_counts(d->store, &oc) == 0);
+    if (d->redis_on)
+        line(t, "redis", redis_up(d));
+    if (d->bus != NULL)
+        line(t, "broker", bus_connected(d->bus));
+    if (d->conf->tencent_im.enabled && d->outbox != NULL)
+        line(t, "im", outbox_sink_up(d->outbox, "tim") != 0);
+    if (d->conf->activity.enabled && d->outbox != NULL)
+        line(t, "activity", outbox_sink_up(d->outbox, "activity") != 0);
+}
+
+struct metrics_deps *
+metrics_deps_open(const struct conf *conf, struct store *store, struct bus *bus,
+                  struct outbox *outbox)
+{
+    struct metrics_deps *d = xcalloc(1, sizeof(*d));
+    char err[256];
+
+    d->conf = conf;
+    d->store = store;
+    d->bus = bus;
+    d->outbox = outbox;
+    d->redis_on =
+        conf->redis.enabled && redis_conn_init(&d->redis, &conf->redis, err, sizeof(err)) == 0;
+    d->registered = metrics_add_collector(collect, d) == 0;
+    return d;
+}
+
+void
+metrics_deps_close(struct metrics_deps *d)
+{
+    if (d == NULL)
+        return;
+    if (d->registered)
+        metrics_remove_collector(collect, d);
+    if (d->redis_on)
+        redis_conn_close(&d->redis);
+    free(d);
+}

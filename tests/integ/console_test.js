@@ -1,0 +1,81 @@
+// console_test.js: drives roomd's web console in headless Chromium (playwright-core and
+// Debian's /usr/bin/chromium), as tests/integ/test_console.py asks: log in with the admin
+// token, filter the dead letters of one room, open a row, replay them behind the dry-run
+// confirmation, wait for the audit entry, save a screenshot. Prints one JSON line with what
+// it saw; exits 1 on any failure.
+'use strict';
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { chromium } = require(path.join(__dirname, '..', 'standins', 'node_modules', 'playwright-core'));
+
+const URL = process.env.CONSOLE_URL;
+const TOKEN = process.env.CONSOLE_TOKEN;
+const ROOM = process.env.CONSOLE_ROOM;
+const EXPECT = Number(process.env.CONSOLE_EXPECT);
+const SHOT = process.env.CONSOLE_SCREENSHOT;
+
+(async () => {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'roomd-chromium-'));
+  const ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+           '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1400, height: 1000 },
+  });
+  const out = {};
+  try {
+    const page = await ctx.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+    await page.goto(URL);
+    // without the token the API refuses: the page says so
+    await page.waitForFunction(() => document.querySelector('#status-line').textContent.includes('unauthenticated'));
+    await page.fill('#token', TOKEN);
+    await page.click('#save-token');
+    await page.waitForSelector('#status-counts tbody tr[data-status="failed"]');
+    out.failed_shown = Number(await page.textContent('#status-counts tbody tr[data-status="failed"] td:nth-child(2)'));
+
+    // filter: the failed rows of one room
+    await page.selectOption('#f-status', 'failed');
+    await page.fill('#f-room', ROOM);
+    await page.click('#apply-filter');
+    await page.waitForFunction((n) => document.querySelectorAll('#rows tbody tr').length === n, EXPECT);
+    const rooms = await page.$$eval('#rows tbody tr td:nth-child(4)', (tds) => tds.map((t) => t.textContent));
+    out.rows = rooms.length;
+    out.rooms_ok = rooms.every((r) => r.endsWith('/' + ROOM));
+
+    // one row in full
+    const first = await page.getAttribute('#rows tbody tr', 'data-event-id');
+    await page.click('#rows tbody tr');
+    await page.waitForFunction((id) => document.querySelector('#detail').textContent.includes(id), first);
+    const detail = JSON.parse(await page.textContent('#detail'));
+    out.detail_status = detail.status;
+    out.detail_event_id = detail.event && detail.event.event_id;
+
+    // bulk replay behind the dry run: the dialog shows the count first
+    await page.click('#replay-btn');
+    await page.waitForSelector('#confirm[open]');
+    out.confirm_count = Number(await page.textContent('#confirm-count'));
+    out.confirm_sample = await page.$$eval('#confirm-sample li', (l) => l.length);
+    await page.click('#confirm-go');
+    await page.waitForFunction(() => document.querySelector('#replay-result').textContent.startsWith('replayed'));
+    out.result = await page.textContent('#replay-result');
+
+    // the audit log shows who replayed what
+    await page.waitForSelector('#audit tbody tr');
+    const cells = await page.$$eval('#audit tbody tr:first-child td', (t) => t.map((x) => x.textContent));
+    out.audit = { id: Number(cells[0]), token: cells[1], action: cells[3], filter: JSON.parse(cells[4]), count: Number(cells[5]), state: cells[6] };
+    await page.click('#audit tbody tr:first-child');
+    await page.waitForFunction(() => document.querySelector('#audit tbody tr:first-child td.ids').textContent.includes('-'));
+    out.audit_ids = (await page.textContent('#audit tbody tr:first-child td.ids')).split('\n').filter(Boolean);
+
+    await page.screenshot({ path: SHOT, fullPage: true });
+    out.page_errors = errors;
+    console.log(JSON.stringify(out));
+  } finally {
+    await ctx.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  }
+})().catch((e) => { console.error(e); process.exit(1); });

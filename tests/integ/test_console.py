@@ -1,0 +1,111 @@
+"""test_console: roomd's web console in headless Chromium (tests/integ/console_test.js,
+playwright-core driving Debian's /usr/bin/chromium), against a real roomd.
+
+roomd first runs with its log sink on /dev/full, so the events of three rooms become dead
+letters; restarted with a working sink (dead letters stay failed), the console is opened on
+the admin listener: without the token the API refuses, with it the overview loads; the page
+filters the failed rows of one room, opens one in full, replays them behind the dry-run
+confirmation (the dialog shows the count), and the audit shows the admin token, the filter,
+the count and the ids. Then: exactly those rows end delivered (each once in the log sink,
+same event_ids), the other rooms' stay failed, and the audit API agrees. The screenshot is
+kept as an artefact (build dir: artifacts/console.png)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+sys.path.insert(0, os.path.dirname(__file__))
+from roomd_test import BUILD, Roomd, listing, run, wait_until  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOKEN = "console-admin-" + uuid.uuid4().hex
+ENV = {"ROOMD_TEST_ADMIN": TOKEN}
+
+
+def need_browser():
+    if listing():
+        return
+    ok = os.path.exists("/usr/bin/chromium") and os.path.isdir(
+        os.path.join(HERE, "..", "standins", "node_modules", "playwright-core")) and \
+        shutil.which("node")
+    if not ok:
+        if os.environ.get("ROOMD_REQUIRE_SERVERS", "") not in ("", "0"):
+            print("FAIL: chromium, node or playwright-core missing (scripts/deps.sh)")
+            sys.exit(1)
+        print("SKIP: chromium, node or playwright-core missing")
+        sys.exit(77)
+
+
+def statuses(rd):
+    st, _, js = rd.admin("GET", "/admin/v1/outbox?limit=500")
+    assert st == 200, (st, js)
+    return {r["event_id"]: (r["room_id"], r["status"]) for r in js["rows"]}
+
+
+def test_console_filter_replay_audit():
+    need_browser()
+    rd = Roomd({"admin": {"token_env": "ROOMD_TEST_ADMIN"},
+                "outbox_worker": {"max_retry_count": 1, "poll_interval": "50ms",
+                                  "log_sink": {"enabled": True, "path": "/dev/full"}}})
+    rd.admin_token = TOKEN
+    rd.start(env=ENV)
+    rooms = [f"cons-{i}-{uuid.uuid4().hex[:4]}" for i in range(3)]
+    for rid in rooms:
+        st, _, js = rd.post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
+                                          "owner_uid": 1, "title": "console"})
+        assert st == 201, (st, js)
+        for u in range(2):
+            st, _, js = rd.post(f"/v1/rooms/{rid}/join", {"command_id": f"j-{rid}-{u}",
+                                                          "uid": 10 + u})
+            assert st == 200, (st, js)
+    wait_until(lambda: all(s == "failed" for _, s in statuses(rd).values())
+               and len(statuses(rd)) == 9, timeout=20, what="9 dead letters")
+    rd.stop()
+    rd.cfg["outbox_worker"]["log_sink"]["path"] = os.path.join(rd.tmp, "events.jsonl")
+    with open(rd.cfg_path, "w") as f:
+        json.dump(rd.cfg, f)
+    rd.start(env=ENV)
+    target = rooms[1]
+    before = statuses(rd)
+    want = sorted(e for e, (room, _) in before.items() if room == target)
+    assert len(want) == 3
+
+    shot_dir = os.path.join(BUILD, "artifacts")
+    os.makedirs(shot_dir, exist_ok=True)
+    shot = os.path.join(shot_dir, "console.png")
+    if os.path.exists(shot):
+        os.remove(shot)
+    p = subprocess.run(["node", os.path.join(HERE, "console_test.js")], capture_output=True,
+                       text=True, timeout=180, env=dict(
+                           os.environ, CONSOLE_URL=f"http://127.0.0.1:{rd.admin_port}/console/",
+                           CONSOLE_TOKEN=TOKEN, CONSOLE_ROOM=target, CONSOLE_EXPECT="3",
+                           CONSOLE_SCREENSHOT=shot))
+    assert p.returncode == 0, p.stdout + p.stderr
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    assert seen["failed_shown"] == 9, seen
+    assert seen["rows"] == 3 and seen["rooms_ok"], seen
+    assert seen["detail_status"] == "failed" and seen["detail_event_id"] in want, seen
+    assert seen["confirm_count"] == 3 and seen["confirm_sample"] == 3, seen
+    assert seen["result"].startswith("replayed 3 rows"), seen
+    a = seen["audit"]
+    assert a["token"] == "admin" and a["action"] == "replay" and a["count"] == 3, a
+    assert a["filter"] == {"status": "failed", "room_id": target} and a["state"] == "done", a
+    assert sorted(seen["audit_ids"]) == want, seen
+    assert seen["page_errors"] == [], seen
+    assert os.path.getsize(shot) > 10000, "screenshot saved"
+
+    # exactly those rows end delivered, once each, under their event_ids
+    wait_until(lambda: all(statuses(rd)[e][1] == "delivered" for e in want), timeout=20,
+               what="the replayed rows delivered")
+    assert sorted(e["event_id"] for e in rd.events()) == want
+    after = statuses(rd)
+    assert all(s == "failed" for e, (room, s) in after.items() if room != target), after
+    st, _, js = rd.admin("GET", f"/admin/v1/audit/{a['id']}")
+    assert st == 200 and sorted(r["event_id"] for r in js["rows"]) == want, js
+    assert rd.stop() == 0
+
+
+if __name__ == "__main__":
+    run([test_console_filter_replay_audit])

@@ -1,0 +1,82 @@
+"""test_dlq_admin: the consumer groups' dead letters through roomctl.
+
+The IM bridge group (in roomd) dead-letters two joins while the IM stand-in answers 502.
+With IM healthy again, `roomctl dlq list` shows both (group, event_id, deliveries, reason),
+`dlq show` decodes one, `dlq replay` sends it back into its group: the group handles it
+(its inbox marks the key done, IM gets the group member), the dead letter leaves the DLQ,
+the replay is audited, and replaying it again is refused (404). The other groups are not
+involved; the outbox is untouched."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
+from roomd_test import Roomd, need, run, wait_until  # noqa: E402
+from roomctl_util import ctl, ctl_json  # noqa: E402
+from test_bus_roomd import (G_IM, NATS_PORT, Events, bus_cfg, cleanup, db_rows,  # noqa: E402
+                            group_db, new_ns)
+from bus_util import Nats, js_consumer_idle  # noqa: E402
+from http_util import room_name  # noqa: E402
+
+def test_dlq_list_show_replay():
+    need("127.0.0.1", NATS_PORT, "nats-server")
+    from standins import ImStandin, TEST_SECRET
+    tmp, ns = tempfile.mkdtemp(prefix="dlq-admin-"), new_ns()
+    im = ImStandin(tmp).start()
+    r = Roomd(bus_cfg(tmp, ns, extra={
+        "tencent_im": im.conf(timeout="1s"),
+        "rocketmq": {"room_outbox": {"tencent_im_consumer_enabled": True}}}), tmp=tmp)
+    r.start(env={"TIM_TEST_SECRET": TEST_SECRET})
+    nc = Nats(NATS_PORT)
+    try:
+        room = room_name()
+        ev = Events(r)
+        ev.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": "dlq"})
+        wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_outbox", G_IM), timeout=20)
+        im.control(http_status={"api": "*", "status": 502, "count": 100000})
+        ev.do(f"/v1/rooms/{room}/join", {"uid": 5})
+        ev.do(f"/v1/rooms/{room}/join", {"uid": 6})
+        failing = ev.ids()[1:]
+        cfg = r.cfg_path
+        msgs = wait_until(lambda: (lambda m: m if len(m) == 2 else None)(
+            ctl_json(cfg, "dlq", "list")["messages"]), timeout=30, what="two dead letters")
+        assert {m["event_id"] for m in msgs} == set(failing), msgs
+        assert all(m["group"] == G_IM and m["deliveries"] == 3 for m in msgs), msgs
+        assert all(m["event_type"] == "RoomUserJoined" and m["reason"] for m in msgs), msgs
+        rc, out, err = ctl(cfg, "dlq", "list", "--group", G_IM)
+        assert rc == 0 and out.splitlines()[0].split()[:3] == ["SEQ", "GROUP", "EVENT_ID"], out
+        assert ctl_json(cfg, "dlq", "list", "--group", "nobody")["messages"] == []
+
+        one = msgs[0]
+        shown = ctl_json(cfg, "dlq", "show", str(one["seq"]))
+        assert shown["event"]["event_id"] == one["event_id"], shown
+        assert shown["event"]["payload"]["uid"] in (5, 6), shown
+
+        im.control(reset=True)
+        before = len(im.calls())
+        res = ctl_json(cfg, "dlq", "replay", str(one["seq"]))
+        assert res["replayed"] is True and res["audit_id"] > 0, res
+        key = one["event_id"]
+        wait_until(lambda: db_rows(group_db(tmp, G_IM),
+                                   f"SELECT state FROM inbox WHERE key = '{key}'") == [("done",)],
+                   timeout=20, what="the group handled the replayed message")
+        assert len(im.calls()) > before, "IM got the replayed event's call"
+        left = ctl_json(cfg, "dlq", "list")["messages"]
+        assert [m["event_id"] for m in left] == [m["event_id"] for m in msgs[1:]], left
+        rc, out, err = ctl(cfg, "dlq", "replay", str(one["seq"]))
+        assert rc == 1 and "404" in err, (rc, out, err)
+        audit = ctl_json(cfg, "audit", "list")["audits"][0]
+        assert audit["action"] == "dlq_replay" and audit["filter"]["group"] == G_IM, audit
+        assert audit["filter"]["seq"] == one["seq"] and audit["count"] == 1, audit
+        rc, out, err = ctl(cfg, "dlq", "show", "x")
+        assert rc == 2, (rc, out, err)
+    finally:
+        nc.close()
+        r.stop()
+        im.stop()
+        cleanup(ns)
+
+
+if __name__ == "__main__":
+    run([test_dlq_list_show_replay])

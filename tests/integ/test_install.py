@@ -1,0 +1,95 @@
+"""test_install: `make install`'s layout, installed into a DESTDIR from the test build
+(`cmake --install`, the step `make install` runs): the binaries under PREFIX/sbin,
+/etc/roomd/roomd.yaml (kept when an operator edited it), the systemd unit (Type=notify,
+WatchdogSec, paths of this PREFIX), the logrotate file (SIGHUP, no copytruncate) and the
+man pages roomd(8) and roomctl(8) (groff reports no warning). The installed config loads
+and, pointed at writable directories, passes --check-config."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+from roomd_test import BUILD, run
+
+TMP = tempfile.mkdtemp(prefix="roomd-install-")
+
+
+def cache(name):
+    with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return line.split("=", 1)[1].strip()
+    raise AssertionError(f"{name} not in CMakeCache.txt")
+
+
+PREFIX = cache("CMAKE_INSTALL_PREFIX")
+SYSCONF = cache("ROOMD_SYSCONFDIR")
+
+
+def install(destdir):
+    p = subprocess.run(["cmake", "--install", BUILD], env=dict(os.environ, DESTDIR=destdir),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def at(destdir, path):
+    return os.path.join(destdir, path.lstrip("/"))
+
+
+def test_layout_and_files():
+    d = os.path.join(TMP, "root")
+    install(d)
+    for b in ("roomd", "roomctl", "roomd_consumer"):
+        exe = at(d, f"{PREFIX}/sbin/{b}")
+        assert os.access(exe, os.X_OK), exe
+        p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+        assert p.returncode == 0 and p.stdout.startswith(b + " "), p
+    for m in ("roomd.8", "roomctl.8"):
+        page = at(d, f"{PREFIX}/share/man/man8/{m}")
+        p = subprocess.run(["groff", "-man", "-ww", "-z", page], capture_output=True, text=True)
+        assert p.returncode == 0 and p.stderr == "", (m, p.stderr)
+    with open(at(d, f"{PREFIX}/lib/systemd/system/roomd.service")) as f:
+        unit = f.read()
+    assert re.search(r"^Type=notify$", unit, re.M), unit
+    assert re.search(r"^WatchdogSec=\d+", unit, re.M), unit
+    assert f"ExecStart={PREFIX}/sbin/roomd -c {SYSCONF}/roomd/roomd.yaml\n" in unit, unit
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit, unit
+    assert "@" not in unit.replace("$MAINPID", ""), "unsubstituted @VAR@ in the unit"
+    with open(at(d, f"{SYSCONF}/logrotate.d/roomd")) as f:
+        rot = f.read()
+    assert "HUP" in rot and "copytruncate" not in rot.replace("No copytruncate", ""), rot
+
+
+def test_config_loads_and_survives_reinstall():
+    d = os.path.join(TMP, "root2")
+    install(d)
+    cfg = at(d, f"{SYSCONF}/roomd/roomd.yaml")
+    roomd = at(d, f"{PREFIX}/sbin/roomd")
+    with open(cfg) as f:
+        text = f.read()
+    # as shipped it names /var/lib/roomd and /var/log/roomd: only those can be missing here
+    p = subprocess.run([roomd, "--check-config", cfg], capture_output=True, text=True)
+    problems = [x for x in p.stderr.splitlines()[1:] if x]
+    assert all("/var/lib/roomd" in x or "/var/log/roomd" in x for x in problems), p.stderr
+    # pointed at directories that exist it passes
+    for sub in ("lib", "log"):
+        os.makedirs(os.path.join(d, "var", sub, "roomd"), exist_ok=True)
+    local = os.path.join(TMP, "local.yaml")
+    with open(local, "w") as f:
+        f.write(text.replace("/var/", os.path.join(d, "var") + "/"))
+    p = subprocess.run([roomd, "--check-config", local], capture_output=True, text=True)
+    assert p.returncode == 0 and f"{local}: ok" in p.stdout, p.stdout + p.stderr
+    # an operator's edit survives a reinstall
+    with open(cfg, "a") as f:
+        f.write("# edited by the operator\n")
+    out = install(d)
+    assert "Kept:" in out, out
+    with open(cfg) as f:
+        assert f.read().endswith("# edited by the operator\n")
+    shutil.rmtree(d)
+
+
+if __name__ == "__main__":
+    run([test_layout_and_files, test_config_loads_and_survives_reinstall])
