@@ -7,6 +7,7 @@
  */
 #include "http/router.h"
 
+#include "admin/http.h"
 #include "conf/conf.h"
 
 #include <stdio.h>
@@ -83,6 +84,7 @@ router_write_routes(FILE *out)
         if (strcmp(routes[i].method, "GET") == 0)
             fprintf(out, "HEAD %s %s\n", routes[i].pattern, on);
     }
+    admin_http_write_routes(out); /* the admin API and console, on the admin listener */
 }
 
 /* True when a Content-Type value is application/json (any case, any
@@ -103,6 +105,17 @@ is_json(const char *ct)
     while (*ct == ' ' || *ct == '\t')
         ct++;
     return *ct == '\0' || *ct == ';';
+}
+
+bool
+http_write_is_json(const struct http_request *req, struct http_response *resp)
+{
+    if (strcmp(req->method, "POST") != 0 || is_json(req->content_type))
+        return true;
+    http_response_error(resp, 415, "unsupported_media_type",
+                        "Content-Type: a write needs application/json, got %.100s",
+                        req->content_type ? req->content_type : "none");
+    return false;
 }
 
 bool
@@ -320,12 +333,8 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         handle_healthz(d, resp);
         return;
     }
-    if (strcmp(r->method, "POST") == 0 && !is_json(req->content_type)) {
-        http_response_error(resp, 415, "unsupported_media_type",
-                            "Content-Type: a write needs application/json, got %.100s",
-                            req->content_type ? req->content_type : "none");
+    if (!http_write_is_json(req, resp))
         return;
-    }
     if (req->listener == HTTP_PUBLIC && r->on == ON_ADMIN && d->auth != NULL &&
         !auth_mode_none(d->auth)) { /* a forwarded wake-up under jwt: retried, never lost */
         http_response_error(resp, 503, "unavailable",

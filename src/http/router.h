@@ -104,7 +104,8 @@ void router_handle(const struct http_deps *d, const struct http_request *req,
                    struct http_response *resp);
 
 /* Prints the route table, "METHOD /pattern LISTENERS" a line ("POST /v1/rooms/{room_id}/join
- * public", "GET /healthz public,admin"), for docs/openapi.yaml's test (roomd --print-routes).
+ * public", "GET /healthz public,admin"), then the admin API's and console's routes
+ * (admin/http.h), for docs/openapi.yaml's test (roomd --print-routes).
  * Thread: any. */
 void router_write_routes(FILE *out);
 
@@ -141,6 +142,10 @@ void handle_list_rooms(const struct http_deps *d, const struct http_request *req
 void handle_presence(const struct http_deps *d, const struct http_request *req,
                      const struct auth_principal *p, const char *app, const char *uid,
                      struct http_response *resp);
+/* True when a POST req carries Content-Type application/json (any
+ * parameters) or req is no POST; else false with the 415 in resp. Thread:
+ * any; does not block. */
+bool http_write_is_json(const struct http_request *req, struct http_response *resp);
 /* True when req carries what the admin listener needs (the admin token);
  * else false with the 401 in resp (counted). */
 bool http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
