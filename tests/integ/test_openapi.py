@@ -67,6 +67,38 @@ def answer(rd, method, path, body=None, headers=None, raw=None, admin=False):
     return {"method": method, "path": path, "status": st, "content_type": ct, "body": js}
 
 
+def admin_answers(rd, rid):
+    """The admin API and console on the admin listener (docs/admin.md): every route, with
+    a 200 where this roomd can give one (no broker here: the dlq routes answer 404)."""
+    def adm(method, path, body=None, headers=None):
+        return answer(rd, method, path, body, headers=headers, admin=True)
+    a = [adm("GET", "/admin/v1/outbox/summary"),
+         adm("GET", f"/admin/v1/outbox?room_id={rid}&limit=2"),
+         adm("GET", "/admin/v1/outbox?status=lost"),  # 400 naming status
+         adm("GET", "/admin/v1/outbox/no-such-event")]  # 404
+    assert a[1]["status"] == 200 and a[1]["body"]["rows"], a[1]
+    a.append(adm("GET", "/admin/v1/outbox/" + a[1]["body"]["rows"][0]["event_id"]))
+    a.append(adm("POST", "/admin/v1/outbox/replay",
+                 {"filter": {"room_id": rid}, "dry_run": True, "sample": 2}))
+    done = adm("POST", "/admin/v1/outbox/replay", {"filter": {"room_id": rid}})  # 0 failed rows
+    assert done["status"] == 200 and done["body"]["replayed"] == 0, done
+    a.append(done)
+    a.append(adm("POST", "/admin/v1/outbox/replay", {"filter": {"status": "pending"}}))  # 400
+    a.append(adm("POST", "/admin/v1/outbox/replay", {"dry_run": True},
+                 headers={"Content-Type": "text/plain"}))  # 415
+    a.append(adm("GET", "/admin/v1/audit?limit=5"))
+    a.append(adm("GET", f"/admin/v1/audit/{done['body']['audit_id']}"))
+    a.append(adm("GET", "/admin/v1/audit/x"))  # 400 naming id
+    a.append(adm("GET", "/admin/v1/audit/999999"))  # 404
+    for path in ("/admin/v1/dlq", "/admin/v1/dlq/1"):
+        a.append(adm("GET", path))  # 404: rocketmq.enabled is false
+    a.append(adm("POST", "/admin/v1/dlq/1/replay", {}))
+    for path in ("/console", "/console/", "/console/console.js", "/console/console.css",
+                 "/console/nope.js"):
+        a.append(adm("GET", path))
+    return a
+
+
 def test_real_answers_match_the_document():
     rd = Roomd()
     rd.start()
@@ -120,9 +152,11 @@ def test_real_answers_match_the_document():
         for p in ("/healthz", "/readyz"):
             a.append(answer(rd, "GET", p))
         a.append(answer(rd, "GET", "/metrics", admin=True))
+        a += admin_answers(rd, rid)
     finally:
         rd.stop()
     res = check(DOC, a)
+    assert res["valid"] and res["operations"], res["errors"]  # else no answer would be checked
     bad = [(a[r["i"]]["method"], a[r["i"]]["path"], a[r["i"]]["status"], r["errors"])
            for r in res["answers"] if not r["ok"]]
     assert not bad, bad
