@@ -1,9 +1,11 @@
 /*
- * main.c: roomd. Loads and validates the config, opens the modules in
- * dependency order (store -> group commit -> wallet -> lease -> projection ->
- * broker -> sinks -> outbox worker -> room service -> consumers -> HTTP),
- * tells systemd it is ready, serves until SIGINT or SIGTERM (SIGHUP reopens
- * the log files and reloads app.log_level), then closes them in reverse order.
+ * main.c: roomd. Loads and validates the config, binds every listener (HTTP,
+ * admin, gRPC: a port in use fails the start before anything else opened),
+ * opens the modules in dependency order (store -> group commit -> wallet ->
+ * lease -> projection -> broker -> sinks -> outbox worker -> room service ->
+ * consumers), starts serving on the bound listeners, tells systemd it is
+ * ready, serves until SIGINT or SIGTERM (SIGHUP reopens the log files and
+ * reloads app.log_level), then closes them in reverse order.
  *
  *   roomd [-c FILE]                    serve (FILE defaults to ROOMD_DEFAULT_CONFIG)
  *   roomd --check-config FILE          validate FILE and what it names, exit 0/1
@@ -244,6 +246,17 @@ main(int argc, char **argv)
     log_info("main", "starting", "version=%s commit=%s config=%s", roomd_version, roomd_commit,
              path);
 
+    /* every listener bound before anything else opens: a port in use stops the start here,
+     * before any worker, consumer or store write (connections wait in the backlog) */
+    struct http_server *http = NULL;
+    if (http_server_bind(&http, conf, err, sizeof(err)) != 0)
+        fatalx("%s", err);
+    struct rpc_server *rpc = NULL;
+    if (rpc_server_bind(&rpc, conf, err, sizeof(err)) != 0)
+        fatalx("%s", err);
+    log_info("main", "listeners bound", "listen=%s admin_listen=%s grpc_listen=%s",
+             conf->http.listen, conf->admin.listen, conf->grpc.listen ? conf->grpc.listen : "");
+
     struct store *store = open_store(conf, &sigs);
     struct group_commit *gc = NULL;
     if (group_commit_open(&gc, store, conf->store.group_commit_max) != 0)
@@ -357,12 +370,10 @@ main(int argc, char **argv)
     admin_set_bus(admin, bus);
     admin_resume(admin);
     hd.admin = admin;
-    struct http_server *http = NULL;
-    if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
+    if (http_server_start(http, &hd, err, sizeof(err)) != 0)
         fatalx("%s", err);
     /* the gRPC API beside it: the same router behind another transport */
-    struct rpc_server *rpc = NULL;
-    if (rpc_server_open(&rpc, &hd, err, sizeof(err)) != 0)
+    if (rpc_server_start(rpc, &hd, err, sizeof(err)) != 0)
         fatalx("%s", err);
     static const char *const mode_names[] = {"direct", "mq", "dual"};
     log_info("main", "roomd started",

@@ -82,7 +82,8 @@ static const struct method methods[] = {
 #define NCODES 17 /* gRPC status codes 0..16 */
 
 struct rpc_server {
-    const struct http_deps *d;
+    const struct http_deps *d; /* NULL until rpc_server_start */
+    const char *listen;        /* conf->grpc.listen, borrowed */
     grpc_server *server;
     int nworkers;
     struct worker *workers;
@@ -685,9 +686,8 @@ collect(void *arg, struct metrics_text *t)
 }
 
 int
-rpc_server_open(struct rpc_server **out, const struct http_deps *d, char *err, size_t errlen)
+rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, size_t errlen)
 {
-    const struct conf *conf = d->conf;
     struct rpc_server *s;
     grpc_server_credentials *creds;
     grpc_arg args[1];
@@ -699,7 +699,7 @@ rpc_server_open(struct rpc_server **out, const struct http_deps *d, char *err, s
         return 0;
     grpc_init();
     s = xcalloc(1, sizeof(*s));
-    s->d = d;
+    s->listen = conf->grpc.listen;
     s->nworkers = conf->grpc.workers;
     s->workers = xcalloc((size_t)s->nworkers, sizeof(*s->workers));
     memset(args, 0, sizeof(args));
@@ -715,25 +715,33 @@ rpc_server_open(struct rpc_server **out, const struct http_deps *d, char *err, s
         grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
     }
     creds = grpc_insecure_server_credentials_create();
-    port = grpc_server_add_http2_port(s->server, conf->grpc.listen, creds);
+    port = grpc_server_add_http2_port(s->server, conf->grpc.listen, creds); /* binds, listens */
     grpc_server_credentials_release(creds);
     if (port <= 0) {
         snprintf(err, errlen, "grpc.listen %s: cannot bind", conf->grpc.listen);
         rpc_server_close(s);
         return ROOMD_EUNAVAIL;
     }
+    *out = s;
+    return 0;
+}
+
+int
+rpc_server_start(struct rpc_server *s, const struct http_deps *d, char *err, size_t errlen)
+{
+    if (s == NULL)
+        return 0;
+    s->d = d;
     grpc_server_start(s->server);
     for (int i = 0; i < s->nworkers; i++) {
         if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]) != 0) {
             snprintf(err, errlen, "grpc: cannot start worker thread %d", i);
-            rpc_server_close(s);
             return ROOMD_EINTERNAL;
         }
         s->workers[i].started = true;
     }
     s->collecting = metrics_add_collector(collect, s) == 0;
-    log_info("rpc", "gRPC API serving", "listen=%s workers=%d", conf->grpc.listen, s->nworkers);
-    *out = s;
+    log_info("rpc", "gRPC API serving", "listen=%s workers=%d", s->listen, s->nworkers);
     return 0;
 }
 
