@@ -2,7 +2,10 @@
 process serving HTTP and gRPC, called by a real gRPC client (tests/standins/grpc_client.js on
 @grpc/grpc-js, a separate process). Every RPC's happy path, each status code with its details
 (google.rpc.ErrorInfo / BadRequest), idempotent replay across the two transports, the
-idempotency-key and x-app-code metadata, a deadline that passes while a command commits.
+idempotency-key and x-app-code metadata, a deadline that passes while a command commits, and
+the endpoint x caller matrix of test_http_auth over every RPC (the same refused callers, each
+refusal changing nothing; each RPC allowed to its own user or a service token, LaunchRocket to
+the admin token only).
 
 Run: python3 tests/integ/test_grpc.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
 """
@@ -456,6 +459,95 @@ def test_auth_refused_and_allowed():
         rd.stop()
 
 
+def rpcs(rid, owner, uid):
+    """(service, method, request, acting uid or None for a read of any user of the app) of
+    every RPC on room rid, in an order in which each succeeds."""
+    c = hu.cid
+    return [
+        ("RoomService", "JoinRoom", {"command_id": c(), "room_id": rid, "uid": uid}, uid),
+        ("RoomService", "MicUp", {"command_id": c(), "room_id": rid, "uid": uid}, uid),
+        ("RoomService", "MicDown", {"command_id": c(), "room_id": rid, "uid": uid}, uid),
+        ("RoomService", "SendGift", {"command_id": c(), "room_id": rid, "uid": uid,
+                                     "to_uid": owner, "gift_id": "rose", "count": 1,
+                                     "unit_price": 10}, uid),
+        ("RoomService", "GetPresence", {"uid": uid}, uid),
+        ("RoomService", "GetRoom", {"room_id": rid}, None),
+        ("RoomService", "ListRooms", {"limit": 5}, None),
+        ("RoomService", "LeaveRoom", {"command_id": c(), "room_id": rid, "uid": uid}, uid),
+        ("RoomService", "KickUser", {"command_id": c(), "room_id": rid, "operator_uid": owner,
+                                     "uid": uid, "reason": "x"}, owner),
+        ("RoomService", "CloseRoom", {"command_id": c(), "room_id": rid, "operator_uid": owner},
+         owner),
+        ("RoomInternalService", "LaunchRocket", {"command_id": f"~rl-{rid}-1-9", "room_id": rid,
+                                                 "rocket_id": f"{rid}-1-9", "level": 9,
+                                                 "launch_at_ms": 1}, owner),
+    ]
+
+
+def test_auth_matrix_every_rpc():
+    import test_http_auth as ha  # its callers, secret and admin token: one matrix, two transports
+    rd = grpc_roomd(env=ha.ENV, overrides={
+        "auth": {"mode": "jwt", "jwt": {"hs256_secret_env": "ROOMD_TEST_JWT"}},
+        "admin": {"token_env": "ROOMD_TEST_ADMIN"}})
+    try:
+        def md(headers):
+            return {k.lower(): v for k, v in headers.items()}
+        owner, uid = 701, 702
+        service = md(ha.service())
+        rid = hu.room_name("gm")
+        ok(call(rd, "CreateRoom", {"command_id": hu.cid(), "room_id": rid, "owner_uid": owner,
+                                   "title": "t"}, md(ha.tok(owner))), "create")
+        ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": owner},
+                md(ha.tok(owner))), "owner joins")
+
+        def state():
+            room = ok(call(rd, "GetRoom", {"room_id": rid}, service), "state")
+            bal = [rd.http("GET", f"/v1/wallet/{u}", headers=ha.service())[2]["balance"]
+                   for u in (owner, uid)]
+            return room["version"], bal
+        before = state()
+        batch, want = [], []
+        # CreateRoom too: a refused create makes no room
+        rid2 = hu.room_name("gm")
+        todo = [("RoomService", "CreateRoom", {"command_id": hu.cid(), "room_id": rid2,
+                                               "owner_uid": owner, "title": "t"}, owner)]
+        for svc, method, req, acting in todo + rpcs(rid, owner, uid):
+            for cname, h, status in ha.callers(acting or uid):
+                if svc == "RoomInternalService":
+                    if cname == "admin token on public":
+                        continue  # its one allowed caller (below)
+                    status = 401  # any JWT: the internal service takes the admin token only
+                elif cname == "other uid" and acting is None:
+                    continue  # a read of the room: any user of the app may
+                batch.append({"service": svc, "method": method, "request": req,
+                              "metadata": md(h)})
+                want.append((f"{method} / {cname}", status))
+            if svc == "RoomInternalService":
+                for cname, h in (("service token", service), ("owner", md(ha.tok(owner)))):
+                    batch.append({"service": svc, "method": method, "request": req,
+                                  "metadata": h})
+                    want.append((f"{method} / {cname}", 401))
+        for r, (what, status) in zip(calls(rd, batch), want):
+            refused(r, UNAUTHENTICATED if status == 401 else PERMISSION_DENIED,
+                    "unauthenticated" if status == 401 else "forbidden", http_status=status,
+                    what=what)
+        assert len(want) >= 100, len(want)
+        assert state() == before, "a refused call changed something"
+        refused(call(rd, "GetRoom", {"room_id": rid2}, service), NOT_FOUND, what="refused create")
+        # each RPC allowed: the user itself (the owner for its commands), then a service token
+        for svc, method, req, acting in rpcs(rid, owner, uid):
+            if method == "KickUser":  # the target must be in the room
+                ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": uid},
+                        md(ha.tok(uid))), "rejoin")
+            h = {"authorization": "Bearer " + ha.ADMIN} if svc == "RoomInternalService" else \
+                md(ha.tok(acting or uid))
+            ok(call(rd, method, req, h, service=svc), f"{method} as itself")
+            if method in ("GetPresence", "GetRoom", "ListRooms"):
+                ok(call(rd, method, req, service, service=svc), f"{method} as a service")
+    finally:
+        rd.stop()
+
+
 def test_metrics_count_grpc_calls():
     rd = shared()
     before = hu.metrics(rd)
@@ -482,6 +574,7 @@ TESTS = [test_every_rpc, test_list_rooms_pages, test_launch_rocket_internal_serv
          test_other_node_forwards_or_names_the_owner,
          test_replay_across_transports, test_app_code_metadata,
          test_deadline_exceeded_leaves_no_half_done_command, test_auth_refused_and_allowed,
+         test_auth_matrix_every_rpc,
          test_metrics_count_grpc_calls,
          test_zz_stop_is_clean]
 
