@@ -163,7 +163,7 @@ bool http_parse_uid(const char *s, int64_t *out);
 
 /* Registers/removes the /metrics collector of the outbox counts (from the
  * readiness cache), group commit and cells (handlers_ops.c); called by
- * http_server_open/close. */
+ * http_server_start/close. */
 void http_metrics_register(const struct http_deps *d);
 void http_metrics_unregister(const struct http_deps *d);
 

@@ -27,7 +27,7 @@ struct node_health;
 
 /* Borrowed; must outlive the server. projection and gc may be NULL (gc only
  * feeds the group commit counters of /metrics); auth NULL = auth.mode none.
- * ready is the server's own (http_server_open sets it in its copy). */
+ * ready is the server's own (http_server_start sets it in its copy). */
 struct http_deps {
     const struct conf *conf;
     struct room_service *rooms;
