@@ -184,9 +184,10 @@ watchdog(void *arg)
         for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
             if (cn->deadline_ms == 0 || now < cn->deadline_ms || cn->fd < 0)
                 continue;
+            /* counted first: a client that sees the cut may read /metrics at once */
+            atomic_fetch_add(strcmp(cn->phase, "body") == 0 ? &l->cut_body : &l->cut_header, 1);
             shutdown(cn->fd, SHUT_RDWR);
             cn->deadline_ms = 0;
-            atomic_fetch_add(strcmp(cn->phase, "body") == 0 ? &l->cut_body : &l->cut_header, 1);
         }
         pthread_mutex_unlock(&l->mu);
     }
