@@ -4,7 +4,10 @@
  * (already claimed at insert, outbox_handoff_*), or claim a batch (a wake-up
  * after a commit that could not hand off, poll_interval, start-up) -> build
  * each event once (event.c) -> publish to the sinks not yet done (a batch
- * sink once per batch) -> complete the batch, fenced by locked_by.
+ * sink once per batch) -> complete the batch, fenced by locked_by. A batch
+ * whose last sink answers asynchronously stays in the air (struct flight)
+ * while the worker takes and publishes the next one; its completion then
+ * shares the next claim's transaction when a claim comes at once.
  * Outcomes: delivered, retryable with backoff, failed (dead letter).
  * Read top-down; docs/outbox.md; sinks are in publish/, the SQL in store/.
  */
