@@ -86,46 +86,17 @@ read_outbox(const struct rows *r, void *dst)
     o->delivered_at_ms = r_i64(r, 16);
 }
 
-/* The rows a claim or a list read (malloc'd; the caller's once handed on). */
-struct outbox_got {
-    struct outbox_row *rows;
-    size_t n;
-};
-
-/* Reads every row of r into g, dropping what an earlier try of the
- * transaction left there. Returns 0 or the fetch's failure. */
+/* Reads every row of r into a growing array (*rows, *n). */
 static int
-read_outbox_rows(struct conn *c, struct rows *r, struct outbox_got *g)
+read_outbox_rows(struct conn *c, struct rows *r, struct outbox_row **rows, size_t *n)
 {
     size_t cap = 0;
     int rc;
 
-    outbox_rows_free(g->rows, g->n);
-    g->rows = NULL;
-    g->n = 0;
     while ((rc = mys_st_fetch(c, r)) == 1) {
-        g->rows = xgrow(g->rows, g->n, &cap, sizeof(*g->rows));
-        read_outbox(r, &g->rows[g->n++]);
+        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+        read_outbox(r, &(*rows)[(*n)++]);
     }
-    return rc;
-}
-
-/* Runs fn (claim_fn, list_fn: it reads into g, a member of x) under mys_run
- * and hands g's rows to (*rows, *n). Returns 0, or the failure with no rows
- * (freed). Blocks; any thread. */
-static int
-run_listing(struct store *s, mys_txn_fn fn, void *x, struct outbox_got *g, struct outbox_row **rows,
-            size_t *n)
-{
-    int rc = mys_run((struct mstore *)s, fn, x);
-
-    if (rc != 0) {
-        outbox_rows_free(g->rows, g->n);
-        g->rows = NULL;
-        g->n = 0;
-    }
-    *rows = g->rows;
-    *n = g->n;
     return rc;
 }
 
@@ -133,48 +104,66 @@ struct claim_ctx {
     int64_t now, until;
     const char *by;
     int limit;
-    struct outbox_got got;
+    struct outbox_row *rows;
+    size_t n;
 };
 
+/* The claim's statements inside the open transaction: the rows, then their
+ * lock, in one bulk UPDATE. */
 static int
-claim_fn(struct conn *c, void *arg)
+claim_in_tx(struct conn *c, struct claim_ctx *x)
 {
-    struct claim_ctx *x = arg;
-    struct outbox_got *g = &x->got;
     struct params p = {0};
     struct rows r;
     struct bulk k;
     int rc;
 
-    if ((rc = mys_tx_begin(c)) != 0)
-        return rc;
+    outbox_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
     p_i64(&p, x->now);
     p_i64(&p, x->limit);
     if ((rc = mys_st_query(c, &SQL_CLAIM_SELECT, &p, &r, OUTBOX_TYPES)) == 0)
-        rc = read_outbox_rows(c, &r, &x->got);
+        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
     mys_rows_done(&r);
     if (rc != 0)
         return rc;
-    mys_bulk_init(&k, "siiii", g->n);
-    for (size_t i = 0; i < g->n; i++) {
+    mys_bulk_init(&k, "siiii", x->n);
+    for (size_t i = 0; i < x->n; i++) {
         bk_str(&k, 0, i, x->by);
         bk_i64(&k, 1, i, x->until);
         bk_i64(&k, 2, i, x->until);
         bk_i64(&k, 3, i, x->now);
-        bk_i64(&k, 4, i, g->rows[i].id);
+        bk_i64(&k, 4, i, x->rows[i].id);
     }
     rc = mys_st_bulk(c, &SQL_CLAIM_UPDATE, &k, NULL);
     mys_bulk_free(&k);
-    if (rc == 0)
-        rc = mys_tx_commit(c);
-    if (rc != 0)
-        return rc;
-    outbox_rows_sort(g->rows, g->n); /* by id, as SQLite returns them */
-    for (size_t i = 0; i < g->n; i++) {
-        g->rows[i].status = OUTBOX_DELIVERING;
-        g->rows[i].lock_until_ms = x->until;
-        strlcpy_(g->rows[i].locked_by, x->by, sizeof(g->rows[i].locked_by));
+    return rc;
+}
+
+/* The claimed rows as the caller sees them, after the commit. */
+static void
+claimed(struct claim_ctx *x)
+{
+    outbox_rows_sort(x->rows, x->n); /* by id, as SQLite returns them */
+    for (size_t i = 0; i < x->n; i++) {
+        x->rows[i].status = OUTBOX_DELIVERING;
+        x->rows[i].lock_until_ms = x->until;
+        strlcpy_(x->rows[i].locked_by, x->by, sizeof(x->rows[i].locked_by));
     }
+}
+
+static int
+claim_fn(struct conn *c, void *arg)
+{
+    struct claim_ctx *x = arg;
+    int rc;
+
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    if ((rc = claim_in_tx(c, x)) != 0 || (rc = mys_tx_commit(c)) != 0)
+        return rc;
+    claimed(x);
     return 0;
 }
 
@@ -182,11 +171,21 @@ int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, struct outbox_row **rows, size_t *n)
 {
-    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, {NULL, 0}};
+    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, NULL, 0};
+    int rc;
 
     *rows = NULL;
     *n = 0;
-    return limit > 0 ? run_listing(s, claim_fn, &x, &x.got, rows, n) : 0;
+    if (limit <= 0)
+        return 0;
+    rc = mys_run((struct mstore *)s, claim_fn, &x);
+    if (rc != 0) {
+        outbox_rows_free(x.rows, x.n);
+        return rc;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    return 0;
 }
 
 struct complete_ctx {
@@ -225,12 +224,13 @@ fill_complete(struct bulk *k, size_t row, const struct outbox_result *r)
 
 #define COMPLETE_TYPES "siiibiiiis"
 
-/* All outcomes in one array-bound UPDATE when every fence holds (the common
- * case); otherwise again one row at a time to tell which ones were refused. */
+/* The outcomes inside the open transaction: all in one array-bound UPDATE
+ * when every fence holds (the common case); otherwise the transaction is
+ * rolled back and begun again, and they are written one row at a time to
+ * tell which ones were refused. */
 static int
-complete_fn(struct conn *c, void *arg)
+complete_in_tx(struct conn *c, struct complete_ctx *x)
 {
-    struct complete_ctx *x = arg;
     struct bulk k;
     uint64_t aff = 0;
     int rc;
@@ -238,21 +238,17 @@ complete_fn(struct conn *c, void *arg)
     for (size_t i = 0; i < x->n; i++)
         x->res[i].rc = 0;
     if (c->bulk && x->n > 1) {
-        if ((rc = mys_tx_begin(c)) != 0)
-            return rc;
         mys_bulk_init(&k, COMPLETE_TYPES, x->n);
         for (size_t i = 0; i < x->n; i++)
             fill_complete(&k, i, &x->res[i]);
         rc = mys_st_bulk(c, &SQL_COMPLETE, &k, &aff);
         mys_bulk_free(&k);
-        if (rc != 0)
+        if (rc != 0 || aff == x->n)
             return rc;
-        if (aff == x->n)
-            return mys_tx_commit(c);
         mys_tx_rollback(c);
+        if ((rc = mys_tx_begin(c)) != 0)
+            return rc;
     }
-    if ((rc = mys_tx_begin(c)) != 0)
-        return rc;
     for (size_t i = 0; i < x->n; i++) {
         mys_bulk_init(&k, COMPLETE_TYPES, 1);
         fill_complete(&k, 0, &x->res[i]);
@@ -262,6 +258,16 @@ complete_fn(struct conn *c, void *arg)
             return rc;
         x->res[i].rc = aff == 1 ? 0 : ROOMD_ESTALE;
     }
+    return 0;
+}
+
+static int
+complete_fn(struct conn *c, void *arg)
+{
+    int rc;
+
+    if ((rc = mys_tx_begin(c)) != 0 || (rc = complete_in_tx(c, arg)) != 0)
+        return rc;
     return mys_tx_commit(c);
 }
 
@@ -280,11 +286,57 @@ mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
     return rc;
 }
 
+struct complete_claim_ctx {
+    struct complete_ctx done;
+    struct claim_ctx next;
+};
+
+/* Batch k's outcomes and batch k+1's claim, one transaction: one commit
+ * (one redo log fsync) per batch. The completion comes first, so the rows
+ * it hands back (retryable now) may be claimed again at once. */
+static int
+complete_claim_fn(struct conn *c, void *arg)
+{
+    struct complete_claim_ctx *x = arg;
+    int rc;
+
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    if ((x->done.n > 0 && (rc = complete_in_tx(c, &x->done)) != 0) ||
+        (rc = claim_in_tx(c, &x->next)) != 0 || (rc = mys_tx_commit(c)) != 0)
+        return rc;
+    claimed(&x->next);
+    return 0;
+}
+
+int
+mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres, int64_t now_ms,
+                          int64_t lock_until_ms, const char *locked_by, int limit,
+                          struct outbox_row **rows, size_t *n, bool *completed)
+{
+    struct complete_claim_ctx x = {{res, nres}, {now_ms, lock_until_ms, locked_by, limit, NULL, 0}};
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    *completed = false;
+    rc = mys_run((struct mstore *)s, complete_claim_fn, &x);
+    if (rc != 0) {
+        outbox_rows_free(x.next.rows, x.next.n);
+        return rc;
+    }
+    *completed = true;
+    *rows = x.next.rows;
+    *n = x.next.n;
+    return 0;
+}
+
 struct list_ctx {
     int status;
     int64_t after_id;
     int limit;
-    struct outbox_got got;
+    struct outbox_row *rows;
+    size_t n;
 };
 
 static int
@@ -296,6 +348,9 @@ list_fn(struct conn *c, void *arg)
     const struct mys_sql *id = &SQL_LIST_ALL;
     int rc;
 
+    outbox_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
     if (x->status >= 0) {
         id = &SQL_LIST_STATUS;
         const char *name = outbox_status_name((enum outbox_status)x->status);
@@ -306,7 +361,7 @@ list_fn(struct conn *c, void *arg)
     p_i64(&p, x->after_id);
     p_i64(&p, x->limit);
     if ((rc = mys_st_query(c, id, &p, &r, OUTBOX_TYPES)) == 0)
-        rc = read_outbox_rows(c, &r, &x->got);
+        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
     mys_rows_done(&r);
     return rc;
 }
@@ -315,11 +370,21 @@ int
 mys_outbox_list(struct store *s, int status, int64_t after_id, int limit, struct outbox_row **rows,
                 size_t *n)
 {
-    struct list_ctx x = {status, after_id, limit, {NULL, 0}};
+    struct list_ctx x = {status, after_id, limit, NULL, 0};
+    int rc;
 
     *rows = NULL;
     *n = 0;
-    return limit > 0 ? run_listing(s, list_fn, &x, &x.got, rows, n) : 0;
+    if (limit <= 0)
+        return 0;
+    rc = mys_run((struct mstore *)s, list_fn, &x);
+    if (rc != 0) {
+        outbox_rows_free(x.rows, x.n);
+        return rc;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    return 0;
 }
 
 int
