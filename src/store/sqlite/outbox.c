@@ -285,6 +285,24 @@ out:
     return rc;
 }
 
+/* The two transactions back to back: on one writer connection they would
+ * not share anything but the lock hand-off (neither fsyncs). */
+int
+sq_outbox_complete_claim(struct store *st, struct outbox_result *res, size_t nres, int64_t now_ms,
+                         int64_t lock_until_ms, const char *locked_by, int limit,
+                         struct outbox_row **rows, size_t *n, bool *completed)
+{
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    *completed = false;
+    if ((rc = sq_outbox_complete(st, res, nres)) != 0)
+        return rc;
+    *completed = true;
+    return sq_outbox_claim(st, now_ms, lock_until_ms, locked_by, limit, false, rows, n);
+}
+
 int
 sq_outbox_list(struct store *st, int status, int64_t after_id, int limit, struct outbox_row **rows,
                size_t *n)
@@ -402,20 +420,5 @@ out:
 int
 sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t *purged)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = sq_writer_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_PURGE);
-    int rc = ROOMD_EIO;
-
-    *purged = 0;
-    if (q == NULL)
-        goto out;
-    /* One statement is its own short transaction. */
-    sqlite3_bind_int64(q, 1, delivered_before_ms);
-    sqlite3_bind_int(q, 2, limit);
-    if ((rc = sq_step_write(c, q, "purge")) == 0)
-        *purged = (size_t)sqlite3_changes(c->db);
-out:
-    sq_writer_put(s, c);
-    return rc;
+    return sq_purge_rows(st, &SQL_PURGE, delivered_before_ms, limit, purged, "purge");
 }
