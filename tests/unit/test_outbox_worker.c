@@ -964,6 +964,8 @@ test_batch_sink_one_call_per_batch(void **state)
 static void
 test_batch_sink_window(void **state)
 {
+    /* 23 rows of one room, each on its own (per_room would hold 8.. behind 7) */
+    fx.conf->outbox_worker.ordering = ORDERING_NONE;
     fx.conf->outbox_worker.poll_interval_ms = 10000;
     fx.conf->outbox_worker.batch_size = 5;
     fx.conf->outbox_worker.initial_backoff_ms = 2000; /* retryable for >= 1 s */
