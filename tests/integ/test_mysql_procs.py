@@ -537,7 +537,7 @@ def test_broker_order_two_procs():
             cl = Client(rd.port)
             st, _, js = cl.post("/v1/rooms", {"command_id": f"c-{room}", "room_id": room,
                                               "owner_uid": 1, "title": "o"})
-            assert st == 200, (st, js)
+            assert st == 201, (st, js)
             n = 0
             while not stop.is_set() or n < 40:
                 uid = 100 + n % 7
