@@ -298,7 +298,10 @@ process(struct consume_group *g, natsMsg *msg)
     }
     if (!claim(g, msg, key, app, &failures))
         return;
-    if (!g->h.holds && delivered > (uint64_t)g->o.max_reconsume + 1 + CRASH_SLACK) {
+    /* attempts so far: the shared inbox counts them for every node; else
+     * JetStream's delivery count stands in for them */
+    uint64_t attempts = inbox_shared(g->inbox) ? (uint64_t)failures + 1 : delivered;
+    if (!g->h.holds && attempts > (uint64_t)g->o.max_reconsume + 1 + CRASH_SLACK) {
         dead_letter(g, msg, key, seq, delivered, "delivery limit reached without a verdict");
         return;
     }
@@ -353,7 +356,7 @@ process(struct consume_group *g, natsMsg *msg)
     if (inbox_fail(g->inbox, key, m.err, &failures) != 0)
         log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
                  inbox_errmsg(g->inbox));
-    if (!g->h.holds && (uint64_t)failures < delivered)
+    if (!g->h.holds && !inbox_shared(g->inbox) && (uint64_t)failures < delivered)
         failures = (int)delivered; /* AckWait expiries count as failures too */
     if (failures > g->o.max_reconsume) {
         dead_letter(g, msg, key, seq, delivered, *m.err ? m.err : roomd_strerror(rc));
@@ -517,7 +520,9 @@ consume_group_start(struct consume_group **out, struct bus *bus, const struct co
         .store_dir = o->store_dir,
         .store = o->store,
         .owner = o->owner,
-        .claim_ms = o->ack_wait_ms,
+        /* longer than one handle() may take, so a slow effect is never
+         * redone by another node while it still runs */
+        .claim_ms = (h->max_handle_ms > o->ack_wait_ms ? h->max_handle_ms : o->ack_wait_ms) + 1000,
         .schema = h->schema,
     };
     int rc = inbox_open(&g->inbox, &ic, err, errlen);

@@ -26,8 +26,9 @@
  *                      repeating; when failures exceed max_reconsume: dead
  *                      letter
  *   other rc        -> dead letter at once (permanent)
- * A claim expires after AckWait (rocketmq.consumer_ack_wait): a node killed
- * in the handler leaves its message to another node at most that late. An
+ * A claim expires after max(AckWait, the handler's max_handle_ms) + 1 s: a
+ * node killed in the handler leaves its message to another node at most
+ * that late (the takeover counts as a failure). An
  * effect in the inbox's database (consume_tx_*) is exactly once; a remote
  * effect (IM) is at least once and made idempotent by the remote side
  * (Random / MsgRandom derived from the event_id).
@@ -89,6 +90,9 @@ struct consume_handler {
     /* The handler's tables (CREATE TABLE IF NOT EXISTS in both dialects),
      * NULL-terminated; NULL: none. */
     const struct consume_sql *const *schema;
+    /* The longest one handle() may take (its own timeouts); 0: AckWait.
+     * An inbox claim lasts this (or AckWait, the longer) + 1 s. */
+    int64_t max_handle_ms;
     /* Does the group's work for m (see the verdicts above). Runs on the
      * group's thread; may block (bounded by its own timeouts). */
     int (*handle)(void *arg, struct consume_msg *m);

@@ -122,6 +122,12 @@ inbox_tx_rollback(struct consume_inbox *ib)
 }
 
 bool
+inbox_shared(const struct consume_inbox *ib)
+{
+    return ib->shared;
+}
+
+bool
 inbox_in_tx(const struct consume_inbox *ib)
 {
     return ib->in_tx;

@@ -77,7 +77,8 @@ const char *inbox_where(const struct consume_inbox *ib);
 const char *inbox_errmsg(const struct consume_inbox *ib);
 
 enum inbox_claim {
-    INBOX_CLAIMED, /* ours until now + claim_ms; *failures recorded so far */
+    INBOX_CLAIMED, /* ours until now + claim_ms; *failures recorded so far
+                    * (shared: an expired claim taken over counts one) */
     INBOX_SETTLED, /* done or dead already: acknowledge, no effect */
     INBOX_BUSY,    /* another owner's claim runs until *busy_until_ms */
 };
@@ -105,6 +106,9 @@ int inbox_tx_begin(struct consume_inbox *ib, const char *key);
 int inbox_tx_commit_done(struct consume_inbox *ib, const char *key);
 void inbox_tx_rollback(struct consume_inbox *ib);
 bool inbox_in_tx(const struct consume_inbox *ib);
+/* True when failures are counted by the inbox for every node (see
+ * struct consume_inbox). */
+bool inbox_shared(const struct consume_inbox *ib);
 
 /* Runs q with args[0..nargs) (?1..); with out != NULL copies the first
  * column of the first row into out ("" when no row). 0 or ROOMD_EIO /
@@ -136,6 +140,10 @@ struct inbox_ops {
 /* The part of every handle the functions above read. */
 struct consume_inbox {
     const struct inbox_ops *ops;
+    /* Shared by nodes (mysql): failures are counted here for every node, a
+     * claim that expired (its owner died in the effect) counting as one, so
+     * the kit never estimates them from JetStream's delivery count. */
+    bool shared;
     bool in_tx;
     char where[256];
     char errmsg[320];

@@ -366,6 +366,7 @@ my_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, s
         return ROOMD_EINVAL;
     }
     struct my_inbox *m = xcalloc(1, sizeof(*m));
+    m->super.shared = true;
     if (mc->host && mc->host[0] == '/') { /* a unix socket path */
         m->socket = xstrdup(mc->host);
         m->host = xstrdup("localhost");
@@ -438,15 +439,23 @@ my_claim(struct consume_inbox *ib, const char *key, const char *app, enum inbox_
         *res = INBOX_BUSY;
         *busy_until_ms = until;
     } else {
-        if (progress && !mine)
+        /* an expired claim of another owner: that attempt died unfinished */
+        bool crashed = progress && !mine;
+        if (crashed) {
+            (*failures)++;
             log_info("consume", "expired claim taken over",
                      "group=%s key=%s from=%s to=%s failures=%d", m->group, key, owner, m->owner,
                      *failures);
+        }
         *res = INBOX_CLAIMED;
         if ((rc = my_row(m,
-                         "UPDATE consumer_inbox SET state = 'progress', owner = ?4,"
-                         " claim_until_ms = ?6, updated_ms = ?3"
-                         " WHERE group_name = ?1 AND event_id = ?2",
+                         crashed ? "UPDATE consumer_inbox SET state = 'progress', owner = ?4,"
+                                   " claim_until_ms = ?6, updated_ms = ?3,"
+                                   " failures = failures + 1, last_error = 'claim expired'"
+                                   " WHERE group_name = ?1 AND event_id = ?2"
+                                 : "UPDATE consumer_inbox SET state = 'progress', owner = ?4,"
+                                   " claim_until_ms = ?6, updated_ms = ?3"
+                                   " WHERE group_name = ?1 AND event_id = ?2",
                          key, NULL, NULL, NULL)) != 0)
             goto fail;
     }

@@ -146,5 +146,6 @@ consume_notice_handler(struct consume_handler *h, const char *group,
     h->stream = BUS_STREAM_OUTBOX;
     h->schema = schema;
     h->handle = notice_handle;
+    h->max_handle_ms = sender->budget_ms;
     h->arg = (void *)sender;
 }
