@@ -30,7 +30,6 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 
-#include <ctype.h>
 #include <errmsg.h>
 #include <inttypes.h>
 #include <mysql.h>
@@ -68,42 +67,21 @@ struct my_inbox {
 
 #define MY(ib) ((struct my_inbox *)(ib))
 
-/* A growing statement text. */
-struct text {
-    char *p;
-    size_t len, cap;
-};
-
 static void
-t_put(struct text *t, const char *s, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        t->cap = (t->len + n + 1) * 2;
-        t->p = xrealloc(t->p, t->cap);
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = '\0';
-}
-
-static void
-t_arg(struct my_inbox *m, struct text *t, const struct consume_arg *a)
+t_arg(struct my_inbox *m, FILE *t, const struct consume_arg *a)
 {
     if (a->type == 'i') {
-        char b[32];
-        t_put(t, b, (size_t)snprintf(b, sizeof(b), "%" PRId64, a->i));
+        fprintf(t, "%" PRId64, a->i);
         return;
     }
     if (a->s == NULL) {
-        t_put(t, "NULL", 4);
+        fputs("NULL", t);
         return;
     }
     size_t n = strlen(a->s);
-    char *esc = xmalloc(2 * n + 3);
-    esc[0] = '\'';
-    unsigned long k = mysql_real_escape_string(m->db, esc + 1, a->s, (unsigned long)n);
-    esc[k + 1] = '\'';
-    t_put(t, esc, k + 2);
+    char *esc = xmalloc(2 * n + 1);
+    unsigned long k = mysql_real_escape_string(m->db, esc, a->s, (unsigned long)n);
+    fprintf(t, "'%.*s'", (int)k, esc);
     free(esc);
 }
 
@@ -111,18 +89,22 @@ t_arg(struct my_inbox *m, struct text *t, const struct consume_arg *a)
 static char *
 bind_text(struct my_inbox *m, const char *tmpl, const struct consume_arg *args, int nargs)
 {
-    struct text t = {0};
+    char *p = NULL;
+    size_t len = 0;
+    FILE *t = open_memstream(&p, &len);
 
-    t_put(&t, "", 0);
+    if (t == NULL)
+        abort(); /* out of memory, as xmalloc */
     for (const char *c = tmpl; *c; c++) {
-        if (c[0] == '?' && isdigit((unsigned char)c[1]) && c[1] - '1' < nargs && c[1] != '0') {
-            t_arg(m, &t, &args[c[1] - '1']);
+        if (c[0] == '?' && c[1] >= '1' && c[1] <= '9' && c[1] - '1' < nargs) {
+            t_arg(m, t, &args[c[1] - '1']);
             c++;
         } else {
-            t_put(&t, c, 1);
+            fputc(*c, t);
         }
     }
-    return t.p;
+    fclose(t);
+    return p;
 }
 
 static void

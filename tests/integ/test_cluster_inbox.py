@@ -86,13 +86,14 @@ class Load:
             except OSError:
                 time.sleep(0.05)
 
-    def __enter__(self):
+    def run_for(self, script):
+        """Runs the load while script() runs (the faults), then stops it."""
         self.t.start()
-        return self
-
-    def __exit__(self, *a):
-        self.stop.set()
-        self.t.join()
+        try:
+            script()
+        finally:
+            self.stop.set()
+            self.t.join()
 
 
 def settled(cl):
@@ -115,13 +116,16 @@ def effects_once(cl, im):
         rooms.append(room)
     # redeliveries: slow answers past AckWait, 502s, retryable C2C failures
     im.control(slow={"api": "send_group_msg", "ms": 1600, "count": 6})
-    with Load(cl, rooms) as load:
+
+    def faults():
         time.sleep(1.5)
         im.control(http_status={"api": "send_group_msg", "status": 502, "count": 4})
         im.control(fail={"api": "sendmsg", "code": 20004, "count": 2})
         time.sleep(1.5)
         cl.nodes[2].kill()  # mid-stream: its claims in hand expire, others take them over
         time.sleep(4.0)
+    load = Load(cl, rooms)
+    load.run_for(faults)
     time.sleep(3.5)  # rockets ignited at the end launch (3 s countdown)
     n, done = wait_until(lambda: settled(cl), timeout=90, step=0.5,
                          what="every event delivered and done by every group")
