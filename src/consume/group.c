@@ -339,9 +339,15 @@ process(struct consume_group *g, natsMsg *msg)
         return;
     }
     if (rc == 0) {
-        if (!m.done && inbox_done(g->inbox, key) != 0)
-            log_warn("consume", "inbox write failed after the effect",
+        int drc = m.done ? 0 : inbox_done(g->inbox, key);
+        if (drc != 0 && drc != ROOMD_ESTALE) {
+            /* Not recorded: no Ack, so the redelivery finds our claim and
+             * repeats the (idempotent) effect, then records it. */
+            log_warn("consume", "inbox write failed after the effect, again shortly",
                      "group=%s key=%s error=\"%s\"", g->h.group, key, inbox_errmsg(g->inbox));
+            later(g, msg, consume_retry_delay_ms(&g->o, 1), &g->stats.retried);
+            return;
+        }
         if (natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr) != NATS_OK)
             log_warn("consume", "ack failed; the redelivery will be deduplicated",
                      "group=%s key=%s", g->h.group, key);
@@ -548,9 +554,10 @@ consume_group_stop(struct consume_group *g)
         return;
     bg_thread_stop(&g->th);
     log_info("consume", "group stopped",
-             "group=%s handled=%" PRIu64 " duplicates=%" PRIu64 " retried=%" PRIu64
+             "group=%s handled=%" PRIu64 " duplicates=%" PRIu64 " retried=%" PRIu64 " busy=%" PRIu64
              " dead=%" PRIu64,
-             g->h.group, g->stats.handled, g->stats.duplicates, g->stats.retried, g->stats.dead);
+             g->h.group, g->stats.handled, g->stats.duplicates, g->stats.retried, g->stats.busy,
+             g->stats.dead);
     group_free(g);
 }
 

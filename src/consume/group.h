@@ -16,7 +16,9 @@
  *                                 (not a failure)
  * Else the handler runs, and
  *   0               -> inbox done (in the handler's transaction when it used
- *                      consume_tx_*; else right after), then AckSync
+ *                      consume_tx_*; else right after), then AckSync; when
+ *                      "done" cannot be written: no Ack, NakWithDelay (the
+ *                      effect is repeated, so it must be idempotent)
  *   0 + hold_ms > 0 -> claim given back, NakWithDelay(hold_ms): not a
  *                      failure (rocket holds)
  *   ROOMD_ESTALE    -> (consume_tx_begin) the claim expired and was taken
