@@ -265,8 +265,8 @@ claim(struct consume_group *g, natsMsg *msg, const char *key, const char *app, i
          * (it is settled by then, or taken over from a dead node). */
         int64_t d = until - clock_wall_ms() + 100;
         later(g, msg, d < 100 ? 100 : d, &g->stats.busy);
-        log_debug("consume", "claimed by another node", "group=%s key=%s delay_ms=%" PRId64,
-                  g->h.group, key, d);
+        log_info("consume", "claimed by another node, later", "group=%s key=%s delay_ms=%" PRId64,
+                 g->h.group, key, d);
         return false;
     }
     return true;

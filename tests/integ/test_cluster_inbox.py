@@ -172,13 +172,15 @@ def effects_once(cl, im):
         {(r, k) for r, k in launches}), launches
 
     failures = cl.mysql("SELECT group_name, SUM(failures) FROM consumer_inbox GROUP BY group_name")
-    takeovers = sum(len([j for j in r.json_log("expired claim taken over")])
-                    for r in cl.nodes[:2])
+    def logged(msg):
+        return sum(len(r.json_log(msg)) for r in cl.nodes)
+    takeovers, busy = logged("expired claim taken over"), logged("claimed by another node, later")
     print(f"  {load.sent} commands sent, {load.acked} acknowledged, {n} events; "
           f"IM: {len(calls)} send_group_msg calls, {resent} resends discarded by IM's Random, "
           f"{len(msgs)} messages stored; {len(kicks)} C2C notices; "
           f"{sum(want.values())} gifts in {len(want)} rooms, {len(launched)} rockets; "
-          f"failures per group {dict(failures)}, claims taken over {takeovers}")
+          f"failures per group {dict(failures)}; redeliveries that found another node's claim "
+          f"{busy}, claims taken over {takeovers}")
 
 
 def main():
