@@ -255,6 +255,10 @@ typedef int store_outbox_claim_fn(struct store *s, int64_t now_ms, int64_t lock_
                                   const char *locked_by, int limit, struct outbox_row **rows,
                                   size_t *n);
 typedef int store_outbox_complete_fn(struct store *s, struct outbox_result *res, size_t n);
+typedef int store_outbox_complete_claim_fn(struct store *s, struct outbox_result *res, size_t nres,
+                                           int64_t now_ms, int64_t lock_until_ms,
+                                           const char *locked_by, int limit,
+                                           struct outbox_row **rows, size_t *n, bool *completed);
 typedef int store_outbox_list_fn(struct store *s, int status, int64_t after_id, int limit,
                                  struct outbox_row **rows, size_t *n);
 typedef int store_outbox_get_fn(struct store *s, const char *event_id, struct outbox_row *out);
@@ -263,7 +267,7 @@ typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
 typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
                                   size_t *purged);
 typedef int store_command_log_purge_fn(struct store *s, int64_t before_ms, int limit,
-                                      size_t *purged);
+                                       size_t *purged);
 typedef int store_wallet_topup_fn(struct store *s, const char *app, int64_t uid, int64_t amount,
                                   const char *ref_id, int64_t initial_balance,
                                   int64_t *balance_after);
@@ -287,6 +291,7 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(save)                                                                                        \
     X(outbox_claim)                                                                                \
     X(outbox_complete)                                                                             \
+    X(outbox_complete_claim)                                                                       \
     X(outbox_list)                                                                                 \
     X(outbox_get)                                                                                  \
     X(outbox_replay)                                                                               \
@@ -432,6 +437,19 @@ int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
  * ROOMD_ESTALE. Returns 0 when written (check rc), or EUNAVAIL.
  */
 int store_outbox_complete(struct store *s, struct outbox_result *res, size_t n);
+
+/*
+ * A worker's completion of one batch and claim of its next, as
+ * store_outbox_complete(res, nres) then store_outbox_claim(...): MySQL in ONE
+ * transaction (one commit, one fsync per batch instead of two), SQLite as the
+ * two transactions back to back (neither fsyncs). *completed says whether the
+ * outcomes are written (then check each res[i].rc); on an error with
+ * *completed false nothing is written and the caller completes again. 0 and
+ * *rows and *n as store_outbox_claim, or EUNAVAIL. Thread: any; blocks on the store.
+ */
+int store_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres,
+                                int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                                int limit, struct outbox_row **rows, size_t *n, bool *completed);
 
 /* Lists rows with status (or all when status < 0) and id > after_id, by id. */
 int store_outbox_list(struct store *s, int status, int64_t after_id, int limit,
