@@ -33,9 +33,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Members listed in a command response's "room" (GET lists all). */
-#define ROOM_REPLY_MEMBERS_MAX 100
-
 struct room_service {
     struct room_deps d;
     struct cell_map *cells;
@@ -500,8 +497,9 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         obx[i].payload_len = ev.v[i].payload_len;
     }
     /* the snapshot, when due, is written inside the commit (its row's time is
-     * in save_mutation_ms); the response carries the state with the member
-     * list capped, since every response is stored in the log */
+     * in save_mutation_ms); the response carries the room's summary (no
+     * member or ban list), since every response is stored in the log and is
+     * what an idempotent replay answers */
     snapshot_due =
         conf->room.snapshot_every_n > 0 && clone->version % conf->room.snapshot_every_n == 0;
     if (snapshot_due) {
@@ -509,7 +507,7 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         snapshot_json = room_state_to_json(clone);
         tm.snapshot_us = clock_mono_us() - t;
     }
-    state_json = room_state_to_json_capped(clone, ROOM_REPLY_MEMBERS_MAX);
+    state_json = room_state_to_json_summary(clone);
     response = build_response(cmd, clone, obx, ev.n, state_json);
 
     logged_request = room_logged_request(cmd, c->state, clone);
