@@ -31,7 +31,7 @@ app: {log_file: "$tmp/roomd-$name.log", log_level: warn}
 http: {listen: "127.0.0.1:$port", max_connections: 1024, max_connections_per_ip: 0}
 admin: {listen: "127.0.0.1:$admin_port"}
 store: $store
-room: {snapshot_every_n: 50, max_creates_per_minute: 0}
+room: {snapshot_every_n: 50, max_creates_per_minute: 0, max_rooms_per_owner: 0}
 wallet: {initial_balance: 1000000000}
 $sink
 $broker

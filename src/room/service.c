@@ -33,6 +33,11 @@
 #include <string.h>
 #include <time.h>
 
+/* Retry-After of 429 too_many_rooms: a slot frees only when one of the
+ * owner's rooms closes, so no time is right; a minute keeps clients from
+ * hammering. */
+#define ROOM_TOO_MANY_RETRY_S 60
+
 struct room_service {
     struct room_deps d;
     struct cell_map *cells;
@@ -512,6 +517,8 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
 
     logged_request = room_logged_request(cmd, c->state, clone);
     make_mutation(&m, cmd, clone, now, c->lease_token, response);
+    if (m.create)
+        m.max_owner_rooms = conf->room.max_rooms_per_owner;
     m.request = logged_request; /* with "rules" when the room took the configured rules */
     m.events = obx;
     m.nevents = ev.n;
@@ -572,6 +579,15 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
                  (long long)debit.amount, (long long)debit.balance_after);
         fail_reply(reply, &tm, 402, "insufficient_balance", msg);
+        goto out;
+    }
+    if (rc == ROOMD_ELIMIT) { /* the owner's open rooms, counted in the commit */
+        snprintf(msg, sizeof(msg),
+                 "owner_uid %lld already holds room.max_rooms_per_owner (%d) open rooms: close "
+                 "one first",
+                 (long long)cmd->owner_uid, conf->room.max_rooms_per_owner);
+        fail_reply(reply, &tm, 429, "too_many_rooms", msg);
+        reply->retry_after = ROOM_TOO_MANY_RETRY_S;
         goto out;
     }
     if (rc != 0) {

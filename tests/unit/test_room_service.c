@@ -646,6 +646,43 @@ test_rejections(void **state)
     }
 }
 
+/* room.max_rooms_per_owner: a CreateRoom past it is 429 too_many_rooms with
+ * Retry-After, writes nothing, leaves no cell; closing a room frees a slot;
+ * the limit is per owner. */
+static void
+test_max_rooms_per_owner(void **state)
+{
+    struct fx *f = *state;
+    struct room_reply r = {0};
+    size_t rows;
+
+    f->conf->room.max_rooms_per_owner = 2;
+    svc_open(f);
+    create(f, "o1", 5);
+    create(f, "o2", 5);
+    rows = outbox_rows(f);
+    refused(f, CMD_CREATE_ROOM, NULL,
+            "{\"command_id\":\"o3\",\"room_id\":\"o3\",\"owner_uid\":5,\"title\":\"t\"}", 429,
+            "too_many_rooms");
+    assert_int_equal(run(f, CMD_CREATE_ROOM, NULL,
+                         "{\"command_id\":\"o3\",\"room_id\":\"o3\",\"owner_uid\":5,"
+                         "\"title\":\"t\"}",
+                         &r),
+                     429);
+    assert_int_equal(r.retry_after, 60);
+    assert_non_null(strstr(r.body, "room.max_rooms_per_owner (2)"));
+    assert_int_equal(outbox_rows(f), rows);
+    assert_false(logged(f, "o3"));
+    assert_int_equal(room_service_cells(f->svc), 2);
+    room_reply_clear(&r);
+    room_service_get(f->svc, APP, "o3", NULL, &r);
+    assert_int_equal(r.status, 404);
+    create(f, "o4", 6); /* another owner */
+    ok(f, CMD_CLOSE_ROOM, "o1", "{\"command_id\":\"close-o1\",\"operator_uid\":5}");
+    create(f, "o3", 5);
+    room_reply_clear(&r);
+}
+
 static void
 test_idempotency(void **state)
 {
@@ -1345,6 +1382,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_happy_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_rooms_per_owner, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomicity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrency, setup, teardown),
