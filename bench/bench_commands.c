@@ -10,6 +10,9 @@
  *       MariaDB (no password).
  *       BENCH_MIX=gifts: the gift path alone (each client joins its rooms once,
  *       then sends only SendGift, each paid from the embedded wallet).
+ *   bench_commands grpc HOST:PORT CLIENTS ROOMS SECONDS DBFILE
+ *       the same over the gRPC API (proto/room_service.proto), one channel
+ *       per client thread; the same mix, rooms and figures.
  *   bench_commands ceiling URL CLIENTS SECONDS
  *       the HTTP ceiling: the same clients and connections, each request a
  *       GET /healthz (a trivial handler on the same libmicrohttpd server).
@@ -23,9 +26,13 @@
 #include "core/clock.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "room_service.pb-c.h"
+#include "rpc/grpc_peer.h"
+#include "rpc/pbjson.h"
 #include "store/store.h"
 
 #include <curl/curl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -70,22 +77,102 @@ discard(char *p, size_t sz, size_t n, void *arg)
     return sz * n;
 }
 
+/* One client's connection: a keep-alive curl handle or a gRPC channel. */
+struct conn {
+    CURL *curl;
+    struct grpc_peer *peer;
+};
+
+static bool use_grpc;
+
+/* The gRPC method of each verb of the mix ("" = CreateRoom). */
+static const struct {
+    const char *verb, *method;
+    const ProtobufCMessageDescriptor *in;
+} grpc_methods[] = {
+    {"", "/roomd.v1.RoomService/CreateRoom", &roomd__v1__create_room_request__descriptor},
+    {"join", "/roomd.v1.RoomService/JoinRoom", &roomd__v1__join_room_request__descriptor},
+    {"leave", "/roomd.v1.RoomService/LeaveRoom", &roomd__v1__leave_room_request__descriptor},
+    {"mic/up", "/roomd.v1.RoomService/MicUp", &roomd__v1__mic_up_request__descriptor},
+    {"mic/down", "/roomd.v1.RoomService/MicDown", &roomd__v1__mic_down_request__descriptor},
+    {"gifts", "/roomd.v1.RoomService/SendGift", &roomd__v1__send_gift_request__descriptor},
+};
+
+static void
+conn_open(struct conn *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (use_grpc) {
+        char err[256];
+        if (grpc_peer_open(&c->peer, base_url, "bench", err, sizeof(err)) != 0) {
+            fprintf(stderr, "grpc: %s\n", err);
+            exit(1);
+        }
+        return;
+    }
+    c->curl = curl_easy_init();
+    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, 30000L);
+}
+
+static void
+conn_close(struct conn *c)
+{
+    grpc_peer_close(c->peer);
+    if (c->curl != NULL)
+        curl_easy_cleanup(c->curl);
+}
+
+/* The body (JSON) of verb in room as the request message of its RPC. */
 static long
-post(CURL *c, const char *path, const char *body)
+send_grpc(struct conn *c, const char *room, const char *verb, const char *body)
+{
+    json_t *j = json_loads(body, 0, NULL);
+    uint8_t *req;
+    size_t len;
+
+    for (size_t i = 0; i < sizeof(grpc_methods) / sizeof(grpc_methods[0]); i++) {
+        if (strcmp(grpc_methods[i].verb, verb) != 0)
+            continue;
+        json_object_set_new(j, "room_id", json_string(room));
+        req = pbjson_to_wire(j, grpc_methods[i].in, &len);
+        json_decref(j);
+        struct grpc_reply rep;
+        int rc = grpc_peer_call(c->peer, grpc_methods[i].method, req, len, clock_mono_ms() + 30000,
+                                &rep);
+        free(rep.body);
+        free(req);
+        return rc == 0 && rep.status == GRPC_PEER_OK ? 200 : 500;
+    }
+    json_decref(j);
+    return 0;
+}
+
+/* Sends one command (verb "" = create) over the client's transport; returns
+ * the HTTP status (200 for a gRPC OK, 500 for any other status, 0 when no
+ * answer came). */
+static long
+send_cmd(struct conn *c, const char *room, const char *verb, const char *body)
 {
     char url[512];
     long code = 0;
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *h;
 
+    if (use_grpc)
+        return send_grpc(c, room, verb, body);
+    if (verb[0] == '\0')
+        snprintf(url, sizeof(url), "%s/v1/rooms", base_url);
+    else
+        snprintf(url, sizeof(url), "%s/v1/rooms/%s/%s", base_url, room, verb);
+    h = curl_slist_append(NULL, "Content-Type: application/json");
     if (auth_header[0] != '\0') /* ROOMD_BENCH_TOKEN: auth.mode jwt */
         h = curl_slist_append(h, auth_header);
-
-    snprintf(url, sizeof(url), "%s%s", base_url, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_setopt(c->curl, CURLOPT_URL, url);
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, h);
+    if (curl_easy_perform(c->curl) == CURLE_OK)
+        curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(h);
     return code;
 }
@@ -127,13 +214,11 @@ static void *
 client_main(void *arg)
 {
     struct client *cl = arg;
-    CURL *c = curl_easy_init();
-    char path[256], body[512];
+    struct conn c;
+    char room[64], body[512];
     uint64_t seq = 0;
 
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
+    conn_open(&c);
     int my = 0;
     for (int r = cl->id; r < nrooms; r += nclients)
         my++;
@@ -152,16 +237,16 @@ client_main(void *arg)
                 r = cl->id % nrooms;
             p = seq < (uint64_t)my ? "join" : "gifts";
         }
-        long uid = 100000L * nclients + cl->id; /* fresh users for each run */
+        long uid = 1000L * (run_id % 1000000) + cl->id; /* fresh users for each run */
         int n = snprintf(body, sizeof(body), "{\"command_id\":\"b%d-%d-%lu\",\"uid\":%ld", run_id,
                          cl->id, (unsigned long)seq, uid);
         if (strcmp(p, "gifts") == 0)
             n += snprintf(body + n, sizeof(body) - (size_t)n,
                           ",\"to_uid\":%ld,\"gift_id\":\"rose\",\"count\":1,\"unit_price\":1", uid);
         snprintf(body + n, sizeof(body) - (size_t)n, "}");
-        snprintf(path, sizeof(path), "/v1/rooms/bench-%d/%s", r, p);
+        snprintf(room, sizeof(room), "bench-%d", r);
         int64_t t0 = clock_mono_us();
-        long code = post(c, path, body);
+        long code = send_cmd(&c, room, p, body);
         lat_add(&cl->lat, clock_mono_us() - t0);
         if (code == 200)
             atomic_fetch_add(&ok_count, 1);
@@ -169,7 +254,7 @@ client_main(void *arg)
             atomic_fetch_add(&err_count, 1);
         seq++;
     }
-    curl_easy_cleanup(c);
+    conn_close(&c);
     return NULL;
 }
 
@@ -274,9 +359,11 @@ report(const char *what, struct lat *all, double secs)
            p99);
 }
 
+/* bench_commands http|grpc ADDR CLIENTS ROOMS SECONDS DBFILE */
 static int
-run_http(char **argv)
+run_roomd(char **argv)
 {
+    use_grpc = strcmp(argv[1], "grpc") == 0;
     base_url = argv[2];
     run_id = (int)getpid();
     gifts_only = getenv("BENCH_MIX") != NULL && strcmp(getenv("BENCH_MIX"), "gifts") == 0;
@@ -287,26 +374,28 @@ run_http(char **argv)
     if (token != NULL && token[0] != '\0')
         snprintf(auth_header, sizeof(auth_header), "Authorization: Bearer %s", token);
     curl_global_init(CURL_GLOBAL_ALL);
-    /* Create the rooms first (not timed). */
-    CURL *c = curl_easy_init();
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    /* Create the rooms first (not timed; a second run finds them: 409, fine). */
+    struct conn c;
+    conn_open(&c);
     for (int r = 0; r < nrooms; r++) {
-        char body[256];
+        char body[256], room[64];
+        snprintf(room, sizeof(room), "bench-%d", r);
         snprintf(body, sizeof(body),
-                 "{\"command_id\":\"create-bench-%d\",\"room_id\":\"bench-%d\",\"owner_uid\":1,"
+                 "{\"command_id\":\"create-bench-%d\",\"room_id\":\"%s\",\"owner_uid\":1,"
                  "\"title\":\"bench\"}",
-                 r, r);
-        post(c, "/v1/rooms", body);
+                 r, room);
+        send_cmd(&c, room, "", body);
     }
-    curl_easy_cleanup(c);
+    conn_close(&c);
     sample_store = open_store(argv[6]);
     pthread_t sampler;
     pthread_create(&sampler, NULL, sampler_main, NULL);
     struct lat all = {0};
     double secs = run_clients(client_main, &all);
     pthread_join(sampler, NULL);
-    report("roomd", &all, secs);
-    printf("roomd  max_outbox_backlog=%lld rows\n", (long long)max_backlog);
+    const char *what = use_grpc ? "grpc" : "http";
+    report(what, &all, secs);
+    printf("%-6s max_outbox_backlog=%lld rows\n", what, (long long)max_backlog);
     struct outbox_counts oc;
     int64_t wait0 = clock_mono_ms();
     while (store_outbox_counts(sample_store, &oc) == 0 &&
@@ -314,7 +403,7 @@ run_http(char **argv)
         struct timespec w = {0, 50 * 1000000};
         nanosleep(&w, NULL);
     }
-    printf("roomd  outbox drained in %.2fs after the load stopped (delivered=%lld)\n",
+    printf("%-6s outbox drained in %.2fs after the load stopped (delivered=%lld)\n", what,
            (clock_mono_ms() - wait0) / 1000.0, (long long)oc.delivered);
     store_close(sample_store);
     free(all.v);
@@ -411,13 +500,14 @@ run_ceiling(char **argv)
 int
 main(int argc, char **argv)
 {
-    if (argc == 7 && strcmp(argv[1], "http") == 0)
-        return run_http(argv);
+    if (argc == 7 && (strcmp(argv[1], "http") == 0 || strcmp(argv[1], "grpc") == 0))
+        return run_roomd(argv);
     if (argc == 5 && strcmp(argv[1], "raw") == 0)
         return run_raw(argv);
     if (argc == 5 && strcmp(argv[1], "ceiling") == 0)
         return run_ceiling(argv);
     fprintf(stderr, "usage: bench_commands http URL CLIENTS ROOMS SECONDS DBFILE\n"
+                    "       bench_commands grpc HOST:PORT CLIENTS ROOMS SECONDS DBFILE\n"
                     "       bench_commands raw DBFILE CLIENTS SECONDS\n"
                     "       bench_commands ceiling URL CLIENTS SECONDS\n");
     return 2;

@@ -4,14 +4,21 @@ answers() { python3 -c "import socket; socket.create_connection(('127.0.0.1', $1
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
 # roomd NAME STORE_YAML MODE [ROOMD]: writes the config, starts ROOMD ($build/roomd), waits
-# for /healthz. MODE is
-# direct (log sink), mq (JetStream), or jwt-HS256 / jwt-ES256 (direct with auth.mode jwt:
-# bench/jwt_setup.py writes the auth section and $token gets a service token for
-# ROOMD_BENCH_TOKEN). Sets $port, $pid and $token ("" without jwt).
+# for /healthz. MODE is direct (log sink), mq (JetStream), or jwt-HS256 / jwt-ES256 (direct
+# with auth.mode jwt: bench/jwt_setup.py writes the auth section and $token gets a service
+# token for ROOMD_BENCH_TOKEN). Sets $port, $grpc_port (grpc.listen; "" for another ROOMD),
+# $pid and $token ("" without jwt).
 start_roomd() {
     name=$1 store=$2 mode=$3 bin=${4:-$build/roomd}
     port=$(free_port)
     admin_port=$(free_port)
+    # grpc.listen for this build's roomd only (a BENCH_BASELINE build may predate it)
+    grpc_port=""
+    grpc=""
+    if [ "$bin" = "$build/roomd" ]; then
+        grpc_port=$(free_port)
+        grpc="grpc: {listen: \"127.0.0.1:$grpc_port\", workers: 64}"
+    fi
     auth=""
     token=""
     case $mode in
@@ -30,6 +37,7 @@ start_roomd() {
 app: {log_file: "$tmp/roomd-$name.log", log_level: warn}
 http: {listen: "127.0.0.1:$port", max_connections: 1024, max_connections_per_ip: 0}
 admin: {listen: "127.0.0.1:$admin_port"}
+$grpc
 store: $store
 room: {snapshot_every_n: 50, max_creates_per_minute: 0, max_rooms_per_owner: 0}
 wallet: {initial_balance: 1000000000}

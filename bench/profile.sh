@@ -8,11 +8,14 @@
 # CPU time and context switches per command beside the client's rate and latencies.
 # "record": `perf record -g` (cpu-clock) the load instead and print the top of the report;
 # "switches": the same with the sched:sched_switch tracepoint (where roomd's threads sleep).
+# On mysql it also prints the server's statements per command (Questions). PROFILE_ROOMD picks
+# another roomd binary (an A/B run of two builds with the same bench tools).
 set -eu
 build=${1:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
 store=${2:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
 clients=${3:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
 record=${4:-}
+kind=$store # lib.sh start_roomd sets $store (its YAML)
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
 nats_port=${ROOMD_NATS_PORT:-4333}
@@ -20,8 +23,11 @@ mysql_port=${ROOMD_MYSQL_PORT:-3417}
 tmp=$(mktemp -d /tmp/roomd-profile-XXXXXX)
 db="roomd_prof_$$"
 pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ "$store" = mysql ] && mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "DROP DATABASE IF EXISTS $db" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ "$kind" = mysql ] && mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "DROP DATABASE IF EXISTS $db" 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
+# the server's statement counter (SHOW GLOBAL STATUS Questions: every statement a client sent,
+# a prepared statement's execution included)
+questions() { mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -N -B -e "SHOW GLOBAL STATUS LIKE 'Questions'" | cut -f2; }
 
 case $store in
 sqlite) st="{driver: sqlite, sqlite: {path: \"$tmp/p.db\", synchronous: full}}"; spec="$tmp/p.db" ;;
@@ -32,12 +38,12 @@ mysql)  mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "CREATE DATA
 esac
 mode=direct
 answers "$nats_port" && mode=mq
-start_roomd prof "$st" $mode
+start_roomd prof "$st" $mode "${PROFILE_ROOMD:-$build/roomd}"
 
 # the rooms are created (untimed) before the load: wait for that, then count the load only
 "$build/bench_commands" http "http://127.0.0.1:$port" "$clients" "$rooms" "$secs" "$spec" >"$tmp/load" &
 load=$!
-while ! grep -q "create-bench-$((rooms - 1))" "$tmp/roomd-prof.log" 2>/dev/null; do
+while ! curl -sf "http://127.0.0.1:$port/v1/rooms/bench-$((rooms - 1))" >/dev/null 2>&1; do
     kill -0 $load 2>/dev/null || { echo "bench_commands ended early:" >&2; cat "$tmp/load" >&2; exit 1; }
     sleep 0.05
 done
@@ -46,7 +52,9 @@ if [ -n "$record" ]; then
     [ "$record" = switches ] && event=sched:sched_switch
     perf record ${PERF_RECORD_OPTS:--g} -e "$event" -p "$pid" -o "$tmp/perf.data" -- sleep "$((secs - 1))" 2>/dev/null
 else
+    [ "$kind" = mysql ] && q0=$(questions)
     perf stat -e task-clock,context-switches -p "$pid" -x, -o "$tmp/stat" -- sleep "$((secs - 1))"
+    [ "$kind" = mysql ] && q1=$(questions)
 fi
 wait $load
 cat "$tmp/load"
@@ -60,4 +68,9 @@ else
         $3 == "context-switches" { cs = $1 }
         END { n = ops * (secs - 1) / secs
               printf "roomd per command: %.0f us CPU, %.1f context switches (%d commands in the window)\n", cpu * 1000 / n, cs / n, n }' "$tmp/stat"
+    if [ "$kind" = mysql ]; then
+        awk -v q0="$q0" -v q1="$q1" -v ops="$ops" -v secs="$secs" 'BEGIN {
+            n = ops * (secs - 1) / secs
+            printf "MariaDB statements per command: %.2f (Questions, the whole server, in the window)\n", (q1 - q0) / n }'
+    fi
 fi

@@ -3,7 +3,8 @@
 # Figures, not assertions. Every figure is printed beside the baseline it is judged by,
 # measured in the same run, and the ratio, in one table at the end.
 #   SQLite   roomd on a fresh SQLite file (synchronous=FULL, 2 outbox workers) over HTTP at
-#            1 and 64 clients, publish_mode direct (log sink) and, when nats-server answers
+#            1 and 64 clients and over gRPC at 64 (the same mix through the same room
+#            service, issue 15), publish_mode direct (log sink) and, when nats-server answers
 #            on 127.0.0.1:$ROOMD_NATS_PORT, mq (JetStream); the HTTP ceiling (GET /healthz,
 #            the same server); then the raw one-transaction-per-command rate of the same
 #            rows into the same file at 64 threads.
@@ -60,13 +61,17 @@ rate_of() { sed -n "s/^$1 .*: *\([0-9]*\) msg\/s.*/\1/p" "$2" | tail -1; }
 # field NAME FILE: the value of NAME=... on the last line of FILE that has it, units cut.
 field() { sed -n "s/.*[ (]$1=\([0-9.]*\).*/\1/p" "$2" | tail -1; }
 
-# drive NAME DBSPEC [ceiling]: 1 and 64 clients (and the ceiling) against the running roomd
-# (requests carry $token when set; $mix "gifts": SendGift only); output in $tmp/NAME-1,
-# NAME-64, NAME-ceil.
+# drive NAME DBSPEC [ceiling]: 1 and 64 clients over HTTP, 64 over gRPC (this build's roomd
+# without a token only: the gRPC load sends no metadata) and the ceiling against the running roomd (requests
+# carry $token when set; $mix "gifts": SendGift only); output in $tmp/NAME-1, NAME-64,
+# NAME-grpc-64, NAME-ceil.
 drive() {
-    echo "== roomd $1 over HTTP ($rooms rooms, ${secs}s each)"
+    echo "== roomd $1 over HTTP, then gRPC ($rooms rooms, ${secs}s each)"
     BENCH_MIX=${mix:-} ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 1 "$rooms" "$secs" "$2" | tee "$tmp/$1-1"
     BENCH_MIX=${mix:-} ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-64"
+    if [ -z "$token" ] && [ -n "$grpc_port" ]; then
+        BENCH_MIX=${mix:-} "$build/bench_commands" grpc "127.0.0.1:$grpc_port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-grpc-64"
+    fi
     if [ "${3:-}" = ceiling ]; then
         echo "== HTTP ceiling: GET /healthz on the same server, 64 clients"
         "$build/bench_commands" ceiling "http://127.0.0.1:$port" 64 "$secs" | tee "$tmp/$1-ceil"
@@ -109,9 +114,11 @@ if want sqlite; then
     "$build/bench_commands" raw "$tmp/direct.db" 64 "$secs" | tee "$tmp/sqlite-raw"
     raw=$(field rate "$tmp/sqlite-raw")
     row "SQLite direct, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/direct-64")" "raw store_save, 64 threads" "$raw"
+    row "SQLite direct, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/direct-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/direct-64")"
     if [ $nats = yes ]; then
         row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "raw store_save, 64 threads" "$raw"
         row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mq-ceil")"
+        row "SQLite mq, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mq-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mq-64")"
         row "SQLite mq, 64 clients, p99 (ms)" "$(field p99 "$tmp/mq-64")" "-" "-"
         row "SQLite mq, 1 client, p50 (ms)" "$(field p50 "$tmp/mq-1")" "-" "-"
     fi
@@ -160,6 +167,7 @@ if want mysql && [ $mysql_up = yes ]; then
     row "MariaDB $mode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-64")" "bench_mysql raw, 64 threads" "$raw"
     row "MariaDB $mode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mysql-ceil")"
     row "bench_mysql group commit, store only (cmd/s)" "$group" "bench_mysql raw, 64 threads" "$raw"
+    row "MariaDB $mode, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mysql-64")"
     row "MariaDB $mode, 64 clients, p99 (ms)" "$(field p99 "$tmp/mysql-64")" "-" "-"
     row "MariaDB $mode, 1 client, p50 (ms)" "$(field p50 "$tmp/mysql-1")" "-" "-"
 elif want mysql; then

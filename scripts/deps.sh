@@ -22,9 +22,13 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
 fi
-# gRPC stand-in for the activity service (tests only).
+# Test tooling (tests only): the gRPC stand-in and client, the OpenAPI validator, playwright-core
+# (the console test in headless Chromium); the versions pinned by tests/standins/package-lock.json.
 here=$(cd "$(dirname "$0")/.." && pwd)
-if [ -f "$here/tests/standins/package.json" ] && { [ ! -d "$here/tests/standins/node_modules/@grpc/grpc-js" ] || [ ! -d "$here/tests/standins/node_modules/playwright-core" ]; }; then
-    (cd "$here/tests/standins" && npm install --no-audit --no-fund --silent)
+nm="$here/tests/standins/node_modules"
+if [ -f "$here/tests/standins/package.json" ] && { [ ! -d "$nm/@grpc/grpc-js" ] ||
+    [ ! -d "$nm/protobufjs" ] || [ ! -d "$nm/@seriousme/openapi-schema-validator" ] ||
+    [ ! -d "$nm/playwright-core" ]; }; then
+    (cd "$here/tests/standins" && npm ci --no-audit --no-fund --silent)
 fi
 exit 0

@@ -1,13 +1,16 @@
 /*
- * main.c: roomd. Loads and validates the config, opens the modules in
- * dependency order (store -> group commit -> wallet -> lease -> projection ->
- * broker -> sinks -> outbox worker -> room service -> consumers -> HTTP),
- * tells systemd it is ready, serves until SIGINT or SIGTERM (SIGHUP reopens
- * the log files and reloads app.log_level), then closes them in reverse order.
+ * main.c: roomd. Loads and validates the config, binds every listener (HTTP,
+ * admin, gRPC: a port in use fails the start before anything else opened),
+ * opens the modules in dependency order (store -> group commit -> wallet ->
+ * lease -> projection -> broker -> sinks -> outbox worker -> room service ->
+ * consumers), starts serving on the bound listeners, tells systemd it is
+ * ready, serves until SIGINT or SIGTERM (SIGHUP reopens the log files and
+ * reloads app.log_level), then closes them in reverse order.
  *
  *   roomd [-c FILE]                    serve (FILE defaults to ROOMD_DEFAULT_CONFIG)
  *   roomd --check-config FILE          validate FILE and what it names, exit 0/1
  *   roomd --print-config-doc           print the key reference of docs/conf.md
+ *   roomd --print-routes               print the HTTP routes ("METHOD /path"), one a line
  *   roomd --version | --help           print to stdout, exit 0
  */
 #include "admin/admin.h"
@@ -23,6 +26,7 @@
 #include "core/log.h"
 #include "core/version.h"
 #include "core/xmalloc.h"
+#include "http/router.h"
 #include "http/server.h"
 #include "lease/lease.h"
 #include "metrics/deps.h"
@@ -36,6 +40,7 @@
 #include "publish/sink_wallet.h"
 #include "publish/tim_client.h"
 #include "room/service.h"
+#include "rpc/server.h"
 #include "store/group_commit.h"
 #include "store/store.h"
 #include "wallet/reconcile.h"
@@ -60,15 +65,17 @@ static void usage(FILE *out, int status) __attribute__((noreturn));
 static void
 usage(FILE *out, int status)
 {
-    fprintf(out,
-            "usage: roomd [-c FILE]              serve (default FILE: %s)\n"
-            "       roomd --check-config FILE    validate FILE and what it names; exit 0 or 1\n"
-            "       roomd --print-config-doc     print the config key reference (Markdown)\n"
-            "       roomd --version              print the version\n"
-            "       roomd --help                 print this help\n"
-            "Signals: SIGTERM/SIGINT drain and stop; SIGHUP reopens the log files and reloads\n"
-            "app.log_level. See roomd(8).\n",
-            ROOMD_DEFAULT_CONFIG);
+    fprintf(
+        out,
+        "usage: roomd [-c FILE]              serve (default FILE: %s)\n"
+        "       roomd --check-config FILE    validate FILE and what it names; exit 0 or 1\n"
+        "       roomd --print-config-doc     print the config key reference (Markdown)\n"
+        "       roomd --print-routes         print the HTTP routes (\"METHOD /path\"), one a line\n"
+        "       roomd --version              print the version\n"
+        "       roomd --help                 print this help\n"
+        "Signals: SIGTERM/SIGINT drain and stop; SIGHUP reopens the log files and reloads\n"
+        "app.log_level. See roomd(8).\n",
+        ROOMD_DEFAULT_CONFIG);
     exit(status);
 }
 
@@ -197,6 +204,7 @@ main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'C'},
         {"print-config-doc", no_argument, NULL, 'D'},
+        {"print-routes", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -216,6 +224,9 @@ main(int argc, char **argv)
         case 'D':
             conf_write_doc(stdout);
             return 0;
+        case 'R':
+            router_write_routes(stdout);
+            return 0;
         case 'V':
             printf("roomd %s (commit %s)\n", roomd_version, roomd_commit);
             return 0;
@@ -234,6 +245,17 @@ main(int argc, char **argv)
     daemon_start(conf->app.log_file, conf->app.log_level, &sigs);
     log_info("main", "starting", "version=%s commit=%s config=%s", roomd_version, roomd_commit,
              path);
+
+    /* every listener bound before anything else opens: a port in use stops the start here,
+     * before any worker, consumer or store write (connections wait in the backlog) */
+    struct http_server *http = NULL;
+    if (http_server_bind(&http, conf, err, sizeof(err)) != 0)
+        fatalx("%s", err);
+    struct rpc_server *rpc = NULL;
+    if (rpc_server_bind(&rpc, conf, err, sizeof(err)) != 0)
+        fatalx("%s", err);
+    log_info("main", "listeners bound", "listen=%s admin_listen=%s grpc_listen=%s",
+             conf->http.listen, conf->admin.listen, conf->grpc.listen ? conf->grpc.listen : "");
 
     struct store *store = open_store(conf, &sigs);
     struct group_commit *gc = NULL;
@@ -348,8 +370,10 @@ main(int argc, char **argv)
     admin_set_bus(admin, bus);
     admin_resume(admin);
     hd.admin = admin;
-    struct http_server *http = NULL;
-    if (http_server_open(&http, &hd, err, sizeof(err)) != 0)
+    if (http_server_start(http, &hd, err, sizeof(err)) != 0)
+        fatalx("%s", err);
+    /* the gRPC API beside it: the same router behind another transport */
+    if (rpc_server_start(rpc, &hd, err, sizeof(err)) != 0)
         fatalx("%s", err);
     static const char *const mode_names[] = {"direct", "mq", "dual"};
     log_info("main", "roomd started",
@@ -361,6 +385,7 @@ main(int argc, char **argv)
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);
+    rpc_server_close(rpc);
     http_server_close(http);
     admin_close(admin);
     metrics_deps_close(deps);

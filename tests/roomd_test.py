@@ -219,7 +219,7 @@ def create_and_join(post, rooms, joins, tag):
     for rid in ids:
         st, _, js = post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
                                        "owner_uid": 1, "title": "t"})
-        assert st == 200, (st, js)
+        assert st == 201, (st, js)
     for u in range(joins):
         for rid in ids:
             st, _, js = post(f"/v1/rooms/{rid}/join", {"command_id": f"j-{rid}-{u}", "uid": 100 + u})

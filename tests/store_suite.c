@@ -1057,6 +1057,62 @@ t_fenced_complete(void **state)
     assert_int_equal(store_outbox_get(f->st, "no-such-event", &got), ROOMD_ENOTFOUND);
 }
 
+/* A worker's completion of batch k and claim of batch k+1 in one call (one
+ * transaction on MySQL): the outcomes are written first, so a row handed
+ * back due now is claimed again by the same call; a stale one is refused. */
+static void
+t_complete_claim(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, *next, got;
+    size_t n, nn;
+    bool completed;
+    char first[37];
+
+    create_room(f->st, "a1", "r1", 3, T0);
+    assert_int_equal(store_outbox_claim(f->st, T0, T0 + 100, "A", 2, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    strlcpy_(first, rows[0].event_id, sizeof(first));
+    struct outbox_result res[2] = {
+        {.id = rows[0].id, .locked_by = "A", .status = OUTBOX_DELIVERED, .now_ms = T0 + 10},
+        {.id = rows[1].id,
+         .locked_by = "A",
+         .status = OUTBOX_RETRYABLE,
+         .retry_count = 1,
+         .next_retry_at_ms = T0 + 5,
+         .last_error = "bus: no PubAck",
+         .now_ms = T0 + 10},
+    };
+    assert_int_equal(store_outbox_complete_claim(f->st, res, 2, T0 + 10, T0 + 1000, "A", 10, &next,
+                                                 &nn, &completed),
+                     0);
+    assert_true(completed);
+    assert_int_equal(res[0].rc, 0);
+    assert_int_equal(res[1].rc, 0);
+    /* the retryable row (due at T0 + 5) and the third one, both locked by A again */
+    assert_int_equal(nn, 2);
+    assert_int_equal(next[0].id, rows[1].id);
+    assert_int_equal(next[0].retry_count, 1);
+    assert_int_equal(next[1].status, OUTBOX_DELIVERING);
+    assert_string_equal(next[1].locked_by, "A");
+    assert_int_equal(next[1].lock_until_ms, T0 + 1000);
+    assert_int_equal(store_outbox_get(f->st, first, &got), 0);
+    assert_int_equal(got.status, OUTBOX_DELIVERED);
+    free(got.payload);
+    free(got.last_error);
+    outbox_rows_free(next, nn);
+    /* the delivered row again: refused (ESTALE), nothing else claimable (locked) */
+    res[0].rc = 0;
+    assert_int_equal(store_outbox_complete_claim(f->st, res, 1, T0 + 20, T0 + 1000, "A", 10, &next,
+                                                 &nn, &completed),
+                     0);
+    assert_true(completed);
+    assert_int_equal(res[0].rc, ROOMD_ESTALE);
+    assert_int_equal(nn, 0);
+    outbox_rows_free(next, nn);
+    outbox_rows_free(rows, n);
+}
+
 static void
 t_retry_fields(void **state)
 {
@@ -1636,6 +1692,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_complete_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_retry_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(t_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(t_list, setup, teardown),

@@ -16,31 +16,18 @@ reply(struct admin_http_reply *out, int status, const char *body)
     out->r.body = xstrdup(body);
 }
 
-static bool
-method_is(struct admin_http_reply *out, const char *method, const char *want)
-{
-    if (strcmp(method, want) == 0)
-        return true;
-    out->allow = want;
-    reply(out, 405, "{\"error\":{\"code\":\"method_not_allowed\",\"message\":\"see Allow\"}}");
-    return false;
-}
-
 bool
 admin_http_is_console(const char *path)
 {
     return strcmp(path, "/console") == 0 || strncmp(path, "/console/", 9) == 0;
 }
 
-static bool
-console(const char *method, const char *path, struct admin_http_reply *out)
+/* A console file by name ("" = index.html). */
+static void
+console(const char *name, struct admin_http_reply *out)
 {
-    const char *name = strcmp(path, "/console") == 0 || strcmp(path, "/console/") == 0
-                           ? "index.html"
-                           : path + strlen("/console/");
-
-    if (!method_is(out, method, "GET"))
-        return true;
+    if (*name == '\0')
+        name = "index.html";
     for (const struct admin_console_file *f = admin_console_files; f->name != NULL; f++)
         if (strcmp(f->name, name) == 0) {
             out->r.status = 200;
@@ -48,10 +35,9 @@ console(const char *method, const char *path, struct admin_http_reply *out)
             memcpy(out->r.body, f->data, f->len);
             out->r.body[f->len] = '\0';
             out->content_type = f->type;
-            return true;
+            return;
         }
     reply(out, 404, "{\"error\":{\"code\":\"not_found\",\"message\":\"no such console file\"}}");
-    return true;
 }
 
 /* A positive decimal id, or 0. */
@@ -63,29 +49,138 @@ parse_id(const char *s)
     return *s != '\0' && *end == '\0' && v > 0 ? v : 0;
 }
 
-/* GET dlq/{seq} and POST dlq/{seq}/replay. */
-static void
-dlq(struct admin *a, const char *method, const char *tail, const char *actor,
-    struct admin_http_reply *out)
-{
-    char seqs[32];
-    size_t n = strcspn(tail, "/");
-    const char *after = tail + n;
-    long long seq;
+/* What a route does once matched. */
+enum admin_kind {
+    A_CONSOLE,
+    A_SUMMARY,
+    A_LIST,
+    A_REPLAY,
+    A_SHOW,
+    A_AUDITS,
+    A_AUDIT,
+    A_DLQ_LIST,
+    A_DLQ_SHOW,
+    A_DLQ_REPLAY,
+};
 
-    snprintf(seqs, sizeof(seqs), "%.*s", (int)(n < 31 ? n : 31), tail);
-    if ((seq = parse_id(seqs)) == 0) {
-        reply(out, 400,
-              "{\"error\":{\"code\":\"invalid_argument\",\"field\":\"seq\","
-              "\"message\":\"seq: want a positive integer\"}}");
-    } else if (*after == '\0') {
-        if (method_is(out, method, "GET"))
-            admin_dlq_show(a, (uint64_t)seq, &out->r);
-    } else if (strcmp(after, "/replay") == 0) {
-        if (method_is(out, method, "POST"))
-            admin_dlq_replay(a, actor, (uint64_t)seq, &out->r);
-    } else {
-        reply(out, 404, "{\"error\":{\"code\":\"not_found\",\"message\":\"no such route\"}}");
+/*
+ * The admin listener's own routes: the whole admin API and the console. A
+ * "{name}" segment captures one non-empty segment; a literal path wins over
+ * a pattern (outbox/summary is not outbox/{event_id}). A GET also answers
+ * HEAD. Known path, other method: 405 with Allow.
+ */
+static const struct admin_route {
+    const char *method;
+    const char *pattern;
+    enum admin_kind kind;
+} routes[] = {
+    {"GET", "/console", A_CONSOLE},
+    {"GET", "/console/", A_CONSOLE},
+    {"GET", "/console/{file}", A_CONSOLE},
+    {"GET", API "outbox/summary", A_SUMMARY},
+    {"GET", API "outbox", A_LIST},
+    {"POST", API "outbox/replay", A_REPLAY},
+    {"GET", API "outbox/{event_id}", A_SHOW},
+    {"GET", API "audit", A_AUDITS},
+    {"GET", API "audit/{id}", A_AUDIT},
+    {"GET", API "dlq", A_DLQ_LIST},
+    {"GET", API "dlq/{seq}", A_DLQ_SHOW},
+    {"POST", API "dlq/{seq}/replay", A_DLQ_REPLAY},
+};
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+/* True when path matches pattern; cap gets the captured segment ("" if none). */
+static bool
+match(const char *pattern, const char *path, char *cap, size_t capsz)
+{
+    cap[0] = '\0';
+    while (*pattern != '\0' && *path != '\0') {
+        if (*pattern == '{') {
+            size_t n = strcspn(path, "/");
+            if (n == 0)
+                return false;
+            snprintf(cap, capsz, "%.*s", (int)n, path);
+            pattern += strcspn(pattern, "/");
+            path += n;
+        } else if (*pattern++ != *path++) {
+            return false;
+        }
+    }
+    return *pattern == '\0' && *path == '\0';
+}
+
+/* True when route r answers method: its own, and HEAD where it is GET. */
+static bool
+serves(const struct admin_route *r, const char *method)
+{
+    return strcmp(r->method, method) == 0 ||
+           (strcmp(method, "HEAD") == 0 && strcmp(r->method, "GET") == 0);
+}
+
+/* A captured id segment that must be a positive integer: false and a 400
+ * naming field when it is not. */
+static bool
+id_of(const char *cap, const char *field, long long *id, struct admin_http_reply *out)
+{
+    char body[160];
+
+    if ((*id = parse_id(cap)) != 0)
+        return true;
+    snprintf(body, sizeof(body),
+             "{\"error\":{\"code\":\"invalid_argument\",\"field\":\"%s\","
+             "\"message\":\"%s: want a positive integer\"}}",
+             field, field);
+    reply(out, 400, body);
+    return false;
+}
+
+static void
+dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lookup_fn q,
+         void *ctx, const char *body, size_t len, const char *actor, struct admin_http_reply *out)
+{
+    long long id;
+
+    if (r->kind == A_CONSOLE) {
+        console(cap, out);
+        return;
+    }
+    if (a == NULL) {
+        reply(out, 503, "{\"error\":{\"code\":\"unavailable\",\"message\":\"no admin store\"}}");
+        return;
+    }
+    switch (r->kind) {
+    case A_SUMMARY:
+        admin_summary(a, &out->r);
+        break;
+    case A_LIST:
+        admin_list(a, q, ctx, &out->r);
+        break;
+    case A_REPLAY:
+        admin_replay(a, actor, body, len, NULL, NULL, &out->r);
+        break;
+    case A_SHOW:
+        admin_show(a, cap, &out->r);
+        break;
+    case A_AUDITS:
+        admin_audits(a, q, ctx, &out->r);
+        break;
+    case A_AUDIT:
+        if (id_of(cap, "id", &id, out))
+            admin_audit(a, id, q, ctx, &out->r);
+        break;
+    case A_DLQ_LIST:
+        admin_dlq_list(a, q, ctx, &out->r);
+        break;
+    case A_DLQ_SHOW:
+        if (id_of(cap, "seq", &id, out))
+            admin_dlq_show(a, (uint64_t)id, &out->r);
+        break;
+    case A_DLQ_REPLAY:
+        if (id_of(cap, "seq", &id, out))
+            admin_dlq_replay(a, actor, (uint64_t)id, &out->r);
+        break;
+    case A_CONSOLE:
+        break;
     }
 }
 
@@ -94,46 +189,38 @@ admin_http_route(struct admin *a, const char *method, const char *path, admin_lo
                  void *ctx, const char *body, size_t len, const char *actor,
                  struct admin_http_reply *out)
 {
+    char cap[128];
+
     memset(out, 0, sizeof(*out));
-    if (admin_http_is_console(path))
-        return console(method, path, out);
-    if (strncmp(path, API, strlen(API)) != 0)
-        return false;
-    const char *rest = path + strlen(API);
-    if (a == NULL) {
-        reply(out, 503, "{\"error\":{\"code\":\"unavailable\",\"message\":\"no admin store\"}}");
-        return true;
+    /* literal paths first, then patterns: outbox/summary is not outbox/{event_id} */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < NROUTES; i++) {
+            const struct admin_route *r = &routes[i];
+            if ((strchr(r->pattern, '{') == NULL) != (pass == 0) ||
+                !match(r->pattern, path, cap, sizeof(cap)))
+                continue;
+            if (serves(r, method)) {
+                out->allow = NULL;
+                dispatch(a, r, cap, q, ctx, body, len, actor, out);
+                return true;
+            }
+            out->allow = strcmp(r->method, "GET") == 0 ? "GET, HEAD" : r->method;
+        }
+        if (out->allow != NULL) {
+            reply(out, 405,
+                  "{\"error\":{\"code\":\"method_not_allowed\",\"message\":\"see Allow\"}}");
+            return true;
+        }
     }
-    if (strcmp(rest, "outbox/summary") == 0) {
-        if (method_is(out, method, "GET"))
-            admin_summary(a, &out->r);
-    } else if (strcmp(rest, "outbox") == 0) {
-        if (method_is(out, method, "GET"))
-            admin_list(a, q, ctx, &out->r);
-    } else if (strcmp(rest, "outbox/replay") == 0) {
-        if (method_is(out, method, "POST"))
-            admin_replay(a, actor, body, len, NULL, NULL, &out->r);
-    } else if (strncmp(rest, "outbox/", 7) == 0 && strchr(rest + 7, '/') == NULL) {
-        if (method_is(out, method, "GET"))
-            admin_show(a, rest + 7, &out->r);
-    } else if (strcmp(rest, "audit") == 0) {
-        if (method_is(out, method, "GET"))
-            admin_audits(a, q, ctx, &out->r);
-    } else if (strncmp(rest, "audit/", 6) == 0) {
-        long long id = parse_id(rest + 6);
-        if (id == 0)
-            reply(out, 400,
-                  "{\"error\":{\"code\":\"invalid_argument\",\"field\":\"id\","
-                  "\"message\":\"id: want a positive integer\"}}");
-        else if (method_is(out, method, "GET"))
-            admin_audit(a, id, q, ctx, &out->r);
-    } else if (strcmp(rest, "dlq") == 0) {
-        if (method_is(out, method, "GET"))
-            admin_dlq_list(a, q, ctx, &out->r);
-    } else if (strncmp(rest, "dlq/", 4) == 0) {
-        dlq(a, method, rest + 4, actor, out);
-    } else {
-        return false;
+    return false;
+}
+
+void
+admin_http_write_routes(FILE *out)
+{
+    for (size_t i = 0; i < NROUTES; i++) {
+        fprintf(out, "%s %s admin\n", routes[i].method, routes[i].pattern);
+        if (strcmp(routes[i].method, "GET") == 0)
+            fprintf(out, "HEAD %s admin\n", routes[i].pattern);
     }
-    return true;
 }

@@ -1,7 +1,8 @@
 /*
  * admin/http.h: the admin API and the web console as HTTP routes, for the
  * admin listener (admin.listen; http/router.c calls admin_http_route after
- * it authenticated the admin token). Nothing here knows about MHD.
+ * it authenticated the admin token). Nothing here knows about MHD. Every GET
+ * also answers HEAD (the GET's answer; the server sends no body).
  *
  *   GET  /admin/v1/outbox/summary        admin_summary
  *   GET  /admin/v1/outbox?filter&after&limit   admin_list
@@ -24,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* What admin_http_route answered. */
 struct admin_http_reply {
@@ -33,13 +35,17 @@ struct admin_http_reply {
 };
 
 /* True when path (decoded, without the query) is an admin route or a
- * console file: then out holds the answer (405 with allow for another
- * method). False: not ours, out untouched. A console request needs no
+ * console path: then out holds the answer (405 with allow for another
+ * method; a HEAD gets the GET's). False: not ours, out untouched. A console request needs no
  * admin (a may be NULL: the API then answers 503). actor names the caller
  * in the audit. */
 bool admin_http_route(struct admin *a, const char *method, const char *path, admin_lookup_fn q,
                       void *ctx, const char *body, size_t len, const char *actor,
                       struct admin_http_reply *out);
+
+/* Prints the routes above, "METHOD /pattern admin" a line (a GET also as
+ * HEAD), for roomd --print-routes. Thread: any; does not block. */
+void admin_http_write_routes(FILE *out);
 
 /* True when path is the console's (it is served without a token). */
 bool admin_http_is_console(const char *path);

@@ -120,6 +120,11 @@ const struct key conf_keys[] = {
      .doc = "PEM certificate: HTTPS on admin.listen (with admin.tls.key_file)"},
     {"admin.tls.key_file", K_STR, F(admin.tls_key_file), "", .doc = "PEM private key of it"},
 
+    {"grpc.listen", K_STR, F(grpc.listen), "", HOSTPORT_OPT,
+     .doc = "address the gRPC API (docs/grpc.md) listens on; \"\" = no gRPC API"},
+    {"grpc.workers", K_INT, F(grpc.workers), "64", RANGE(1, 1024),
+     .doc = "threads serving gRPC calls (each call holds one until it answers)"},
+
     {"store.driver", K_STR, F(store.driver), "sqlite", ONE_OF(store_drivers),
      .doc = "the store backend"},
     {"store.sqlite.path", K_STR, F(store.sqlite.path), "./var/roomd.db", NONEMPTY,
@@ -806,6 +811,9 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
         else if (!conf_listen_is_loopback(ad->listen))
             bad(v, "auth.mode", "none needs every listener on loopback; admin.listen is \"%s\"",
                 ad->listen);
+        else if (!empty(c->grpc.listen) && !conf_listen_is_loopback(c->grpc.listen))
+            bad(v, "auth.mode", "none needs every listener on loopback; grpc.listen is \"%s\"",
+                c->grpc.listen);
     }
     not_both(v, "auth.jwt.hs256_secret_env", a->hs256_secret_env, "auth.jwt.hs256_secret_file",
              a->hs256_secret_file);
@@ -823,6 +831,16 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
         bad(v, "admin.token_env",
             "admin.listen \"%s\" is not loopback: set admin.token_env or admin.token_file",
             ad->listen);
+    /* gRPC's RoomInternalService checks the admin token, as admin.listen does */
+    if (empty(ad->token_env) && empty(ad->token_file) && !empty(c->grpc.listen) &&
+        !conf_listen_is_loopback(c->grpc.listen))
+        bad(v, "admin.token_env",
+            "grpc.listen \"%s\" is not loopback: set admin.token_env or admin.token_file "
+            "(RoomInternalService checks it)",
+            c->grpc.listen);
+    if (!empty(c->grpc.listen) &&
+        (strcmp(c->grpc.listen, c->http.listen) == 0 || strcmp(c->grpc.listen, ad->listen) == 0))
+        bad(v, "grpc.listen", "must differ from http.listen and admin.listen");
     pair(v, "http.tls.cert_file", c->http.tls_cert_file, "http.tls.key_file", c->http.tls_key_file);
     pair(v, "admin.tls.cert_file", ad->tls_cert_file, "admin.tls.key_file", ad->tls_key_file);
 }

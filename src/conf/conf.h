@@ -64,6 +64,11 @@ struct conf_admin {
     char *advertise_addr;
 };
 
+struct conf_grpc {
+    char *listen; /* "127.0.0.1:9090"; "" = no gRPC API */
+    int workers;  /* threads serving calls (a call blocks one, as a command an HTTP thread) */
+};
+
 struct conf_sqlite {
     char *path;            /* "./var/roomd.db" */
     bool synchronous_full; /* synchronous: "full" (default, durable) or "normal" (dev) */
@@ -243,6 +248,7 @@ struct conf {
     char *path; /* file it was loaded from */
     struct conf_app app;
     struct conf_http http;
+    struct conf_grpc grpc;
     struct conf_auth auth;
     struct conf_admin admin;
     struct conf_store store;

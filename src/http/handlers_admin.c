@@ -1,8 +1,9 @@
 /*
  * handlers_admin.c: the admin API and the web console on the admin listener
  * (admin/http.h holds the routes): the router calls handle_admin first for
- * every request of admin.listen. API calls need the admin token and are
- * audited under its name; console files need none (they hold no data).
+ * every request of admin.listen. API calls need the admin token (and a POST
+ * Content-Type application/json, else 415) and are audited under its name;
+ * console files need none (they hold no data).
  */
 #include "http/router.h"
 
@@ -26,7 +27,7 @@ handle_admin(const struct http_deps *d, const struct http_request *req, const ch
 
     if (!console && strncmp(path, "/admin/", 7) != 0)
         return false;
-    if (!console && !http_authenticate_admin(d, req, resp))
+    if (!console && (!http_authenticate_admin(d, req, resp) || !http_write_is_json(req, resp)))
         return true;
     /* the admin token is the one caller of this listener: the audit names it "admin" */
     if (!admin_http_route(d->admin, req->method, path, query, (void *)req, req->body, req->body_len,

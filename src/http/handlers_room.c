@@ -75,6 +75,24 @@ reply_to_response(struct room_reply *rr, struct http_response *resp)
     http_response_take(resp, rr->status, body);
 }
 
+/* CreateRoom committed (or replayed): 201 with the room's Location. The
+ * room_id comes from the answer, since a replay of a create without one
+ * answers the id generated the first time. */
+static void
+created(struct room_reply *rr, struct http_response *resp)
+{
+    json_t *j = json_loads(rr->body, 0, NULL);
+    const char *id = json_string_value(json_object_get(j, "room_id"));
+    char loc[160];
+
+    rr->status = 201;
+    if (id != NULL) {
+        snprintf(loc, sizeof(loc), "/v1/rooms/%s", id);
+        http_response_header(resp, "Location", loc);
+    }
+    json_decref(j);
+}
+
 /* The uid a command acts as (auth: a user token may act only as itself);
  * 0 for LaunchRocket (admin listener only). */
 static int64_t
@@ -105,12 +123,18 @@ handle_command(const struct http_deps *d, const struct http_request *req,
     int retry;
     int64_t t0 = clock_mono_us();
     json_t *body = NULL;
+    char *forward_body = NULL;
 
     memset(&cmd, 0, sizeof(cmd));
     memset(&ce, 0, sizeof(ce));
     memset(&rr, 0, sizeof(rr));
     if ((body = parse_body(req, resp)) == NULL)
         goto out;
+    if (req->idempotency_key != NULL &&
+        room_cmd_set_idempotency_key(body, req->idempotency_key, "Idempotency-Key", &ce) != 0) {
+        http_response_field_error(resp, "invalid_argument", ce.field, ce.message);
+        goto out;
+    }
     if (room_cmd_parse_json(type, app, room_id, body, &cmd, &ce) != 0) {
         const char *field = ce.field[0] ? ce.field : "body";
         http_response_field_error(resp, "invalid_argument", field,
@@ -134,9 +158,20 @@ handle_command(const struct http_deps *d, const struct http_request *req,
         goto out;
     }
     struct room_origin o = origin_of(req);
+    if (req->idempotency_key != NULL) {
+        /* forwarded, the owner reads the command_id from the body */
+        forward_body = json_dumps(body, JSON_COMPACT);
+        if (forward_body == NULL)
+            abort();
+        o.body = forward_body;
+        o.body_len = strlen(forward_body);
+    }
     room_service_execute_from(d->rooms, &cmd, &o, &rr);
+    if (type == CMD_CREATE_ROOM && rr.status == 200)
+        created(&rr, resp);
     reply_to_response(&rr, resp);
 out:
+    free(forward_body);
     json_decref(body);
     metrics_command_observe((int)type, resp->status, clock_mono_us() - t0);
     room_reply_clear(&rr);

@@ -7,10 +7,12 @@
  */
 #include "http/router.h"
 
+#include "admin/http.h"
 #include "conf/conf.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* What a route does once matched. */
 enum route_kind {
@@ -62,6 +64,59 @@ static const struct route {
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
 #define SEG_MAX 128
+
+/* True when route r answers method: its own, and HEAD where it is GET. */
+static bool
+serves(const struct route *r, const char *method)
+{
+    return strcmp(r->method, method) == 0 ||
+           (strcmp(method, "HEAD") == 0 && strcmp(r->method, "GET") == 0);
+}
+
+void
+router_write_routes(FILE *out)
+{
+    for (size_t i = 0; i < NROUTES; i++) {
+        const char *on = routes[i].on == ON_BOTH    ? "public,admin"
+                         : routes[i].on == ON_ADMIN ? "admin"
+                                                    : "public";
+        fprintf(out, "%s %s %s\n", routes[i].method, routes[i].pattern, on);
+        if (strcmp(routes[i].method, "GET") == 0)
+            fprintf(out, "HEAD %s %s\n", routes[i].pattern, on);
+    }
+    admin_http_write_routes(out); /* the admin API and console, on the admin listener */
+}
+
+/* True when a Content-Type value is application/json (any case, any
+ * parameters: "application/json; charset=utf-8"). */
+static bool
+is_json(const char *ct)
+{
+    static const char want[] = "application/json";
+    size_t n = sizeof(want) - 1;
+
+    if (ct == NULL)
+        return false;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    if (strncasecmp(ct, want, n) != 0)
+        return false;
+    ct += n;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    return *ct == '\0' || *ct == ';';
+}
+
+bool
+http_write_is_json(const struct http_request *req, struct http_response *resp)
+{
+    if (strcmp(req->method, "POST") != 0 || is_json(req->content_type))
+        return true;
+    http_response_error(resp, 415, "unsupported_media_type",
+                        "Content-Type: a write needs application/json, got %.100s",
+                        req->content_type ? req->content_type : "none");
+    return false;
+}
 
 bool
 http_valid_app_code(const char *s)
@@ -278,6 +333,8 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         handle_healthz(d, resp);
         return;
     }
+    if (!http_write_is_json(req, resp))
+        return;
     if (req->listener == HTTP_PUBLIC && r->on == ON_ADMIN && d->auth != NULL &&
         !auth_mode_none(d->auth)) { /* a forwarded wake-up under jwt: retried, never lost */
         http_response_error(resp, 503, "unavailable",
@@ -376,16 +433,24 @@ router_handle(const struct http_deps *d, const struct http_request *req, struct 
         if (!match(r->pattern, path, cap, &toolong))
             continue;
         if ((r->on & here) == 0 && !forwarded_launch(d, req, r)) {
-            elsewhere = elsewhere || strcmp(r->method, req->method) == 0;
+            elsewhere = elsewhere || serves(r, req->method);
             continue;
         }
-        if (strcmp(r->method, req->method) == 0) {
-            dispatch(d, req, r, cap, toolong, resp);
+        if (serves(r, req->method)) {
+            if (strcmp(req->method, "HEAD") == 0) {
+                /* the GET itself; server.c's libmicrohttpd sends no body for a HEAD */
+                struct http_request get = *req;
+                get.method = "GET";
+                dispatch(d, &get, r, cap, toolong, resp);
+            } else {
+                dispatch(d, req, r, cap, toolong, resp);
+            }
             return;
         }
-        if (strstr(allow, r->method) == NULL)
+        const char *m = strcmp(r->method, "GET") == 0 ? "GET, HEAD" : r->method;
+        if (strstr(allow, m) == NULL)
             snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
-                     allow[0] ? ", " : "", r->method);
+                     allow[0] ? ", " : "", m);
     }
     if (allow[0] != '\0' && !elsewhere) {
         http_response_error(resp, 405, "method_not_allowed", "%s %s: allowed: %s", req->method,

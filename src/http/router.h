@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "auth/auth.h"
 #include "http/server.h"
@@ -31,6 +32,8 @@ struct http_request {
     const char *authorization;   /* Authorization, NULL when absent (passed on when forwarded;
                                   * never logged) */
     const char *forwarded_by;    /* the hop header (cluster/forward.h), NULL when absent */
+    const char *content_type;    /* Content-Type, NULL when absent (a write needs JSON: 415) */
+    const char *idempotency_key; /* Idempotency-Key: a command's command_id; NULL when absent */
     const char *body;            /* NUL-terminated, may be "" */
     size_t body_len;
     http_query_fn query; /* NULL: the request has no query string */
@@ -100,6 +103,12 @@ int http_create_allowed(int per_minute, const char *app, int64_t owner);
 void router_handle(const struct http_deps *d, const struct http_request *req,
                    struct http_response *resp);
 
+/* Prints the route table, "METHOD /pattern LISTENERS" a line ("POST /v1/rooms/{room_id}/join
+ * public", "GET /healthz public,admin"), then the admin API's and console's routes
+ * (admin/http.h), for docs/openapi.yaml's test (roomd --print-routes).
+ * Thread: any. */
+void router_write_routes(FILE *out);
+
 /* True when s is a valid app code ([a-z0-9_-]{1,32}). */
 bool http_valid_app_code(const char *s);
 /* True when s is a valid room_id path segment ([A-Za-z0-9_.:-]{1,63}, not
@@ -133,6 +142,10 @@ void handle_list_rooms(const struct http_deps *d, const struct http_request *req
 void handle_presence(const struct http_deps *d, const struct http_request *req,
                      const struct auth_principal *p, const char *app, const char *uid,
                      struct http_response *resp);
+/* True when a POST req carries Content-Type application/json (any
+ * parameters) or req is no POST; else false with the 415 in resp. Thread:
+ * any; does not block. */
+bool http_write_is_json(const struct http_request *req, struct http_response *resp);
 /* True when req carries what the admin listener needs (the admin token);
  * else false with the 401 in resp (counted). */
 bool http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
@@ -150,7 +163,7 @@ bool http_parse_uid(const char *s, int64_t *out);
 
 /* Registers/removes the /metrics collector of the outbox counts (from the
  * readiness cache), group commit and cells (handlers_ops.c); called by
- * http_server_open/close. */
+ * http_server_start/close. */
 void http_metrics_register(const struct http_deps *d);
 void http_metrics_unregister(const struct http_deps *d);
 

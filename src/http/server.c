@@ -69,10 +69,17 @@ struct conn {
 };
 
 /* One listening daemon. */
+/* What one listener is configured with. */
+struct listener_conf {
+    const char *listen, *key, *cert_file, *key_file, *cert_key, *key_key;
+    int max_connections, per_ip;
+};
+
 struct listener {
     struct http_server *srv;
     enum http_listener which;
-    const char *key; /* "http.listen" | "admin.listen" */
+    struct listener_conf lc; /* lc.key: "http.listen" | "admin.listen" */
+    int fd;                  /* bound by http_server_bind, MHD's once started; -1 = none */
     struct MHD_Daemon *mhd;
     pthread_mutex_t mu; /* conns */
     struct conn *conns;
@@ -88,6 +95,7 @@ struct http_server {
     atomic_int inflight;  /* requests between their headers and completion */
     atomic_bool stopping; /* close began: new requests get 503 + close */
     struct ticker *watchdog;
+    bool started; /* http_server_start succeeded */
 };
 
 /* Per-request state: made by the URI log callback (the raw target), freed
@@ -176,9 +184,10 @@ watchdog(void *arg)
         for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
             if (cn->deadline_ms == 0 || now < cn->deadline_ms || cn->fd < 0)
                 continue;
+            /* counted first: a client that sees the cut may read /metrics at once */
+            atomic_fetch_add(strcmp(cn->phase, "body") == 0 ? &l->cut_body : &l->cut_header, 1);
             shutdown(cn->fd, SHUT_RDWR);
             cn->deadline_ms = 0;
-            atomic_fetch_add(strcmp(cn->phase, "body") == 0 ? &l->cut_body : &l->cut_header, 1);
         }
         pthread_mutex_unlock(&l->mu);
     }
@@ -407,6 +416,9 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .authorization =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .forwarded_by = MHD_lookup_connection_value(c, MHD_HEADER_KIND, FORWARD_HOP_HEADER),
+        .content_type =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
+        .idempotency_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key"),
         .body = rs->body ? rs->body : "",
         .body_len = rs->len,
         .query = query_arg,
@@ -536,27 +548,18 @@ read_pem(const char *key, const char *file, char *err, size_t errlen)
     return buf;
 }
 
-/* What one listener is configured with. */
-struct listener_conf {
-    const char *listen, *key, *cert_file, *key_file, *cert_key, *key_key;
-    int max_connections, per_ip;
-};
-
-/* Binds and starts one daemon. Returns 0, or ROOMD_EUNAVAIL / EINVAL with err. */
+/* Binds one listener's socket and reads its TLS files; starts nothing.
+ * Returns 0, or ROOMD_EUNAVAIL / EINVAL with err naming the key. */
 static int
-listener_start(struct http_server *srv, enum http_listener which, const struct listener_conf *lc,
-               unsigned int idle_s, char *err, size_t errlen)
+listener_bind(struct http_server *srv, enum http_listener which, const struct listener_conf *lc,
+              char *err, size_t errlen)
 {
     struct listener *l = &srv->lst[which];
-    struct MHD_OptionItem opts[16];
-    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                         MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     char why[200];
-    int n = 0, fd;
 
     l->srv = srv;
     l->which = which;
-    l->key = lc->key;
+    l->lc = *lc;
     pthread_mutex_init(&l->mu, NULL);
     if (lc->cert_file[0] != '\0') {
         if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
@@ -566,16 +569,34 @@ listener_start(struct http_server *srv, enum http_listener which, const struct l
         if ((l->tls_cert = read_pem(lc->cert_key, lc->cert_file, err, errlen)) == NULL ||
             (l->tls_key = read_pem(lc->key_key, lc->key_file, err, errlen)) == NULL)
             return ROOMD_EINVAL;
+    }
+    l->fd = listen_on(lc->listen, why, sizeof(why));
+    if (l->fd < 0) {
+        snprintf(err, errlen, "%s: %s", lc->key, why);
+        return ROOMD_EUNAVAIL;
+    }
+    return 0;
+}
+
+/* Starts one bound listener's daemon on its socket. Returns 0, or
+ * ROOMD_EUNAVAIL with err. */
+static int
+listener_start(struct http_server *srv, enum http_listener which, unsigned int idle_s, char *err,
+               size_t errlen)
+{
+    struct listener *l = &srv->lst[which];
+    const struct listener_conf *lc = &l->lc;
+    struct MHD_OptionItem opts[16];
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    int n = 0;
+
+    if (l->tls_cert != NULL) {
         flags |= MHD_USE_TLS;
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, l->tls_cert};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, l->tls_key};
     }
-    fd = listen_on(lc->listen, why, sizeof(why));
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", lc->key, why);
-        return ROOMD_EUNAVAIL;
-    }
-    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, fd, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, l->fd, NULL};
     opts[n++] =
         (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, (intptr_t)lc->max_connections, NULL};
     if (lc->per_ip > 0)
@@ -589,9 +610,9 @@ listener_start(struct http_server *srv, enum http_listener which, const struct l
         l, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (l->mhd == NULL) {
         snprintf(err, errlen, "%s: %s: libmicrohttpd did not start", lc->key, lc->listen);
-        close(fd);
         return ROOMD_EUNAVAIL;
     }
+    l->fd = -1; /* MHD's now: it closes it */
     return 0;
 }
 
@@ -618,6 +639,8 @@ listeners_stop(struct http_server *srv)
         struct listener *l = &srv->lst[i];
         if (l->mhd != NULL)
             MHD_stop_daemon(l->mhd);
+        if (l->fd >= 0) /* bound, never started */
+            close(l->fd);
         if (l->srv != NULL)
             pthread_mutex_destroy(&l->mu);
         free(l->tls_cert);
@@ -626,22 +649,20 @@ listeners_stop(struct http_server *srv)
 }
 
 int
-http_server_open(struct http_server **out, const struct http_deps *d, char *err, size_t errlen)
+http_server_bind(struct http_server **out, const struct conf *conf, char *err, size_t errlen)
 {
-    const struct conf_http *hc = &d->conf->http;
-    const struct conf_admin *ac = &d->conf->admin;
+    const struct conf_http *hc = &conf->http;
+    const struct conf_admin *ac = &conf->admin;
     struct http_server *srv;
-    unsigned int idle_s = 0;
     int rc;
 
     *out = NULL;
     srv = xcalloc(1, sizeof(*srv));
-    srv->deps = *d;
+    srv->lst[HTTP_PUBLIC].fd = srv->lst[HTTP_ADMIN].fd = -1;
     srv->max_body = hc->max_body_bytes > 0 ? (size_t)hc->max_body_bytes : 1048576;
     srv->header_ms = hc->header_timeout_ms > 0 ? hc->header_timeout_ms : 10000;
     srv->body_ms = hc->body_timeout_ms > 0 ? hc->body_timeout_ms : 30000;
     srv->idle_ms = hc->request_timeout_ms > 0 ? hc->request_timeout_ms : 30000;
-    idle_s = (unsigned int)((srv->idle_ms + 999) / 1000);
 
     const struct listener_conf pub = {
         hc->listen,
@@ -663,24 +684,36 @@ http_server_open(struct http_server **out, const struct http_deps *d, char *err,
         ac->max_connections > 0 ? ac->max_connections : 64,
         0, /* the operator's own: no per-IP cap */
     };
-    if ((rc = http_ready_start(&srv->deps.ready, d->store, d->health, READY_EVERY_MS)) != 0) {
-        snprintf(err, errlen, "http.listen: cannot start the readiness refresh");
-        free(srv);
+    if ((rc = listener_bind(srv, HTTP_PUBLIC, &pub, err, errlen)) != 0 ||
+        (rc = listener_bind(srv, HTTP_ADMIN, &adm, err, errlen)) != 0) {
+        http_server_close(srv);
         return rc;
     }
-    if ((rc = listener_start(srv, HTTP_PUBLIC, &pub, idle_s, err, errlen)) != 0 ||
-        (rc = listener_start(srv, HTTP_ADMIN, &adm, idle_s, err, errlen)) != 0 ||
-        (rc = ticker_start(&srv->watchdog, WATCHDOG_EVERY_MS, watchdog, srv)) != 0) {
-        if (rc == ROOMD_ENOMEM)
-            snprintf(err, errlen, "http.listen: cannot start the watchdog");
-        listeners_stop(srv);
-        http_ready_stop(srv->deps.ready);
-        free(srv);
+    *out = srv;
+    return 0;
+}
+
+int
+http_server_start(struct http_server *srv, const struct http_deps *d, char *err, size_t errlen)
+{
+    unsigned int idle_s = (unsigned int)((srv->idle_ms + 999) / 1000);
+    int rc;
+
+    srv->deps = *d;
+    if ((rc = http_ready_start(&srv->deps.ready, d->store, d->health, READY_EVERY_MS)) != 0) {
+        snprintf(err, errlen, "http.listen: cannot start the readiness refresh");
+        return rc;
+    }
+    if ((rc = listener_start(srv, HTTP_PUBLIC, idle_s, err, errlen)) != 0 ||
+        (rc = listener_start(srv, HTTP_ADMIN, idle_s, err, errlen)) != 0)
+        return rc;
+    if ((rc = ticker_start(&srv->watchdog, WATCHDOG_EVERY_MS, watchdog, srv)) != 0) {
+        snprintf(err, errlen, "http.listen: cannot start the watchdog");
         return rc;
     }
     http_metrics_register(&srv->deps);
     metrics_add_collector(collect_conns, srv);
-    *out = srv;
+    srv->started = true;
     return 0;
 }
 
@@ -691,8 +724,10 @@ http_server_close(struct http_server *srv)
         return;
     ticker_stop(srv->watchdog); /* before the listeners' locks go */
     listeners_stop(srv);
-    metrics_remove_collector(collect_conns, srv);
-    http_metrics_unregister(&srv->deps);
+    if (srv->started) {
+        metrics_remove_collector(collect_conns, srv);
+        http_metrics_unregister(&srv->deps);
+    }
     http_ready_stop(srv->deps.ready);
     free(srv);
 }

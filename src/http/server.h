@@ -27,7 +27,7 @@ struct node_health;
 
 /* Borrowed; must outlive the server. projection and gc may be NULL (gc only
  * feeds the group commit counters of /metrics); auth NULL = auth.mode none.
- * ready is the server's own (http_server_open sets it in its copy). */
+ * ready is the server's own (http_server_start sets it in its copy). */
 struct http_deps {
     const struct conf *conf;
     struct room_service *rooms;
@@ -41,13 +41,22 @@ struct http_deps {
     struct admin *admin; /* the admin API and console on admin.listen; NULL = none */
 };
 
-/* Binds conf->http.listen and conf->admin.listen and starts serving both
- * (each its own connection limits), the readiness refresh and the watchdog
- * cutting slow clients (http.header_timeout, http.body_timeout). Returns 0
- * and *out, or ROOMD_EUNAVAIL / ROOMD_EINVAL with err naming the key
- * ("admin.listen: bind 127.0.0.1:8081: Address in use"). Thread: main. */
-int http_server_open(struct http_server **out, const struct http_deps *d, char *err, size_t errlen);
-/* Stops accepting, waits for in-flight requests, frees. NULL is a no-op. */
+/* Binds conf->http.listen and conf->admin.listen (listening sockets:
+ * connections wait in the backlog) and reads their TLS files; starts no
+ * thread and serves nothing yet, so main binds before it opens anything
+ * else. conf is borrowed and must outlive the server. Returns 0 and *out
+ * (the caller's: http_server_close), or ROOMD_EUNAVAIL / ROOMD_EINVAL with
+ * err naming the key ("admin.listen: bind 127.0.0.1:8081: Address in
+ * use"). Thread: main; does not block. */
+int http_server_bind(struct http_server **out, const struct conf *conf, char *err, size_t errlen);
+/* Starts serving both bound listeners (each its own connection limits), the
+ * readiness refresh and the watchdog cutting slow clients
+ * (http.header_timeout, http.body_timeout). d is copied, its pointers
+ * borrowed. Returns 0, or an error code with err; on error the caller still
+ * closes srv. Thread: main; does not block. */
+int http_server_start(struct http_server *srv, const struct http_deps *d, char *err, size_t errlen);
+/* Stops accepting, waits for in-flight requests, frees (a server bound but
+ * never started: closes its sockets). NULL is a no-op. */
 void http_server_close(struct http_server *srv);
 
 #endif

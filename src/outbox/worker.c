@@ -4,7 +4,10 @@
  * (already claimed at insert, outbox_handoff_*), or claim a batch (a wake-up
  * after a commit that could not hand off, poll_interval, start-up) -> build
  * each event once (event.c) -> publish to the sinks not yet done (a batch
- * sink once per batch) -> complete the batch, fenced by locked_by.
+ * sink once per batch) -> complete the batch, fenced by locked_by. A batch
+ * whose last sink answers asynchronously stays in the air (struct flight)
+ * while the worker takes and publishes the next one; its completion then
+ * shares the next claim's transaction when a claim comes at once.
  * Outcomes: delivered, retryable with backoff, failed (dead letter).
  * Read top-down; docs/outbox.md; sinks are in publish/, the SQL in store/.
  */
@@ -222,45 +225,76 @@ publish_one(struct outbox *ob, size_t k, struct slot *sl, int64_t deadline)
     sink_outcome(ob, k, sl, s->publish(s, &sl->ev, deadline, serr, sizeof(serr)), serr);
 }
 
+/* One batch sink's call for a batch: the events of the slots that need it
+ * (idx: their slots), and what it answered. */
+struct batch_call {
+    size_t ks; /* the sink */
+    struct outbox_event *evs;
+    size_t *idx;
+    int *rcs;
+    char *errs;
+    size_t k;     /* events in the call */
+    void *handle; /* publish_start's, while the answers are outstanding */
+};
+
 /*
- * Calls the batch sink s once for every slot of sl[0..n) that still needs it
- * (rows whose earlier sinks refused for good are left out, as calling the
- * sinks row by row would), within deadline.
+ * Calls the batch sink ks once for every slot of sl[0..n) that still needs
+ * it (rows whose earlier sinks refused for good are left out, as calling the
+ * sinks row by row would), within deadline. With async and a sink that
+ * offers publish_start, returns with the answers outstanding (bc->handle;
+ * batch_call_end collects them); else with them in.
  */
 static void
-publish_batch(struct outbox *ob, size_t ks, struct slot *sl, size_t n, int64_t deadline)
+batch_call_begin(struct outbox *ob, size_t ks, struct slot *sl, size_t n, int64_t deadline,
+                 bool async, struct batch_call *bc)
 {
     struct sink *s = ob->sinks[ks];
-    struct outbox_event *evs = xcalloc(n, sizeof(*evs));
-    size_t *idx = xcalloc(n, sizeof(*idx));
-    int *rcs = xcalloc(n, sizeof(*rcs));
-    char *errs = xcalloc(n, SINK_ERR_LEN);
-    size_t k = 0;
 
+    *bc = (struct batch_call){.ks = ks};
+    bc->evs = xcalloc(n, sizeof(*bc->evs));
+    bc->idx = xcalloc(n, sizeof(*bc->idx));
+    bc->rcs = xcalloc(n, sizeof(*bc->rcs));
+    bc->errs = xcalloc(n, SINK_ERR_LEN);
     for (size_t i = 0; i < n; i++)
         if (sink_needed(&sl[i], s)) {
-            idx[k] = i;
-            evs[k++] = sl[i].ev;
+            bc->idx[bc->k] = i;
+            bc->evs[bc->k++] = sl[i].ev;
         }
-    if (k > 0 && clock_mono_ms() >= deadline) {
-        for (size_t j = 0; j < k; j++) {
-            outage(&sl[idx[j]], s, "publish_timeout exceeded before the call");
-            note_call(&sl[idx[j]], s, CALL_TIMEOUT);
+    if (bc->k > 0 && clock_mono_ms() >= deadline) {
+        for (size_t j = 0; j < bc->k; j++) {
+            outage(&sl[bc->idx[j]], s, "publish_timeout exceeded before the call");
+            note_call(&sl[bc->idx[j]], s, CALL_TIMEOUT);
         }
-    } else if (k > 0 && !circuit_admit(ob, ks)) {
-        for (size_t j = 0; j < k; j++)
-            outage(&sl[idx[j]], s, "circuit open: the sink did not answer lately");
-    } else if (k > 0) {
-        s->publish_batch(s, evs, k, deadline, rcs, errs, SINK_ERR_LEN);
-        for (size_t j = 0; j < k; j++) {
-            errs[(j + 1) * SINK_ERR_LEN - 1] = '\0';
-            sink_outcome(ob, ks, &sl[idx[j]], rcs[j], errs + j * SINK_ERR_LEN);
-        }
+        bc->k = 0;
+    } else if (bc->k > 0 && !circuit_admit(ob, ks)) {
+        for (size_t j = 0; j < bc->k; j++)
+            outage(&sl[bc->idx[j]], s, "circuit open: the sink did not answer lately");
+        bc->k = 0;
+    } else if (bc->k > 0 && async && s->publish_start != NULL) {
+        bc->handle = s->publish_start(s, bc->evs, bc->k, deadline, bc->rcs, bc->errs, SINK_ERR_LEN);
+    } else if (bc->k > 0) {
+        s->publish_batch(s, bc->evs, bc->k, deadline, bc->rcs, bc->errs, SINK_ERR_LEN);
     }
-    free(errs);
-    free(rcs);
-    free(idx);
-    free(evs);
+}
+
+/* Waits for bc's outstanding answers (if any), records them in sl and
+ * frees bc's arrays. */
+static void
+batch_call_end(struct outbox *ob, struct slot *sl, struct batch_call *bc)
+{
+    struct sink *s = ob->sinks[bc->ks];
+
+    if (bc->handle != NULL)
+        s->publish_finish(s, bc->handle);
+    for (size_t j = 0; j < bc->k; j++) {
+        bc->errs[(j + 1) * SINK_ERR_LEN - 1] = '\0';
+        sink_outcome(ob, bc->ks, &sl[bc->idx[j]], bc->rcs[j], bc->errs + j * SINK_ERR_LEN);
+    }
+    free(bc->errs);
+    free(bc->rcs);
+    free(bc->idx);
+    free(bc->evs);
+    memset(bc, 0, sizeof(*bc));
 }
 
 /*
@@ -342,6 +376,19 @@ record_metrics(struct outbox *ob, const struct slot *sl, const struct outbox_res
         outbox_metrics_dead_letter(ob, sl->failed);
 }
 
+/* Logs the completions the store refused (res[i].rc ESTALE). */
+static void
+log_refused(const struct outbox_row *rows, const struct outbox_result *res, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (res[i].rc == ROOMD_ESTALE)
+            log_warn("outbox",
+                     "completion refused: the lock expired and another claimer took "
+                     "the row",
+                     "id=%lld event_id=%s locked_by=%s status=%s", (long long)rows[i].id,
+                     rows[i].event_id, res[i].locked_by, outbox_status_name(res[i].status));
+}
+
 /* Writes the batch's outcomes, fenced by locked_by. A completion the store
  * cannot take now is left: the rows are reclaimed after their lock expires. */
 static void
@@ -359,18 +406,41 @@ complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_r
     if (rc != 0)
         return;
     store_fine(ob);
-    for (size_t i = 0; i < n; i++)
-        if (res[i].rc == ROOMD_ESTALE)
-            log_warn("outbox",
-                     "completion refused: the lock expired and another claimer took "
-                     "the row",
-                     "id=%lld event_id=%s locked_by=%s status=%s", (long long)rows[i].id,
-                     rows[i].event_id, res[i].locked_by, outbox_status_name(res[i].status));
+    log_refused(rows, res, n);
 }
 
 /*
- * Publishes rows[0..n) (each claimed by rows[i].locked_by until
- * rows[i].lock_until_ms) and completes them. Sinks run in their order; the
+ * A batch from its publish to its completion. The worker keeps one in the
+ * air (the last batch sink's answers outstanding) while it claims and
+ * publishes the next: the window of outstanding acks across batches. rows
+ * (and pushed_us, for handed-off rows) are the flight's.
+ */
+struct flight {
+    struct outbox_row *rows;
+    size_t n;
+    int64_t *pushed_us; /* clock_mono_us of each handed-off row's push, or NULL */
+    struct slot *sl;
+    struct outbox_result *res;
+    char **errs;
+    struct batch_call air; /* air.handle: the answers still outstanding */
+    int64_t t0, t1, t2;    /* built from, published from, answered at */
+};
+
+/* True when no sink after ks has anything to do for sl[0..n) (none needs
+ * an answer of ks first): then ks may be left in the air. */
+static bool
+last_needed_sink(struct outbox *ob, size_t ks, const struct slot *sl, size_t n)
+{
+    for (size_t k = ks + 1; k < ob->nsinks; k++)
+        for (size_t i = 0; i < n; i++)
+            if (sink_needed(&sl[i], ob->sinks[k]))
+                return false;
+    return true;
+}
+
+/*
+ * Builds rows[0..n) (each claimed by rows[i].locked_by until
+ * rows[i].lock_until_ms) and publishes them. Sinks run in their order; the
  * outcome of a row is what calling them one by one gives: every sink not yet
  * in sinks_done that accepts it, stopping at a permanent refusal.
  *
@@ -381,24 +451,28 @@ complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_r
  * Phase 2, sink by sink: from the first batch sink on, one publish_batch
  * call for all the rows that need it (publish() per row for the others),
  * within one publish_timeout for the batch, again only while every lock
- * outlasts it.
+ * outlasts it. The last batch sink that has work, when no sink after it
+ * has any, is left in the air (publish_start): flight_land collects it.
+ * Returns the flight; it owns rows and pushed_us.
  */
-static void
-run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int64_t *pushed_us)
+static struct flight *
+flight_start(struct outbox *ob, struct outbox_row *rows, size_t n, int64_t *pushed_us)
 {
+    struct flight *f = xcalloc(1, sizeof(*f));
     struct slot *sl = xcalloc(n, sizeof(*sl));
-    struct outbox_result *res = xcalloc(n, sizeof(*res));
-    char **errs = xcalloc(n, sizeof(*errs));
     size_t first_batch = ob->nsinks;
     int64_t timeout = ob->cfg.publish_timeout_ms;
     bool need_json = false;
 
+    *f = (struct flight){.rows = rows, .n = n, .pushed_us = pushed_us, .sl = sl};
+    f->res = xcalloc(n, sizeof(*f->res));
+    f->errs = xcalloc(n, sizeof(*f->errs));
     for (size_t k = 0; k < ob->nsinks; k++) {
         if (ob->sinks[k]->publish_batch != NULL && first_batch == ob->nsinks)
             first_batch = k;
         need_json = need_json || !ob->sinks[k]->no_json;
     }
-    int64_t t0 = clock_mono_us();
+    f->t0 = clock_mono_us();
     for (size_t i = 0; i < n; i++) {
         uint8_t *env = NULL;
         size_t envlen = 0;
@@ -418,7 +492,7 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
             .row = &rows[i], .envelope = env, .envelope_len = envlen, .json = json};
     }
 
-    int64_t t1 = clock_mono_us();
+    f->t1 = clock_mono_us();
     /* phase 1: row by row */
     for (size_t i = 0; i < n; i++) {
         int64_t now = clock_wall_ms();
@@ -451,7 +525,12 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
             struct sink *s = ob->sinks[k];
 
             if (s->publish_batch != NULL) {
-                publish_batch(ob, k, sl, n, deadline);
+                bool last = last_needed_sink(ob, k, sl, n);
+
+                batch_call_begin(ob, k, sl, n, deadline, last, &f->air);
+                if (f->air.handle != NULL)
+                    return f; /* in the air; nothing after it */
+                batch_call_end(ob, sl, &f->air);
                 continue;
             }
             for (size_t i = 0; i < n; i++)
@@ -459,58 +538,90 @@ run_batch(struct outbox *ob, const struct outbox_row *rows, size_t n, const int6
                     publish_one(ob, k, &sl[i], deadline);
         }
     }
+    return f;
+}
 
-    int64_t t2 = clock_mono_us();
-    for (size_t i = 0; i < n; i++) {
-        res[i].id = rows[i].id;
-        res[i].locked_by = rows[i].locked_by;
-        if (sl[i].released) {
-            release_row(&rows[i], &res[i], clock_wall_ms());
+/* Collects f's outstanding answers and fills f->res with each row's
+ * outcome (and the metrics); f is then ready to be completed. */
+static void
+flight_land(struct outbox *ob, struct flight *f)
+{
+    const struct outbox_row *rows = f->rows;
+
+    if (f->air.handle != NULL)
+        batch_call_end(ob, f->sl, &f->air);
+    f->t2 = clock_mono_us();
+    for (size_t i = 0; i < f->n; i++) {
+        f->res[i].id = rows[i].id;
+        f->res[i].locked_by = rows[i].locked_by;
+        if (f->sl[i].released) {
+            release_row(&rows[i], &f->res[i], clock_wall_ms());
         } else {
-            finish_row(ob, &sl[i], &res[i], &errs[i]);
+            finish_row(ob, &f->sl[i], &f->res[i], &f->errs[i]);
             /* commit -> now: the push time of a handed-off row, else its created_at */
-            int64_t lag_us = pushed_us != NULL ? t2 - pushed_us[i]
-                                               : (clock_wall_ms() - rows[i].created_at_ms) * 1000;
-            record_metrics(ob, &sl[i], &res[i], lag_us);
+            int64_t lag_us = f->pushed_us != NULL
+                                 ? f->t2 - f->pushed_us[i]
+                                 : (clock_wall_ms() - rows[i].created_at_ms) * 1000;
+            record_metrics(ob, &f->sl[i], &f->res[i], lag_us);
         }
-        res[i].now_ms = clock_wall_ms();
+        f->res[i].now_ms = clock_wall_ms();
     }
-    complete_batch(ob, rows, res, n);
-    int64_t t3 = clock_mono_us();
+}
+
+/* Counts f's times (complete_us: its completion, or 0 when it shared a
+ * claim's transaction) and frees it. */
+static void
+flight_free(struct outbox *ob, struct flight *f, int64_t complete_us)
+{
     pthread_mutex_lock(&ob->pool.mu);
     ob->stats.batches++;
-    ob->stats.build_us += t1 - t0;
-    ob->stats.publish_us += t2 - t1;
-    ob->stats.complete_us += t3 - t2;
-    for (size_t i = 0; pushed_us != NULL && i < n; i++)
-        if (!sl[i].released && sl[i].rc == 0) {
-            int64_t b = (t2 - pushed_us[i]) / OUTBOX_LAT_BUCKET_US;
+    ob->stats.build_us += f->t1 - f->t0;
+    ob->stats.publish_us += f->t2 - f->t1;
+    ob->stats.complete_us += complete_us;
+    for (size_t i = 0; f->pushed_us != NULL && i < f->n; i++)
+        if (!f->sl[i].released && f->sl[i].rc == 0) {
+            int64_t b = (f->t2 - f->pushed_us[i]) / OUTBOX_LAT_BUCKET_US;
             ob->stats.handoff_lat[b < OUTBOX_LAT_BUCKETS ? b : OUTBOX_LAT_BUCKETS - 1]++;
-            ob->stats.handoff_lat_sum_us += t2 - pushed_us[i];
+            ob->stats.handoff_lat_sum_us += f->t2 - f->pushed_us[i];
         }
     pthread_mutex_unlock(&ob->pool.mu);
-    for (size_t i = 0; i < n; i++) {
-        free(errs[i]);
-        free((void *)sl[i].ev.envelope);
-        free((void *)sl[i].ev.json);
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->errs[i]);
+        free((void *)f->sl[i].ev.envelope);
+        free((void *)f->sl[i].ev.json);
     }
-    free(errs);
-    free(res);
-    free(sl);
+    outbox_rows_free(f->rows, f->n);
+    free(f->pushed_us);
+    free(f->errs);
+    free(f->res);
+    free(f->sl);
+    free(f);
+}
+
+/* Completes a landed flight on its own and frees it (NULL: nothing). */
+static void
+flight_complete(struct outbox *ob, struct flight *f)
+{
+    if (f == NULL)
+        return;
+    int64_t t = clock_mono_us();
+    complete_batch(ob, f->rows, f->res, f->n);
+    flight_free(ob, f, clock_mono_us() - t);
 }
 
 /* ==== the worker loop ==== */
 
-enum work { WORK_STOP, WORK_CLAIM, WORK_HANDOFF };
+enum work { WORK_STOP, WORK_CLAIM, WORK_HANDOFF, WORK_NONE };
 
 /*
  * Waits for the worker's next job: a claim (its poll is due, or a wake-up
  * came and the store is not down), or a batch from the hand-off queue
  * (*rows, *n; the caller frees them). When both wait they alternate, so
- * neither starves the other.
+ * neither starves the other. With wait false, returns WORK_NONE at once
+ * when there is no job (the worker has a batch in the air to land).
  */
 static enum work
-next_work(struct worker *w, struct outbox_row **rows, size_t *n, int64_t **pushed_us)
+next_work(struct worker *w, bool wait, struct outbox_row **rows, size_t *n, int64_t **pushed_us)
 {
     struct outbox *ob = w->ob;
     enum work what;
@@ -538,6 +649,10 @@ next_work(struct worker *w, struct outbox_row **rows, size_t *n, int64_t **pushe
             what = WORK_HANDOFF;
             break;
         }
+        if (!wait) {
+            pthread_mutex_unlock(&ob->pool.mu);
+            return WORK_NONE;
+        }
         bg_thread_wait_locked(&ob->pool, w->next_claim_ms - now);
     }
     w->last_was_claim = what == WORK_CLAIM;
@@ -545,21 +660,39 @@ next_work(struct worker *w, struct outbox_row **rows, size_t *n, int64_t **pushe
     return what;
 }
 
-/* One claim and its batch. Sets when the worker claims next. */
-static void
-claim_and_run(struct worker *w)
+/*
+ * One claim. done, when not NULL, is a landed flight whose completion goes
+ * into the claim's transaction (store_outbox_complete_claim: one commit per
+ * batch on MySQL); it is freed here either way. Sets when the worker claims
+ * next. Returns the claimed rows (*n of them; NULL and 0 when none or the
+ * claim failed), claimed by w until their lock_until_ms.
+ */
+static struct outbox_row *
+claim(struct worker *w, struct flight *done, size_t *n)
 {
     struct outbox *ob = w->ob;
     const struct conf_outbox *cfg = &ob->cfg;
     struct outbox_row *rows = NULL;
-    size_t n = 0;
     int64_t now = clock_wall_ms();
     int64_t lock_until = now + cfg->lock_timeout_ms;
-    int64_t next;
+    int64_t next, t0 = clock_mono_us();
+    bool completed = false;
+    int rc;
 
-    int64_t t0 = clock_mono_us();
-    int rc =
-        store_outbox_claim(ob->store, now, lock_until, w->locked_by, cfg->batch_size, &rows, &n);
+    *n = 0;
+    if (done != NULL) {
+        rc = store_outbox_complete_claim(ob->store, done->res, done->n, now, lock_until,
+                                         w->locked_by, cfg->batch_size, &rows, n, &completed);
+        if (completed) {
+            log_refused(done->rows, done->res, done->n);
+            flight_free(ob, done, 0);
+        } else {
+            flight_complete(ob, done); /* on its own, with its retries */
+        }
+    } else {
+        rc =
+            store_outbox_claim(ob->store, now, lock_until, w->locked_by, cfg->batch_size, &rows, n);
+    }
     int64_t claim_us = clock_mono_us() - t0;
     if (rc != 0) {
         store_trouble(ob, "claim", rc);
@@ -570,54 +703,104 @@ claim_and_run(struct worker *w)
         w->down_count++;
         w->next_claim_ms = clock_mono_ms() + backoff_delay_ms(w->down_count, initial, cap);
         pthread_mutex_unlock(&ob->pool.mu);
-        return;
+        *n = 0;
+        return NULL;
     }
     store_fine(ob);
     /* A full batch: claim again at once (and let an idle worker claim too);
      * else idle until woken or polled. */
-    next = n == (size_t)cfg->batch_size ? 0 : clock_mono_ms() + cfg->poll_interval_ms;
+    next = *n == (size_t)cfg->batch_size ? 0 : clock_mono_ms() + cfg->poll_interval_ms;
     pthread_mutex_lock(&ob->pool.mu);
     w->down = false;
     w->down_count = 0;
     w->next_claim_ms = next;
     ob->stats.claims++;
-    ob->stats.claimed_rows += n;
+    ob->stats.claimed_rows += *n;
     ob->stats.claim_us += claim_us;
     pthread_mutex_unlock(&ob->pool.mu);
-    if (n == (size_t)cfg->batch_size)
+    if (*n == (size_t)cfg->batch_size)
         outbox_wake(ob);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < *n; i++) {
         rows[i].lock_until_ms = lock_until;
         strlcpy_(rows[i].locked_by, w->locked_by, sizeof(rows[i].locked_by));
     }
-    if (n > 0)
-        run_batch(ob, rows, n, NULL);
-    outbox_rows_free(rows, n);
+    if (*n == 0) {
+        free(rows);
+        rows = NULL;
+    }
+    return rows;
 }
 
+/* True when w claims again at once (its last claim was a full batch). */
+static bool
+claims_next(struct worker *w)
+{
+    bool again;
+
+    pthread_mutex_lock(&w->ob->pool.mu);
+    again = w->next_claim_ms == 0 && !w->down;
+    pthread_mutex_unlock(&w->ob->pool.mu);
+    return again;
+}
+
+/*
+ * The worker: batch k+1 is claimed (or taken from the hand-off queue) and
+ * published while batch k's acks are in the air (air); k then lands, and
+ * its completion goes into the next claim's transaction when a claim comes
+ * at once (done), else into its own, while k+1's acks are in the air.
+ */
 static void *
 worker_main(void *arg)
 {
     struct worker *w = arg;
-    struct outbox_row *rows = NULL;
-    int64_t *pushed_us = NULL;
-    size_t n = 0;
+    struct outbox *ob = w->ob;
+    struct flight *air = NULL, *done = NULL;
 
     /* next_claim_ms 0: claim at once on start, rows left by a previous run */
     for (;;) {
-        switch (next_work(w, &rows, &n, &pushed_us)) {
-        case WORK_STOP:
-            return NULL;
-        case WORK_CLAIM:
-            claim_and_run(w);
-            break;
-        case WORK_HANDOFF:
-            run_batch(w->ob, rows, n, pushed_us);
+        struct outbox_row *rows = NULL;
+        int64_t *pushed_us = NULL;
+        size_t n = 0;
+        enum work what = next_work(w, air == NULL && done == NULL, &rows, &n, &pushed_us);
+
+        if (what == WORK_STOP || what == WORK_NONE) {
+            if (air != NULL)
+                flight_land(ob, air);
+            flight_complete(ob, done);
+            flight_complete(ob, air);
+            air = done = NULL;
+            if (what == WORK_STOP)
+                return NULL;
+            continue;
+        }
+        if (what == WORK_CLAIM) {
+            rows = claim(w, done, &n);
+            done = NULL;
+        }
+        struct flight *next = n > 0 ? flight_start(ob, rows, n, pushed_us) : NULL;
+        if (next == NULL) {
             outbox_rows_free(rows, n);
             free(pushed_us);
-            rows = NULL;
-            pushed_us = NULL;
-            break;
+        }
+        flight_complete(ob, done); /* a hand-off batch came instead of a claim */
+        done = NULL;
+        if (air != NULL) {
+            flight_land(ob, air);
+            done = air;
+        }
+        air = NULL;
+        if (next != NULL && next->air.handle == NULL) {
+            flight_land(ob, next); /* nothing in the air: landed already */
+            flight_complete(ob, done);
+            done = next;
+        } else {
+            air = next;
+        }
+        /* keep a landed batch for the next claim's transaction only when
+         * that claim comes at once */
+        if (done != NULL && !claims_next(w)) {
+            flight_complete(ob, done);
+            done = NULL;
         }
     }
 }

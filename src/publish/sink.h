@@ -67,6 +67,19 @@ struct sink {
      * errs + i * errlen its reason. Same threads and blocking as publish(). */
     void (*publish_batch)(struct sink *s, const struct outbox_event *evs, size_t n,
                           int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen);
+    /* Optional, both or neither: publish_batch in two halves, so that a
+     * worker publishes its next batch while this one's acks are in flight
+     * (the window of outstanding acks across batches). publish_start sends
+     * evs[0..n) without waiting for their answers and returns a handle for
+     * publish_finish, or NULL when rcs/errs are final already (e.g. the
+     * broker is down). evs, rcs and errs stay the caller's and must stay valid
+     * until publish_finish returned. publish_finish waits for the answers, at
+     * most until the deadline given to publish_start (each message keeps its
+     * own MaxWait), fills rcs/errs and frees the handle. Thread: any, one
+     * call of publish_finish per handle; both block (start: on sending). */
+    void *(*publish_start)(struct sink *s, const struct outbox_event *evs, size_t n,
+                           int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen);
+    void (*publish_finish)(struct sink *s, void *handle);
     /* Optional; false = the sink reads ev->json. True: it reads only the
      * envelope and the row, and the worker skips building the JSON (NULL)
      * when no sink of the publish mode needs it. */

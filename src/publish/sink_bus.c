@@ -56,15 +56,19 @@ bus_sink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline
 
 /* ==== the batch: asynchronous publish, one wait ==== */
 
-/* One publish_batch call. Its own jsCtx gets every PubAck through ack_cb
- * (per-message MaxWait, so a lost ack ends as a timeout, never pending
- * forever: jetstream.md pitfall 3). */
+/* One batch between publish_start and publish_finish. Its own jsCtx gets
+ * every PubAck through ack_cb (per-message MaxWait, so a lost ack ends as a
+ * timeout, never pending forever: jetstream.md pitfall 3). Several batches
+ * of one worker may be in flight at once, each with its own context. */
 struct batch {
+    struct sink_bus *sb;
     const struct outbox_event *evs;
     size_t n;
     int *rcs;
     char *errs;
     size_t errlen;
+    int64_t deadline;
+    jsCtx *js;
 };
 
 static void
@@ -101,43 +105,59 @@ ack_cb(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
     natsMsg_Destroy(msg);
 }
 
+/* One event at a time, synchronously (rcs final). */
 static void
-bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
+publish_each(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline_mono_ms,
+             int *rcs, char *errs, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        rcs[i] = bus_sink_publish(s, &evs[i], deadline_mono_ms, errs + i * errlen, errlen);
+}
+
+static void *
+bus_sink_publish_start(struct sink *s, const struct outbox_event *evs, size_t n,
                        int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen)
 {
     struct sink_bus *sb = (struct sink_bus *)s;
-    struct batch bt = {.evs = evs, .n = n, .rcs = rcs, .errs = errs, .errlen = errlen};
+    struct batch *bt;
     char err[256] = "";
-    jsCtx *js = NULL;
     jsOptions jo;
 
     if (n <= SYNC_BATCH_MAX) {
         /* a few events (light load: the outbox hand-off takes rows as they
          * commit): synchronous publishes wait for their PubAcks sooner than
          * setting up an asynchronous context (~0.7 ms here) would */
-        for (size_t i = 0; i < n; i++)
-            rcs[i] = bus_sink_publish(s, &evs[i], deadline_mono_ms, errs + i * errlen, errlen);
-        return;
+        publish_each(s, evs, n, deadline_mono_ms, rcs, errs, errlen);
+        return NULL;
     }
+    bt = xcalloc(1, sizeof(*bt));
+    *bt = (struct batch){.sb = sb,
+                         .evs = evs,
+                         .n = n,
+                         .rcs = rcs,
+                         .errs = errs,
+                         .errlen = errlen,
+                         .deadline = deadline_mono_ms};
     for (size_t i = 0; i < n; i++)
-        set_result(&bt, i, ROOMD_EUNAVAIL, "%s%s", "no PubAck before the publish deadline", "");
+        set_result(bt, i, ROOMD_EUNAVAIL, "%s%s", "no PubAck before the publish deadline", "");
     int rc0 = bus_ensure(sb->bus, err, sizeof(err));
     if (rc0 == 0 && bus_stalled(sb->bus, err, sizeof(err)))
         rc0 = ROOMD_EUNAVAIL;
     if (rc0 != 0) {
         for (size_t i = 0; i < n; i++)
-            set_result(&bt, i, rc0, "%s%s", err, "");
-        return;
+            set_result(bt, i, rc0, "%s%s", err, "");
+        free(bt);
+        return NULL;
     }
     jsOptions_Init(&jo);
     jo.Wait = bus_api_wait_ms(sb->bus);
     jo.PublishAsync.AckHandler = ack_cb;
-    jo.PublishAsync.AckHandlerClosure = &bt;
+    jo.PublishAsync.AckHandlerClosure = bt;
     jo.PublishAsync.MaxPending = (int64_t)n + 1;
-    if (natsConnection_JetStream(&js, bus_nc(sb->bus), &jo) != NATS_OK) {
-        for (size_t i = 0; i < n; i++) /* fall back to one at a time */
-            rcs[i] = bus_sink_publish(s, &evs[i], deadline_mono_ms, errs + i * errlen, errlen);
-        return;
+    if (natsConnection_JetStream(&bt->js, bus_nc(sb->bus), &jo) != NATS_OK) {
+        free(bt);
+        publish_each(s, evs, n, deadline_mono_ms, rcs, errs, errlen); /* one at a time */
+        return NULL;
     }
     for (size_t i = 0; i < n; i++) {
         struct bus_message m = event_message(&evs[i]);
@@ -149,42 +169,62 @@ bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
         if (left <= 0)
             break; /* the rest keep "no PubAck before the deadline" */
         if ((rc = bus_message_build(sb->bus, &m, &msg, err, sizeof(err))) != 0) {
-            set_result(&bt, i, rc, "%s%s", err, "");
+            set_result(bt, i, rc, "%s%s", err, "");
             continue;
         }
         jsPubOptions_Init(&po);
         po.MsgId = m.msg_id;
         po.ExpectStream = bus_stream_name(sb->bus, m.stream);
         po.MaxWait = left;
-        natsStatus st = js_PublishMsgAsync(js, &msg, &po);
+        natsStatus st = js_PublishMsgAsync(bt->js, &msg, &po);
         if (st != NATS_OK) {
-            set_result(&bt, i, bus_status_rc(st, 0), "publish %s: %s", natsMsg_GetSubject(msg),
+            set_result(bt, i, bus_status_rc(st, 0), "publish %s: %s", natsMsg_GetSubject(msg),
                        natsStatus_GetText(st));
             natsMsg_Destroy(msg); /* still ours when the call failed */
         }
     }
+    return bt;
+}
+
+static void
+bus_sink_publish_finish(struct sink *s, void *handle)
+{
+    struct batch *bt = handle;
+    jsPubOptions wo;
+    bool answered = false;
+
+    (void)s;
     /* Every message ends in ack_cb (ack, error or its MaxWait timeout);
      * wait for all, a little past the deadline for the timeouts. */
-    jsPubOptions wo;
     jsPubOptions_Init(&wo);
-    int64_t left = deadline_mono_ms - clock_mono_ms();
+    int64_t left = bt->deadline - clock_mono_ms();
     wo.MaxWait = (left > 0 ? left : 1) + 250;
-    if (js_PublishAsyncComplete(js, &wo) != NATS_OK) {
+    if (js_PublishAsyncComplete(bt->js, &wo) != NATS_OK) {
         natsMsgList pending = {0};
-        if (js_PublishAsyncGetPendingList(&pending, js) == NATS_OK)
+        if (js_PublishAsyncGetPendingList(&pending, bt->js) == NATS_OK)
             natsMsgList_Destroy(&pending); /* their results stay EUNAVAIL */
         wo.MaxWait = 100;
-        js_PublishAsyncComplete(js, &wo); /* a callback in flight */
+        js_PublishAsyncComplete(bt->js, &wo); /* a callback in flight */
     }
-    jsCtx_Destroy(js);
-    bool answered = false;
-    for (size_t i = 0; i < n; i++) {
-        answered = answered || rcs[i] != ROOMD_EUNAVAIL;
-        if (rcs[i] == 0)
-            log_debug("bus", "event published", "event_id=%s", evs[i].row->event_id);
+    jsCtx_Destroy(bt->js);
+    for (size_t i = 0; i < bt->n; i++) {
+        answered = answered || bt->rcs[i] != ROOMD_EUNAVAIL;
+        if (bt->rcs[i] == 0)
+            log_debug("bus", "event published", "event_id=%s", bt->evs[i].row->event_id);
     }
-    if (n > 0) /* any answer clears a stall; none at all marks one */
-        bus_note_publish(sb->bus, answered ? NATS_OK : NATS_TIMEOUT, 0);
+    if (bt->n > 0) /* any answer clears a stall; none at all marks one */
+        bus_note_publish(bt->sb->bus, answered ? NATS_OK : NATS_TIMEOUT, 0);
+    free(bt);
+}
+
+static void
+bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
+                       int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen)
+{
+    void *h = bus_sink_publish_start(s, evs, n, deadline_mono_ms, rcs, errs, errlen);
+
+    if (h != NULL)
+        bus_sink_publish_finish(s, h);
 }
 
 static void
@@ -207,6 +247,8 @@ sink_bus_open(struct sink **out, struct bus *bus)
     sb->base.publish = bus_sink_publish;
     sb->base.close = bus_sink_close;
     sb->base.publish_batch = bus_sink_publish_batch;
+    sb->base.publish_start = bus_sink_publish_start;
+    sb->base.publish_finish = bus_sink_publish_finish;
     sb->base.no_json = true; /* the packed envelope only */
     bus_ref(bus);
     sb->bus = bus;

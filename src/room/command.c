@@ -519,3 +519,18 @@ room_cmd_parse_logged(enum room_cmd_type type, const char *app, const char *room
 {
     return parse(type, app, room_id, request, strlen(request ? request : ""), true, cmd, e);
 }
+
+int
+room_cmd_set_idempotency_key(json_t *body, const char *key, const char *name, struct cmd_error *e)
+{
+    json_t *v;
+
+    memset(e, 0, sizeof(*e));
+    if (!json_is_object(body))
+        return 0; /* room_cmd_parse says what is wrong with it */
+    v = json_object_get(body, "command_id");
+    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), key) != 0))
+        return fail(e, "command_id", "differs from the %s", name);
+    json_object_set_new(body, "command_id", json_string(key));
+    return 0;
+}

@@ -111,6 +111,17 @@ int room_cmd_parse_json(enum room_cmd_type type, const char *app, const char *pa
                         struct json_t *body, struct room_cmd *cmd, struct cmd_error *e);
 void room_cmd_clear(struct room_cmd *cmd);
 
+/*
+ * Makes key (an Idempotency-Key header, an idempotency-key gRPC metadata
+ * value; name says which, for the message) the command_id of body, a JSON
+ * object (borrowed, changed in place). A body command_id other than key is
+ * ROOMD_EINVAL with *e naming "command_id"; else returns 0. The key's format
+ * is then checked by room_cmd_parse as the command_id's. Thread: any.
+ */
+struct json_t;
+int room_cmd_set_idempotency_key(struct json_t *body, const char *key, const char *name,
+                                 struct cmd_error *e);
+
 /* One event produced by a command, before it gets its event_id. */
 struct room_event {
     const char *type; /* static "RoomUserJoined" ... */

@@ -1,11 +1,15 @@
 /*
  * service.c: the COMMAND PATH (ARCHITECTURE §2). room_service_execute()
- * reads top-down in the order a command goes: idempotency check -> lease +
- * cell -> clone + room_apply -> wallet debit (SendGift) -> SaveMutation
- * (group commit; snapshot when due; the outbox rows handed off to this
- * process's outbox workers) -> swap -> projection -> outbox wake ->
- * rocket timer -> the room_command_timing line. cell.c owns the cells,
- * apply.c and cmd_*.c the rules, rocket_timer.c the in-process wake-ups.
+ * reads top-down in the order a command goes: lease + cell -> clone +
+ * room_apply -> wallet debit (SendGift) -> SaveMutation (group commit;
+ * snapshot when due; the outbox rows handed off to this process's outbox
+ * workers) -> swap -> projection -> outbox wake -> rocket timer -> the
+ * room_command_timing line. The idempotency check is the commit itself: the
+ * command log's unique (app, command_id) key claims the id atomically, and a
+ * commit refused by it (EREUSED) is answered from the log, the applied clone
+ * thrown away as for any failed commit; a refusal before the commit looks
+ * the log up first (logged_meanwhile). cell.c owns the cells, apply.c and
+ * cmd_*.c the rules, rocket_timer.c the in-process wake-ups.
  */
 #include "room/service.h"
 
@@ -151,18 +155,23 @@ answer_logged(struct room_reply *r, struct timing *tm, const struct room_cmd *cm
     fail_reply(r, tm, 409, "idempotency_key_reused", msg);
 }
 
-/* Before refusing a command: if its command_id committed while it waited
- * for the room (a concurrent retry of the same request), answer from the log
- * instead. Returns true when *r was filled that way. */
+/* Before refusing a command, or making an effect outside the store (the
+ * remote wallet's Try): if its command_id is in the log (a retry of a
+ * committed command, or a concurrent twin that committed while it waited for
+ * the room), answer from the log instead. Returns true when *r was filled
+ * that way; a failed lookup counts as not found (the commit's unique key
+ * still refuses a reused id). Adds the lookup's time to tm->idempotency_us. */
 static bool
 logged_meanwhile(struct room_service *svc, const struct room_cmd *cmd, struct room_reply *r,
                  struct timing *tm)
 {
     struct command_record rec;
+    int64_t t = clock_mono_us();
     bool found;
 
     memset(&rec, 0, sizeof(rec));
     found = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec) == 0;
+    tm->idempotency_us += clock_mono_us() - t;
     if (found)
         answer_logged(r, tm, cmd, &rec);
     command_record_clear(&rec);
@@ -392,18 +401,10 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     tm.t0 = clock_mono_us();
     strlcpy_(tm.result, "ok", sizeof(tm.result));
 
-    /* 1. idempotency: a known command_id answers from the log */
-    t = clock_mono_us();
-    rc = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
-    tm.idempotency_us = clock_mono_us() - t;
-    if (rc == 0) {
-        answer_logged(reply, &tm, cmd, &rec);
-        goto out;
-    }
-    if (rc != ROOMD_ENOTFOUND) {
-        store_fail_reply(reply, &tm, rc, "idempotency check");
-        goto out;
-    }
+    /* 1. idempotency: no lookup here. The commit (step 5) claims the
+     * command_id with the log's unique key; a command refused before it
+     * looks the log up (logged_meanwhile), so a retry is answered from the
+     * log either way, with one statement less per new command. */
 
     /* 2. lease + cell: our turn on the room, state loaded */
     rc = cell_acquire(svc->cells, cmd->app_code, cmd->room_id, &c, reply->owner,
@@ -431,6 +432,8 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         clone = room_state_new(cmd->app_code, cmd->room_id);
     } else {
         if (c->state == NULL) {
+            if (logged_meanwhile(svc, cmd, reply, &tm))
+                goto out;
             snprintf(msg, sizeof(msg), "room %s does not exist", cmd->room_id);
             fail_reply(reply, &tm, 404, "not_found", msg);
             goto out;
@@ -463,6 +466,10 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         wallet_gift_init(&gift, cmd->app_code, cmd->room_id, cmd->command_id, cmd->uid,
                          cmd->count * cmd->unit_price, cmd->request);
     if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL && svc->d.wallet->ops->hold != NULL) {
+        /* the Try is an effect outside the store: a retry of a committed
+         * gift is answered from the log before it, not after */
+        if (logged_meanwhile(svc, cmd, reply, &tm))
+            goto out;
         crash_point("before_try");
         t = clock_mono_us();
         held_at_ms = clock_mono_ms();
@@ -560,8 +567,13 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         crash_point("after_commit");
     outbox_handoff_end(svc->d.outbox, &m, rc);
     if (rc == ROOMD_EREUSED) {
-        /* the same command_id committed meanwhile (a concurrent retry, or another room) */
+        /* the command_id is in the log already: a retry of a committed
+         * command, a concurrent twin, or another request under the same id.
+         * Nothing of this attempt stands: the clone is dropped below (out),
+         * the hand-off was cancelled, the savepoint rolled back. */
+        t = clock_mono_us();
         int lr = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
+        tm.idempotency_us += clock_mono_us() - t;
         if (lr == ROOMD_ENOTFOUND) { /* the ledger holds another debit under this id */
             snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
                      cmd->command_id);

@@ -1,8 +1,9 @@
 /*
  * service.h: the COMMAND PATH entry point. room_service_execute() runs one
  * write command through the steps of ARCHITECTURE §2:
- *   idempotency check -> lease + cell (cell.c) -> clone + room_apply
- *   -> wallet debit (SendGift) -> SaveMutation via group commit
+ *   lease + cell (cell.c) -> clone + room_apply -> wallet debit (SendGift)
+ *   -> SaveMutation via group commit (its unique command_id key is the
+ *   idempotency check: a duplicate is answered from the log)
  *   -> snapshot when due -> projections -> swap, wake outbox -> timing log
  * and builds the HTTP answer. Read it top-down in service.c.
  */

@@ -262,6 +262,10 @@ typedef int store_outbox_claim_fn(struct store *s, int64_t now_ms, int64_t lock_
                                   const char *locked_by, int limit, struct outbox_row **rows,
                                   size_t *n);
 typedef int store_outbox_complete_fn(struct store *s, struct outbox_result *res, size_t n);
+typedef int store_outbox_complete_claim_fn(struct store *s, struct outbox_result *res, size_t nres,
+                                           int64_t now_ms, int64_t lock_until_ms,
+                                           const char *locked_by, int limit,
+                                           struct outbox_row **rows, size_t *n, bool *completed);
 typedef int store_outbox_list_fn(struct store *s, int status, int64_t after_id, int limit,
                                  struct outbox_row **rows, size_t *n);
 typedef int store_outbox_get_fn(struct store *s, const char *event_id, struct outbox_row *out);
@@ -294,6 +298,7 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(save)                                                                                        \
     X(outbox_claim)                                                                                \
     X(outbox_complete)                                                                             \
+    X(outbox_complete_claim)                                                                       \
     X(outbox_list)                                                                                 \
     X(outbox_get)                                                                                  \
     X(outbox_replay)                                                                               \
@@ -444,6 +449,19 @@ int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
  * ROOMD_ESTALE. Returns 0 when written (check rc), or EUNAVAIL.
  */
 int store_outbox_complete(struct store *s, struct outbox_result *res, size_t n);
+
+/*
+ * A worker's completion of one batch and claim of its next, as
+ * store_outbox_complete(res, nres) then store_outbox_claim(...): MySQL in ONE
+ * transaction (one commit, one fsync per batch instead of two), SQLite as the
+ * two transactions back to back (neither fsyncs). *completed says whether the
+ * outcomes are written (then check each res[i].rc); on an error with
+ * *completed false nothing is written and the caller completes again. 0 and
+ * *rows and *n as store_outbox_claim, or EUNAVAIL. Thread: any; blocks on the store.
+ */
+int store_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres,
+                                int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                                int limit, struct outbox_row **rows, size_t *n, bool *completed);
 
 /* Lists rows with status (or all when status < 0) and id > after_id, by id. */
 int store_outbox_list(struct store *s, int status, int64_t after_id, int limit,

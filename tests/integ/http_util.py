@@ -24,9 +24,11 @@ def room_name(tag="r"):
     return f"{tag}-{_run}-{next(_seq)}"
 
 
-def expect_ok(res, what=""):
+def expect_ok(res, what="", status=None):
+    """Asserts a success (status, or 200 / CreateRoom's 201 when None); returns the body."""
     st, hd, js = res
-    assert st == 200, f"{what}: want 200, got {st} {js}"
+    want = (status,) if status else (200, 201)
+    assert st in want, f"{what}: want {want}, got {st} {js}"
     return js
 
 

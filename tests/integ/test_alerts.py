@@ -52,7 +52,7 @@ def test_queried_metrics_exist():
     try:
         st, _, _ = rd.post("/v1/rooms", {"command_id": "a1", "room_id": "al1", "owner_uid": 1,
                                          "title": "t"})
-        assert st == 200
+        assert st == 201
         st, _, text = rd.admin("GET", "/metrics")
         assert st == 200
     finally:

@@ -55,7 +55,7 @@ def test_console_filter_replay_audit():
     for rid in rooms:
         st, _, js = rd.post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
                                           "owner_uid": 1, "title": "console"})
-        assert st == 200, (st, js)
+        assert st == 201, (st, js)
         for u in range(2):
             st, _, js = rd.post(f"/v1/rooms/{rid}/join", {"command_id": f"j-{rid}-{u}",
                                                           "uid": 10 + u})

@@ -5,12 +5,16 @@ app.log_level; SIGHUP reopens the log file and the log sink's file after a rotat
 reloads app.log_level (a broken config changes nothing), roomd keeps serving; systemd's
 notify protocol (READY=1 once the port answers, WATCHDOG=1 pings, RELOADING=1, STOPPING=1)
 on a NOTIFY_SOCKET the test binds; at start-up roomd waits for an unreachable MariaDB
-(a TCP relay the test opens late in front of the real one) with a log line per attempt.
+(a TCP relay the test opens late in front of the real one) with a log line per attempt; a
+listener whose port is taken (http.listen, admin.listen, grpc.listen) fails the start at once,
+naming the key and the address, before any outbox worker claimed a row or reached the IM
+stand-in.
 """
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -21,6 +25,8 @@ import uuid
 sys.path.insert(0, os.path.dirname(__file__))
 from roomd_test import (ROOMD, Roomd, env_port, free_port, listing, need, run,  # noqa: E402
                         wait_until)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standins"))
+from standins import ImStandin, TEST_SECRET  # noqa: E402
 
 MYSQL_PORT = env_port("ROOMD_MYSQL_PORT", 3417)
 TMP = tempfile.mkdtemp(prefix="roomd-daemon-")
@@ -29,7 +35,7 @@ TMP = tempfile.mkdtemp(prefix="roomd-daemon-")
 def cmd(rd, path, body):
     body = dict(body, command_id=f"c-{uuid.uuid4().hex[:12]}")
     st, _, js = rd.post(path, body)
-    assert st == 200, (path, st, js)
+    assert st == (201 if path == "/v1/rooms" else 200), (path, st, js)  # CreateRoom: 201
     return js
 
 
@@ -261,7 +267,66 @@ def test_waits_for_the_database():
     assert "stopped while waiting for the database" in rd.stderr_text(), rd.stderr_text()
 
 
+def outbox_rows(db):
+    c = sqlite3.connect(db, timeout=10)
+    try:
+        return c.execute("SELECT status, retry_count, sinks_done FROM room_outbox").fetchall()
+    finally:
+        c.close()
+
+
+def test_port_in_use_fails_before_any_worker():
+    tmp = tempfile.mkdtemp(dir=TMP)
+    # pending rows: committed by a roomd whose outbox worker is off
+    first = Roomd(tmp=tmp, overrides={"outbox_worker": {"enabled": False}}).start()
+    try:
+        cmd(first, "/v1/rooms", {"room_id": "busy1", "owner_uid": 1, "title": "t"})
+        cmd(first, "/v1/rooms/busy1/join", {"uid": 2})
+    finally:
+        assert first.stop() == 0
+    db = first.cfg["store"]["sqlite"]["path"]
+    pending = outbox_rows(db)
+    assert len(pending) == 2 and all(r == ("pending", 0, 0) for r in pending), pending
+    im = ImStandin(tmp).start()
+    try:
+        for key in ("http.listen", "admin.listen", "grpc.listen"):
+            taken = socket.socket()
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            addr = f"127.0.0.1:{taken.getsockname()[1]}"
+            section = key.split(".")[0]
+            rd = Roomd(tmp=tempfile.mkdtemp(dir=TMP), port=(taken.getsockname()[1]
+                                                          if key == "http.listen" else None),
+                       overrides={section: {"listen": addr}, "tencent_im": im.conf(),
+                                  "store": {"sqlite": {"path": db}},
+                                  "outbox_worker": {"poll_interval": "50ms"}})
+            if key != "grpc.listen":
+                rd.cfg.setdefault("grpc", {})["listen"] = f"127.0.0.1:{free_port()}"
+                with open(rd.cfg_path, "w") as f:
+                    json.dump(rd.cfg, f)
+            try:
+                t0 = time.time()
+                rd.start(wait=False, env={"TIM_TEST_SECRET": TEST_SECRET})
+                rc = rd.proc.wait(10)
+                assert rc != 0 and time.time() - t0 < 5, (key, rc)
+                fatal = rd.json_log("fatal")
+                assert fatal and key in fatal[0]["err"] and addr in fatal[0]["err"], \
+                    (key, fatal, rd.log_lines())
+                mods = {json.loads(x).get("mod") for x in rd.log_lines()}
+                assert "outbox" not in mods and "consume" not in mods, (key, rd.log_lines())
+                assert not rd.json_log("roomd started"), key
+            finally:
+                taken.close()
+                rd.stop()
+            # no worker claimed a row, no delivery reached the stand-in or the log sink
+            assert outbox_rows(db) == pending, (key, outbox_rows(db))
+            assert im.calls() == [], (key, im.calls())
+            assert not os.path.exists(rd.cfg["outbox_worker"]["log_sink"]["path"]), key
+    finally:
+        im.stop()
+
+
 if __name__ == "__main__":
     run([test_version_and_help, test_log_is_json_lines_and_honours_level,
          test_sighup_reopens_and_reloads, test_systemd_notify_ready_watchdog_reload_stop,
-         test_waits_for_the_database])
+         test_waits_for_the_database, test_port_in_use_fails_before_any_worker])

@@ -101,11 +101,13 @@ def run_matrix(rd, as_service):
                        f"create / {name}")
     st, _, _ = rd.http("GET", f"/v1/rooms/{rid}", headers=service())
     assert st == 404, "a refused create made the room"
-    hu.expect_ok(rd.post(create[1], dict(create[2], command_id=hu.cid()),
-                         headers=service() if as_service else tok(owner)), "create")
-    hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": owner},
-                         headers=tok(owner)), "owner joins (the gift's receiver)")
+    made = 0  # events the accepted commands committed: delivered before each "before"
+    for path, body, h in ((create[1], create[2], service() if as_service else tok(owner)),
+                          (f"/v1/rooms/{rid}/join", {"uid": owner}, tok(owner))):
+        made += len(hu.expect_ok(rd.post(path, dict(body, command_id=hu.cid()), headers=h),
+                                 f"{path} (create, then the gift's receiver joins)")["events"])
     for name, path, body, acting in commands(rid, owner, uid):
+        hu.wait_events(rd, rid, made)  # else a late delivery passes for a refusal's
         before = state(rd, rid, (owner, uid))
         for cname, h, want in callers(acting):
             expect_refused(rd.post(path, dict(body, command_id=hu.cid()), headers=h), want,
@@ -113,11 +115,12 @@ def run_matrix(rd, as_service):
         time.sleep(0.3)  # > poll_interval: a row, had one been written, is delivered
         assert state(rd, rid, (owner, uid)) == before, f"{name}: a refusal changed something"
         if name == "kick":  # the target must be in the room to be kicked
-            hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": uid},
-                                 headers=tok(uid)), "rejoin before kick")
+            made += len(hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join",
+                                             {"command_id": hu.cid(), "uid": uid},
+                                             headers=tok(uid)), "rejoin before kick")["events"])
         h = service() if as_service else tok(acting)
-        hu.expect_ok(rd.post(path, dict(body, command_id=hu.cid()), headers=h),
-                     f"{name} as {'service' if as_service else 'itself'}")
+        made += len(hu.expect_ok(rd.post(path, dict(body, command_id=hu.cid()), headers=h),
+                                 f"{name} as {'service' if as_service else 'itself'}")["events"])
 
 
 def test_commands_matrix_user_itself():

@@ -41,7 +41,7 @@ def test_create_room():
     rd = shared()
     rid = hu.room_name()
     st, hd, js = hu.create(rd, rid, owner=7, title="Friday night")
-    assert st == 200, (st, js)
+    assert st == 201 and hd.get("Location") == f"/v1/rooms/{rid}", (st, hd, js)
     assert hd["Content-Type"].startswith("application/json")
     assert js["room_id"] == rid and js["version"] == 1, js
     assert "RoomCreated" in hu.event_types(js), js
@@ -351,7 +351,7 @@ def test_idempotent_replay():
     c2 = hu.cid("create")
     a = hu.expect_ok(hu.create(rd, None, owner=3, command_id=c2))
     st, hd, b = hu.create(rd, None, owner=3, command_id=c2)
-    assert st == 200 and hd.get("Idempotent-Replay") == "true" and a == b, (st, hd, a, b)
+    assert st == 201 and hd.get("Idempotent-Replay") == "true" and a == b, (st, hd, a, b)
     # the events of the first execution only
     evs = hu.wait_events(rd, rid, 3)
     time.sleep(0.3)
@@ -430,7 +430,7 @@ def test_concurrent_rooms():
         st, _, js = hu.request(c, "POST", "/v1/rooms",
                                {"command_id": hu.cid("pc"), "room_id": rid, "owner_uid": 1,
                                 "title": "t"})
-        got = [js.get("version") if st == 200 else (st, js)]
+        got = [js.get("version") if st == 201 else (st, js)]
         for i in range(joins):
             st, _, js = hu.request(c, "POST", f"/v1/rooms/{rid}/join",
                                    {"command_id": hu.cid("pj"), "uid": 100 + i})

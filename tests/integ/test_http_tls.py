@@ -54,7 +54,7 @@ def test_tls_both_listeners():
         rid = hu.room_name("tls")
         st, js = https(rd.port, "POST", "/v1/rooms", cert,
                        {"command_id": hu.cid(), "room_id": rid, "owner_uid": 1, "title": "t"})
-        assert st == 200 and js["room_id"] == rid, (st, js)
+        assert st == 201 and js["room_id"] == rid, (st, js)
         st, text = https(rd.admin_port, "GET", "/metrics", cert)
         assert st == 200 and "roomd_commands_total" in text
         try:  # plain HTTP on the TLS port gets no HTTP answer

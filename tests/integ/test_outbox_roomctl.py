@@ -58,7 +58,7 @@ def test_dead_letter_list_show_replay():
     rid = f"ctl-{uuid.uuid4().hex[:8]}"
     st, _, js = rd.post("/v1/rooms", {"command_id": f"c-{rid}", "room_id": rid,
                                       "owner_uid": 7, "title": "dead letters"})
-    assert st == 200, (st, js)
+    assert st == 201, (st, js)
     st, _, js = rd.post(f"/v1/rooms/{rid}/join", {"command_id": f"j-{rid}", "uid": 42})
     assert st == 200, (st, js)
 

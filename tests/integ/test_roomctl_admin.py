@@ -52,7 +52,7 @@ def make_failed(rd, rooms, joins):
         rid = f"bulk{i}"
         st, _, js = rd.post("/v1/rooms", {"command_id": f"c-{rid}-{uuid.uuid4().hex[:6]}",
                                           "room_id": rid, "owner_uid": 7, "title": "t"})
-        assert st == 200, (st, js)
+        assert st == 201, (st, js)
         for u in range(joins):
             st, _, js = rd.post(f"/v1/rooms/{rid}/join",
                                 {"command_id": f"j-{rid}-{u}", "uid": 100 + u})

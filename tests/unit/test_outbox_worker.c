@@ -106,6 +106,8 @@ struct tsink {
     const char *perm_id;  /* this event_id answers ROOMD_EPERM */
     const char *retry_id; /* this one ROOMD_ERETRY */
     int with_json;        /* events that came with their JSON */
+    /* publish_start/finish (tsink_window_new): batches started, not finished */
+    int in_air, max_in_air;
 };
 
 /* Records one event's call and returns its scripted outcome. Holds t->mu. */
@@ -147,17 +149,20 @@ tsink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, c
     return rc;
 }
 
+/* Counts one batch call of n events. Holds t->mu. */
 static void
-tsink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
-                    int *rcs, char *errs, size_t errlen)
+tsink_batch_call(struct tsink *t, size_t n)
 {
-    struct tsink *t = (struct tsink *)s;
-
-    (void)deadline;
-    pthread_mutex_lock(&t->mu);
     if (t->batch_calls < TSINK_MAX_CALLS)
         t->batch_sizes[t->batch_calls] = (int)n;
     t->batch_calls++;
+}
+
+/* Records and answers evs[0..n) into rcs/errs. Holds t->mu. */
+static void
+tsink_answer(struct tsink *t, const struct outbox_event *evs, size_t n, int *rcs, char *errs,
+             size_t errlen)
+{
     for (size_t i = 0; i < n; i++) {
         t->with_json += evs[i].json != NULL;
         rcs[i] = tsink_record(t, &evs[i]);
@@ -167,7 +172,59 @@ tsink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, in
                                          : "batch busy");
     }
     t->returned += (int)n;
+}
+
+static void
+tsink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
+                    int *rcs, char *errs, size_t errlen)
+{
+    struct tsink *t = (struct tsink *)s;
+
+    (void)deadline;
+    pthread_mutex_lock(&t->mu);
+    tsink_batch_call(t, n);
+    tsink_answer(t, evs, n, rcs, errs, errlen);
     pthread_mutex_unlock(&t->mu);
+}
+
+/* A batch between tsink_publish_start and tsink_publish_finish. */
+struct tflight {
+    const struct outbox_event *evs;
+    size_t n;
+    int *rcs;
+    char *errs;
+    size_t errlen;
+};
+
+static void *
+tsink_publish_start(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
+                    int *rcs, char *errs, size_t errlen)
+{
+    struct tsink *t = (struct tsink *)s;
+    struct tflight *f = xcalloc(1, sizeof(*f));
+
+    (void)deadline;
+    *f = (struct tflight){evs, n, rcs, errs, errlen};
+    pthread_mutex_lock(&t->mu);
+    tsink_batch_call(t, n);
+    if (++t->in_air > t->max_in_air)
+        t->max_in_air = t->in_air;
+    pthread_mutex_unlock(&t->mu);
+    return f;
+}
+
+/* The answers come only now: the events must still be the worker's. */
+static void
+tsink_publish_finish(struct sink *s, void *handle)
+{
+    struct tsink *t = (struct tsink *)s;
+    struct tflight *f = handle;
+
+    pthread_mutex_lock(&t->mu);
+    tsink_answer(t, f->evs, f->n, f->rcs, f->errs, f->errlen);
+    t->in_air--;
+    pthread_mutex_unlock(&t->mu);
+    free(f);
 }
 
 static void
@@ -198,6 +255,18 @@ tsink_batch_new(const char *name, uint32_t bit, int rc)
 
     t->super.publish_batch = tsink_publish_batch;
     t->super.no_json = true; /* as the bus sink */
+    return t;
+}
+
+/* A batch sink that answers in two halves (publish_start/finish, as the
+ * bus sink's asynchronous publish). */
+static struct tsink *
+tsink_window_new(const char *name, uint32_t bit, int rc)
+{
+    struct tsink *t = tsink_batch_new(name, bit, rc);
+
+    t->super.publish_start = tsink_publish_start;
+    t->super.publish_finish = tsink_publish_finish;
     return t;
 }
 
@@ -828,6 +897,41 @@ test_batch_sink_one_call_per_batch(void **state)
 }
 
 /*
+ * The window of outstanding answers across batches: one worker starts batch
+ * k+1 before it collects k's answers (two batches in the air at once), every
+ * row is published once, and the outcomes that arrive in the second half
+ * are the rows' (a transient failure: retryable, then delivered).
+ */
+static void
+test_batch_sink_window(void **state)
+{
+    fx.conf->outbox_worker.poll_interval_ms = 10000;
+    fx.conf->outbox_worker.batch_size = 5;
+    fx.conf->outbox_worker.initial_backoff_ms = 2000; /* retryable for >= 1 s */
+    fx.conf->outbox_worker.max_backoff_ms = 2000;
+    char ids[23][37];
+    insert_events(23, "RoomGiftSent", NULL, 0, ids);
+    struct tsink *t = tsink_window_new("bus", SINK_BIT_BUS, 0);
+    t->retry_id = ids[7];
+    struct outbox *ob = open_outbox(&t, 1);
+
+    for (int i = 0; i < 23; i++)
+        assert_true(wait_status(ids[i], i == 7 ? OUTBOX_RETRYABLE : OUTBOX_DELIVERED, 3000));
+    outbox_close(ob);
+    struct outbox_row r;
+    get_row(ids[7], &r);
+    assert_int_equal(r.retry_count, 1);
+    assert_non_null(strstr(r.last_error, "batch busy"));
+    row_clear(&r);
+    assert_int_equal(t->in_air, 0);  /* every start finished */
+    assert_true(t->max_in_air >= 2); /* k+1 published while k was in the air */
+    assert_int_equal(t->single_calls, 0);
+    assert_int_equal(t->calls, 23);
+    assert_int_equal(t->batch_calls, 5); /* 5, 5, 5, 5, 3 */
+    tsink_free(t);
+}
+
+/*
  * Per-row outcomes with a batch sink are those of calling the sinks row by
  * row (dual mode: a direct sink, then the batch sink, then a per-row sink):
  * a row the direct sink refuses for good never reaches the batch sink; a row
@@ -1010,6 +1114,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_handoff_queue_conf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_deliver_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_one_call_per_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_sink_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_outage_backoff, setup, teardown),

@@ -703,11 +703,20 @@ test_idempotency(void **state)
     assert_false(r.replay);
     first = xstrdup(r.body);
     rows = outbox_rows(f);
-    /* the same command again: the first answer, flagged, nothing new written or charged */
+    before = get_room(f, "r1");
+    /* the same command again: the first answer, flagged, nothing new written or charged.
+     * It is applied to a clone and refused by the log's unique key at commit: the
+     * cell's state stays as it was (no second gift_total, no version) */
     assert_int_equal(run(f, CMD_SEND_GIFT, "r1", gift, &r), 200);
     assert_true(r.replay);
     assert_string_equal(r.body, first);
     assert_int_equal(outbox_rows(f), rows);
+    after = get_room(f, "r1");
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+    /* then the room goes on from the state before the replay */
+    join(f, "r1", 7);
     assert_int_equal(f->wallet->ops->balance(f->wallet, APP, 2, &bal), 0);
     assert_int_equal(bal, 970);
     /* same id, other body: 409 */
@@ -716,6 +725,9 @@ test_idempotency(void **state)
             "\"unit_price\":30}",
             409, "idempotency_key_reused");
     refused(f, CMD_JOIN_ROOM, "r1", "{\"command_id\":\"g1\",\"uid\":3}", 409,
+            "idempotency_key_reused");
+    /* refused before the commit (no such room): still the log's answer */
+    refused(f, CMD_JOIN_ROOM, "nowhere", "{\"command_id\":\"g1\",\"uid\":3}", 409,
             "idempotency_key_reused");
     /* a create without room_id, retried: the same (generated) room */
     assert_int_equal(run(f, CMD_CREATE_ROOM, NULL,

@@ -108,10 +108,11 @@ struct claim_ctx {
     size_t n;
 };
 
+/* The claim's statements inside the open transaction: the rows, then their
+ * lock, in one bulk UPDATE. */
 static int
-claim_fn(struct conn *c, void *arg)
+claim_in_tx(struct conn *c, struct claim_ctx *x)
 {
-    struct claim_ctx *x = arg;
     struct params p = {0};
     struct rows r;
     struct bulk k;
@@ -120,8 +121,6 @@ claim_fn(struct conn *c, void *arg)
     outbox_rows_free(x->rows, x->n);
     x->rows = NULL;
     x->n = 0;
-    if ((rc = mys_tx_begin(c)) != 0)
-        return rc;
     p_i64(&p, x->now);
     p_i64(&p, x->limit);
     if ((rc = mys_st_query(c, &SQL_CLAIM_SELECT, &p, &r, OUTBOX_TYPES)) == 0)
@@ -139,16 +138,32 @@ claim_fn(struct conn *c, void *arg)
     }
     rc = mys_st_bulk(c, &SQL_CLAIM_UPDATE, &k, NULL);
     mys_bulk_free(&k);
-    if (rc == 0)
-        rc = mys_tx_commit(c);
-    if (rc != 0)
-        return rc;
+    return rc;
+}
+
+/* The claimed rows as the caller sees them, after the commit. */
+static void
+claimed(struct claim_ctx *x)
+{
     outbox_rows_sort(x->rows, x->n); /* by id, as SQLite returns them */
     for (size_t i = 0; i < x->n; i++) {
         x->rows[i].status = OUTBOX_DELIVERING;
         x->rows[i].lock_until_ms = x->until;
         strlcpy_(x->rows[i].locked_by, x->by, sizeof(x->rows[i].locked_by));
     }
+}
+
+static int
+claim_fn(struct conn *c, void *arg)
+{
+    struct claim_ctx *x = arg;
+    int rc;
+
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    if ((rc = claim_in_tx(c, x)) != 0 || (rc = mys_tx_commit(c)) != 0)
+        return rc;
+    claimed(x);
     return 0;
 }
 
@@ -209,12 +224,13 @@ fill_complete(struct bulk *k, size_t row, const struct outbox_result *r)
 
 #define COMPLETE_TYPES "siiibiiiis"
 
-/* All outcomes in one array-bound UPDATE when every fence holds (the common
- * case); otherwise again one row at a time to tell which ones were refused. */
+/* The outcomes inside the open transaction: all in one array-bound UPDATE
+ * when every fence holds (the common case); otherwise the transaction is
+ * rolled back and begun again, and they are written one row at a time to
+ * tell which ones were refused. */
 static int
-complete_fn(struct conn *c, void *arg)
+complete_in_tx(struct conn *c, struct complete_ctx *x)
 {
-    struct complete_ctx *x = arg;
     struct bulk k;
     uint64_t aff = 0;
     int rc;
@@ -222,21 +238,17 @@ complete_fn(struct conn *c, void *arg)
     for (size_t i = 0; i < x->n; i++)
         x->res[i].rc = 0;
     if (c->bulk && x->n > 1) {
-        if ((rc = mys_tx_begin(c)) != 0)
-            return rc;
         mys_bulk_init(&k, COMPLETE_TYPES, x->n);
         for (size_t i = 0; i < x->n; i++)
             fill_complete(&k, i, &x->res[i]);
         rc = mys_st_bulk(c, &SQL_COMPLETE, &k, &aff);
         mys_bulk_free(&k);
-        if (rc != 0)
+        if (rc != 0 || aff == x->n)
             return rc;
-        if (aff == x->n)
-            return mys_tx_commit(c);
         mys_tx_rollback(c);
+        if ((rc = mys_tx_begin(c)) != 0)
+            return rc;
     }
-    if ((rc = mys_tx_begin(c)) != 0)
-        return rc;
     for (size_t i = 0; i < x->n; i++) {
         mys_bulk_init(&k, COMPLETE_TYPES, 1);
         fill_complete(&k, 0, &x->res[i]);
@@ -246,6 +258,16 @@ complete_fn(struct conn *c, void *arg)
             return rc;
         x->res[i].rc = aff == 1 ? 0 : ROOMD_ESTALE;
     }
+    return 0;
+}
+
+static int
+complete_fn(struct conn *c, void *arg)
+{
+    int rc;
+
+    if ((rc = mys_tx_begin(c)) != 0 || (rc = complete_in_tx(c, arg)) != 0)
+        return rc;
     return mys_tx_commit(c);
 }
 
@@ -262,6 +284,51 @@ mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
         for (size_t i = 0; i < n; i++)
             res[i].rc = rc;
     return rc;
+}
+
+struct complete_claim_ctx {
+    struct complete_ctx done;
+    struct claim_ctx next;
+};
+
+/* Batch k's outcomes and batch k+1's claim, one transaction: one commit
+ * (one redo log fsync) per batch. The completion comes first, so the rows
+ * it hands back (retryable now) may be claimed again at once. */
+static int
+complete_claim_fn(struct conn *c, void *arg)
+{
+    struct complete_claim_ctx *x = arg;
+    int rc;
+
+    if ((rc = mys_tx_begin(c)) != 0)
+        return rc;
+    if ((x->done.n > 0 && (rc = complete_in_tx(c, &x->done)) != 0) ||
+        (rc = claim_in_tx(c, &x->next)) != 0 || (rc = mys_tx_commit(c)) != 0)
+        return rc;
+    claimed(&x->next);
+    return 0;
+}
+
+int
+mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres, int64_t now_ms,
+                          int64_t lock_until_ms, const char *locked_by, int limit,
+                          struct outbox_row **rows, size_t *n, bool *completed)
+{
+    struct complete_claim_ctx x = {{res, nres}, {now_ms, lock_until_ms, locked_by, limit, NULL, 0}};
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    *completed = false;
+    rc = mys_run((struct mstore *)s, complete_claim_fn, &x);
+    if (rc != 0) {
+        outbox_rows_free(x.next.rows, x.next.n);
+        return rc;
+    }
+    *completed = true;
+    *rows = x.next.rows;
+    *n = x.next.n;
+    return 0;
 }
 
 struct list_ctx {

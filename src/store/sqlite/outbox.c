@@ -194,6 +194,24 @@ out:
     return rc;
 }
 
+/* The two transactions back to back: on one writer connection they would
+ * not share anything but the lock hand-off (neither fsyncs). */
+int
+sq_outbox_complete_claim(struct store *st, struct outbox_result *res, size_t nres, int64_t now_ms,
+                         int64_t lock_until_ms, const char *locked_by, int limit,
+                         struct outbox_row **rows, size_t *n, bool *completed)
+{
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    *completed = false;
+    if ((rc = sq_outbox_complete(st, res, nres)) != 0)
+        return rc;
+    *completed = true;
+    return sq_outbox_claim(st, now_ms, lock_until_ms, locked_by, limit, rows, n);
+}
+
 int
 sq_outbox_list(struct store *st, int status, int64_t after_id, int limit, struct outbox_row **rows,
                size_t *n)

@@ -1,0 +1,123 @@
+#!/usr/bin/env node
+// grpc_client.js: a real gRPC client (@grpc/grpc-js + @grpc/proto-loader) of roomd's
+// proto/room_service.proto for the tests (tests/integ/test_grpc.py) and the benchmark.
+//
+// Calls: reads a JSON array of calls on stdin, makes them one after the other and prints a
+// JSON array of results:
+//   in:  {"service": "RoomService", "method": "JoinRoom", "request": {...}, (or "path" and
+//         "raw_hex" for bytes the proto does not describe)
+//         "metadata": {"x-app-code": "a1", "idempotency-key": "k"}, "deadline_ms": 2000}
+//   out: {"code": 0, "details": "", "response": {...} | null, "initial": {...},
+//         "trailing": {...}, "error_info": {reason, domain, metadata} | null,
+//         "bad_request": {field_violations: [...]} | null, "status_code": n | null}
+// error_info / bad_request are decoded from the grpc-status-details-bin trailer
+// (proto/rpc_status.proto); status_code is the code inside it.
+// Usage: node grpc_client.js --target HOST:PORT [--proto-dir DIR] < calls.json
+'use strict';
+const path = require('path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+const protobuf = require('protobufjs');
+
+function arg(name, dflt) {
+  const i = process.argv.indexOf('--' + name);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+}
+
+const protoDir = arg('proto-dir', path.join(__dirname, '..', '..', 'proto'));
+const target = arg('target');
+const def = protoLoader.loadSync(path.join(protoDir, 'room_service.proto'), {
+  keepCase: true, longs: Number, enums: String, defaults: false, oneofs: true,
+  includeDirs: [protoDir],
+});
+const roomd = grpc.loadPackageDefinition(def).roomd.v1;
+const statusRoot = new protobuf.Root().loadSync(path.join(protoDir, 'rpc_status.proto'), {
+  keepCase: true,
+});
+const RpcStatus = statusRoot.lookupType('google.rpc.Status');
+const ErrorInfo = statusRoot.lookupType('google.rpc.ErrorInfo');
+const BadRequest = statusRoot.lookupType('google.rpc.BadRequest');
+
+const clients = {};
+function client(service) {
+  if (!clients[service]) {
+    clients[service] = new roomd[service](target, grpc.credentials.createInsecure());
+  }
+  return clients[service];
+}
+
+function mdObject(md) {
+  const o = {};
+  if (!md) return o;
+  for (const [k, v] of Object.entries(md.getMap())) {
+    o[k] = Buffer.isBuffer(v) ? v.toString('base64') : v;
+  }
+  return o;
+}
+
+function decodeDetails(md) {
+  const out = { error_info: null, bad_request: null, status_code: null };
+  const raw = md && md.get('grpc-status-details-bin');
+  if (!raw || raw.length === 0) return out;
+  const st = RpcStatus.decode(raw[0]);
+  out.status_code = st.code;
+  for (const any of st.details) {
+    if (any.type_url.endsWith('/google.rpc.ErrorInfo')) {
+      out.error_info = ErrorInfo.toObject(ErrorInfo.decode(any.value), { defaults: true });
+    } else if (any.type_url.endsWith('/google.rpc.BadRequest')) {
+      out.bad_request = BadRequest.toObject(BadRequest.decode(any.value), { defaults: true });
+    }
+  }
+  return out;
+}
+
+// {"path": "/pkg.Svc/M", "raw_hex": "..."}: sends those bytes as the request message (a method
+// or a message the proto does not have); the answer comes back as "raw_hex".
+function rawCall(p) {
+  return function (request, md, opts, cb) {
+    return this.makeUnaryRequest(p, (b) => b, (b) => ({ raw_hex: b.toString('hex') }),
+      Buffer.from(request.raw_hex || '', 'hex'), md, opts, cb);
+  };
+}
+
+function call(c) {
+  return new Promise((resolve) => {
+    const md = new grpc.Metadata();
+    for (const [k, v] of Object.entries(c.metadata || {})) md.set(k, v);
+    const opts = { deadline: new Date(Date.now() + (c.deadline_ms || 5000)) };
+    const res = { code: 0, details: '', response: null, initial: {}, trailing: {} };
+    const cl = client(c.service || 'RoomService');
+    const rpc = c.path ? rawCall(c.path) : cl[c.method];
+    if (!rpc) {
+      resolve({ ...res, code: -1, details: 'no such method in the proto: ' + c.method });
+      return;
+    }
+    const req = c.path ? { raw_hex: c.raw_hex || '' } : c.request || {};
+    const ca = rpc.call(cl, req, md, opts, (err, resp) => {
+      if (err) {
+        res.code = err.code;
+        res.details = err.details;
+        res.trailing = mdObject(err.metadata);
+        Object.assign(res, decodeDetails(err.metadata));
+      } else {
+        res.response = resp;
+      }
+      resolve(res);
+    });
+    ca.on('metadata', (m) => { res.initial = mdObject(m); });
+    ca.on('status', (s) => { if (s.code === 0) res.trailing = mdObject(s.metadata); });
+  });
+}
+
+async function runCalls() {
+  const chunks = [];
+  for await (const ch of process.stdin) chunks.push(ch);
+  const calls = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  const out = [];
+  for (const c of calls) out.push(await call(c));
+  process.stdout.write(JSON.stringify(out) + '\n');
+}
+
+runCalls().then(() => {
+  for (const c of Object.values(clients)) c.close();
+}).catch((e) => { console.error(e); process.exit(2); });
