@@ -90,9 +90,9 @@ def test_mysql_two_nodes_concurrent():
             ts = [threading.Thread(target=one, args=(i,)) for i in range(len(rooms))]
             [t.start() for t in ts]
             [t.join() for t in ts]
-            ok = [r for r, (st, _) in got.items() if st == 200]
+            ok = [r for r, (st, _) in got.items() if st == 201]  # CreateRoom: 201 Created
             for r, (st, js) in got.items():
-                assert st in (200, 429, 503), (r, st, js)
+                assert st in (201, 429, 503), (r, st, js)
                 if st == 429:
                     assert js["error"]["code"] == "too_many_rooms", js
             assert len(ok) <= LIMIT, got
