@@ -187,6 +187,25 @@ fill_log(struct bulk *k, size_t row, const struct mutation *m)
 
 #define LOG_TYPES "ssissssi"
 
+/* Binds the room columns that SQL_ROOM_INSERT and SQL_ROOM_UPDATE share, in
+ * their common order (owner_uid .. rocket_launch_at_ms, "isiissii"), from
+ * column col of row on (nine columns). */
+static void
+fill_room_fields(struct bulk *k, unsigned int col, size_t row, const struct mutation *m)
+{
+    const struct room_meta *mt = &m->meta;
+
+    bk_i64(k, col++, row, mt->owner_uid);
+    bk_str(k, col++, row, mt->title ? mt->title : "");
+    bk_str(k, col++, row, mt->status ? mt->status : "open");
+    bk_i64(k, col++, row, m->version);
+    bk_i64(k, col++, row, m->fence_token);
+    bk_str(k, col++, row, mt->rocket_status ? mt->rocket_status : "idle");
+    bk_str(k, col++, row, mt->rocket_id ? mt->rocket_id : "");
+    bk_i64(k, col++, row, mt->rocket_level);
+    bk_i64(k, col, row, mt->rocket_launch_at_ms);
+}
+
 static void
 fill_room_insert(struct bulk *k, size_t row, const struct mutation *m)
 {
@@ -194,15 +213,7 @@ fill_room_insert(struct bulk *k, size_t row, const struct mutation *m)
 
     bk_str(k, 0, row, m->app_code);
     bk_str(k, 1, row, m->room_id);
-    bk_i64(k, 2, row, mt->owner_uid);
-    bk_str(k, 3, row, mt->title ? mt->title : "");
-    bk_str(k, 4, row, mt->status ? mt->status : "open");
-    bk_i64(k, 5, row, m->version);
-    bk_i64(k, 6, row, m->fence_token);
-    bk_str(k, 7, row, mt->rocket_status ? mt->rocket_status : "idle");
-    bk_str(k, 8, row, mt->rocket_id ? mt->rocket_id : "");
-    bk_i64(k, 9, row, mt->rocket_level);
-    bk_i64(k, 10, row, mt->rocket_launch_at_ms);
+    fill_room_fields(k, 2, row, m);
     bk_i64(k, 11, row, mt->created_at_ms ? mt->created_at_ms : m->created_at_ms);
     bk_i64(k, 12, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
 }
@@ -214,15 +225,7 @@ fill_room_update(struct bulk *k, size_t row, const struct mutation *m)
 {
     const struct room_meta *mt = &m->meta;
 
-    bk_i64(k, 0, row, mt->owner_uid);
-    bk_str(k, 1, row, mt->title ? mt->title : "");
-    bk_str(k, 2, row, mt->status ? mt->status : "open");
-    bk_i64(k, 3, row, m->version);
-    bk_i64(k, 4, row, m->fence_token);
-    bk_str(k, 5, row, mt->rocket_status ? mt->rocket_status : "idle");
-    bk_str(k, 6, row, mt->rocket_id ? mt->rocket_id : "");
-    bk_i64(k, 7, row, mt->rocket_level);
-    bk_i64(k, 8, row, mt->rocket_launch_at_ms);
+    fill_room_fields(k, 0, row, m);
     bk_i64(k, 9, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
     bk_str(k, 10, row, m->app_code);
     bk_str(k, 11, row, m->room_id);

@@ -176,6 +176,12 @@ int sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, c
  * with x->rows NULL and x->n 0. */
 int sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x);
 
+/* Runs sql, a DELETE of up to ?2 rows older than ?1, on the writer as its
+ * own short transaction. Returns 0 with *purged the rows deleted, or an
+ * error (what names it; *purged 0). Blocks on the writer (retention.c). */
+int sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int limit,
+                  size_t *purged, const char *what);
+
 /* schema.c */
 int sq_migrate(struct conn *c, char *err, size_t errlen);
 
