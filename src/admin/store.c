@@ -29,8 +29,9 @@ copy_text(const struct admin_cols *c, int i, char *dst, size_t cap)
 }
 
 void
-admin_read_outbox_row(const struct admin_cols *c, struct outbox_row *r)
+admin_read_outbox_row(const struct admin_cols *c, void *dst)
 {
+    struct outbox_row *r = dst;
     const void *p;
     const char *err;
 
@@ -59,8 +60,51 @@ admin_read_outbox_row(const struct admin_cols *c, struct outbox_row *r)
 }
 
 void
-admin_read_audit(const struct admin_cols *c, struct admin_audit *r)
+admin_read_audit_row(const struct admin_cols *c, void *dst)
 {
+    struct admin_audit_row *r = dst;
+
+    r->outbox_id = c->i64(c->src, 0);
+    copy_text(c, 1, r->event_id, sizeof(r->event_id));
+    copy_text(c, 2, r->new_event_id, sizeof(r->new_event_id));
+}
+
+void
+admin_read_count(const struct admin_cols *c, void *dst)
+{
+    int64_t *got = dst;
+
+    got[0] = c->i64(c->src, 0);
+    got[1] = c->i64(c->src, 1);
+}
+
+void
+admin_rows_add(struct admin_rows *x, const struct admin_cols *c)
+{
+    x->rows = xgrow(x->rows, x->n, &x->cap, x->size);
+    x->read(c, (char *)x->rows + x->n++ * x->size);
+}
+
+void
+admin_summary_add(const struct admin_cols *c, struct admin_summary *out)
+{
+    enum outbox_status st = outbox_status_read(c->text(c->src, 0));
+    uint32_t done = (uint32_t)c->i64(c->src, 1);
+    int64_t n = c->i64(c->src, 2);
+
+    out->by_status[st] += n;
+    for (int b = 0; st != OUTBOX_DELIVERED && b < OUTBOX_SINK_BITS; b++)
+        if (!(done & (1u << b))) {
+            out->lacking[b] += n;
+            if (st == OUTBOX_FAILED)
+                out->failed_lacking[b] += n;
+        }
+}
+
+void
+admin_read_audit(const struct admin_cols *c, void *dst)
+{
+    struct admin_audit *r = dst;
     const char *f = c->text(c->src, 3);
 
     memset(r, 0, sizeof(*r));

@@ -117,7 +117,7 @@ int admin_store_audit_rows(struct admin_store *s, int64_t id, int64_t after, int
                            struct admin_audit_row **out, size_t *n);
 
 /* A result row of a backend, read through three accessors, so that one
- * reader per record (admin_read_outbox_row, admin_read_audit) serves both
+ * reader per record (admin_read_outbox_row, admin_read_audit, ..) serves both
  * backends. text returns NULL for SQL NULL; blob sets *len. */
 struct admin_cols {
     void *src;
@@ -125,10 +125,34 @@ struct admin_cols {
     const char *(*text)(void *src, int i);
     const void *(*blob)(void *src, int i, size_t *len);
 };
-/* Reads ADMIN_OUTBOX_COLS into r (payload and last_error malloc'd). */
-void admin_read_outbox_row(const struct admin_cols *c, struct outbox_row *r);
-/* Reads ADMIN_AUDIT_COLS into r (filter malloc'd). */
-void admin_read_audit(const struct admin_cols *c, struct admin_audit *r);
+/* The row readers: each reads the row c into dst, a record of its kind.
+ * Thread: the caller of the backend's op (under its mutex). */
+typedef void (*admin_row_reader)(const struct admin_cols *c, void *dst);
+/* ADMIN_OUTBOX_COLS into a struct outbox_row (payload and last_error
+ * malloc'd). */
+void admin_read_outbox_row(const struct admin_cols *c, void *dst);
+/* ADMIN_AUDIT_COLS into a struct admin_audit (filter malloc'd). */
+void admin_read_audit(const struct admin_cols *c, void *dst);
+/* outbox_id, event_id, new_event_id into a struct admin_audit_row. */
+void admin_read_audit_row(const struct admin_cols *c, void *dst);
+/* The two integers of a count query (count, max id) into an int64_t[2]. */
+void admin_read_count(const struct admin_cols *c, void *dst);
+
+/* The rows of one query in a growing array of elements of size bytes, each
+ * read by read: rows is malloc'd and the caller's (also after a failure). */
+struct admin_rows {
+    admin_row_reader read;
+    size_t size;
+    void *rows;
+    size_t n, cap;
+};
+/* Appends the row c to x through x->read. Never fails (OOM aborts). */
+void admin_rows_add(struct admin_rows *x, const struct admin_cols *c);
+/* Adds one row of ADMIN_SUMMARY_SQL (status, sinks_done, count) to out:
+ * its count by status, and by each sink bit the rows lack. */
+void admin_summary_add(const struct admin_cols *c, struct admin_summary *out);
+#define ADMIN_SUMMARY_SQL                                                                          \
+    "SELECT status, sinks_done, COUNT(*) FROM room_outbox GROUP BY status, sinks_done"
 #define ADMIN_AUDIT_COLS                                                                           \
     "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
     " updated_at_ms, finished_at_ms"

@@ -206,18 +206,44 @@ copy(MYSQL_ROW row, int i, char *dst, size_t cap)
     snprintf(dst, cap, "%s", row[i] ? row[i] : "");
 }
 
-static void
-read_row(MYSQL_ROW row, const unsigned long *len, struct outbox_row *r)
+/* The columns of a fetched row, for the shared readers. */
+#define MY_COLS(...) (&(struct admin_cols){(__VA_ARGS__), col_i64, col_text, col_blob})
+
+/* Runs q (the caller holds a->mu) and reads its first row into dst through
+ * read. Returns 0, ROOMD_ENOTFOUND (no row) or the failure. Blocks on the
+ * server. */
+static int
+read_first(struct my_admin *a, const char *q, admin_row_reader read, void *dst)
 {
-    struct my_row m = {row, len};
-    admin_read_outbox_row(&(struct admin_cols){&m, col_i64, col_text, col_blob}, r);
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    int rc = select_rows(a, q, &res);
+
+    if (rc == 0) {
+        if ((row = mysql_fetch_row(res)) != NULL)
+            read(MY_COLS(&(struct my_row){row, mysql_fetch_lengths(res)}), dst);
+        else
+            rc = ROOMD_ENOTFOUND;
+    }
+    if (res != NULL)
+        mysql_free_result(res);
+    return rc;
 }
 
-static void
-read_audit(MYSQL_ROW row, struct admin_audit *r)
+/* Runs q (the caller holds a->mu) and appends each row to x. Returns 0 or
+ * the failure (the rows read stay in x). Blocks on the server. */
+static int
+read_all(struct my_admin *a, const char *q, struct admin_rows *x)
 {
-    struct my_row m = {row, NULL};
-    admin_read_audit(&(struct admin_cols){&m, col_i64, col_text, col_blob}, r);
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    int rc = select_rows(a, q, &res);
+
+    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL)
+        admin_rows_add(x, MY_COLS(&(struct my_row){row, mysql_fetch_lengths(res)}));
+    if (res != NULL)
+        mysql_free_result(res);
+    return rc;
 }
 
 static void
@@ -295,22 +321,9 @@ my_summary(struct admin_store *s, struct admin_summary *out)
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&a->mu);
-    int rc = select_rows(a,
-                         "SELECT status, sinks_done, COUNT(*) FROM room_outbox"
-                         " GROUP BY status, sinks_done",
-                         &res);
-    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
-        enum outbox_status st = outbox_status_read(row[0]);
-        uint32_t done = (uint32_t)num(row, 1);
-        int64_t n = num(row, 2);
-        out->by_status[st] += n;
-        for (int b = 0; st != OUTBOX_DELIVERED && b < OUTBOX_SINK_BITS; b++)
-            if (!(done & (1u << b))) {
-                out->lacking[b] += n;
-                if (st == OUTBOX_FAILED)
-                    out->failed_lacking[b] += n;
-            }
-    }
+    int rc = select_rows(a, ADMIN_SUMMARY_SQL, &res);
+    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL)
+        admin_summary_add(MY_COLS(&(struct my_row){row, NULL}), out);
     if (res != NULL)
         mysql_free_result(res);
     res = NULL;
@@ -330,9 +343,7 @@ my_search(struct admin_store *s, const struct admin_filter *f, int64_t after_id,
 {
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
-    size_t cap = 0;
+    struct admin_rows x = {admin_read_outbox_row, sizeof(**rows), *rows, *n, *n};
     int rc;
 
     pthread_mutex_lock(&a->mu);
@@ -342,16 +353,12 @@ my_search(struct admin_store *s, const struct admin_filter *f, int64_t after_id,
     if ((rc = put_filter(a, &q, f)) == 0) {
         put(&q, " ORDER BY id LIMIT ", 19);
         put_int(&q, limit);
-        rc = select_rows(a, q.p, &res);
+        rc = read_all(a, q.p, &x);
     }
-    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
-        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
-        read_row(row, mysql_fetch_lengths(res), &(*rows)[(*n)++]);
-    }
-    if (res != NULL)
-        mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
     free(q.p);
+    *rows = x.rows;
+    *n = x.n;
     return rc;
 }
 
@@ -360,21 +367,18 @@ my_count(struct admin_store *s, const struct admin_filter *f, int64_t *count, in
 {
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
+    int64_t got[2] = {0, 0};
     const char *head = "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM room_outbox WHERE 1 = 1";
     int rc;
 
     pthread_mutex_lock(&a->mu);
     put(&q, head, strlen(head));
     if ((rc = put_filter(a, &q, f)) == 0)
-        rc = select_rows(a, q.p, &res);
-    if (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
-        *count = num(row, 0);
-        *max_id = num(row, 1);
+        rc = read_first(a, q.p, admin_read_count, got);
+    if (rc == 0) {
+        *count = got[0];
+        *max_id = got[1];
     }
-    if (res != NULL)
-        mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
     free(q.p);
     return rc;
@@ -385,26 +389,15 @@ my_get(struct admin_store *s, const char *event_id, struct outbox_row *out)
 {
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
     const char *head = "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE event_id = ";
     int rc;
 
     pthread_mutex_lock(&a->mu);
-    if (a->db == NULL && (rc = connect_db(a)) != 0)
-        goto out;
-    put(&q, head, strlen(head));
-    put_text(a, &q, event_id);
-    rc = select_rows(a, q.p, &res);
-    if (rc == 0) {
-        if ((row = mysql_fetch_row(res)) != NULL)
-            read_row(row, mysql_fetch_lengths(res), out);
-        else
-            rc = ROOMD_ENOTFOUND;
+    if (a->db != NULL || (rc = connect_db(a)) == 0) {
+        put(&q, head, strlen(head));
+        put_text(a, &q, event_id);
+        rc = read_first(a, q.p, admin_read_outbox_row, out);
     }
-out:
-    if (res != NULL)
-        mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
     free(q.p);
     return rc;
@@ -638,26 +631,20 @@ my_audit_list(struct admin_store *s, int64_t before_id, int limit, struct admin_
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
     struct admin_param p[] = {{.i = before_id}, {.i = before_id}, {.i = limit}};
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
-    size_t cap = 0;
+    struct admin_rows x = {admin_read_audit, sizeof(**out), *out, *n, *n};
 
     pthread_mutex_lock(&a->mu);
     put_bound(a, &q,
               "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE ? = 0 OR id < ?"
               " ORDER BY id DESC LIMIT ?",
               p, 3);
-    int rc = select_rows(a, q.p, &res);
+    int rc = read_all(a, q.p, &x);
     if (rc != 0 && no_table(a))
         rc = 0;
-    while (res != NULL && (row = mysql_fetch_row(res)) != NULL) {
-        *out = xgrow(*out, *n, &cap, sizeof(**out));
-        read_audit(row, &(*out)[(*n)++]);
-    }
-    if (res != NULL)
-        mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
     free(q.p);
+    *out = x.rows;
+    *n = x.n;
     return rc;
 }
 
@@ -667,22 +654,12 @@ my_audit_get(struct admin_store *s, int64_t id, struct admin_audit *out)
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
     struct admin_param p[] = {{.i = id}};
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
 
     pthread_mutex_lock(&a->mu);
     put_bound(a, &q, "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE id = ?", p, 1);
-    int rc = select_rows(a, q.p, &res);
+    int rc = read_first(a, q.p, admin_read_audit, out);
     if (rc != 0 && no_table(a))
         rc = ROOMD_ENOTFOUND;
-    if (rc == 0) {
-        if ((row = mysql_fetch_row(res)) != NULL)
-            read_audit(row, out);
-        else
-            rc = ROOMD_ENOTFOUND;
-    }
-    if (res != NULL)
-        mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
     free(q.p);
     return rc;
@@ -695,28 +672,19 @@ my_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
     struct admin_param p[] = {{.i = id}, {.i = after}, {.i = limit}};
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
-    size_t cap = 0;
+    struct admin_rows x = {admin_read_audit_row, sizeof(**out), *out, *n, *n};
 
     pthread_mutex_lock(&a->mu);
     put_bound(a, &q,
               "SELECT outbox_id, event_id, new_event_id FROM admin_audit_rows"
               " WHERE audit_id = ? AND outbox_id > ? ORDER BY outbox_id LIMIT ?",
               p, 3);
-    int rc = select_rows(a, q.p, &res);
+    int rc = read_all(a, q.p, &x);
     if (rc != 0 && no_table(a))
         rc = 0;
-    while (res != NULL && (row = mysql_fetch_row(res)) != NULL) {
-        *out = xgrow(*out, *n, &cap, sizeof(**out));
-        struct admin_audit_row *r = &(*out)[(*n)++];
-        r->outbox_id = num(row, 0);
-        copy(row, 1, r->event_id, sizeof(r->event_id));
-        copy(row, 2, r->new_event_id, sizeof(r->new_event_id));
-    }
-    if (res != NULL)
-        mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
+    *out = x.rows;
+    *n = x.n;
     free(q.p);
     return rc;
 }

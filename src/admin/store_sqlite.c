@@ -105,17 +105,44 @@ col_blob(void *q, int i, size_t *len)
     return sqlite3_column_blob(q, i);
 }
 
-/* The shared readers (admin/store.c) over statement q. */
-static void
-read_row(sqlite3_stmt *q, struct outbox_row *r)
+/* The columns of q's current row, for the shared readers. */
+#define SQ_COLS(q) (&(struct admin_cols){(q), col_i64, col_text, col_blob})
+
+/* Steps q (prepared and bound; NULL when the prepare failed: a->super.errmsg
+ * says why) to its first row, reads it into dst and finalizes q. Returns 0,
+ * ROOMD_ENOTFOUND (no row) or the failure (what names it). The caller holds
+ * a->mu. */
+static int
+read_first(struct sq_admin *a, sqlite3_stmt *q, admin_row_reader read, void *dst, const char *what)
 {
-    admin_read_outbox_row(&(struct admin_cols){q, col_i64, col_text, col_blob}, r);
+    int rc = 0, step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    if ((step = sqlite3_step(q)) == SQLITE_ROW)
+        read(SQ_COLS(q), dst);
+    else
+        rc = step == SQLITE_DONE ? ROOMD_ENOTFOUND : fail(a, step, "%s", what);
+    sqlite3_finalize(q);
+    return rc;
 }
 
-static void
-read_audit(sqlite3_stmt *q, struct admin_audit *r)
+/* Steps q (as for read_first) to its end, appending each row to x through
+ * x->read, and finalizes q. Returns 0 or the failure (what names it; the
+ * rows read stay in x). The caller holds a->mu. */
+static int
+read_all(struct sq_admin *a, sqlite3_stmt *q, struct admin_rows *x, const char *what)
 {
-    admin_read_audit(&(struct admin_cols){q, col_i64, col_text, col_blob}, r);
+    int rc = 0, step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    while ((step = sqlite3_step(q)) == SQLITE_ROW)
+        admin_rows_add(x, SQ_COLS(q));
+    if (step != SQLITE_DONE)
+        rc = fail(a, step, "%s", what);
+    sqlite3_finalize(q);
+    return rc;
 }
 
 static void
@@ -184,24 +211,13 @@ sq_summary(struct admin_store *s, struct admin_summary *out)
 
     memset(out, 0, sizeof(*out));
     LOCK(a);
-    sqlite3_stmt *q = prep(a, "SELECT status, sinks_done, count(*) FROM room_outbox"
-                              " GROUP BY status, sinks_done");
+    sqlite3_stmt *q = prep(a, ADMIN_SUMMARY_SQL);
     if (q == NULL) {
         UNLOCK(a);
         return ROOMD_EIO;
     }
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        enum outbox_status st = outbox_status_read((const char *)sqlite3_column_text(q, 0));
-        uint32_t done = (uint32_t)sqlite3_column_int64(q, 1);
-        int64_t n = sqlite3_column_int64(q, 2);
-        out->by_status[st] += n;
-        for (int b = 0; st != OUTBOX_DELIVERED && b < OUTBOX_SINK_BITS; b++)
-            if (!(done & (1u << b))) {
-                out->lacking[b] += n;
-                if (st == OUTBOX_FAILED)
-                    out->failed_lacking[b] += n;
-            }
-    }
+    while ((step = sqlite3_step(q)) == SQLITE_ROW)
+        admin_summary_add(SQ_COLS(q), out);
     if (step != SQLITE_DONE)
         rc = fail(a, step, "summary");
     sqlite3_finalize(q);
@@ -245,26 +261,20 @@ sq_search(struct admin_store *s, const struct admin_filter *f, int64_t after_id,
           struct outbox_row **rows, size_t *n)
 {
     struct sq_admin *a = (struct sq_admin *)s;
-    size_t cap = 0;
-    int next, rc = 0, step;
+    struct admin_rows x = {admin_read_outbox_row, sizeof(**rows), *rows, *n, *n};
+    int next, rc;
 
     LOCK(a);
     sqlite3_stmt *q = prep_filtered(a, "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE id > ?",
                                     f, " ORDER BY id LIMIT ?", 1, &next);
-    if (q == NULL) {
-        UNLOCK(a);
-        return ROOMD_EIO;
+    if (q != NULL) {
+        sqlite3_bind_int64(q, 1, after_id);
+        sqlite3_bind_int(q, next, limit);
     }
-    sqlite3_bind_int64(q, 1, after_id);
-    sqlite3_bind_int(q, next, limit);
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
-        read_row(q, &(*rows)[(*n)++]);
-    }
-    if (step != SQLITE_DONE)
-        rc = fail(a, step, "search");
-    sqlite3_finalize(q);
+    rc = read_all(a, q, &x, "search");
     UNLOCK(a);
+    *rows = x.rows;
+    *n = x.n;
     return rc;
 }
 
@@ -272,23 +282,18 @@ static int
 sq_count(struct admin_store *s, const struct admin_filter *f, int64_t *count, int64_t *max_id)
 {
     struct sq_admin *a = (struct sq_admin *)s;
-    int next, rc = 0, step;
+    int64_t got[2] = {0, 0};
+    int next, rc;
 
     LOCK(a);
     sqlite3_stmt *q = prep_filtered(
         a, "SELECT count(*), coalesce(max(id), 0) FROM room_outbox WHERE 1 = 1", f, "", 0, &next);
-    if (q == NULL) {
-        UNLOCK(a);
-        return ROOMD_EIO;
-    }
-    if ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        *count = sqlite3_column_int64(q, 0);
-        *max_id = sqlite3_column_int64(q, 1);
-    } else {
-        rc = fail(a, step, "count");
-    }
-    sqlite3_finalize(q);
+    rc = read_first(a, q, admin_read_count, got, "count");
     UNLOCK(a);
+    if (rc == 0) {
+        *count = got[0];
+        *max_id = got[1];
+    }
     return rc;
 }
 
@@ -296,20 +301,13 @@ static int
 sq_get(struct admin_store *s, const char *event_id, struct outbox_row *out)
 {
     struct sq_admin *a = (struct sq_admin *)s;
-    int rc = 0, step;
+    int rc;
 
     LOCK(a);
     sqlite3_stmt *q = prep(a, "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE event_id = ?");
-    if (q == NULL) {
-        UNLOCK(a);
-        return ROOMD_EIO;
-    }
-    sqlite3_bind_text(q, 1, event_id, -1, SQLITE_STATIC);
-    if ((step = sqlite3_step(q)) == SQLITE_ROW)
-        read_row(q, out);
-    else
-        rc = step == SQLITE_DONE ? ROOMD_ENOTFOUND : fail(a, step, "get");
-    sqlite3_finalize(q);
+    if (q != NULL)
+        sqlite3_bind_text(q, 1, event_id, -1, SQLITE_STATIC);
+    rc = read_first(a, q, admin_read_outbox_row, out, "get");
     UNLOCK(a);
     return rc;
 }
@@ -553,27 +551,22 @@ sq_audit_list(struct admin_store *s, int64_t before_id, int limit, struct admin_
               size_t *n)
 {
     struct sq_admin *a = (struct sq_admin *)s;
-    size_t cap = 0;
-    int rc = 0, step;
+    struct admin_rows x = {admin_read_audit, sizeof(**out), *out, *n, *n};
+    int rc;
 
     LOCK(a);
     sqlite3_stmt *q = prep(a, "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit"
                               " WHERE ?1 = 0 OR id < ?1 ORDER BY id DESC LIMIT ?2");
-    if (q == NULL) {
-        rc = no_audit_table(a) ? 0 : ROOMD_EIO;
-        UNLOCK(a);
-        return rc;
+    if (q != NULL) {
+        sqlite3_bind_int64(q, 1, before_id);
+        sqlite3_bind_int(q, 2, limit);
     }
-    sqlite3_bind_int64(q, 1, before_id);
-    sqlite3_bind_int(q, 2, limit);
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        *out = xgrow(*out, *n, &cap, sizeof(**out));
-        read_audit(q, &(*out)[(*n)++]);
-    }
-    if (step != SQLITE_DONE)
-        rc = fail(a, step, "audit list");
-    sqlite3_finalize(q);
+    rc = read_all(a, q, &x, "audit list");
+    if (q == NULL && no_audit_table(a))
+        rc = 0;
     UNLOCK(a);
+    *out = x.rows;
+    *n = x.n;
     return rc;
 }
 
@@ -581,21 +574,15 @@ static int
 sq_audit_get(struct admin_store *s, int64_t id, struct admin_audit *out)
 {
     struct sq_admin *a = (struct sq_admin *)s;
-    int rc = 0, step;
+    int rc;
 
     LOCK(a);
     sqlite3_stmt *q = prep(a, "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE id = ?1");
-    if (q == NULL) {
-        rc = no_audit_table(a) ? ROOMD_ENOTFOUND : ROOMD_EIO;
-        UNLOCK(a);
-        return rc;
-    }
-    sqlite3_bind_int64(q, 1, id);
-    if ((step = sqlite3_step(q)) == SQLITE_ROW)
-        read_audit(q, out);
-    else
-        rc = step == SQLITE_DONE ? ROOMD_ENOTFOUND : fail(a, step, "audit get");
-    sqlite3_finalize(q);
+    if (q != NULL)
+        sqlite3_bind_int64(q, 1, id);
+    rc = read_first(a, q, admin_read_audit, out, "audit get");
+    if (q == NULL && no_audit_table(a))
+        rc = ROOMD_ENOTFOUND;
     UNLOCK(a);
     return rc;
 }
@@ -605,32 +592,24 @@ sq_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
               struct admin_audit_row **out, size_t *n)
 {
     struct sq_admin *a = (struct sq_admin *)s;
-    size_t cap = 0;
-    int rc = 0, step;
+    struct admin_rows x = {admin_read_audit_row, sizeof(**out), *out, *n, *n};
+    int rc;
 
     LOCK(a);
     sqlite3_stmt *q = prep(a, "SELECT outbox_id, event_id, new_event_id FROM admin_audit_rows"
                               " WHERE audit_id = ?1 AND outbox_id > ?2 ORDER BY outbox_id"
                               " LIMIT ?3");
-    if (q == NULL) {
-        rc = no_audit_table(a) ? 0 : ROOMD_EIO;
-        UNLOCK(a);
-        return rc;
+    if (q != NULL) {
+        sqlite3_bind_int64(q, 1, id);
+        sqlite3_bind_int64(q, 2, after);
+        sqlite3_bind_int(q, 3, limit);
     }
-    sqlite3_bind_int64(q, 1, id);
-    sqlite3_bind_int64(q, 2, after);
-    sqlite3_bind_int(q, 3, limit);
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        *out = xgrow(*out, *n, &cap, sizeof(**out));
-        struct admin_audit_row *r = &(*out)[(*n)++];
-        r->outbox_id = sqlite3_column_int64(q, 0);
-        copy_col(q, 1, r->event_id, sizeof(r->event_id));
-        copy_col(q, 2, r->new_event_id, sizeof(r->new_event_id));
-    }
-    if (step != SQLITE_DONE)
-        rc = fail(a, step, "audit rows");
-    sqlite3_finalize(q);
+    rc = read_all(a, q, &x, "audit rows");
+    if (q == NULL && no_audit_table(a))
+        rc = 0;
     UNLOCK(a);
+    *out = x.rows;
+    *n = x.n;
     return rc;
 }
 

@@ -184,6 +184,10 @@ const struct key conf_keys[] = {
     {"room.max_creates_per_minute", K_INT, F(room.max_creates_per_minute), "60", GE(0),
      .note = "(0 = no limit)",
      .doc = "CreateRoom calls per owner_uid and app per minute; above: 429 with Retry-After"},
+    {"room.max_rooms_per_owner", K_INT, F(room.max_rooms_per_owner), "1000", GE(0),
+     .note = "(0 = no limit)",
+     .doc = "open rooms one owner_uid may hold per app (counted by the store in the create's "
+            "commit, on every node); a CreateRoom above: 429 too_many_rooms with Retry-After"},
     {"room.kick_ban", K_DUR, F(room.kick_ban_ms), "10m", GE(0), .note = "(0 = no ban)",
      .doc = "a kicked user cannot rejoin for this long"},
     {"room.rocket.thresholds", K_INT64LIST, L(room.rocket.thresholds, room.rocket.nthresholds),

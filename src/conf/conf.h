@@ -115,6 +115,7 @@ struct conf_room {
     int max_members;
     int64_t kick_ban_ms;        /* a kicked user cannot rejoin for this long; 0 = no ban */
     int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
+    int max_rooms_per_owner;    /* open rooms per (app, owner_uid) (429 above); 0 = no limit */
     struct conf_rocket rocket;
 };
 

@@ -41,6 +41,23 @@ bg_thread_start(struct bg_thread *t, void *(*fn)(void *), void *arg)
     return 0;
 }
 
+void *
+bg_thread_start_owner(struct bg_thread *t, void *(*fn)(void *), void *owner)
+{
+    if (bg_thread_start(t, fn, owner) != 0) {
+        free(owner);
+        return NULL;
+    }
+    return owner;
+}
+
+void
+bg_thread_stop_free(struct bg_thread *t, void *owner)
+{
+    bg_thread_stop(t);
+    free(owner);
+}
+
 void
 bg_thread_request_stop(struct bg_thread *t)
 {

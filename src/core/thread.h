@@ -45,6 +45,18 @@ int bg_thread_spawn(struct bg_thread *t, void *(*fn)(void *), void *arg);
  * undoing the init (t may be freed at once). */
 int bg_thread_start(struct bg_thread *t, void *(*fn)(void *), void *arg);
 
+/* For an owner allocated with malloc whose only resources yet are itself and
+ * its struct bg_thread t: bg_thread_start(t, fn, owner). Returns owner, or
+ * NULL after freeing owner (no thread started). Lets an _open/_start end in
+ * `*out = bg_thread_start_owner(..); return *out ? 0 : code;`. Thread: the
+ * owner's (main); never blocks. */
+void *bg_thread_start_owner(struct bg_thread *t, void *(*fn)(void *), void *owner);
+
+/* The matching close: bg_thread_stop(t) (blocks until the thread returns),
+ * then free(owner). The caller frees what else the owner holds first, and
+ * skips the call when owner is NULL. Thread: the owner's (main). */
+void bg_thread_stop_free(struct bg_thread *t, void *owner);
+
 /* Raises the stop flag, wakes every waiter, joins every thread spawned and
  * destroys the mutex and condition. Blocks until the threads return. A t
  * never initialized (zeroed) is a no-op; calling it twice is one. */

@@ -33,23 +33,16 @@ ticker_start(struct ticker **out, int64_t every_ms, void (*fn)(void *), void *ar
 {
     struct ticker *t = xcalloc(1, sizeof(*t));
 
-    *out = NULL;
     t->every_ms = every_ms > 0 ? every_ms : 1;
     t->fn = fn;
     t->arg = arg;
-    if (bg_thread_start(&t->bg, ticker_main, t) != 0) {
-        free(t);
-        return ROOMD_ENOMEM;
-    }
-    *out = t;
-    return 0;
+    *out = bg_thread_start_owner(&t->bg, ticker_main, t);
+    return *out != NULL ? 0 : ROOMD_ENOMEM;
 }
 
 void
 ticker_stop(struct ticker *t)
 {
-    if (t == NULL)
-        return;
-    bg_thread_stop(&t->bg);
-    free(t);
+    if (t != NULL)
+        bg_thread_stop_free(&t->bg, t);
 }

@@ -114,7 +114,6 @@ retention_open(struct retention **out, const struct conf_store *cs, struct store
 {
     struct retention *r;
 
-    *out = NULL;
     if (cs->retention_delivered_ms <= 0 && cs->retention_command_log_ms <= 0)
         return 0;
     r = xcalloc(1, sizeof(*r));
@@ -123,19 +122,13 @@ retention_open(struct retention **out, const struct conf_store *cs, struct store
     r->keep_log_ms = cs->retention_command_log_ms;
     r->batch = cs->purge_batch > 0 ? cs->purge_batch : 1000;
     r->interval_ms = cs->purge_interval_ms > 0 ? cs->purge_interval_ms : 60000;
-    if (bg_thread_start(&r->th, purge_main, r) != 0) {
-        free(r);
-        return ROOMD_EINTERNAL;
-    }
-    *out = r;
-    return 0;
+    *out = bg_thread_start_owner(&r->th, purge_main, r);
+    return *out != NULL ? 0 : ROOMD_EINTERNAL;
 }
 
 void
 retention_close(struct retention *r)
 {
-    if (r == NULL)
-        return;
-    bg_thread_stop(&r->th);
-    free(r);
+    if (r != NULL)
+        bg_thread_stop_free(&r->th, r);
 }

@@ -129,15 +129,23 @@ bus_connected(struct bus *b)
 
 /* ==== connection callbacks (nats.c's callback thread) ==== */
 
+/* A connection or reconnection: the server may be new or may have lost or
+ * changed its streams (a new store dir, a different node): they are set up
+ * again on next use (idempotent). */
 static void
-on_connected(natsConnection *nc, void *arg)
+note_connected(natsConnection *nc, struct bus *b, const char *msg)
 {
-    struct bus *b = arg;
     char url[256] = "";
 
     natsConnection_GetConnectedUrl(nc, url, sizeof(url));
     atomic_store(&b->ready, false);
-    log_info("bus", "broker connected", "url=%s", url);
+    log_info("bus", msg, "url=%s", url);
+}
+
+static void
+on_connected(natsConnection *nc, void *arg)
+{
+    note_connected(nc, arg, "broker connected");
 }
 
 static void
@@ -154,14 +162,7 @@ on_disconnected(natsConnection *nc, void *arg)
 static void
 on_reconnected(natsConnection *nc, void *arg)
 {
-    struct bus *b = arg;
-    char url[256] = "";
-
-    natsConnection_GetConnectedUrl(nc, url, sizeof(url));
-    /* The server may have lost or changed its streams (a new store dir, a
-     * different node): set them up again on next use; it is idempotent. */
-    atomic_store(&b->ready, false);
-    log_info("bus", "broker reconnected", "url=%s", url);
+    note_connected(nc, arg, "broker reconnected");
 }
 
 static void

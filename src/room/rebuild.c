@@ -202,23 +202,16 @@ room_rebuild_start(struct room_rebuild **out, const struct conf *conf, struct st
 {
     struct room_rebuild *rb = xcalloc(1, sizeof(*rb));
 
-    *out = NULL;
     rb->conf = conf;
     rb->store = store;
     rb->p = p;
-    if (bg_thread_start(&rb->th, rebuild_main, rb) != 0) {
-        free(rb);
-        return ROOMD_EINTERNAL;
-    }
-    *out = rb;
-    return 0;
+    *out = bg_thread_start_owner(&rb->th, rebuild_main, rb);
+    return *out != NULL ? 0 : ROOMD_EINTERNAL;
 }
 
 void
 room_rebuild_stop(struct room_rebuild *rb)
 {
-    if (rb == NULL)
-        return;
-    bg_thread_stop(&rb->th);
-    free(rb);
+    if (rb != NULL)
+        bg_thread_stop_free(&rb->th, rb);
 }

@@ -131,13 +131,8 @@ rocket_timer_open(struct rocket_timer **out, struct room_service *svc)
     struct rocket_timer *t = xcalloc(1, sizeof(*t));
 
     t->svc = svc;
-    *out = NULL;
-    if (bg_thread_start(&t->th, timer_main, t) != 0) {
-        free(t);
-        return ROOMD_EINTERNAL;
-    }
-    *out = t;
-    return 0;
+    *out = bg_thread_start_owner(&t->th, timer_main, t);
+    return *out != NULL ? 0 : ROOMD_EINTERNAL;
 }
 
 void

@@ -125,24 +125,17 @@ wallet_reconcile_start(struct wallet_reconciler **out, struct wallet *w, struct 
 {
     struct wallet_reconciler *r = xcalloc(1, sizeof(*r));
 
-    *out = NULL;
     r->w = w;
     r->store = store;
     r->after_ms = after_ms;
     r->period_ms = after_ms / 2 < 200 ? 200 : after_ms / 2 > 30000 ? 30000 : after_ms / 2;
-    if (bg_thread_start(&r->thread, reconcile_main, r) != 0) {
-        free(r);
-        return ROOMD_EINTERNAL;
-    }
-    *out = r;
-    return 0;
+    *out = bg_thread_start_owner(&r->thread, reconcile_main, r);
+    return *out != NULL ? 0 : ROOMD_EINTERNAL;
 }
 
 void
 wallet_reconcile_stop(struct wallet_reconciler *r)
 {
-    if (r == NULL)
-        return;
-    bg_thread_stop(&r->thread);
-    free(r);
+    if (r != NULL)
+        bg_thread_stop_free(&r->thread, r);
 }

@@ -70,6 +70,16 @@ static const struct mys_sql SQL_SNAP_NTH = {
                 " ORDER BY version DESC LIMIT 1 OFFSET ?"};
 static const struct mys_sql SQL_SNAP_PRUNE = {
     S_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code=? AND room_id=? AND version<=?"};
+/* A create's owner limit (owner_limit): the owner's lock row, taken (X,
+ * until the commit) before its open rooms are counted, so two creates of
+ * one owner never count at once: the second waits for the first to commit
+ * and then, under READ COMMITTED, counts its room. */
+static const struct mys_sql SQL_OWNER_LOCK = {
+    S_OWNER_LOCK, "INSERT INTO room_owner_locks (app_code, owner_uid) VALUES (?,?)"
+                  " ON DUPLICATE KEY UPDATE owner_uid=owner_uid"};
+static const struct mys_sql SQL_OWNER_ROOMS = {
+    S_OWNER_ROOMS, "SELECT COUNT(*) FROM rooms FORCE INDEX (ix_rooms_owner)"
+                   " WHERE app_code=? AND owner_uid=? AND status='open'"};
 static const struct mys_sql SQL_FENCE_ROOM = {
     S_FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
                   " AND fence_token<=?"};
@@ -177,6 +187,25 @@ fill_log(struct bulk *k, size_t row, const struct mutation *m)
 
 #define LOG_TYPES "ssissssi"
 
+/* Binds the room columns that SQL_ROOM_INSERT and SQL_ROOM_UPDATE share, in
+ * their common order (owner_uid .. rocket_launch_at_ms, "isiissii"), from
+ * column col of row on (nine columns). */
+static void
+fill_room_fields(struct bulk *k, unsigned int col, size_t row, const struct mutation *m)
+{
+    const struct room_meta *mt = &m->meta;
+
+    bk_i64(k, col++, row, mt->owner_uid);
+    bk_str(k, col++, row, mt->title ? mt->title : "");
+    bk_str(k, col++, row, mt->status ? mt->status : "open");
+    bk_i64(k, col++, row, m->version);
+    bk_i64(k, col++, row, m->fence_token);
+    bk_str(k, col++, row, mt->rocket_status ? mt->rocket_status : "idle");
+    bk_str(k, col++, row, mt->rocket_id ? mt->rocket_id : "");
+    bk_i64(k, col++, row, mt->rocket_level);
+    bk_i64(k, col, row, mt->rocket_launch_at_ms);
+}
+
 static void
 fill_room_insert(struct bulk *k, size_t row, const struct mutation *m)
 {
@@ -184,15 +213,7 @@ fill_room_insert(struct bulk *k, size_t row, const struct mutation *m)
 
     bk_str(k, 0, row, m->app_code);
     bk_str(k, 1, row, m->room_id);
-    bk_i64(k, 2, row, mt->owner_uid);
-    bk_str(k, 3, row, mt->title ? mt->title : "");
-    bk_str(k, 4, row, mt->status ? mt->status : "open");
-    bk_i64(k, 5, row, m->version);
-    bk_i64(k, 6, row, m->fence_token);
-    bk_str(k, 7, row, mt->rocket_status ? mt->rocket_status : "idle");
-    bk_str(k, 8, row, mt->rocket_id ? mt->rocket_id : "");
-    bk_i64(k, 9, row, mt->rocket_level);
-    bk_i64(k, 10, row, mt->rocket_launch_at_ms);
+    fill_room_fields(k, 2, row, m);
     bk_i64(k, 11, row, mt->created_at_ms ? mt->created_at_ms : m->created_at_ms);
     bk_i64(k, 12, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
 }
@@ -204,15 +225,7 @@ fill_room_update(struct bulk *k, size_t row, const struct mutation *m)
 {
     const struct room_meta *mt = &m->meta;
 
-    bk_i64(k, 0, row, mt->owner_uid);
-    bk_str(k, 1, row, mt->title ? mt->title : "");
-    bk_str(k, 2, row, mt->status ? mt->status : "open");
-    bk_i64(k, 3, row, m->version);
-    bk_i64(k, 4, row, m->fence_token);
-    bk_str(k, 5, row, mt->rocket_status ? mt->rocket_status : "idle");
-    bk_str(k, 6, row, mt->rocket_id ? mt->rocket_id : "");
-    bk_i64(k, 7, row, mt->rocket_level);
-    bk_i64(k, 8, row, mt->rocket_launch_at_ms);
+    fill_room_fields(k, 0, row, m);
     bk_i64(k, 9, row, mt->updated_at_ms ? mt->updated_at_ms : m->created_at_ms);
     bk_str(k, 10, row, m->app_code);
     bk_str(k, 11, row, m->room_id);
@@ -298,6 +311,33 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
             return rc;
     }
     return 0;
+}
+
+/* After a create's rooms row, in its transaction: takes the owner's lock
+ * row, then counts. Returns ROOMD_ELIMIT when the owner now holds more than
+ * m->max_owner_rooms open rooms of the app (this one included;
+ * store_check_owner_rooms), 0 when not or without a limit, or the failure
+ * of either statement (a deadlock between batches is retried by mys_run). */
+static int
+owner_limit(struct conn *c, const struct mutation *m)
+{
+    struct params p = {0};
+    struct rows r;
+    int64_t open_rooms = 0;
+    int rc;
+
+    if (!m->create || m->max_owner_rooms <= 0)
+        return 0;
+    p_str(&p, m->app_code);
+    p_i64(&p, m->meta.owner_uid);
+    if ((rc = mys_st_exec(c, &SQL_OWNER_LOCK, &p, NULL)) != 0)
+        return rc;
+    if ((rc = mys_st_query_one(c, &SQL_OWNER_ROOMS, &p, &r, "i")) == 1)
+        open_rooms = r_i64(&r, 0);
+    mys_rows_done(&r);
+    if (rc < 0)
+        return rc;
+    return store_check_owner_rooms(m, open_rooms);
 }
 
 /* Writes m's snapshot and drops all but the newest snapshots_keep (>= 1). */
@@ -445,6 +485,12 @@ save_fast(struct conn *c, struct save_ctx *x)
     if ((rc = save_debits(c, x)) != 0)
         goto fault;
     for (size_t i = 0; i < x->n; i++)
+        if ((rc = owner_limit(c, x->muts[i])) != 0) {
+            if (rc == ROOMD_ELIMIT)
+                c->err = 0; /* a broken rule: save_slow refuses that create alone */
+            goto fault;
+        }
+    for (size_t i = 0; i < x->n; i++)
         if (x->muts[i]->snapshot != NULL && (rc = save_snapshot(c, x->muts[i])) != 0)
             goto fault;
     if ((rc = claimed_ids(c, x->muts, x->n)) != 0)
@@ -499,9 +545,10 @@ mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 /*
  * One mutation inside the slow path's transaction, after its savepoint, in
  * the order and with the codes of sqlite/command.c: the room's fence (locked),
- * the command log row, the outbox rows, the rooms row, the snapshot. Returns
- * 0, a per-mutation code (EEXIST, ENOTFOUND, EFENCED, EREUSED, ECONFLICT,
- * EIO), or sets *fatal with the code that ends the whole transaction.
+ * the command log row, the outbox rows, the rooms row (a create: its owner's
+ * open rooms counted), the snapshot. Returns 0, a per-mutation code (EEXIST,
+ * ENOTFOUND, EFENCED, EREUSED, ECONFLICT, EIO, ELIMIT), or sets *fatal with the code that ends the
+ * whole transaction.
  */
 static int
 save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
@@ -562,6 +609,10 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
         rc = exec_one(c, &SQL_ROOM_INSERT, ROOM_INSERT_TYPES, m, fill_room_insert, NULL);
         if (rc != 0)
             return mutation_outcome(c, rc, ROOMD_EEXIST, fatal);
+        if ((rc = owner_limit(c, m)) == ROOMD_ELIMIT)
+            return rc;
+        if (rc != 0)
+            return *fatal = rc;
     } else {
         rc = exec_one(c, &SQL_ROOM_UPDATE, ROOM_UPDATE_TYPES, m, fill_room_update, &aff);
         if (rc != 0)

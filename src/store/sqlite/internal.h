@@ -74,6 +74,7 @@ enum stmt_id {
     ST_ROOMS_LIST,
     ST_FENCE_ROOM,
     ST_LOG_PURGE,
+    ST_OWNER_ROOMS,
     ST_COUNT_
 };
 
@@ -174,6 +175,12 @@ int sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, c
  * end into x, then resets q. Returns 0 with x->rows/x->n filled, or EIO
  * with x->rows NULL and x->n 0. */
 int sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x);
+
+/* Runs sql, a DELETE of up to ?2 rows older than ?1, on the writer as its
+ * own short transaction. Returns 0 with *purged the rows deleted, or an
+ * error (what names it; *purged 0). Blocks on the writer (retention.c). */
+int sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int limit,
+                  size_t *purged, const char *what);
 
 /* schema.c */
 int sq_migrate(struct conn *c, char *err, size_t errlen);

@@ -329,20 +329,5 @@ out:
 int
 sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t *purged)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = sq_writer_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_PURGE);
-    int rc = ROOMD_EIO;
-
-    *purged = 0;
-    if (q == NULL)
-        goto out;
-    /* One statement is its own short transaction. */
-    sqlite3_bind_int64(q, 1, delivered_before_ms);
-    sqlite3_bind_int(q, 2, limit);
-    if ((rc = sq_step_write(c, q, "purge")) == 0)
-        *purged = (size_t)sqlite3_changes(c->db);
-out:
-    sq_writer_put(s, c);
-    return rc;
+    return sq_purge_rows(st, &SQL_PURGE, delivered_before_ms, limit, purged, "purge");
 }

@@ -3,7 +3,8 @@
  * store.h). One DELETE of up to limit rows, its own short transaction: rows
  * created before the cut-off whose version is at or below the room's oldest
  * kept snapshot (load_room replays only the log after the newest one; the
- * rebuild starts from a snapshot too), oldest id first.
+ * rebuild starts from a snapshot too), oldest id first. sq_purge_rows runs
+ * such a DELETE for the outbox's purge too.
  */
 #include "store/sqlite/internal.h"
 
@@ -16,11 +17,12 @@ static const struct sq_sql SQL_LOG_PURGE = {
                   " AND s.room_id = l.room_id) ORDER BY l.id LIMIT ?2)"};
 
 int
-sq_command_log_purge(struct store *st, int64_t before_ms, int limit, size_t *purged)
+sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int limit,
+              size_t *purged, const char *what)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_writer_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_LOG_PURGE);
+    sqlite3_stmt *q = sq_stmt(c, sql);
     int rc = ROOMD_EIO;
 
     *purged = 0;
@@ -28,9 +30,15 @@ sq_command_log_purge(struct store *st, int64_t before_ms, int limit, size_t *pur
         goto out;
     sqlite3_bind_int64(q, 1, before_ms);
     sqlite3_bind_int(q, 2, limit);
-    if ((rc = sq_step_write(c, q, "command log purge")) == 0)
+    if ((rc = sq_step_write(c, q, what)) == 0)
         *purged = (size_t)sqlite3_changes(c->db);
 out:
     sq_writer_put(s, c);
     return rc;
+}
+
+int
+sq_command_log_purge(struct store *st, int64_t before_ms, int limit, size_t *purged)
+{
+    return sq_purge_rows(st, &SQL_LOG_PURGE, before_ms, limit, purged, "command log purge");
 }
