@@ -95,8 +95,8 @@ struct conf_store {
     char *driver; /* "sqlite" | "mysql" */
     struct conf_sqlite sqlite;
     struct conf_mysql mysql;
-    int group_commit_max;           /* mutations committed together in one transaction (>= 1) */
-    int64_t retention_delivered_ms; /* purge delivered rows older than this; 0 = keep */
+    int group_commit_max;             /* mutations committed together in one transaction (>= 1) */
+    int64_t retention_delivered_ms;   /* purge delivered rows older than this; 0 = keep */
     int64_t retention_command_log_ms; /* purge command log rows older than this; 0 = keep */
     int purge_batch;
     int64_t purge_interval_ms;
@@ -116,6 +116,7 @@ struct conf_room {
     int max_members;
     int64_t kick_ban_ms;        /* a kicked user cannot rejoin for this long; 0 = no ban */
     int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
+    int max_rooms_per_owner;    /* open rooms per (app, owner_uid) (429 above); 0 = no limit */
     struct conf_rocket rocket;
 };
 
@@ -192,11 +193,15 @@ struct conf_rocketmq {
     int stream_replicas;
     int64_t stream_max_age_ms;
     int64_t duplicate_window_ms;
-    /* Consumer groups (src/consume): each group's inbox is the SQLite file
+    /* Consumer groups (src/consume): a group's SQLite inbox is the file
      * "<consumer_store_dir>/<group>.db" ("" = "./var/consumers"). A failed
      * message is redelivered after consumer_retry_delays[k] (k = failures-1,
      * the last entry repeats; none = RocketMQ's 10s 30s 1m 2m ... 2h). */
     char *consumer_store_dir;
+    /* Where the groups' inboxes live (enum inbox_driver of consume/inbox.h):
+     * 0 auto (mysql when store.driver is mysql), 1 sqlite (per node, in
+     * consumer_store_dir), 2 mysql (the store's database, shared by nodes). */
+    int consumer_inbox;
     int64_t consumer_retry_delays_ms[CONF_MAX_LIST];
     int nconsumer_retry_delays;
     int64_t consumer_ack_wait_ms; /* AckWait of the group consumers; 0 = 30s */

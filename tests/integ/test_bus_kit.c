@@ -4,7 +4,8 @@
  * rocket wake-up sink, the consumer kit (one event consumed by several
  * groups, a forced redelivery without a second effect, a consumer reset,
  * dead letters after the reconsume count and for permanent errors, a
- * failing group not slowing another), and broker down/up with a PRIVATE
+ * failing group not slowing another, the room_seq rule: held out of turn,
+ * a duplicate by the mark), and broker down/up with a PRIVATE
  * nats-server (its own port and store dir) for publisher and consumer.
  * The shared server is scripts/servers.sh's (ROOMD_NATS_PORT, 4333); each
  * test uses its own subject namespace and deletes its streams.
@@ -309,7 +310,8 @@ wait_stat(struct consume_group *g, size_t off, uint64_t want, int timeout_ms)
     wait_stat(g, offsetof(struct consume_stats, field), (uint64_t)(want), ms)
 
 static void
-start_group(struct consume_group **g, struct bus *b, const struct consume_handler *h)
+start_group_with(struct consume_group **g, struct bus *b, const struct consume_handler *h,
+                 bool room_order)
 {
     struct consume_opts o;
     char err[256];
@@ -317,7 +319,14 @@ start_group(struct consume_group **g, struct bus *b, const struct consume_handle
     consume_opts_from_conf(&o, &fx.conf->rocketmq,
                            fx.conf->rocketmq.room_outbox.consumer_max_reconsume_times);
     o.fetch_timeout_ms = 300;
+    o.room_order = room_order;
     assert_int_equal(consume_group_start(g, b, h, &o, err, sizeof(err)), 0);
+}
+
+static void
+start_group(struct consume_group **g, struct bus *b, const struct consume_handler *h)
+{
+    start_group_with(g, b, h, false);
 }
 
 /* ==== handlers used by the tests ==== */
@@ -679,6 +688,55 @@ test_consumer_reset_no_second_effect(void **state)
     bus_unref(b);
 }
 
+/* The room_seq rule (o.room_order, group.h): an event ahead of its room's
+ * turn is held until the earlier one is done; one at or below the room's
+ * mark is a duplicate even under another event_id. */
+static void
+test_room_seq_order_and_dedupe(void **state)
+{
+    (void)state;
+    struct bus *b = open_bus();
+    struct sink *s = NULL;
+    struct consume_group *g = NULL;
+    struct consume_handler h;
+    struct consume_stats st;
+    enum { N = 4 };
+    /* in publish order: 3 before 2; the last is a second event_id of 2 */
+    static const int64_t seqs[N] = {1, 3, 2, 2};
+    struct ev e[N];
+    char err[256];
+
+    assert_int_equal(sink_bus_open(&s, b), 0);
+    for (int i = 0; i < N; i++) {
+        make_gift(&e[i], "room-o", i + 1, 5); /* gifts i + 1: which ones were handled */
+        free(e[i].env);
+        free(e[i].json);
+        e[i].row.room_seq = seqs[i];
+        assert_int_equal(outbox_event_build(&e[i].row, &e[i].env, &e[i].envlen, &e[i].json), 0);
+        assert_int_equal(publish(s, &e[i], 2000, err, sizeof(err)), 0);
+    }
+    consume_activity_handler(&h, "test-order");
+    start_group_with(&g, b, &h, true);
+    assert_true(WAIT_STAT(g, handled, 3, 10000));
+    assert_true(WAIT_STAT(g, duplicates, 1, 10000));
+    consume_group_stats(g, &st);
+    consume_group_stop(g);
+    print_message("handled %llu duplicates %llu held %llu\n", (unsigned long long)st.handled,
+                  (unsigned long long)st.duplicates, (unsigned long long)st.held);
+    assert_int_equal(st.handled, 3);
+    assert_int_equal(st.duplicates, 1);
+    assert_true(st.held >= 1); /* room_seq 3 waited for 2 */
+    assert_int_equal(group_db_int("test-order", "SELECT gifts FROM activity_room_totals"),
+                     1 + 2 + 3);
+    assert_int_equal(
+        group_db_int("test-order", "SELECT seq FROM room_seq WHERE room_id = 'room-o'"), 3);
+    for (int i = 0; i < N; i++)
+        ev_free(&e[i]);
+    delete_streams(b);
+    s->close(s);
+    bus_unref(b);
+}
+
 /*
  * A private broker: down at start (bus_open still succeeds, publish fails
  * fast with ERETRY), up (publish works after the background connect), down
@@ -785,6 +843,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_rocket_wakeup_sink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_groups_dedupe_redelivery_dlq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_reset_no_second_effect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_room_seq_order_and_dedupe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_down_and_back, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -78,6 +78,8 @@ enum sid {
     S_CLAIM_FENCED,
     S_ROOM_BUSY,
     S_LOG_PURGE,
+    S_OWNER_ROOMS,
+    S_OWNER_LOCK,
     S_COUNT
 };
 

@@ -110,13 +110,28 @@ static const char *const migration_1[] = {
     NULL,
 };
 
-/* Per-room order (issue 12): rooms.event_seq is the room's last room_seq;
+/* A CreateRoom counts its owner's open rooms in its commit
+ * (room.max_rooms_per_owner): a range of ix_rooms_owner, after taking the
+ * owner's row of room_owner_locks (one row per owner that ever created a
+ * room), so that the creates of one owner commit one at a time and none can
+ * miss another's room (mysql/command.c). */
+static const char *const migration_2[] = {
+    "ALTER TABLE rooms ADD KEY IF NOT EXISTS ix_rooms_owner (app_code, owner_uid, status)",
+    "CREATE TABLE IF NOT EXISTS room_owner_locks ("
+    " app_code VARBINARY(64) NOT NULL,"
+    " owner_uid BIGINT NOT NULL,"
+    " PRIMARY KEY (app_code, owner_uid)"
+    ")" TABLE_OPTS,
+    NULL,
+};
+
+/* 3: per-room order (issue 12): rooms.event_seq is the room's last room_seq;
  * room_outbox.room_seq numbers a room's events 1, 2, ... without gaps (0:
  * written before this migration). ix_outbox_room (app_code, room_id,
  * due_at_ms, id): the ordered claim and the hand-off check range over a
  * room's undelivered rows only (due_at_ms NOT NULL), never its delivered
  * ones. */
-static const char *const migration_2[] = {
+static const char *const migration_3[] = {
     "ALTER TABLE rooms ADD COLUMN IF NOT EXISTS event_seq BIGINT NOT NULL DEFAULT 0",
     "ALTER TABLE room_outbox ADD COLUMN IF NOT EXISTS room_seq BIGINT NOT NULL DEFAULT 0,"
     " ADD KEY IF NOT EXISTS ix_outbox_room (app_code, room_id, due_at_ms, id)",
@@ -129,6 +144,7 @@ static const struct migration {
 } migrations[] = {
     {1, migration_1},
     {2, migration_2},
+    {3, migration_3},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

@@ -78,6 +78,7 @@ enum stmt_id {
     ST_CLAIM_ONE,
     ST_ROOM_BUSY,
     ST_LOG_PURGE,
+    ST_OWNER_ROOMS,
     ST_COUNT_
 };
 

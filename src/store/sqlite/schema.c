@@ -57,7 +57,10 @@ static const char *const migrations[] = {
     /* 2: counts and lists by status read this index instead of the table
      * (1M rows: 50 ms instead of 300 ms for the counts). */
     "CREATE INDEX room_outbox_status ON room_outbox (status);",
-    /* 3: per-room order (issue 12). rooms.event_seq is the room's last
+    /* 3: a CreateRoom counts its owner's open rooms in its commit
+     * (room.max_rooms_per_owner): a range of this index, not a scan. */
+    "CREATE INDEX IF NOT EXISTS rooms_owner ON rooms (app_code, owner_uid, status);",
+    /* 4: per-room order (issue 12). rooms.event_seq is the room's last
      * room_seq; room_outbox.room_seq numbers a room's events 1, 2, ...
      * without gaps (0: written before this migration). room_outbox_room
      * holds a room's undelivered rows only: the ordered claim and the
