@@ -287,16 +287,15 @@ claim(struct consume_group *g, natsMsg *msg, const char *key, const char *app, i
 }
 
 /* The room_seq rule of group.h for the outbox event env: true when this
- * delivery is to be handled, false when it got its verdict here (a
- * duplicate by the room's mark: Ack; a gap: held). A mark that cannot be
- * read lets the event through (event_id dedupe still holds). */
+ * delivery goes on to the claim, false when it was held here (a gap). At or
+ * below the mark it goes on too: the event_id inbox tells a duplicate from
+ * an event its room went on without (held too long, or retried), which must
+ * still be done. A mark that cannot be read lets the event through. */
 static bool
 room_turn(struct consume_group *g, natsMsg *msg, const char *key, const struct envelope *env,
           uint64_t delivered)
 {
     int64_t mark = 0;
-    jsOptions jo;
-    jsErrCode jerr = 0;
 
     if (env->room_seq <= 0)
         return true;
@@ -304,14 +303,6 @@ room_turn(struct consume_group *g, natsMsg *msg, const char *key, const struct e
         log_warn("consume", "room_seq mark read failed", "group=%s key=%s error=\"%s\"", g->h.group,
                  key, inbox_errmsg(g->inbox));
         return true;
-    }
-    if (env->room_seq <= mark) {
-        natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr);
-        count(g, &g->stats.duplicates);
-        log_debug("consume", "duplicate by room_seq acknowledged",
-                  "group=%s key=%s room=%s room_seq=%" PRId64 " mark=%" PRId64, g->h.group, key,
-                  env->room, env->room_seq, mark);
-        return false;
     }
     if (mark > 0 && env->room_seq > mark + 1) {
         /* holds count as deliveries: stay below the kit's delivery limit */

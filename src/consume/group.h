@@ -11,15 +11,18 @@
  * effect once whichever node a message is (re)delivered to.
  *
  * Outbox events carry a gap-free room_seq per room. With o.room_order (the
- * outbox delivers each room in order), before the claim: room_seq <= the
- * room's mark (inbox.h: inbox_mark, the highest room_seq the group did; in
- * the shared inbox one mark for every node): a duplicate (Ack, no effect),
- * even once its inbox row was purged. room_seq > mark + 1 (an earlier event
- * of the room not done yet, e.g. redelivered out of order): held
- * (NakWithDelay 250 ms, not a failure) for up to CONSUME_GAP_HOLDS
- * deliveries, then handled anyway (the earlier one may be a dead letter of
- * the outbox, which is never sent). The mark is raised in the transaction
- * that marks the inbox row done.
+ * outbox delivers each room in order), before the claim, against the room's
+ * mark (inbox.h: inbox_mark, the highest room_seq the group did; in the
+ * shared inbox one mark for every node): room_seq > mark + 1 (an earlier
+ * event of the room not done yet, e.g. redelivered out of order, or in hand
+ * on another node): held (NakWithDelay 250 ms, not a failure) for up to
+ * CONSUME_GAP_HOLDS deliveries, then handled anyway (the earlier one may be
+ * a dead letter of the outbox, which is never sent). room_seq <= mark goes
+ * on to the claim: the event_id inbox tells a duplicate (settled) from an
+ * event its room went on without (held too long, or being retried), which
+ * is still done: at least once before in order. The inbox rows outlive any
+ * redelivery (inbox_keep_ms). The mark is raised in the transaction that
+ * marks the inbox row done.
  *
  * Per message: the kit claims its key in the inbox.
  *   settled (done|dead)        -> Ack (a redelivery; no second effect)
