@@ -86,19 +86,25 @@ http_metrics_unregister(const struct http_deps *d)
 }
 
 bool
-http_parse_uid(const char *s, int64_t *out)
+http_parse_digits(const char *s, int64_t *out)
 {
     char *end;
     long long v;
 
-    if (s[0] < '1' || s[0] > '9')
+    if (s[0] < '0' || s[0] > '9')
         return false;
     errno = 0;
     v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v <= 0)
+    if (errno != 0 || *end != '\0')
         return false;
     *out = v;
     return true;
+}
+
+bool
+http_parse_uid(const char *s, int64_t *out)
+{
+    return s[0] != '0' && http_parse_digits(s, out);
 }
 
 static void

@@ -158,7 +158,13 @@ bool http_authenticate_admin(const struct http_deps *d, const struct http_reques
 bool handle_admin(const struct http_deps *d, const struct http_request *req, const char *path,
                   struct http_response *resp);
 
-/* Parses a positive decimal uid ("12"); false when s is not one. */
+/* Parses decimal digits only (no sign, no blanks; "007" is 7) into *out;
+ * false (*out untouched) when s is not such a number or does not fit.
+ * Thread: any. Never blocks. */
+bool http_parse_digits(const char *s, int64_t *out);
+
+/* Parses a positive decimal uid ("12"; not "0" nor "012"); false (*out
+ * untouched) when s is not one. Thread: any. Never blocks. */
 bool http_parse_uid(const char *s, int64_t *out);
 
 /* Registers/removes the /metrics collector of the outbox counts (from the
