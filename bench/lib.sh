@@ -39,7 +39,7 @@ http: {listen: "127.0.0.1:$port", max_connections: 1024, max_connections_per_ip:
 admin: {listen: "127.0.0.1:$admin_port"}
 $grpc
 store: $store
-room: {snapshot_every_n: 50, max_creates_per_minute: 0}
+room: {snapshot_every_n: 50, max_creates_per_minute: 0, max_rooms_per_owner: 0}
 wallet: {initial_balance: 1000000000}
 $sink
 $broker

@@ -17,18 +17,20 @@
 #   memory   bench_memory: heap per idle cached room, per evicted room, per active
 #            100-member room.
 #   readyz   bench/readyz.py: /readyz and JoinRoom at BENCH_OUTBOX_ROWS outbox rows (issue 11).
+#   logrow   bench/log_row.py: bytes per command-log row in a 150-member room (issue 11;
+#            BENCH_BASELINE's roomd first, as its baseline).
 # The SQLite part also runs the gift path alone (issue 10; BENCH_BASELINE=DIR runs DIR/roomd
 # first, same pass, as its baseline) and the direct pass with auth.mode jwt (HS256, ES256:
 # issue 11).
 # BENCH_SECONDS (10), BENCH_ROOMS (256), BENCH_RELAY_N (40000), BENCH_PARTS
-# (sqlite,mysql,relay,memory,readyz: which parts run), ROOMD_NATS_PORT (4333),
+# (sqlite,mysql,relay,memory,readyz,logrow: which parts run), ROOMD_NATS_PORT (4333),
 # ROOMD_MYSQL_PORT (3417).
 set -eu
 build=${1:-build}
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
 relay_n=${BENCH_RELAY_N:-40000}
-parts=${BENCH_PARTS:-sqlite,mysql,relay,memory,readyz}
+parts=${BENCH_PARTS:-sqlite,mysql,relay,memory,readyz,logrow}
 nats_port=${ROOMD_NATS_PORT:-4333}
 mysql_port=${ROOMD_MYSQL_PORT:-3417}
 tmp=$(mktemp -d /tmp/roomd-bench-XXXXXX)
@@ -201,6 +203,17 @@ fi
 # ---- /readyz at a big outbox (issue 11; its own figures, printed as it goes) ----
 if want readyz; then
     python3 "$(dirname "$0")/readyz.py" "$build"
+fi
+
+# ---- bytes per command-log row in a 150-member room (issue 11) ----
+if want logrow; then
+    echo "== command-log row bytes, 150-member room"
+    python3 "$(dirname "$0")/log_row.py" "$build" ${BENCH_BASELINE:-} | tee "$tmp/logrow"
+    if [ -n "${BENCH_BASELINE:-}" ]; then
+        row "command-log row, 150-member room (bytes)" "$(field row_bytes "$tmp/logrow")" "BENCH_BASELINE's roomd, same commands" "$(sed -n 's/^log_row baseline .*row_bytes=\([0-9]*\).*/\1/p' "$tmp/logrow")"
+    else
+        row "command-log row, 150-member room (bytes)" "$(field row_bytes "$tmp/logrow")" "goal" 1024
+    fi
 fi
 
 echo

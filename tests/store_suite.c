@@ -507,6 +507,168 @@ t_create_exists(void **state)
     create_room(f->st, "a2", "r1", 0, T0);
 }
 
+/* A create of room by owner with the open-rooms limit max (room.max_rooms_per_owner). */
+static struct tmut *
+owner_create(const char *app, const char *room, int64_t owner, int max)
+{
+    char cmd[64];
+    struct tmut *x;
+
+    snprintf(cmd, sizeof(cmd), "%s-create", room);
+    x = tmut_new(app, room, cmd, 1, 1, T0);
+    x->m.meta.owner_uid = owner;
+    x->m.max_owner_rooms = max;
+    return x;
+}
+
+/* Saves the create and returns its mutation's rc (store_save must succeed). */
+static int
+owner_save(struct store *st, const char *app, const char *room, int64_t owner, int max)
+{
+    struct tmut *x = owner_create(app, room, owner, max);
+    int rc;
+
+    assert_int_equal(save1(st, x), 0);
+    rc = x->m.rc;
+    free(x);
+    return rc;
+}
+
+/* The refused create of room left nothing: no room, no log row, no outbox row. */
+static void
+assert_not_created(struct store *st, const char *app, const char *room)
+{
+    struct room_load l;
+    struct command_record rec;
+    char cmd[64];
+
+    snprintf(cmd, sizeof(cmd), "%s-create", room);
+    assert_int_equal(store_load_room(st, app, room, &l), ROOMD_ENOTFOUND);
+    assert_int_equal(store_find_command(st, app, cmd, &rec), ROOMD_ENOTFOUND);
+    assert_int_equal(room_rows(st, room), 0);
+}
+
+/* room.max_rooms_per_owner: a create past the owner's open rooms of the app
+ * is ELIMIT and rolled back alone; closed rooms, other apps and other
+ * owners do not count; in one batch the second create of an owner at the
+ * limit is the refused one. */
+static void
+t_owner_limit(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *x, *b[3];
+    struct mutation *ms[3];
+
+    assert_int_equal(owner_save(f->st, "a1", "ol1", 7, 2), 0);
+    assert_int_equal(owner_save(f->st, "a1", "ol2", 7, 2), 0);
+    assert_int_equal(owner_save(f->st, "a1", "ol3", 7, 2), ROOMD_ELIMIT);
+    assert_not_created(f->st, "a1", "ol3");
+    assert_int_equal(owner_save(f->st, "a1", "ol3", 7, 0), 0); /* 0: no limit */
+    assert_int_equal(owner_save(f->st, "a2", "ol1", 7, 2), 0); /* another app */
+    assert_int_equal(owner_save(f->st, "a1", "ol4", 8, 2), 0); /* another owner */
+    /* closing one of owner 7's three rooms leaves two: still at a limit of 2 */
+    x = tmut_new("a1", "ol1", "ol1-close", 2, 1, T0 + 1);
+    x->m.meta.owner_uid = 7;
+    x->m.meta.status = "closed";
+    assert_int_equal(save1(f->st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    free(x);
+    assert_int_equal(owner_save(f->st, "a1", "ol5", 7, 2), ROOMD_ELIMIT);
+    assert_not_created(f->st, "a1", "ol5");
+    assert_int_equal(owner_save(f->st, "a1", "ol5", 7, 3), 0);
+    /* one batch: owner 9 may hold one room; the other mutations commit */
+    b[0] = owner_create("a1", "ob1", 9, 1);
+    b[1] = owner_create("a1", "ob2", 9, 1);
+    b[2] = owner_create("a1", "ob3", 10, 1);
+    for (int i = 0; i < 3; i++)
+        ms[i] = &b[i]->m;
+    assert_int_equal(store_save(f->st, ms, 3), 0);
+    assert_int_equal(b[0]->m.rc, 0);
+    assert_int_equal(b[1]->m.rc, ROOMD_ELIMIT);
+    assert_int_equal(b[2]->m.rc, 0);
+    assert_not_created(f->st, "a1", "ob2");
+    assert_int_equal(room_rows(f->st, "ob1"), 1);
+    assert_int_equal(room_rows(f->st, "ob3"), 1);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+}
+
+#define OC_THREADS 4
+#define OC_ROUNDS 6
+#define OC_LIMIT 2
+
+struct oc_worker {
+    struct store *st;
+    pthread_barrier_t *go;
+    int idx, round;
+    int save_rc, rc;
+};
+
+static void *
+oc_main(void *arg)
+{
+    struct oc_worker *w = arg;
+    char room[32];
+    struct tmut *x;
+
+    snprintf(room, sizeof(room), "oc-%d-%d", w->round, w->idx);
+    x = owner_create("oc", room, 500 + w->round, OC_LIMIT);
+    pthread_barrier_wait(w->go);
+    w->save_rc = save1(w->st, x);
+    w->rc = x->m.rc;
+    free(x);
+    return NULL;
+}
+
+/* Creates of one owner at once, each from its own thread (its own
+ * connection on MySQL): never more than the limit commit. A create that
+ * lost a deadlock past store.mysql.deadlock_retries fails as a whole
+ * (store_save's rc, a 503 for the client), never commits. */
+static void
+t_owner_limit_concurrent(void **state)
+{
+    struct fixture *f = *state;
+    struct oc_worker w[OC_THREADS];
+    pthread_t th[OC_THREADS];
+    pthread_barrier_t go;
+    int total_ok = 0;
+
+    for (int round = 0; round < OC_ROUNDS; round++) {
+        int ok = 0, limited = 0, failed = 0;
+
+        assert_int_equal(pthread_barrier_init(&go, NULL, OC_THREADS), 0);
+        for (int i = 0; i < OC_THREADS; i++) {
+            w[i] = (struct oc_worker){.st = f->st, .go = &go, .idx = i, .round = round};
+            assert_int_equal(pthread_create(&th[i], NULL, oc_main, &w[i]), 0);
+        }
+        for (int i = 0; i < OC_THREADS; i++) {
+            char room[32];
+            struct room_load l;
+
+            pthread_join(th[i], NULL);
+            snprintf(room, sizeof(room), "oc-%d-%d", round, i);
+            if (w[i].save_rc == 0 && w[i].rc == 0) {
+                ok++;
+                assert_int_equal(store_load_room(f->st, "oc", room, &l), 0);
+                room_load_clear(&l);
+            } else {
+                if (w[i].save_rc == 0 && w[i].rc == ROOMD_ELIMIT)
+                    limited++;
+                else
+                    failed++;
+                assert_not_created(f->st, "oc", room);
+            }
+        }
+        pthread_barrier_destroy(&go);
+        assert_true(ok <= OC_LIMIT);
+        if (failed == 0)
+            assert_int_equal(ok, OC_LIMIT);
+        assert_int_equal(ok + limited + failed, OC_THREADS);
+        total_ok += ok;
+    }
+    assert_true(total_ok > 0);
+}
+
 static void
 t_fail_hook(void **state)
 {
@@ -1538,6 +1700,8 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet_gifts_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_owner_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_owner_limit_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rockets, setup, teardown),
         cmocka_unit_test_setup_teardown(t_concurrent_claim, setup, teardown),
     };

@@ -42,6 +42,7 @@ struct cluster_forward {
 struct answer_headers {
     bool replay;
     char owner[128];
+    int retry_after;
 };
 
 static void
@@ -103,7 +104,8 @@ cluster_forward_counts(const struct cluster_forward *f, uint64_t *forwarded, uin
     *failed = atomic_load(&f->failed);
 }
 
-/* CURLOPT_HEADERFUNCTION: picks Idempotent-Replay and X-Room-Owner. */
+/* CURLOPT_HEADERFUNCTION: picks Idempotent-Replay, X-Room-Owner and
+ * Retry-After. */
 static size_t
 on_header(char *line, size_t size, size_t nmemb, void *arg)
 {
@@ -127,6 +129,8 @@ on_header(char *line, size_t size, size_t nmemb, void *arg)
         h->replay = strcasecmp(v, "true") == 0;
     else if (strcasecmp(buf, "X-Room-Owner") == 0)
         strlcpy_(h->owner, v, sizeof(h->owner));
+    else if (strcasecmp(buf, "Retry-After") == 0)
+        h->retry_after = atoi(v);
     return size * nmemb;
 }
 
@@ -216,6 +220,7 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
     reply->status = (int)status;
     reply->body = body.p != NULL ? body.p : xstrdup("");
     reply->replay = ah.replay;
+    reply->retry_after = reply->status == 503 ? 0 : ah.retry_after; /* a 503 gets its own */
     strlcpy_(reply->owner, ah.owner, sizeof(reply->owner));
     atomic_fetch_add(&f->forwarded, 1);
     return 0;

@@ -94,8 +94,8 @@ struct conf_store {
     char *driver; /* "sqlite" | "mysql" */
     struct conf_sqlite sqlite;
     struct conf_mysql mysql;
-    int group_commit_max;           /* mutations committed together in one transaction (>= 1) */
-    int64_t retention_delivered_ms; /* purge delivered rows older than this; 0 = keep */
+    int group_commit_max;             /* mutations committed together in one transaction (>= 1) */
+    int64_t retention_delivered_ms;   /* purge delivered rows older than this; 0 = keep */
     int64_t retention_command_log_ms; /* purge command log rows older than this; 0 = keep */
     int purge_batch;
     int64_t purge_interval_ms;
@@ -115,6 +115,7 @@ struct conf_room {
     int max_members;
     int64_t kick_ban_ms;        /* a kicked user cannot rejoin for this long; 0 = no ban */
     int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
+    int max_rooms_per_owner;    /* open rooms per (app, owner_uid) (429 above); 0 = no limit */
     struct conf_rocket rocket;
 };
 

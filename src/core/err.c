@@ -87,6 +87,8 @@ roomd_err_code(int rc)
         return "permanent";
     case ROOMD_EIO:
         return "io_error";
+    case ROOMD_ELIMIT:
+        return "limit_reached";
     default:
         return "internal";
     }

@@ -28,7 +28,8 @@
     X(ERETRY, 503, "temporary failure, retry")                                                     \
     X(EPERM, 400, "permanent failure")                                                             \
     X(EIO, 500, "i/o error")                                                                       \
-    X(EINTERNAL, 500, "internal error")
+    X(EINTERNAL, 500, "internal error")                                                            \
+    X(ELIMIT, 429, "limit reached")
 
 enum roomd_err {
     ROOMD_OK = 0,

@@ -67,6 +67,11 @@ reply_to_response(struct room_reply *rr, struct http_response *resp)
         http_response_header(resp, "X-Room-Owner", rr->owner);
     if (rr->replay)
         http_response_header(resp, "Idempotent-Replay", "true");
+    if (rr->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", rr->retry_after);
+        http_response_header(resp, "Retry-After", ra);
+    }
     http_response_take(resp, rr->status, body);
 }
 

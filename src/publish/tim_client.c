@@ -1,6 +1,8 @@
 /*
- * tim_client.c: the Tencent IM REST transport (tim_client.h): libcurl handles
- * from a small pool (keep-alive per handle), the admin UserSig cache, the
+ * tim_client.c: the Tencent IM REST transport (tim_client.h): the HTTP
+ * exchange (libcurl handles from a small pool, keep-alive per handle, behind
+ * struct tim_exchange so that another transport can stand in), the admin
+ * UserSig cache, the
  * error classes of tencent-im-rest.md §4, and one function per IM API used.
  * The room-event mapping is in tim_events.c.
  */
@@ -41,9 +43,13 @@ struct tim_client {
     char *key_file;
     struct tim_usersig_cache sig;
 
-    struct curl_pool pool;   /* idle curl handles */
+    struct tim_exchange x;   /* the HTTP exchange: curl_post unless replaced */
+    struct curl_pool pool;   /* idle curl handles (curl_post) */
     struct tim_limit *limit; /* the process' IM token buckets (shared) */
 };
+
+static int curl_post(void *arg, const char *url, const char *body, int64_t timeout_ms, long *status,
+                     char **resp, char *why, size_t whylen);
 
 /* ---- error classes (doc §4) ------------------------------------------------ */
 
@@ -166,6 +172,7 @@ tim_client_open(struct tim_client **out, const struct conf_tencent_im *cfg, char
     /* curl_global_init (thread-safe in this libcurl) is still done before
      * the outbox workers start when the sink is opened. */
     curl_pool_init(&c->pool);
+    c->x = (struct tim_exchange){.post = curl_post, .arg = c};
     c->limit = tim_limit_get(cfg->rate_limit_per_s, cfg->group_rate_limit_per_s);
     *out = c;
     return 0;
@@ -221,33 +228,25 @@ api_short(const char *api)
     return s ? s + 1 : api;
 }
 
-/* POSTs body to api with the current sig. Returns 0 with *status and the
- * body in *b, or ROOMD_EUNAVAIL (no answer: transport, deadline) with err. */
+/* The libcurl exchange (struct tim_exchange, the default; arg = the
+ * client): a handle from the pool, keep-alive kept across calls, the body
+ * collected up to TIM_MAX_RESPONSE. */
 static int
-http_post(struct tim_client *c, const char *api, const char *sig, const char *body,
-          int64_t deadline, long *status, struct curl_body *b, char *err, size_t errlen)
+curl_post(void *arg, const char *url, const char *body, int64_t timeout_ms, long *status,
+          char **resp, char *why, size_t whylen)
 {
-    int64_t left = deadline - clock_mono_ms();
-    int64_t tmo = c->timeout_ms < left ? c->timeout_ms : left;
+    struct tim_client *c = arg;
+    struct curl_body b = {.max = TIM_MAX_RESPONSE};
     struct curl_slist *hdrs = NULL;
-    char *url = NULL, *ident = NULL;
     CURL *h;
     CURLcode cc;
     int rc = 0;
 
-    if (tmo <= 0) {
-        snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
+    *resp = NULL;
+    if ((h = curl_pool_take(&c->pool)) == NULL) {
+        snprintf(why, whylen, "curl_easy_init failed");
         return ROOMD_EUNAVAIL;
     }
-    if ((h = curl_pool_take(&c->pool)) == NULL) {
-        snprintf(err, errlen, "tim %s: curl_easy_init failed", api_short(api));
-        return ROOMD_ERETRY;
-    }
-    ident = curl_easy_escape(h, c->admin, 0);
-    url =
-        xasprintf("%s/v4/%s?sdkappid=%lld&identifier=%s&usersig=%s&random=%u"
-                  "&contenttype=json",
-                  c->base_url, api, (long long)c->sdkappid, ident ? ident : "", sig, random_u32());
     hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
     hdrs = curl_slist_append(hdrs, "Expect:");
 
@@ -258,27 +257,67 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)tmo);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)tmo);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)timeout_ms);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-tim/1");
     if (c->ca_file != NULL)
         curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
 
     cc = curl_easy_perform(h);
     if (cc != CURLE_OK) {
-        snprintf(err, errlen, "tim %s: curl %d: %s", api_short(api), (int)cc,
-                 curl_easy_strerror(cc));
+        snprintf(why, whylen, "curl %d: %s", (int)cc, curl_easy_strerror(cc));
+        free(b.p);
         rc = ROOMD_EUNAVAIL; /* no answer: an outage, not the event's fault */
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+        *resp = b.p;
     }
     curl_slist_free_all(hdrs);
     /* The URL holds the sig: wipe it from the handle before it idles in the pool. */
     curl_easy_setopt(h, CURLOPT_URL, "");
     curl_pool_give(&c->pool, h);
+    return rc;
+}
+
+void
+tim_client_set_exchange(struct tim_client *c, const struct tim_exchange *x)
+{
+    c->x = *x;
+}
+
+/* POSTs body to api with the current sig through c's exchange. Returns 0
+ * with *status and the body in *resp (malloc'd or NULL), or ROOMD_EUNAVAIL
+ * (no answer: transport, deadline) with err. */
+static int
+http_post(struct tim_client *c, const char *api, const char *sig, const char *body,
+          int64_t deadline, long *status, char **resp, char *err, size_t errlen)
+{
+    int64_t left = deadline - clock_mono_ms();
+    int64_t tmo = c->timeout_ms < left ? c->timeout_ms : left;
+    char *url, *ident, why[256] = "";
+    int rc;
+
+    *resp = NULL;
+    if (tmo <= 0) {
+        snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
+        return ROOMD_EUNAVAIL;
+    }
+    ident = curl_easy_escape(NULL, c->admin, 0); /* the handle is unused (libcurl >= 7.82) */
+    url =
+        xasprintf("%s/v4/%s?sdkappid=%lld&identifier=%s&usersig=%s&random=%u"
+                  "&contenttype=json",
+                  c->base_url, api, (long long)c->sdkappid, ident ? ident : "", sig, random_u32());
+    rc = c->x.post(c->x.arg, url, body, tmo, status, resp, why, sizeof(why));
+    if (rc != 0) {
+        snprintf(err, errlen, "tim %s: %s", api_short(api), why);
+        free(*resp);
+        *resp = NULL;
+        rc = ROOMD_EUNAVAIL;
+    }
+    OPENSSL_cleanse(url, strlen(url)); /* it holds the sig */
     curl_free(ident);
     free(url);
     return rc;
@@ -317,7 +356,7 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
                             ? json_string_value(json_object_get(req, "GroupId"))
                             : NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
-        struct curl_body b = {.max = TIM_MAX_RESPONSE};
+        char *answer = NULL;
         long status = 0;
         json_error_t jerr;
         enum tim_class cls;
@@ -337,20 +376,18 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
             rc = ROOMD_ERETRY;
             goto out;
         }
-        rc = http_post(c, api, sig, body, deadline, &status, &b, err, errlen);
+        rc = http_post(c, api, sig, body, deadline, &status, &answer, err, errlen);
         OPENSSL_cleanse(sig, sizeof(sig));
-        if (rc != 0) {
-            free(b.p);
+        if (rc != 0)
             goto out;
-        }
         if (status != 200) {
             snprintf(err, errlen, "tim %s: http %ld", api_short(api), status);
-            free(b.p);
+            free(answer);
             rc = ROOMD_ERETRY;
             goto out;
         }
-        j = b.p ? json_loads(b.p, 0, &jerr) : NULL;
-        free(b.p);
+        j = answer ? json_loads(answer, 0, &jerr) : NULL;
+        free(answer);
         if (!json_is_object(j) || !json_is_integer(json_object_get(j, "ErrorCode"))) {
             snprintf(err, errlen, "tim %s: answer is not an IM JSON envelope", api_short(api));
             rc = ROOMD_ERETRY;

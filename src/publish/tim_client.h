@@ -52,6 +52,25 @@ int tim_client_open(struct tim_client **out, const struct conf_tencent_im *cfg, 
 /* Frees c. No call may be in flight. tim_client_close(NULL) is a no-op. */
 void tim_client_close(struct tim_client *c);
 
+/*
+ * The HTTP exchange under the client: one POST of a JSON body, the status and
+ * body of the answer back. libcurl is the default (tim_client_open); the
+ * fuzzer (fuzz/fuzz_tim.c) puts its own answers here. post sends body
+ * (borrowed) to url (borrowed; it holds the UserSig: never log it) and waits
+ * at most timeout_ms. Returns 0 with *status and *resp (malloc'd and
+ * NUL-terminated, the caller frees it; NULL for no body), or ROOMD_EUNAVAIL
+ * when there was no answer (connection, timeout, too big) with a one-line
+ * reason in why (no url in it). Thread: any, all at once; blocks.
+ */
+struct tim_exchange {
+    int (*post)(void *arg, const char *url, const char *body, int64_t timeout_ms, long *status,
+                char **resp, char *why, size_t whylen);
+    void *arg; /* borrowed; must outlive the client */
+};
+/* Replaces c's exchange with *x (copied). Thread: the opener, before any
+ * call on c. */
+void tim_client_set_exchange(struct tim_client *c, const struct tim_exchange *x);
+
 /* The configured group type, normalized: "AVChatRoom", "Public", "ChatRoom",
  * "Private" or "Community". Static string. */
 const char *tim_client_group_type(const struct tim_client *c);

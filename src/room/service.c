@@ -37,8 +37,10 @@
 #include <string.h>
 #include <time.h>
 
-/* Members listed in a command response's "room" (GET lists all). */
-#define ROOM_REPLY_MEMBERS_MAX 100
+/* Retry-After of 429 too_many_rooms: a slot frees only when one of the
+ * owner's rooms closes, so no time is right; a minute keeps clients from
+ * hammering. */
+#define ROOM_TOO_MANY_RETRY_S 60
 
 struct room_service {
     struct room_deps d;
@@ -507,8 +509,9 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         obx[i].payload_len = ev.v[i].payload_len;
     }
     /* the snapshot, when due, is written inside the commit (its row's time is
-     * in save_mutation_ms); the response carries the state with the member
-     * list capped, since every response is stored in the log */
+     * in save_mutation_ms); the response carries the room's summary (no
+     * member or ban list), since every response is stored in the log and is
+     * what an idempotent replay answers */
     snapshot_due =
         conf->room.snapshot_every_n > 0 && clone->version % conf->room.snapshot_every_n == 0;
     if (snapshot_due) {
@@ -516,11 +519,13 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         snapshot_json = room_state_to_json(clone);
         tm.snapshot_us = clock_mono_us() - t;
     }
-    state_json = room_state_to_json_capped(clone, ROOM_REPLY_MEMBERS_MAX);
+    state_json = room_state_to_json_summary(clone);
     response = build_response(cmd, clone, obx, ev.n, state_json);
 
     logged_request = room_logged_request(cmd, c->state, clone);
     make_mutation(&m, cmd, clone, now, c->lease_token, response);
+    if (m.create)
+        m.max_owner_rooms = conf->room.max_rooms_per_owner;
     m.request = logged_request; /* with "rules" when the room took the configured rules */
     m.events = obx;
     m.nevents = ev.n;
@@ -586,6 +591,15 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
                  (long long)debit.amount, (long long)debit.balance_after);
         fail_reply(reply, &tm, 402, "insufficient_balance", msg);
+        goto out;
+    }
+    if (rc == ROOMD_ELIMIT) { /* the owner's open rooms, counted in the commit */
+        snprintf(msg, sizeof(msg),
+                 "owner_uid %lld already holds room.max_rooms_per_owner (%d) open rooms: close "
+                 "one first",
+                 (long long)cmd->owner_uid, conf->room.max_rooms_per_owner);
+        fail_reply(reply, &tm, 429, "too_many_rooms", msg);
+        reply->retry_after = ROOM_TOO_MANY_RETRY_S;
         goto out;
     }
     if (rc != 0) {

@@ -78,6 +78,7 @@ struct room_reply {
     int status;            /* HTTP status */
     char *body;            /* JSON, malloc'd (room_reply_clear frees) */
     bool replay;           /* Idempotent-Replay: true */
+    int retry_after;       /* seconds of a Retry-After header (429 too_many_rooms), 0 = none */
     char owner[128];       /* ENOTOWNER: owner's address (public listener), else "" */
     char owner_admin[128]; /* ENOTOWNER: owner's admin listener, "" = not advertised */
 };

@@ -84,33 +84,40 @@ room_state_seat_of(const struct room_state *s, int64_t uid)
 static const char *const room_status_names[] = {"open", "closed"};
 static const char *const rocket_status_names[] = {"idle", "ignited", "done"};
 
-/* Writes s as JSON text to f, with at most max_members members listed: the
- * canonical form (keys sorted, compact) that jansson's json_dumps with
- * JSON_SORT_KEYS | JSON_COMPACT gives, written directly since every
- * command's response carries it (jansson's pack + sorted dump was a fifth of
- * the command path's instructions, bench/README.md). The title is the only
- * free text and is escaped by jansson; app_code, room_id and rocket_id are
- * identifiers ([A-Za-z0-9_.:-]). */
+/* Writes s as JSON text to f: the canonical form (keys sorted, compact)
+ * that jansson's json_dumps with JSON_SORT_KEYS | JSON_COMPACT gives,
+ * written directly since every command's response carries it (jansson's
+ * pack + sorted dump was a fifth of the command path's instructions,
+ * bench/README.md). full: the snapshot form, with the bans, members and
+ * rules; else the summary of a command's answer, without them. The title is
+ * the only free text and is escaped by jansson; app_code, room_id and
+ * rocket_id are identifiers ([A-Za-z0-9_.:-]). */
 static void
-write_json(FILE *f, const struct room_state *s, size_t max_members)
+write_json(FILE *f, const struct room_state *s, bool full)
 {
     const struct room_rocket *r = &s->rocket;
     json_t *title = json_string(s->title);
 
     if (title == NULL) /* not UTF-8: room_cmd_parse lets no such title in */
         abort();
-    fprintf(f, "{\"app_code\":\"%s\",\"bans\":[", s->app_code);
-    for (size_t i = 0; i < s->nbans; i++)
-        fprintf(f, "%s{\"uid\":%lld,\"until_ms\":%lld}", i ? "," : "", (long long)s->bans[i].uid,
-                (long long)s->bans[i].until_ms);
-    fprintf(f, "],\"created_at_ms\":%lld,\"gift_total\":%lld,\"member_count\":%zu,\"members\":[",
+    fprintf(f, "{\"app_code\":\"%s\",", s->app_code);
+    if (full) {
+        fputs("\"bans\":[", f);
+        for (size_t i = 0; i < s->nbans; i++)
+            fprintf(f, "%s{\"uid\":%lld,\"until_ms\":%lld}", i ? "," : "",
+                    (long long)s->bans[i].uid, (long long)s->bans[i].until_ms);
+        fputs("],", f);
+    }
+    fprintf(f, "\"created_at_ms\":%lld,\"gift_total\":%lld,\"member_count\":%zu,",
             (long long)s->created_at_ms, (long long)s->gift_total, s->nmembers);
-    for (size_t i = 0; i < s->nmembers && i < max_members; i++)
-        fprintf(f, "%s{\"joined_at_ms\":%lld,\"uid\":%lld}", i ? "," : "",
-                (long long)s->members[i].joined_at_ms, (long long)s->members[i].uid);
-    fprintf(f, "]%s,\"owner_uid\":%lld,",
-            s->nmembers > max_members ? ",\"members_truncated\":true" : "",
-            (long long)s->owner_uid);
+    if (full) {
+        fputs("\"members\":[", f);
+        for (size_t i = 0; i < s->nmembers; i++)
+            fprintf(f, "%s{\"joined_at_ms\":%lld,\"uid\":%lld}", i ? "," : "",
+                    (long long)s->members[i].joined_at_ms, (long long)s->members[i].uid);
+        fputs("],", f);
+    }
+    fprintf(f, "\"owner_uid\":%lld,", (long long)s->owner_uid);
     fprintf(
         f,
         "\"rocket\":{\"energy\":%lld,\"ignited_at_ms\":%lld,\"launch_at_ms\":%lld,"
@@ -118,7 +125,7 @@ write_json(FILE *f, const struct room_state *s, size_t max_members)
         (long long)r->energy, (long long)r->ignited_at_ms, (long long)r->launch_at_ms, r->launched,
         r->level, r->rocket_id, rocket_status_names[r->status], (long long)r->utc_day);
     fprintf(f, "\"room_id\":\"%s\",", s->room_id);
-    if (s->has_rules) {
+    if (full && s->has_rules) {
         json_t *rules = room_rules_to_json(&s->rules);
 
         fputs("\"rules\":", f);
@@ -190,9 +197,9 @@ room_rules_equal(const struct conf_room *a, const struct conf_room *b)
     return true;
 }
 
-/* The state as JSON with at most max_members members listed. */
+/* The state as JSON: the full form or the summary (write_json). */
 static char *
-to_json(const struct room_state *s, size_t max_members)
+to_json(const struct room_state *s, bool full)
 {
     char *text = NULL;
     size_t len = 0;
@@ -200,7 +207,7 @@ to_json(const struct room_state *s, size_t max_members)
 
     if (f == NULL)
         abort(); /* only on out of memory */
-    write_json(f, s, max_members);
+    write_json(f, s, full);
     if (fclose(f) != 0 || text == NULL)
         abort();
     return text;
@@ -209,13 +216,13 @@ to_json(const struct room_state *s, size_t max_members)
 char *
 room_state_to_json(const struct room_state *s)
 {
-    return to_json(s, SIZE_MAX);
+    return to_json(s, true);
 }
 
 char *
-room_state_to_json_capped(const struct room_state *s, size_t max_members)
+room_state_to_json_summary(const struct room_state *s)
 {
-    return to_json(s, max_members);
+    return to_json(s, false);
 }
 
 static int

@@ -3,7 +3,8 @@
  * by its cell (cell.c). Commands mutate a clone (room_state_clone), and the
  * cell swaps the clone in only after the commit succeeded. The JSON form
  * (room_state_to_json) is both the snapshot stored in room_snapshots and the
- * "room" object of responses; from_json(to_json(s)) == s exactly.
+ * answer of GET /v1/rooms/{id}; from_json(to_json(s)) == s exactly. A
+ * command's answer carries its summary (room_state_to_json_summary).
  *
  * A room_state is not thread-safe; its cell serializes access.
  */
@@ -81,11 +82,13 @@ void room_state_free(struct room_state *s);
 
 /* Returns a malloc'd compact JSON text with sorted keys. */
 char *room_state_to_json(const struct room_state *s);
-/* The same with at most max_members members listed, plus
- * "members_truncated":true when some were left out (command responses, so
- * that a big room does not store its member list in every log row).
- * member_count stays exact. Not a snapshot: from_json refuses it. */
-char *room_state_to_json_capped(const struct room_state *s, size_t max_members);
+/* The summary of s in a command's answer (docs/http.md, "A command's
+ * answer"): the same keys without the lists that grow with the room
+ * ("members", "bans") and without "rules", so that its size does not
+ * depend on the room's size: every answer is stored in the command log
+ * and returned again by an idempotent replay. member_count stays exact.
+ * Not a snapshot: from_json refuses it. Returns a malloc'd text. */
+char *room_state_to_json_summary(const struct room_state *s);
 /* Parses a snapshot. Returns 0 and *out, or ROOMD_EINVAL. */
 int room_state_from_json(const char *json, struct room_state **out);
 

@@ -178,6 +178,16 @@ store_check_mutation(const struct mutation *m, bool exists, int64_t cur_version,
     return 0;
 }
 
+int
+store_check_owner_rooms(const struct mutation *m, int64_t open_rooms)
+{
+    if (m->max_owner_rooms <= 0 || open_rooms <= m->max_owner_rooms)
+        return 0;
+    store_set_errmsg("owner_uid %lld already holds %d open rooms of app %s",
+                     (long long)m->meta.owner_uid, m->max_owner_rooms, m->app_code);
+    return ROOMD_ELIMIT;
+}
+
 const char *
 store_errmsg(void)
 {

@@ -10,6 +10,7 @@
  *   rooms(app_code, room_id, owner_uid, title, status, version, fence_token,
  *         rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,
  *         created_at_ms, updated_at_ms)                PK (app_code, room_id)
+ *         INDEX (app_code, owner_uid, status) -- open rooms per owner
  *   room_command_log(id, app_code, room_id, version, command_id, command_type,
  *         request, response, created_at_ms)
  *         UNIQUE (app_code, command_id)   -- idempotency key
@@ -99,6 +100,10 @@ struct mutation {
     int64_t created_at_ms;    /* the command's clock; replay uses it */
     int64_t fence_token;      /* lease token; 0 with the local lease */
     bool create;              /* first command of the room: INSERT rooms */
+    /* create: the owner (meta.owner_uid) may hold at most this many open
+     * rooms of the app, this one included (room.max_rooms_per_owner),
+     * counted inside the commit (race-free across nodes); 0 = no limit */
+    int max_owner_rooms;
     struct room_meta meta;
     struct outbox_new *events;
     size_t nevents;
@@ -121,7 +126,9 @@ struct mutation {
      * ledger holds another debit under it; ROOMD_EFUNDS its debit was refused
      * (short balance); ROOMD_EEXIST create of an existing room;
      * ROOMD_EFENCED its version was taken or its fence token is older than
-     * the room's. Any of these rolls back this mutation alone. */
+     * the room's; ROOMD_ELIMIT a create whose owner already holds
+     * max_owner_rooms open rooms. Any of these rolls back this mutation
+     * alone. */
     int rc;
 };
 
@@ -342,6 +349,11 @@ void store_set_errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2))
  * or an older lease token), with the detail text set. */
 int store_check_mutation(const struct mutation *m, bool exists, int64_t cur_version,
                          int64_t cur_token);
+/* Checks a create m against its owner's open rooms of the app counted after
+ * its rooms row was written (open_rooms includes it). Returns 0, or
+ * ROOMD_ELIMIT with the detail text set when they pass m->max_owner_rooms
+ * (> 0). */
+int store_check_owner_rooms(const struct mutation *m, int64_t open_rooms);
 /* The status a room_outbox.status text reads as: unknown text reads as failed. */
 enum outbox_status outbox_status_read(const char *name);
 /* Adds n rows of status name (a GROUP BY status row) to c. */

@@ -57,7 +57,7 @@ def test_purge_keeps_replay():
         hu.expect_ok(hu.leave(rd, room, 10))
         st, hd, js = hu.join(rd, room, 10, command_id=ids[10])
         assert st == 200 and hd.get("Idempotent-Replay") != "true", (st, hd, js)
-        assert 10 in hu.members(hu.room_of(js)), js
+        assert 10 in hu.members(hu.room_of(hu.expect_ok(hu.get_room(rd, room)))), js
     finally:
         rd.stop()
 

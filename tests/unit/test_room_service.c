@@ -646,6 +646,43 @@ test_rejections(void **state)
     }
 }
 
+/* room.max_rooms_per_owner: a CreateRoom past it is 429 too_many_rooms with
+ * Retry-After, writes nothing, leaves no cell; closing a room frees a slot;
+ * the limit is per owner. */
+static void
+test_max_rooms_per_owner(void **state)
+{
+    struct fx *f = *state;
+    struct room_reply r = {0};
+    size_t rows;
+
+    f->conf->room.max_rooms_per_owner = 2;
+    svc_open(f);
+    create(f, "o1", 5);
+    create(f, "o2", 5);
+    rows = outbox_rows(f);
+    refused(f, CMD_CREATE_ROOM, NULL,
+            "{\"command_id\":\"o3\",\"room_id\":\"o3\",\"owner_uid\":5,\"title\":\"t\"}", 429,
+            "too_many_rooms");
+    assert_int_equal(run(f, CMD_CREATE_ROOM, NULL,
+                         "{\"command_id\":\"o3\",\"room_id\":\"o3\",\"owner_uid\":5,"
+                         "\"title\":\"t\"}",
+                         &r),
+                     429);
+    assert_int_equal(r.retry_after, 60);
+    assert_non_null(strstr(r.body, "room.max_rooms_per_owner (2)"));
+    assert_int_equal(outbox_rows(f), rows);
+    assert_false(logged(f, "o3"));
+    assert_int_equal(room_service_cells(f->svc), 2);
+    room_reply_clear(&r);
+    room_service_get(f->svc, APP, "o3", NULL, &r);
+    assert_int_equal(r.status, 404);
+    create(f, "o4", 6); /* another owner */
+    ok(f, CMD_CLOSE_ROOM, "o1", "{\"command_id\":\"close-o1\",\"operator_uid\":5}");
+    create(f, "o3", 5);
+    room_reply_clear(&r);
+}
+
 static void
 test_idempotency(void **state)
 {
@@ -871,18 +908,33 @@ test_concurrency(void **state)
     assert_int_equal(json_array_size(json_object_get(j, "members")), NTHREADS * PER_THREAD);
     json_decref(j);
     {
-        /* a command's response lists at most 100 members; GET lists all */
+        /* a command's answer carries the room's summary (no member list,
+         * docs/http.md), the one stored in the log and replayed byte for
+         * byte; GET lists every member */
         struct room_reply r = {0};
+        struct command_record rec = {0};
         json_t *rj;
-        assert_int_equal(run(f, CMD_JOIN_ROOM, "hot", "{\"command_id\":\"big\",\"uid\":1}", &r),
-                         200);
+        char *first;
+        const char *big = "{\"command_id\":\"big\",\"uid\":1}";
+        assert_int_equal(run(f, CMD_JOIN_ROOM, "hot", big, &r), 200);
         j = json_loads(r.body, 0, NULL);
         rj = json_object_get(j, "room");
-        assert_int_equal(json_array_size(json_object_get(rj, "members")), 100);
-        assert_true(json_is_true(json_object_get(rj, "members_truncated")));
+        assert_null(json_object_get(rj, "members"));
+        assert_null(json_object_get(rj, "bans"));
         assert_int_equal(json_integer_value(json_object_get(rj, "member_count")),
                          NTHREADS * PER_THREAD + 1);
         json_decref(j);
+        assert_int_equal(store_find_command(f->store, APP, "big", &rec), 0);
+        assert_string_equal(rec.response, r.body);
+        /* its size does not grow with the room: ~0.5 KB here (bench/log_row.py) */
+        assert_true(strlen(rec.request) + strlen(rec.response) < 1024);
+        command_record_clear(&rec);
+        first = r.body;
+        r.body = NULL;
+        assert_int_equal(run(f, CMD_JOIN_ROOM, "hot", big, &r), 200);
+        assert_true(r.replay);
+        assert_string_equal(r.body, first);
+        free(first);
         room_reply_clear(&r);
         free(before);
         before = get_room(f, "hot");
@@ -1342,6 +1394,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_happy_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_rooms_per_owner, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomicity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrency, setup, teardown),

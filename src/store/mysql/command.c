@@ -70,6 +70,16 @@ static const struct mys_sql SQL_SNAP_NTH = {
                 " ORDER BY version DESC LIMIT 1 OFFSET ?"};
 static const struct mys_sql SQL_SNAP_PRUNE = {
     S_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code=? AND room_id=? AND version<=?"};
+/* A create's owner limit (owner_limit): the owner's lock row, taken (X,
+ * until the commit) before its open rooms are counted, so two creates of
+ * one owner never count at once: the second waits for the first to commit
+ * and then, under READ COMMITTED, counts its room. */
+static const struct mys_sql SQL_OWNER_LOCK = {
+    S_OWNER_LOCK, "INSERT INTO room_owner_locks (app_code, owner_uid) VALUES (?,?)"
+                  " ON DUPLICATE KEY UPDATE owner_uid=owner_uid"};
+static const struct mys_sql SQL_OWNER_ROOMS = {
+    S_OWNER_ROOMS, "SELECT COUNT(*) FROM rooms FORCE INDEX (ix_rooms_owner)"
+                   " WHERE app_code=? AND owner_uid=? AND status='open'"};
 static const struct mys_sql SQL_FENCE_ROOM = {
     S_FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
                   " AND fence_token<=?"};
@@ -303,6 +313,33 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
     return 0;
 }
 
+/* After a create's rooms row, in its transaction: takes the owner's lock
+ * row, then counts. Returns ROOMD_ELIMIT when the owner now holds more than
+ * m->max_owner_rooms open rooms of the app (this one included;
+ * store_check_owner_rooms), 0 when not or without a limit, or the failure
+ * of either statement (a deadlock between batches is retried by mys_run). */
+static int
+owner_limit(struct conn *c, const struct mutation *m)
+{
+    struct params p = {0};
+    struct rows r;
+    int64_t open_rooms = 0;
+    int rc;
+
+    if (!m->create || m->max_owner_rooms <= 0)
+        return 0;
+    p_str(&p, m->app_code);
+    p_i64(&p, m->meta.owner_uid);
+    if ((rc = mys_st_exec(c, &SQL_OWNER_LOCK, &p, NULL)) != 0)
+        return rc;
+    if ((rc = mys_st_query_one(c, &SQL_OWNER_ROOMS, &p, &r, "i")) == 1)
+        open_rooms = r_i64(&r, 0);
+    mys_rows_done(&r);
+    if (rc < 0)
+        return rc;
+    return store_check_owner_rooms(m, open_rooms);
+}
+
 /* Writes m's snapshot and drops all but the newest snapshots_keep (>= 1). */
 static int
 save_snapshot(struct conn *c, const struct mutation *m)
@@ -448,6 +485,12 @@ save_fast(struct conn *c, struct save_ctx *x)
     if ((rc = save_debits(c, x)) != 0)
         goto fault;
     for (size_t i = 0; i < x->n; i++)
+        if ((rc = owner_limit(c, x->muts[i])) != 0) {
+            if (rc == ROOMD_ELIMIT)
+                c->err = 0; /* a broken rule: save_slow refuses that create alone */
+            goto fault;
+        }
+    for (size_t i = 0; i < x->n; i++)
         if (x->muts[i]->snapshot != NULL && (rc = save_snapshot(c, x->muts[i])) != 0)
             goto fault;
     if ((rc = claimed_ids(c, x->muts, x->n)) != 0)
@@ -502,9 +545,10 @@ mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 /*
  * One mutation inside the slow path's transaction, after its savepoint, in
  * the order and with the codes of sqlite/command.c: the room's fence (locked),
- * the command log row, the outbox rows, the rooms row, the snapshot. Returns
- * 0, a per-mutation code (EEXIST, ENOTFOUND, EFENCED, EREUSED, ECONFLICT,
- * EIO), or sets *fatal with the code that ends the whole transaction.
+ * the command log row, the outbox rows, the rooms row (a create: its owner's
+ * open rooms counted), the snapshot. Returns 0, a per-mutation code (EEXIST,
+ * ENOTFOUND, EFENCED, EREUSED, ECONFLICT, EIO, ELIMIT), or sets *fatal with the code that ends the
+ * whole transaction.
  */
 static int
 save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
@@ -565,6 +609,10 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
         rc = exec_one(c, &SQL_ROOM_INSERT, ROOM_INSERT_TYPES, m, fill_room_insert, NULL);
         if (rc != 0)
             return mutation_outcome(c, rc, ROOMD_EEXIST, fatal);
+        if ((rc = owner_limit(c, m)) == ROOMD_ELIMIT)
+            return rc;
+        if (rc != 0)
+            return *fatal = rc;
     } else {
         rc = exec_one(c, &SQL_ROOM_UPDATE, ROOM_UPDATE_TYPES, m, fill_room_update, &aff);
         if (rc != 0)

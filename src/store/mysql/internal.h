@@ -73,6 +73,8 @@ enum sid {
     S_FENCE_ROOM,
     S_OUTBOX_IDS,
     S_LOG_PURGE,
+    S_OWNER_ROOMS,
+    S_OWNER_LOCK,
     S_COUNT
 };
 

@@ -110,11 +110,27 @@ static const char *const migration_1[] = {
     NULL,
 };
 
+/* A CreateRoom counts its owner's open rooms in its commit
+ * (room.max_rooms_per_owner): a range of ix_rooms_owner, after taking the
+ * owner's row of room_owner_locks (one row per owner that ever created a
+ * room), so that the creates of one owner commit one at a time and none can
+ * miss another's room (mysql/command.c). */
+static const char *const migration_2[] = {
+    "ALTER TABLE rooms ADD KEY IF NOT EXISTS ix_rooms_owner (app_code, owner_uid, status)",
+    "CREATE TABLE IF NOT EXISTS room_owner_locks ("
+    " app_code VARBINARY(64) NOT NULL,"
+    " owner_uid BIGINT NOT NULL,"
+    " PRIMARY KEY (app_code, owner_uid)"
+    ")" TABLE_OPTS,
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
     {1, migration_1},
+    {2, migration_2},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

@@ -60,6 +60,11 @@ static const struct sq_sql SQL_LOAD_TAIL = {
     ST_LOAD_TAIL, "SELECT room_id, command_id, command_type, request, response, version,"
                   " created_at_ms FROM room_command_log"
                   " WHERE app_code = ?1 AND room_id = ?2 AND version > ?3 ORDER BY version"};
+/* the open rooms of an owner (index rooms_owner); the writer's
+ * transaction makes the count and the insert one step */
+static const struct sq_sql SQL_OWNER_ROOMS = {
+    ST_OWNER_ROOMS, "SELECT count(*) FROM rooms WHERE app_code = ?1 AND owner_uid = ?2"
+                    " AND status = 'open'"};
 static const struct sq_sql SQL_FENCE_ROOM = {
     ST_FENCE_ROOM, "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND room_id = ?2"
                    " AND fence_token <= ?3"};
@@ -185,8 +190,31 @@ bind_room(sqlite3_stmt *q, const struct mutation *m)
     sqlite3_bind_int64(q, 13, r->updated_at_ms);
 }
 
+/* After a create's rooms row: ROOMD_ELIMIT when its owner now holds more
+ * than m->max_owner_rooms open rooms of the app (this one included), else
+ * 0; *fatal set when the count failed. */
+static int
+owner_limit(struct conn *c, const struct mutation *m, int *fatal)
+{
+    sqlite3_stmt *q;
+    int64_t open_rooms = 0;
+    int rc;
+
+    if ((q = sq_stmt(c, &SQL_OWNER_ROOMS)) == NULL)
+        return *fatal = ROOMD_EIO;
+    bind_text(q, 1, m->app_code);
+    sqlite3_bind_int64(q, 2, m->meta.owner_uid);
+    if ((rc = sq_step_one(c, q, "save owner rooms")) == 1)
+        open_rooms = sqlite3_column_int64(q, 0);
+    done(q);
+    if (rc < 0)
+        return *fatal = rc;
+    return store_check_owner_rooms(m, open_rooms);
+}
+
 /* Writes one mutation inside the open transaction and savepoint. Returns 0,
- * a per-mutation code (EREUSED, EEXIST, EFENCED, ECONFLICT, ENOTFOUND), or
+ * a per-mutation code (EREUSED, EEXIST, EFENCED, ECONFLICT, ENOTFOUND,
+ * ELIMIT), or
  * *fatal set with the code that ends the whole transaction. */
 static int
 save_one(struct conn *c, struct mutation *m, int *fatal)
@@ -294,6 +322,8 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         return ROOMD_EEXIST;
     if (rc != 0)
         return *fatal = rc;
+    if (m->create && m->max_owner_rooms > 0 && (rc = owner_limit(c, m, fatal)) != 0)
+        return rc;
 
     /* The snapshot, and pruning beyond snapshots_keep. */
     if (m->snapshot != NULL) {

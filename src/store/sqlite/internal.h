@@ -74,6 +74,7 @@ enum stmt_id {
     ST_ROOMS_LIST,
     ST_FENCE_ROOM,
     ST_LOG_PURGE,
+    ST_OWNER_ROOMS,
     ST_COUNT_
 };
 
