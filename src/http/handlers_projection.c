@@ -69,19 +69,11 @@ handle_presence(const struct http_deps *d, const struct http_request *req,
                 struct http_response *resp)
 {
     int64_t uid = 0;
-    enum auth_reason ar;
     char *json = NULL;
     int rc;
 
-    if (!http_parse_digits(uid_text, &uid) || uid <= 0) {
-        http_response_field_error(resp, "invalid_argument", "uid",
-                                  "uid: must be a positive integer");
+    if (!http_acting_uid(d, req, p, app, uid_text, &uid, resp))
         return;
-    }
-    if ((ar = auth_may_act_as(p, app, uid)) != AUTH_OK) { /* the user itself or a service */
-        http_refuse(d, req, ar, resp);
-        return;
-    }
     if (d->projection == NULL) {
         http_response_error(resp, 503, "unavailable", "projection: not configured");
         return;
