@@ -458,6 +458,19 @@ chunk_tx(struct sq_admin *a, int64_t audit, const struct admin_filter *f, bool r
     return step == SQLITE_DONE ? 0 : fail(a, step, "audit progress");
 }
 
+/* Ends the transaction a BEGIN IMMEDIATE opened: COMMIT when rc is 0, else
+ * (or when the COMMIT fails) ROLLBACK. Returns rc or the COMMIT's failure.
+ * The caller holds a's lock; blocks on SQLite. */
+static int
+tx_end(struct sq_admin *a, int rc)
+{
+    if (rc == 0)
+        rc = exec(a, "COMMIT");
+    if (rc != 0)
+        sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
 static int
 sq_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f, bool repair,
                 int limit, int64_t now_ms, int64_t *done, bool *finished)
@@ -468,15 +481,9 @@ sq_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     *done = 0;
     *finished = false;
     LOCK(a);
-    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0) {
-        rc = chunk_tx(a, id, f, repair, limit, now_ms, done, finished);
-        if (rc == 0)
-            rc = exec(a, "COMMIT");
-        if (rc != 0) {
-            sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
-            *done = 0;
-        }
-    }
+    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0 &&
+        (rc = tx_end(a, chunk_tx(a, id, f, repair, limit, now_ms, done, finished))) != 0)
+        *done = 0;
     UNLOCK(a);
     return rc;
 }
@@ -528,13 +535,8 @@ sq_audit_record(struct admin_store *s, const char *actor, const char *action,
     int rc;
 
     LOCK(a);
-    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0) {
-        rc = record_tx(a, actor, action, filter_json, rows, n, now_ms, id);
-        if (rc == 0)
-            rc = exec(a, "COMMIT");
-        if (rc != 0)
-            sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
-    }
+    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0)
+        rc = tx_end(a, record_tx(a, actor, action, filter_json, rows, n, now_ms, id));
     UNLOCK(a);
     return rc;
 }
