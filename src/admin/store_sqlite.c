@@ -481,9 +481,10 @@ sq_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     *done = 0;
     *finished = false;
     LOCK(a);
-    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0 &&
-        (rc = tx_end(a, chunk_tx(a, id, f, repair, limit, now_ms, done, finished))) != 0)
-        *done = 0;
+    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0)
+        rc = tx_end(a, chunk_tx(a, id, f, repair, limit, now_ms, done, finished));
+    if (rc != 0)
+        *done = 0; /* rolled back */
     UNLOCK(a);
     return rc;
 }
