@@ -54,6 +54,7 @@ static const char *const wallet_drivers[] = {"embedded", "grpc", NULL};
 static const char *const lease_drivers[] = {"local", "redis", NULL};
 static const char *const proj_drivers[] = {"memory", "redis", NULL};
 static const char *const publish_modes[] = {"direct", "mq", "dual", NULL}; /* enum publish_mode */
+static const char *const inbox_drivers[] = {"auto", "sqlite", "mysql", NULL}; /* inbox.h */
 static const char *const strategies[] = {"exponential_backoff", NULL};
 static const char *const group_types[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
 static const char *const auth_modes[] = {"none", "jwt", NULL};
@@ -259,7 +260,10 @@ const struct key conf_keys[] = {
     {"rocketmq.duplicate_window", K_DUR, F(rocketmq.duplicate_window_ms), "10m", GT(0),
      .when = MQ_ON, .doc = "JetStream deduplicates an event_id within this window"},
     {"rocketmq.consumer_store_dir", K_STR, F(rocketmq.consumer_store_dir), "./var/consumers",
-     .doc = "consumer groups' dedupe inboxes: <dir>/<group>.db"},
+     .doc = "consumer groups' SQLite inboxes (rocketmq.consumer_inbox sqlite): <dir>/<group>.db"},
+    {"rocketmq.consumer_inbox", K_CHOICE, F(rocketmq.consumer_inbox), "auto", ONE_OF(inbox_drivers),
+     .doc = "where consumer groups dedupe: auto (mysql when store.driver is mysql), sqlite "
+            "(per node), mysql (the store's database, shared by all nodes)"},
     {"rocketmq.consumer_retry_delays_ms", K_INT64LIST,
      L(rocketmq.consumer_retry_delays_ms, rocketmq.nconsumer_retry_delays),
      "10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000, 480000, 540000, "
@@ -874,6 +878,8 @@ validate_cross(const struct conf *c, struct vctx *v)
         bad(v, "wallet.reconcile_after", "must be >= 4 x wallet.grpc.timeout");
     if (strcmp(c->projection.driver, "redis") == 0 && !c->redis.enabled)
         bad(v, "projection.driver", "redis needs redis.enabled: true");
+    if (c->rocketmq.consumer_inbox == 2 && strcmp(c->store.driver, "mysql") != 0)
+        bad(v, "rocketmq.consumer_inbox", "mysql needs store.driver: mysql");
 
     /* rocketmq (NATS JetStream) */
     if (mq->enabled) {

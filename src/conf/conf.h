@@ -192,11 +192,15 @@ struct conf_rocketmq {
     int stream_replicas;
     int64_t stream_max_age_ms;
     int64_t duplicate_window_ms;
-    /* Consumer groups (src/consume): each group's inbox is the SQLite file
+    /* Consumer groups (src/consume): a group's SQLite inbox is the file
      * "<consumer_store_dir>/<group>.db" ("" = "./var/consumers"). A failed
      * message is redelivered after consumer_retry_delays[k] (k = failures-1,
      * the last entry repeats; none = RocketMQ's 10s 30s 1m 2m ... 2h). */
     char *consumer_store_dir;
+    /* Where the groups' inboxes live (enum inbox_driver of consume/inbox.h):
+     * 0 auto (mysql when store.driver is mysql), 1 sqlite (per node, in
+     * consumer_store_dir), 2 mysql (the store's database, shared by nodes). */
+    int consumer_inbox;
     int64_t consumer_retry_delays_ms[CONF_MAX_LIST];
     int nconsumer_retry_delays;
     int64_t consumer_ack_wait_ms; /* AckWait of the group consumers; 0 = 30s */

@@ -1,8 +1,10 @@
 /*
  * activity.c: hyapp-activity-room-outbox, a reference activity consumer.
  * Keeps per-room gift totals (RoomGiftSent) and the rocket launches
- * (RoomRocketLaunched) in the group's own database, in the same
- * transaction as the inbox row, so a redelivered event never counts twice.
+ * (RoomRocketLaunched) in the group's inbox database (consume/inbox.h: the
+ * shared MySQL database when the store is MySQL, so the figures are per app
+ * whichever node consumed), in the same transaction as the inbox row, so a
+ * redelivered event never counts twice, on any node.
  *   activity_room_totals(app_code, room_id, gifts, gift_value, last_event_id)
  *   activity_rocket_launches(app_code, room_id, rocket_id, level,
  *                            launched_at_ms, event_id)
@@ -16,47 +18,53 @@
 #include <stdio.h>
 #include <string.h>
 
+#define MY_OPTS " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+
+static const struct consume_sql room_totals = {
+    "CREATE TABLE IF NOT EXISTS activity_room_totals("
+    " app_code TEXT NOT NULL, room_id TEXT NOT NULL,"
+    " gifts INTEGER NOT NULL, gift_value INTEGER NOT NULL, last_event_id TEXT,"
+    " PRIMARY KEY(app_code, room_id))",
+    "CREATE TABLE IF NOT EXISTS activity_room_totals("
+    " app_code VARBINARY(64) NOT NULL, room_id VARBINARY(64) NOT NULL,"
+    " gifts BIGINT NOT NULL, gift_value BIGINT NOT NULL, last_event_id VARBINARY(64) NULL,"
+    " PRIMARY KEY(app_code, room_id))" MY_OPTS,
+};
+static const struct consume_sql rocket_launches = {
+    "CREATE TABLE IF NOT EXISTS activity_rocket_launches("
+    " app_code TEXT NOT NULL, room_id TEXT NOT NULL, rocket_id TEXT NOT NULL,"
+    " level INTEGER NOT NULL, launched_at_ms INTEGER NOT NULL, event_id TEXT NOT NULL,"
+    " PRIMARY KEY(app_code, room_id, rocket_id))",
+    "CREATE TABLE IF NOT EXISTS activity_rocket_launches("
+    " app_code VARBINARY(64) NOT NULL, room_id VARBINARY(64) NOT NULL,"
+    " rocket_id VARBINARY(64) NOT NULL, level INT NOT NULL, launched_at_ms BIGINT NOT NULL,"
+    " event_id VARBINARY(64) NOT NULL, PRIMARY KEY(app_code, room_id, rocket_id))" MY_OPTS,
+};
+static const struct consume_sql *const schema[] = {&room_totals, &rocket_launches, NULL};
+
+/* ?1 app, ?2 room, ?3 count, ?4 total, ?5 (unused), ?6 event_id */
+static const struct consume_sql add_gift = {
+    "INSERT INTO activity_room_totals(app_code, room_id, gifts, gift_value, last_event_id)"
+    " VALUES(?1, ?2, ?3, ?4, ?6) ON CONFLICT(app_code, room_id) DO UPDATE SET"
+    " gifts = gifts + ?3, gift_value = gift_value + ?4, last_event_id = ?6",
+    "INSERT INTO activity_room_totals(app_code, room_id, gifts, gift_value, last_event_id)"
+    " VALUES(?1, ?2, ?3, ?4, ?6) ON DUPLICATE KEY UPDATE"
+    " gifts = gifts + ?3, gift_value = gift_value + ?4, last_event_id = ?6",
+};
+/* ?1 app, ?2 room, ?3 level, ?4 launched_at_ms, ?5 rocket_id, ?6 event_id */
+static const struct consume_sql add_launch = {
+    "INSERT OR IGNORE INTO activity_rocket_launches(app_code, room_id, level, launched_at_ms,"
+    " rocket_id, event_id) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+    "INSERT IGNORE INTO activity_rocket_launches(app_code, room_id, level, launched_at_ms,"
+    " rocket_id, event_id) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+};
+
 static int
-activity_init(void *arg, sqlite3 *db, char *err, size_t errlen)
+run(struct consume_msg *m, const struct consume_sql *q, const Roomd__V1__RoomOutboxEvent *ev,
+    int64_t a, int64_t b, const char *text)
 {
-    static const char schema[] =
-        "CREATE TABLE IF NOT EXISTS activity_room_totals("
-        " app_code TEXT NOT NULL, room_id TEXT NOT NULL,"
-        " gifts INTEGER NOT NULL, gift_value INTEGER NOT NULL, last_event_id TEXT,"
-        " PRIMARY KEY(app_code, room_id));"
-        "CREATE TABLE IF NOT EXISTS activity_rocket_launches("
-        " app_code TEXT NOT NULL, room_id TEXT NOT NULL, rocket_id TEXT NOT NULL,"
-        " level INTEGER NOT NULL, launched_at_ms INTEGER NOT NULL, event_id TEXT NOT NULL,"
-        " PRIMARY KEY(app_code, room_id, rocket_id));";
-    char *msg = NULL;
-
-    (void)arg;
-    if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
-        snprintf(err, errlen, "activity tables: %s", msg ? msg : "?");
-        sqlite3_free(msg);
-        return ROOMD_EIO;
-    }
-    return 0;
-}
-
-static int
-run(sqlite3 *db, const char *sql, const Roomd__V1__RoomOutboxEvent *ev, int64_t a, int64_t b,
-    const char *text)
-{
-    sqlite3_stmt *st = NULL;
-    int rc;
-
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return ROOMD_EIO;
-    sqlite3_bind_text(st, 1, ev->app_code, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, ev->room_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, a);
-    sqlite3_bind_int64(st, 4, b);
-    sqlite3_bind_text(st, 5, text, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, ev->event_id, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : ROOMD_EIO;
-    sqlite3_finalize(st);
-    return rc;
+    return consume_exec(m, q, NULL, 0, "ssiiss", ev->app_code, ev->room_id, a, b, text,
+                        ev->event_id);
 }
 
 static int
@@ -69,12 +77,7 @@ apply(struct consume_msg *m, const Roomd__V1__RoomOutboxEvent *ev)
         if (g == NULL)
             return ROOMD_EPERM;
         int64_t total = g->total ? g->total : (int64_t)g->count * g->unit_price;
-        int rc = run(m->db,
-                     "INSERT INTO activity_room_totals(app_code, room_id, gifts, gift_value,"
-                     " last_event_id) VALUES(?1, ?2, ?3, ?4, ?6)"
-                     " ON CONFLICT(app_code, room_id) DO UPDATE SET gifts = gifts + ?3,"
-                     " gift_value = gift_value + ?4, last_event_id = ?6",
-                     ev, g->count, total, "");
+        int rc = run(m, &add_gift, ev, g->count, total, "");
         roomd__v1__room_gift_sent__free_unpacked(g, NULL);
         return rc;
     }
@@ -83,11 +86,8 @@ apply(struct consume_msg *m, const Roomd__V1__RoomOutboxEvent *ev)
             roomd__v1__room_rocket_launched__unpack(NULL, p.len, p.data);
         if (r == NULL)
             return ROOMD_EPERM;
-        int rc = run(m->db,
-                     "INSERT OR IGNORE INTO activity_rocket_launches(app_code, room_id,"
-                     " level, launched_at_ms, rocket_id, event_id)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
-                     ev, r->level, r->launched_at_ms, r->rocket_id ? r->rocket_id : "");
+        int rc =
+            run(m, &add_launch, ev, r->level, r->launched_at_ms, r->rocket_id ? r->rocket_id : "");
         roomd__v1__room_rocket_launched__free_unpacked(r, NULL);
         return rc;
     }
@@ -109,8 +109,8 @@ activity_handle(void *arg, struct consume_msg *m)
         goto out;
     rc = apply(m, ev);
     if (rc != 0) {
-        snprintf(m->err, sizeof(m->err), "%s: %s", ev->event_type,
-                 rc == ROOMD_EPERM ? "payload does not decode" : sqlite3_errmsg(m->db));
+        if (rc == ROOMD_EPERM)
+            snprintf(m->err, sizeof(m->err), "%s: payload does not decode", ev->event_type);
         consume_tx_rollback(m);
         goto out;
     }
@@ -126,6 +126,6 @@ consume_activity_handler(struct consume_handler *h, const char *group)
     memset(h, 0, sizeof(*h));
     h->group = group && *group ? group : "hyapp-activity-room-outbox";
     h->stream = BUS_STREAM_OUTBOX;
-    h->init = activity_init;
+    h->schema = schema;
     h->handle = activity_handle;
 }

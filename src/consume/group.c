@@ -1,7 +1,8 @@
 /*
  * group.c: the consumer kit (see group.h for the contract and the inbox).
- * Read top-down: options, the inbox database, the per-message verdicts
- * (process, dead_letter), then the group thread (bind, fetch loop).
+ * Read top-down: options, the handler's view of the inbox (inbox.h), the
+ * per-message verdicts (claim, process, dead_letter), then the group
+ * thread (bind, fetch loop).
  */
 #include "consume/group.h"
 
@@ -13,14 +14,13 @@
 #include "core/xmalloc.h"
 #include "room_events.pb-c.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #define DEFAULT_ACK_WAIT_MS 30000
@@ -39,8 +39,7 @@ struct consume_group {
     struct bus *bus;
     struct consume_handler h;
     struct consume_opts o;
-    char *db_path;
-    sqlite3 *db;
+    struct consume_inbox *inbox;
     natsSubscription *sub;
     struct bg_thread th;
     pthread_mutex_t stats_mu;
@@ -56,6 +55,7 @@ consume_opts_from_conf(struct consume_opts *o, const struct conf_rocketmq *c, in
     memset(o, 0, sizeof(*o));
     o->store_dir =
         c->consumer_store_dir && *c->consumer_store_dir ? c->consumer_store_dir : "./var/consumers";
+    o->inbox = (enum inbox_driver)c->consumer_inbox;
     o->ack_wait_ms = c->consumer_ack_wait_ms > 0 ? c->consumer_ack_wait_ms : DEFAULT_ACK_WAIT_MS;
     o->max_reconsume = max_reconsume >= 0 ? max_reconsume : 16;
     if (c->nconsumer_retry_delays > 0) {
@@ -84,144 +84,27 @@ consume_retry_delay_ms(const struct consume_opts *o, int failures)
     return o->delays_ms[i];
 }
 
-/* ==== the inbox database ==== */
-
-static int
-db_exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
-{
-    char *msg = NULL;
-
-    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        snprintf(err, errlen, "%s", msg ? msg : sqlite3_errmsg(db));
-        sqlite3_free(msg);
-        return ROOMD_EIO;
-    }
-    return 0;
-}
-
-static int
-mkdir_p(const char *dir)
-{
-    char *p = xstrdup(dir);
-    int rc = 0;
-
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            rc = -1;
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        rc = -1;
-    free(p);
-    return rc;
-}
-
-static int
-inbox_open(struct consume_group *g, char *err, size_t errlen)
-{
-    static const char schema[] =
-        "PRAGMA journal_mode=WAL;"
-        "PRAGMA synchronous=FULL;"
-        "CREATE TABLE IF NOT EXISTS inbox("
-        " key TEXT PRIMARY KEY,"
-        " state TEXT NOT NULL," /* received | done | dead */
-        " failures INTEGER NOT NULL DEFAULT 0,"
-        " updated_ms INTEGER NOT NULL,"
-        " last_error TEXT);"
-        "CREATE INDEX IF NOT EXISTS inbox_purge ON inbox(state, updated_ms);";
-
-    if (mkdir_p(g->o.store_dir) != 0) {
-        snprintf(err, errlen, "rocketmq.consumer_store_dir: cannot create %s: %s", g->o.store_dir,
-                 strerror(errno));
-        return ROOMD_EIO;
-    }
-    g->db_path = xasprintf("%s/%s.db", g->o.store_dir, g->h.group);
-    if (sqlite3_open_v2(g->db_path, &g->db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "%s: %s", g->db_path, sqlite3_errmsg(g->db));
-        return ROOMD_EIO;
-    }
-    sqlite3_busy_timeout(g->db, 5000);
-    if (db_exec(g->db, schema, err, errlen) != 0)
-        return ROOMD_EIO;
-    if (g->h.init && g->h.init(g->h.arg, g->db, err, errlen) != 0)
-        return ROOMD_EIO;
-    return 0;
-}
-
-/* Runs sql binding ?1 = key, ?2 = now, ?3 = text (when the statement has
- * them). With out != NULL, stores the first column of the first row. */
-static int
-inbox_stmt(sqlite3 *db, const char *sql, const char *key, const char *text, int *out, char *state,
-           size_t statelen)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = 0, n;
-
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return ROOMD_EIO;
-    n = sqlite3_bind_parameter_count(st);
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    if (n >= 2)
-        sqlite3_bind_int64(st, 2, clock_wall_ms());
-    if (n >= 3)
-        sqlite3_bind_text(st, 3, text ? text : "", -1, SQLITE_STATIC);
-    int step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        if (state)
-            snprintf(state, statelen, "%s", (const char *)sqlite3_column_text(st, 0));
-        if (out)
-            *out = sqlite3_column_int(st, state ? 1 : 0);
-    } else if (step == SQLITE_DONE) {
-        if (state)
-            *state = '\0';
-    } else {
-        rc = ROOMD_EIO;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static const char SQL_LOOKUP[] = "SELECT state, failures FROM inbox WHERE key = ?1";
-static const char SQL_RECEIVED[] =
-    "INSERT OR IGNORE INTO inbox(key, state, failures, updated_ms) VALUES(?1, 'received', 0, ?2)";
-static const char SQL_DONE[] =
-    "INSERT INTO inbox(key, state, failures, updated_ms) VALUES(?1, 'done', 0, ?2) "
-    "ON CONFLICT(key) DO UPDATE SET state = 'done', updated_ms = excluded.updated_ms";
-static const char SQL_FAIL[] =
-    "UPDATE inbox SET failures = failures + 1, updated_ms = ?2, last_error = ?3 WHERE key = ?1 "
-    "RETURNING failures";
-static const char SQL_DEAD[] =
-    "UPDATE inbox SET state = 'dead', updated_ms = ?2, last_error = ?3 WHERE key = ?1";
+/* ==== the handler's view of the inbox ==== */
 
 int
 consume_tx_begin(struct consume_msg *m)
 {
-    if (db_exec(m->db, "BEGIN IMMEDIATE", m->err, sizeof(m->err)) != 0)
-        return ROOMD_EIO;
-    m->in_tx = true;
-    return 0;
+    int rc = inbox_tx_begin(m->inbox, m->key);
+
+    if (rc != 0)
+        snprintf(m->err, sizeof(m->err), "inbox: %s", inbox_errmsg(m->inbox));
+    return rc;
 }
 
 int
 consume_tx_commit_done(struct consume_msg *m)
 {
-    if (!m->in_tx)
-        return ROOMD_EINVAL;
-    if (inbox_stmt(m->db, SQL_DONE, m->key, NULL, NULL, NULL, 0) != 0) {
-        snprintf(m->err, sizeof(m->err), "inbox: %s", sqlite3_errmsg(m->db));
-        consume_tx_rollback(m);
-        return ROOMD_EIO;
+    int rc = inbox_tx_commit_done(m->inbox, m->key);
+
+    if (rc != 0) {
+        snprintf(m->err, sizeof(m->err), "inbox: %s", inbox_errmsg(m->inbox));
+        return rc;
     }
-    if (db_exec(m->db, "COMMIT", m->err, sizeof(m->err)) != 0) {
-        consume_tx_rollback(m);
-        return ROOMD_EIO;
-    }
-    m->in_tx = false;
     m->done = true;
     return 0;
 }
@@ -229,41 +112,56 @@ consume_tx_commit_done(struct consume_msg *m)
 void
 consume_tx_rollback(struct consume_msg *m)
 {
-    char e[128];
-
-    if (m->in_tx)
-        db_exec(m->db, "ROLLBACK", e, sizeof(e));
-    m->in_tx = false;
+    inbox_tx_rollback(m->inbox);
 }
 
-static void
-inbox_purge(struct consume_group *g)
+int
+consume_exec(struct consume_msg *m, const struct consume_sql *q, char *out, size_t outlen,
+             const char *types, ...)
 {
-    sqlite3_stmt *st = NULL;
+    struct consume_arg a[9];
+    va_list ap;
+    int n = 0;
 
-    if (sqlite3_prepare_v2(g->db,
-                           "DELETE FROM inbox WHERE state IN ('done', 'dead') AND updated_ms < ?1",
-                           -1, &st, NULL) != SQLITE_OK)
-        return;
-    sqlite3_bind_int64(st, 1, clock_wall_ms() - g->o.inbox_keep_ms);
-    sqlite3_step(st);
-    sqlite3_finalize(st);
+    va_start(ap, types);
+    for (; types[n] && n < 9; n++) {
+        a[n].type = types[n];
+        if (types[n] == 'i')
+            a[n].i = va_arg(ap, int64_t);
+        else
+            a[n].s = va_arg(ap, const char *);
+    }
+    va_end(ap);
+    int rc = inbox_exec(m->inbox, q, a, n, out, outlen);
+    if (rc != 0)
+        snprintf(m->err, sizeof(m->err), "%s", inbox_errmsg(m->inbox));
+    return rc;
+}
+
+/* The event_id and app_code of a RoomOutboxEvent; 0 or ROOMD_EINVAL. */
+static int
+envelope_ids(const uint8_t *data, size_t len, char *key, size_t keylen, char *app, size_t applen)
+{
+    Roomd__V1__RoomOutboxEvent *ev = roomd__v1__room_outbox_event__unpack(NULL, len, data);
+    int rc = 0;
+
+    if (ev == NULL || ev->event_id == NULL || *ev->event_id == '\0') {
+        rc = ROOMD_EINVAL;
+    } else {
+        snprintf(key, keylen, "%s", ev->event_id);
+        if (app)
+            snprintf(app, applen, "%s", ev->app_code ? ev->app_code : "");
+    }
+    if (ev)
+        roomd__v1__room_outbox_event__free_unpacked(ev, NULL);
+    return rc;
 }
 
 int
 consume_envelope_key(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen)
 {
-    Roomd__V1__RoomOutboxEvent *ev = roomd__v1__room_outbox_event__unpack(NULL, len, data);
-    int rc = 0;
-
     (void)arg;
-    if (ev == NULL || ev->event_id == NULL || *ev->event_id == '\0')
-        rc = ROOMD_EINVAL;
-    else
-        snprintf(key, keylen, "%s", ev->event_id);
-    if (ev)
-        roomd__v1__room_outbox_event__free_unpacked(ev, NULL);
-    return rc;
+    return envelope_ids(data, len, key, keylen, NULL, 0);
 }
 
 /* ==== verdicts ==== */
@@ -319,12 +217,59 @@ dead_letter(struct consume_group *g, natsMsg *msg, const char *key, uint64_t seq
         return;
     }
     natsMsg_Term(msg, ack_opts(g, &jo));
-    if (*key)
-        inbox_stmt(g->db, SQL_DEAD, key, why, NULL, NULL, 0);
+    if (*key && inbox_dead(g->inbox, key, why) != 0)
+        log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
+                 inbox_errmsg(g->inbox));
     count(g, &g->stats.dead);
     log_warn("consume", "message dead-lettered",
              "group=%s key=%s stream_seq=%" PRIu64 " deliveries=%" PRIu64 " error=\"%s\"",
              g->h.group, key, seq, delivered, why ? why : "");
+}
+
+/* Nak without counting a failure: see it again after delay_ms. */
+static void
+later(struct consume_group *g, natsMsg *msg, int64_t delay_ms, uint64_t *counter)
+{
+    jsOptions jo;
+
+    natsMsg_NakWithDelay(msg, delay_ms, ack_opts(g, &jo));
+    count(g, counter);
+}
+
+/* Claims key in the inbox: true when this delivery is to be handled (with
+ * *failures), false when it got its verdict here (settled: Ack; another
+ * owner's claim or no inbox: later). */
+static bool
+claim(struct consume_group *g, natsMsg *msg, const char *key, const char *app, int *failures)
+{
+    enum inbox_claim res = INBOX_CLAIMED;
+    int64_t until = 0;
+    jsOptions jo;
+    jsErrCode jerr = 0;
+
+    if (inbox_claim(g->inbox, key, app, &res, failures, &until) != 0) {
+        log_warn("consume", "inbox read failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
+                 inbox_errmsg(g->inbox));
+        later(g, msg, consume_retry_delay_ms(&g->o, 1), &g->stats.retried);
+        return false;
+    }
+    if (res == INBOX_SETTLED) {
+        /* A redelivery of something already settled: no second effect. */
+        natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr);
+        count(g, &g->stats.duplicates);
+        log_debug("consume", "duplicate acknowledged", "group=%s key=%s", g->h.group, key);
+        return false;
+    }
+    if (res == INBOX_BUSY) {
+        /* Another node has it in hand: look again when its claim expires
+         * (it is settled by then, or taken over from a dead node). */
+        int64_t d = until - clock_wall_ms() + 100;
+        later(g, msg, d < 100 ? 100 : d, &g->stats.busy);
+        log_info("consume", "claimed by another node, later", "group=%s key=%s delay_ms=%" PRId64,
+                 g->h.group, key, d);
+        return false;
+    }
+    return true;
 }
 
 /* Handles one fetched message to its verdict (see group.h). */
@@ -332,7 +277,7 @@ static void
 process(struct consume_group *g, natsMsg *msg)
 {
     jsMsgMetaData *meta = NULL;
-    char key[CONSUME_KEY_MAX] = "", state[16] = "";
+    char key[CONSUME_KEY_MAX] = "", app[64] = "";
     int failures = 0, rc;
     uint64_t seq = 0, delivered = 1;
     jsOptions jo;
@@ -346,31 +291,20 @@ process(struct consume_group *g, natsMsg *msg)
         jsMsgMetaData_Destroy(meta);
     }
     rc = g->h.key ? g->h.key(g->h.arg, data, len, key, sizeof(key))
-                  : consume_envelope_key(NULL, data, len, key, sizeof(key));
+                  : envelope_ids(data, len, key, sizeof(key), app, sizeof(app));
     if (rc != 0) {
         dead_letter(g, msg, "", seq, delivered, "undecodable message");
         return;
     }
-    if (inbox_stmt(g->db, SQL_LOOKUP, key, NULL, &failures, state, sizeof(state)) != 0) {
-        log_warn("consume", "inbox read failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
-                 sqlite3_errmsg(g->db));
-        natsMsg_NakWithDelay(msg, consume_retry_delay_ms(&g->o, 1), ack_opts(g, &jo));
+    if (!claim(g, msg, key, app, &failures))
         return;
-    }
-    if (strcmp(state, "done") == 0 || strcmp(state, "dead") == 0) {
-        /* A redelivery of something already settled: no second effect. */
-        natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr);
-        count(g, &g->stats.duplicates);
-        log_debug("consume", "duplicate acknowledged", "group=%s key=%s state=%s", g->h.group, key,
-                  state);
-        return;
-    }
-    if (!g->h.holds && delivered > (uint64_t)g->o.max_reconsume + 1 + CRASH_SLACK) {
+    /* attempts so far: the shared inbox counts them for every node; else
+     * JetStream's delivery count stands in for them */
+    uint64_t attempts = inbox_shared(g->inbox) ? (uint64_t)failures + 1 : delivered;
+    if (!g->h.holds && attempts > (uint64_t)g->o.max_reconsume + 1 + CRASH_SLACK) {
         dead_letter(g, msg, key, seq, delivered, "delivery limit reached without a verdict");
         return;
     }
-    if (*state == '\0')
-        inbox_stmt(g->db, SQL_RECEIVED, key, NULL, NULL, NULL, 0);
 
     struct consume_msg m = {
         .group = g->h.group,
@@ -382,25 +316,38 @@ process(struct consume_group *g, natsMsg *msg)
         .num_delivered = delivered,
         .failures = failures,
         .nmsg = msg,
-        .db = g->db,
+        .inbox = g->inbox,
     };
     rc = g->h.handle(g->h.arg, &m);
-    if (m.in_tx) {
-        consume_tx_rollback(&m);
+    if (inbox_in_tx(g->inbox)) {
+        inbox_tx_rollback(g->inbox);
         if (rc == 0) {
             rc = ROOMD_EINTERNAL;
             snprintf(m.err, sizeof(m.err), "handler left a transaction open");
         }
     }
+    if (rc == ROOMD_ESTALE) {
+        /* Our claim expired and another node took the key over: it settles
+         * it; this delivery comes back to find that out. */
+        log_info("consume", "claim taken over by another node", "group=%s key=%s", g->h.group, key);
+        later(g, msg, g->o.ack_wait_ms, &g->stats.busy);
+        return;
+    }
     if (rc == 0 && m.hold_ms > 0) {
-        natsMsg_NakWithDelay(msg, m.hold_ms, ack_opts(g, &jo));
-        count(g, &g->stats.held);
+        inbox_release(g->inbox, key);
+        later(g, msg, m.hold_ms, &g->stats.held);
         return;
     }
     if (rc == 0) {
-        if (!m.done && inbox_stmt(g->db, SQL_DONE, key, NULL, NULL, NULL, 0) != 0)
-            log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group,
-                     key, sqlite3_errmsg(g->db));
+        int drc = m.done ? 0 : inbox_done(g->inbox, key);
+        if (drc != 0 && drc != ROOMD_ESTALE) {
+            /* Not recorded: no Ack, so the redelivery finds our claim and
+             * repeats the (idempotent) effect, then records it. */
+            log_warn("consume", "inbox write failed after the effect, again shortly",
+                     "group=%s key=%s error=\"%s\"", g->h.group, key, inbox_errmsg(g->inbox));
+            later(g, msg, consume_retry_delay_ms(&g->o, 1), &g->stats.retried);
+            return;
+        }
         if (natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr) != NATS_OK)
             log_warn("consume", "ack failed; the redelivery will be deduplicated",
                      "group=%s key=%s", g->h.group, key);
@@ -412,8 +359,10 @@ process(struct consume_group *g, natsMsg *msg)
         return;
     }
     failures = 0;
-    inbox_stmt(g->db, SQL_FAIL, key, m.err, &failures, NULL, 0);
-    if (!g->h.holds && (uint64_t)failures < delivered)
+    if (inbox_fail(g->inbox, key, m.err, &failures) != 0)
+        log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
+                 inbox_errmsg(g->inbox));
+    if (!g->h.holds && !inbox_shared(g->inbox) && (uint64_t)failures < delivered)
         failures = (int)delivered; /* AckWait expiries count as failures too */
     if (failures > g->o.max_reconsume) {
         dead_letter(g, msg, key, seq, delivered, *m.err ? m.err : roomd_strerror(rc));
@@ -497,7 +446,7 @@ group_main(void *arg)
             g->last_bind_rc = 0;
             backoff = 100;
             log_info("consume", "group bound", "group=%s stream=%s db=%s", g->h.group,
-                     bus_stream_name(g->bus, g->h.stream), g->db_path);
+                     bus_stream_name(g->bus, g->h.stream), inbox_where(g->inbox));
         }
         natsMsgList list = {0};
         jsErrCode jerr = 0;
@@ -529,7 +478,7 @@ group_main(void *arg)
             process(g, list.Msgs[i]);
         natsMsgList_Destroy(&list);
         if (clock_mono_ms() >= next_purge) {
-            inbox_purge(g);
+            inbox_purge(g->inbox, clock_wall_ms() - g->o.inbox_keep_ms);
             next_purge = clock_mono_ms() + PURGE_EVERY_MS;
         }
     }
@@ -542,12 +491,10 @@ group_main(void *arg)
 static void
 group_free(struct consume_group *g)
 {
-    if (g->db)
-        sqlite3_close(g->db);
+    inbox_close(g->inbox);
     bus_unref(g->bus);
     bg_thread_stop(&g->th); /* a no-op once consume_group_stop joined */
     pthread_mutex_destroy(&g->stats_mu);
-    free(g->db_path);
     free(g);
 }
 
@@ -573,10 +520,24 @@ consume_group_start(struct consume_group **out, struct bus *bus, const struct co
     g->bus = bus;
     pthread_mutex_init(&g->stats_mu, NULL);
     bg_thread_init(&g->th);
-    if (inbox_open(g, err, errlen) != 0) {
+    struct inbox_config ic = {
+        .group = h->group,
+        .driver = o->inbox,
+        .store_dir = o->store_dir,
+        .store = o->store,
+        .owner = o->owner,
+        /* longer than one handle() may take, so a slow effect is never
+         * redone by another node while it still runs */
+        .claim_ms = (h->max_handle_ms > o->ack_wait_ms ? h->max_handle_ms : o->ack_wait_ms) + 1000,
+        .schema = h->schema,
+    };
+    int rc = inbox_open(&g->inbox, &ic, err, errlen);
+    if (rc != 0) {
         group_free(g);
-        return ROOMD_EIO;
+        return rc;
     }
+    log_info("consume", "group inbox open", "group=%s inbox=%s where=\"%s\"", h->group,
+             inbox_name(g->inbox), inbox_where(g->inbox));
     if (bg_thread_spawn(&g->th, group_main, g) != 0) {
         snprintf(err, errlen, "cannot start the %s thread", h->group);
         group_free(g);
@@ -593,9 +554,10 @@ consume_group_stop(struct consume_group *g)
         return;
     bg_thread_stop(&g->th);
     log_info("consume", "group stopped",
-             "group=%s handled=%" PRIu64 " duplicates=%" PRIu64 " retried=%" PRIu64
+             "group=%s handled=%" PRIu64 " duplicates=%" PRIu64 " retried=%" PRIu64 " busy=%" PRIu64
              " dead=%" PRIu64,
-             g->h.group, g->stats.handled, g->stats.duplicates, g->stats.retried, g->stats.dead);
+             g->h.group, g->stats.handled, g->stats.duplicates, g->stats.retried, g->stats.busy,
+             g->stats.dead);
     group_free(g);
 }
 

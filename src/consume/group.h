@@ -2,31 +2,46 @@
  * group.h: the consumer kit. One consumer group = one durable JetStream
  * pull consumer (durable name = group name) worked by one thread that
  * Fetches small batches, calls the group's handler per message, and
- * acknowledges by the handler's verdict. Each group keeps its own SQLite
- * database "<rocketmq.consumer_store_dir>/<group>.db" holding the inbox
- * (dedupe by event_id) and the handler's own tables, so a group's effects
- * and its dedupe record can commit in one transaction.
+ * acknowledges by the handler's verdict. Each group has an inbox
+ * (consume/inbox.h: dedupe by event_id, the handler's own tables) so that a
+ * group's effects and its dedupe record can commit in one transaction:
+ * per node a SQLite file "<rocketmq.consumer_store_dir>/<group>.db", or,
+ * when the store is MySQL (rocketmq.consumer_inbox auto|mysql), the shared
+ * table consumer_inbox, so that a group running on several nodes does each
+ * effect once whichever node a message is (re)delivered to.
  *
- *   inbox(key PRIMARY KEY, state received|done|dead, failures, updated_ms,
- *         last_error)
- *
- * Per message: inbox says done -> Ack (a redelivery; no second effect).
+ * Per message: the kit claims its key in the inbox.
+ *   settled (done|dead)        -> Ack (a redelivery; no second effect)
+ *   claimed by another node    -> NakWithDelay until that claim expires
+ *                                 (not a failure)
  * Else the handler runs, and
  *   0               -> inbox done (in the handler's transaction when it used
- *                      consume_tx_*; else right after), then AckSync
- *   0 + hold_ms > 0 -> NakWithDelay(hold_ms): not a failure (rocket holds)
- *   retryable rc    -> failures+1; NakWithDelay(delays[failures-1]), the
- *                      last delay repeating; when failures exceed
- *                      max_reconsume: dead letter
+ *                      consume_tx_*; else right after), then AckSync; when
+ *                      "done" cannot be written: no Ack, NakWithDelay (the
+ *                      effect is repeated, so it must be idempotent)
+ *   0 + hold_ms > 0 -> claim given back, NakWithDelay(hold_ms): not a
+ *                      failure (rocket holds)
+ *   ROOMD_ESTALE    -> (consume_tx_begin) the claim expired and was taken
+ *                      over: NakWithDelay(AckWait), not a failure
+ *   retryable rc    -> failures+1 (kept in the inbox: shared by the nodes);
+ *                      NakWithDelay(delays[failures-1]), the last delay
+ *                      repeating; when failures exceed max_reconsume: dead
+ *                      letter
  *   other rc        -> dead letter at once (permanent)
+ * A claim expires after max(AckWait, the handler's max_handle_ms) + 1 s: a
+ * node killed in the handler leaves its message to another node at most
+ * that late (the takeover counts as a failure). An
+ * effect in the inbox's database (consume_tx_*) is exactly once; a remote
+ * effect (IM) is at least once and made idempotent by the remote side
+ * (Random / MsgRandom derived from the event_id).
  * Dead letter: publish the message to "<ns>hyapp_dlq.<group>" (headers
  * Roomd-Group, Roomd-Subject, Roomd-Stream-Seq, Roomd-Deliveries,
  * Roomd-Error; Msg-Id "dlq-<group>-<stream seq>"), wait for its PubAck, then
  * Term; inbox dead. A failing DLQ publish leaves the message to come back.
  *
  * Groups never touch room_outbox and never share a thread, a connection
- * pool or a database with another group or the command path.
- * Handlers: activity.c, notice.c, im_bridge.c, rocket_open.c; roles.c
+ * or a database handle with another group or the command path.
+ * Handlers: activity.c, notice.c, im_glue.c, rocket_open.c; roles.c
  * starts the configured ones.
  */
 #ifndef ROOMD_CONSUME_GROUP_H
@@ -36,11 +51,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <sqlite3.h>
-
+#include "consume/inbox.h"
 #include "publish/bus.h"
 
 struct conf_rocketmq;
+struct conf_store;
 struct consume_group;
 
 #define CONSUME_KEY_MAX 200
@@ -53,15 +68,14 @@ struct consume_msg {
     size_t len;
     const char *key; /* dedupe key (the event_id for outbox groups) */
     uint64_t stream_seq;
-    uint64_t num_delivered; /* JetStream's count, holds included */
-    int failures;           /* failed attempts recorded before this one */
-    natsMsg *nmsg;          /* headers: natsMsgHeader_Get(m->nmsg, ...) */
-    sqlite3 *db;            /* the group's database; no transaction open */
+    uint64_t num_delivered;      /* JetStream's count, holds included */
+    int failures;                /* failed attempts recorded before this one */
+    natsMsg *nmsg;               /* headers: natsMsgHeader_Get(m->nmsg, ...) */
+    struct consume_inbox *inbox; /* the group's; use consume_exec / consume_tx_* */
     /* Out. */
     int64_t hold_ms; /* > 0 with return 0: see it again after this */
     char err[256];   /* reason of a failure (no secrets) */
     /* Kit-private. */
-    bool in_tx;
     bool done;
 };
 
@@ -75,8 +89,12 @@ struct consume_handler {
     /* Fills key from the body; NULL = the RoomOutboxEvent's event_id.
      * Returns 0 or ROOMD_EINVAL (undecodable: dead letter). */
     int (*key)(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen);
-    /* Creates the handler's tables (CREATE ... IF NOT EXISTS). May be NULL. */
-    int (*init)(void *arg, sqlite3 *db, char *err, size_t errlen);
+    /* The handler's tables (CREATE TABLE IF NOT EXISTS in both dialects),
+     * NULL-terminated; NULL: none. */
+    const struct consume_sql *const *schema;
+    /* The longest one handle() may take (its own timeouts); 0: AckWait.
+     * An inbox claim lasts this (or AckWait, the longer) + 1 s. */
+    int64_t max_handle_ms;
     /* Does the group's work for m (see the verdicts above). Runs on the
      * group's thread; may block (bounded by its own timeouts). */
     int (*handle)(void *arg, struct consume_msg *m);
@@ -85,7 +103,10 @@ struct consume_handler {
 
 /* Tunables, from the rocketmq section by consume_opts_from_conf. */
 struct consume_opts {
-    const char *store_dir; /* inbox databases live here */
+    const char *store_dir;          /* SQLite inbox databases live here */
+    enum inbox_driver inbox;        /* rocketmq.consumer_inbox */
+    const struct conf_store *store; /* the MySQL inbox's server; NULL: SQLite only */
+    const char *owner;              /* this process in inbox claims (app.node_id) */
     int64_t ack_wait_ms;
     int max_reconsume;     /* consumer_max_reconsume_times */
     int64_t delays_ms[16]; /* reconsume schedule */
@@ -106,7 +127,7 @@ void consume_opts_from_conf(struct consume_opts *o, const struct conf_rocketmq *
 int64_t consume_retry_delay_ms(const struct consume_opts *o, int failures);
 
 /*
- * Opens the group's database (creating dir and tables), then starts its
+ * Opens the group's inbox (creating dir and tables), then starts its
  * thread, which creates/updates the durable consumer and binds a pull
  * subscription as soon as the broker is reachable (the broker may be down
  * now). Takes a reference on bus. Returns 0 and *out, or ROOMD_EIO with err
@@ -126,6 +147,7 @@ struct consume_stats {
     uint64_t handled;    /* handler returned 0 (done) */
     uint64_t duplicates; /* acked from the inbox without the handler */
     uint64_t held;
+    uint64_t busy; /* another node's claim: seen again after its expiry */
     uint64_t retried;
     uint64_t dead;
     uint64_t fetch_errors;
@@ -134,14 +156,25 @@ struct consume_stats {
 void consume_group_stats(struct consume_group *g, struct consume_stats *out);
 
 /*
- * Transactions for handlers whose effect lives in m->db: begin, write,
- * then consume_tx_commit_done(), which records the inbox row as done in the
+ * Transactions for handlers whose effect lives in the inbox's database:
+ * consume_tx_begin (re-checks the claim: ROOMD_ESTALE when another node
+ * took it over; return that), writes with consume_exec, then
+ * consume_tx_commit_done(), which records the inbox row as done in the
  * same transaction. A handler returning with a transaction open has it
- * rolled back. Return 0 or ROOMD_EIO (err in m->err).
+ * rolled back. Return 0 or a ROOMD_E* code (err in m->err). Thread: the
+ * group's (in handle()); block on the database.
  */
 int consume_tx_begin(struct consume_msg *m);
 int consume_tx_commit_done(struct consume_msg *m);
 void consume_tx_rollback(struct consume_msg *m);
+
+/* Runs q (in the transaction when one is open) with parameters given by
+ * types: 's' const char * (NULL = SQL NULL), 'i' int64_t, at most 9, as
+ * ?1 .. ?9. With out: the first column of the first row ("" when none).
+ * Returns 0 or ROOMD_EIO / ROOMD_EUNAVAIL / ROOMD_ERETRY (err in m->err).
+ * Thread: the group's; blocks on the database. */
+int consume_exec(struct consume_msg *m, const struct consume_sql *q, char *out, size_t outlen,
+                 const char *types, ...);
 
 /* Decodes the RoomOutboxEvent key (event_id): the default key function. */
 int consume_envelope_key(void *arg, const uint8_t *data, size_t len, char *key, size_t keylen);

@@ -31,6 +31,7 @@ typedef int (*consume_c2c_send)(void *arg, const char *app_code, int64_t to_uid,
 struct consume_notice_sender {
     consume_c2c_send send; /* NULL: IM disabled, notices recorded "skipped" */
     void *arg;
+    int64_t budget_ms; /* the longest one send may take */
 };
 
 /* Fills h for the notice group; sender (borrowed, must outlive the group)

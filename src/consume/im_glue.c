@@ -95,6 +95,7 @@ consume_notice_sender_open(struct consume_notice_sender *s, const struct conf *c
         return ROOMD_EINVAL;
     s->send = c2c_send;
     s->arg = x;
+    s->budget_ms = x->budget_ms;
     return 0;
 }
 
@@ -129,6 +130,7 @@ consume_im_bridge_handler(struct consume_handler *h, const struct conf *c, char 
     h->group = g && *g ? g : "hyapp-room-im-bridge";
     h->stream = BUS_STREAM_OUTBOX;
     h->handle = bridge_handle;
+    h->max_handle_ms = x->budget_ms;
     h->arg = x;
     return 0;
 }

@@ -8,7 +8,8 @@
  * A redelivery finds "sent" and does nothing; one that finds "received"
  * (a crash between the send and the commit) resends with the same
  * notice id, which IM discards as a duplicate (MsgRandom/MsgSeq derived
- * from it).
+ * from it). With the MySQL inbox the table is shared by the nodes and the
+ * kit's claim keeps a second node from sending while the first one does.
  *   notice_delivery_events(event_id PK, app_code, room_id, uid, kind, body,
  *                          status, attempts, created_ms, sent_ms, last_error)
  */
@@ -22,61 +23,41 @@
 
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int
-notice_init(void *arg, sqlite3 *db, char *err, size_t errlen)
-{
-    static const char schema[] =
-        "CREATE TABLE IF NOT EXISTS notice_delivery_events("
-        " event_id TEXT PRIMARY KEY, app_code TEXT NOT NULL, room_id TEXT NOT NULL,"
-        " uid INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,"
-        " status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
-        " created_ms INTEGER NOT NULL, sent_ms INTEGER, last_error TEXT);";
-    char *msg = NULL;
+static const struct consume_sql notice_table = {
+    "CREATE TABLE IF NOT EXISTS notice_delivery_events("
+    " event_id TEXT PRIMARY KEY, app_code TEXT NOT NULL, room_id TEXT NOT NULL,"
+    " uid INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,"
+    " status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
+    " created_ms INTEGER NOT NULL, sent_ms INTEGER, last_error TEXT)",
+    "CREATE TABLE IF NOT EXISTS notice_delivery_events("
+    " event_id VARBINARY(64) NOT NULL PRIMARY KEY, app_code VARBINARY(64) NOT NULL,"
+    " room_id VARBINARY(64) NOT NULL, uid BIGINT NOT NULL, kind VARCHAR(32) NOT NULL,"
+    " body TEXT NOT NULL, status VARCHAR(16) NOT NULL, attempts INT NOT NULL DEFAULT 0,"
+    " created_ms BIGINT NOT NULL, sent_ms BIGINT NULL, last_error BLOB NULL)"
+    " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+};
+static const struct consume_sql *const schema[] = {&notice_table, NULL};
 
-    (void)arg;
-    if (sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
-        snprintf(err, errlen, "notice tables: %s", msg ? msg : "?");
-        sqlite3_free(msg);
-        return ROOMD_EIO;
-    }
-    return 0;
-}
-
-/* Runs one statement binding text/int parameters given as a format:
- * 's' text, 'i' int64. Returns 0 or ROOMD_EIO. With status != NULL reads
- * the first text column of the first row into it. */
-static int
-stmt(sqlite3 *db, const char *sql, const char *types, char *status, size_t slen, ...)
-{
-    sqlite3_stmt *st = NULL;
-    va_list ap;
-    int rc = 0;
-
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return ROOMD_EIO;
-    va_start(ap, slen);
-    for (int i = 0; types[i]; i++) {
-        if (types[i] == 's')
-            sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
-        else
-            sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
-    }
-    va_end(ap);
-    int r = sqlite3_step(st);
-    if (r == SQLITE_ROW && status)
-        snprintf(status, slen, "%s", (const char *)sqlite3_column_text(st, 0));
-    else if (r == SQLITE_DONE && status)
-        *status = '\0';
-    else if (r != SQLITE_ROW && r != SQLITE_DONE)
-        rc = ROOMD_EIO;
-    sqlite3_finalize(st);
-    return rc;
-}
+static const struct consume_sql insert_notice = {
+    "INSERT OR IGNORE INTO notice_delivery_events(event_id, app_code, room_id, uid, kind, body,"
+    " status, created_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 'received', ?7)",
+    "INSERT IGNORE INTO notice_delivery_events(event_id, app_code, room_id, uid, kind, body,"
+    " status, created_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 'received', ?7)",
+};
+static const struct consume_sql status_of = {
+    "SELECT status FROM notice_delivery_events WHERE event_id = ?1", NULL};
+static const struct consume_sql count_attempt = {
+    "UPDATE notice_delivery_events SET attempts = attempts + 1, last_error = ?2"
+    " WHERE event_id = ?1",
+    NULL};
+static const struct consume_sql mark_final = {
+    "UPDATE notice_delivery_events SET status = ?2, sent_ms = ?3, attempts = attempts + 1"
+    " WHERE event_id = ?1",
+    NULL};
 
 static char *
 kicked_body(const Roomd__V1__RoomOutboxEvent *ev, const Roomd__V1__RoomUserKicked *k)
@@ -114,17 +95,11 @@ notice_handle(void *arg, struct consume_msg *m)
     }
     body = kicked_body(ev, k);
     /* 1. The notice row, once per event_id. */
-    if (stmt(m->db,
-             "INSERT OR IGNORE INTO notice_delivery_events(event_id, app_code, room_id, uid,"
-             " kind, body, status, created_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 'received', ?7)",
-             "sssissi", NULL, 0, ev->event_id, ev->app_code, ev->room_id, (int64_t)k->uid,
-             "RoomUserKicked", body, clock_wall_ms()) != 0 ||
-        stmt(m->db, "SELECT status FROM notice_delivery_events WHERE event_id = ?1", "s", status,
-             sizeof(status), ev->event_id) != 0) {
-        snprintf(m->err, sizeof(m->err), "notice_delivery_events: %s", sqlite3_errmsg(m->db));
-        rc = ROOMD_EIO;
+    if ((rc = consume_exec(m, &insert_notice, NULL, 0, "sssissi", ev->event_id, ev->app_code,
+                           ev->room_id, (int64_t)k->uid, "RoomUserKicked", body,
+                           clock_wall_ms())) != 0 ||
+        (rc = consume_exec(m, &status_of, status, sizeof(status), "s", ev->event_id)) != 0)
         goto out;
-    }
     if (strcmp(status, "received") != 0)
         goto out; /* sent or skipped earlier: the inbox row is what was missing */
 
@@ -136,24 +111,17 @@ notice_handle(void *arg, struct consume_msg *m)
         char e[256] = "";
         rc = n->send(n->arg, ev->app_code, k->uid, ev->event_id, body, e, sizeof(e));
         if (rc != 0) {
+            consume_exec(m, &count_attempt, NULL, 0, "ss", ev->event_id, e);
             snprintf(m->err, sizeof(m->err), "c2c notice: %s", e);
-            stmt(m->db,
-                 "UPDATE notice_delivery_events SET attempts = attempts + 1, last_error = ?2"
-                 " WHERE event_id = ?1",
-                 "ss", NULL, 0, ev->event_id, e);
             goto out;
         }
     }
     /* 3. received -> sent, with the inbox row, in one transaction. */
     if ((rc = consume_tx_begin(m)) != 0)
         goto out;
-    if (stmt(m->db,
-             "UPDATE notice_delivery_events SET status = ?2, sent_ms = ?3,"
-             " attempts = attempts + 1 WHERE event_id = ?1",
-             "ssi", NULL, 0, ev->event_id, final, clock_wall_ms()) != 0) {
-        snprintf(m->err, sizeof(m->err), "notice_delivery_events: %s", sqlite3_errmsg(m->db));
+    if ((rc = consume_exec(m, &mark_final, NULL, 0, "ssi", ev->event_id, final, clock_wall_ms())) !=
+        0) {
         consume_tx_rollback(m);
-        rc = ROOMD_EIO;
         goto out;
     }
     rc = consume_tx_commit_done(m);
@@ -176,7 +144,8 @@ consume_notice_handler(struct consume_handler *h, const char *group,
     memset(h, 0, sizeof(*h));
     h->group = group && *group ? group : "hyapp-notice-room-outbox";
     h->stream = BUS_STREAM_OUTBOX;
-    h->init = notice_init;
+    h->schema = schema;
     h->handle = notice_handle;
+    h->max_handle_ms = sender->budget_ms;
     h->arg = (void *)sender;
 }

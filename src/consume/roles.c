@@ -62,6 +62,16 @@ consume_role_parse(const char *name)
     return 0;
 }
 
+/* A group's options: the rocketmq section's, and the store's database and
+ * this node's name for a MySQL inbox. */
+static void
+opts_of(struct consume_opts *o, const struct conf *c, int max_reconsume)
+{
+    consume_opts_from_conf(o, &c->rocketmq, max_reconsume);
+    o->store = &c->store;
+    o->owner = c->app.node_id;
+}
+
 int
 consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus *bus,
                     struct room_service *rooms, unsigned roles, char *err, size_t errlen)
@@ -78,7 +88,7 @@ consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus
 
         if (!(roles & bit))
             continue;
-        consume_opts_from_conf(&o, mq, mq->room_outbox.consumer_max_reconsume_times);
+        opts_of(&o, c, mq->room_outbox.consumer_max_reconsume_times);
         switch (bit) {
         case CONSUME_ROLE_IM_BRIDGE:
             rc = consume_im_bridge_handler(h, c, err, errlen);
@@ -98,7 +108,7 @@ consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus
                 rc = ROOMD_EINVAL;
                 break;
             }
-            consume_opts_from_conf(&o, mq, mq->rocket_launch.consumer_max_reconsume_times);
+            opts_of(&o, c, mq->rocket_launch.consumer_max_reconsume_times);
             /* Every parked countdown is an unacknowledged message. */
             o.max_ack_pending = 100000;
             consume_rocket_open_handler(h, mq->rocket_launch.consumer_group, rooms);

@@ -25,6 +25,7 @@
 #define M_CONFIRM "/wallet.v1.WalletService/Confirm"
 #define M_CANCEL "/wallet.v1.WalletService/Cancel"
 #define M_LIST "/wallet.v1.WalletService/ListUnresolved"
+#define LIST_TIMEOUT_MS 5000 /* ListUnresolved's deadline at least */
 #define NBUCKETS 1024
 
 /* One key in flight: held by a command of this process, not yet settled. */
@@ -275,7 +276,13 @@ wallet_grpc_unresolved(struct wallet *w, const char *app, int64_t older_than_ms,
     m.app_code = (char *)(app != NULL ? app : "");
     m.older_than_ms = older_than_ms;
     m.limit = limit;
-    if (call(g, M_LIST, &m.base, deadline_of(g), &r) != 0 || r.status != GRPC_PEER_OK) {
+    /* Not on a request's path (the reconciler, `roomctl wallet audit`): the
+     * call may also wait for a first connection, which the request timeout
+     * (500 ms in the tests) does not always cover on a loaded machine. */
+    if (call(g, M_LIST, &m.base,
+             clock_mono_ms() + (g->timeout_ms > LIST_TIMEOUT_MS ? g->timeout_ms : LIST_TIMEOUT_MS),
+             &r) != 0 ||
+        r.status != GRPC_PEER_OK) {
         reply_err("ListUnresolved", &r, err, errlen);
         free(r.body);
         return ROOMD_EUNAVAIL;

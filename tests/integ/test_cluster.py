@@ -282,7 +282,9 @@ def readiness(cl):
     cfg["projection"]["driver"] = "memory"
     r = Roomd(cfg, tmp=d).start()
     try:
-        st, _, js = r.admin("GET", "/readyz")
+        # the readiness cache answers "starting" (no checks) until its first check ran
+        st, _, js = wait_until(lambda: (lambda a: a if "checks" in a[2] else None)(
+            r.admin("GET", "/readyz")), timeout=10, what="the first readiness check")
         assert st == 503 and js["status"] == "unavailable", (st, js)
         assert js["checks"]["lease"].startswith("down") and js["checks"]["store"] == "ok", js
         st, _, _ = hu.create(r, hu.room_name("nr"))

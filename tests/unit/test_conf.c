@@ -403,6 +403,10 @@ static const struct {
     {"lease:\n  ttl: 2s\n  renew_every: 2s\n", "lease.renew_every: must be > 0 and < lease.ttl"},
     {"projection:\n  driver: redis\n", "projection.driver: redis needs redis.enabled"},
     {"projection:\n  driver: disk\n", "projection.driver: must be one of memory, redis"},
+    {"rocketmq:\n  consumer_inbox: mysql\n",
+     "rocketmq.consumer_inbox: mysql needs store.driver: mysql"},
+    {"rocketmq:\n  consumer_inbox: redis\n",
+     "rocketmq.consumer_inbox: expected one of auto, sqlite, mysql"},
     /* rocketmq */
     {"rocketmq:\n  enabled: true\n", "rocketmq.name_servers: needs at least one NATS URL"},
     {"rocketmq:\n  room_outbox:\n    enabled: true\n",

@@ -1,0 +1,320 @@
+/*
+ * test_inbox_mysql.c: the shared consumer inbox (src/consume/inbox_mysql.c)
+ * on a real mariadbd (scripts/servers.sh), in a database of its own: two
+ * handles (two "nodes") claiming the same keys at the same moment do each
+ * effect once; an expired claim is taken over and its late owner cannot
+ * commit; failures are counted once for all nodes; the choice of backend.
+ */
+#include "helpers.h"
+
+#include "conf/conf.h"
+#include "consume/inbox.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/xmalloc.h"
+
+#include <mysql.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NKEYS 300
+
+static char dbname[64];
+static char *dir;
+static MYSQL *raw;
+static struct conf *conf;
+
+static void
+sql(const char *q)
+{
+    if (mysql_query(raw, q) != 0)
+        fail_msg("%s: %s", q, mysql_error(raw));
+    MYSQL_RES *r = mysql_store_result(raw);
+    if (r)
+        mysql_free_result(r);
+}
+
+static int64_t
+sql_int(const char *q)
+{
+    int64_t v = -1;
+
+    if (mysql_query(raw, q) != 0)
+        fail_msg("%s: %s", q, mysql_error(raw));
+    MYSQL_RES *r = mysql_store_result(raw);
+    MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+    if (row && row[0])
+        v = strtoll(row[0], NULL, 10);
+    if (r)
+        mysql_free_result(r);
+    return v;
+}
+
+/* A handler table: one row per effect done. */
+static const struct consume_sql effects_table = {
+    "CREATE TABLE IF NOT EXISTS t_effects(k TEXT NOT NULL, node TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS t_effects(k VARBINARY(200) NOT NULL, node VARBINARY(64) NOT NULL)"};
+static const struct consume_sql *const schema[] = {&effects_table, NULL};
+static const struct consume_sql add_effect = {"INSERT INTO t_effects(k, node) VALUES(?1, ?2)",
+                                              NULL};
+
+static struct consume_inbox *
+open_inbox(const char *owner, int64_t claim_ms)
+{
+    struct inbox_config ic = {.group = "g1",
+                              .store = &conf->store,
+                              .owner = owner,
+                              .claim_ms = claim_ms,
+                              .schema = schema};
+    struct consume_inbox *ib = NULL;
+    char err[512] = "";
+
+    if (inbox_open(&ib, &ic, err, sizeof(err)) != 0)
+        fail_msg("inbox_open: %s", err);
+    assert_string_equal(inbox_name(ib), "mysql");
+    return ib;
+}
+
+static int
+reset(void **state)
+{
+    (void)state;
+    sql("DELETE FROM consumer_inbox");
+    sql("DELETE FROM t_effects");
+    return 0;
+}
+
+/* ---- two nodes, the same keys, the same moment ---- */
+
+struct node {
+    const char *name;
+    pthread_barrier_t *go;
+    int claimed, busy, settled, stale, errors;
+};
+
+/* Claims every key; on a claim does the effect in the handler's
+ * transaction, as activity.c does. */
+static void *
+node_main(void *arg)
+{
+    struct node *n = arg;
+    struct consume_inbox *ib = open_inbox(n->name, 30000);
+    char key[32];
+
+    pthread_barrier_wait(n->go);
+    for (int i = 0; i < NKEYS; i++) {
+        enum inbox_claim res;
+        int failures;
+        int64_t until;
+
+        snprintf(key, sizeof(key), "ev-%d", i);
+        if (inbox_claim(ib, key, "app1", &res, &failures, &until) != 0) {
+            n->errors++;
+            continue;
+        }
+        if (res == INBOX_BUSY) {
+            n->busy++;
+            continue;
+        }
+        if (res == INBOX_SETTLED) {
+            n->settled++;
+            continue;
+        }
+        n->claimed++;
+        struct consume_arg a[2] = {{.type = 's', .s = key}, {.type = 's', .s = n->name}};
+        int rc = inbox_tx_begin(ib, key);
+        if (rc == 0)
+            rc = inbox_exec(ib, &add_effect, a, 2, NULL, 0);
+        if (rc == 0)
+            rc = inbox_tx_commit_done(ib, key);
+        else
+            inbox_tx_rollback(ib);
+        if (rc == ROOMD_ESTALE)
+            n->stale++;
+        else if (rc != 0)
+            n->errors++;
+    }
+    inbox_close(ib);
+    return NULL;
+}
+
+static void
+test_two_nodes_claim_each_key_once(void **state)
+{
+    pthread_barrier_t go;
+    struct node a = {.name = "nodeA", .go = &go}, b = {.name = "nodeB", .go = &go};
+    pthread_t ta, tb;
+
+    (void)state;
+    pthread_barrier_init(&go, NULL, 2);
+    pthread_create(&ta, NULL, node_main, &a);
+    pthread_create(&tb, NULL, node_main, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    pthread_barrier_destroy(&go);
+    print_message("nodeA claimed %d busy %d settled %d; nodeB claimed %d busy %d settled %d\n",
+                  a.claimed, a.busy, a.settled, b.claimed, b.busy, b.settled);
+    assert_int_equal(a.errors + b.errors, 0);
+    assert_int_equal(a.stale + b.stale, 0);
+    assert_int_equal(a.claimed + b.claimed, NKEYS);
+    assert_int_equal(a.claimed + a.busy + a.settled, NKEYS);
+    assert_int_equal(sql_int("SELECT COUNT(*) FROM t_effects"), NKEYS);
+    assert_int_equal(sql_int("SELECT COUNT(DISTINCT k) FROM t_effects"), NKEYS);
+    assert_int_equal(sql_int("SELECT COUNT(*) FROM consumer_inbox WHERE group_name = 'g1'"
+                             " AND state = 'done' AND app_code = 'app1'"),
+                     NKEYS);
+}
+
+/* ---- a node dies in the effect: its claim expires ---- */
+
+static void
+test_expired_claim_is_taken_over(void **state)
+{
+    struct consume_inbox *a = open_inbox("nodeA", 300), *b = open_inbox("nodeB", 300);
+    enum inbox_claim res;
+    int failures;
+    int64_t until = 0, t0 = clock_wall_ms();
+
+    (void)state;
+    assert_int_equal(inbox_claim(a, "ev-x", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(inbox_claim(b, "ev-x", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_BUSY);
+    assert_true(until >= t0 + 300 && until <= clock_wall_ms() + 300);
+    usleep(400 * 1000);
+    /* A is "dead" (it never settles in time): B takes the key over */
+    assert_int_equal(inbox_claim(b, "ev-x", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(failures, 1); /* the attempt that died counts */
+    /* A wakes up: its transaction and its done are refused */
+    assert_int_equal(inbox_tx_begin(a, "ev-x"), ROOMD_ESTALE);
+    assert_false(inbox_in_tx(a));
+    assert_int_equal(inbox_done(a, "ev-x"), ROOMD_ESTALE);
+    assert_int_equal(inbox_release(a, "ev-x"), ROOMD_ESTALE);
+    assert_int_equal(inbox_done(b, "ev-x"), 0);
+    assert_int_equal(inbox_claim(a, "ev-x", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_SETTLED);
+    inbox_close(a);
+    inbox_close(b);
+}
+
+/* ---- failures, holds and dead letters are the group's, not a node's ---- */
+
+static void
+test_failures_shared_release_dead(void **state)
+{
+    struct consume_inbox *a = open_inbox("nodeA", 30000), *b = open_inbox("nodeB", 30000);
+    enum inbox_claim res;
+    int failures = -1;
+    int64_t until;
+
+    (void)state;
+    assert_int_equal(inbox_claim(a, "ev-f", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(failures, 0);
+    assert_int_equal(inbox_fail(a, "ev-f", "IM answered 500", &failures), 0);
+    assert_int_equal(failures, 1);
+    /* the redelivery reaches the other node: the count goes on */
+    assert_int_equal(inbox_claim(b, "ev-f", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(failures, 1);
+    assert_int_equal(inbox_fail(b, "ev-f", "again", &failures), 0);
+    assert_int_equal(failures, 2);
+    /* a hold gives the claim back at once */
+    assert_int_equal(inbox_claim(a, "ev-f", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(inbox_release(a, "ev-f"), 0);
+    assert_int_equal(inbox_claim(b, "ev-f", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(inbox_dead(b, "ev-f", "poison"), 0);
+    assert_int_equal(inbox_claim(a, "ev-f", "", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_SETTLED);
+    assert_int_equal(sql_int("SELECT COUNT(*) FROM consumer_inbox WHERE event_id = 'ev-f'"
+                             " AND state = 'dead' AND failures = 2 AND owner IS NULL"),
+                     1);
+    /* purge: settled keys older than the cut go, others stay */
+    assert_int_equal(inbox_claim(a, "ev-open", "", &res, &failures, &until), 0);
+    assert_int_equal(inbox_purge(a, clock_wall_ms() + 1000), 0);
+    assert_int_equal(sql_int("SELECT COUNT(*) FROM consumer_inbox"), 1);
+    inbox_close(a);
+    inbox_close(b);
+}
+
+/* ---- the backend is chosen by the store ---- */
+
+static void
+test_backend_choice(void **state)
+{
+    struct conf *s = th_conf_sqlite(dir);
+    struct consume_inbox *ib = NULL;
+    struct inbox_config ic = {
+        .group = "g2", .driver = INBOX_MYSQL, .store_dir = dir, .store = &s->store};
+    char err[256] = "";
+
+    (void)state;
+    assert_int_equal(inbox_open(&ib, &ic, err, sizeof(err)), ROOMD_EINVAL);
+    assert_non_null(strstr(err, "rocketmq.consumer_inbox"));
+    assert_null(ib);
+    ic.driver = INBOX_AUTO;
+    assert_int_equal(inbox_open(&ib, &ic, err, sizeof(err)), 0);
+    assert_string_equal(inbox_name(ib), "sqlite");
+    inbox_close(ib);
+    conf_free(s);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/g2.db", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/g2.db-wal", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/g2.db-shm", dir);
+    unlink(path);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_two_nodes_claim_each_key_once, reset),
+        cmocka_unit_test_setup(test_expired_claim_is_taken_over, reset),
+        cmocka_unit_test_setup(test_failures_shared_release_dead, reset),
+        cmocka_unit_test(test_backend_choice),
+    };
+    char q[160];
+    int rc;
+
+    dir = th_tmpdir();
+    if (th_listing()) {
+        rc = cmocka_run_group_tests(tests, NULL, NULL);
+        rmdir(dir);
+        free(dir);
+        return rc;
+    }
+    conf = th_conf_mysql(dir);
+    raw = mysql_init(NULL);
+    if (!mysql_real_connect(raw, "127.0.0.1", "root", "", NULL, (unsigned)conf->store.mysql.port,
+                            NULL, 0)) {
+        conf_free(conf);
+        th_skip_or_fail("mariadbd not reachable (scripts/servers.sh start)");
+        return 77;
+    }
+    snprintf(dbname, sizeof(dbname), "roomd_inbox%d_%lld", (int)getpid(),
+             (long long)(clock_wall_ms() % 100000));
+    snprintf(q, sizeof(q), "CREATE DATABASE %s CHARACTER SET utf8mb4", dbname);
+    sql(q);
+    snprintf(q, sizeof(q), "USE %s", dbname);
+    sql(q);
+    free(conf->store.mysql.database);
+    conf->store.mysql.database = xstrdup(dbname);
+    /* the tables exist before the first reset */
+    inbox_close(open_inbox("setup", 1000));
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    snprintf(q, sizeof(q), "DROP DATABASE %s", dbname);
+    sql(q);
+    mysql_close(raw);
+    conf_free(conf);
+    rmdir(dir);
+    free(dir);
+    return rc ? 1 : 0;
+}
