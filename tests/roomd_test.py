@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import http.client
+import ssl
 
 BUILD = os.environ.get("ROOMD_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build"))
 SOURCE = os.environ.get("ROOMD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
@@ -101,6 +102,7 @@ class Roomd:
         self.cfg = merge(base_config(self.tmp, self.port), overrides or {})
         self.admin_port = int(self.cfg["admin"]["listen"].rpartition(":")[2])
         self.admin_token = None  # set it when the config names admin.token_env/_file
+        self.tls_ca = None  # set it to a CA file: http() then speaks https to a TLS listener
         self.cfg_path = os.path.join(self.tmp, f"roomd-{self.port}.yaml")
         with open(self.cfg_path, "w") as f:
             json.dump(self.cfg, f, indent=1)
@@ -136,8 +138,21 @@ class Roomd:
         with open(os.path.join(self.tmp, f"stderr-{self.port}.txt"), "rb") as f:
             return f.read().decode(errors="replace")[-4000:]
 
+    def _tls_context(self, port):
+        """With self.tls_ca set and TLS on the listener on port (http.tls / admin.tls): an ssl
+        context verifying it against tls_ca; else None (plain HTTP)."""
+        part = self.cfg["admin"] if port == self.admin_port else self.cfg["http"]
+        if not self.tls_ca or not part.get("tls", {}).get("cert_file"):
+            return None
+        return ssl.create_default_context(cafile=self.tls_ca)  # the name checked too
+
     def http(self, method, path, body=None, headers=None, raw=None, timeout=30, port=None):
-        c = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
+        port = port or self.port
+        ctx = self._tls_context(port)
+        if ctx is not None:
+            c = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
+        else:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         h = {"Content-Type": "application/json"}
         h.update(headers or {})
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)

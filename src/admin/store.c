@@ -2,6 +2,7 @@
 #include "admin/store.h"
 
 #include "conf/conf.h"
+#include "core/driver.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
 
@@ -133,13 +134,13 @@ int
 admin_store_open(struct admin_store **out, const struct conf_store *cs, bool readonly, char *err,
                  size_t errlen)
 {
+    static const struct admin_store_ops *const ops[] = {&admin_store_sqlite_ops,
+                                                        &admin_store_mysql_ops};
+    static const char *const drivers[] = {"sqlite", "mysql", NULL};
+    int d = driver_pick("store.driver", cs->driver, drivers, err, errlen);
+
     *out = NULL;
-    if (strcmp(cs->driver, "sqlite") == 0)
-        return admin_store_sqlite_ops.open(out, cs, readonly, err, errlen);
-    if (strcmp(cs->driver, "mysql") == 0)
-        return admin_store_mysql_ops.open(out, cs, readonly, err, errlen);
-    snprintf(err, errlen, "store.driver: unknown driver \"%s\" (sqlite|mysql)", cs->driver);
-    return ROOMD_EINVAL;
+    return d < 0 ? ROOMD_EINVAL : ops[d]->open(out, cs, readonly, err, errlen);
 }
 
 void

@@ -624,25 +624,37 @@ no_table(struct my_admin *a)
     return a->db != NULL && mysql_errno(a->db) == 1146;
 }
 
+/* Appends every row of tmpl (each '?' bound to the next of p[0..np)) to x;
+ * a database without the audit tables has none. Returns 0 or the failure.
+ * Takes a->mu; blocks on the server. */
 static int
-my_audit_list(struct admin_store *s, int64_t before_id, int limit, struct admin_audit **out,
-              size_t *n)
+audit_read_all(struct my_admin *a, const char *tmpl, const struct admin_param *p, int np,
+               struct admin_rows *x)
 {
-    struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
-    struct admin_param p[] = {{.i = before_id}, {.i = before_id}, {.i = limit}};
-    struct admin_rows x = {admin_read_audit, sizeof(**out), *out, *n, *n};
+    int rc;
 
     pthread_mutex_lock(&a->mu);
-    put_bound(a, &q,
-              "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE ? = 0 OR id < ?"
-              " ORDER BY id DESC LIMIT ?",
-              p, 3);
-    int rc = read_all(a, q.p, &x);
+    put_bound(a, &q, tmpl, p, np);
+    rc = read_all(a, q.p, x);
     if (rc != 0 && no_table(a))
         rc = 0;
     pthread_mutex_unlock(&a->mu);
     free(q.p);
+    return rc;
+}
+
+static int
+my_audit_list(struct admin_store *s, int64_t before_id, int limit, struct admin_audit **out,
+              size_t *n)
+{
+    struct admin_param p[] = {{.i = before_id}, {.i = before_id}, {.i = limit}};
+    struct admin_rows x = {admin_read_audit, sizeof(**out), *out, *n, *n};
+    int rc = audit_read_all((struct my_admin *)s,
+                            "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit WHERE ? = 0 OR id < ?"
+                            " ORDER BY id DESC LIMIT ?",
+                            p, 3, &x);
+
     *out = x.rows;
     *n = x.n;
     return rc;
@@ -669,23 +681,15 @@ static int
 my_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
               struct admin_audit_row **out, size_t *n)
 {
-    struct my_admin *a = (struct my_admin *)s;
-    struct sql q = {0};
     struct admin_param p[] = {{.i = id}, {.i = after}, {.i = limit}};
     struct admin_rows x = {admin_read_audit_row, sizeof(**out), *out, *n, *n};
+    int rc = audit_read_all((struct my_admin *)s,
+                            "SELECT outbox_id, event_id, new_event_id FROM admin_audit_rows"
+                            " WHERE audit_id = ? AND outbox_id > ? ORDER BY outbox_id LIMIT ?",
+                            p, 3, &x);
 
-    pthread_mutex_lock(&a->mu);
-    put_bound(a, &q,
-              "SELECT outbox_id, event_id, new_event_id FROM admin_audit_rows"
-              " WHERE audit_id = ? AND outbox_id > ? ORDER BY outbox_id LIMIT ?",
-              p, 3);
-    int rc = read_all(a, q.p, &x);
-    if (rc != 0 && no_table(a))
-        rc = 0;
-    pthread_mutex_unlock(&a->mu);
     *out = x.rows;
     *n = x.n;
-    free(q.p);
     return rc;
 }
 

@@ -458,6 +458,19 @@ chunk_tx(struct sq_admin *a, int64_t audit, const struct admin_filter *f, bool r
     return step == SQLITE_DONE ? 0 : fail(a, step, "audit progress");
 }
 
+/* Ends the transaction a BEGIN IMMEDIATE opened: COMMIT when rc is 0, else
+ * (or when the COMMIT fails) ROLLBACK. Returns rc or the COMMIT's failure.
+ * The caller holds a's lock; blocks on SQLite. */
+static int
+tx_end(struct sq_admin *a, int rc)
+{
+    if (rc == 0)
+        rc = exec(a, "COMMIT");
+    if (rc != 0)
+        sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
 static int
 sq_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f, bool repair,
                 int limit, int64_t now_ms, int64_t *done, bool *finished)
@@ -468,15 +481,10 @@ sq_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     *done = 0;
     *finished = false;
     LOCK(a);
-    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0) {
-        rc = chunk_tx(a, id, f, repair, limit, now_ms, done, finished);
-        if (rc == 0)
-            rc = exec(a, "COMMIT");
-        if (rc != 0) {
-            sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
-            *done = 0;
-        }
-    }
+    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0)
+        rc = tx_end(a, chunk_tx(a, id, f, repair, limit, now_ms, done, finished));
+    if (rc != 0)
+        *done = 0; /* rolled back */
     UNLOCK(a);
     return rc;
 }
@@ -528,13 +536,8 @@ sq_audit_record(struct admin_store *s, const char *actor, const char *action,
     int rc;
 
     LOCK(a);
-    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0) {
-        rc = record_tx(a, actor, action, filter_json, rows, n, now_ms, id);
-        if (rc == 0)
-            rc = exec(a, "COMMIT");
-        if (rc != 0)
-            sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
-    }
+    if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0)
+        rc = tx_end(a, record_tx(a, actor, action, filter_json, rows, n, now_ms, id));
     UNLOCK(a);
     return rc;
 }
@@ -546,25 +549,37 @@ no_audit_table(struct sq_admin *a)
     return strstr(sqlite3_errmsg(a->db), "no such table") != NULL;
 }
 
+/* Appends every row of sql (?1.. bound to args[0..nargs)) to x; a database
+ * without the audit tables has none. Returns 0 or the failure (what names
+ * it). Takes a's lock; blocks on SQLite. */
+static int
+audit_read_all(struct sq_admin *a, const char *sql, const int64_t *args, int nargs,
+               struct admin_rows *x, const char *what)
+{
+    int rc;
+
+    LOCK(a);
+    sqlite3_stmt *q = prep(a, sql);
+    for (int i = 0; q != NULL && i < nargs; i++)
+        sqlite3_bind_int64(q, i + 1, args[i]);
+    rc = read_all(a, q, x, what);
+    if (q == NULL && no_audit_table(a))
+        rc = 0;
+    UNLOCK(a);
+    return rc;
+}
+
 static int
 sq_audit_list(struct admin_store *s, int64_t before_id, int limit, struct admin_audit **out,
               size_t *n)
 {
-    struct sq_admin *a = (struct sq_admin *)s;
     struct admin_rows x = {admin_read_audit, sizeof(**out), *out, *n, *n};
-    int rc;
+    const int64_t args[] = {before_id, limit};
+    int rc = audit_read_all((struct sq_admin *)s,
+                            "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit"
+                            " WHERE ?1 = 0 OR id < ?1 ORDER BY id DESC LIMIT ?2",
+                            args, 2, &x, "audit list");
 
-    LOCK(a);
-    sqlite3_stmt *q = prep(a, "SELECT " ADMIN_AUDIT_COLS " FROM admin_audit"
-                              " WHERE ?1 = 0 OR id < ?1 ORDER BY id DESC LIMIT ?2");
-    if (q != NULL) {
-        sqlite3_bind_int64(q, 1, before_id);
-        sqlite3_bind_int(q, 2, limit);
-    }
-    rc = read_all(a, q, &x, "audit list");
-    if (q == NULL && no_audit_table(a))
-        rc = 0;
-    UNLOCK(a);
     *out = x.rows;
     *n = x.n;
     return rc;
@@ -591,23 +606,14 @@ static int
 sq_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
               struct admin_audit_row **out, size_t *n)
 {
-    struct sq_admin *a = (struct sq_admin *)s;
     struct admin_rows x = {admin_read_audit_row, sizeof(**out), *out, *n, *n};
-    int rc;
+    const int64_t args[] = {id, after, limit};
+    int rc = audit_read_all((struct sq_admin *)s,
+                            "SELECT outbox_id, event_id, new_event_id FROM admin_audit_rows"
+                            " WHERE audit_id = ?1 AND outbox_id > ?2 ORDER BY outbox_id"
+                            " LIMIT ?3",
+                            args, 3, &x, "audit rows");
 
-    LOCK(a);
-    sqlite3_stmt *q = prep(a, "SELECT outbox_id, event_id, new_event_id FROM admin_audit_rows"
-                              " WHERE audit_id = ?1 AND outbox_id > ?2 ORDER BY outbox_id"
-                              " LIMIT ?3");
-    if (q != NULL) {
-        sqlite3_bind_int64(q, 1, id);
-        sqlite3_bind_int64(q, 2, after);
-        sqlite3_bind_int(q, 3, limit);
-    }
-    rc = read_all(a, q, &x, "audit rows");
-    if (q == NULL && no_audit_table(a))
-        rc = 0;
-    UNLOCK(a);
     *out = x.rows;
     *n = x.n;
     return rc;

@@ -9,6 +9,7 @@
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/file.h"
 #include "core/secret.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
@@ -80,20 +81,13 @@ static int
 load_public_key(struct auth *a, const char *file, char *err, size_t errlen)
 {
     static const char *const key = "auth.jwt.public_key_file";
-    FILE *f = fopen(file, "r");
     EVP_PKEY *pk;
-    char *pem;
     size_t n;
+    char *pem = file_read_text(key, file, PEM_MAX, &n, err, errlen);
     int type, rc = 0;
 
-    if (f == NULL) {
-        snprintf(err, errlen, "%s: cannot open %s", key, file);
+    if (pem == NULL)
         return ROOMD_EINVAL;
-    }
-    pem = xmalloc(PEM_MAX);
-    n = fread(pem, 1, PEM_MAX - 1, f);
-    fclose(f);
-    pem[n] = '\0';
     BIO *bio = BIO_new_mem_buf(pem, (int)n);
     pk = bio ? PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL) : NULL;
     BIO_free(bio);

@@ -7,6 +7,13 @@
  * header. An internal command (/internal/v1/..., a rocket launch) goes to the
  * owner's admin listener instead, with this node's admin token (admin.*: the
  * same token on every node). What comes back is the owner's answer, unchanged.
+ *
+ * TLS: every node runs the same listener config, so a listener of ours with
+ * TLS on (http.tls.cert_file, admin.tls.cert_file) means the owner's listener
+ * has it on too: the request goes as https://, and the owner's certificate is
+ * verified (chain against cluster.tls_ca_file or the system store, and the
+ * advertised host, an IP address needing an IP SAN). Verification cannot be
+ * switched off; a failed handshake is "the owner cannot be reached".
  */
 #include "cluster/forward.h"
 
@@ -19,12 +26,15 @@
 #include "metrics/metrics.h"
 #include "room/service.h"
 
+#include <openssl/err.h>
+#include <openssl/x509_vfy.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define FORWARD_MAX_RESPONSE (4 << 20)
 #define FORWARD_CONNECT_TIMEOUT_MS 500
@@ -35,6 +45,9 @@ struct cluster_forward {
     int64_t timeout_ms;
     char hop[192];    /* "X-Roomd-Forwarded-By: <node_id>" */
     char *admin_auth; /* "Authorization: Bearer <admin token>", NULL = none */
+    bool public_tls;  /* http.tls.cert_file set: public requests go as https */
+    bool admin_tls;   /* admin.tls.cert_file set: internal requests go as https */
+    char *ca_file;    /* cluster.tls_ca_file, NULL = the system store */
     atomic_uint_fast64_t forwarded, failed;
 };
 
@@ -56,16 +69,47 @@ collect(void *arg, struct metrics_text *t)
     metrics_count(t, "roomd_forward_total", "result=\"failed\"", atomic_load(&f->failed));
 }
 
+static bool
+nonempty(const char *s)
+{
+    return s != NULL && s[0] != '\0';
+}
+
+/* Checks that cluster.tls_ca_file holds at least one PEM certificate (the
+ * OpenSSL libcurl verifies with reads it the same way). Returns 0, or
+ * ROOMD_EINVAL with err naming the key. */
+static int
+check_ca_file(const char *file, char *err, size_t errlen)
+{
+    X509_STORE *store;
+    int ok;
+
+    if (access(file, R_OK) != 0) {
+        snprintf(err, errlen, "cluster.tls_ca_file: cannot read %s", file);
+        return ROOMD_EINVAL;
+    }
+    store = X509_STORE_new();
+    ok = store != NULL && X509_STORE_load_file(store, file) == 1;
+    X509_STORE_free(store);
+    ERR_clear_error(); /* this thread's OpenSSL error queue, for libcurl */
+    if (!ok) {
+        snprintf(err, errlen, "cluster.tls_ca_file: %s holds no PEM certificate", file);
+        return ROOMD_EINVAL;
+    }
+    return 0;
+}
+
 int
 cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id,
                      char *err, size_t errlen)
 {
     struct cluster_forward *f;
     char token[FORWARD_TOKEN_MAX];
-    bool has_token = (c->admin.token_env && c->admin.token_env[0]) ||
-                     (c->admin.token_file && c->admin.token_file[0]);
+    bool has_token = nonempty(c->admin.token_env) || nonempty(c->admin.token_file);
 
     *out = NULL;
+    if (nonempty(c->cluster.tls_ca_file) && check_ca_file(c->cluster.tls_ca_file, err, errlen) != 0)
+        return ROOMD_EINVAL;
     if (has_token && secret_load("admin.token_env", c->admin.token_env, "admin.token_file",
                                  c->admin.token_file, token, sizeof(token), err, errlen) != 0)
         return ROOMD_EINVAL;
@@ -74,6 +118,9 @@ cluster_forward_open(struct cluster_forward **out, const struct conf *c, const c
         f->admin_auth = xasprintf("Authorization: Bearer %s", token);
         secret_wipe(token, sizeof(token));
     }
+    f->public_tls = nonempty(c->http.tls_cert_file);
+    f->admin_tls = nonempty(c->admin.tls_cert_file);
+    f->ca_file = nonempty(c->cluster.tls_ca_file) ? xstrdup(c->cluster.tls_ca_file) : NULL;
     curl_pool_init(&f->pool);
     f->timeout_ms = c->cluster.forward_timeout_ms > 0 ? c->cluster.forward_timeout_ms : 5000;
     snprintf(f->hop, sizeof(f->hop), "%s: %s", FORWARD_HOP_HEADER,
@@ -94,6 +141,7 @@ cluster_forward_close(struct cluster_forward *f)
         secret_wipe(f->admin_auth, strlen(f->admin_auth));
         free(f->admin_auth);
     }
+    free(f->ca_file);
     free(f);
 }
 
@@ -162,6 +210,8 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
         strncmp(o->path, "/internal/", 10) == 0 && admin_addr != NULL && admin_addr[0] != '\0';
     const char *owner_addr = internal ? admin_addr : public_addr;
     struct cluster_forward *f = arg;
+    bool tls = internal ? f->admin_tls : f->public_tls;
+    char why[CURL_ERROR_SIZE] = "";
     struct curl_body body = {.max = FORWARD_MAX_RESPONSE};
     struct answer_headers ah;
     struct curl_slist *hdrs = NULL;
@@ -175,7 +225,7 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
         atomic_fetch_add(&f->failed, 1);
         return ROOMD_EUNAVAIL;
     }
-    url = xasprintf("http://%s%s", owner_addr, o->path);
+    url = xasprintf("%s://%s%s", tls ? "https" : "http", owner_addr, o->path);
     hdrs = curl_slist_append(hdrs, f->hop);
     line = xasprintf("X-App-Code: %s", app);
     hdrs = curl_slist_append(hdrs, line);
@@ -201,16 +251,26 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &ah);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-forward/1");
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
+    if (tls) { /* libcurl's defaults, stated: verification is never off */
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+        if (f->ca_file != NULL)
+            curl_easy_setopt(h, CURLOPT_CAINFO, f->ca_file);
+    }
 
     cc = curl_easy_perform(h);
     if (cc == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* why is on this stack */
     curl_slist_free_all(hdrs);
     curl_pool_give(&f->pool, h);
     if (cc != CURLE_OK || status < 100) {
+        /* the reason from libcurl (a certificate problem names it); never a header */
         log_warn("cluster", "forwarding to the room's owner failed",
-                 "owner=%s path=%s error=\"%s\"", owner_addr, o->path,
-                 cc != CURLE_OK ? curl_easy_strerror(cc) : "no status");
+                 "owner=%s path=%s scheme=%s error=\"%s\"", owner_addr, o->path,
+                 tls ? "https" : "http",
+                 cc != CURLE_OK ? (why[0] ? why : curl_easy_strerror(cc)) : "no status");
         atomic_fetch_add(&f->failed, 1);
         free(url);
         free(body.p);

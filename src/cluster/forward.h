@@ -23,9 +23,14 @@ struct cluster_forward;
 #define FORWARD_HOP_HEADER "X-Roomd-Forwarded-By"
 
 /* Opens the forwarder with cluster.forward_timeout, the node's id (for the
- * hop header; node_id is copied) and the admin token (admin.token_env /
- * admin.token_file, sent with internal commands). Returns 0 and *out, or
- * ROOMD_EINVAL with err naming the key (never the value). Thread: main. */
+ * hop header; node_id is copied), the admin token (admin.token_env /
+ * admin.token_file, sent with internal commands) and TLS: requests go as
+ * https:// to a listener kind whose tls.cert_file is set here (every node runs
+ * the same listener config), the owner's certificate verified against
+ * cluster.tls_ca_file ("" = the system store). Returns 0 and *out, or
+ * ROOMD_EINVAL with err naming the key (never a secret; a CA file that cannot
+ * be read or holds no PEM certificate names cluster.tls_ca_file). Thread:
+ * main; reads the CA file. */
 int cluster_forward_open(struct cluster_forward **out, const struct conf *c, const char *node_id,
                          char *err, size_t errlen);
 /* Frees the pool. No call may be in flight. NULL is a no-op. Thread: main. */
@@ -37,9 +42,10 @@ void cluster_forward_close(struct cluster_forward *f);
  * /internal/v1/... and admin_addr is not "" (it is the owner's
  * admin.advertise_addr), and, on any HTTP answer, fills *reply with it: status, body,
  * Idempotent-Replay, X-Room-Owner. Returns 0 then, or ROOMD_EUNAVAIL when the
- * owner could not be reached or did not answer within cluster.forward_timeout
- * (*reply untouched). Matches room_forward_fn (arg = the forwarder).
- * Thread: any; blocks up to cluster.forward_timeout.
+ * owner could not be reached, failed the TLS handshake (its certificate not
+ * verified) or did not answer within cluster.forward_timeout (*reply
+ * untouched; one warn line with the reason, never a header). Matches
+ * room_forward_fn (arg = the forwarder). Thread: any; blocks up to cluster.forward_timeout.
  */
 int cluster_forward_call(void *f, const char *public_addr, const char *admin_addr, const char *app,
                          const struct room_origin *o, struct room_reply *reply);

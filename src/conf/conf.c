@@ -236,6 +236,9 @@ const struct key conf_keys[] = {
             "redis); false = answer 503 not_owner for a gateway"},
     {"cluster.forward_timeout", K_DUR, F(cluster.forward_timeout_ms), "5s", GT(0),
      .doc = "the whole forwarded request, owner's answer included"},
+    {"cluster.tls_ca_file", K_STR, F(cluster.tls_ca_file), "",
+     .doc = "PEM CA bundle verifying the owner's certificate when forwarding to a TLS "
+            "listener (http.tls / admin.tls: https); \"\" = the system store"},
 
     {"projection.driver", K_STR, F(projection.driver), "memory", ONE_OF(proj_drivers),
      .doc = "room list and presence: memory (one node) or redis (shared; needs redis.enabled)"},

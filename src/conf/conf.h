@@ -150,6 +150,7 @@ struct conf_lease {
 struct conf_cluster {
     bool forward;               /* false: answer 503 not_owner (a gateway routes) */
     int64_t forward_timeout_ms; /* the whole forwarded request */
+    char *tls_ca_file;          /* PEM CA bundle verifying the owner (https); "" = system */
 };
 
 struct conf_projection {

@@ -86,18 +86,43 @@ http_metrics_unregister(const struct http_deps *d)
 }
 
 bool
-http_parse_uid(const char *s, int64_t *out)
+http_parse_digits(const char *s, int64_t *out)
 {
     char *end;
     long long v;
 
-    if (s[0] < '1' || s[0] > '9')
+    if (s[0] < '0' || s[0] > '9')
         return false;
     errno = 0;
     v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v <= 0)
+    if (errno != 0 || *end != '\0')
         return false;
     *out = v;
+    return true;
+}
+
+bool
+http_parse_uid(const char *s, int64_t *out)
+{
+    return s[0] != '0' && http_parse_digits(s, out);
+}
+
+bool
+http_acting_uid(const struct http_deps *d, const struct http_request *req,
+                const struct auth_principal *p, const char *app, const char *uid_text, int64_t *uid,
+                struct http_response *resp)
+{
+    enum auth_reason ar;
+
+    if (!http_parse_uid(uid_text, uid)) {
+        http_response_field_error(resp, "invalid_argument", "uid",
+                                  "uid: must be a positive integer");
+        return false;
+    }
+    if ((ar = auth_may_act_as(p, app, *uid)) != AUTH_OK) { /* the user itself or a service */
+        http_refuse(d, req, ar, resp);
+        return false;
+    }
     return true;
 }
 
@@ -196,18 +221,10 @@ handle_wallet_get(const struct http_deps *d, const struct http_request *req,
                   struct http_response *resp)
 {
     int64_t uid, balance = 0;
-    enum auth_reason ar;
     int rc;
 
-    if (!http_parse_uid(uid_text, &uid)) {
-        http_response_field_error(resp, "invalid_argument", "uid",
-                                  "uid: must be a positive integer");
+    if (!http_acting_uid(d, req, p, app, uid_text, &uid, resp))
         return;
-    }
-    if ((ar = auth_may_act_as(p, app, uid)) != AUTH_OK) { /* the user itself or a service */
-        http_refuse(d, req, ar, resp);
-        return;
-    }
     rc = d->wallet->ops->balance(d->wallet, app, uid, &balance);
     if (rc != 0) {
         wallet_error(resp, rc);

@@ -10,31 +10,12 @@
 #include "core/err.h"
 #include "projection/projection.h"
 
-#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #define LIST_LIMIT_DEFAULT 20
 #define LIST_LIMIT_MAX 100
-
-/* Parses decimal digits only (no sign, no blanks) into *out; false when s
- * is not such a number or does not fit. */
-static bool
-parse_digits(const char *s, int64_t *out)
-{
-    char *end;
-    long long v;
-
-    if (s[0] < '0' || s[0] > '9')
-        return false;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return false;
-    *out = v;
-    return true;
-}
 
 /* A 503 for a projection that cannot answer, else a 500. */
 static void
@@ -57,14 +38,14 @@ handle_list_rooms(const struct http_deps *d, const struct http_request *req, con
     int rc;
 
     /* an empty value ("?cursor=") means the default: the first page */
-    if (cs != NULL && cs[0] != '\0' && !parse_digits(cs, &cursor)) {
+    if (cs != NULL && cs[0] != '\0' && !http_parse_digits(cs, &cursor)) {
         http_response_field_error(resp, "invalid_argument", "cursor",
                                   "cursor: must be a next_cursor of an earlier page (an integer "
                                   ">= 0)");
         return;
     }
     if (ls != NULL && ls[0] != '\0' &&
-        (!parse_digits(ls, &limit) || limit < 1 || limit > LIST_LIMIT_MAX)) {
+        (!http_parse_digits(ls, &limit) || limit < 1 || limit > LIST_LIMIT_MAX)) {
         http_response_field_error(resp, "invalid_argument", "limit",
                                   "limit: must be an integer 1..100");
         return;
@@ -88,19 +69,11 @@ handle_presence(const struct http_deps *d, const struct http_request *req,
                 struct http_response *resp)
 {
     int64_t uid = 0;
-    enum auth_reason ar;
     char *json = NULL;
     int rc;
 
-    if (!parse_digits(uid_text, &uid) || uid <= 0) {
-        http_response_field_error(resp, "invalid_argument", "uid",
-                                  "uid: must be a positive integer");
+    if (!http_acting_uid(d, req, p, app, uid_text, &uid, resp))
         return;
-    }
-    if ((ar = auth_may_act_as(p, app, uid)) != AUTH_OK) { /* the user itself or a service */
-        http_refuse(d, req, ar, resp);
-        return;
-    }
     if (d->projection == NULL) {
         http_response_error(resp, 503, "unavailable", "projection: not configured");
         return;

@@ -158,8 +158,22 @@ bool http_authenticate_admin(const struct http_deps *d, const struct http_reques
 bool handle_admin(const struct http_deps *d, const struct http_request *req, const char *path,
                   struct http_response *resp);
 
-/* Parses a positive decimal uid ("12"); false when s is not one. */
+/* Parses decimal digits only (no sign, no blanks; "007" is 7) into *out;
+ * false (*out untouched) when s is not such a number or does not fit.
+ * Thread: any. Never blocks. */
+bool http_parse_digits(const char *s, int64_t *out);
+
+/* Parses a positive decimal uid ("12"; not "0" nor "012"); false (*out
+ * untouched) when s is not one. Thread: any. Never blocks. */
 bool http_parse_uid(const char *s, int64_t *out);
+
+/* The uid of a path ("/v1/wallet/{uid}", "/v1/users/{uid}/presence") that p
+ * may act as in app: true with *uid, or false after answering resp (400
+ * invalid_argument naming uid, or the refusal of http_refuse). Borrows
+ * everything. Thread: an HTTP worker; never blocks. */
+bool http_acting_uid(const struct http_deps *d, const struct http_request *req,
+                     const struct auth_principal *p, const char *app, const char *uid_text,
+                     int64_t *uid, struct http_response *resp);
 
 /* Registers/removes the /metrics collector of the outbox counts (from the
  * readiness cache), group commit and cells (handlers_ops.c); called by

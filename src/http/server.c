@@ -28,6 +28,7 @@
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "http/router.h"
@@ -528,19 +529,10 @@ listen_on(const char *listen_addr, char *err, size_t errlen)
 static char *
 read_pem(const char *key, const char *file, char *err, size_t errlen)
 {
-    FILE *f = fopen(file, "r");
-    char *buf;
     size_t n;
+    char *buf = file_read_text(key, file, TLS_FILE_MAX, &n, err, errlen);
 
-    if (f == NULL) {
-        snprintf(err, errlen, "%s: cannot open %s", key, file);
-        return NULL;
-    }
-    buf = xmalloc(TLS_FILE_MAX);
-    n = fread(buf, 1, TLS_FILE_MAX - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    if (n == 0 || strstr(buf, "-----BEGIN") == NULL) {
+    if (buf != NULL && (n == 0 || strstr(buf, "-----BEGIN") == NULL)) {
         snprintf(err, errlen, "%s: %s is not PEM", key, file);
         free(buf);
         return NULL;

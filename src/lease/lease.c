@@ -2,10 +2,8 @@
 #include "lease/lease.h"
 
 #include "conf/conf.h"
+#include "core/driver.h"
 #include "core/err.h"
-
-#include <stdio.h>
-#include <string.h>
 
 int lease_local_open(struct lease **out);
 int lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
@@ -13,13 +11,13 @@ int lease_redis_open(struct lease **out, const struct conf *conf, char *err, siz
 int
 lease_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
 {
+    static const char *const drivers[] = {"local", "redis", NULL};
+    int d = driver_pick("lease.driver", conf->lease.driver, drivers, err, errlen);
+
     *out = NULL;
-    if (strcmp(conf->lease.driver, "local") == 0)
-        return lease_local_open(out);
-    if (strcmp(conf->lease.driver, "redis") == 0)
-        return lease_redis_open(out, conf, err, errlen);
-    snprintf(err, errlen, "lease.driver: unknown driver \"%s\" (local|redis)", conf->lease.driver);
-    return ROOMD_EINVAL;
+    if (d < 0)
+        return ROOMD_EINVAL;
+    return d == 0 ? lease_local_open(out) : lease_redis_open(out, conf, err, errlen);
 }
 
 void

@@ -4,11 +4,9 @@
 #include "projection/projection.h"
 
 #include "conf/conf.h"
+#include "core/driver.h"
 #include "core/err.h"
 #include "core/log.h"
-
-#include <stdio.h>
-#include <string.h>
 
 int projection_memory_open(struct projection **out, const struct conf *conf, char *err,
                            size_t errlen);
@@ -18,14 +16,14 @@ int projection_redis_open(struct projection **out, const struct conf *conf, char
 int
 projection_open(struct projection **out, const struct conf *conf, char *err, size_t errlen)
 {
+    static const char *const drivers[] = {"memory", "redis", NULL};
+    int d = driver_pick("projection.driver", conf->projection.driver, drivers, err, errlen);
+
     *out = NULL;
-    if (strcmp(conf->projection.driver, "memory") == 0)
-        return projection_memory_open(out, conf, err, errlen);
-    if (strcmp(conf->projection.driver, "redis") == 0)
-        return projection_redis_open(out, conf, err, errlen);
-    snprintf(err, errlen, "projection.driver: unknown driver \"%s\" (memory|redis)",
-             conf->projection.driver);
-    return ROOMD_EINVAL;
+    if (d < 0)
+        return ROOMD_EINVAL;
+    return d == 0 ? projection_memory_open(out, conf, err, errlen)
+                  : projection_redis_open(out, conf, err, errlen);
 }
 
 void

@@ -86,6 +86,16 @@ struct sink {
     bool no_json;
 };
 
+/* Fills the members every sink sets: name, bit, accepts (NULL = every
+ * event), publish, close and no_json; the optional batch members are left as
+ * they are (NULL in a sink from xcalloc). Returns s, still the caller's.
+ * Thread: the opener's. Never blocks. */
+struct sink *sink_init(struct sink *s, const char *name, uint32_t bit,
+                       bool (*accepts)(struct sink *, const struct outbox_event *),
+                       int (*publish)(struct sink *, const struct outbox_event *, int64_t, char *,
+                                      size_t),
+                       void (*close)(struct sink *), bool no_json);
+
 /* The log sink: appends ev->json lines to path. Returns 0 and *out, or
  * ROOMD_EIO with err. */
 int sink_log_open(struct sink **out, const char *path, char *err, size_t errlen);

@@ -89,12 +89,9 @@ sink_activity_open(struct sink **out, const struct conf_activity *cfg, char *err
         free(a);
         return rc;
     }
-    a->base.name = "activity";
-    a->base.bit = SINK_BIT_ACTIVITY;
-    a->base.accepts = NULL; /* every room fact goes to the activity service */
-    a->base.publish = activity_publish;
-    a->base.close = activity_close;
-    *out = &a->base;
+    /* accepts NULL: every room fact goes to the activity service */
+    *out = sink_init(&a->base, "activity", SINK_BIT_ACTIVITY, NULL, activity_publish,
+                     activity_close, false);
     log_info("activity", "activity sink ready", "target=%s", cfg->target);
     return 0;
 }

@@ -241,15 +241,11 @@ sink_bus_open(struct sink **out, struct bus *bus)
 {
     struct sink_bus *sb = xcalloc(1, sizeof(*sb));
 
-    sb->base.name = "bus";
-    sb->base.bit = SINK_BIT_BUS;
-    sb->base.accepts = NULL;
-    sb->base.publish = bus_sink_publish;
-    sb->base.close = bus_sink_close;
+    /* no_json: the packed envelope only */
+    sink_init(&sb->base, "bus", SINK_BIT_BUS, NULL, bus_sink_publish, bus_sink_close, true);
     sb->base.publish_batch = bus_sink_publish_batch;
     sb->base.publish_start = bus_sink_publish_start;
     sb->base.publish_finish = bus_sink_publish_finish;
-    sb->base.no_json = true; /* the packed envelope only */
     bus_ref(bus);
     sb->bus = bus;
     *out = &sb->base;

@@ -98,11 +98,7 @@ sink_log_open(struct sink **out, const char *path, char *err, size_t errlen)
         return ROOMD_EIO;
     }
     sl = xcalloc(1, sizeof(*sl));
-    sl->super.name = "log";
-    sl->super.bit = SINK_BIT_LOG;
-    sl->super.accepts = NULL;
-    sl->super.publish = publish_line;
-    sl->super.close = close_sink;
+    sink_init(&sl->super, "log", SINK_BIT_LOG, NULL, publish_line, close_sink, false);
     sl->fd = fd;
     sl->path = xstrdup(path);
     pthread_mutex_init(&sl->mu, NULL);

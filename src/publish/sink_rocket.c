@@ -95,12 +95,9 @@ sink_rocket_open(struct sink **out, struct bus *bus)
 {
     struct sink_rocket *sr = xcalloc(1, sizeof(*sr));
 
-    sr->base.name = "rocket";
-    sr->base.bit = SINK_BIT_ROCKET;
-    sr->base.accepts = rocket_accepts;
-    sr->base.publish = rocket_publish;
-    sr->base.close = rocket_close;
-    sr->base.no_json = true; /* the row's payload only */
+    /* no_json: the row's payload only */
+    sink_init(&sr->base, "rocket", SINK_BIT_ROCKET, rocket_accepts, rocket_publish, rocket_close,
+              true);
     bus_ref(bus);
     sr->bus = bus;
     *out = &sr->base;

@@ -49,11 +49,8 @@ sink_tim_open(struct sink **out, const struct conf_tencent_im *cfg, char *err, s
     if ((rc = tim_client_open(&c, cfg, err, errlen)) != 0)
         return rc;
     t = xcalloc(1, sizeof(*t));
-    t->base.name = "tim";
-    t->base.bit = SINK_BIT_TIM;
-    t->base.accepts = NULL; /* every room event has an IM action */
-    t->base.publish = tim_publish;
-    t->base.close = tim_close;
+    /* accepts NULL: every room event has an IM action */
+    sink_init(&t->base, "tim", SINK_BIT_TIM, NULL, tim_publish, tim_close, false);
     t->client = c;
     *out = &t->base;
     log_info("tim", "IM sink ready", "base_url=%s group_type=%s timeout_ms=%lld", cfg->base_url,

@@ -50,12 +50,8 @@ sink_wallet_open(struct sink **out, struct wallet *w)
     struct sink_wallet *sw = xcalloc(1, sizeof(*sw));
 
     sw->w = w;
-    sw->base.name = "wallet";
-    sw->base.bit = SINK_BIT_WALLET;
-    sw->base.accepts = wallet_accepts;
-    sw->base.publish = wallet_publish;
-    sw->base.close = wallet_sink_close;
-    sw->base.no_json = true; /* reads the row only */
-    *out = &sw->base;
+    /* no_json: reads the row only */
+    *out = sink_init(&sw->base, "wallet", SINK_BIT_WALLET, wallet_accepts, wallet_publish,
+                     wallet_sink_close, true);
     return 0;
 }

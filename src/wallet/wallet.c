@@ -7,6 +7,7 @@
 #include "wallet/wallet.h"
 
 #include "conf/conf.h"
+#include "core/driver.h"
 #include "core/err.h"
 #include "wallet/wallet_embedded.h"
 #include "wallet/wallet_grpc.h"
@@ -21,13 +22,13 @@ int
 wallet_open(struct wallet **out, const struct conf_wallet *cfg, struct store *store, char *err,
             size_t errlen)
 {
+    static const char *const drivers[] = {"embedded", "grpc", NULL};
+    int d = driver_pick("wallet.driver", cfg->driver, drivers, err, errlen);
+
     *out = NULL;
-    if (cfg->driver != NULL && strcmp(cfg->driver, "embedded") == 0)
-        return wallet_embedded_open(out, cfg, store);
-    if (cfg->driver != NULL && strcmp(cfg->driver, "grpc") == 0)
-        return wallet_grpc_open(out, cfg, err, errlen);
-    snprintf(err, errlen, "wallet.driver: unknown \"%s\"", cfg->driver ? cfg->driver : "");
-    return ROOMD_EINVAL;
+    if (d < 0)
+        return ROOMD_EINVAL;
+    return d == 0 ? wallet_embedded_open(out, cfg, store) : wallet_grpc_open(out, cfg, err, errlen);
 }
 
 void

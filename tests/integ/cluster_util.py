@@ -66,7 +66,7 @@ class NatsCluster:
 
 
 class Cluster:
-    def __init__(self, tmp, nodes=3, extra=None, node_extra=None):
+    def __init__(self, tmp, nodes=3, extra=None, node_extra=None, tls_ca=None):
         self.tmp = tmp
         self.db = f"roomd_cluster_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.prefix = f"roomdcl:{os.getpid()}:{uuid.uuid4().hex[:6]}:"
@@ -75,6 +75,7 @@ class Cluster:
         self.extra = extra or {}
         self.node_extra = node_extra or (lambda i: {})
         self.n = nodes
+        self.tls_ca = tls_ca  # the CA the test's requests verify TLS listeners with
         self.nodes = []
 
     def node_cfg(self, i):
@@ -114,6 +115,7 @@ class Cluster:
         for i in range(self.n):
             cfg, d = self.node_cfg(i)
             r = Roomd(cfg, tmp=d)
+            r.tls_ca = self.tls_ca
             r.cfg["http"]["advertise_addr"] = f"127.0.0.1:{r.port}"
             import json
             with open(r.cfg_path, "w") as f:

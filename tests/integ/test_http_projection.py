@@ -132,7 +132,7 @@ def test_parameters_validated():
                      ("?limit=101", "limit"), ("?limit=x", "limit"), ("?limit=+5", "limit"),
                      ("?cursor=0&limit=-3", "limit")):
         hu.expect_error(rd.http("GET", "/v1/rooms" + q), 400, "invalid_argument", field, what=q)
-    for uid in ("0", "abc", "-4", "1x", "99999999999999999999"):
+    for uid in ("0", "abc", "-4", "1x", "99999999999999999999", "007"):
         hu.expect_error(rd.http("GET", f"/v1/users/{uid}/presence"), 400, "invalid_argument",
                         "uid", what=uid)
     hu.expect_error(rd.http("GET", "/v1/rooms", headers={"X-App-Code": "BAD"}), 400,

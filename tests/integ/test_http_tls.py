@@ -12,11 +12,13 @@ import http_util as hu
 from roomd_test import ROOMD, Roomd, run, wait_until
 
 
-def self_signed(d):
+def self_signed(d, subj="/CN=127.0.0.1"):
+    """A self-signed P-256 certificate (also usable as a CA: it signs, test_cluster_tls.py)
+    in d; returns (cert, key)."""
     cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                     "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert,
-                    "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+                    "-days", "1", "-subj", subj], check=True, capture_output=True)
     return cert, key
 
 

@@ -1,8 +1,10 @@
-/* test_core.c: core utilities: error table, backoff bounds, UUIDv7, UTC days. */
+/* test_core.c: core utilities: error table, backoff bounds, UUIDv7, UTC days,
+ * background threads, the driver-by-name lookup. */
 #include "helpers.h"
 
 #include "core/backoff.h"
 #include "core/clock.h"
+#include "core/driver.h"
 #include "core/err.h"
 #include "core/thread.h"
 #include "core/uuid.h"
@@ -119,13 +121,29 @@ test_bg_thread(void **state)
     bg_thread_stop(&never); /* never initialized: a no-op */
 }
 
+static void
+test_driver_pick(void **state)
+{
+    static const char *const names[] = {"local", "redis", NULL};
+    char err[128] = "";
+
+    (void)state;
+    assert_int_equal(driver_pick("lease.driver", "local", names, err, sizeof err), 0);
+    assert_int_equal(driver_pick("lease.driver", "redis", names, err, sizeof err), 1);
+    assert_string_equal(err, "");
+    assert_int_equal(driver_pick("lease.driver", "etcd", names, err, sizeof err), -1);
+    assert_string_equal(err, "lease.driver: unknown driver \"etcd\" (local|redis)");
+    assert_int_equal(driver_pick("wallet.driver", NULL, names, err, sizeof err), -1);
+    assert_string_equal(err, "wallet.driver: unknown driver \"\" (local|redis)");
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_table), cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_uuid_v7),   cmocka_unit_test(test_utc_day),
-        cmocka_unit_test(test_bg_thread),
+        cmocka_unit_test(test_bg_thread), cmocka_unit_test(test_driver_pick),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

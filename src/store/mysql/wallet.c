@@ -43,12 +43,27 @@ struct wallet_ctx {
     int64_t balance; /* out */
 };
 
+/* Runs id (a SELECT balance .. WHERE app_code=? AND uid=?) with the first
+ * two parameters of p (app, uid). Returns 1 with *balance, 0 (no such
+ * account; *balance untouched) or the failure. */
+static int
+read_balance(struct conn *c, const struct mys_sql *id, struct params *p, int64_t *balance)
+{
+    struct rows r;
+    int rc;
+
+    p->n = 2;
+    if ((rc = mys_st_query_one(c, id, p, &r, "i")) == 1)
+        *balance = r_i64(&r, 0);
+    mys_rows_done(&r);
+    return rc;
+}
+
 /* Creates (app, uid) with the initial balance if new, then locks its row. */
 static int
 lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
     struct params p = {0};
-    struct rows r;
     int rc;
 
     p_str(&p, app);
@@ -57,15 +72,8 @@ lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int6
     p_i64(&p, clock_wall_ms());
     if ((rc = mys_st_exec(c, &SQL_ACCT_ENSURE, &p, NULL)) != 0)
         return rc;
-    p.n = 2;
-    if ((rc = mys_st_query_one(c, &SQL_ACCT_LOCK, &p, &r, "i")) == 1) {
-        *balance = r_i64(&r, 0);
-        rc = 0;
-    } else if (rc == 0) {
-        rc = ROOMD_EINTERNAL;
-    }
-    mys_rows_done(&r);
-    return rc;
+    rc = read_balance(c, &SQL_ACCT_LOCK, &p, balance);
+    return rc == 1 ? 0 : rc == 0 ? ROOMD_EINTERNAL : rc;
 }
 
 /* Reads the balance of (app, uid); a never-seen account has initial. */
@@ -73,17 +81,13 @@ static int
 account_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
     struct params p = {0};
-    struct rows r;
     int rc;
 
     p_str(&p, app);
     p_i64(&p, uid);
-    if ((rc = mys_st_query_one(c, &SQL_ACCT_GET, &p, &r, "i")) >= 0) {
-        *balance = rc == 1 ? r_i64(&r, 0) : initial;
-        rc = 0;
-    }
-    mys_rows_done(&r);
-    return rc;
+    *balance = initial;
+    rc = read_balance(c, &SQL_ACCT_GET, &p, balance);
+    return rc < 0 ? rc : 0;
 }
 
 /* Adds delta to (app, uid), whose row the caller locked. */

@@ -91,6 +91,41 @@ read_record(sqlite3_stmt *q, void *dst)
     r->created_at_ms = sqlite3_column_int64(q, 6);
 }
 
+/* A room's head: its version and lease token (SQL_ROOM_FENCE, SQL_LOAD_ROOM),
+ * and its last room_seq (SQL_LOAD_ROOM only). */
+struct room_head {
+    int64_t version, fence_token, event_seq;
+};
+
+/* Reads the row of q (version, fence_token) into dst (struct room_head). */
+static void
+read_head(sqlite3_stmt *q, void *dst)
+{
+    struct room_head *h = dst;
+
+    h->version = sqlite3_column_int64(q, 0);
+    h->fence_token = sqlite3_column_int64(q, 1);
+}
+
+/* Reads the row of SQL_LOAD_ROOM (version, fence_token, event_seq) into dst
+ * (struct room_head). */
+static void
+read_load_head(sqlite3_stmt *q, void *dst)
+{
+    read_head(q, dst);
+    ((struct room_head *)dst)->event_seq = sqlite3_column_int64(q, 2);
+}
+
+/* Reads the row of q (version, state) into dst (struct room_load). */
+static void
+read_snapshot(sqlite3_stmt *q, void *dst)
+{
+    struct room_load *l = dst;
+
+    l->snapshot_version = sqlite3_column_int64(q, 0);
+    l->snapshot = col_strdup(q, 1);
+}
+
 int
 sq_find_command(struct store *st, const char *app, const char *command_id,
                 struct command_record *out)
@@ -110,6 +145,7 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
+    struct room_head head = {0};
     sqlite3_stmt *q;
     size_t cap = 0;
     int rc, step;
@@ -118,35 +154,17 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
     /* One read transaction: the room row, snapshot and tail are one WAL snapshot. */
     if ((rc = sq_run(c, &SQL_BEGIN)) != 0)
         goto out;
-    rc = ROOMD_EIO;
-    if ((q = sq_stmt(c, &SQL_LOAD_ROOM)) == NULL)
-        goto out;
-    bind_text(q, 1, app);
-    bind_text(q, 2, room_id);
-    if ((rc = sq_step_one(c, q, "load_room")) == 1) {
-        out->version = sqlite3_column_int64(q, 0);
-        out->fence_token = sqlite3_column_int64(q, 1);
-        out->event_seq = sqlite3_column_int64(q, 2);
-    }
-    done(q);
-    if (rc == 0) {
+    if ((rc = sq_row_one(c, &SQL_LOAD_ROOM, app, room_id, read_load_head, &head, "load_room")) ==
+        0) {
         store_set_errmsg("room %s/%s not found", app, room_id);
         rc = ROOMD_ENOTFOUND;
     }
-    if (rc < 0)
+    if (rc < 0 || (rc = sq_row_one(c, &SQL_LOAD_SNAP, app, room_id, read_snapshot, out,
+                                   "load_room snapshot")) < 0)
         goto out;
-    rc = ROOMD_EIO;
-    if ((q = sq_stmt(c, &SQL_LOAD_SNAP)) == NULL)
-        goto out;
-    bind_text(q, 1, app);
-    bind_text(q, 2, room_id);
-    if ((rc = sq_step_one(c, q, "load_room snapshot")) == 1) {
-        out->snapshot_version = sqlite3_column_int64(q, 0);
-        out->snapshot = col_strdup(q, 1);
-    }
-    done(q);
-    if (rc < 0)
-        goto out;
+    out->version = head.version;
+    out->fence_token = head.fence_token;
+    out->event_seq = head.event_seq;
     rc = ROOMD_EIO;
     if ((q = sq_stmt(c, &SQL_LOAD_TAIL)) == NULL)
         goto out;
@@ -220,24 +238,16 @@ owner_limit(struct conn *c, const struct mutation *m, int *fatal)
 static int
 save_one(struct conn *c, struct mutation *m, int *fatal)
 {
+    struct room_head cur = {0};
     sqlite3_stmt *q;
     int rc;
-    int64_t cur_version = 0, cur_token = 0;
 
     *fatal = 0;
     /* Fence: the room's version and lease token. */
-    if ((q = sq_stmt(c, &SQL_ROOM_FENCE)) == NULL)
-        return *fatal = ROOMD_EIO;
-    bind_text(q, 1, m->app_code);
-    bind_text(q, 2, m->room_id);
-    if ((rc = sq_step_one(c, q, "save fence")) == 1) {
-        cur_version = sqlite3_column_int64(q, 0);
-        cur_token = sqlite3_column_int64(q, 1);
-    }
-    done(q);
+    rc = sq_row_one(c, &SQL_ROOM_FENCE, m->app_code, m->room_id, read_head, &cur, "save fence");
     if (rc < 0)
         return *fatal = rc;
-    if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
+    if ((rc = store_check_mutation(m, rc == 1, cur.version, cur.fence_token)) != 0)
         return rc;
 
     /* Command log: the idempotency key and the version fence. */
@@ -400,6 +410,7 @@ sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t to
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_writer_get(s);
+    struct room_head head = {0};
     sqlite3_stmt *q;
     int rc = ROOMD_EIO;
 
@@ -411,18 +422,12 @@ sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t to
     if ((rc = sq_step_write(c, q, "fence_room")) != 0 || sqlite3_changes(c->db) > 0)
         goto out;
     /* nothing matched: no such room (fine), or a newer token holds it */
-    if ((q = sq_stmt(c, &SQL_ROOM_FENCE)) == NULL) {
-        rc = ROOMD_EIO;
-        goto out;
-    }
-    bind_text(q, 1, app);
-    bind_text(q, 2, room_id);
-    if ((rc = sq_step_one(c, q, "fence_room check")) == 1) {
+    if ((rc = sq_row_one(c, &SQL_ROOM_FENCE, app, room_id, read_head, &head, "fence_room check")) ==
+        1) {
         store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", app, room_id,
-                         (long long)sqlite3_column_int64(q, 1), (long long)token);
+                         (long long)head.fence_token, (long long)token);
         rc = ROOMD_EFENCED;
     }
-    done(q);
 out:
     sq_writer_put(s, c);
     return rc;

@@ -267,6 +267,24 @@ sq_in_savepoints(struct conn *c, size_t n, sq_batch_item_fn item, void *arg)
     return rc;
 }
 
+int
+sq_row_one(struct conn *c, const struct sq_sql *id, const char *key1, const char *key2,
+           void (*read)(sqlite3_stmt *, void *), void *out, const char *what)
+{
+    sqlite3_stmt *q = sq_stmt(c, id);
+    int rc;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    bind_text(q, 1, key1);
+    if (key2 != NULL)
+        bind_text(q, 2, key2);
+    if ((rc = sq_step_one(c, q, what)) == 1)
+        read(q, out);
+    done(q);
+    return rc;
+}
+
 /* Reads the one row statement id finds for key1 (and key2 when not NULL)
  * into out through read, on a reader connection. Returns 0, ROOMD_ENOTFOUND
  * or the failure (what names it). */
@@ -275,24 +293,10 @@ sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const
             void (*read)(sqlite3_stmt *, void *), void *out, const char *what)
 {
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, id);
-    int rc = ROOMD_EIO;
+    int rc = sq_row_one(c, id, key1, key2, read, out, what);
 
-    if (q == NULL)
-        goto out;
-    bind_text(q, 1, key1);
-    if (key2 != NULL)
-        bind_text(q, 2, key2);
-    if ((rc = sq_step_one(c, q, what)) == 1) {
-        read(q, out);
-        rc = 0;
-    } else if (rc == 0) {
-        rc = ROOMD_ENOTFOUND;
-    }
-    done(q);
-out:
     sq_reader_put(s, c);
-    return rc;
+    return rc == 1 ? 0 : rc == 0 ? ROOMD_ENOTFOUND : rc;
 }
 
 int

@@ -172,6 +172,13 @@ struct conn *sq_reader_get(struct sq_store *s);
 void sq_reader_put(struct sq_store *s, struct conn *c);
 int sq_step_write(struct conn *c, sqlite3_stmt *q, const char *what);
 int sq_in_savepoints(struct conn *c, size_t n, sq_batch_item_fn item, void *arg);
+/* sq_stmt(c, id) bound with key1 (?1) and key2 (?2, when not NULL), stepped
+ * for at most one row, which read copies into out. Returns 1 (read), 0 (no
+ * row) or the failure (EIO when the prepare failed; what names it). Keys are
+ * borrowed for the call; the statement is reset before it returns. Thread:
+ * c's holder; blocks on SQLite. */
+int sq_row_one(struct conn *c, const struct sq_sql *id, const char *key1, const char *key2,
+               void (*read)(sqlite3_stmt *, void *), void *out, const char *what);
 int sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const char *key2,
                 void (*read)(sqlite3_stmt *, void *), void *out, const char *what);
 
