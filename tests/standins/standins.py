@@ -23,12 +23,20 @@ TEST_SECRET = "5bd2850fff3ecb11d7c805251c51ee463a25727bddc2385f3fa8bfee1bb93b5e"
 TEST_APPID = 1400000000
 
 
+_handed_ports = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A port free now, never one this process handed out before (the kernel may give
+    the same ephemeral port to two binds in a row once the first socket is closed)."""
+    while True:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if p not in _handed_ports:
+            _handed_ports.add(p)
+            return p
 
 
 def wait_port(port, proc, timeout=15):
