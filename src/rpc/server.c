@@ -395,7 +395,7 @@ to_request(const struct method *m, const uint8_t *data, size_t len, const grpc_m
         set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", "body", text);
         return false;
     }
-    fields = pbjson_from_message(msg);
+    fields = pbjson_from_message(msg, false);
     protobuf_c_message_free_unpacked(msg, NULL);
     memset(&b->req, 0, sizeof(b->req));
     b->req.listener = m->on;
