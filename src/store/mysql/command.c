@@ -330,6 +330,15 @@ rooms_busy(struct conn *c, struct mutation *const *muts, size_t n)
     return 0;
 }
 
+/* True when m committed rows inserted already claimed (by its locked_by):
+ * not those of a busy room, which went pending. */
+static bool
+inserted_claimed(const struct mutation *m)
+{
+    return m->rc == 0 && m->nevents > 0 && m->locked_by != NULL && *m->locked_by != '\0' &&
+           !m->room_busy;
+}
+
 /*
  * Sets events[i].id of every mutation of muts[0..n) whose rows were just
  * inserted already claimed (locked_by set), in the open transaction: one
@@ -346,17 +355,15 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
         struct rows r;
         int rc;
 
-        if (by == NULL || *by == '\0' || muts[i]->rc != 0 || muts[i]->nevents == 0)
+        if (!inserted_claimed(muts[i]))
             continue;
         bool first = true; /* the first mutation of this claimer queries for all */
         for (size_t j = 0; j < i && first; j++)
-            first = !(muts[j]->rc == 0 && muts[j]->nevents > 0 && muts[j]->locked_by != NULL &&
-                      strcmp(muts[j]->locked_by, by) == 0);
+            first = !(inserted_claimed(muts[j]) && strcmp(muts[j]->locked_by, by) == 0);
         if (!first)
             continue;
         for (size_t j = i; j < n; j++)
-            if (muts[j]->rc == 0 && muts[j]->locked_by != NULL &&
-                strcmp(muts[j]->locked_by, by) == 0) {
+            if (inserted_claimed(muts[j]) && strcmp(muts[j]->locked_by, by) == 0) {
                 lo = muts[j]->lock_until_ms < lo ? muts[j]->lock_until_ms : lo;
                 hi = muts[j]->lock_until_ms > hi ? muts[j]->lock_until_ms : hi;
             }
@@ -369,7 +376,7 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
             for (size_t j = i; j < n; j++) {
                 struct mutation *m = muts[j];
 
-                if (m->rc != 0 || m->locked_by == NULL || strcmp(m->locked_by, by) != 0)
+                if (!inserted_claimed(m) || strcmp(m->locked_by, by) != 0)
                     continue;
                 for (size_t e = 0; e < m->nevents; e++)
                     if (strcmp(m->events[e].event_id, r_str(&r, 0)) == 0)
