@@ -33,7 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAXP 40 /* parameters or result columns of one statement */
+#define MAXP 20 /* parameters or result columns of one statement */
 
 enum sid {
     S_FIND_COMMAND,
@@ -188,10 +188,8 @@ p_str(struct params *p, const char *s)
 /* Keys per execution of a statement with an IN list ("col IN (" MYS_IN_LIST
  * ")"): a batch's keys go in chunks of MYS_IN, one round trip each, the last
  * chunk padded with its last key (the server drops repeated list values). */
-#define MYS_IN 32
-#define MYS_IN_LIST                                                                                \
-    "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"                                                             \
-    "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
+#define MYS_IN 16
+#define MYS_IN_LIST "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
 
 /* Binds keys[0..n) (1 <= n <= MYS_IN) as the MYS_IN parameters of an IN list. */
 static inline void
