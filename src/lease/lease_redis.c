@@ -214,8 +214,7 @@ redis_acquire(struct lease *l, const char *app, const char *room_id, int64_t *to
     }
     pthread_mutex_unlock(&lr->map_mu);
 out:
-    if (r != NULL)
-        freeReplyObject(r);
+    freeReplyObject(r);
     free(name);
     free(key);
     free(tkey);
@@ -421,8 +420,7 @@ redis_ready(struct lease *l, char *why, size_t whylen)
         rc = ROOMD_EUNAVAIL;
     }
     pthread_mutex_unlock(&lr->conn_mu);
-    if (r != NULL)
-        freeReplyObject(r);
+    freeReplyObject(r);
     return rc;
 }
 

@@ -433,10 +433,8 @@ rp_presence(struct projection *p, const char *app, int64_t uid, char **json)
     }
     *json = proj_presence_json(uid, a->type == REDIS_REPLY_STRING ? a->str : NULL, int_el(b));
 out:
-    if (a != NULL)
-        freeReplyObject(a);
-    if (b != NULL)
-        freeReplyObject(b);
+    freeReplyObject(a);
+    freeReplyObject(b);
     free(k_pres);
     free(k_since);
     return rc;
@@ -458,8 +456,7 @@ rp_clear(struct projection *p, const char *app)
         redisReply *r = redis_conn_cmd(&pr->conn, 6, sv);
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
             rc = r == NULL ? ROOMD_EUNAVAIL : ROOMD_EIO;
-            if (r != NULL)
-                freeReplyObject(r);
+            freeReplyObject(r);
             break;
         }
         strlcpy_(cursor, str_el(r->element[0]), sizeof(cursor));
@@ -505,8 +502,7 @@ rp_rebuild_begin(struct projection *p)
         rc = r->integer == 1 ? 1 : 0;
     else
         rc = ROOMD_EIO;
-    if (r != NULL)
-        freeReplyObject(r);
+    freeReplyObject(r);
     free(k_built);
     free(k_lock);
     return rc;

@@ -15,7 +15,6 @@
 #include "store/store.h"
 #include "wallet/wallet.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 struct embedded {
@@ -55,17 +54,10 @@ emb_balance(struct wallet *w, const char *app, int64_t uid, int64_t *balance)
     return store_wallet_balance(e->store, app, uid, e->initial_balance, balance);
 }
 
-static void
-emb_close(struct wallet *w)
-{
-    free(w);
-}
-
 static const struct wallet_ops embedded_ops = {
     .attach = emb_attach,
     .topup = emb_topup,
     .balance = emb_balance,
-    .close = emb_close,
 };
 
 int

@@ -341,7 +341,6 @@ grpc_close(struct wallet *w)
             free(f);
         }
     pthread_mutex_destroy(&g->mu);
-    free(g);
 }
 
 static const struct wallet_ops grpc_ops = {
