@@ -22,6 +22,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/thread.h"
+#include "core/tree.h"
 #include "core/xmalloc.h"
 #include "projection/proj_room.h"
 #include "redis/redis_conn.h"
@@ -29,6 +30,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <search.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,9 +124,10 @@ static const char list_lua[] =
 
 /* A parked update, latest per room. */
 struct parked {
-    char *name; /* "<app>:<room_id>" */
+    char *name; /* "<app>:<room_id>" (the map key; first: tree_name_cmp) */
     struct proj_room r;
 };
+_Static_assert(offsetof(struct parked, name) == 0, "tree_name_cmp reads the name first");
 
 struct projection_redis {
     struct projection base;
@@ -140,12 +143,6 @@ struct projection_redis {
 
     struct bg_thread flusher; /* zeroed until started */
 };
-
-static int
-parked_cmp(const void *a, const void *b)
-{
-    return strcmp(((const struct parked *)a)->name, ((const struct parked *)b)->name);
-}
 
 static void
 parked_free(void *p)
@@ -238,13 +235,13 @@ park(struct projection_redis *pr, const struct proj_room *r)
     struct parked probe = {.name = xasprintf("%s:%s", r->app, r->room_id)};
 
     pthread_mutex_lock(&pr->park_mu);
-    void *n = tfind(&probe, &pr->parked, parked_cmp);
+    void *n = tfind(&probe, &pr->parked, tree_name_cmp);
     if (n == NULL) {
         struct parked *k = xcalloc(1, sizeof(*k));
         k->name = probe.name;
         probe.name = NULL;
         proj_room_copy(&k->r, r);
-        tsearch(k, &pr->parked, parked_cmp);
+        tsearch(k, &pr->parked, tree_name_cmp);
         pr->nparked++;
     } else {
         struct parked *k = *(struct parked **)n;
@@ -311,7 +308,7 @@ flush_parked(struct projection_redis *pr)
     t.v = xcalloc(pr->nparked, sizeof(*t.v));
     twalk_r(pr->parked, take_one, &t);
     for (size_t i = 0; i < t.n; i++)
-        tdelete(t.v[i], &pr->parked, parked_cmp);
+        tdelete(t.v[i], &pr->parked, tree_name_cmp);
     pr->nparked = 0;
     pthread_mutex_unlock(&pr->park_mu);
 
