@@ -133,7 +133,6 @@ struct projection_redis {
     struct projection base;
     char *prefix;
     char *lock_value;        /* this handle's rebuild lock value: "<node_id>/<pid>-<random>" */
-    char *k_built, *k_lock;  /* <prefix>proj_meta:built, <prefix>proj_meta:rebuilding */
     pthread_mutex_t conn_mu; /* guards conn */
     struct redis_conn conn;
     bool down;
@@ -483,12 +482,13 @@ static int
 rp_rebuild_begin(struct projection *p)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
+    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
+    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
     char ttl[24];
     int rc;
 
     snprintf(ttl, sizeof(ttl), "%d", REBUILD_LOCK_MS);
-    const char *argv[] = {"EVAL",     rebuild_begin_lua, "2", pr->k_built,
-                          pr->k_lock, pr->lock_value,    ttl};
+    const char *argv[] = {"EVAL", rebuild_begin_lua, "2", k_built, k_lock, pr->lock_value, ttl};
     pthread_mutex_lock(&pr->conn_mu);
     redisReply *r = redis_conn_cmd(&pr->conn, 7, argv);
     note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
@@ -500,6 +500,8 @@ rp_rebuild_begin(struct projection *p)
     else
         rc = ROOMD_EIO;
     freeReplyObject(r);
+    free(k_built);
+    free(k_lock);
     return rc;
 }
 
@@ -507,10 +509,12 @@ static void
 rp_rebuild_end(struct projection *p, bool ok)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
+    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
+    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
     char now[24];
 
     snprintf(now, sizeof(now), "%" PRId64, clock_wall_ms());
-    const char *argv[] = {"EVAL",         rebuild_end_lua, "2", pr->k_built, pr->k_lock,
+    const char *argv[] = {"EVAL",         rebuild_end_lua, "2", k_built, k_lock,
                           pr->lock_value, ok ? "1" : "0",  now};
     pthread_mutex_lock(&pr->conn_mu);
     redisReply *r = redis_conn_cmd(&pr->conn, 8, argv);
@@ -520,6 +524,8 @@ rp_rebuild_end(struct projection *p, bool ok)
         log_warn("projection", "rebuild end not recorded", "err=\"%s\"", pr->conn.errstr);
     else
         freeReplyObject(r);
+    free(k_built);
+    free(k_lock);
 }
 
 static void
@@ -537,8 +543,6 @@ rp_close(struct projection *p)
     pthread_mutex_destroy(&pr->park_mu);
     free(pr->prefix);
     free(pr->lock_value);
-    free(pr->k_built);
-    free(pr->k_lock);
     free(pr);
 }
 
@@ -564,8 +568,6 @@ projection_redis_open(struct projection **out, const struct conf *conf, char *er
     }
     pr->base.ops = &redis_ops;
     pr->prefix = xstrdup(conf->redis.key_prefix ? conf->redis.key_prefix : "");
-    pr->k_built = xasprintf("%sproj_meta:built", pr->prefix);
-    pr->k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
     pr->lock_value = xasprintf("%s/%d-%016" PRIx64, conf->app.node_id ? conf->app.node_id : "",
                                (int)getpid(), (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)pr);
     pthread_mutex_init(&pr->conn_mu, NULL);
