@@ -478,21 +478,35 @@ rp_clear(struct projection *p, const char *app)
     return rc;
 }
 
+/* Runs script (the rebuild protocol) on KEYS <prefix>proj_meta:built and
+ * <prefix>proj_meta:rebuilding with ARGV this handle's lock value, a and b
+ * (b may be NULL). Returns the reply (the caller frees it), or NULL when
+ * Redis is down. Takes conn_mu. */
+static redisReply *
+rebuild_eval(struct projection_redis *pr, const char *script, const char *a, const char *b)
+{
+    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
+    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
+    const char *argv[] = {"EVAL", script, "2", k_built, k_lock, pr->lock_value, a, b};
+
+    pthread_mutex_lock(&pr->conn_mu);
+    redisReply *r = redis_conn_cmd(&pr->conn, b != NULL ? 8 : 7, argv);
+    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
+    pthread_mutex_unlock(&pr->conn_mu);
+    free(k_built);
+    free(k_lock);
+    return r;
+}
+
 static int
 rp_rebuild_begin(struct projection *p)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
-    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
-    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
     char ttl[24];
     int rc;
 
     snprintf(ttl, sizeof(ttl), "%d", REBUILD_LOCK_MS);
-    const char *argv[] = {"EVAL", rebuild_begin_lua, "2", k_built, k_lock, pr->lock_value, ttl};
-    pthread_mutex_lock(&pr->conn_mu);
-    redisReply *r = redis_conn_cmd(&pr->conn, 7, argv);
-    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
-    pthread_mutex_unlock(&pr->conn_mu);
+    redisReply *r = rebuild_eval(pr, rebuild_begin_lua, ttl, NULL);
     if (r == NULL)
         rc = ROOMD_EUNAVAIL;
     else if (r->type == REDIS_REPLY_INTEGER)
@@ -500,8 +514,6 @@ rp_rebuild_begin(struct projection *p)
     else
         rc = ROOMD_EIO;
     freeReplyObject(r);
-    free(k_built);
-    free(k_lock);
     return rc;
 }
 
@@ -509,23 +521,13 @@ static void
 rp_rebuild_end(struct projection *p, bool ok)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
-    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
-    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
     char now[24];
 
     snprintf(now, sizeof(now), "%" PRId64, clock_wall_ms());
-    const char *argv[] = {"EVAL",         rebuild_end_lua, "2", k_built, k_lock,
-                          pr->lock_value, ok ? "1" : "0",  now};
-    pthread_mutex_lock(&pr->conn_mu);
-    redisReply *r = redis_conn_cmd(&pr->conn, 8, argv);
-    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
-    pthread_mutex_unlock(&pr->conn_mu);
+    redisReply *r = rebuild_eval(pr, rebuild_end_lua, ok ? "1" : "0", now);
     if (r == NULL) /* the lock expires by itself; the marker stays unset: rebuilt again */
         log_warn("projection", "rebuild end not recorded", "err=\"%s\"", pr->conn.errstr);
-    else
-        freeReplyObject(r);
-    free(k_built);
-    free(k_lock);
+    freeReplyObject(r);
 }
 
 static void
