@@ -15,6 +15,7 @@
 #include "store/store.h"
 #include "wallet/wallet.h"
 
+#include <stddef.h>
 #include <string.h>
 
 struct embedded {
@@ -22,6 +23,7 @@ struct embedded {
     struct store *store; /* borrowed */
     int64_t initial_balance;
 };
+_Static_assert(offsetof(struct embedded, super) == 0, "wallet_close frees the handle");
 
 static void
 emb_attach(struct wallet *w, const struct wallet_gift *g, struct wallet_debit *d)
