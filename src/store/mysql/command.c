@@ -129,15 +129,12 @@ load_room_fn(struct conn *c, void *arg)
 {
     struct load_ctx *x = arg;
     struct room_load *l = x->out;
-    struct params p = {0};
     struct rows r;
     size_t cap = 0;
     int rc;
 
     room_load_clear(l);
-    p_str(&p, x->app);
-    p_str(&p, x->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "iii")) <= 0) {
+    if ((rc = mys_query_one(c, &SQL_ROOM_HEAD, &r, "iii", "ss", x->app, x->room_id)) <= 0) {
         rc = rc == 0 ? ROOMD_ENOTFOUND : rc;
         goto out;
     }
@@ -146,8 +143,8 @@ load_room_fn(struct conn *c, void *arg)
     l->event_seq = r_i64(&r, 2);
     mys_rows_done(&r);
 
-    p_i64(&p, l->version);
-    if ((rc = mys_st_query_one(c, &SQL_SNAP_LATEST, &p, &r, "is")) < 0)
+    rc = mys_query_one(c, &SQL_SNAP_LATEST, &r, "is", "ssi", x->app, x->room_id, l->version);
+    if (rc < 0)
         goto out;
     if (rc == 1) {
         l->snapshot_version = r_i64(&r, 0);
@@ -155,10 +152,8 @@ load_room_fn(struct conn *c, void *arg)
     }
     mys_rows_done(&r);
 
-    p.n = 2;
-    p_i64(&p, l->snapshot_version);
-    p_i64(&p, l->version);
-    if ((rc = mys_st_query(c, &SQL_LOG_TAIL, &p, &r, CMD_TYPES)) != 0)
+    if ((rc = mys_query(c, &SQL_LOG_TAIL, &r, CMD_TYPES, "ssii", x->app, x->room_id,
+                        l->snapshot_version, l->version)) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1) {
         l->tail = xgrow(l->tail, l->ntail, &cap, sizeof(*l->tail));
@@ -277,16 +272,13 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
 static int
 room_busy(struct conn *c, struct mutation *m)
 {
-    struct params p = {0};
     struct rows r;
     int rc;
 
     m->room_busy = false;
     if (m->locked_by == NULL || *m->locked_by == '\0' || !m->handoff_if_room_idle)
         return 0;
-    p_str(&p, m->app_code);
-    p_str(&p, m->room_id);
-    rc = mys_st_query_one(c, &SQL_ROOM_BUSY, &p, &r, "i");
+    rc = mys_query_one(c, &SQL_ROOM_BUSY, &r, "i", "ss", m->app_code, m->room_id);
     mys_rows_done(&r);
     if (rc < 0)
         return rc;
@@ -306,7 +298,6 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
     for (size_t i = 0; i < n; i++) {
         const char *by = muts[i]->locked_by;
         int64_t lo = INT64_MAX, hi = INT64_MIN;
-        struct params p = {0};
         struct rows r;
         int rc;
 
@@ -324,10 +315,7 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
                 lo = muts[j]->lock_until_ms < lo ? muts[j]->lock_until_ms : lo;
                 hi = muts[j]->lock_until_ms > hi ? muts[j]->lock_until_ms : hi;
             }
-        p_i64(&p, lo);
-        p_i64(&p, hi);
-        p_str(&p, by);
-        if ((rc = mys_st_query(c, &SQL_OUTBOX_IDS, &p, &r, "si")) != 0)
+        if ((rc = mys_query(c, &SQL_OUTBOX_IDS, &r, "si", "iis", lo, hi, by)) != 0)
             return rc;
         while ((rc = mys_st_fetch(c, &r)) == 1)
             for (size_t j = i; j < n; j++) {
@@ -354,18 +342,16 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
 static int
 owner_limit(struct conn *c, const struct mutation *m)
 {
-    struct params p = {0};
     struct rows r;
     int64_t open_rooms = 0;
     int rc;
 
     if (!m->create || m->max_owner_rooms <= 0)
         return 0;
-    p_str(&p, m->app_code);
-    p_i64(&p, m->meta.owner_uid);
-    if ((rc = mys_st_exec(c, &SQL_OWNER_LOCK, &p, NULL)) != 0)
+    if ((rc = mys_exec(c, &SQL_OWNER_LOCK, NULL, "si", m->app_code, m->meta.owner_uid)) != 0)
         return rc;
-    if ((rc = mys_st_query_one(c, &SQL_OWNER_ROOMS, &p, &r, "i")) == 1)
+    rc = mys_query_one(c, &SQL_OWNER_ROOMS, &r, "i", "si", m->app_code, m->meta.owner_uid);
+    if (rc == 1)
         open_rooms = r_i64(&r, 0);
     mys_rows_done(&r);
     if (rc < 0)
@@ -377,28 +363,22 @@ owner_limit(struct conn *c, const struct mutation *m)
 static int
 save_snapshot(struct conn *c, const struct mutation *m)
 {
-    struct params p = {0};
+    const char *app = m->app_code, *room = m->room_id;
     struct rows r;
     int64_t cut = 0;
     int rc;
 
-    p_str(&p, m->app_code);
-    p_str(&p, m->room_id);
-    p_i64(&p, m->version);
-    p_str(&p, m->snapshot);
-    p_i64(&p, m->created_at_ms);
-    if ((rc = mys_st_exec(c, &SQL_SNAP_INSERT, &p, NULL)) != 0)
+    if ((rc = mys_exec(c, &SQL_SNAP_INSERT, NULL, "ssisi", app, room, m->version, m->snapshot,
+                       m->created_at_ms)) != 0)
         return rc;
-    p.n = 2;
-    p_i64(&p, m->snapshots_keep > 1 ? m->snapshots_keep : 1);
-    if ((rc = mys_st_query_one(c, &SQL_SNAP_NTH, &p, &r, "i")) == 1)
+    rc = mys_query_one(c, &SQL_SNAP_NTH, &r, "i", "ssd", app, room,
+                       m->snapshots_keep > 1 ? m->snapshots_keep : 1);
+    if (rc == 1)
         cut = r_i64(&r, 0);
     mys_rows_done(&r);
     if (rc < 0 || cut == 0)
         return rc < 0 ? rc : 0;
-    p.n = 2;
-    p_i64(&p, cut);
-    return mys_st_exec(c, &SQL_SNAP_PRUNE, &p, NULL);
+    return mys_exec(c, &SQL_SNAP_PRUNE, NULL, "ssi", app, room, cut);
 }
 
 struct save_ctx {
@@ -591,7 +571,6 @@ mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 static int
 save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
 {
-    struct params p = {0};
     struct rows r;
     struct bulk ob;
     uint64_t aff = 0;
@@ -599,9 +578,8 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     int rc;
 
     *fatal = 0;
-    p_str(&p, m->app_code);
-    p_str(&p, m->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_FENCE, &p, &r, "ii")) == 1) {
+    rc = mys_query_one(c, &SQL_ROOM_FENCE, &r, "ii", "ss", m->app_code, m->room_id);
+    if (rc == 1) {
         cur_version = r_i64(&r, 0);
         cur_token = r_i64(&r, 1);
     }
@@ -734,21 +712,13 @@ static int
 fence_room_fn(struct conn *c, void *arg)
 {
     struct fence_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
     uint64_t matched = 0;
-    int rc;
+    int rc = mys_exec(c, &SQL_FENCE_ROOM, &matched, "issi", x->token, x->app, x->room_id, x->token);
+    struct rows r;
 
-    p_i64(&p, x->token);
-    p_str(&p, x->app);
-    p_str(&p, x->room_id);
-    p_i64(&p, x->token);
-    if ((rc = mys_st_exec(c, &SQL_FENCE_ROOM, &p, &matched)) != 0 || matched > 0)
+    if (rc != 0 || matched > 0)
         return rc;
-    p.n = 0;
-    p_str(&p, x->app);
-    p_str(&p, x->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "iii")) == 1) {
+    if ((rc = mys_query_one(c, &SQL_ROOM_HEAD, &r, "iii", "ss", x->app, x->room_id)) == 1) {
         store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", x->app, x->room_id,
                          (long long)r_i64(&r, 1), (long long)x->token);
         rc = ROOMD_EFENCED;

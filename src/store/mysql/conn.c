@@ -19,6 +19,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,15 +353,45 @@ mys_st_fetch(struct conn *c, struct rows *r)
     return 1;
 }
 
-/* mys_st_query for at most one row: 1 with it in r, 0 none, or a negative code.
- * mys_rows_done(r) after, either way. */
-int
-mys_st_query_one(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
-                 const char *types)
+/* Appends to p one parameter per letter of types, from ap. */
+static void
+p_vbind(struct params *p, const char *types, va_list ap)
 {
-    int rc = mys_st_query(c, id, p, r, types);
+    for (const char *t = types; *t != '\0'; t++) {
+        if (*t == 's')
+            p_str(p, va_arg(ap, const char *));
+        else if (*t == 'd')
+            p_i64(p, va_arg(ap, int));
+        else {
+            assert(*t == 'i');
+            p_i64(p, va_arg(ap, int64_t));
+        }
+    }
+}
 
-    return rc != 0 ? rc : mys_st_fetch(c, r);
+int
+mys_exec(struct conn *c, const struct mys_sql *id, uint64_t *affected, const char *types, ...)
+{
+    struct params p = {0};
+    va_list ap;
+
+    va_start(ap, types);
+    p_vbind(&p, types, ap);
+    va_end(ap);
+    return mys_st_exec(c, id, &p, affected);
+}
+
+int
+mys_query(struct conn *c, const struct mys_sql *id, struct rows *r, const char *cols,
+          const char *types, ...)
+{
+    struct params p = {0};
+    va_list ap;
+
+    va_start(ap, types);
+    p_vbind(&p, types, ap);
+    va_end(ap);
+    return mys_st_query(c, id, &p, r, cols);
 }
 
 void
@@ -546,14 +577,11 @@ int
 mys_one_fn(struct conn *c, void *arg)
 {
     struct one_ctx *x = arg;
-    struct params p = {0};
     struct rows r;
     int rc;
 
-    p_str(&p, x->key1);
-    if (x->key2 != NULL)
-        p_str(&p, x->key2);
-    if ((rc = mys_st_query_one(c, x->id, &p, &r, x->types)) == 1) {
+    rc = mys_query_one(c, x->id, &r, x->types, x->key2 != NULL ? "ss" : "s", x->key1, x->key2);
+    if (rc == 1) {
         x->read(&r, x->out);
         rc = 0;
     } else if (rc == 0) {

@@ -289,8 +289,28 @@ void mys_rows_done(struct rows *r);
 int mys_st_query(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
                  const char *types);
 int mys_st_fetch(struct conn *c, struct rows *r);
-int mys_st_query_one(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
-                     const char *types);
+/*
+ * Statement id run with one parameter per letter of types, each from the
+ * arguments that follow: 'i' int64_t, 'd' int, 's' const char * (NULL binds
+ * NULL; borrowed for the call). mys_exec: 0 with *affected (NULL: not
+ * wanted) or the failure. mys_query: as mys_st_query with result columns
+ * cols; mys_query_one: for at most one row (1 with it in r, 0 none, or a
+ * negative code). mys_rows_done(r) after a query, either way. Thread: c's
+ * holder (an operation run by mys_run); blocks on the server.
+ */
+int mys_exec(struct conn *c, const struct mys_sql *id, uint64_t *affected, const char *types, ...);
+int mys_query(struct conn *c, const struct mys_sql *id, struct rows *r, const char *cols,
+              const char *types, ...);
+#define mys_query_one(c, id, r, cols, ...)                                                         \
+    mys_first_row((c), (r), mys_query(c, id, r, cols, __VA_ARGS__))
+
+/* The rc of a mys_query, or the first row: 1 with it in r, 0 none, < 0. */
+static inline int
+mys_first_row(struct conn *c, struct rows *r, int rc)
+{
+    return rc != 0 ? rc : mys_st_fetch(c, r);
+}
+
 void mys_bulk_init(struct bulk *k, const char *types, size_t nrows);
 void mys_bulk_free(struct bulk *k);
 int mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *affected);

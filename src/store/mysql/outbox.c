@@ -152,15 +152,12 @@ static int
 read_room_run(struct conn *c, struct claim_ctx *x, const struct outbox_room *rm, size_t want,
               int64_t **seen, size_t *cap, size_t *scap)
 {
-    struct params p = {0};
     struct rows r;
     bool ended = false; /* a row not due was met: the run ends before it */
     int rc, got = 0;
 
-    p_str(&p, rm->app_code);
-    p_str(&p, rm->room_id);
-    p_i64(&p, (int64_t)want);
-    if ((rc = mys_st_query(c, &SQL_ROOM_RUN, &p, &r, OUTBOX_TYPES "ii")) == 0) {
+    if ((rc = mys_query(c, &SQL_ROOM_RUN, &r, OUTBOX_TYPES "ii", "ssi", rm->app_code, rm->room_id,
+                        (int64_t)want)) == 0) {
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             ended = ended || r_i64(&r, 19) > x->now;
             if (ended)
@@ -229,17 +226,13 @@ claim_room_run(struct conn *c, struct claim_ctx *x, size_t from, const int64_t *
 static int
 claim_ordered_in_tx(struct conn *c, struct claim_ctx *x)
 {
-    struct params p = {0};
     struct rows r;
     struct outbox_room *rooms = NULL;
     int64_t *seen = NULL;
     size_t nrooms = 0, rcap = 0, cap = 0, scap = 0;
     int rc;
 
-    p_i64(&p, x->now);
-    p_i64(&p, x->now);
-    p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, &SQL_CLAIM_ROOMS, &p, &r, "ss")) == 0)
+    if ((rc = mys_query(c, &SQL_CLAIM_ROOMS, &r, "ss", "iid", x->now, x->now, x->limit)) == 0)
         while ((rc = mys_st_fetch(c, &r)) == 1)
             outbox_rooms_add(&rooms, &nrooms, &rcap, r_str(&r, 0), r_str(&r, 1));
     mys_rows_done(&r);
@@ -267,7 +260,6 @@ claim_ordered_in_tx(struct conn *c, struct claim_ctx *x)
 static int
 claim_in_tx(struct conn *c, struct claim_ctx *x)
 {
-    struct params p = {0};
     struct rows r;
     struct bulk k;
     int rc;
@@ -277,9 +269,7 @@ claim_in_tx(struct conn *c, struct claim_ctx *x)
     x->n = 0;
     if (x->per_room)
         return claim_ordered_in_tx(c, x);
-    p_i64(&p, x->now);
-    p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, &SQL_CLAIM_SELECT, &p, &r, OUTBOX_TYPES)) == 0)
+    if ((rc = mys_query(c, &SQL_CLAIM_SELECT, &r, OUTBOX_TYPES, "id", x->now, x->limit)) == 0)
         rc = read_outbox_rows(c, &r, &x->rows, &x->n);
     mys_rows_done(&r);
     if (rc != 0)
@@ -500,24 +490,22 @@ static int
 list_fn(struct conn *c, void *arg)
 {
     struct list_ctx *x = arg;
-    struct params p = {0};
     struct rows r;
-    const struct mys_sql *id = &SQL_LIST_ALL;
     int rc;
 
     outbox_rows_free(x->rows, x->n);
     x->rows = NULL;
     x->n = 0;
-    if (x->status >= 0) {
-        id = &SQL_LIST_STATUS;
+    if (x->status < 0) {
+        rc = mys_query(c, &SQL_LIST_ALL, &r, OUTBOX_TYPES, "id", x->after_id, x->limit);
+    } else {
         const char *name = outbox_status_name((enum outbox_status)x->status);
+        const char *legacy = x->status == OUTBOX_DELIVERED ? "published" : name;
 
-        p_str(&p, name);
-        p_str(&p, x->status == OUTBOX_DELIVERED ? "published" : name); /* legacy name */
+        rc = mys_query(c, &SQL_LIST_STATUS, &r, OUTBOX_TYPES, "ssid", name, legacy, x->after_id,
+                       x->limit);
     }
-    p_i64(&p, x->after_id);
-    p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, id, &p, &r, OUTBOX_TYPES)) == 0)
+    if (rc == 0)
         rc = read_outbox_rows(c, &r, &x->rows, &x->n);
     mys_rows_done(&r);
     return rc;
@@ -562,19 +550,13 @@ static int
 replay_fn(struct conn *c, void *arg)
 {
     struct replay_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
     uint64_t aff = 0;
-    int rc;
+    int rc = mys_exec(c, &SQL_REPLAY, &aff, "iis", x->now, x->now, x->event_id);
+    struct rows r;
 
-    p_i64(&p, x->now);
-    p_i64(&p, x->now);
-    p_str(&p, x->event_id);
-    if ((rc = mys_st_exec(c, &SQL_REPLAY, &p, &aff)) != 0 || aff == 1)
+    if (rc != 0 || aff == 1)
         return rc;
-    memset(&p, 0, sizeof(p));
-    p_str(&p, x->event_id);
-    if ((rc = mys_st_query_one(c, &SQL_STATUS_OF, &p, &r, "s")) >= 0)
+    if ((rc = mys_query_one(c, &SQL_STATUS_OF, &r, "s", "s", x->event_id)) >= 0)
         rc = rc == 1 ? ROOMD_ECONFLICT : ROOMD_ENOTFOUND;
     mys_rows_done(&r);
     if (rc == ROOMD_ECONFLICT)
@@ -594,19 +576,18 @@ static int
 counts_fn(struct conn *c, void *arg)
 {
     struct outbox_counts *o = arg;
-    struct params p = {0};
     struct rows r;
     int rc;
 
     memset(o, 0, sizeof(*o));
-    if ((rc = mys_st_query(c, &SQL_COUNTS, &p, &r, "si")) != 0)
+    if ((rc = mys_query(c, &SQL_COUNTS, &r, "si", "")) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1)
         outbox_counts_add(o, r_str(&r, 0), r_i64(&r, 1));
     if (rc < 0)
         goto out;
     mys_rows_done(&r);
-    if ((rc = mys_st_query(c, &SQL_OLDEST, &p, &r, "ii")) != 0)
+    if ((rc = mys_query(c, &SQL_OLDEST, &r, "ii", "")) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1)
         outbox_counts_oldest(o, (uint32_t)r_i64(&r, 0), r_i64(&r, 1));

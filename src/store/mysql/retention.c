@@ -37,14 +37,11 @@ purge_fn(struct conn *c, void *arg)
     int rc;
 
     while (x->purged < (size_t)x->limit) {
-        struct params p = {0};
         size_t want = (size_t)x->limit - x->purged;
 
         if (want > PURGE_CHUNK)
             want = PURGE_CHUNK;
-        p_i64(&p, x->before);
-        p_i64(&p, (int64_t)want);
-        if ((rc = mys_st_exec(c, x->sql, &p, &aff)) != 0)
+        if ((rc = mys_exec(c, x->sql, &aff, "ii", x->before, (int64_t)want)) != 0)
             return rc;
         x->purged += aff;
         if (aff < want)

@@ -43,17 +43,16 @@ struct wallet_ctx {
     int64_t balance; /* out */
 };
 
-/* Runs id (a SELECT balance .. WHERE app_code=? AND uid=?) with the first
- * two parameters of p (app, uid). Returns 1 with *balance, 0 (no such
- * account; *balance untouched) or the failure. */
+/* Runs id (a SELECT balance .. WHERE app_code=? AND uid=?). Returns 1 with
+ * *balance, 0 (no such account; *balance untouched) or the failure. */
 static int
-read_balance(struct conn *c, const struct mys_sql *id, struct params *p, int64_t *balance)
+read_balance(struct conn *c, const struct mys_sql *id, const char *app, int64_t uid,
+             int64_t *balance)
 {
     struct rows r;
     int rc;
 
-    p->n = 2;
-    if ((rc = mys_st_query_one(c, id, p, &r, "i")) == 1)
+    if ((rc = mys_query_one(c, id, &r, "i", "si", app, uid)) == 1)
         *balance = r_i64(&r, 0);
     mys_rows_done(&r);
     return rc;
@@ -63,16 +62,11 @@ read_balance(struct conn *c, const struct mys_sql *id, struct params *p, int64_t
 static int
 lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
-    struct params p = {0};
-    int rc;
+    int rc = mys_exec(c, &SQL_ACCT_ENSURE, NULL, "siii", app, uid, initial, clock_wall_ms());
 
-    p_str(&p, app);
-    p_i64(&p, uid);
-    p_i64(&p, initial);
-    p_i64(&p, clock_wall_ms());
-    if ((rc = mys_st_exec(c, &SQL_ACCT_ENSURE, &p, NULL)) != 0)
+    if (rc != 0)
         return rc;
-    rc = read_balance(c, &SQL_ACCT_LOCK, &p, balance);
+    rc = read_balance(c, &SQL_ACCT_LOCK, app, uid, balance);
     return rc == 1 ? 0 : rc == 0 ? ROOMD_EINTERNAL : rc;
 }
 
@@ -80,13 +74,10 @@ lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int6
 static int
 account_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
-    struct params p = {0};
     int rc;
 
-    p_str(&p, app);
-    p_i64(&p, uid);
     *balance = initial;
-    rc = read_balance(c, &SQL_ACCT_GET, &p, balance);
+    rc = read_balance(c, &SQL_ACCT_GET, app, uid, balance);
     return rc < 0 ? rc : 0;
 }
 
@@ -94,13 +85,7 @@ account_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, i
 static int
 account_add(struct conn *c, const char *app, int64_t uid, int64_t delta)
 {
-    struct params p = {0};
-
-    p_i64(&p, delta);
-    p_i64(&p, clock_wall_ms());
-    p_str(&p, app);
-    p_i64(&p, uid);
-    return mys_st_exec(c, &SQL_ACCT_ADD, &p, NULL);
+    return mys_exec(c, &SQL_ACCT_ADD, NULL, "iisi", delta, clock_wall_ms(), app, uid);
 }
 
 /* Finds ledger row (ref_id, kind): 1 found (uid, amount), 0 not, or < 0. */
@@ -108,14 +93,10 @@ static int
 ledger_get(struct conn *c, const char *app, const char *ref_id, const char *kind, int64_t *uid,
            int64_t *amount)
 {
-    struct params p = {0};
     struct rows r;
     int rc;
 
-    p_str(&p, app);
-    p_str(&p, ref_id);
-    p_str(&p, kind);
-    if ((rc = mys_st_query_one(c, &SQL_LEDGER_GET, &p, &r, "ii")) == 1) {
+    if ((rc = mys_query_one(c, &SQL_LEDGER_GET, &r, "ii", "sss", app, ref_id, kind)) == 1) {
         if (uid != NULL)
             *uid = r_i64(&r, 0);
         if (amount != NULL)
@@ -130,24 +111,13 @@ static int
 ledger_write(struct conn *c, const struct mys_sql *id, const char *app, const char *ref_id,
              const char *kind, int64_t uid, int64_t amount)
 {
-    struct params p = {0};
     int64_t now = clock_wall_ms();
 
-    if (id == &SQL_LEDGER_UPDATE) {
-        p_i64(&p, uid);
-        p_i64(&p, amount);
-        p_i64(&p, now);
-    }
-    p_str(&p, app);
-    p_str(&p, ref_id);
-    if (id == &SQL_LEDGER_INSERT) {
-        p_i64(&p, uid);
-        p_i64(&p, amount);
-    }
-    p_str(&p, kind);
+    if (id == &SQL_LEDGER_UPDATE)
+        return mys_exec(c, id, NULL, "iiisss", uid, amount, now, app, ref_id, kind);
     if (id == &SQL_LEDGER_INSERT)
-        p_i64(&p, now);
-    return mys_st_exec(c, id, &p, NULL);
+        return mys_exec(c, id, NULL, "ssiisi", app, ref_id, uid, amount, kind, now);
+    return mys_exec(c, id, NULL, "sss", app, ref_id, kind);
 }
 
 /* ---- Gift debits inside the gifts' transaction (mysql/command.c) ---- */
@@ -315,7 +285,7 @@ static int
 audit_fn(struct conn *c, void *arg)
 {
     struct audit_ctx *x = arg;
-    struct params p = {0};
+    const char *app = x->app;
     struct rows r;
     size_t cap = 0;
     int rc;
@@ -323,9 +293,8 @@ audit_fn(struct conn *c, void *arg)
     audit_rows_free(x->rows, x->n);
     x->rows = NULL;
     x->n = 0;
-    for (int i = 0; i < 6; i++)
-        p_str(&p, x->app);
-    if ((rc = mys_st_query(c, &SQL_W_AUDIT, &p, &r, "ssssiis")) == 0) {
+    rc = mys_query(c, &SQL_W_AUDIT, &r, "ssssiis", "ssssss", app, app, app, app, app, app);
+    if (rc == 0) {
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             struct audit_row *a;
             const char *req = r_str(&r, 6);
