@@ -10,6 +10,8 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 
+#include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,16 +76,60 @@ sq_run(struct conn *c, const struct sq_sql *id)
     return 0;
 }
 
+sqlite3_stmt *
+sq_bound(struct conn *c, const struct sq_sql *id, const char *types, ...)
+{
+    sqlite3_stmt *q = sq_stmt(c, id);
+    va_list ap;
+    int i = 1;
+
+    if (q == NULL)
+        return NULL;
+    va_start(ap, types);
+    for (const char *t = types; *t != '\0'; t++, i++) {
+        if (*t == 's')
+            bind_text(q, i, va_arg(ap, const char *));
+        else if (*t == 'd')
+            sqlite3_bind_int(q, i, va_arg(ap, int));
+        else if (*t == 'b') {
+            const void *d = va_arg(ap, const void *);
+
+            sqlite3_bind_blob(q, i, d != NULL ? d : "", (int)va_arg(ap, size_t), SQLITE_STATIC);
+        } else {
+            assert(*t == 'i');
+            sqlite3_bind_int64(q, i, va_arg(ap, int64_t));
+        }
+    }
+    va_end(ap);
+    return q;
+}
+
 /* Steps q for at most one row: 1 a row is there to read, 0 there is none, or
- * the failure's code. The caller reads the row, then calls done(q) either way. */
+ * the failure's code (ROOMD_EIO for a NULL q). The caller reads the row, then
+ * calls done(q) either way. */
 int
 sq_step_one(struct conn *c, sqlite3_stmt *q, const char *what)
 {
-    int step = sqlite3_step(q);
+    int step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    step = sqlite3_step(q);
 
     if (step == SQLITE_ROW)
         return 1;
     return step == SQLITE_DONE ? 0 : sq_fail(c->db, step, what);
+}
+
+int
+sq_step_i64(struct conn *c, sqlite3_stmt *q, int64_t *out, const char *what)
+{
+    int rc = sq_step_one(c, q, what);
+
+    if (rc == 1 && out != NULL)
+        *out = sqlite3_column_int64(q, 0);
+    done(q);
+    return rc;
 }
 
 void
@@ -220,18 +266,16 @@ sq_reader_put(struct sq_store *s, struct conn *c)
     pthread_mutex_unlock(&s->rlock);
 }
 
-/* Steps a write statement of one mutation. Returns 0, ROOMD_ECONFLICT on a
- * constraint failure (the mutation alone fails), or another code (the whole
- * transaction fails). */
+/* Steps a write statement of one mutation and resets it. Returns 0,
+ * ROOMD_ECONFLICT on a constraint failure (the mutation alone fails), or
+ * another code (the whole transaction fails; ROOMD_EIO for a NULL q). */
 int
 sq_step_write(struct conn *c, sqlite3_stmt *q, const char *what)
 {
-    int step = sqlite3_step(q);
+    int rc = sq_step_one(c, q, what);
 
     done(q);
-    if (step == SQLITE_DONE || step == SQLITE_ROW)
-        return 0;
-    return sq_fail(c->db, step, what);
+    return rc < 0 ? rc : 0;
 }
 
 /*
@@ -271,14 +315,9 @@ int
 sq_row_one(struct conn *c, const struct sq_sql *id, const char *key1, const char *key2,
            void (*read)(sqlite3_stmt *, void *), void *out, const char *what)
 {
-    sqlite3_stmt *q = sq_stmt(c, id);
+    sqlite3_stmt *q = sq_bound(c, id, key2 != NULL ? "ss" : "s", key1, key2);
     int rc;
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, key1);
-    if (key2 != NULL)
-        bind_text(q, 2, key2);
     if ((rc = sq_step_one(c, q, what)) == 1)
         read(q, out);
     done(q);

@@ -108,9 +108,12 @@ struct sq_store {
     bool sync_full; /* synchronous=FULL: outbox bookkeeping commits without the fsync */
 };
 
+/* Resets s (NULL: nothing to do) and clears its bindings. */
 static inline void
 done(sqlite3_stmt *s)
 {
+    if (s == NULL)
+        return;
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
 }
@@ -163,7 +166,18 @@ struct sq_all {
 int sq_fail(sqlite3 *db, int rc, const char *what);
 sqlite3_stmt *sq_stmt(struct conn *c, const struct sq_sql *id);
 int sq_run(struct conn *c, const struct sq_sql *id);
+/* sq_stmt(c, id) with ?1.. bound, one per letter of types, from the
+ * arguments that follow: 's' const char * (NULL binds ""), 'i' int64_t, 'd'
+ * int, 'b' a blob as two, const void * and size_t; borrowed until the
+ * statement is reset. Returns the statement
+ * or NULL when the prepare failed (sq_step_one, sq_step_write, sq_step_i64
+ * and sq_read_all then return ROOMD_EIO). Thread: c's holder; does not block. */
+sqlite3_stmt *sq_bound(struct conn *c, const struct sq_sql *id, const char *types, ...);
 int sq_step_one(struct conn *c, sqlite3_stmt *q, const char *what);
+/* Steps q for at most one row and resets it: 1 with its first column in
+ * *out (NULL: not wanted), 0 no row, or the failure (what names it). Thread:
+ * c's holder; blocks on SQLite. */
+int sq_step_i64(struct conn *c, sqlite3_stmt *q, int64_t *out, const char *what);
 void sq_rollback(struct conn *c);
 struct conn *sq_writer_get(struct sq_store *s);
 struct conn *sq_writer_get_bookkeeping(struct sq_store *s);

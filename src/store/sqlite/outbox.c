@@ -128,14 +128,11 @@ static int
 read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size_t want,
               struct outbox_row **rows, size_t *n, size_t *cap)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_ROOM_RUN);
+    sqlite3_stmt *q = sq_bound(c, &SQL_ROOM_RUN, "ssi", rm->app_code, rm->room_id, (int64_t)want);
     int step;
 
     if (q == NULL)
         return ROOMD_EIO;
-    bind_text(q, 1, rm->app_code);
-    bind_text(q, 2, rm->room_id);
-    sqlite3_bind_int64(q, 3, (int64_t)want);
     while ((step = sqlite3_step(q)) == SQLITE_ROW && sqlite3_column_int64(q, 18) <= now_ms) {
         *rows = xgrow(*rows, *n, cap, sizeof(**rows));
         read_row(q, &(*rows)[(*n)++]);
@@ -153,15 +150,13 @@ static int
 claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
               int limit, struct outbox_row **rows, size_t *n)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_CLAIM_ROOMS);
+    sqlite3_stmt *q = sq_bound(c, &SQL_CLAIM_ROOMS, "id", now_ms, limit);
     struct outbox_room *rooms = NULL;
     size_t nrooms = 0, rcap = 0, cap = 0;
     int rc = 0, step;
 
     if (q == NULL)
         return ROOMD_EIO;
-    sqlite3_bind_int64(q, 1, now_ms);
-    sqlite3_bind_int(q, 2, limit);
     while ((step = sqlite3_step(q)) == SQLITE_ROW)
         outbox_rooms_add(&rooms, &nrooms, &rcap, (const char *)sqlite3_column_text(q, 0),
                          (const char *)sqlite3_column_text(q, 1));
@@ -172,14 +167,7 @@ claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char 
         rc = read_room_run(c, &rooms[i], now_ms, (size_t)limit - *n, rows, n, &cap);
     free(rooms);
     for (size_t i = 0; i < *n && rc == 0; i++) {
-        if ((q = sq_stmt(c, &SQL_CLAIM_ONE)) == NULL) {
-            rc = ROOMD_EIO;
-            break;
-        }
-        bind_text(q, 1, locked_by);
-        sqlite3_bind_int64(q, 2, lock_until_ms);
-        sqlite3_bind_int64(q, 3, now_ms);
-        sqlite3_bind_int64(q, 4, (*rows)[i].id);
+        q = sq_bound(c, &SQL_CLAIM_ONE, "siii", locked_by, lock_until_ms, now_ms, (*rows)[i].id);
         rc = sq_step_write(c, q, "claim");
         (*rows)[i].status = OUTBOX_DELIVERING;
         (*rows)[i].lock_until_ms = lock_until_ms;
@@ -211,14 +199,11 @@ sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const c
             rc = sq_run(c, &SQL_COMMIT);
         goto out;
     }
-    if ((q = sq_stmt(c, &SQL_CLAIM)) == NULL) {
+    q = sq_bound(c, &SQL_CLAIM, "siid", locked_by, lock_until_ms, now_ms, limit);
+    if (q == NULL) {
         rc = ROOMD_EIO;
         goto out;
     }
-    bind_text(q, 1, locked_by);
-    sqlite3_bind_int64(q, 2, lock_until_ms);
-    sqlite3_bind_int64(q, 3, now_ms);
-    sqlite3_bind_int(q, 4, limit);
     if ((rc = read_rows(c, q, rows, n, "claim")) != 0)
         goto out;
     rc = sq_run(c, &SQL_COMMIT);
@@ -309,24 +294,18 @@ sq_outbox_list(struct store *st, int status, int64_t after_id, int limit, struct
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, status < 0 ? &SQL_LIST_ALL : &SQL_LIST_STATUS);
+    const char *name = status < 0 ? NULL : outbox_status_name((enum outbox_status)status);
+    /* legacy "published" rows are listed as delivered */
+    const char *legacy = status == OUTBOX_DELIVERED ? "published" : name;
+    sqlite3_stmt *q = status < 0
+                          ? sq_bound(c, &SQL_LIST_ALL, "id", after_id, limit)
+                          : sq_bound(c, &SQL_LIST_STATUS, "idss", after_id, limit, name, legacy);
     int rc = ROOMD_EIO;
 
     *rows = NULL;
     *n = 0;
-    if (q == NULL)
-        goto out;
-    sqlite3_bind_int64(q, 1, after_id);
-    sqlite3_bind_int(q, 2, limit);
-    if (status >= 0) {
-        bind_text(q, 3, outbox_status_name((enum outbox_status)status));
-        /* legacy "published" rows are listed as delivered */
-        bind_text(q, 4,
-                  status == OUTBOX_DELIVERED ? "published"
-                                             : outbox_status_name((enum outbox_status)status));
-    }
-    rc = read_rows(c, q, rows, n, "list");
-out:
+    if (q != NULL)
+        rc = read_rows(c, q, rows, n, "list");
     sq_reader_put(s, c);
     if (rc != 0) {
         outbox_rows_free(*rows, *n);
@@ -353,21 +332,13 @@ sq_outbox_replay(struct store *st, const char *event_id, int64_t now_ms)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_writer_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_REPLAY);
-    int rc = ROOMD_EIO;
+    sqlite3_stmt *q = sq_bound(c, &SQL_REPLAY, "si", event_id, now_ms);
+    int rc;
 
-    if (q == NULL)
-        goto out;
-    bind_text(q, 1, event_id);
-    sqlite3_bind_int64(q, 2, now_ms);
     if ((rc = sq_step_write(c, q, "replay")) != 0 || sqlite3_changes(c->db) == 1)
         goto out;
     /* Nothing changed: tell a missing row from one that is not failed. */
-    if ((q = sq_stmt(c, &SQL_STATUS_OF)) == NULL) {
-        rc = ROOMD_EIO;
-        goto out;
-    }
-    bind_text(q, 1, event_id);
+    q = sq_bound(c, &SQL_STATUS_OF, "s", event_id);
     if ((rc = sq_step_one(c, q, "replay lookup")) == 1) {
         store_set_errmsg("event %s is %s, not failed", event_id, sqlite3_column_text(q, 0));
         rc = ROOMD_ECONFLICT;

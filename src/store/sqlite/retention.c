@@ -22,17 +22,9 @@ sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_writer_get(s);
-    sqlite3_stmt *q = sq_stmt(c, sql);
-    int rc = ROOMD_EIO;
+    int rc = sq_step_write(c, sq_bound(c, sql, "id", before_ms, limit), what);
 
-    *purged = 0;
-    if (q == NULL)
-        goto out;
-    sqlite3_bind_int64(q, 1, before_ms);
-    sqlite3_bind_int(q, 2, limit);
-    if ((rc = sq_step_write(c, q, what)) == 0)
-        *purged = (size_t)sqlite3_changes(c->db);
-out:
+    *purged = rc == 0 ? (size_t)sqlite3_changes(c->db) : 0;
     sq_writer_put(s, c);
     return rc;
 }

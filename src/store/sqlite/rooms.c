@@ -86,16 +86,11 @@ sq_rooms_list(struct store *st, const char *after_app, const char *after_room, b
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_ROOMS_LIST);
+    sqlite3_stmt *q =
+        sq_bound(c, &SQL_ROOMS_LIST, "ssdd", after_app, after_room, open_only ? 1 : 0, limit);
     struct sq_all x = {sizeof(**rows), read_room_row, free_room_rows, "rooms_list", NULL, 0};
     int rc;
 
-    if (q != NULL) {
-        bind_text(q, 1, after_app);
-        bind_text(q, 2, after_room);
-        sqlite3_bind_int(q, 3, open_only ? 1 : 0);
-        sqlite3_bind_int(q, 4, limit);
-    }
     rc = sq_read_all(c, q, &x);
     sq_reader_put(s, c);
     *rows = x.rows;

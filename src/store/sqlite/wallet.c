@@ -37,30 +37,18 @@ static const struct sq_sql SQL_W_SET_BALANCE = {
 static int
 w_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_BALANCE);
     int rc;
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    sqlite3_bind_int64(q, 2, uid);
-    rc = sq_step_one(c, q, "wallet balance");
-    *balance = rc == 1 ? sqlite3_column_int64(q, 0) : initial;
-    done(q);
+    *balance = initial;
+    rc = sq_step_i64(c, sq_bound(c, &SQL_W_BALANCE, "si", app, uid), balance, "wallet balance");
     return rc < 0 ? rc : 0;
 }
 
 static int
 w_set_balance(struct conn *c, const char *app, int64_t uid, int64_t balance, int64_t now)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_SET_BALANCE);
+    sqlite3_stmt *q = sq_bound(c, &SQL_W_SET_BALANCE, "siii", app, uid, balance, now);
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    sqlite3_bind_int64(q, 2, uid);
-    sqlite3_bind_int64(q, 3, balance);
-    sqlite3_bind_int64(q, 4, now);
     return sq_step_write(c, q, "wallet set balance");
 }
 
@@ -69,14 +57,9 @@ static int
 w_ledger_get(struct conn *c, const char *app, const char *ref, const char *kind, int64_t *uid,
              int64_t *amount)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_LEDGER_GET);
+    sqlite3_stmt *q = sq_bound(c, &SQL_W_LEDGER_GET, "sss", app, ref, kind);
     int rc;
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    bind_text(q, 2, ref);
-    bind_text(q, 3, kind);
     if ((rc = sq_step_one(c, q, "wallet ledger")) == 1) {
         *uid = sqlite3_column_int64(q, 0);
         *amount = sqlite3_column_int64(q, 1);
@@ -90,20 +73,10 @@ static int
 w_ledger_write(struct conn *c, const struct sq_sql *id, const char *app, const char *ref,
                const char *kind, int64_t uid, int64_t amount, int64_t now)
 {
-    sqlite3_stmt *q = sq_stmt(c, id);
+    sqlite3_stmt *q = id == &SQL_W_LEDGER_DELETE
+                          ? sq_bound(c, id, "sss", app, ref, kind)
+                          : sq_bound(c, id, "ssiisi", app, ref, uid, amount, kind, now);
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    bind_text(q, 2, ref);
-    if (id == &SQL_W_LEDGER_DELETE) {
-        bind_text(q, 3, kind);
-    } else {
-        sqlite3_bind_int64(q, 3, uid);
-        sqlite3_bind_int64(q, 4, amount);
-        bind_text(q, 5, kind);
-        sqlite3_bind_int64(q, 6, now);
-    }
     return sq_step_write(c, q, "wallet ledger write");
 }
 
@@ -209,7 +182,7 @@ sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows,
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_AUDIT);
+    sqlite3_stmt *q = sq_bound(c, &SQL_W_AUDIT, "s", app);
     size_t cap = 0;
     int rc = ROOMD_EIO, step;
 
@@ -217,7 +190,6 @@ sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows,
     *n = 0;
     if (q == NULL)
         goto out;
-    bind_text(q, 1, app);
     while ((step = sqlite3_step(q)) == SQLITE_ROW) {
         struct audit_row *r;
 
