@@ -19,77 +19,61 @@
 #define CMD_COLS "room_id, command_id, command_type, request, response, version, created_at_ms"
 #define CMD_TYPES "sssssii"
 
-static const struct mys_sql SQL_FIND_COMMAND = {S_FIND_COMMAND,
-                                                "SELECT " CMD_COLS " FROM room_command_log"
-                                                " WHERE app_code=? AND command_id=?"};
-static const struct mys_sql SQL_ROOM_HEAD = {
-    S_ROOM_HEAD,
-    "SELECT version, fence_token, event_seq FROM rooms WHERE app_code=? AND room_id=?"};
-static const struct mys_sql SQL_ROOM_FENCE = {
-    S_ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"
-                  " FOR UPDATE"};
-static const struct mys_sql SQL_SNAP_LATEST = {S_SNAP_LATEST,
-                                               "SELECT version, state FROM room_snapshots"
-                                               " WHERE app_code=? AND room_id=? AND version<=?"
-                                               " ORDER BY version DESC LIMIT 1"};
-static const struct mys_sql SQL_LOG_TAIL = {
-    S_LOG_TAIL, "SELECT " CMD_COLS " FROM room_command_log"
-                " WHERE app_code=? AND room_id=? AND version>? AND version<=?"
-                " ORDER BY version"};
-static const struct mys_sql SQL_LOG_INSERT = {
-    S_LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
-                  " command_type, request, response, created_at_ms)"
-                  " VALUES (?,?,?,?,?,?,?,?)"};
-static const struct mys_sql SQL_ROOM_INSERT = {
-    S_ROOM_INSERT,
-    "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
-    " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
-    " created_at_ms, updated_at_ms, event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"};
-static const struct mys_sql SQL_ROOM_UPDATE = {
-    S_ROOM_UPDATE, "UPDATE rooms SET owner_uid=?, title=?, status=?, version=?, fence_token=?,"
-                   " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
-                   " updated_at_ms=?, event_seq=?"
-                   " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?"};
+MYS_SQL(FIND_COMMAND, "SELECT " CMD_COLS " FROM room_command_log"
+                      " WHERE app_code=? AND command_id=?");
+MYS_SQL(ROOM_HEAD,
+        "SELECT version, fence_token, event_seq FROM rooms WHERE app_code=? AND room_id=?");
+MYS_SQL(ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"
+                    " FOR UPDATE");
+MYS_SQL(SNAP_LATEST, "SELECT version, state FROM room_snapshots"
+                     " WHERE app_code=? AND room_id=? AND version<=?"
+                     " ORDER BY version DESC LIMIT 1");
+MYS_SQL(LOG_TAIL, "SELECT " CMD_COLS " FROM room_command_log"
+                  " WHERE app_code=? AND room_id=? AND version>? AND version<=?"
+                  " ORDER BY version");
+MYS_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
+                    " command_type, request, response, created_at_ms)"
+                    " VALUES (?,?,?,?,?,?,?,?)");
+MYS_SQL(ROOM_INSERT,
+        "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+        " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
+        " created_at_ms, updated_at_ms, event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+MYS_SQL(ROOM_UPDATE, "UPDATE rooms SET owner_uid=?, title=?, status=?, version=?, fence_token=?,"
+                     " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
+                     " updated_at_ms=?, event_seq=?"
+                     " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?");
 /* status, locked_by, lock_until_ms, due_at_ms: pending (NULL, NULL,
  * created_at_ms) or, for the outbox hand-off, already claimed */
-static const struct mys_sql SQL_OUTBOX_INSERT = {
-    S_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
-                     " command_id, event_type, payload, status, retry_count, sinks_done,"
-                     " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
-                     " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)"};
+MYS_SQL(OUTBOX_INSERT,
+        "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
+        " command_id, event_type, payload, status, retry_count, sinks_done,"
+        " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
+        " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)");
 /* The hand-off under ordering per_room: does the room have an undelivered
  * row (a range of ix_outbox_room)? */
-static const struct mys_sql SQL_ROOM_BUSY = {
-    S_ROOM_BUSY, "SELECT 1 FROM room_outbox FORCE INDEX (ix_outbox_room)"
-                 " WHERE app_code=? AND room_id=? AND due_at_ms IS NOT NULL LIMIT 1"};
+MYS_SQL(ROOM_BUSY, "SELECT 1 FROM room_outbox FORCE INDEX (ix_outbox_room)"
+                   " WHERE app_code=? AND room_id=? AND due_at_ms IS NOT NULL LIMIT 1");
 /* The ids of rows just inserted already claimed (their due_at_ms is
  * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
-static const struct mys_sql SQL_OUTBOX_IDS = {
-    S_OUTBOX_IDS, "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
-                  " WHERE due_at_ms>=? AND due_at_ms<=? AND locked_by=?"};
-static const struct mys_sql SQL_SNAP_INSERT = {
-    S_SNAP_INSERT, "INSERT INTO room_snapshots (app_code, room_id, version, state,"
-                   " created_at_ms) VALUES (?,?,?,?,?)"
-                   " ON DUPLICATE KEY UPDATE state=VALUES(state),"
-                   " created_at_ms=VALUES(created_at_ms)"};
-static const struct mys_sql SQL_SNAP_NTH = {
-    S_SNAP_NTH, "SELECT version FROM room_snapshots WHERE app_code=? AND room_id=?"
-                " ORDER BY version DESC LIMIT 1 OFFSET ?"};
-static const struct mys_sql SQL_SNAP_PRUNE = {
-    S_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code=? AND room_id=? AND version<=?"};
+MYS_SQL(OUTBOX_IDS, "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                    " WHERE due_at_ms>=? AND due_at_ms<=? AND locked_by=?");
+MYS_SQL(SNAP_INSERT, "INSERT INTO room_snapshots (app_code, room_id, version, state,"
+                     " created_at_ms) VALUES (?,?,?,?,?)"
+                     " ON DUPLICATE KEY UPDATE state=VALUES(state),"
+                     " created_at_ms=VALUES(created_at_ms)");
+MYS_SQL(SNAP_NTH, "SELECT version FROM room_snapshots WHERE app_code=? AND room_id=?"
+                  " ORDER BY version DESC LIMIT 1 OFFSET ?");
+MYS_SQL(SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code=? AND room_id=? AND version<=?");
 /* A create's owner limit (owner_limit): the owner's lock row, taken (X,
  * until the commit) before its open rooms are counted, so two creates of
  * one owner never count at once: the second waits for the first to commit
  * and then, under READ COMMITTED, counts its room. */
-static const struct mys_sql SQL_OWNER_LOCK = {
-    S_OWNER_LOCK, "INSERT INTO room_owner_locks (app_code, owner_uid) VALUES (?,?)"
-                  " ON DUPLICATE KEY UPDATE owner_uid=owner_uid"};
-static const struct mys_sql SQL_OWNER_ROOMS = {
-    S_OWNER_ROOMS, "SELECT COUNT(*) FROM rooms FORCE INDEX (ix_rooms_owner)"
-                   " WHERE app_code=? AND owner_uid=? AND status='open'"};
-static const struct mys_sql SQL_FENCE_ROOM = {
-    S_FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
-                  " AND fence_token<=?"};
+MYS_SQL(OWNER_LOCK, "INSERT INTO room_owner_locks (app_code, owner_uid) VALUES (?,?)"
+                    " ON DUPLICATE KEY UPDATE owner_uid=owner_uid");
+MYS_SQL(OWNER_ROOMS, "SELECT COUNT(*) FROM rooms FORCE INDEX (ix_rooms_owner)"
+                     " WHERE app_code=? AND owner_uid=? AND status='open'");
+MYS_SQL(FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
+                    " AND fence_token<=?");
 
 /* Reads the row of r (CMD_COLS) into dst (struct command_record). */
 static void

@@ -90,6 +90,10 @@ struct mys_sql {
     const char *text;
 };
 
+/* Declares the statement SQL_<name> of slot S_<name> with its text, in the
+ * file that runs it: MYS_SQL(GET, "SELECT ... WHERE event_id=?"); */
+#define MYS_SQL(name, text) static const struct mys_sql SQL_##name = {S_##name, text}
+
 struct conn {
     MYSQL *db;               /* NULL until connected, again after a loss */
     MYSQL_STMT *st[S_COUNT]; /* prepared on first use on this connection */

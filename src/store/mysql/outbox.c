@@ -23,13 +23,11 @@
 /* The claim follows ix_outbox_due exactly (range on due_at_ms, ordered by
  * (due_at_ms, id)): no filesort, so SKIP LOCKED locks only the rows it
  * returns, and delivered rows (due_at_ms NULL) are never read. */
-static const struct mys_sql SQL_CLAIM_SELECT = {
-    S_CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_due)"
-                    " WHERE due_at_ms<=? ORDER BY due_at_ms, id LIMIT ?"
-                    " FOR UPDATE SKIP LOCKED"};
-static const struct mys_sql SQL_CLAIM_UPDATE = {
-    S_CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
-                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?"};
+MYS_SQL(CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                      " WHERE due_at_ms<=? ORDER BY due_at_ms, id LIMIT ?"
+                      " FOR UPDATE SKIP LOCKED");
+MYS_SQL(CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                      " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?");
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered), consistent
  * (non-locking) reads of one snapshot: the rooms of the due rows whose room
  * has no row waiting (locked, or retryable not yet due: due_at_ms > now), in
@@ -41,56 +39,43 @@ static const struct mys_sql SQL_CLAIM_UPDATE = {
  * 100 busy heads: 74 s with a NOT EXISTS probe per row, 1.2 s so, on a
  * loaded machine). The run ranges over ix_outbox_room: a room's undelivered
  * rows only. */
-static const struct mys_sql SQL_CLAIM_ROOMS = {
-    S_CLAIM_ROOMS,
-    "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"
-    " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"
-    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"
-    " ORDER BY o.due_at_ms, o.id LIMIT ?"};
-static const struct mys_sql SQL_ROOM_RUN = {
-    S_ROOM_RUN, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM room_outbox"
-                " FORCE INDEX (ix_outbox_room) WHERE app_code=? AND room_id=?"
-                " AND due_at_ms IS NOT NULL ORDER BY id LIMIT ?"};
+MYS_SQL(CLAIM_ROOMS,
+        "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"
+        " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"
+        " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"
+        " ORDER BY o.due_at_ms, o.id LIMIT ?");
+MYS_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM room_outbox"
+                  " FORCE INDEX (ix_outbox_room) WHERE app_code=? AND room_id=?"
+                  " AND due_at_ms IS NOT NULL ORDER BY id LIMIT ?");
 /* Takes a room's head unless it changed since the snapshot (claimed,
  * completed or released by someone else: updated_at_ms moved, or no longer
  * due). An UPDATE waits for a row another claimer's short transaction holds,
  * then sees its latest version. Whoever holds the head holds the room. */
-static const struct mys_sql SQL_CLAIM_FENCED = {
-    S_CLAIM_FENCED, "UPDATE room_outbox SET status='delivering', locked_by=?,"
-                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
-                    " WHERE id=? AND due_at_ms<=? AND updated_at_ms=?"};
+MYS_SQL(CLAIM_FENCED, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                      " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
+                      " WHERE id=? AND due_at_ms<=? AND updated_at_ms=?");
 /* The rest of a held room's run (one bulk statement; all must still be due). */
-static const struct mys_sql SQL_CLAIM_REST = {
-    S_CLAIM_REST, "UPDATE room_outbox SET status='delivering', locked_by=?,"
-                  " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=? AND due_at_ms<=?"};
-static const struct mys_sql SQL_COMPLETE = {
-    S_COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
-                " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
-                " due_at_ms=?,"
-                " updated_at_ms=?, delivered_at_ms=?"
-                " WHERE id=? AND status='delivering' AND locked_by=?"};
-static const struct mys_sql SQL_LIST_ALL = {
-    S_LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id>? ORDER BY id LIMIT ?"};
-static const struct mys_sql SQL_LIST_STATUS = {
-    S_LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox"
-                   " WHERE status IN (?,?) AND id>? ORDER BY id LIMIT ?"};
-static const struct mys_sql SQL_GET = {S_GET,
-                                       "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id=?"};
-static const struct mys_sql SQL_REPLAY = {
-    S_REPLAY, "UPDATE room_outbox SET status='pending', retry_count=0,"
-              " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, due_at_ms=?,"
-              " updated_at_ms=?"
-              " WHERE event_id=? AND status='failed'"};
-static const struct mys_sql SQL_STATUS_OF = {S_STATUS_OF,
-                                             "SELECT status FROM room_outbox WHERE event_id=?"};
-static const struct mys_sql SQL_COUNTS = {
-    S_COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status"};
-static const struct mys_sql SQL_OLDEST = {
-    S_OLDEST, "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
-              " GROUP BY sinks_done"};
-static const struct mys_sql SQL_PURGE = {
-    S_PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
-             " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?"};
+MYS_SQL(CLAIM_REST, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=? AND due_at_ms<=?");
+MYS_SQL(COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
+                  " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
+                  " due_at_ms=?,"
+                  " updated_at_ms=?, delivered_at_ms=?"
+                  " WHERE id=? AND status='delivering' AND locked_by=?");
+MYS_SQL(LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id>? ORDER BY id LIMIT ?");
+MYS_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox"
+                     " WHERE status IN (?,?) AND id>? ORDER BY id LIMIT ?");
+MYS_SQL(GET, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id=?");
+MYS_SQL(REPLAY, "UPDATE room_outbox SET status='pending', retry_count=0,"
+                " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, due_at_ms=?,"
+                " updated_at_ms=?"
+                " WHERE event_id=? AND status='failed'");
+MYS_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id=?");
+MYS_SQL(COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status");
+MYS_SQL(OLDEST, "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
+                " GROUP BY sinks_done");
+MYS_SQL(PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
+               " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?");
 
 /* Reads the row of r (OUTBOX_COLS) into dst (struct outbox_row). */
 static void

@@ -14,12 +14,11 @@
 
 #define PURGE_CHUNK 500
 
-static const struct mys_sql SQL_LOG_PURGE = {
-    S_LOG_PURGE,
-    "DELETE FROM room_command_log WHERE id IN (SELECT id FROM (SELECT l.id"
-    " FROM room_command_log l WHERE l.created_at_ms < ? AND l.version <= (SELECT MIN(s.version)"
-    " FROM room_snapshots s WHERE s.app_code = l.app_code AND s.room_id = l.room_id)"
-    " ORDER BY l.id LIMIT ?) AS old)"};
+MYS_SQL(LOG_PURGE,
+        "DELETE FROM room_command_log WHERE id IN (SELECT id FROM (SELECT l.id"
+        " FROM room_command_log l WHERE l.created_at_ms < ? AND l.version <= (SELECT MIN(s.version)"
+        " FROM room_snapshots s WHERE s.app_code = l.app_code AND s.room_id = l.room_id)"
+        " ORDER BY l.id LIMIT ?) AS old)");
 
 struct purge_ctx {
     const struct mys_sql *sql;

@@ -11,15 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct mys_sql SQL_ROCKETS = {
-    S_ROCKETS, "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
-               " FROM rooms WHERE rocket_status='ignited' ORDER BY app_code, room_id"};
+MYS_SQL(ROCKETS, "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
+                 " FROM rooms WHERE rocket_status='ignited' ORDER BY app_code, room_id");
 /* a range of the primary key: app_code>=? bounds it, the OR filters */
-static const struct mys_sql SQL_ROOMS_LIST = {
-    S_ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
-                  " created_at_ms, updated_at_ms FROM rooms"
-                  " WHERE app_code>=? AND (app_code>? OR room_id>?)"
-                  " AND (?=0 OR status='open') ORDER BY app_code, room_id LIMIT ?"};
+MYS_SQL(ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
+                    " created_at_ms, updated_at_ms FROM rooms"
+                    " WHERE app_code>=? AND (app_code>? OR room_id>?)"
+                    " AND (?=0 OR status='open') ORDER BY app_code, room_id LIMIT ?");
 
 static void
 read_rocket(const struct rows *r, void *out)

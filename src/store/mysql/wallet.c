@@ -15,27 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct mys_sql SQL_ACCT_ENSURE = {
-    S_ACCT_ENSURE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
-                   " VALUES (?,?,?,?) ON DUPLICATE KEY UPDATE uid=uid"};
-static const struct mys_sql SQL_ACCT_LOCK = {
-    S_ACCT_LOCK, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=? FOR UPDATE"};
-static const struct mys_sql SQL_ACCT_GET = {
-    S_ACCT_GET, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=?"};
-static const struct mys_sql SQL_ACCT_ADD = {
-    S_ACCT_ADD, "UPDATE wallet_accounts SET balance=balance+?, updated_at_ms=?"
-                " WHERE app_code=? AND uid=?"};
-static const struct mys_sql SQL_LEDGER_GET = {S_LEDGER_GET,
-                                              "SELECT uid, amount FROM wallet_ledger"
-                                              " WHERE app_code=? AND ref_id=? AND kind=?"};
-static const struct mys_sql SQL_LEDGER_INSERT = {
-    S_LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
-                     " created_at_ms) VALUES (?,?,?,?,?,?)"};
-static const struct mys_sql SQL_LEDGER_UPDATE = {
-    S_LEDGER_UPDATE, "UPDATE wallet_ledger SET uid=?, amount=?, created_at_ms=?"
-                     " WHERE app_code=? AND ref_id=? AND kind=?"};
-static const struct mys_sql SQL_LEDGER_DELETE = {
-    S_LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code=? AND ref_id=? AND kind=?"};
+MYS_SQL(ACCT_ENSURE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
+                     " VALUES (?,?,?,?) ON DUPLICATE KEY UPDATE uid=uid");
+MYS_SQL(ACCT_LOCK, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=? FOR UPDATE");
+MYS_SQL(ACCT_GET, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=?");
+MYS_SQL(ACCT_ADD, "UPDATE wallet_accounts SET balance=balance+?, updated_at_ms=?"
+                  " WHERE app_code=? AND uid=?");
+MYS_SQL(LEDGER_GET, "SELECT uid, amount FROM wallet_ledger"
+                    " WHERE app_code=? AND ref_id=? AND kind=?");
+MYS_SQL(LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
+                       " created_at_ms) VALUES (?,?,?,?,?,?)");
+MYS_SQL(LEDGER_UPDATE, "UPDATE wallet_ledger SET uid=?, amount=?, created_at_ms=?"
+                       " WHERE app_code=? AND ref_id=? AND kind=?");
+MYS_SQL(LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code=? AND ref_id=? AND kind=?");
 
 struct wallet_ctx {
     const char *app, *ref_id;
@@ -266,13 +258,12 @@ mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initia
     return rc;
 }
 
-static const struct mys_sql SQL_W_AUDIT = {
-    S_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
-               " WHERE command_type='SendGift' AND (?='' OR app_code=?)"
-               " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
-               " FROM wallet_ledger WHERE ?='' OR app_code=?"
-               " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
-               " FROM wallet_accounts WHERE ?='' OR app_code=?"};
+MYS_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+                 " WHERE command_type='SendGift' AND (?='' OR app_code=?)"
+                 " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+                 " FROM wallet_ledger WHERE ?='' OR app_code=?"
+                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
+                 " FROM wallet_accounts WHERE ?='' OR app_code=?");
 
 struct audit_ctx {
     const char *app;

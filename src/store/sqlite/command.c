@@ -14,66 +14,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct sq_sql SQL_ROOM_FENCE = {
-    ST_ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2"};
-static const struct sq_sql SQL_LOG_INSERT = {
-    ST_LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
+SQ_SQL(ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
                    " command_type, request, response, created_at_ms)"
-                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"};
-static const struct sq_sql SQL_LOG_EXISTS = {
-    ST_LOG_EXISTS, "SELECT 1 FROM room_command_log WHERE app_code = ?1 AND command_id = ?2"};
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+SQ_SQL(LOG_EXISTS, "SELECT 1 FROM room_command_log WHERE app_code = ?1 AND command_id = ?2");
 /* ?9 status, ?10 locked_by, ?11 lock_until_ms, ?12 due_at_ms: pending
  * (due at created_at_ms) or, for the outbox hand-off, already claimed */
-static const struct sq_sql SQL_OUTBOX_INSERT = {
-    ST_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
+SQ_SQL(OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
                       " command_id, event_type, payload, status, locked_by, lock_until_ms,"
                       " due_at_ms, created_at_ms, updated_at_ms, room_seq)"
-                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)"};
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)");
 /* The hand-off under ordering per_room: does the room have an undelivered
  * row (room_outbox_room)? */
-static const struct sq_sql SQL_ROOM_BUSY = {
-    ST_ROOM_BUSY, "SELECT 1 FROM room_outbox WHERE app_code = ?1 AND room_id = ?2"
-                  " AND due_at_ms IS NOT NULL LIMIT 1"};
-static const struct sq_sql SQL_ROOM_INSERT = {
-    ST_ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+SQ_SQL(ROOM_BUSY, "SELECT 1 FROM room_outbox WHERE app_code = ?1 AND room_id = ?2"
+                  " AND due_at_ms IS NOT NULL LIMIT 1");
+SQ_SQL(ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
                     " fence_token, rocket_status, rocket_id, rocket_level,"
                     " rocket_launch_at_ms, created_at_ms, updated_at_ms, event_seq)"
-                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"};
-static const struct sq_sql SQL_ROOM_UPDATE = {
-    ST_ROOM_UPDATE, "UPDATE rooms SET owner_uid = ?3, title = ?4, status = ?5, version = ?6,"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+SQ_SQL(ROOM_UPDATE, "UPDATE rooms SET owner_uid = ?3, title = ?4, status = ?5, version = ?6,"
                     " fence_token = ?7, rocket_status = ?8, rocket_id = ?9,"
                     " rocket_level = ?10, rocket_launch_at_ms = ?11, updated_at_ms = ?13,"
-                    " event_seq = ?14 WHERE app_code = ?1 AND room_id = ?2"};
-static const struct sq_sql SQL_SNAP_INSERT = {
-    ST_SNAP_INSERT, "INSERT OR REPLACE INTO room_snapshots (app_code, room_id, version, state,"
-                    " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)"};
-static const struct sq_sql SQL_SNAP_PRUNE = {
-    ST_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code = ?1 AND room_id = ?2"
+                    " event_seq = ?14 WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(SNAP_INSERT, "INSERT OR REPLACE INTO room_snapshots (app_code, room_id, version, state,"
+                    " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)");
+SQ_SQL(SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code = ?1 AND room_id = ?2"
                    " AND version < (SELECT version FROM room_snapshots"
                    " WHERE app_code = ?1 AND room_id = ?2 ORDER BY version DESC"
-                   " LIMIT 1 OFFSET ?3)"};
-static const struct sq_sql SQL_FIND_COMMAND = {
-    ST_FIND_COMMAND, "SELECT room_id, command_id, command_type, request, response, version,"
+                   " LIMIT 1 OFFSET ?3)");
+SQ_SQL(FIND_COMMAND, "SELECT room_id, command_id, command_type, request, response, version,"
                      " created_at_ms FROM room_command_log"
-                     " WHERE app_code = ?1 AND command_id = ?2"};
-static const struct sq_sql SQL_LOAD_ROOM = {ST_LOAD_ROOM,
-                                            "SELECT version, fence_token, event_seq FROM rooms"
-                                            " WHERE app_code = ?1 AND room_id = ?2"};
-static const struct sq_sql SQL_LOAD_SNAP = {
-    ST_LOAD_SNAP, "SELECT version, state FROM room_snapshots WHERE app_code = ?1"
-                  " AND room_id = ?2 ORDER BY version DESC LIMIT 1"};
-static const struct sq_sql SQL_LOAD_TAIL = {
-    ST_LOAD_TAIL, "SELECT room_id, command_id, command_type, request, response, version,"
+                     " WHERE app_code = ?1 AND command_id = ?2");
+SQ_SQL(LOAD_ROOM, "SELECT version, fence_token, event_seq FROM rooms"
+                  " WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(LOAD_SNAP, "SELECT version, state FROM room_snapshots WHERE app_code = ?1"
+                  " AND room_id = ?2 ORDER BY version DESC LIMIT 1");
+SQ_SQL(LOAD_TAIL, "SELECT room_id, command_id, command_type, request, response, version,"
                   " created_at_ms FROM room_command_log"
-                  " WHERE app_code = ?1 AND room_id = ?2 AND version > ?3 ORDER BY version"};
+                  " WHERE app_code = ?1 AND room_id = ?2 AND version > ?3 ORDER BY version");
 /* the open rooms of an owner (index rooms_owner); the writer's
  * transaction makes the count and the insert one step */
-static const struct sq_sql SQL_OWNER_ROOMS = {
-    ST_OWNER_ROOMS, "SELECT count(*) FROM rooms WHERE app_code = ?1 AND owner_uid = ?2"
-                    " AND status = 'open'"};
-static const struct sq_sql SQL_FENCE_ROOM = {
-    ST_FENCE_ROOM, "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND room_id = ?2"
-                   " AND fence_token <= ?3"};
+SQ_SQL(OWNER_ROOMS, "SELECT count(*) FROM rooms WHERE app_code = ?1 AND owner_uid = ?2"
+                    " AND status = 'open'");
+SQ_SQL(FENCE_ROOM, "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND room_id = ?2"
+                   " AND fence_token <= ?3");
 
 /* Reads the row of q into dst (struct command_record). */
 static void

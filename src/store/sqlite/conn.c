@@ -19,12 +19,12 @@
 const struct sq_sql SQL_BEGIN = {ST_BEGIN, "BEGIN"};
 const struct sq_sql SQL_BEGIN_IMMEDIATE = {ST_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE"};
 const struct sq_sql SQL_COMMIT = {ST_COMMIT, "COMMIT"};
-static const struct sq_sql SQL_ROLLBACK = {ST_ROLLBACK, "ROLLBACK"};
-static const struct sq_sql SQL_SAVEPOINT = {ST_SAVEPOINT, "SAVEPOINT m"};
-static const struct sq_sql SQL_RELEASE = {ST_RELEASE, "RELEASE m"};
-static const struct sq_sql SQL_ROLLBACK_TO = {ST_ROLLBACK_TO, "ROLLBACK TO m"};
-static const struct sq_sql SQL_SYNC_NORMAL = {ST_SYNC_NORMAL, "PRAGMA synchronous=NORMAL"};
-static const struct sq_sql SQL_SYNC_FULL = {ST_SYNC_FULL, "PRAGMA synchronous=FULL"};
+SQ_SQL(ROLLBACK, "ROLLBACK");
+SQ_SQL(SAVEPOINT, "SAVEPOINT m");
+SQ_SQL(RELEASE, "RELEASE m");
+SQ_SQL(ROLLBACK_TO, "ROLLBACK TO m");
+SQ_SQL(SYNC_NORMAL, "PRAGMA synchronous=NORMAL");
+SQ_SQL(SYNC_FULL, "PRAGMA synchronous=FULL");
 
 /* Maps a SQLite result code to ROOMD_E* and sets the thread's detail text. */
 int

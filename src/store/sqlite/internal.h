@@ -89,6 +89,10 @@ struct sq_sql {
     const char *text;
 };
 
+/* Declares the statement SQL_<name> of slot ST_<name> with its text, in the
+ * file that runs it: SQ_SQL(GET, "SELECT ... WHERE event_id = ?1"); */
+#define SQ_SQL(name, text) static const struct sq_sql SQL_##name = {ST_##name, text}
+
 struct conn {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT_];

@@ -17,61 +17,48 @@
     " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
     " last_error, created_at_ms, delivered_at_ms, room_seq"
 
-static const struct sq_sql SQL_CLAIM = {
-    ST_CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
+SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
               " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
               " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
               " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
-              " RETURNING " OUTBOX_COLS};
+              " RETURNING " OUTBOX_COLS);
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered): the rooms
  * of the due rows whose room has no row waiting (locked, or retryable not
  * yet due: due_at_ms > ?1; one subquery over room_outbox_due, not a probe
  * per candidate), in claim order (?2 limit); then each room's undelivered
  * rows in id order from its head, with due_at_ms (?3 limit, over
  * room_outbox_room). */
-static const struct sq_sql SQL_CLAIM_ROOMS = {
-    ST_CLAIM_ROOMS,
-    "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
-    " AND o.due_at_ms <= ?1 AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code,"
-    " e.room_id FROM room_outbox e WHERE e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
-    " ORDER BY o.due_at_ms, o.id LIMIT ?2"};
-static const struct sq_sql SQL_ROOM_RUN = {
-    ST_ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
+SQ_SQL(CLAIM_ROOMS,
+       "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
+       " AND o.due_at_ms <= ?1 AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code,"
+       " e.room_id FROM room_outbox e WHERE e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
+       " ORDER BY o.due_at_ms, o.id LIMIT ?2");
+SQ_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
                  " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
-                 " ORDER BY id LIMIT ?3"};
-static const struct sq_sql SQL_CLAIM_ONE = {
-    ST_CLAIM_ONE, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
-                  " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3 WHERE id = ?4"};
-static const struct sq_sql SQL_COMPLETE = {
-    ST_COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
+                 " ORDER BY id LIMIT ?3");
+SQ_SQL(CLAIM_ONE, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
+                  " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3 WHERE id = ?4");
+SQ_SQL(COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
                  " next_retry_at_ms = ?6, last_error = ?7, due_at_ms = ?8,"
                  " delivered_at_ms = ?9, lock_until_ms = 0, locked_by = '',"
                  " updated_at_ms = ?10"
-                 " WHERE id = ?1 AND status = 'delivering' AND locked_by = ?2"};
-static const struct sq_sql SQL_LIST_ALL = {
-    ST_LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1 ORDER BY id LIMIT ?2"};
-static const struct sq_sql SQL_LIST_STATUS = {ST_LIST_STATUS, "SELECT " OUTBOX_COLS
-                                                              " FROM room_outbox WHERE id > ?1"
-                                                              " AND status IN (?3, ?4)"
-                                                              " ORDER BY id LIMIT ?2"};
-static const struct sq_sql SQL_GET = {ST_GET, "SELECT " OUTBOX_COLS
-                                              " FROM room_outbox WHERE event_id = ?1"};
-static const struct sq_sql SQL_REPLAY = {
-    ST_REPLAY, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
+                 " WHERE id = ?1 AND status = 'delivering' AND locked_by = ?2");
+SQ_SQL(LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1 ORDER BY id LIMIT ?2");
+SQ_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1"
+                    " AND status IN (?3, ?4)"
+                    " ORDER BY id LIMIT ?2");
+SQ_SQL(GET, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id = ?1");
+SQ_SQL(REPLAY, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
                " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
-               " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'"};
-static const struct sq_sql SQL_STATUS_OF = {ST_STATUS_OF,
-                                            "SELECT status FROM room_outbox WHERE event_id = ?1"};
-static const struct sq_sql SQL_COUNTS = {
-    ST_COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status"};
-static const struct sq_sql SQL_OLDEST = {
-    ST_OLDEST, "SELECT sinks_done, min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
-               " GROUP BY sinks_done"};
-static const struct sq_sql SQL_PURGE = {
-    ST_PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
+               " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'");
+SQ_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id = ?1");
+SQ_SQL(COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status");
+SQ_SQL(OLDEST, "SELECT sinks_done, min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
+               " GROUP BY sinks_done");
+SQ_SQL(PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
               " WHERE delivered_at_ms IS NOT NULL AND delivered_at_ms < ?1"
               " AND status IN ('delivered', 'published') ORDER BY delivered_at_ms, id"
-              " LIMIT ?2)"};
+              " LIMIT ?2)");
 
 /* Reads the row of q (OUTBOX_COLS) into dst (struct outbox_row). */
 static void

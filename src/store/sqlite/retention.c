@@ -10,11 +10,10 @@
 
 #include "core/err.h"
 
-static const struct sq_sql SQL_LOG_PURGE = {
-    ST_LOG_PURGE, "DELETE FROM room_command_log WHERE id IN (SELECT l.id FROM room_command_log l"
+SQ_SQL(LOG_PURGE, "DELETE FROM room_command_log WHERE id IN (SELECT l.id FROM room_command_log l"
                   " WHERE l.created_at_ms < ?1 AND l.version <= (SELECT min(s.version)"
                   " FROM room_snapshots s WHERE s.app_code = l.app_code"
-                  " AND s.room_id = l.room_id) ORDER BY l.id LIMIT ?2)"};
+                  " AND s.room_id = l.room_id) ORDER BY l.id LIMIT ?2)");
 
 int
 sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int limit,

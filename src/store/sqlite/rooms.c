@@ -11,15 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct sq_sql SQL_ROCKETS = {
-    ST_ROCKETS, "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
-                " FROM rooms WHERE rocket_status = 'ignited'"};
+SQ_SQL(ROCKETS, "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
+                " FROM rooms WHERE rocket_status = 'ignited'");
 /* a range of the primary key: app_code >= ?1 bounds it, the OR filters */
-static const struct sq_sql SQL_ROOMS_LIST = {
-    ST_ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
+SQ_SQL(ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
                    " created_at_ms, updated_at_ms FROM rooms"
                    " WHERE app_code >= ?1 AND (app_code > ?1 OR room_id > ?2)"
-                   " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4"};
+                   " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4");
 
 static void
 read_rocket(sqlite3_stmt *q, void *out)

@@ -14,24 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct sq_sql SQL_W_LEDGER_GET = {
-    ST_W_LEDGER_GET, "SELECT uid, amount FROM wallet_ledger WHERE app_code = ?1"
-                     " AND ref_id = ?2 AND kind = ?3"};
-static const struct sq_sql SQL_W_LEDGER_INSERT = {
-    ST_W_LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
-                        " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"};
-static const struct sq_sql SQL_W_LEDGER_DELETE = {
-    ST_W_LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code = ?1 AND ref_id = ?2"
-                        " AND kind = ?3"};
-static const struct sq_sql SQL_W_LEDGER_UPDATE = {
-    ST_W_LEDGER_UPDATE, "UPDATE wallet_ledger SET amount = ?4, uid = ?3, created_at_ms = ?6"
-                        " WHERE app_code = ?1 AND ref_id = ?2 AND kind = ?5"};
-static const struct sq_sql SQL_W_BALANCE = {
-    ST_W_BALANCE, "SELECT balance FROM wallet_accounts WHERE app_code = ?1 AND uid = ?2"};
-static const struct sq_sql SQL_W_SET_BALANCE = {
-    ST_W_SET_BALANCE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
+SQ_SQL(W_LEDGER_GET, "SELECT uid, amount FROM wallet_ledger WHERE app_code = ?1"
+                     " AND ref_id = ?2 AND kind = ?3");
+SQ_SQL(W_LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
+                        " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+SQ_SQL(W_LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code = ?1 AND ref_id = ?2"
+                        " AND kind = ?3");
+SQ_SQL(W_LEDGER_UPDATE, "UPDATE wallet_ledger SET amount = ?4, uid = ?3, created_at_ms = ?6"
+                        " WHERE app_code = ?1 AND ref_id = ?2 AND kind = ?5");
+SQ_SQL(W_BALANCE, "SELECT balance FROM wallet_accounts WHERE app_code = ?1 AND uid = ?2");
+SQ_SQL(W_SET_BALANCE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
                       " VALUES (?1, ?2, ?3, ?4) ON CONFLICT (app_code, uid) DO UPDATE"
-                      " SET balance = excluded.balance, updated_at_ms = excluded.updated_at_ms"};
+                      " SET balance = excluded.balance, updated_at_ms = excluded.updated_at_ms");
 
 /* Reads the balance of (app, uid); a never-seen account has initial. */
 static int
@@ -168,13 +162,12 @@ sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initia
     return rc;
 }
 
-static const struct sq_sql SQL_W_AUDIT = {
-    ST_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+SQ_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
                 " WHERE command_type = 'SendGift' AND (?1 = '' OR app_code = ?1)"
                 " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
                 " FROM wallet_ledger WHERE ?1 = '' OR app_code = ?1"
                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
-                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1"};
+                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1");
 
 /* The audit's three tables in one statement: one read snapshot. */
 int
