@@ -79,16 +79,7 @@ MYS_SQL(FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id
 static void
 read_command(const struct rows *r, void *dst)
 {
-    struct command_record *out = dst;
-
-    memset(out, 0, sizeof(*out));
-    strlcpy_(out->room_id, r_str(r, 0), sizeof(out->room_id));
-    strlcpy_(out->command_id, r_str(r, 1), sizeof(out->command_id));
-    out->command_type = xstrdup(r_str(r, 2));
-    out->request = xstrdup(r_str(r, 3));
-    out->response = xstrdup(r_str(r, 4));
-    out->version = r_i64(r, 5);
-    out->created_at_ms = r_i64(r, 6);
+    mys_read_cols(r, store_command_cols, dst, sizeof(struct command_record));
 }
 
 int

@@ -280,6 +280,22 @@ mys_st_exec(struct conn *c, const struct mys_sql *id, struct params *p, uint64_t
     return 0;
 }
 
+/* Column k of row (a struct rows) for store_read_cols. */
+static void
+row_col(const void *row, unsigned int k, const char **text, int64_t *num)
+{
+    if (text != NULL)
+        *text = r_str(row, k);
+    else
+        *num = r_i64(row, k);
+}
+
+void
+mys_read_cols(const struct rows *r, const struct store_col *cols, void *dst, size_t size)
+{
+    store_read_cols(cols, row_col, r, dst, size);
+}
+
 void
 mys_rows_done(struct rows *r)
 {
@@ -605,7 +621,7 @@ all_fn(struct conn *c, void *arg)
     if ((rc = mys_st_query(c, x->id, &x->p, &r, x->types)) == 0) {
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             x->rows = xgrow(x->rows, x->n, &cap, x->size);
-            x->read(&r, (char *)x->rows + x->n++ * x->size);
+            mys_read_cols(&r, x->cols, (char *)x->rows + x->n++ * x->size, x->size);
         }
     }
     mys_rows_done(&r);

@@ -269,15 +269,15 @@ struct one_ctx {
 };
 
 /* Every row statement id yields for p (bound by the caller; kept as is for
- * a retry), each read by read into the next element (size bytes) of the
- * growing array rows; clear frees rows and what read allocated in its n
- * elements (either may be NULL/0). */
+ * a retry), each read by cols (store_read_cols) into the next element (size
+ * bytes) of the growing array rows; clear frees rows and what the reads
+ * allocated in its n elements (either may be NULL/0). */
 struct all_ctx {
     const struct mys_sql *id;
     const char *types;
     struct params p;
     size_t size;
-    void (*read)(const struct rows *, void *);
+    const struct store_col *cols;
     void (*clear)(void *rows, size_t n);
     void *rows; /* out: malloc'd, the caller's on success */
     size_t n;
@@ -290,6 +290,9 @@ int mys_q_exec(struct conn *c, const char *sql);
 int mys_q_int(struct conn *c, const char *sql, int64_t *out);
 int mys_st_exec(struct conn *c, const struct mys_sql *id, struct params *p, uint64_t *affected);
 void mys_rows_done(struct rows *r);
+/* Reads the current row of r into dst (size bytes) by cols
+ * (store_read_cols). Thread: r's holder; does not block. */
+void mys_read_cols(const struct rows *r, const struct store_col *cols, void *dst, size_t size);
 int mys_st_query(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
                  const char *types);
 int mys_st_fetch(struct conn *c, struct rows *r);

@@ -298,25 +298,35 @@ claim_fn(struct conn *c, void *arg)
     return 0;
 }
 
+/* Runs fn on arg, which fills the array got (ngot rows), and hands that
+ * array to the caller's rows and n. Returns 0, or the failure with the
+ * array freed. */
+static int
+run_for_rows(struct store *s, mys_txn_fn fn, void *arg, struct outbox_row **got, size_t *ngot,
+             struct outbox_row **rows, size_t *n)
+{
+    int rc = mys_run((struct mstore *)s, fn, arg);
+
+    if (rc != 0) {
+        outbox_rows_free(*got, *ngot);
+        return rc;
+    }
+    *rows = *got;
+    *n = *ngot;
+    return 0;
+}
+
 int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, bool per_room, struct outbox_row **rows, size_t *n)
 {
     struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0};
-    int rc;
 
     *rows = NULL;
     *n = 0;
     if (limit <= 0)
         return 0;
-    rc = mys_run((struct mstore *)s, claim_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.rows, x.n);
-        return rc;
-    }
-    *rows = x.rows;
-    *n = x.n;
-    return 0;
+    return run_for_rows(s, claim_fn, &x, &x.rows, &x.n, rows, n);
 }
 
 struct complete_ctx {
@@ -452,15 +462,9 @@ mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nre
     *rows = NULL;
     *n = 0;
     *completed = false;
-    rc = mys_run((struct mstore *)s, complete_claim_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.next.rows, x.next.n);
-        return rc;
-    }
-    *completed = true;
-    *rows = x.next.rows;
-    *n = x.next.n;
-    return 0;
+    rc = run_for_rows(s, complete_claim_fn, &x, &x.next.rows, &x.next.n, rows, n);
+    *completed = rc == 0;
+    return rc;
 }
 
 struct list_ctx {
@@ -501,20 +505,12 @@ mys_outbox_list(struct store *s, int status, int64_t after_id, int limit, struct
                 size_t *n)
 {
     struct list_ctx x = {status, after_id, limit, NULL, 0};
-    int rc;
 
     *rows = NULL;
     *n = 0;
     if (limit <= 0)
         return 0;
-    rc = mys_run((struct mstore *)s, list_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.rows, x.n);
-        return rc;
-    }
-    *rows = x.rows;
-    *n = x.n;
-    return 0;
+    return run_for_rows(s, list_fn, &x, &x.rows, &x.n, rows, n);
 }
 
 int

@@ -265,58 +265,23 @@ MYS_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_
                  " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
                  " FROM wallet_accounts WHERE ?='' OR app_code=?");
 
-struct audit_ctx {
-    const char *app;
-    struct audit_row *rows;
-    size_t n;
-};
-
-/* The audit's three tables in one statement: one read snapshot. */
-static int
-audit_fn(struct conn *c, void *arg)
+static void
+free_audit(void *rows, size_t n)
 {
-    struct audit_ctx *x = arg;
-    const char *app = x->app;
-    struct rows r;
-    size_t cap = 0;
-    int rc;
-
-    audit_rows_free(x->rows, x->n);
-    x->rows = NULL;
-    x->n = 0;
-    rc = mys_query(c, &SQL_W_AUDIT, &r, "ssssiis", "ssssss", app, app, app, app, app, app);
-    if (rc == 0) {
-        while ((rc = mys_st_fetch(c, &r)) == 1) {
-            struct audit_row *a;
-            const char *req = r_str(&r, 6);
-
-            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
-            a = &x->rows[x->n++];
-            memset(a, 0, sizeof(*a));
-            a->kind = r_str(&r, 0)[0];
-            strlcpy_(a->app_code, r_str(&r, 1), sizeof(a->app_code));
-            strlcpy_(a->key, r_str(&r, 2), sizeof(a->key));
-            strlcpy_(a->ledger_kind, r_str(&r, 3), sizeof(a->ledger_kind));
-            a->uid = r_i64(&r, 4);
-            a->amount = r_i64(&r, 5);
-            a->request = a->kind == 'G' && req != NULL ? xstrdup(req) : NULL;
-        }
-    }
-    mys_rows_done(&r);
-    return rc;
+    audit_rows_free(rows, n);
 }
 
+/* The audit's three tables in one statement: one read snapshot. */
 int
 mys_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
 {
-    struct audit_ctx x = {app, NULL, 0};
-    int rc = mys_run((struct mstore *)s, audit_fn, &x);
+    struct all_ctx x = {&SQL_W_AUDIT,     "ssssiis",  {.n = 0}, sizeof(**rows),
+                        store_audit_cols, free_audit, NULL,     0};
+    int rc;
 
-    if (rc != 0) {
-        audit_rows_free(x.rows, x.n);
-        x.rows = NULL;
-        x.n = 0;
-    }
+    for (int i = 0; i < 6; i++) /* the app filter of each table */
+        p_str(&x.p, app);
+    rc = mys_read_all((struct mstore *)s, &x);
     *rows = x.rows;
     *n = x.n;
     return rc;

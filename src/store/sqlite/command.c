@@ -64,16 +64,7 @@ SQ_SQL(FENCE_ROOM, "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND ro
 static void
 read_record(sqlite3_stmt *q, void *dst)
 {
-    struct command_record *r = dst;
-
-    memset(r, 0, sizeof(*r));
-    col_copy(q, 0, r->room_id, sizeof(r->room_id));
-    col_copy(q, 1, r->command_id, sizeof(r->command_id));
-    r->command_type = col_strdup(q, 2);
-    r->request = col_strdup(q, 3);
-    r->response = col_strdup(q, 4);
-    r->version = sqlite3_column_int64(q, 5);
-    r->created_at_ms = sqlite3_column_int64(q, 6);
+    sq_read_cols(q, store_command_cols, dst, sizeof(struct command_record));
 }
 
 /* A room's head: its version and lease token (SQL_ROOM_FENCE, SQL_LOAD_ROOM),

@@ -60,6 +60,24 @@ sq_stmt(struct conn *c, const struct sq_sql *id)
     return c->st[id->slot];
 }
 
+/* Column k of row (a stepped sqlite3_stmt) for store_read_cols. */
+static void
+stmt_col(const void *row, unsigned int k, const char **text, int64_t *num)
+{
+    sqlite3_stmt *q = (sqlite3_stmt *)row;
+
+    if (text == NULL)
+        *num = sqlite3_column_int64(q, (int)k);
+    else
+        *text = (const char *)sqlite3_column_text(q, (int)k);
+}
+
+void
+sq_read_cols(sqlite3_stmt *q, const struct store_col *cols, void *dst, size_t size)
+{
+    store_read_cols(cols, stmt_col, q, dst, size);
+}
+
 /* Runs a statement without results (BEGIN, COMMIT, ...). */
 int
 sq_run(struct conn *c, const struct sq_sql *id)
@@ -350,7 +368,7 @@ sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x)
         return ROOMD_EIO;
     while ((step = sqlite3_step(q)) == SQLITE_ROW) {
         x->rows = xgrow(x->rows, x->n, &cap, x->size);
-        x->read(q, (char *)x->rows + x->n++ * x->size);
+        sq_read_cols(q, x->cols, (char *)x->rows + x->n++ * x->size, x->size);
     }
     done(q);
     if (step == SQLITE_DONE)

@@ -154,12 +154,13 @@ extern const struct sq_sql SQL_BEGIN;
 extern const struct sq_sql SQL_BEGIN_IMMEDIATE;
 extern const struct sq_sql SQL_COMMIT;
 
-/* The rows of one query read into a growing array: each row by read into
- * the next element (size bytes) of rows; clear frees rows and what read
- * allocated in its n elements. what names the query in errors. */
+/* The rows of one query read into a growing array: each row by cols
+ * (store_read_cols) into the next element (size bytes) of rows; clear frees
+ * rows and what the reads allocated in its n elements. what names the query
+ * in errors. */
 struct sq_all {
     size_t size;
-    void (*read)(sqlite3_stmt *, void *);
+    const struct store_col *cols;
     void (*clear)(void *rows, size_t n);
     const char *what;
     void *rows; /* out: malloc'd, the caller's on success */
@@ -169,6 +170,9 @@ struct sq_all {
 /* conn.c */
 int sq_fail(sqlite3 *db, int rc, const char *what);
 sqlite3_stmt *sq_stmt(struct conn *c, const struct sq_sql *id);
+/* Reads the current row of q into dst (size bytes) by cols
+ * (store_read_cols). Thread: q's connection's holder; does not block. */
+void sq_read_cols(sqlite3_stmt *q, const struct store_col *cols, void *dst, size_t size);
 int sq_run(struct conn *c, const struct sq_sql *id);
 /* sq_stmt(c, id) with ?1.. bound, one per letter of types, from the
  * arguments that follow: 's' const char * (NULL binds ""), 'i' int64_t, 'd'

@@ -20,19 +20,6 @@ SQ_SQL(ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version,
                    " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4");
 
 static void
-read_rocket(sqlite3_stmt *q, void *out)
-{
-    struct rocket_pending *r = out;
-
-    memset(r, 0, sizeof(*r));
-    col_copy(q, 0, r->app_code, sizeof(r->app_code));
-    col_copy(q, 1, r->room_id, sizeof(r->room_id));
-    col_copy(q, 2, r->rocket_id, sizeof(r->rocket_id));
-    r->level = sqlite3_column_int(q, 3);
-    r->launch_at_ms = sqlite3_column_int64(q, 4);
-}
-
-static void
 free_rockets(void *rows, size_t n)
 {
     (void)n;
@@ -44,32 +31,13 @@ sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    struct sq_all x = {sizeof(**out), read_rocket, free_rockets, "rockets_pending", NULL, 0};
+    struct sq_all x = {sizeof(**out), store_rocket_cols, free_rockets, "rockets_pending", NULL, 0};
     int rc = sq_read_all(c, sq_stmt(c, &SQL_ROCKETS), &x);
 
     sq_reader_put(s, c);
     *out = x.rows;
     *n = x.n;
     return rc;
-}
-
-static void
-read_room_row(sqlite3_stmt *q, void *out)
-{
-    struct room_row *r = out;
-
-    memset(r, 0, sizeof(*r));
-    col_copy(q, 0, r->app_code, sizeof(r->app_code));
-    col_copy(q, 1, r->room_id, sizeof(r->room_id));
-    r->owner_uid = sqlite3_column_int64(q, 2);
-    r->title = col_strdup(q, 3);
-    if (r->title == NULL)
-        r->title = xstrdup("");
-    col_copy(q, 4, r->status, sizeof(r->status));
-    r->version = sqlite3_column_int64(q, 5);
-    r->fence_token = sqlite3_column_int64(q, 6);
-    r->created_at_ms = sqlite3_column_int64(q, 7);
-    r->updated_at_ms = sqlite3_column_int64(q, 8);
 }
 
 static void
@@ -86,7 +54,7 @@ sq_rooms_list(struct store *st, const char *after_app, const char *after_room, b
     struct conn *c = sq_reader_get(s);
     sqlite3_stmt *q =
         sq_bound(c, &SQL_ROOMS_LIST, "ssdd", after_app, after_room, open_only ? 1 : 0, limit);
-    struct sq_all x = {sizeof(**rows), read_room_row, free_room_rows, "rooms_list", NULL, 0};
+    struct sq_all x = {sizeof(**rows), store_room_cols, free_room_rows, "rooms_list", NULL, 0};
     int rc;
 
     rc = sq_read_all(c, q, &x);

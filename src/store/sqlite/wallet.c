@@ -169,42 +169,23 @@ SQ_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_c
                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
                 " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1");
 
+static void
+free_audit(void *rows, size_t n)
+{
+    audit_rows_free(rows, n);
+}
+
 /* The audit's three tables in one statement: one read snapshot. */
 int
 sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_bound(c, &SQL_W_AUDIT, "s", app);
-    size_t cap = 0;
-    int rc = ROOMD_EIO, step;
+    struct sq_all x = {sizeof(**rows), store_audit_cols, free_audit, "wallet audit", NULL, 0};
+    int rc = sq_read_all(c, sq_bound(c, &SQL_W_AUDIT, "s", app), &x);
 
-    *rows = NULL;
-    *n = 0;
-    if (q == NULL)
-        goto out;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        struct audit_row *r;
-
-        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
-        r = &(*rows)[(*n)++];
-        memset(r, 0, sizeof(*r));
-        r->kind = (char)sqlite3_column_text(q, 0)[0];
-        col_copy(q, 1, r->app_code, sizeof(r->app_code));
-        col_copy(q, 2, r->key, sizeof(r->key));
-        col_copy(q, 3, r->ledger_kind, sizeof(r->ledger_kind));
-        r->uid = sqlite3_column_int64(q, 4);
-        r->amount = sqlite3_column_int64(q, 5);
-        r->request = col_strdup(q, 6);
-    }
-    done(q);
-    rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "wallet audit");
-out:
     sq_reader_put(s, c);
-    if (rc != 0) {
-        audit_rows_free(*rows, *n);
-        *rows = NULL;
-        *n = 0;
-    }
+    *rows = x.rows;
+    *n = x.n;
     return rc;
 }
