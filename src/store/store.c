@@ -420,6 +420,16 @@ store_read_cols(const struct store_col *cols, store_col_fn *col, const void *row
 }
 
 void
+store_free_cols(const struct store_col *cols, void *rows, size_t n, size_t size)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++)
+        for (const struct store_col *c = cols; c->type != '\0'; c++)
+            if (c->type == 's' || c->type == 'e')
+                free(*(char **)((char *)rows + i * size + c->off));
+    free(rows);
+}
+
+void
 audit_rows_free(struct audit_row *rows, size_t n)
 {
     if (rows == NULL)

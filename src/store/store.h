@@ -295,6 +295,10 @@ typedef void store_col_fn(const void *row, unsigned int k, const char **text, in
  * free function releases them). Thread: any; does not block. */
 void store_read_cols(const struct store_col *cols, store_col_fn *col, const void *row, void *dst,
                      size_t size);
+/* Frees what store_read_cols allocated in each of the n rows (size bytes
+ * each) of the array rows, then rows itself (NULL: nothing to do). Thread:
+ * any. */
+void store_free_cols(const struct store_col *cols, void *rows, size_t n, size_t size);
 
 struct store;
 

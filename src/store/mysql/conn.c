@@ -615,7 +615,7 @@ all_fn(struct conn *c, void *arg)
     size_t cap = 0;
     int rc;
 
-    x->clear(x->rows, x->n); /* a retry starts over */
+    store_free_cols(x->cols, x->rows, x->n, x->size); /* a retry starts over */
     x->rows = NULL;
     x->n = 0;
     if ((rc = mys_st_query(c, x->id, &x->p, &r, x->types)) == 0) {
@@ -634,7 +634,7 @@ mys_read_all(struct mstore *s, struct all_ctx *x)
     int rc = mys_run(s, all_fn, x);
 
     if (rc != 0) {
-        x->clear(x->rows, x->n);
+        store_free_cols(x->cols, x->rows, x->n, x->size);
         x->rows = NULL;
         x->n = 0;
     }

@@ -270,15 +270,13 @@ struct one_ctx {
 
 /* Every row statement id yields for p (bound by the caller; kept as is for
  * a retry), each read by cols (store_read_cols) into the next element (size
- * bytes) of the growing array rows; clear frees rows and what the reads
- * allocated in its n elements (either may be NULL/0). */
+ * bytes) of the growing array rows (store_free_cols frees it). */
 struct all_ctx {
     const struct mys_sql *id;
     const char *types;
     struct params p;
     size_t size;
     const struct store_col *cols;
-    void (*clear)(void *rows, size_t n);
     void *rows; /* out: malloc'd, the caller's on success */
     size_t n;
 };

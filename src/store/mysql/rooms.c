@@ -19,18 +19,10 @@ MYS_SQL(ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version
                     " WHERE app_code>=? AND (app_code>? OR room_id>?)"
                     " AND (?=0 OR status='open') ORDER BY app_code, room_id LIMIT ?");
 
-static void
-free_rockets(void *rows, size_t n)
-{
-    (void)n;
-    free(rows);
-}
-
 int
 mys_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n)
 {
-    struct all_ctx x = {&SQL_ROCKETS,      "sssii",      {.n = 0}, sizeof(**out),
-                        store_rocket_cols, free_rockets, NULL,     0};
+    struct all_ctx x = {&SQL_ROCKETS, "sssii", {.n = 0}, sizeof(**out), store_rocket_cols, NULL, 0};
     int rc = mys_read_all((struct mstore *)s, &x);
 
     *out = x.rows;
@@ -38,18 +30,12 @@ mys_rockets_pending(struct store *s, struct rocket_pending **out, size_t *n)
     return rc;
 }
 
-static void
-free_room_rows(void *rows, size_t n)
-{
-    room_rows_free(rows, n);
-}
-
 int
 mys_rooms_list(struct store *s, const char *after_app, const char *after_room, bool open_only,
                int limit, struct room_row **rows, size_t *n)
 {
-    struct all_ctx x = {&SQL_ROOMS_LIST, "ssissiiii",    {.n = 0}, sizeof(**rows),
-                        store_room_cols, free_room_rows, NULL,     0};
+    struct all_ctx x = {&SQL_ROOMS_LIST, "ssissiiii", {.n = 0}, sizeof(**rows),
+                        store_room_cols, NULL,        0};
     int rc;
 
     p_str(&x.p, after_app);

@@ -265,18 +265,12 @@ MYS_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_
                  " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
                  " FROM wallet_accounts WHERE ?='' OR app_code=?");
 
-static void
-free_audit(void *rows, size_t n)
-{
-    audit_rows_free(rows, n);
-}
-
 /* The audit's three tables in one statement: one read snapshot. */
 int
 mys_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
 {
-    struct all_ctx x = {&SQL_W_AUDIT,     "ssssiis",  {.n = 0}, sizeof(**rows),
-                        store_audit_cols, free_audit, NULL,     0};
+    struct all_ctx x = {&SQL_W_AUDIT,     "ssssiis", {.n = 0}, sizeof(**rows),
+                        store_audit_cols, NULL,      0};
     int rc;
 
     for (int i = 0; i < 6; i++) /* the app filter of each table */

@@ -373,7 +373,7 @@ sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x)
     done(q);
     if (step == SQLITE_DONE)
         return 0;
-    x->clear(x->rows, x->n);
+    store_free_cols(x->cols, x->rows, x->n, x->size);
     x->rows = NULL;
     x->n = 0;
     return sq_fail(c->db, step, x->what);

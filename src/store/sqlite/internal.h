@@ -155,13 +155,11 @@ extern const struct sq_sql SQL_BEGIN_IMMEDIATE;
 extern const struct sq_sql SQL_COMMIT;
 
 /* The rows of one query read into a growing array: each row by cols
- * (store_read_cols) into the next element (size bytes) of rows; clear frees
- * rows and what the reads allocated in its n elements. what names the query
- * in errors. */
+ * (store_read_cols) into the next element (size bytes) of rows
+ * (store_free_cols frees it). what names the query in errors. */
 struct sq_all {
     size_t size;
     const struct store_col *cols;
-    void (*clear)(void *rows, size_t n);
     const char *what;
     void *rows; /* out: malloc'd, the caller's on success */
     size_t n;

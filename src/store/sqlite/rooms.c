@@ -19,31 +19,18 @@ SQ_SQL(ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version,
                    " WHERE app_code >= ?1 AND (app_code > ?1 OR room_id > ?2)"
                    " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4");
 
-static void
-free_rockets(void *rows, size_t n)
-{
-    (void)n;
-    free(rows);
-}
-
 int
 sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    struct sq_all x = {sizeof(**out), store_rocket_cols, free_rockets, "rockets_pending", NULL, 0};
+    struct sq_all x = {sizeof(**out), store_rocket_cols, "rockets_pending", NULL, 0};
     int rc = sq_read_all(c, sq_stmt(c, &SQL_ROCKETS), &x);
 
     sq_reader_put(s, c);
     *out = x.rows;
     *n = x.n;
     return rc;
-}
-
-static void
-free_room_rows(void *rows, size_t n)
-{
-    room_rows_free(rows, n);
 }
 
 int
@@ -54,7 +41,7 @@ sq_rooms_list(struct store *st, const char *after_app, const char *after_room, b
     struct conn *c = sq_reader_get(s);
     sqlite3_stmt *q =
         sq_bound(c, &SQL_ROOMS_LIST, "ssdd", after_app, after_room, open_only ? 1 : 0, limit);
-    struct sq_all x = {sizeof(**rows), store_room_cols, free_room_rows, "rooms_list", NULL, 0};
+    struct sq_all x = {sizeof(**rows), store_room_cols, "rooms_list", NULL, 0};
     int rc;
 
     rc = sq_read_all(c, q, &x);

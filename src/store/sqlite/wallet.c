@@ -169,19 +169,13 @@ SQ_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_c
                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
                 " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1");
 
-static void
-free_audit(void *rows, size_t n)
-{
-    audit_rows_free(rows, n);
-}
-
 /* The audit's three tables in one statement: one read snapshot. */
 int
 sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    struct sq_all x = {sizeof(**rows), store_audit_cols, free_audit, "wallet audit", NULL, 0};
+    struct sq_all x = {sizeof(**rows), store_audit_cols, "wallet audit", NULL, 0};
     int rc = sq_read_all(c, sq_bound(c, &SQL_W_AUDIT, "s", app), &x);
 
     sq_reader_put(s, c);
