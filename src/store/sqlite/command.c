@@ -122,9 +122,8 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
     struct room_head head = {0};
-    sqlite3_stmt *q;
-    size_t cap = 0;
-    int rc, step;
+    struct sq_all tail = {sizeof(*out->tail), store_command_cols, "load_room tail", NULL, 0};
+    int rc;
 
     memset(out, 0, sizeof(*out));
     /* One read transaction: the room row, snapshot and tail are one WAL snapshot. */
@@ -141,18 +140,12 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
     out->version = head.version;
     out->fence_token = head.fence_token;
     out->event_seq = head.event_seq;
-    rc = ROOMD_EIO;
-    if ((q = sq_bound(c, &SQL_LOAD_TAIL, "ssi", app, room_id, out->snapshot_version)) == NULL)
+    rc = sq_read_all(c, sq_bound(c, &SQL_LOAD_TAIL, "ssi", app, room_id, out->snapshot_version),
+                     &tail);
+    if (rc != 0)
         goto out;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        out->tail = xgrow(out->tail, out->ntail, &cap, sizeof(*out->tail));
-        read_record(q, &out->tail[out->ntail++]);
-    }
-    done(q);
-    if (step != SQLITE_DONE) {
-        rc = sq_fail(c->db, step, "load_room tail");
-        goto out;
-    }
+    out->tail = tail.rows;
+    out->ntail = tail.n;
     rc = sq_run(c, &SQL_COMMIT);
 out:
     sq_reader_put(s, c);
