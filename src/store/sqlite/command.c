@@ -255,9 +255,9 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 
         /* locked_by NULL binds "" */
         q = sq_bound(c, &SQL_OUTBOX_INSERT, "sssissbissiii", e->event_id, m->app_code, m->room_id,
-                     m->version, m->command_id, e->event_type, e->payload, e->payload_len,
-                     m->created_at_ms, init.status, init.locked_by, init.lock_until_ms,
-                     init.due_at_ms, e->room_seq);
+                     m->version, m->command_id, e->event_type, (const void *)e->payload,
+                     e->payload_len, m->created_at_ms, init.status, init.locked_by,
+                     init.lock_until_ms, init.due_at_ms, e->room_seq);
         rc = sq_step_write(c, q, "save outbox");
         if (rc == ROOMD_ECONFLICT) {
             store_set_errmsg("event_id %s already exists", e->event_id);
