@@ -72,6 +72,23 @@ bind_params(sqlite3_stmt *q, int first, const struct admin_param *p, int n)
     }
 }
 
+/* Prepares sql, binds p[0..n) from ?1 on, steps it once and finalizes it.
+ * Returns 0 when it ran to its end, else the failure (what names it). The
+ * caller holds a->mu. */
+static int
+run_bound(struct sq_admin *a, const char *sql, const struct admin_param *p, int n, const char *what)
+{
+    sqlite3_stmt *q = prep(a, sql);
+    int step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    bind_params(q, 1, p, n);
+    step = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return step == SQLITE_DONE ? 0 : fail(a, step, "%s", what);
+}
+
 static int
 exec(struct sq_admin *a, const char *sql)
 {
@@ -341,6 +358,20 @@ sq_audit_begin(struct admin_store *s, const char *actor, bool repair, const char
     return rc;
 }
 
+/* Records outbox row id (event_id, new_id: "" unless repaired) under audit. */
+static int
+record_row(struct sq_admin *a, int64_t audit, int64_t id, const char *event_id, const char *new_id,
+           const char *what)
+{
+    const struct admin_param p[] = {
+        {.i = audit}, {.i = id}, {.is_text = true, .s = event_id}, {.is_text = true, .s = new_id}};
+
+    return run_bound(a,
+                     "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"
+                     " VALUES (?1, ?2, ?3, ?4)",
+                     p, 4, what);
+}
+
 /* Replays (or repairs) the row id/event_id and records it under audit; in
  * the caller's transaction. */
 static int
@@ -348,45 +379,31 @@ replay_one(struct sq_admin *a, int64_t audit, int64_t id, const char *event_id, 
            int64_t now_ms)
 {
     char new_id[UUID_STR_LEN] = "";
-    sqlite3_stmt *q;
-    int step;
+    int rc;
 
-    if (repair) {
+    if (repair)
         uuid_v7(now_ms, new_id);
-        q = prep(a, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
-                    " command_id, event_type, payload, status, retry_count, sinks_done,"
-                    " next_retry_at_ms, lock_until_ms, locked_by, last_error, due_at_ms,"
-                    " created_at_ms, updated_at_ms)"
-                    " SELECT ?1, app_code, room_id, room_version, 'repair:' || event_id,"
-                    " event_type, payload, 'pending', 0, 0, 0, 0, '', NULL, ?2, ?2, ?2"
-                    " FROM room_outbox WHERE id = ?3");
-        if (q == NULL)
-            return ROOMD_EIO;
-        sqlite3_bind_text(q, 1, new_id, -1, SQLITE_STATIC);
-    } else {
-        q = prep(a, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
-                    " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
-                    " updated_at_ms = ?2 WHERE id = ?3 AND status = 'failed'");
-        if (q == NULL)
-            return ROOMD_EIO;
-    }
-    sqlite3_bind_int64(q, 2, now_ms);
-    sqlite3_bind_int64(q, 3, id);
-    step = sqlite3_step(q);
-    sqlite3_finalize(q);
-    if (step != SQLITE_DONE)
-        return fail(a, step, "replay row");
-    q = prep(a, "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"
-                " VALUES (?1, ?2, ?3, ?4)");
-    if (q == NULL)
-        return ROOMD_EIO;
-    sqlite3_bind_int64(q, 1, audit);
-    sqlite3_bind_int64(q, 2, id);
-    sqlite3_bind_text(q, 3, event_id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(q, 4, new_id, -1, SQLITE_STATIC);
-    step = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return step == SQLITE_DONE ? 0 : fail(a, step, "audit row");
+    /* ?1 the repair's new event_id, ?2 now, ?3 the row */
+    const struct admin_param p[] = {{.is_text = true, .s = new_id}, {.i = now_ms}, {.i = id}};
+    if (repair)
+        rc = run_bound(a,
+                       "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
+                       " command_id, event_type, payload, status, retry_count, sinks_done,"
+                       " next_retry_at_ms, lock_until_ms, locked_by, last_error, due_at_ms,"
+                       " created_at_ms, updated_at_ms)"
+                       " SELECT ?1, app_code, room_id, room_version, 'repair:' || event_id,"
+                       " event_type, payload, 'pending', 0, 0, 0, 0, '', NULL, ?2, ?2, ?2"
+                       " FROM room_outbox WHERE id = ?3",
+                       p, 3, "replay row");
+    else
+        rc = run_bound(a,
+                       "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
+                       " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
+                       " updated_at_ms = ?2 WHERE id = ?3 AND status = 'failed'",
+                       p, 3, "replay row");
+    if (rc != 0)
+        return rc;
+    return record_row(a, audit, id, event_id, new_id, "audit row");
 }
 
 /* The chunk inside BEGIN IMMEDIATE (see sq_replay_chunk). */
@@ -443,19 +460,13 @@ chunk_tx(struct sq_admin *a, int64_t audit, const struct admin_filter *f, bool r
         return rc;
     *done = (int64_t)n;
     *finished = n < (size_t)limit;
-    q = prep(a, "UPDATE admin_audit SET cursor_id = max(cursor_id, ?2), count = count + ?3,"
-                " updated_at_ms = ?4, state = CASE WHEN ?5 THEN 'done' ELSE state END,"
-                " finished_at_ms = CASE WHEN ?5 THEN ?4 ELSE finished_at_ms END WHERE id = ?1");
-    if (q == NULL)
-        return ROOMD_EIO;
-    sqlite3_bind_int64(q, 1, audit);
-    sqlite3_bind_int64(q, 2, last);
-    sqlite3_bind_int64(q, 3, (int64_t)n);
-    sqlite3_bind_int64(q, 4, now_ms);
-    sqlite3_bind_int(q, 5, *finished);
-    step = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return step == SQLITE_DONE ? 0 : fail(a, step, "audit progress");
+    const struct admin_param p[] = {
+        {.i = audit}, {.i = last}, {.i = (int64_t)n}, {.i = now_ms}, {.i = *finished}};
+    return run_bound(a,
+                     "UPDATE admin_audit SET cursor_id = max(cursor_id, ?2), count = count + ?3,"
+                     " updated_at_ms = ?4, state = CASE WHEN ?5 THEN 'done' ELSE state END,"
+                     " finished_at_ms = CASE WHEN ?5 THEN ?4 ELSE finished_at_ms END WHERE id = ?1",
+                     p, 5, "audit progress");
 }
 
 /* Ends the transaction a BEGIN IMMEDIATE opened: COMMIT when rc is 0, else
@@ -493,37 +504,24 @@ static int
 record_tx(struct sq_admin *a, const char *actor, const char *action, const char *filter_json,
           const struct admin_audit_row *rows, size_t n, int64_t now_ms, int64_t *id)
 {
-    sqlite3_stmt *q = prep(a, "INSERT INTO admin_audit (actor, action, filter, state, max_id,"
-                              " cursor_id, count, created_at_ms, updated_at_ms, finished_at_ms)"
-                              " VALUES (?1, ?2, ?3, 'done', 0, 0, ?4, ?5, ?5, ?5)");
-    int step;
+    const struct admin_param p[] = {{.is_text = true, .s = actor},
+                                    {.is_text = true, .s = action},
+                                    {.is_text = true, .s = filter_json},
+                                    {.i = (int64_t)n},
+                                    {.i = now_ms}};
+    int rc = run_bound(a,
+                       "INSERT INTO admin_audit (actor, action, filter, state, max_id,"
+                       " cursor_id, count, created_at_ms, updated_at_ms, finished_at_ms)"
+                       " VALUES (?1, ?2, ?3, 'done', 0, 0, ?4, ?5, ?5, ?5)",
+                       p, 5, "audit record");
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    sqlite3_bind_text(q, 1, actor, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, action, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 3, filter_json, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 4, (int64_t)n);
-    sqlite3_bind_int64(q, 5, now_ms);
-    step = sqlite3_step(q);
-    sqlite3_finalize(q);
-    if (step != SQLITE_DONE)
-        return fail(a, step, "audit record");
+    if (rc != 0)
+        return rc;
     *id = sqlite3_last_insert_rowid(a->db);
-    for (size_t i = 0; i < n; i++) {
-        q = prep(a, "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"
-                    " VALUES (?1, ?2, ?3, ?4)");
-        if (q == NULL)
-            return ROOMD_EIO;
-        sqlite3_bind_int64(q, 1, *id);
-        sqlite3_bind_int64(q, 2, rows[i].outbox_id);
-        sqlite3_bind_text(q, 3, rows[i].event_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 4, rows[i].new_event_id, -1, SQLITE_STATIC);
-        step = sqlite3_step(q);
-        sqlite3_finalize(q);
-        if (step != SQLITE_DONE)
-            return fail(a, step, "audit record row");
-    }
+    for (size_t i = 0; i < n; i++)
+        if ((rc = record_row(a, *id, rows[i].outbox_id, rows[i].event_id, rows[i].new_event_id,
+                             "audit record row")) != 0)
+            return rc;
     return 0;
 }
 

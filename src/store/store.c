@@ -359,6 +359,76 @@ store_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *p
     return s->ops->command_log_purge(s, before_ms, limit, purged);
 }
 
+const struct store_col store_command_cols[] = {STORE_COL('c', struct command_record, room_id),
+                                               STORE_COL('c', struct command_record, command_id),
+                                               STORE_COL('s', struct command_record, command_type),
+                                               STORE_COL('s', struct command_record, request),
+                                               STORE_COL('s', struct command_record, response),
+                                               STORE_COL('i', struct command_record, version),
+                                               STORE_COL('i', struct command_record, created_at_ms),
+                                               {0}};
+const struct store_col store_rocket_cols[] = {STORE_COL('c', struct rocket_pending, app_code),
+                                              STORE_COL('c', struct rocket_pending, room_id),
+                                              STORE_COL('c', struct rocket_pending, rocket_id),
+                                              STORE_COL('d', struct rocket_pending, level),
+                                              STORE_COL('i', struct rocket_pending, launch_at_ms),
+                                              {0}};
+const struct store_col store_room_cols[] = {
+    STORE_COL('c', struct room_row, app_code),      STORE_COL('c', struct room_row, room_id),
+    STORE_COL('i', struct room_row, owner_uid),     STORE_COL('e', struct room_row, title),
+    STORE_COL('c', struct room_row, status),        STORE_COL('i', struct room_row, version),
+    STORE_COL('i', struct room_row, fence_token),   STORE_COL('i', struct room_row, created_at_ms),
+    STORE_COL('i', struct room_row, updated_at_ms), {0}};
+const struct store_col store_audit_cols[] = {
+    STORE_COL('k', struct audit_row, kind),    STORE_COL('c', struct audit_row, app_code),
+    STORE_COL('c', struct audit_row, key),     STORE_COL('c', struct audit_row, ledger_kind),
+    STORE_COL('i', struct audit_row, uid),     STORE_COL('i', struct audit_row, amount),
+    STORE_COL('s', struct audit_row, request), {0}};
+
+void
+store_read_cols(const struct store_col *cols, store_col_fn *col, const void *row, void *dst,
+                size_t size)
+{
+    memset(dst, 0, size);
+    for (unsigned int k = 0; cols[k].type != '\0'; k++) {
+        char *f = (char *)dst + cols[k].off;
+        const char *t = NULL;
+        int64_t v = 0;
+
+        if (cols[k].type == 'i' || cols[k].type == 'd')
+            col(row, k, NULL, &v);
+        else
+            col(row, k, &t, NULL);
+        switch (cols[k].type) {
+        case 'c':
+            strlcpy_(f, t != NULL ? t : "", cols[k].size);
+            break;
+        case 's':
+        case 'e':
+            *(char **)f = xstrdup(t == NULL && cols[k].type == 'e' ? "" : t);
+            break;
+        case 'k':
+            *f = t != NULL ? t[0] : '\0';
+            break;
+        case 'i':
+            *(int64_t *)f = v;
+            break;
+        default:
+            *(int *)f = (int)v;
+        }
+    }
+}
+
+void
+store_free_cols(const struct store_col *cols, void *rows, size_t n, size_t size)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++)
+        for (const struct store_col *c = cols; c->type != '\0'; c++)
+            if (c->type == 's' || c->type == 'e')
+                free(*(char **)((char *)rows + i * size + c->off));
+    free(rows);
+}
+
 void
 audit_rows_free(struct audit_row *rows, size_t n)
 {

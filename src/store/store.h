@@ -259,6 +259,47 @@ struct audit_row {
 };
 void audit_rows_free(struct audit_row *rows, size_t n);
 
+/*
+ * Reading a row into one of the structs above, shared by the backends: a
+ * table of its columns in SELECT order, each a type letter and the field:
+ * 'c' text copied into a char array ("" for NULL), 's' text malloc'd (NULL
+ * stays NULL), 'e' text malloc'd ("" for NULL), 'k' the text's first
+ * character into a char, 'i' an int64_t, 'd' an int. A table ends with {0}.
+ */
+struct store_col {
+    char type;
+    size_t off, size;
+};
+#define STORE_COL(type, st, field)                                                                 \
+    {                                                                                              \
+        type, offsetof(st, field), sizeof(((st *)0)->field)                                        \
+    }
+
+/* The columns of a command_record (room_id, command_id, command_type,
+ * request, response, version, created_at_ms), a rocket_pending (app_code,
+ * room_id, rocket_id, rocket_level, rocket_launch_at_ms), a room_row
+ * (app_code, room_id, owner_uid, title, status, version, fence_token,
+ * created_at_ms, updated_at_ms) and an audit_row (kind, app_code, key,
+ * ledger_kind, uid, amount, request). */
+extern const struct store_col store_command_cols[];
+extern const struct store_col store_rocket_cols[];
+extern const struct store_col store_room_cols[];
+extern const struct store_col store_audit_cols[];
+
+/* Column k of a backend's current row: its text (NULL for SQL NULL) into
+ * *text when text is not NULL, else its integer into *num. */
+typedef void store_col_fn(const void *row, unsigned int k, const char **text, int64_t *num);
+
+/* Zeroes dst (size bytes), then reads the columns of row through col into
+ * its fields by cols. Allocates what 's'/'e' columns hold (the struct's
+ * free function releases them). Thread: any; does not block. */
+void store_read_cols(const struct store_col *cols, store_col_fn *col, const void *row, void *dst,
+                     size_t size);
+/* Frees what store_read_cols allocated in each of the n rows (size bytes
+ * each) of the array rows, then rows itself (NULL: nothing to do). Thread:
+ * any. */
+void store_free_cols(const struct store_col *cols, void *rows, size_t n, size_t size);
+
 struct store;
 
 /* The operations every backend provides, one function type each

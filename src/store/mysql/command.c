@@ -19,95 +19,70 @@
 #define CMD_COLS "room_id, command_id, command_type, request, response, version, created_at_ms"
 #define CMD_TYPES "sssssii"
 
-static const struct mys_sql SQL_FIND_COMMAND = {S_FIND_COMMAND,
-                                                "SELECT " CMD_COLS " FROM room_command_log"
-                                                " WHERE app_code=? AND command_id=?"};
-static const struct mys_sql SQL_ROOM_HEAD = {
-    S_ROOM_HEAD,
-    "SELECT version, fence_token, event_seq FROM rooms WHERE app_code=? AND room_id=?"};
-static const struct mys_sql SQL_ROOM_FENCE = {
-    S_ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"
-                  " FOR UPDATE"};
-static const struct mys_sql SQL_SNAP_LATEST = {S_SNAP_LATEST,
-                                               "SELECT version, state FROM room_snapshots"
-                                               " WHERE app_code=? AND room_id=? AND version<=?"
-                                               " ORDER BY version DESC LIMIT 1"};
-static const struct mys_sql SQL_LOG_TAIL = {
-    S_LOG_TAIL, "SELECT " CMD_COLS " FROM room_command_log"
-                " WHERE app_code=? AND room_id=? AND version>? AND version<=?"
-                " ORDER BY version"};
-static const struct mys_sql SQL_LOG_INSERT = {
-    S_LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
-                  " command_type, request, response, created_at_ms)"
-                  " VALUES (?,?,?,?,?,?,?,?)"};
-static const struct mys_sql SQL_ROOM_INSERT = {
-    S_ROOM_INSERT,
-    "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
-    " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
-    " created_at_ms, updated_at_ms, event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"};
-static const struct mys_sql SQL_ROOM_UPDATE = {
-    S_ROOM_UPDATE, "UPDATE rooms SET owner_uid=?, title=?, status=?, version=?, fence_token=?,"
-                   " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
-                   " updated_at_ms=?, event_seq=?"
-                   " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?"};
+MYS_SQL(FIND_COMMAND, "SELECT " CMD_COLS " FROM room_command_log"
+                      " WHERE app_code=? AND command_id=?");
+MYS_SQL(ROOM_HEAD,
+        "SELECT version, fence_token, event_seq FROM rooms WHERE app_code=? AND room_id=?");
+MYS_SQL(ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code=? AND room_id=?"
+                    " FOR UPDATE");
+MYS_SQL(SNAP_LATEST, "SELECT version, state FROM room_snapshots"
+                     " WHERE app_code=? AND room_id=? AND version<=?"
+                     " ORDER BY version DESC LIMIT 1");
+MYS_SQL(LOG_TAIL, "SELECT " CMD_COLS " FROM room_command_log"
+                  " WHERE app_code=? AND room_id=? AND version>? AND version<=?"
+                  " ORDER BY version");
+MYS_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
+                    " command_type, request, response, created_at_ms)"
+                    " VALUES (?,?,?,?,?,?,?,?)");
+MYS_SQL(ROOM_INSERT,
+        "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+        " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
+        " created_at_ms, updated_at_ms, event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+MYS_SQL(ROOM_UPDATE, "UPDATE rooms SET owner_uid=?, title=?, status=?, version=?, fence_token=?,"
+                     " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
+                     " updated_at_ms=?, event_seq=?"
+                     " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?");
 /* status, locked_by, lock_until_ms, due_at_ms: pending (NULL, NULL,
  * created_at_ms) or, for the outbox hand-off, already claimed */
-static const struct mys_sql SQL_OUTBOX_INSERT = {
-    S_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
-                     " command_id, event_type, payload, status, retry_count, sinks_done,"
-                     " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
-                     " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)"};
+MYS_SQL(OUTBOX_INSERT,
+        "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
+        " command_id, event_type, payload, status, retry_count, sinks_done,"
+        " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
+        " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)");
 /* The hand-off under ordering per_room: which of up to MYS_IN rooms of one
  * app have an undelivered row? The first entry of each room's range of
  * ix_outbox_room (a loose index scan: one index dive per room, however
  * many rows a room has waiting). */
-static const struct mys_sql SQL_ROOMS_BUSY = {
-    S_ROOMS_BUSY, "SELECT room_id, MIN(due_at_ms) FROM room_outbox FORCE INDEX (ix_outbox_room)"
-                  " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms IS NOT NULL"
-                  " GROUP BY app_code, room_id"};
+MYS_SQL(ROOMS_BUSY, "SELECT room_id, MIN(due_at_ms) FROM room_outbox FORCE INDEX (ix_outbox_room)"
+                    " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms IS NOT NULL"
+                    " GROUP BY app_code, room_id");
 /* The ids of rows just inserted already claimed (their due_at_ms is
  * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
-static const struct mys_sql SQL_OUTBOX_IDS = {
-    S_OUTBOX_IDS, "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
-                  " WHERE due_at_ms>=? AND due_at_ms<=? AND locked_by=?"};
-static const struct mys_sql SQL_SNAP_INSERT = {
-    S_SNAP_INSERT, "INSERT INTO room_snapshots (app_code, room_id, version, state,"
-                   " created_at_ms) VALUES (?,?,?,?,?)"
-                   " ON DUPLICATE KEY UPDATE state=VALUES(state),"
-                   " created_at_ms=VALUES(created_at_ms)"};
-static const struct mys_sql SQL_SNAP_NTH = {
-    S_SNAP_NTH, "SELECT version FROM room_snapshots WHERE app_code=? AND room_id=?"
-                " ORDER BY version DESC LIMIT 1 OFFSET ?"};
-static const struct mys_sql SQL_SNAP_PRUNE = {
-    S_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code=? AND room_id=? AND version<=?"};
+MYS_SQL(OUTBOX_IDS, "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                    " WHERE due_at_ms>=? AND due_at_ms<=? AND locked_by=?");
+MYS_SQL(SNAP_INSERT, "INSERT INTO room_snapshots (app_code, room_id, version, state,"
+                     " created_at_ms) VALUES (?,?,?,?,?)"
+                     " ON DUPLICATE KEY UPDATE state=VALUES(state),"
+                     " created_at_ms=VALUES(created_at_ms)");
+MYS_SQL(SNAP_NTH, "SELECT version FROM room_snapshots WHERE app_code=? AND room_id=?"
+                  " ORDER BY version DESC LIMIT 1 OFFSET ?");
+MYS_SQL(SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code=? AND room_id=? AND version<=?");
 /* A create's owner limit (owner_limit): the owner's lock row, taken (X,
  * until the commit) before its open rooms are counted, so two creates of
  * one owner never count at once: the second waits for the first to commit
  * and then, under READ COMMITTED, counts its room. */
-static const struct mys_sql SQL_OWNER_LOCK = {
-    S_OWNER_LOCK, "INSERT INTO room_owner_locks (app_code, owner_uid) VALUES (?,?)"
-                  " ON DUPLICATE KEY UPDATE owner_uid=owner_uid"};
-static const struct mys_sql SQL_OWNER_ROOMS = {
-    S_OWNER_ROOMS, "SELECT COUNT(*) FROM rooms FORCE INDEX (ix_rooms_owner)"
-                   " WHERE app_code=? AND owner_uid=? AND status='open'"};
-static const struct mys_sql SQL_FENCE_ROOM = {
-    S_FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
-                  " AND fence_token<=?"};
+MYS_SQL(OWNER_LOCK, "INSERT INTO room_owner_locks (app_code, owner_uid) VALUES (?,?)"
+                    " ON DUPLICATE KEY UPDATE owner_uid=owner_uid");
+MYS_SQL(OWNER_ROOMS, "SELECT COUNT(*) FROM rooms FORCE INDEX (ix_rooms_owner)"
+                     " WHERE app_code=? AND owner_uid=? AND status='open'");
+MYS_SQL(FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
+                    " AND fence_token<=?");
 
 /* Reads the row of r (CMD_COLS) into dst (struct command_record). */
 static void
 read_command(const struct rows *r, void *dst)
 {
-    struct command_record *out = dst;
-
-    memset(out, 0, sizeof(*out));
-    strlcpy_(out->room_id, r_str(r, 0), sizeof(out->room_id));
-    strlcpy_(out->command_id, r_str(r, 1), sizeof(out->command_id));
-    out->command_type = xstrdup(r_str(r, 2));
-    out->request = xstrdup(r_str(r, 3));
-    out->response = xstrdup(r_str(r, 4));
-    out->version = r_i64(r, 5);
-    out->created_at_ms = r_i64(r, 6);
+    mys_read_cols(r, store_command_cols, dst, sizeof(struct command_record));
 }
 
 int
@@ -132,15 +107,12 @@ load_room_fn(struct conn *c, void *arg)
 {
     struct load_ctx *x = arg;
     struct room_load *l = x->out;
-    struct params p = {0};
     struct rows r;
     size_t cap = 0;
     int rc;
 
     room_load_clear(l);
-    p_str(&p, x->app);
-    p_str(&p, x->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "iii")) <= 0) {
+    if ((rc = mys_query_one(c, &SQL_ROOM_HEAD, &r, "iii", "ss", x->app, x->room_id)) <= 0) {
         rc = rc == 0 ? ROOMD_ENOTFOUND : rc;
         goto out;
     }
@@ -149,8 +121,8 @@ load_room_fn(struct conn *c, void *arg)
     l->event_seq = r_i64(&r, 2);
     mys_rows_done(&r);
 
-    p_i64(&p, l->version);
-    if ((rc = mys_st_query_one(c, &SQL_SNAP_LATEST, &p, &r, "is")) < 0)
+    rc = mys_query_one(c, &SQL_SNAP_LATEST, &r, "is", "ssi", x->app, x->room_id, l->version);
+    if (rc < 0)
         goto out;
     if (rc == 1) {
         l->snapshot_version = r_i64(&r, 0);
@@ -158,10 +130,8 @@ load_room_fn(struct conn *c, void *arg)
     }
     mys_rows_done(&r);
 
-    p.n = 2;
-    p_i64(&p, l->snapshot_version);
-    p_i64(&p, l->version);
-    if ((rc = mys_st_query(c, &SQL_LOG_TAIL, &p, &r, CMD_TYPES)) != 0)
+    if ((rc = mys_query(c, &SQL_LOG_TAIL, &r, CMD_TYPES, "ssii", x->app, x->room_id,
+                        l->snapshot_version, l->version)) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1) {
         l->tail = xgrow(l->tail, l->ntail, &cap, sizeof(*l->tail));
@@ -351,7 +321,6 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
     for (size_t i = 0; i < n; i++) {
         const char *by = muts[i]->locked_by;
         int64_t lo = INT64_MAX, hi = INT64_MIN;
-        struct params p = {0};
         struct rows r;
         int rc;
 
@@ -367,10 +336,7 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
                 lo = muts[j]->lock_until_ms < lo ? muts[j]->lock_until_ms : lo;
                 hi = muts[j]->lock_until_ms > hi ? muts[j]->lock_until_ms : hi;
             }
-        p_i64(&p, lo);
-        p_i64(&p, hi);
-        p_str(&p, by);
-        if ((rc = mys_st_query(c, &SQL_OUTBOX_IDS, &p, &r, "si")) != 0)
+        if ((rc = mys_query(c, &SQL_OUTBOX_IDS, &r, "si", "iis", lo, hi, by)) != 0)
             return rc;
         while ((rc = mys_st_fetch(c, &r)) == 1)
             for (size_t j = i; j < n; j++) {
@@ -397,18 +363,16 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
 static int
 owner_limit(struct conn *c, const struct mutation *m)
 {
-    struct params p = {0};
     struct rows r;
     int64_t open_rooms = 0;
     int rc;
 
     if (!m->create || m->max_owner_rooms <= 0)
         return 0;
-    p_str(&p, m->app_code);
-    p_i64(&p, m->meta.owner_uid);
-    if ((rc = mys_st_exec(c, &SQL_OWNER_LOCK, &p, NULL)) != 0)
+    if ((rc = mys_exec(c, &SQL_OWNER_LOCK, NULL, "si", m->app_code, m->meta.owner_uid)) != 0)
         return rc;
-    if ((rc = mys_st_query_one(c, &SQL_OWNER_ROOMS, &p, &r, "i")) == 1)
+    rc = mys_query_one(c, &SQL_OWNER_ROOMS, &r, "i", "si", m->app_code, m->meta.owner_uid);
+    if (rc == 1)
         open_rooms = r_i64(&r, 0);
     mys_rows_done(&r);
     if (rc < 0)
@@ -420,28 +384,22 @@ owner_limit(struct conn *c, const struct mutation *m)
 static int
 save_snapshot(struct conn *c, const struct mutation *m)
 {
-    struct params p = {0};
+    const char *app = m->app_code, *room = m->room_id;
     struct rows r;
     int64_t cut = 0;
     int rc;
 
-    p_str(&p, m->app_code);
-    p_str(&p, m->room_id);
-    p_i64(&p, m->version);
-    p_str(&p, m->snapshot);
-    p_i64(&p, m->created_at_ms);
-    if ((rc = mys_st_exec(c, &SQL_SNAP_INSERT, &p, NULL)) != 0)
+    if ((rc = mys_exec(c, &SQL_SNAP_INSERT, NULL, "ssisi", app, room, m->version, m->snapshot,
+                       m->created_at_ms)) != 0)
         return rc;
-    p.n = 2;
-    p_i64(&p, m->snapshots_keep > 1 ? m->snapshots_keep : 1);
-    if ((rc = mys_st_query_one(c, &SQL_SNAP_NTH, &p, &r, "i")) == 1)
+    rc = mys_query_one(c, &SQL_SNAP_NTH, &r, "i", "ssd", app, room,
+                       m->snapshots_keep > 1 ? m->snapshots_keep : 1);
+    if (rc == 1)
         cut = r_i64(&r, 0);
     mys_rows_done(&r);
     if (rc < 0 || cut == 0)
         return rc < 0 ? rc : 0;
-    p.n = 2;
-    p_i64(&p, cut);
-    return mys_st_exec(c, &SQL_SNAP_PRUNE, &p, NULL);
+    return mys_exec(c, &SQL_SNAP_PRUNE, NULL, "ssi", app, room, cut);
 }
 
 struct save_ctx {
@@ -633,7 +591,6 @@ mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 static int
 save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
 {
-    struct params p = {0};
     struct rows r;
     struct bulk ob;
     uint64_t aff = 0;
@@ -641,9 +598,8 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     int rc;
 
     *fatal = 0;
-    p_str(&p, m->app_code);
-    p_str(&p, m->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_FENCE, &p, &r, "ii")) == 1) {
+    rc = mys_query_one(c, &SQL_ROOM_FENCE, &r, "ii", "ss", m->app_code, m->room_id);
+    if (rc == 1) {
         cur_version = r_i64(&r, 0);
         cur_token = r_i64(&r, 1);
     }
@@ -776,21 +732,13 @@ static int
 fence_room_fn(struct conn *c, void *arg)
 {
     struct fence_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
     uint64_t matched = 0;
-    int rc;
+    int rc = mys_exec(c, &SQL_FENCE_ROOM, &matched, "issi", x->token, x->app, x->room_id, x->token);
+    struct rows r;
 
-    p_i64(&p, x->token);
-    p_str(&p, x->app);
-    p_str(&p, x->room_id);
-    p_i64(&p, x->token);
-    if ((rc = mys_st_exec(c, &SQL_FENCE_ROOM, &p, &matched)) != 0 || matched > 0)
+    if (rc != 0 || matched > 0)
         return rc;
-    p.n = 0;
-    p_str(&p, x->app);
-    p_str(&p, x->room_id);
-    if ((rc = mys_st_query_one(c, &SQL_ROOM_HEAD, &p, &r, "iii")) == 1) {
+    if ((rc = mys_query_one(c, &SQL_ROOM_HEAD, &r, "iii", "ss", x->app, x->room_id)) == 1) {
         store_set_errmsg("room %s/%s fenced: token %lld holds it, not %lld", x->app, x->room_id,
                          (long long)r_i64(&r, 1), (long long)x->token);
         rc = ROOMD_EFENCED;

@@ -19,6 +19,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +280,22 @@ mys_st_exec(struct conn *c, const struct mys_sql *id, struct params *p, uint64_t
     return 0;
 }
 
+/* Column k of row (a struct rows) for store_read_cols. */
+static void
+row_col(const void *row, unsigned int k, const char **text, int64_t *num)
+{
+    if (text != NULL)
+        *text = r_str(row, k);
+    else
+        *num = r_i64(row, k);
+}
+
+void
+mys_read_cols(const struct rows *r, const struct store_col *cols, void *dst, size_t size)
+{
+    store_read_cols(cols, row_col, r, dst, size);
+}
+
 void
 mys_rows_done(struct rows *r)
 {
@@ -352,15 +369,45 @@ mys_st_fetch(struct conn *c, struct rows *r)
     return 1;
 }
 
-/* mys_st_query for at most one row: 1 with it in r, 0 none, or a negative code.
- * mys_rows_done(r) after, either way. */
-int
-mys_st_query_one(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
-                 const char *types)
+/* Appends to p one parameter per letter of types, from ap. */
+static void
+p_vbind(struct params *p, const char *types, va_list ap)
 {
-    int rc = mys_st_query(c, id, p, r, types);
+    for (const char *t = types; *t != '\0'; t++) {
+        if (*t == 's')
+            p_str(p, va_arg(ap, const char *));
+        else if (*t == 'd')
+            p_i64(p, va_arg(ap, int));
+        else {
+            assert(*t == 'i');
+            p_i64(p, va_arg(ap, int64_t));
+        }
+    }
+}
 
-    return rc != 0 ? rc : mys_st_fetch(c, r);
+int
+mys_exec(struct conn *c, const struct mys_sql *id, uint64_t *affected, const char *types, ...)
+{
+    struct params p = {0};
+    va_list ap;
+
+    va_start(ap, types);
+    p_vbind(&p, types, ap);
+    va_end(ap);
+    return mys_st_exec(c, id, &p, affected);
+}
+
+int
+mys_query(struct conn *c, const struct mys_sql *id, struct rows *r, const char *cols,
+          const char *types, ...)
+{
+    struct params p = {0};
+    va_list ap;
+
+    va_start(ap, types);
+    p_vbind(&p, types, ap);
+    va_end(ap);
+    return mys_st_query(c, id, &p, r, cols);
 }
 
 void
@@ -546,14 +593,11 @@ int
 mys_one_fn(struct conn *c, void *arg)
 {
     struct one_ctx *x = arg;
-    struct params p = {0};
     struct rows r;
     int rc;
 
-    p_str(&p, x->key1);
-    if (x->key2 != NULL)
-        p_str(&p, x->key2);
-    if ((rc = mys_st_query_one(c, x->id, &p, &r, x->types)) == 1) {
+    rc = mys_query_one(c, x->id, &r, x->types, x->key2 != NULL ? "ss" : "s", x->key1, x->key2);
+    if (rc == 1) {
         x->read(&r, x->out);
         rc = 0;
     } else if (rc == 0) {
@@ -571,13 +615,13 @@ all_fn(struct conn *c, void *arg)
     size_t cap = 0;
     int rc;
 
-    x->clear(x->rows, x->n); /* a retry starts over */
+    store_free_cols(x->cols, x->rows, x->n, x->size); /* a retry starts over */
     x->rows = NULL;
     x->n = 0;
     if ((rc = mys_st_query(c, x->id, &x->p, &r, x->types)) == 0) {
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             x->rows = xgrow(x->rows, x->n, &cap, x->size);
-            x->read(&r, (char *)x->rows + x->n++ * x->size);
+            mys_read_cols(&r, x->cols, (char *)x->rows + x->n++ * x->size, x->size);
         }
     }
     mys_rows_done(&r);
@@ -590,7 +634,7 @@ mys_read_all(struct mstore *s, struct all_ctx *x)
     int rc = mys_run(s, all_fn, x);
 
     if (rc != 0) {
-        x->clear(x->rows, x->n);
+        store_free_cols(x->cols, x->rows, x->n, x->size);
         x->rows = NULL;
         x->n = 0;
     }

@@ -92,6 +92,10 @@ struct mys_sql {
     const char *text;
 };
 
+/* Declares the statement SQL_<name> of slot S_<name> with its text, in the
+ * file that runs it: MYS_SQL(GET, "SELECT ... WHERE event_id=?"); */
+#define MYS_SQL(name, text) static const struct mys_sql SQL_##name = {S_##name, text}
+
 struct conn {
     MYSQL *db;               /* NULL until connected, again after a loss */
     MYSQL_STMT *st[S_COUNT]; /* prepared on first use on this connection */
@@ -289,16 +293,14 @@ struct one_ctx {
 };
 
 /* Every row statement id yields for p (bound by the caller; kept as is for
- * a retry), each read by read into the next element (size bytes) of the
- * growing array rows; clear frees rows and what read allocated in its n
- * elements (either may be NULL/0). */
+ * a retry), each read by cols (store_read_cols) into the next element (size
+ * bytes) of the growing array rows (store_free_cols frees it). */
 struct all_ctx {
     const struct mys_sql *id;
     const char *types;
     struct params p;
     size_t size;
-    void (*read)(const struct rows *, void *);
-    void (*clear)(void *rows, size_t n);
+    const struct store_col *cols;
     void *rows; /* out: malloc'd, the caller's on success */
     size_t n;
 };
@@ -310,11 +312,34 @@ int mys_q_exec(struct conn *c, const char *sql);
 int mys_q_int(struct conn *c, const char *sql, int64_t *out);
 int mys_st_exec(struct conn *c, const struct mys_sql *id, struct params *p, uint64_t *affected);
 void mys_rows_done(struct rows *r);
+/* Reads the current row of r into dst (size bytes) by cols
+ * (store_read_cols). Thread: r's holder; does not block. */
+void mys_read_cols(const struct rows *r, const struct store_col *cols, void *dst, size_t size);
 int mys_st_query(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
                  const char *types);
 int mys_st_fetch(struct conn *c, struct rows *r);
-int mys_st_query_one(struct conn *c, const struct mys_sql *id, struct params *p, struct rows *r,
-                     const char *types);
+/*
+ * Statement id run with one parameter per letter of types, each from the
+ * arguments that follow: 'i' int64_t, 'd' int, 's' const char * (NULL binds
+ * NULL; borrowed for the call). mys_exec: 0 with *affected (NULL: not
+ * wanted) or the failure. mys_query: as mys_st_query with result columns
+ * cols; mys_query_one: for at most one row (1 with it in r, 0 none, or a
+ * negative code). mys_rows_done(r) after a query, either way. Thread: c's
+ * holder (an operation run by mys_run); blocks on the server.
+ */
+int mys_exec(struct conn *c, const struct mys_sql *id, uint64_t *affected, const char *types, ...);
+int mys_query(struct conn *c, const struct mys_sql *id, struct rows *r, const char *cols,
+              const char *types, ...);
+#define mys_query_one(c, id, r, cols, ...)                                                         \
+    mys_first_row((c), (r), mys_query(c, id, r, cols, __VA_ARGS__))
+
+/* The rc of a mys_query, or the first row: 1 with it in r, 0 none, < 0. */
+static inline int
+mys_first_row(struct conn *c, struct rows *r, int rc)
+{
+    return rc != 0 ? rc : mys_st_fetch(c, r);
+}
+
 void mys_bulk_init(struct bulk *k, const char *types, size_t nrows);
 void mys_bulk_free(struct bulk *k);
 int mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *affected);

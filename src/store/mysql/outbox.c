@@ -23,13 +23,11 @@
 /* The claim follows ix_outbox_due exactly (range on due_at_ms, ordered by
  * (due_at_ms, id)): no filesort, so SKIP LOCKED locks only the rows it
  * returns, and delivered rows (due_at_ms NULL) are never read. */
-static const struct mys_sql SQL_CLAIM_SELECT = {
-    S_CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_due)"
-                    " WHERE due_at_ms<=? ORDER BY due_at_ms, id LIMIT ?"
-                    " FOR UPDATE SKIP LOCKED"};
-static const struct mys_sql SQL_CLAIM_UPDATE = {
-    S_CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
-                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?"};
+MYS_SQL(CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_due)"
+                      " WHERE due_at_ms<=? ORDER BY due_at_ms, id LIMIT ?"
+                      " FOR UPDATE SKIP LOCKED");
+MYS_SQL(CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                      " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=?");
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered), consistent
  * (non-locking) reads of one snapshot: the rooms of the due rows whose room
  * has no row waiting (locked, or retryable not yet due: due_at_ms > now), in
@@ -41,56 +39,43 @@ static const struct mys_sql SQL_CLAIM_UPDATE = {
  * 100 busy heads: 74 s with a NOT EXISTS probe per row, 1.2 s so, on a
  * loaded machine). The run ranges over ix_outbox_room: a room's undelivered
  * rows only. */
-static const struct mys_sql SQL_CLAIM_ROOMS = {
-    S_CLAIM_ROOMS,
-    "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"
-    " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"
-    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"
-    " ORDER BY o.due_at_ms, o.id LIMIT ?"};
-static const struct mys_sql SQL_ROOM_RUN = {
-    S_ROOM_RUN, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM room_outbox"
-                " FORCE INDEX (ix_outbox_room) WHERE app_code=? AND room_id=?"
-                " AND due_at_ms IS NOT NULL ORDER BY id LIMIT ?"};
+MYS_SQL(CLAIM_ROOMS,
+        "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"
+        " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"
+        " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"
+        " ORDER BY o.due_at_ms, o.id LIMIT ?");
+MYS_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM room_outbox"
+                  " FORCE INDEX (ix_outbox_room) WHERE app_code=? AND room_id=?"
+                  " AND due_at_ms IS NOT NULL ORDER BY id LIMIT ?");
 /* Takes a room's head unless it changed since the snapshot (claimed,
  * completed or released by someone else: updated_at_ms moved, or no longer
  * due). An UPDATE waits for a row another claimer's short transaction holds,
  * then sees its latest version. Whoever holds the head holds the room. */
-static const struct mys_sql SQL_CLAIM_FENCED = {
-    S_CLAIM_FENCED, "UPDATE room_outbox SET status='delivering', locked_by=?,"
-                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
-                    " WHERE id=? AND due_at_ms<=? AND updated_at_ms=?"};
+MYS_SQL(CLAIM_FENCED, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                      " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
+                      " WHERE id=? AND due_at_ms<=? AND updated_at_ms=?");
 /* The rest of a held room's run (one bulk statement; all must still be due). */
-static const struct mys_sql SQL_CLAIM_REST = {
-    S_CLAIM_REST, "UPDATE room_outbox SET status='delivering', locked_by=?,"
-                  " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=? AND due_at_ms<=?"};
-static const struct mys_sql SQL_COMPLETE = {
-    S_COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
-                " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
-                " due_at_ms=?,"
-                " updated_at_ms=?, delivered_at_ms=?"
-                " WHERE id=? AND status='delivering' AND locked_by=?"};
-static const struct mys_sql SQL_LIST_ALL = {
-    S_LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id>? ORDER BY id LIMIT ?"};
-static const struct mys_sql SQL_LIST_STATUS = {
-    S_LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox"
-                   " WHERE status IN (?,?) AND id>? ORDER BY id LIMIT ?"};
-static const struct mys_sql SQL_GET = {S_GET,
-                                       "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id=?"};
-static const struct mys_sql SQL_REPLAY = {
-    S_REPLAY, "UPDATE room_outbox SET status='pending', retry_count=0,"
-              " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, due_at_ms=?,"
-              " updated_at_ms=?"
-              " WHERE event_id=? AND status='failed'"};
-static const struct mys_sql SQL_STATUS_OF = {S_STATUS_OF,
-                                             "SELECT status FROM room_outbox WHERE event_id=?"};
-static const struct mys_sql SQL_COUNTS = {
-    S_COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status"};
-static const struct mys_sql SQL_OLDEST = {
-    S_OLDEST, "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
-              " GROUP BY sinks_done"};
-static const struct mys_sql SQL_PURGE = {
-    S_PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
-             " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?"};
+MYS_SQL(CLAIM_REST, "UPDATE room_outbox SET status='delivering', locked_by=?,"
+                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=? WHERE id=? AND due_at_ms<=?");
+MYS_SQL(COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
+                  " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
+                  " due_at_ms=?,"
+                  " updated_at_ms=?, delivered_at_ms=?"
+                  " WHERE id=? AND status='delivering' AND locked_by=?");
+MYS_SQL(LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id>? ORDER BY id LIMIT ?");
+MYS_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox"
+                     " WHERE status IN (?,?) AND id>? ORDER BY id LIMIT ?");
+MYS_SQL(GET, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id=?");
+MYS_SQL(REPLAY, "UPDATE room_outbox SET status='pending', retry_count=0,"
+                " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, due_at_ms=?,"
+                " updated_at_ms=?"
+                " WHERE event_id=? AND status='failed'");
+MYS_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id=?");
+MYS_SQL(COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status");
+MYS_SQL(OLDEST, "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
+                " GROUP BY sinks_done");
+MYS_SQL(PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
+               " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?");
 
 /* Reads the row of r (OUTBOX_COLS) into dst (struct outbox_row). */
 static void
@@ -152,15 +137,12 @@ static int
 read_room_run(struct conn *c, struct claim_ctx *x, const struct outbox_room *rm, size_t want,
               int64_t **seen, size_t *cap, size_t *scap)
 {
-    struct params p = {0};
     struct rows r;
     bool ended = false; /* a row not due was met: the run ends before it */
     int rc, got = 0;
 
-    p_str(&p, rm->app_code);
-    p_str(&p, rm->room_id);
-    p_i64(&p, (int64_t)want);
-    if ((rc = mys_st_query(c, &SQL_ROOM_RUN, &p, &r, OUTBOX_TYPES "ii")) == 0) {
+    if ((rc = mys_query(c, &SQL_ROOM_RUN, &r, OUTBOX_TYPES "ii", "ssi", rm->app_code, rm->room_id,
+                        (int64_t)want)) == 0) {
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             ended = ended || r_i64(&r, 19) > x->now;
             if (ended)
@@ -229,17 +211,13 @@ claim_room_run(struct conn *c, struct claim_ctx *x, size_t from, const int64_t *
 static int
 claim_ordered_in_tx(struct conn *c, struct claim_ctx *x)
 {
-    struct params p = {0};
     struct rows r;
     struct outbox_room *rooms = NULL;
     int64_t *seen = NULL;
     size_t nrooms = 0, rcap = 0, cap = 0, scap = 0;
     int rc;
 
-    p_i64(&p, x->now);
-    p_i64(&p, x->now);
-    p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, &SQL_CLAIM_ROOMS, &p, &r, "ss")) == 0)
+    if ((rc = mys_query(c, &SQL_CLAIM_ROOMS, &r, "ss", "iid", x->now, x->now, x->limit)) == 0)
         while ((rc = mys_st_fetch(c, &r)) == 1)
             outbox_rooms_add(&rooms, &nrooms, &rcap, r_str(&r, 0), r_str(&r, 1));
     mys_rows_done(&r);
@@ -267,7 +245,6 @@ claim_ordered_in_tx(struct conn *c, struct claim_ctx *x)
 static int
 claim_in_tx(struct conn *c, struct claim_ctx *x)
 {
-    struct params p = {0};
     struct rows r;
     struct bulk k;
     int rc;
@@ -277,9 +254,7 @@ claim_in_tx(struct conn *c, struct claim_ctx *x)
     x->n = 0;
     if (x->per_room)
         return claim_ordered_in_tx(c, x);
-    p_i64(&p, x->now);
-    p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, &SQL_CLAIM_SELECT, &p, &r, OUTBOX_TYPES)) == 0)
+    if ((rc = mys_query(c, &SQL_CLAIM_SELECT, &r, OUTBOX_TYPES, "id", x->now, x->limit)) == 0)
         rc = read_outbox_rows(c, &r, &x->rows, &x->n);
     mys_rows_done(&r);
     if (rc != 0)
@@ -323,25 +298,35 @@ claim_fn(struct conn *c, void *arg)
     return 0;
 }
 
+/* Runs fn on arg, which fills the array got (ngot rows), and hands that
+ * array to the caller's rows and n. Returns 0, or the failure with the
+ * array freed. */
+static int
+run_for_rows(struct store *s, mys_txn_fn fn, void *arg, struct outbox_row **got, size_t *ngot,
+             struct outbox_row **rows, size_t *n)
+{
+    int rc = mys_run((struct mstore *)s, fn, arg);
+
+    if (rc != 0) {
+        outbox_rows_free(*got, *ngot);
+        return rc;
+    }
+    *rows = *got;
+    *n = *ngot;
+    return 0;
+}
+
 int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, bool per_room, struct outbox_row **rows, size_t *n)
 {
     struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0};
-    int rc;
 
     *rows = NULL;
     *n = 0;
     if (limit <= 0)
         return 0;
-    rc = mys_run((struct mstore *)s, claim_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.rows, x.n);
-        return rc;
-    }
-    *rows = x.rows;
-    *n = x.n;
-    return 0;
+    return run_for_rows(s, claim_fn, &x, &x.rows, &x.n, rows, n);
 }
 
 struct complete_ctx {
@@ -477,15 +462,9 @@ mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nre
     *rows = NULL;
     *n = 0;
     *completed = false;
-    rc = mys_run((struct mstore *)s, complete_claim_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.next.rows, x.next.n);
-        return rc;
-    }
-    *completed = true;
-    *rows = x.next.rows;
-    *n = x.next.n;
-    return 0;
+    rc = run_for_rows(s, complete_claim_fn, &x, &x.next.rows, &x.next.n, rows, n);
+    *completed = rc == 0;
+    return rc;
 }
 
 struct list_ctx {
@@ -500,24 +479,22 @@ static int
 list_fn(struct conn *c, void *arg)
 {
     struct list_ctx *x = arg;
-    struct params p = {0};
     struct rows r;
-    const struct mys_sql *id = &SQL_LIST_ALL;
     int rc;
 
     outbox_rows_free(x->rows, x->n);
     x->rows = NULL;
     x->n = 0;
-    if (x->status >= 0) {
-        id = &SQL_LIST_STATUS;
+    if (x->status < 0) {
+        rc = mys_query(c, &SQL_LIST_ALL, &r, OUTBOX_TYPES, "id", x->after_id, x->limit);
+    } else {
         const char *name = outbox_status_name((enum outbox_status)x->status);
+        const char *legacy = x->status == OUTBOX_DELIVERED ? "published" : name;
 
-        p_str(&p, name);
-        p_str(&p, x->status == OUTBOX_DELIVERED ? "published" : name); /* legacy name */
+        rc = mys_query(c, &SQL_LIST_STATUS, &r, OUTBOX_TYPES, "ssid", name, legacy, x->after_id,
+                       x->limit);
     }
-    p_i64(&p, x->after_id);
-    p_i64(&p, x->limit);
-    if ((rc = mys_st_query(c, id, &p, &r, OUTBOX_TYPES)) == 0)
+    if (rc == 0)
         rc = read_outbox_rows(c, &r, &x->rows, &x->n);
     mys_rows_done(&r);
     return rc;
@@ -528,20 +505,12 @@ mys_outbox_list(struct store *s, int status, int64_t after_id, int limit, struct
                 size_t *n)
 {
     struct list_ctx x = {status, after_id, limit, NULL, 0};
-    int rc;
 
     *rows = NULL;
     *n = 0;
     if (limit <= 0)
         return 0;
-    rc = mys_run((struct mstore *)s, list_fn, &x);
-    if (rc != 0) {
-        outbox_rows_free(x.rows, x.n);
-        return rc;
-    }
-    *rows = x.rows;
-    *n = x.n;
-    return 0;
+    return run_for_rows(s, list_fn, &x, &x.rows, &x.n, rows, n);
 }
 
 int
@@ -562,19 +531,13 @@ static int
 replay_fn(struct conn *c, void *arg)
 {
     struct replay_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
     uint64_t aff = 0;
-    int rc;
+    int rc = mys_exec(c, &SQL_REPLAY, &aff, "iis", x->now, x->now, x->event_id);
+    struct rows r;
 
-    p_i64(&p, x->now);
-    p_i64(&p, x->now);
-    p_str(&p, x->event_id);
-    if ((rc = mys_st_exec(c, &SQL_REPLAY, &p, &aff)) != 0 || aff == 1)
+    if (rc != 0 || aff == 1)
         return rc;
-    memset(&p, 0, sizeof(p));
-    p_str(&p, x->event_id);
-    if ((rc = mys_st_query_one(c, &SQL_STATUS_OF, &p, &r, "s")) >= 0)
+    if ((rc = mys_query_one(c, &SQL_STATUS_OF, &r, "s", "s", x->event_id)) >= 0)
         rc = rc == 1 ? ROOMD_ECONFLICT : ROOMD_ENOTFOUND;
     mys_rows_done(&r);
     if (rc == ROOMD_ECONFLICT)
@@ -594,19 +557,18 @@ static int
 counts_fn(struct conn *c, void *arg)
 {
     struct outbox_counts *o = arg;
-    struct params p = {0};
     struct rows r;
     int rc;
 
     memset(o, 0, sizeof(*o));
-    if ((rc = mys_st_query(c, &SQL_COUNTS, &p, &r, "si")) != 0)
+    if ((rc = mys_query(c, &SQL_COUNTS, &r, "si", "")) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1)
         outbox_counts_add(o, r_str(&r, 0), r_i64(&r, 1));
     if (rc < 0)
         goto out;
     mys_rows_done(&r);
-    if ((rc = mys_st_query(c, &SQL_OLDEST, &p, &r, "ii")) != 0)
+    if ((rc = mys_query(c, &SQL_OLDEST, &r, "ii", "")) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1)
         outbox_counts_oldest(o, (uint32_t)r_i64(&r, 0), r_i64(&r, 1));

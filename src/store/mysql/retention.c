@@ -14,12 +14,11 @@
 
 #define PURGE_CHUNK 500
 
-static const struct mys_sql SQL_LOG_PURGE = {
-    S_LOG_PURGE,
-    "DELETE FROM room_command_log WHERE id IN (SELECT id FROM (SELECT l.id"
-    " FROM room_command_log l WHERE l.created_at_ms < ? AND l.version <= (SELECT MIN(s.version)"
-    " FROM room_snapshots s WHERE s.app_code = l.app_code AND s.room_id = l.room_id)"
-    " ORDER BY l.id LIMIT ?) AS old)"};
+MYS_SQL(LOG_PURGE,
+        "DELETE FROM room_command_log WHERE id IN (SELECT id FROM (SELECT l.id"
+        " FROM room_command_log l WHERE l.created_at_ms < ? AND l.version <= (SELECT MIN(s.version)"
+        " FROM room_snapshots s WHERE s.app_code = l.app_code AND s.room_id = l.room_id)"
+        " ORDER BY l.id LIMIT ?) AS old)");
 
 struct purge_ctx {
     const struct mys_sql *sql;
@@ -37,14 +36,11 @@ purge_fn(struct conn *c, void *arg)
     int rc;
 
     while (x->purged < (size_t)x->limit) {
-        struct params p = {0};
         size_t want = (size_t)x->limit - x->purged;
 
         if (want > PURGE_CHUNK)
             want = PURGE_CHUNK;
-        p_i64(&p, x->before);
-        p_i64(&p, (int64_t)want);
-        if ((rc = mys_st_exec(c, x->sql, &p, &aff)) != 0)
+        if ((rc = mys_exec(c, x->sql, &aff, "ii", x->before, (int64_t)want)) != 0)
             return rc;
         x->purged += aff;
         if (aff < want)

@@ -15,38 +15,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct mys_sql SQL_ACCT_ENSURE = {
-    S_ACCT_ENSURE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
-                   " VALUES (?,?,?,?) ON DUPLICATE KEY UPDATE uid=uid"};
-static const struct mys_sql SQL_ACCT_LOCK = {
-    S_ACCT_LOCK, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=? FOR UPDATE"};
-static const struct mys_sql SQL_ACCT_GET = {
-    S_ACCT_GET, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=?"};
-static const struct mys_sql SQL_ACCT_ADD = {
-    S_ACCT_ADD, "UPDATE wallet_accounts SET balance=balance+?, updated_at_ms=?"
-                " WHERE app_code=? AND uid=?"};
+MYS_SQL(ACCT_ENSURE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
+                     " VALUES (?,?,?,?) ON DUPLICATE KEY UPDATE uid=uid");
+MYS_SQL(ACCT_LOCK, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=? FOR UPDATE");
+MYS_SQL(ACCT_GET, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=?");
+MYS_SQL(ACCT_ADD, "UPDATE wallet_accounts SET balance=balance+?, updated_at_ms=?"
+                  " WHERE app_code=? AND uid=?");
 /* The gift debits' reads, MYS_IN keys of one app per execution: the
  * accounts (already locked by SQL_ACCT_ENSURE's upsert; FOR UPDATE keeps
  * that explicit) and what the ledger holds under the gifts' ref_ids. */
-static const struct mys_sql SQL_ACCTS_LOCK = {
-    S_ACCTS_LOCK,
-    "SELECT uid, balance FROM wallet_accounts WHERE app_code=? AND uid IN (" MYS_IN_LIST
-    ") FOR UPDATE"};
-static const struct mys_sql SQL_LEDGER_GETS = {
-    S_LEDGER_GETS,
-    "SELECT ref_id, kind, uid, amount FROM wallet_ledger WHERE app_code=? AND ref_id IN"
-    " (" MYS_IN_LIST ") AND kind IN ('debit', 'refund')"};
-static const struct mys_sql SQL_LEDGER_GET = {S_LEDGER_GET,
-                                              "SELECT uid, amount FROM wallet_ledger"
-                                              " WHERE app_code=? AND ref_id=? AND kind=?"};
-static const struct mys_sql SQL_LEDGER_INSERT = {
-    S_LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
-                     " created_at_ms) VALUES (?,?,?,?,?,?)"};
-static const struct mys_sql SQL_LEDGER_UPDATE = {
-    S_LEDGER_UPDATE, "UPDATE wallet_ledger SET uid=?, amount=?, created_at_ms=?"
-                     " WHERE app_code=? AND ref_id=? AND kind=?"};
-static const struct mys_sql SQL_LEDGER_DELETE = {
-    S_LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code=? AND ref_id=? AND kind=?"};
+MYS_SQL(ACCTS_LOCK,
+        "SELECT uid, balance FROM wallet_accounts WHERE app_code=? AND uid IN (" MYS_IN_LIST
+        ") FOR UPDATE");
+MYS_SQL(LEDGER_GETS, "SELECT ref_id, kind, uid, amount FROM wallet_ledger WHERE app_code=? AND"
+                     " ref_id IN (" MYS_IN_LIST ") AND kind IN ('debit', 'refund')");
+MYS_SQL(LEDGER_GET, "SELECT uid, amount FROM wallet_ledger"
+                    " WHERE app_code=? AND ref_id=? AND kind=?");
+MYS_SQL(LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
+                       " created_at_ms) VALUES (?,?,?,?,?,?)");
+MYS_SQL(LEDGER_UPDATE, "UPDATE wallet_ledger SET uid=?, amount=?, created_at_ms=?"
+                       " WHERE app_code=? AND ref_id=? AND kind=?");
+MYS_SQL(LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code=? AND ref_id=? AND kind=?");
 
 struct wallet_ctx {
     const char *app, *ref_id;
@@ -54,17 +43,16 @@ struct wallet_ctx {
     int64_t balance; /* out */
 };
 
-/* Runs id (a SELECT balance .. WHERE app_code=? AND uid=?) with the first
- * two parameters of p (app, uid). Returns 1 with *balance, 0 (no such
- * account; *balance untouched) or the failure. */
+/* Runs id (a SELECT balance .. WHERE app_code=? AND uid=?). Returns 1 with
+ * *balance, 0 (no such account; *balance untouched) or the failure. */
 static int
-read_balance(struct conn *c, const struct mys_sql *id, struct params *p, int64_t *balance)
+read_balance(struct conn *c, const struct mys_sql *id, const char *app, int64_t uid,
+             int64_t *balance)
 {
     struct rows r;
     int rc;
 
-    p->n = 2;
-    if ((rc = mys_st_query_one(c, id, p, &r, "i")) == 1)
+    if ((rc = mys_query_one(c, id, &r, "i", "si", app, uid)) == 1)
         *balance = r_i64(&r, 0);
     mys_rows_done(&r);
     return rc;
@@ -74,16 +62,11 @@ read_balance(struct conn *c, const struct mys_sql *id, struct params *p, int64_t
 static int
 lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
-    struct params p = {0};
-    int rc;
+    int rc = mys_exec(c, &SQL_ACCT_ENSURE, NULL, "siii", app, uid, initial, clock_wall_ms());
 
-    p_str(&p, app);
-    p_i64(&p, uid);
-    p_i64(&p, initial);
-    p_i64(&p, clock_wall_ms());
-    if ((rc = mys_st_exec(c, &SQL_ACCT_ENSURE, &p, NULL)) != 0)
+    if (rc != 0)
         return rc;
-    rc = read_balance(c, &SQL_ACCT_LOCK, &p, balance);
+    rc = read_balance(c, &SQL_ACCT_LOCK, app, uid, balance);
     return rc == 1 ? 0 : rc == 0 ? ROOMD_EINTERNAL : rc;
 }
 
@@ -91,13 +74,10 @@ lock_account(struct conn *c, const char *app, int64_t uid, int64_t initial, int6
 static int
 account_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
-    struct params p = {0};
     int rc;
 
-    p_str(&p, app);
-    p_i64(&p, uid);
     *balance = initial;
-    rc = read_balance(c, &SQL_ACCT_GET, &p, balance);
+    rc = read_balance(c, &SQL_ACCT_GET, app, uid, balance);
     return rc < 0 ? rc : 0;
 }
 
@@ -105,13 +85,7 @@ account_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, i
 static int
 account_add(struct conn *c, const char *app, int64_t uid, int64_t delta)
 {
-    struct params p = {0};
-
-    p_i64(&p, delta);
-    p_i64(&p, clock_wall_ms());
-    p_str(&p, app);
-    p_i64(&p, uid);
-    return mys_st_exec(c, &SQL_ACCT_ADD, &p, NULL);
+    return mys_exec(c, &SQL_ACCT_ADD, NULL, "iisi", delta, clock_wall_ms(), app, uid);
 }
 
 /* Finds ledger row (ref_id, kind): 1 found (uid, amount), 0 not, or < 0. */
@@ -119,14 +93,10 @@ static int
 ledger_get(struct conn *c, const char *app, const char *ref_id, const char *kind, int64_t *uid,
            int64_t *amount)
 {
-    struct params p = {0};
     struct rows r;
     int rc;
 
-    p_str(&p, app);
-    p_str(&p, ref_id);
-    p_str(&p, kind);
-    if ((rc = mys_st_query_one(c, &SQL_LEDGER_GET, &p, &r, "ii")) == 1) {
+    if ((rc = mys_query_one(c, &SQL_LEDGER_GET, &r, "ii", "sss", app, ref_id, kind)) == 1) {
         if (uid != NULL)
             *uid = r_i64(&r, 0);
         if (amount != NULL)
@@ -141,24 +111,13 @@ static int
 ledger_write(struct conn *c, const struct mys_sql *id, const char *app, const char *ref_id,
              const char *kind, int64_t uid, int64_t amount)
 {
-    struct params p = {0};
     int64_t now = clock_wall_ms();
 
-    if (id == &SQL_LEDGER_UPDATE) {
-        p_i64(&p, uid);
-        p_i64(&p, amount);
-        p_i64(&p, now);
-    }
-    p_str(&p, app);
-    p_str(&p, ref_id);
-    if (id == &SQL_LEDGER_INSERT) {
-        p_i64(&p, uid);
-        p_i64(&p, amount);
-    }
-    p_str(&p, kind);
+    if (id == &SQL_LEDGER_UPDATE)
+        return mys_exec(c, id, NULL, "iiisss", uid, amount, now, app, ref_id, kind);
     if (id == &SQL_LEDGER_INSERT)
-        p_i64(&p, now);
-    return mys_st_exec(c, id, &p, NULL);
+        return mys_exec(c, id, NULL, "ssiisi", app, ref_id, uid, amount, kind, now);
+    return mys_exec(c, id, NULL, "sss", app, ref_id, kind);
 }
 
 /* ---- Gift debits inside the gifts' transaction (mysql/command.c) ---- */
@@ -465,67 +424,24 @@ mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initia
     return rc;
 }
 
-static const struct mys_sql SQL_W_AUDIT = {
-    S_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
-               " WHERE command_type='SendGift' AND (?='' OR app_code=?)"
-               " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
-               " FROM wallet_ledger WHERE ?='' OR app_code=?"
-               " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
-               " FROM wallet_accounts WHERE ?='' OR app_code=?"};
-
-struct audit_ctx {
-    const char *app;
-    struct audit_row *rows;
-    size_t n;
-};
+MYS_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+                 " WHERE command_type='SendGift' AND (?='' OR app_code=?)"
+                 " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+                 " FROM wallet_ledger WHERE ?='' OR app_code=?"
+                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
+                 " FROM wallet_accounts WHERE ?='' OR app_code=?");
 
 /* The audit's three tables in one statement: one read snapshot. */
-static int
-audit_fn(struct conn *c, void *arg)
-{
-    struct audit_ctx *x = arg;
-    struct params p = {0};
-    struct rows r;
-    size_t cap = 0;
-    int rc;
-
-    audit_rows_free(x->rows, x->n);
-    x->rows = NULL;
-    x->n = 0;
-    for (int i = 0; i < 6; i++)
-        p_str(&p, x->app);
-    if ((rc = mys_st_query(c, &SQL_W_AUDIT, &p, &r, "ssssiis")) == 0) {
-        while ((rc = mys_st_fetch(c, &r)) == 1) {
-            struct audit_row *a;
-            const char *req = r_str(&r, 6);
-
-            x->rows = xgrow(x->rows, x->n, &cap, sizeof(*x->rows));
-            a = &x->rows[x->n++];
-            memset(a, 0, sizeof(*a));
-            a->kind = r_str(&r, 0)[0];
-            strlcpy_(a->app_code, r_str(&r, 1), sizeof(a->app_code));
-            strlcpy_(a->key, r_str(&r, 2), sizeof(a->key));
-            strlcpy_(a->ledger_kind, r_str(&r, 3), sizeof(a->ledger_kind));
-            a->uid = r_i64(&r, 4);
-            a->amount = r_i64(&r, 5);
-            a->request = a->kind == 'G' && req != NULL ? xstrdup(req) : NULL;
-        }
-    }
-    mys_rows_done(&r);
-    return rc;
-}
-
 int
 mys_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
 {
-    struct audit_ctx x = {app, NULL, 0};
-    int rc = mys_run((struct mstore *)s, audit_fn, &x);
+    struct all_ctx x = {&SQL_W_AUDIT,     "ssssiis", {.n = 0}, sizeof(**rows),
+                        store_audit_cols, NULL,      0};
+    int rc;
 
-    if (rc != 0) {
-        audit_rows_free(x.rows, x.n);
-        x.rows = NULL;
-        x.n = 0;
-    }
+    for (int i = 0; i < 6; i++) /* the app filter of each table */
+        p_str(&x.p, app);
+    rc = mys_read_all((struct mstore *)s, &x);
     *rows = x.rows;
     *n = x.n;
     return rc;

@@ -14,81 +14,57 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct sq_sql SQL_ROOM_FENCE = {
-    ST_ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2"};
-static const struct sq_sql SQL_LOG_INSERT = {
-    ST_LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
+SQ_SQL(ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
                    " command_type, request, response, created_at_ms)"
-                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"};
-static const struct sq_sql SQL_LOG_EXISTS = {
-    ST_LOG_EXISTS, "SELECT 1 FROM room_command_log WHERE app_code = ?1 AND command_id = ?2"};
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+SQ_SQL(LOG_EXISTS, "SELECT 1 FROM room_command_log WHERE app_code = ?1 AND command_id = ?2");
 /* ?9 status, ?10 locked_by, ?11 lock_until_ms, ?12 due_at_ms: pending
  * (due at created_at_ms) or, for the outbox hand-off, already claimed */
-static const struct sq_sql SQL_OUTBOX_INSERT = {
-    ST_OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
+SQ_SQL(OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
                       " command_id, event_type, payload, status, locked_by, lock_until_ms,"
                       " due_at_ms, created_at_ms, updated_at_ms, room_seq)"
-                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)"};
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)");
 /* The hand-off under ordering per_room: does the room have an undelivered
  * row (room_outbox_room)? */
-static const struct sq_sql SQL_ROOM_BUSY = {
-    ST_ROOM_BUSY, "SELECT 1 FROM room_outbox WHERE app_code = ?1 AND room_id = ?2"
-                  " AND due_at_ms IS NOT NULL LIMIT 1"};
-static const struct sq_sql SQL_ROOM_INSERT = {
-    ST_ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+SQ_SQL(ROOM_BUSY, "SELECT 1 FROM room_outbox WHERE app_code = ?1 AND room_id = ?2"
+                  " AND due_at_ms IS NOT NULL LIMIT 1");
+SQ_SQL(ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
                     " fence_token, rocket_status, rocket_id, rocket_level,"
                     " rocket_launch_at_ms, created_at_ms, updated_at_ms, event_seq)"
-                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"};
-static const struct sq_sql SQL_ROOM_UPDATE = {
-    ST_ROOM_UPDATE, "UPDATE rooms SET owner_uid = ?3, title = ?4, status = ?5, version = ?6,"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+SQ_SQL(ROOM_UPDATE, "UPDATE rooms SET owner_uid = ?3, title = ?4, status = ?5, version = ?6,"
                     " fence_token = ?7, rocket_status = ?8, rocket_id = ?9,"
                     " rocket_level = ?10, rocket_launch_at_ms = ?11, updated_at_ms = ?13,"
-                    " event_seq = ?14 WHERE app_code = ?1 AND room_id = ?2"};
-static const struct sq_sql SQL_SNAP_INSERT = {
-    ST_SNAP_INSERT, "INSERT OR REPLACE INTO room_snapshots (app_code, room_id, version, state,"
-                    " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)"};
-static const struct sq_sql SQL_SNAP_PRUNE = {
-    ST_SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code = ?1 AND room_id = ?2"
+                    " event_seq = ?14 WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(SNAP_INSERT, "INSERT OR REPLACE INTO room_snapshots (app_code, room_id, version, state,"
+                    " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)");
+SQ_SQL(SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code = ?1 AND room_id = ?2"
                    " AND version < (SELECT version FROM room_snapshots"
                    " WHERE app_code = ?1 AND room_id = ?2 ORDER BY version DESC"
-                   " LIMIT 1 OFFSET ?3)"};
-static const struct sq_sql SQL_FIND_COMMAND = {
-    ST_FIND_COMMAND, "SELECT room_id, command_id, command_type, request, response, version,"
+                   " LIMIT 1 OFFSET ?3)");
+SQ_SQL(FIND_COMMAND, "SELECT room_id, command_id, command_type, request, response, version,"
                      " created_at_ms FROM room_command_log"
-                     " WHERE app_code = ?1 AND command_id = ?2"};
-static const struct sq_sql SQL_LOAD_ROOM = {ST_LOAD_ROOM,
-                                            "SELECT version, fence_token, event_seq FROM rooms"
-                                            " WHERE app_code = ?1 AND room_id = ?2"};
-static const struct sq_sql SQL_LOAD_SNAP = {
-    ST_LOAD_SNAP, "SELECT version, state FROM room_snapshots WHERE app_code = ?1"
-                  " AND room_id = ?2 ORDER BY version DESC LIMIT 1"};
-static const struct sq_sql SQL_LOAD_TAIL = {
-    ST_LOAD_TAIL, "SELECT room_id, command_id, command_type, request, response, version,"
+                     " WHERE app_code = ?1 AND command_id = ?2");
+SQ_SQL(LOAD_ROOM, "SELECT version, fence_token, event_seq FROM rooms"
+                  " WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(LOAD_SNAP, "SELECT version, state FROM room_snapshots WHERE app_code = ?1"
+                  " AND room_id = ?2 ORDER BY version DESC LIMIT 1");
+SQ_SQL(LOAD_TAIL, "SELECT room_id, command_id, command_type, request, response, version,"
                   " created_at_ms FROM room_command_log"
-                  " WHERE app_code = ?1 AND room_id = ?2 AND version > ?3 ORDER BY version"};
+                  " WHERE app_code = ?1 AND room_id = ?2 AND version > ?3 ORDER BY version");
 /* the open rooms of an owner (index rooms_owner); the writer's
  * transaction makes the count and the insert one step */
-static const struct sq_sql SQL_OWNER_ROOMS = {
-    ST_OWNER_ROOMS, "SELECT count(*) FROM rooms WHERE app_code = ?1 AND owner_uid = ?2"
-                    " AND status = 'open'"};
-static const struct sq_sql SQL_FENCE_ROOM = {
-    ST_FENCE_ROOM, "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND room_id = ?2"
-                   " AND fence_token <= ?3"};
+SQ_SQL(OWNER_ROOMS, "SELECT count(*) FROM rooms WHERE app_code = ?1 AND owner_uid = ?2"
+                    " AND status = 'open'");
+SQ_SQL(FENCE_ROOM, "UPDATE rooms SET fence_token = ?3 WHERE app_code = ?1 AND room_id = ?2"
+                   " AND fence_token <= ?3");
 
 /* Reads the row of q into dst (struct command_record). */
 static void
 read_record(sqlite3_stmt *q, void *dst)
 {
-    struct command_record *r = dst;
-
-    memset(r, 0, sizeof(*r));
-    col_copy(q, 0, r->room_id, sizeof(r->room_id));
-    col_copy(q, 1, r->command_id, sizeof(r->command_id));
-    r->command_type = col_strdup(q, 2);
-    r->request = col_strdup(q, 3);
-    r->response = col_strdup(q, 4);
-    r->version = sqlite3_column_int64(q, 5);
-    r->created_at_ms = sqlite3_column_int64(q, 6);
+    sq_read_cols(q, store_command_cols, dst, sizeof(struct command_record));
 }
 
 /* A room's head: its version and lease token (SQL_ROOM_FENCE, SQL_LOAD_ROOM),
@@ -146,9 +122,8 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
     struct room_head head = {0};
-    sqlite3_stmt *q;
-    size_t cap = 0;
-    int rc, step;
+    struct sq_all tail = {sizeof(*out->tail), store_command_cols, "load_room tail", NULL, 0};
+    int rc;
 
     memset(out, 0, sizeof(*out));
     /* One read transaction: the room row, snapshot and tail are one WAL snapshot. */
@@ -165,21 +140,12 @@ sq_load_room(struct store *st, const char *app, const char *room_id, struct room
     out->version = head.version;
     out->fence_token = head.fence_token;
     out->event_seq = head.event_seq;
-    rc = ROOMD_EIO;
-    if ((q = sq_stmt(c, &SQL_LOAD_TAIL)) == NULL)
+    rc = sq_read_all(c, sq_bound(c, &SQL_LOAD_TAIL, "ssi", app, room_id, out->snapshot_version),
+                     &tail);
+    if (rc != 0)
         goto out;
-    bind_text(q, 1, app);
-    bind_text(q, 2, room_id);
-    sqlite3_bind_int64(q, 3, out->snapshot_version);
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        out->tail = xgrow(out->tail, out->ntail, &cap, sizeof(*out->tail));
-        read_record(q, &out->tail[out->ntail++]);
-    }
-    done(q);
-    if (step != SQLITE_DONE) {
-        rc = sq_fail(c->db, step, "load_room tail");
-        goto out;
-    }
+    out->tail = tail.rows;
+    out->ntail = tail.n;
     rc = sq_run(c, &SQL_COMMIT);
 out:
     sq_reader_put(s, c);
@@ -188,25 +154,16 @@ out:
     return rc;
 }
 
-static void
-bind_room(sqlite3_stmt *q, const struct mutation *m)
+/* Binds m's rooms row to q (SQL_ROOM_INSERT or SQL_ROOM_UPDATE: ?1 .. ?14). */
+static sqlite3_stmt *
+bound_room(struct conn *c, const struct sq_sql *id, const struct mutation *m)
 {
     const struct room_meta *r = &m->meta;
 
-    bind_text(q, 1, m->app_code);
-    bind_text(q, 2, m->room_id);
-    sqlite3_bind_int64(q, 3, r->owner_uid);
-    bind_text(q, 4, r->title);
-    bind_text(q, 5, r->status ? r->status : "open");
-    sqlite3_bind_int64(q, 6, m->version);
-    sqlite3_bind_int64(q, 7, m->fence_token);
-    bind_text(q, 8, r->rocket_status ? r->rocket_status : "idle");
-    bind_text(q, 9, r->rocket_id);
-    sqlite3_bind_int(q, 10, r->rocket_level);
-    sqlite3_bind_int64(q, 11, r->rocket_launch_at_ms);
-    sqlite3_bind_int64(q, 12, r->created_at_ms);
-    sqlite3_bind_int64(q, 13, r->updated_at_ms);
-    sqlite3_bind_int64(q, 14, r->event_seq);
+    return sq_bound(c, id, "ssissiissdiiii", m->app_code, m->room_id, r->owner_uid, r->title,
+                    r->status ? r->status : "open", m->version, m->fence_token,
+                    r->rocket_status ? r->rocket_status : "idle", r->rocket_id, r->rocket_level,
+                    r->rocket_launch_at_ms, r->created_at_ms, r->updated_at_ms, r->event_seq);
 }
 
 /* After a create's rooms row: ROOMD_ELIMIT when its owner now holds more
@@ -215,17 +172,10 @@ bind_room(sqlite3_stmt *q, const struct mutation *m)
 static int
 owner_limit(struct conn *c, const struct mutation *m, int *fatal)
 {
-    sqlite3_stmt *q;
+    sqlite3_stmt *q = sq_bound(c, &SQL_OWNER_ROOMS, "si", m->app_code, m->meta.owner_uid);
     int64_t open_rooms = 0;
-    int rc;
+    int rc = sq_step_i64(c, q, &open_rooms, "save owner rooms");
 
-    if ((q = sq_stmt(c, &SQL_OWNER_ROOMS)) == NULL)
-        return *fatal = ROOMD_EIO;
-    bind_text(q, 1, m->app_code);
-    sqlite3_bind_int64(q, 2, m->meta.owner_uid);
-    if ((rc = sq_step_one(c, q, "save owner rooms")) == 1)
-        open_rooms = sqlite3_column_int64(q, 0);
-    done(q);
     if (rc < 0)
         return *fatal = rc;
     return store_check_owner_rooms(m, open_rooms);
@@ -251,25 +201,13 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         return rc;
 
     /* Command log: the idempotency key and the version fence. */
-    if ((q = sq_stmt(c, &SQL_LOG_INSERT)) == NULL)
-        return *fatal = ROOMD_EIO;
-    bind_text(q, 1, m->app_code);
-    bind_text(q, 2, m->room_id);
-    sqlite3_bind_int64(q, 3, m->version);
-    bind_text(q, 4, m->command_id);
-    bind_text(q, 5, m->command_type);
-    bind_text(q, 6, m->request);
-    bind_text(q, 7, m->response);
-    sqlite3_bind_int64(q, 8, m->created_at_ms);
+    q = sq_bound(c, &SQL_LOG_INSERT, "ssissssi", m->app_code, m->room_id, m->version, m->command_id,
+                 m->command_type, m->request, m->response, m->created_at_ms);
     rc = sq_step_write(c, q, "save command log");
     if (rc == ROOMD_ECONFLICT) {
         /* Which unique key? The command_id one means EREUSED. */
-        if ((q = sq_stmt(c, &SQL_LOG_EXISTS)) == NULL)
-            return *fatal = ROOMD_EIO;
-        bind_text(q, 1, m->app_code);
-        bind_text(q, 2, m->command_id);
-        rc = sq_step_one(c, q, "save command log lookup");
-        done(q);
+        q = sq_bound(c, &SQL_LOG_EXISTS, "ss", m->app_code, m->command_id);
+        rc = sq_step_i64(c, q, NULL, "save command log lookup");
         if (rc == 1) {
             store_set_errmsg("command_id %s already used", m->command_id);
             return ROOMD_EREUSED;
@@ -305,13 +243,8 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 
     m->room_busy = false;
     if (m->locked_by != NULL && *m->locked_by && m->handoff_if_room_idle) {
-        if ((q = sq_stmt(c, &SQL_ROOM_BUSY)) == NULL)
-            return *fatal = ROOMD_EIO;
-        bind_text(q, 1, m->app_code);
-        bind_text(q, 2, m->room_id);
-        rc = sq_step_one(c, q, "save room busy");
-        done(q);
-        if (rc < 0)
+        q = sq_bound(c, &SQL_ROOM_BUSY, "ss", m->app_code, m->room_id);
+        if ((rc = sq_step_i64(c, q, NULL, "save room busy")) < 0)
             return *fatal = rc;
         m->room_busy = rc == 1;
     }
@@ -320,22 +253,11 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
     for (size_t i = 0; i < m->nevents; i++) {
         const struct outbox_new *e = &m->events[i];
 
-        if ((q = sq_stmt(c, &SQL_OUTBOX_INSERT)) == NULL)
-            return *fatal = ROOMD_EIO;
-        bind_text(q, 1, e->event_id);
-        bind_text(q, 2, m->app_code);
-        bind_text(q, 3, m->room_id);
-        sqlite3_bind_int64(q, 4, m->version);
-        bind_text(q, 5, m->command_id);
-        bind_text(q, 6, e->event_type);
-        sqlite3_bind_blob(q, 7, e->payload ? (const void *)e->payload : (const void *)"",
-                          (int)e->payload_len, SQLITE_STATIC);
-        sqlite3_bind_int64(q, 8, m->created_at_ms);
-        bind_text(q, 9, init.status);
-        bind_text(q, 10, init.locked_by); /* NULL binds "" */
-        sqlite3_bind_int64(q, 11, init.lock_until_ms);
-        sqlite3_bind_int64(q, 12, init.due_at_ms);
-        sqlite3_bind_int64(q, 13, e->room_seq);
+        /* locked_by NULL binds "" */
+        q = sq_bound(c, &SQL_OUTBOX_INSERT, "sssissbissiii", e->event_id, m->app_code, m->room_id,
+                     m->version, m->command_id, e->event_type, (const void *)e->payload,
+                     e->payload_len, m->created_at_ms, init.status, init.locked_by,
+                     init.lock_until_ms, init.due_at_ms, e->room_seq);
         rc = sq_step_write(c, q, "save outbox");
         if (rc == ROOMD_ECONFLICT) {
             store_set_errmsg("event_id %s already exists", e->event_id);
@@ -347,9 +269,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
     }
 
     /* The rooms row. */
-    if ((q = sq_stmt(c, m->create ? &SQL_ROOM_INSERT : &SQL_ROOM_UPDATE)) == NULL)
-        return *fatal = ROOMD_EIO;
-    bind_room(q, m);
+    q = bound_room(c, m->create ? &SQL_ROOM_INSERT : &SQL_ROOM_UPDATE, m);
     rc = sq_step_write(c, q, "save rooms");
     if (rc == ROOMD_ECONFLICT)
         return ROOMD_EEXIST;
@@ -360,20 +280,12 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 
     /* The snapshot, and pruning beyond snapshots_keep. */
     if (m->snapshot != NULL) {
-        if ((q = sq_stmt(c, &SQL_SNAP_INSERT)) == NULL)
-            return *fatal = ROOMD_EIO;
-        bind_text(q, 1, m->app_code);
-        bind_text(q, 2, m->room_id);
-        sqlite3_bind_int64(q, 3, m->version);
-        bind_text(q, 4, m->snapshot);
-        sqlite3_bind_int64(q, 5, m->created_at_ms);
+        q = sq_bound(c, &SQL_SNAP_INSERT, "ssisi", m->app_code, m->room_id, m->version, m->snapshot,
+                     m->created_at_ms);
         if ((rc = sq_step_write(c, q, "save snapshot")) != 0)
             return *fatal = rc;
-        if ((q = sq_stmt(c, &SQL_SNAP_PRUNE)) == NULL)
-            return *fatal = ROOMD_EIO;
-        bind_text(q, 1, m->app_code);
-        bind_text(q, 2, m->room_id);
-        sqlite3_bind_int(q, 3, (m->snapshots_keep > 1 ? m->snapshots_keep : 1) - 1);
+        q = sq_bound(c, &SQL_SNAP_PRUNE, "ssd", m->app_code, m->room_id,
+                     (m->snapshots_keep > 1 ? m->snapshots_keep : 1) - 1);
         if ((rc = sq_step_write(c, q, "prune snapshots")) != 0)
             return *fatal = rc;
     }
@@ -411,14 +323,9 @@ sq_fence_room(struct store *st, const char *app, const char *room_id, int64_t to
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_writer_get(s);
     struct room_head head = {0};
-    sqlite3_stmt *q;
-    int rc = ROOMD_EIO;
+    sqlite3_stmt *q = sq_bound(c, &SQL_FENCE_ROOM, "ssi", app, room_id, token);
+    int rc;
 
-    if ((q = sq_stmt(c, &SQL_FENCE_ROOM)) == NULL)
-        goto out;
-    bind_text(q, 1, app);
-    bind_text(q, 2, room_id);
-    sqlite3_bind_int64(q, 3, token);
     if ((rc = sq_step_write(c, q, "fence_room")) != 0 || sqlite3_changes(c->db) > 0)
         goto out;
     /* nothing matched: no such room (fine), or a newer token holds it */

@@ -10,6 +10,8 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 
+#include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +19,12 @@
 const struct sq_sql SQL_BEGIN = {ST_BEGIN, "BEGIN"};
 const struct sq_sql SQL_BEGIN_IMMEDIATE = {ST_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE"};
 const struct sq_sql SQL_COMMIT = {ST_COMMIT, "COMMIT"};
-static const struct sq_sql SQL_ROLLBACK = {ST_ROLLBACK, "ROLLBACK"};
-static const struct sq_sql SQL_SAVEPOINT = {ST_SAVEPOINT, "SAVEPOINT m"};
-static const struct sq_sql SQL_RELEASE = {ST_RELEASE, "RELEASE m"};
-static const struct sq_sql SQL_ROLLBACK_TO = {ST_ROLLBACK_TO, "ROLLBACK TO m"};
-static const struct sq_sql SQL_SYNC_NORMAL = {ST_SYNC_NORMAL, "PRAGMA synchronous=NORMAL"};
-static const struct sq_sql SQL_SYNC_FULL = {ST_SYNC_FULL, "PRAGMA synchronous=FULL"};
+SQ_SQL(ROLLBACK, "ROLLBACK");
+SQ_SQL(SAVEPOINT, "SAVEPOINT m");
+SQ_SQL(RELEASE, "RELEASE m");
+SQ_SQL(ROLLBACK_TO, "ROLLBACK TO m");
+SQ_SQL(SYNC_NORMAL, "PRAGMA synchronous=NORMAL");
+SQ_SQL(SYNC_FULL, "PRAGMA synchronous=FULL");
 
 /* Maps a SQLite result code to ROOMD_E* and sets the thread's detail text. */
 int
@@ -58,6 +60,24 @@ sq_stmt(struct conn *c, const struct sq_sql *id)
     return c->st[id->slot];
 }
 
+/* Column k of row (a stepped sqlite3_stmt) for store_read_cols. */
+static void
+stmt_col(const void *row, unsigned int k, const char **text, int64_t *num)
+{
+    sqlite3_stmt *q = (sqlite3_stmt *)row;
+
+    if (text == NULL)
+        *num = sqlite3_column_int64(q, (int)k);
+    else
+        *text = (const char *)sqlite3_column_text(q, (int)k);
+}
+
+void
+sq_read_cols(sqlite3_stmt *q, const struct store_col *cols, void *dst, size_t size)
+{
+    store_read_cols(cols, stmt_col, q, dst, size);
+}
+
 /* Runs a statement without results (BEGIN, COMMIT, ...). */
 int
 sq_run(struct conn *c, const struct sq_sql *id)
@@ -74,16 +94,60 @@ sq_run(struct conn *c, const struct sq_sql *id)
     return 0;
 }
 
+sqlite3_stmt *
+sq_bound(struct conn *c, const struct sq_sql *id, const char *types, ...)
+{
+    sqlite3_stmt *q = sq_stmt(c, id);
+    va_list ap;
+    int i = 1;
+
+    if (q == NULL)
+        return NULL;
+    va_start(ap, types);
+    for (const char *t = types; *t != '\0'; t++, i++) {
+        if (*t == 's')
+            bind_text(q, i, va_arg(ap, const char *));
+        else if (*t == 'd')
+            sqlite3_bind_int(q, i, va_arg(ap, int));
+        else if (*t == 'b') {
+            const void *d = va_arg(ap, const void *);
+
+            sqlite3_bind_blob(q, i, d != NULL ? d : "", (int)va_arg(ap, size_t), SQLITE_STATIC);
+        } else {
+            assert(*t == 'i');
+            sqlite3_bind_int64(q, i, va_arg(ap, int64_t));
+        }
+    }
+    va_end(ap);
+    return q;
+}
+
 /* Steps q for at most one row: 1 a row is there to read, 0 there is none, or
- * the failure's code. The caller reads the row, then calls done(q) either way. */
+ * the failure's code (ROOMD_EIO for a NULL q). The caller reads the row, then
+ * calls done(q) either way. */
 int
 sq_step_one(struct conn *c, sqlite3_stmt *q, const char *what)
 {
-    int step = sqlite3_step(q);
+    int step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    step = sqlite3_step(q);
 
     if (step == SQLITE_ROW)
         return 1;
     return step == SQLITE_DONE ? 0 : sq_fail(c->db, step, what);
+}
+
+int
+sq_step_i64(struct conn *c, sqlite3_stmt *q, int64_t *out, const char *what)
+{
+    int rc = sq_step_one(c, q, what);
+
+    if (rc == 1 && out != NULL)
+        *out = sqlite3_column_int64(q, 0);
+    done(q);
+    return rc;
 }
 
 void
@@ -220,18 +284,16 @@ sq_reader_put(struct sq_store *s, struct conn *c)
     pthread_mutex_unlock(&s->rlock);
 }
 
-/* Steps a write statement of one mutation. Returns 0, ROOMD_ECONFLICT on a
- * constraint failure (the mutation alone fails), or another code (the whole
- * transaction fails). */
+/* Steps a write statement of one mutation and resets it. Returns 0,
+ * ROOMD_ECONFLICT on a constraint failure (the mutation alone fails), or
+ * another code (the whole transaction fails; ROOMD_EIO for a NULL q). */
 int
 sq_step_write(struct conn *c, sqlite3_stmt *q, const char *what)
 {
-    int step = sqlite3_step(q);
+    int rc = sq_step_one(c, q, what);
 
     done(q);
-    if (step == SQLITE_DONE || step == SQLITE_ROW)
-        return 0;
-    return sq_fail(c->db, step, what);
+    return rc < 0 ? rc : 0;
 }
 
 /*
@@ -271,14 +333,9 @@ int
 sq_row_one(struct conn *c, const struct sq_sql *id, const char *key1, const char *key2,
            void (*read)(sqlite3_stmt *, void *), void *out, const char *what)
 {
-    sqlite3_stmt *q = sq_stmt(c, id);
+    sqlite3_stmt *q = sq_bound(c, id, key2 != NULL ? "ss" : "s", key1, key2);
     int rc;
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, key1);
-    if (key2 != NULL)
-        bind_text(q, 2, key2);
     if ((rc = sq_step_one(c, q, what)) == 1)
         read(q, out);
     done(q);
@@ -311,12 +368,12 @@ sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x)
         return ROOMD_EIO;
     while ((step = sqlite3_step(q)) == SQLITE_ROW) {
         x->rows = xgrow(x->rows, x->n, &cap, x->size);
-        x->read(q, (char *)x->rows + x->n++ * x->size);
+        sq_read_cols(q, x->cols, (char *)x->rows + x->n++ * x->size, x->size);
     }
     done(q);
     if (step == SQLITE_DONE)
         return 0;
-    x->clear(x->rows, x->n);
+    store_free_cols(x->cols, x->rows, x->n, x->size);
     x->rows = NULL;
     x->n = 0;
     return sq_fail(c->db, step, x->what);

@@ -89,6 +89,10 @@ struct sq_sql {
     const char *text;
 };
 
+/* Declares the statement SQL_<name> of slot ST_<name> with its text, in the
+ * file that runs it: SQ_SQL(GET, "SELECT ... WHERE event_id = ?1"); */
+#define SQ_SQL(name, text) static const struct sq_sql SQL_##name = {ST_##name, text}
+
 struct conn {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT_];
@@ -108,9 +112,12 @@ struct sq_store {
     bool sync_full; /* synchronous=FULL: outbox bookkeeping commits without the fsync */
 };
 
+/* Resets s (NULL: nothing to do) and clears its bindings. */
 static inline void
 done(sqlite3_stmt *s)
 {
+    if (s == NULL)
+        return;
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
 }
@@ -147,13 +154,12 @@ extern const struct sq_sql SQL_BEGIN;
 extern const struct sq_sql SQL_BEGIN_IMMEDIATE;
 extern const struct sq_sql SQL_COMMIT;
 
-/* The rows of one query read into a growing array: each row by read into
- * the next element (size bytes) of rows; clear frees rows and what read
- * allocated in its n elements. what names the query in errors. */
+/* The rows of one query read into a growing array: each row by cols
+ * (store_read_cols) into the next element (size bytes) of rows
+ * (store_free_cols frees it). what names the query in errors. */
 struct sq_all {
     size_t size;
-    void (*read)(sqlite3_stmt *, void *);
-    void (*clear)(void *rows, size_t n);
+    const struct store_col *cols;
     const char *what;
     void *rows; /* out: malloc'd, the caller's on success */
     size_t n;
@@ -162,8 +168,22 @@ struct sq_all {
 /* conn.c */
 int sq_fail(sqlite3 *db, int rc, const char *what);
 sqlite3_stmt *sq_stmt(struct conn *c, const struct sq_sql *id);
+/* Reads the current row of q into dst (size bytes) by cols
+ * (store_read_cols). Thread: q's connection's holder; does not block. */
+void sq_read_cols(sqlite3_stmt *q, const struct store_col *cols, void *dst, size_t size);
 int sq_run(struct conn *c, const struct sq_sql *id);
+/* sq_stmt(c, id) with ?1.. bound, one per letter of types, from the
+ * arguments that follow: 's' const char * (NULL binds ""), 'i' int64_t, 'd'
+ * int, 'b' a blob as two, const void * and size_t; borrowed until the
+ * statement is reset. Returns the statement
+ * or NULL when the prepare failed (sq_step_one, sq_step_write, sq_step_i64
+ * and sq_read_all then return ROOMD_EIO). Thread: c's holder; does not block. */
+sqlite3_stmt *sq_bound(struct conn *c, const struct sq_sql *id, const char *types, ...);
 int sq_step_one(struct conn *c, sqlite3_stmt *q, const char *what);
+/* Steps q for at most one row and resets it: 1 with its first column in
+ * *out (NULL: not wanted), 0 no row, or the failure (what names it). Thread:
+ * c's holder; blocks on SQLite. */
+int sq_step_i64(struct conn *c, sqlite3_stmt *q, int64_t *out, const char *what);
 void sq_rollback(struct conn *c);
 struct conn *sq_writer_get(struct sq_store *s);
 struct conn *sq_writer_get_bookkeeping(struct sq_store *s);

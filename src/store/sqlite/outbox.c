@@ -17,61 +17,48 @@
     " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
     " last_error, created_at_ms, delivered_at_ms, room_seq"
 
-static const struct sq_sql SQL_CLAIM = {
-    ST_CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
+SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
               " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
               " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
               " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
-              " RETURNING " OUTBOX_COLS};
+              " RETURNING " OUTBOX_COLS);
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered): the rooms
  * of the due rows whose room has no row waiting (locked, or retryable not
  * yet due: due_at_ms > ?1; one subquery over room_outbox_due, not a probe
  * per candidate), in claim order (?2 limit); then each room's undelivered
  * rows in id order from its head, with due_at_ms (?3 limit, over
  * room_outbox_room). */
-static const struct sq_sql SQL_CLAIM_ROOMS = {
-    ST_CLAIM_ROOMS,
-    "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
-    " AND o.due_at_ms <= ?1 AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code,"
-    " e.room_id FROM room_outbox e WHERE e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
-    " ORDER BY o.due_at_ms, o.id LIMIT ?2"};
-static const struct sq_sql SQL_ROOM_RUN = {
-    ST_ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
+SQ_SQL(CLAIM_ROOMS,
+       "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
+       " AND o.due_at_ms <= ?1 AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code,"
+       " e.room_id FROM room_outbox e WHERE e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
+       " ORDER BY o.due_at_ms, o.id LIMIT ?2");
+SQ_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
                  " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
-                 " ORDER BY id LIMIT ?3"};
-static const struct sq_sql SQL_CLAIM_ONE = {
-    ST_CLAIM_ONE, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
-                  " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3 WHERE id = ?4"};
-static const struct sq_sql SQL_COMPLETE = {
-    ST_COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
+                 " ORDER BY id LIMIT ?3");
+SQ_SQL(CLAIM_ONE, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
+                  " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3 WHERE id = ?4");
+SQ_SQL(COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
                  " next_retry_at_ms = ?6, last_error = ?7, due_at_ms = ?8,"
                  " delivered_at_ms = ?9, lock_until_ms = 0, locked_by = '',"
                  " updated_at_ms = ?10"
-                 " WHERE id = ?1 AND status = 'delivering' AND locked_by = ?2"};
-static const struct sq_sql SQL_LIST_ALL = {
-    ST_LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1 ORDER BY id LIMIT ?2"};
-static const struct sq_sql SQL_LIST_STATUS = {ST_LIST_STATUS, "SELECT " OUTBOX_COLS
-                                                              " FROM room_outbox WHERE id > ?1"
-                                                              " AND status IN (?3, ?4)"
-                                                              " ORDER BY id LIMIT ?2"};
-static const struct sq_sql SQL_GET = {ST_GET, "SELECT " OUTBOX_COLS
-                                              " FROM room_outbox WHERE event_id = ?1"};
-static const struct sq_sql SQL_REPLAY = {
-    ST_REPLAY, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
+                 " WHERE id = ?1 AND status = 'delivering' AND locked_by = ?2");
+SQ_SQL(LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1 ORDER BY id LIMIT ?2");
+SQ_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1"
+                    " AND status IN (?3, ?4)"
+                    " ORDER BY id LIMIT ?2");
+SQ_SQL(GET, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id = ?1");
+SQ_SQL(REPLAY, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
                " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
-               " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'"};
-static const struct sq_sql SQL_STATUS_OF = {ST_STATUS_OF,
-                                            "SELECT status FROM room_outbox WHERE event_id = ?1"};
-static const struct sq_sql SQL_COUNTS = {
-    ST_COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status"};
-static const struct sq_sql SQL_OLDEST = {
-    ST_OLDEST, "SELECT sinks_done, min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
-               " GROUP BY sinks_done"};
-static const struct sq_sql SQL_PURGE = {
-    ST_PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
+               " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'");
+SQ_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id = ?1");
+SQ_SQL(COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status");
+SQ_SQL(OLDEST, "SELECT sinks_done, min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
+               " GROUP BY sinks_done");
+SQ_SQL(PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
               " WHERE delivered_at_ms IS NOT NULL AND delivered_at_ms < ?1"
               " AND status IN ('delivered', 'published') ORDER BY delivered_at_ms, id"
-              " LIMIT ?2)"};
+              " LIMIT ?2)");
 
 /* Reads the row of q (OUTBOX_COLS) into dst (struct outbox_row). */
 static void
@@ -128,14 +115,11 @@ static int
 read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size_t want,
               struct outbox_row **rows, size_t *n, size_t *cap)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_ROOM_RUN);
+    sqlite3_stmt *q = sq_bound(c, &SQL_ROOM_RUN, "ssi", rm->app_code, rm->room_id, (int64_t)want);
     int step;
 
     if (q == NULL)
         return ROOMD_EIO;
-    bind_text(q, 1, rm->app_code);
-    bind_text(q, 2, rm->room_id);
-    sqlite3_bind_int64(q, 3, (int64_t)want);
     while ((step = sqlite3_step(q)) == SQLITE_ROW && sqlite3_column_int64(q, 18) <= now_ms) {
         *rows = xgrow(*rows, *n, cap, sizeof(**rows));
         read_row(q, &(*rows)[(*n)++]);
@@ -153,15 +137,13 @@ static int
 claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
               int limit, struct outbox_row **rows, size_t *n)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_CLAIM_ROOMS);
+    sqlite3_stmt *q = sq_bound(c, &SQL_CLAIM_ROOMS, "id", now_ms, limit);
     struct outbox_room *rooms = NULL;
     size_t nrooms = 0, rcap = 0, cap = 0;
     int rc = 0, step;
 
     if (q == NULL)
         return ROOMD_EIO;
-    sqlite3_bind_int64(q, 1, now_ms);
-    sqlite3_bind_int(q, 2, limit);
     while ((step = sqlite3_step(q)) == SQLITE_ROW)
         outbox_rooms_add(&rooms, &nrooms, &rcap, (const char *)sqlite3_column_text(q, 0),
                          (const char *)sqlite3_column_text(q, 1));
@@ -172,14 +154,7 @@ claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char 
         rc = read_room_run(c, &rooms[i], now_ms, (size_t)limit - *n, rows, n, &cap);
     free(rooms);
     for (size_t i = 0; i < *n && rc == 0; i++) {
-        if ((q = sq_stmt(c, &SQL_CLAIM_ONE)) == NULL) {
-            rc = ROOMD_EIO;
-            break;
-        }
-        bind_text(q, 1, locked_by);
-        sqlite3_bind_int64(q, 2, lock_until_ms);
-        sqlite3_bind_int64(q, 3, now_ms);
-        sqlite3_bind_int64(q, 4, (*rows)[i].id);
+        q = sq_bound(c, &SQL_CLAIM_ONE, "siii", locked_by, lock_until_ms, now_ms, (*rows)[i].id);
         rc = sq_step_write(c, q, "claim");
         (*rows)[i].status = OUTBOX_DELIVERING;
         (*rows)[i].lock_until_ms = lock_until_ms;
@@ -211,14 +186,11 @@ sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const c
             rc = sq_run(c, &SQL_COMMIT);
         goto out;
     }
-    if ((q = sq_stmt(c, &SQL_CLAIM)) == NULL) {
+    q = sq_bound(c, &SQL_CLAIM, "siid", locked_by, lock_until_ms, now_ms, limit);
+    if (q == NULL) {
         rc = ROOMD_EIO;
         goto out;
     }
-    bind_text(q, 1, locked_by);
-    sqlite3_bind_int64(q, 2, lock_until_ms);
-    sqlite3_bind_int64(q, 3, now_ms);
-    sqlite3_bind_int(q, 4, limit);
     if ((rc = read_rows(c, q, rows, n, "claim")) != 0)
         goto out;
     rc = sq_run(c, &SQL_COMMIT);
@@ -309,24 +281,18 @@ sq_outbox_list(struct store *st, int status, int64_t after_id, int limit, struct
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, status < 0 ? &SQL_LIST_ALL : &SQL_LIST_STATUS);
+    const char *name = status < 0 ? NULL : outbox_status_name((enum outbox_status)status);
+    /* legacy "published" rows are listed as delivered */
+    const char *legacy = status == OUTBOX_DELIVERED ? "published" : name;
+    sqlite3_stmt *q = status < 0
+                          ? sq_bound(c, &SQL_LIST_ALL, "id", after_id, limit)
+                          : sq_bound(c, &SQL_LIST_STATUS, "idss", after_id, limit, name, legacy);
     int rc = ROOMD_EIO;
 
     *rows = NULL;
     *n = 0;
-    if (q == NULL)
-        goto out;
-    sqlite3_bind_int64(q, 1, after_id);
-    sqlite3_bind_int(q, 2, limit);
-    if (status >= 0) {
-        bind_text(q, 3, outbox_status_name((enum outbox_status)status));
-        /* legacy "published" rows are listed as delivered */
-        bind_text(q, 4,
-                  status == OUTBOX_DELIVERED ? "published"
-                                             : outbox_status_name((enum outbox_status)status));
-    }
-    rc = read_rows(c, q, rows, n, "list");
-out:
+    if (q != NULL)
+        rc = read_rows(c, q, rows, n, "list");
     sq_reader_put(s, c);
     if (rc != 0) {
         outbox_rows_free(*rows, *n);
@@ -353,21 +319,13 @@ sq_outbox_replay(struct store *st, const char *event_id, int64_t now_ms)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_writer_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_REPLAY);
-    int rc = ROOMD_EIO;
+    sqlite3_stmt *q = sq_bound(c, &SQL_REPLAY, "si", event_id, now_ms);
+    int rc;
 
-    if (q == NULL)
-        goto out;
-    bind_text(q, 1, event_id);
-    sqlite3_bind_int64(q, 2, now_ms);
     if ((rc = sq_step_write(c, q, "replay")) != 0 || sqlite3_changes(c->db) == 1)
         goto out;
     /* Nothing changed: tell a missing row from one that is not failed. */
-    if ((q = sq_stmt(c, &SQL_STATUS_OF)) == NULL) {
-        rc = ROOMD_EIO;
-        goto out;
-    }
-    bind_text(q, 1, event_id);
+    q = sq_bound(c, &SQL_STATUS_OF, "s", event_id);
     if ((rc = sq_step_one(c, q, "replay lookup")) == 1) {
         store_set_errmsg("event %s is %s, not failed", event_id, sqlite3_column_text(q, 0));
         rc = ROOMD_ECONFLICT;

@@ -10,11 +10,10 @@
 
 #include "core/err.h"
 
-static const struct sq_sql SQL_LOG_PURGE = {
-    ST_LOG_PURGE, "DELETE FROM room_command_log WHERE id IN (SELECT l.id FROM room_command_log l"
+SQ_SQL(LOG_PURGE, "DELETE FROM room_command_log WHERE id IN (SELECT l.id FROM room_command_log l"
                   " WHERE l.created_at_ms < ?1 AND l.version <= (SELECT min(s.version)"
                   " FROM room_snapshots s WHERE s.app_code = l.app_code"
-                  " AND s.room_id = l.room_id) ORDER BY l.id LIMIT ?2)"};
+                  " AND s.room_id = l.room_id) ORDER BY l.id LIMIT ?2)");
 
 int
 sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int limit,
@@ -22,17 +21,9 @@ sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_writer_get(s);
-    sqlite3_stmt *q = sq_stmt(c, sql);
-    int rc = ROOMD_EIO;
+    int rc = sq_step_write(c, sq_bound(c, sql, "id", before_ms, limit), what);
 
-    *purged = 0;
-    if (q == NULL)
-        goto out;
-    sqlite3_bind_int64(q, 1, before_ms);
-    sqlite3_bind_int(q, 2, limit);
-    if ((rc = sq_step_write(c, q, what)) == 0)
-        *purged = (size_t)sqlite3_changes(c->db);
-out:
+    *purged = rc == 0 ? (size_t)sqlite3_changes(c->db) : 0;
     sq_writer_put(s, c);
     return rc;
 }

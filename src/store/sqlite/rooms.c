@@ -11,42 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct sq_sql SQL_ROCKETS = {
-    ST_ROCKETS, "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
-                " FROM rooms WHERE rocket_status = 'ignited'"};
+SQ_SQL(ROCKETS, "SELECT app_code, room_id, rocket_id, rocket_level, rocket_launch_at_ms"
+                " FROM rooms WHERE rocket_status = 'ignited'");
 /* a range of the primary key: app_code >= ?1 bounds it, the OR filters */
-static const struct sq_sql SQL_ROOMS_LIST = {
-    ST_ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
+SQ_SQL(ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version, fence_token,"
                    " created_at_ms, updated_at_ms FROM rooms"
                    " WHERE app_code >= ?1 AND (app_code > ?1 OR room_id > ?2)"
-                   " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4"};
-
-static void
-read_rocket(sqlite3_stmt *q, void *out)
-{
-    struct rocket_pending *r = out;
-
-    memset(r, 0, sizeof(*r));
-    col_copy(q, 0, r->app_code, sizeof(r->app_code));
-    col_copy(q, 1, r->room_id, sizeof(r->room_id));
-    col_copy(q, 2, r->rocket_id, sizeof(r->rocket_id));
-    r->level = sqlite3_column_int(q, 3);
-    r->launch_at_ms = sqlite3_column_int64(q, 4);
-}
-
-static void
-free_rockets(void *rows, size_t n)
-{
-    (void)n;
-    free(rows);
-}
+                   " AND (?3 = 0 OR status = 'open') ORDER BY app_code, room_id LIMIT ?4");
 
 int
 sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    struct sq_all x = {sizeof(**out), read_rocket, free_rockets, "rockets_pending", NULL, 0};
+    struct sq_all x = {sizeof(**out), store_rocket_cols, "rockets_pending", NULL, 0};
     int rc = sq_read_all(c, sq_stmt(c, &SQL_ROCKETS), &x);
 
     sq_reader_put(s, c);
@@ -55,47 +33,17 @@ sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
     return rc;
 }
 
-static void
-read_room_row(sqlite3_stmt *q, void *out)
-{
-    struct room_row *r = out;
-
-    memset(r, 0, sizeof(*r));
-    col_copy(q, 0, r->app_code, sizeof(r->app_code));
-    col_copy(q, 1, r->room_id, sizeof(r->room_id));
-    r->owner_uid = sqlite3_column_int64(q, 2);
-    r->title = col_strdup(q, 3);
-    if (r->title == NULL)
-        r->title = xstrdup("");
-    col_copy(q, 4, r->status, sizeof(r->status));
-    r->version = sqlite3_column_int64(q, 5);
-    r->fence_token = sqlite3_column_int64(q, 6);
-    r->created_at_ms = sqlite3_column_int64(q, 7);
-    r->updated_at_ms = sqlite3_column_int64(q, 8);
-}
-
-static void
-free_room_rows(void *rows, size_t n)
-{
-    room_rows_free(rows, n);
-}
-
 int
 sq_rooms_list(struct store *st, const char *after_app, const char *after_room, bool open_only,
               int limit, struct room_row **rows, size_t *n)
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_ROOMS_LIST);
-    struct sq_all x = {sizeof(**rows), read_room_row, free_room_rows, "rooms_list", NULL, 0};
+    sqlite3_stmt *q =
+        sq_bound(c, &SQL_ROOMS_LIST, "ssdd", after_app, after_room, open_only ? 1 : 0, limit);
+    struct sq_all x = {sizeof(**rows), store_room_cols, "rooms_list", NULL, 0};
     int rc;
 
-    if (q != NULL) {
-        bind_text(q, 1, after_app);
-        bind_text(q, 2, after_room);
-        sqlite3_bind_int(q, 3, open_only ? 1 : 0);
-        sqlite3_bind_int(q, 4, limit);
-    }
     rc = sq_read_all(c, q, &x);
     sq_reader_put(s, c);
     *rows = x.rows;

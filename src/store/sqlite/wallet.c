@@ -14,53 +14,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct sq_sql SQL_W_LEDGER_GET = {
-    ST_W_LEDGER_GET, "SELECT uid, amount FROM wallet_ledger WHERE app_code = ?1"
-                     " AND ref_id = ?2 AND kind = ?3"};
-static const struct sq_sql SQL_W_LEDGER_INSERT = {
-    ST_W_LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
-                        " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"};
-static const struct sq_sql SQL_W_LEDGER_DELETE = {
-    ST_W_LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code = ?1 AND ref_id = ?2"
-                        " AND kind = ?3"};
-static const struct sq_sql SQL_W_LEDGER_UPDATE = {
-    ST_W_LEDGER_UPDATE, "UPDATE wallet_ledger SET amount = ?4, uid = ?3, created_at_ms = ?6"
-                        " WHERE app_code = ?1 AND ref_id = ?2 AND kind = ?5"};
-static const struct sq_sql SQL_W_BALANCE = {
-    ST_W_BALANCE, "SELECT balance FROM wallet_accounts WHERE app_code = ?1 AND uid = ?2"};
-static const struct sq_sql SQL_W_SET_BALANCE = {
-    ST_W_SET_BALANCE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
+SQ_SQL(W_LEDGER_GET, "SELECT uid, amount FROM wallet_ledger WHERE app_code = ?1"
+                     " AND ref_id = ?2 AND kind = ?3");
+SQ_SQL(W_LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
+                        " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+SQ_SQL(W_LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code = ?1 AND ref_id = ?2"
+                        " AND kind = ?3");
+SQ_SQL(W_LEDGER_UPDATE, "UPDATE wallet_ledger SET amount = ?4, uid = ?3, created_at_ms = ?6"
+                        " WHERE app_code = ?1 AND ref_id = ?2 AND kind = ?5");
+SQ_SQL(W_BALANCE, "SELECT balance FROM wallet_accounts WHERE app_code = ?1 AND uid = ?2");
+SQ_SQL(W_SET_BALANCE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
                       " VALUES (?1, ?2, ?3, ?4) ON CONFLICT (app_code, uid) DO UPDATE"
-                      " SET balance = excluded.balance, updated_at_ms = excluded.updated_at_ms"};
+                      " SET balance = excluded.balance, updated_at_ms = excluded.updated_at_ms");
 
 /* Reads the balance of (app, uid); a never-seen account has initial. */
 static int
 w_balance(struct conn *c, const char *app, int64_t uid, int64_t initial, int64_t *balance)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_BALANCE);
     int rc;
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    sqlite3_bind_int64(q, 2, uid);
-    rc = sq_step_one(c, q, "wallet balance");
-    *balance = rc == 1 ? sqlite3_column_int64(q, 0) : initial;
-    done(q);
+    *balance = initial;
+    rc = sq_step_i64(c, sq_bound(c, &SQL_W_BALANCE, "si", app, uid), balance, "wallet balance");
     return rc < 0 ? rc : 0;
 }
 
 static int
 w_set_balance(struct conn *c, const char *app, int64_t uid, int64_t balance, int64_t now)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_SET_BALANCE);
+    sqlite3_stmt *q = sq_bound(c, &SQL_W_SET_BALANCE, "siii", app, uid, balance, now);
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    sqlite3_bind_int64(q, 2, uid);
-    sqlite3_bind_int64(q, 3, balance);
-    sqlite3_bind_int64(q, 4, now);
     return sq_step_write(c, q, "wallet set balance");
 }
 
@@ -69,14 +51,9 @@ static int
 w_ledger_get(struct conn *c, const char *app, const char *ref, const char *kind, int64_t *uid,
              int64_t *amount)
 {
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_LEDGER_GET);
+    sqlite3_stmt *q = sq_bound(c, &SQL_W_LEDGER_GET, "sss", app, ref, kind);
     int rc;
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    bind_text(q, 2, ref);
-    bind_text(q, 3, kind);
     if ((rc = sq_step_one(c, q, "wallet ledger")) == 1) {
         *uid = sqlite3_column_int64(q, 0);
         *amount = sqlite3_column_int64(q, 1);
@@ -90,20 +67,10 @@ static int
 w_ledger_write(struct conn *c, const struct sq_sql *id, const char *app, const char *ref,
                const char *kind, int64_t uid, int64_t amount, int64_t now)
 {
-    sqlite3_stmt *q = sq_stmt(c, id);
+    sqlite3_stmt *q = id == &SQL_W_LEDGER_DELETE
+                          ? sq_bound(c, id, "sss", app, ref, kind)
+                          : sq_bound(c, id, "ssiisi", app, ref, uid, amount, kind, now);
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    bind_text(q, 1, app);
-    bind_text(q, 2, ref);
-    if (id == &SQL_W_LEDGER_DELETE) {
-        bind_text(q, 3, kind);
-    } else {
-        sqlite3_bind_int64(q, 3, uid);
-        sqlite3_bind_int64(q, 4, amount);
-        bind_text(q, 5, kind);
-        sqlite3_bind_int64(q, 6, now);
-    }
     return sq_step_write(c, q, "wallet ledger write");
 }
 
@@ -195,13 +162,12 @@ sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initia
     return rc;
 }
 
-static const struct sq_sql SQL_W_AUDIT = {
-    ST_W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+SQ_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
                 " WHERE command_type = 'SendGift' AND (?1 = '' OR app_code = ?1)"
                 " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
                 " FROM wallet_ledger WHERE ?1 = '' OR app_code = ?1"
                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
-                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1"};
+                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1");
 
 /* The audit's three tables in one statement: one read snapshot. */
 int
@@ -209,37 +175,11 @@ sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows,
 {
     struct sq_store *s = (struct sq_store *)st;
     struct conn *c = sq_reader_get(s);
-    sqlite3_stmt *q = sq_stmt(c, &SQL_W_AUDIT);
-    size_t cap = 0;
-    int rc = ROOMD_EIO, step;
+    struct sq_all x = {sizeof(**rows), store_audit_cols, "wallet audit", NULL, 0};
+    int rc = sq_read_all(c, sq_bound(c, &SQL_W_AUDIT, "s", app), &x);
 
-    *rows = NULL;
-    *n = 0;
-    if (q == NULL)
-        goto out;
-    bind_text(q, 1, app);
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        struct audit_row *r;
-
-        *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
-        r = &(*rows)[(*n)++];
-        memset(r, 0, sizeof(*r));
-        r->kind = (char)sqlite3_column_text(q, 0)[0];
-        col_copy(q, 1, r->app_code, sizeof(r->app_code));
-        col_copy(q, 2, r->key, sizeof(r->key));
-        col_copy(q, 3, r->ledger_kind, sizeof(r->ledger_kind));
-        r->uid = sqlite3_column_int64(q, 4);
-        r->amount = sqlite3_column_int64(q, 5);
-        r->request = col_strdup(q, 6);
-    }
-    done(q);
-    rc = step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "wallet audit");
-out:
     sq_reader_put(s, c);
-    if (rc != 0) {
-        audit_rows_free(*rows, *n);
-        *rows = NULL;
-        *n = 0;
-    }
+    *rows = x.rows;
+    *n = x.n;
     return rc;
 }
