@@ -449,7 +449,10 @@ struct complete_claim_ctx {
 
 /* Batch k's outcomes and batch k+1's claim, one transaction: one commit
  * (one redo log fsync) per batch. The completion comes first, so the rows
- * it hands back (retryable now) may be claimed again at once. */
+ * it hands back (retryable now) may be claimed again at once, and the
+ * ordered claim's snapshot (its first consistent read comes after the
+ * completion's writes, which the transaction sees) finds the completed
+ * rows' rooms free. */
 static int
 complete_claim_fn(struct conn *c, void *arg)
 {
@@ -467,11 +470,11 @@ complete_claim_fn(struct conn *c, void *arg)
 
 int
 mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres, int64_t now_ms,
-                          int64_t lock_until_ms, const char *locked_by, int limit,
+                          int64_t lock_until_ms, const char *locked_by, int limit, bool per_room,
                           struct outbox_row **rows, size_t *n, bool *completed)
 {
     struct complete_claim_ctx x = {{res, nres},
-                                   {now_ms, lock_until_ms, locked_by, limit, false, NULL, 0}};
+                                   {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0}};
     int rc;
 
     *rows = NULL;
