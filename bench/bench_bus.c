@@ -19,7 +19,8 @@
  *
  *   bench_bus [N] [DIR] [RATE] [SECS]   (N 20000, DIR ./var, RATE 500/s, SECS 5)
  *   BENCH_ONLY=relay,handoff,latency,service picks parts (raw always runs);
- *   BENCH_WORKERS, BENCH_BATCH: outbox_worker.workers (2), batch_size (100).
+ *   BENCH_WORKERS, BENCH_BATCH: outbox_worker.workers (2), batch_size (100);
+ *   BENCH_ORDERING=none: outbox_worker.ordering none (else per_room, the default).
  *   BENCH_STORE=mysql: the store is MariaDB at 127.0.0.1:$ROOMD_MYSQL_PORT (3417,
  *   root, no password), a fresh database per part, dropped at the end.
  * nats-server at 127.0.0.1:$ROOMD_NATS_PORT (4333, scripts/servers.sh).

@@ -300,27 +300,6 @@ bookkeeping_tx(struct sq_store *s, struct bookkeeping *x)
 }
 
 int
-sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                int limit, bool per_room, struct outbox_row **rows, size_t *n)
-{
-    struct bookkeeping x = {.claim = true,
-                            .now_ms = now_ms,
-                            .lock_until_ms = lock_until_ms,
-                            .locked_by = locked_by,
-                            .limit = limit,
-                            .per_room = per_room,
-                            .rows = rows,
-                            .n = n};
-
-    if (limit <= 0) {
-        *rows = NULL;
-        *n = 0;
-        return 0;
-    }
-    return bookkeeping_tx((struct sq_store *)st, &x);
-}
-
-int
 sq_outbox_complete(struct store *st, struct outbox_result *res, size_t n)
 {
     struct bookkeeping x = {.res = res, .nres = n};
@@ -349,6 +328,17 @@ sq_outbox_complete_claim(struct store *st, struct outbox_result *res, size_t nre
 
     *completed = rc == 0;
     return rc;
+}
+
+/* A claim alone: the same transaction with no outcomes to write first. */
+int
+sq_outbox_claim(struct store *st, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
+                int limit, bool per_room, struct outbox_row **rows, size_t *n)
+{
+    bool completed;
+
+    return sq_outbox_complete_claim(st, NULL, 0, now_ms, lock_until_ms, locked_by, limit, per_room,
+                                    rows, n, &completed);
 }
 
 int
