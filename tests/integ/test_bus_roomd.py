@@ -21,6 +21,7 @@ consumer groups inside roomd and in tools/roomd_consumer, and the IM stand-in.
 
 Run: python3 tests/integ/test_bus_roomd.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
 """
+import contextlib
 import json
 import os
 import signal
@@ -363,25 +364,37 @@ def test_three_groups_and_forced_redelivery():
 
 # ---- 6 ----
 
-def test_dead_letter_after_reconsume_times():
+@contextlib.contextmanager
+def im_dead_letters(prefix):
+    """roomd with the IM bridge group (ImStandin, 1 s timeout): a room created while IM answers,
+    then IM answering 502 to everything and two joins, which the group dead-letters after its
+    reconsume times. Yields (tmp, ns, r, nc, im, failing: the two joins' event ids); stops all."""
     from standins import ImStandin, TEST_SECRET
-    tmp, ns = tempfile.mkdtemp(prefix="bus-dlq-"), new_ns()
+    tmp, ns = tempfile.mkdtemp(prefix=prefix), new_ns()
     im = ImStandin(tmp).start()
-    env = {"TIM_TEST_SECRET": TEST_SECRET}
     r = Roomd(bus_cfg(tmp, ns, extra={
         "tencent_im": im.conf(timeout="1s"),
         "rocketmq": {"room_outbox": {"tencent_im_consumer_enabled": True}}}), tmp=tmp)
-    r.start(env=env)
+    r.start(env={"TIM_TEST_SECRET": TEST_SECRET})
     nc = Nats(NATS_PORT)
     try:
         room = room_name()
         ev = Events(r)
-        ev.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": "bus"})
+        ev.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": prefix})
         wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_outbox", G_IM), timeout=20)
         im.control(http_status={"api": "*", "status": 502, "count": 100000})
         ev.do(f"/v1/rooms/{room}/join", {"uid": 5})
         ev.do(f"/v1/rooms/{room}/join", {"uid": 6})
-        failing = ev.ids()[1:]
+        yield tmp, ns, r, nc, im, ev.ids()[1:]
+    finally:
+        nc.close()
+        r.stop()
+        im.stop()
+        cleanup(ns)
+
+
+def test_dead_letter_after_reconsume_times():
+    with im_dead_letters("bus-dlq-") as (tmp, ns, r, nc, im, failing):
         wait_until(lambda: all_delivered(r), timeout=20)  # room_outbox is not affected
         dlq = wait_until(lambda: (lambda m: m if len(m) == len(failing) else None)(
             js_all(nc, ns + "hyapp_dlq")), timeout=30, what="dead letters")
@@ -394,11 +407,6 @@ def test_dead_letter_after_reconsume_times():
         assert all(v[1] == 0 for v in outbox(r).values())
         st = db_rows(group_db(tmp, G_IM), "SELECT state, COUNT(*) FROM inbox GROUP BY state")
         assert dict(st) == {"done": 1, "dead": 2}, st
-    finally:
-        nc.close()
-        r.stop()
-        im.stop()
-        cleanup(ns)
 
 
 # ---- 7 ----

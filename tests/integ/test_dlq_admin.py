@@ -8,36 +8,16 @@ the replay is audited, and replaying it again is refused (404). The other groups
 involved; the outbox is untouched."""
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
 from roomd_test import Roomd, need, run, wait_until  # noqa: E402
 from roomctl_util import ctl, ctl_json  # noqa: E402
-from test_bus_roomd import (G_IM, NATS_PORT, Events, bus_cfg, cleanup, db_rows,  # noqa: E402
-                            group_db, new_ns)
-from bus_util import Nats, js_consumer_idle  # noqa: E402
-from http_util import room_name  # noqa: E402
+from test_bus_roomd import G_IM, NATS_PORT, db_rows, group_db, im_dead_letters  # noqa: E402
 
 def test_dlq_list_show_replay():
     need("127.0.0.1", NATS_PORT, "nats-server")
-    from standins import ImStandin, TEST_SECRET
-    tmp, ns = tempfile.mkdtemp(prefix="dlq-admin-"), new_ns()
-    im = ImStandin(tmp).start()
-    r = Roomd(bus_cfg(tmp, ns, extra={
-        "tencent_im": im.conf(timeout="1s"),
-        "rocketmq": {"room_outbox": {"tencent_im_consumer_enabled": True}}}), tmp=tmp)
-    r.start(env={"TIM_TEST_SECRET": TEST_SECRET})
-    nc = Nats(NATS_PORT)
-    try:
-        room = room_name()
-        ev = Events(r)
-        ev.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": "dlq"})
-        wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_outbox", G_IM), timeout=20)
-        im.control(http_status={"api": "*", "status": 502, "count": 100000})
-        ev.do(f"/v1/rooms/{room}/join", {"uid": 5})
-        ev.do(f"/v1/rooms/{room}/join", {"uid": 6})
-        failing = ev.ids()[1:]
+    with im_dead_letters("dlq-admin-") as (tmp, ns, r, nc, im, failing):
         cfg = r.cfg_path
         msgs = wait_until(lambda: (lambda m: m if len(m) == 2 else None)(
             ctl_json(cfg, "dlq", "list")["messages"]), timeout=30, what="two dead letters")
@@ -71,11 +51,6 @@ def test_dlq_list_show_replay():
         assert audit["filter"]["seq"] == one["seq"] and audit["count"] == 1, audit
         rc, out, err = ctl(cfg, "dlq", "show", "x")
         assert rc == 2, (rc, out, err)
-    finally:
-        nc.close()
-        r.stop()
-        im.stop()
-        cleanup(ns)
 
 
 if __name__ == "__main__":

@@ -12,25 +12,10 @@
 //   node activity_standin.js --port P --control-port C --proto-dir DIR [--record FILE]
 'use strict';
 const fs = require('fs');
-const http = require('http');
-const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
+const { arg, loadProto, serve, control, grpc } = require('./grpc_standin');
 
-function arg(name, dflt) {
-  const i = process.argv.indexOf('--' + name);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
-
-const port = Number(arg('port'));
-const controlPort = Number(arg('control-port'));
-const protoDir = arg('proto-dir', path.join(__dirname, '..', '..', 'proto'));
 const recordFile = arg('record', '');
-
-const def = protoLoader.loadSync(path.join(protoDir, 'activity.proto'), {
-  keepCase: true, longs: String, enums: String, defaults: true, includeDirs: [protoDir],
-});
-const proto = grpc.loadPackageDefinition(def);
+const proto = loadProto('activity.proto');
 
 let calls = [];
 if (recordFile && fs.existsSync(recordFile)) {
@@ -79,30 +64,11 @@ function consume(call, callback) {
   }
 }
 
-const server = new grpc.Server();
-server.addService(proto.activity.v1.RoomEventService.service, { Consume: consume });
-server.bindAsync(`127.0.0.1:${port}`, grpc.ServerCredentials.createInsecure(), (err) => {
-  if (err) {
-    console.error(err);
-    process.exit(1);
-  }
-  console.log(`activity_standin listening on 127.0.0.1:${port}`);
+serve('activity_standin', proto.activity.v1.RoomEventService.service, { Consume: consume },
+  Number(arg('port')));
+control(Number(arg('control-port')), {
+  'GET /calls': () => calls,
+  '/fail': (j) => { fails.push({ code: j.code, count: j.count || 1, details: j.details }); },
+  '/slow': (j) => { slows.push({ ms: j.ms, count: j.count || 1 }); },
+  '/reset': () => { fails.length = 0; slows.length = 0; },
 });
-
-http.createServer((req, res) => {
-  let body = '';
-  req.on('data', (d) => { body += d; });
-  req.on('end', () => {
-    const j = body ? JSON.parse(body) : {};
-    let out = { ok: true };
-    if (req.method === 'GET' && req.url === '/calls') out = calls;
-    else if (req.url === '/fail') fails.push({ code: j.code, count: j.count || 1, details: j.details });
-    else if (req.url === '/slow') slows.push({ ms: j.ms, count: j.count || 1 });
-    else if (req.url === '/reset') { fails.length = 0; slows.length = 0; }
-    else { res.writeHead(404); return res.end('{}'); }
-    res.writeHead(200, { 'Content-Type': 'application/json' });
-    res.end(JSON.stringify(out));
-  });
-}).listen(controlPort, '127.0.0.1');
-
-process.on('SIGTERM', () => process.exit(0));

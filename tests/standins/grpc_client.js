@@ -15,23 +15,12 @@
 // Usage: node grpc_client.js --target HOST:PORT [--proto-dir DIR] < calls.json
 'use strict';
 const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
 const protobuf = require('protobufjs');
+const { arg, protoDir, loadProto, grpc } = require('./grpc_standin');
 
-function arg(name, dflt) {
-  const i = process.argv.indexOf('--' + name);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
-
-const protoDir = arg('proto-dir', path.join(__dirname, '..', '..', 'proto'));
 const target = arg('target');
-const def = protoLoader.loadSync(path.join(protoDir, 'room_service.proto'), {
-  keepCase: true, longs: Number, enums: String, defaults: false, oneofs: true,
-  includeDirs: [protoDir],
-});
-const roomd = grpc.loadPackageDefinition(def).roomd.v1;
-const statusRoot = new protobuf.Root().loadSync(path.join(protoDir, 'rpc_status.proto'), {
+const roomd = loadProto('room_service.proto', { longs: Number, defaults: false, oneofs: true }).roomd.v1;
+const statusRoot = new protobuf.Root().loadSync(path.join(protoDir(), 'rpc_status.proto'), {
   keepCase: true,
 });
 const RpcStatus = statusRoot.lookupType('google.rpc.Status');

@@ -12,26 +12,11 @@
 //        [--initial N]   (the balance of a never-seen account, default 0)
 'use strict';
 const fs = require('fs');
-const http = require('http');
-const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
+const { arg, loadProto, serve, control, grpc } = require('./grpc_standin');
 
-function arg(name, dflt) {
-  const i = process.argv.indexOf('--' + name);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
-
-const port = Number(arg('port'));
-const controlPort = Number(arg('control-port'));
-const protoDir = arg('proto-dir', path.join(__dirname, '..', '..', 'proto'));
 const ledgerFile = arg('ledger');
 const initial = BigInt(arg('initial', '0'));
-
-const def = protoLoader.loadSync(path.join(protoDir, 'wallet.proto'), {
-  keepCase: true, longs: String, enums: String, defaults: true, includeDirs: [protoDir],
-});
-const proto = grpc.loadPackageDefinition(def);
+const proto = loadProto('wallet.proto');
 
 // State: balances by "app/uid" (BigInt, the amount held already taken off) and holds by
 // "app/command_id": {app_code, command_id, uid, amount, request_digest, room_id,
@@ -156,43 +141,17 @@ function listUnresolved(call, cb) {
   cb(null, { holds: out });
 }
 
-const server = new grpc.Server();
-server.addService(proto.wallet.v1.WalletService.service, {
+serve('wallet_standin', proto.wallet.v1.WalletService.service, {
   Try: tryHold,
   Confirm: resolve('Confirm', 'confirmed'),
   Cancel: resolve('Cancel', 'cancelled'),
   ListUnresolved: listUnresolved,
+}, Number(arg('port')));
+control(Number(arg('control-port')), {
+  'GET /state': () => ({
+    balances: Object.fromEntries([...balances].map(([k, v]) => [k, v.toString()])),
+    holds: [...holds.values()],
+  }),
+  '/fail': (j) => { fails.push({ method: j.method, code: j.code, count: j.count || 1, details: j.details }); },
+  '/reset': () => { fails.length = 0; },
 });
-server.bindAsync(`127.0.0.1:${port}`, grpc.ServerCredentials.createInsecure(), (e) => {
-  if (e) {
-    console.error(e);
-    process.exit(1);
-  }
-  console.log(`wallet_standin listening on 127.0.0.1:${port}`);
-});
-
-http.createServer((req, res) => {
-  let body = '';
-  req.on('data', (d) => { body += d; });
-  req.on('end', () => {
-    const j = body ? JSON.parse(body) : {};
-    let out = { ok: true };
-    if (req.method === 'GET' && req.url === '/state') {
-      out = {
-        balances: Object.fromEntries([...balances].map(([k, v]) => [k, v.toString()])),
-        holds: [...holds.values()],
-      };
-    } else if (req.url === '/fail') {
-      fails.push({ method: j.method, code: j.code, count: j.count || 1, details: j.details });
-    } else if (req.url === '/reset') {
-      fails.length = 0;
-    } else {
-      res.writeHead(404);
-      return res.end('{}');
-    }
-    res.writeHead(200, { 'Content-Type': 'application/json' });
-    res.end(JSON.stringify(out));
-  });
-}).listen(controlPort, '127.0.0.1');
-
-process.on('SIGTERM', () => process.exit(0));
