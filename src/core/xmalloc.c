@@ -68,6 +68,12 @@ xstrndup(const char *s, size_t n)
     return p;
 }
 
+void *
+xmemdup(const void *p, size_t n)
+{
+    return n > 0 ? memcpy(xmalloc(n), p, n) : NULL;
+}
+
 char *
 xasprintf(const char *fmt, ...)
 {

@@ -14,6 +14,9 @@ void *xrealloc(void *p, size_t n);
 /* Returns a malloc'd copy of s; xstrdup(NULL) returns NULL. */
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
+/* Returns a malloc'd copy of the n bytes at p, or NULL when n is 0 (p may
+ * then be NULL): an array's copy, NULL when empty. */
+void *xmemdup(const void *p, size_t n);
 /* Returns a malloc'd formatted string. */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Returns arr (*cap elements of size bytes) with room for element n: when

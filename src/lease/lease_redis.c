@@ -16,12 +16,14 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/thread.h"
+#include "core/tree.h"
 #include "core/xmalloc.h"
 #include "redis/redis_conn.h"
 
 #include <pthread.h>
 #include <search.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,12 +71,13 @@ static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then
 
 /* A lease this node holds. */
 struct held {
-    char *name;  /* "<app>:<room>" (the map key) */
+    char *name;  /* "<app>:<room>" (the map key; first: tree_name_cmp) */
     char *key;   /* full Redis key */
     char *value; /* what we wrote: "<token> <instance> <addr>" */
     int64_t token;
     int64_t confirmed_ms; /* monotonic time the last acquire/renew was SENT */
 };
+_Static_assert(offsetof(struct held, name) == 0, "tree_name_cmp reads the name first");
 
 struct lease_redis {
     struct lease base;
@@ -95,12 +98,6 @@ struct lease_redis {
     struct bg_thread renewer; /* zeroed until started */
 };
 
-static int
-held_cmp(const void *a, const void *b)
-{
-    return strcmp(((const struct held *)a)->name, ((const struct held *)b)->name);
-}
-
 static void
 held_free(void *p)
 {
@@ -116,7 +113,7 @@ static struct held *
 held_find(struct lease_redis *lr, const char *name)
 {
     struct held probe = {.name = (char *)name};
-    void *n = tfind(&probe, &lr->held, held_cmp);
+    void *n = tfind(&probe, &lr->held, tree_name_cmp);
 
     return n ? *(struct held **)n : NULL;
 }
@@ -124,7 +121,7 @@ held_find(struct lease_redis *lr, const char *name)
 static void
 held_remove(struct lease_redis *lr, struct held *h)
 {
-    tdelete(h, &lr->held, held_cmp);
+    tdelete(h, &lr->held, tree_name_cmp);
     lr->nheld--;
     held_free(h);
 }
@@ -139,7 +136,7 @@ held_put(struct lease_redis *lr, const char *name, const char *key, int64_t toke
         h = xcalloc(1, sizeof(*h));
         h->name = xstrdup(name);
         h->key = xstrdup(key);
-        tsearch(h, &lr->held, held_cmp);
+        tsearch(h, &lr->held, tree_name_cmp);
         lr->nheld++;
     }
     if (h->token != token || h->value == NULL) {
@@ -214,8 +211,7 @@ redis_acquire(struct lease *l, const char *app, const char *room_id, int64_t *to
     }
     pthread_mutex_unlock(&lr->map_mu);
 out:
-    if (r != NULL)
-        freeReplyObject(r);
+    freeReplyObject(r);
     free(name);
     free(key);
     free(tkey);
@@ -421,8 +417,7 @@ redis_ready(struct lease *l, char *why, size_t whylen)
         rc = ROOMD_EUNAVAIL;
     }
     pthread_mutex_unlock(&lr->conn_mu);
-    if (r != NULL)
-        freeReplyObject(r);
+    freeReplyObject(r);
     return rc;
 }
 

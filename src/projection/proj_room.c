@@ -13,14 +13,8 @@ void
 proj_room_copy(struct proj_room *dst, const struct proj_room *src)
 {
     *dst = *src;
-    dst->uids = NULL;
-    dst->joined_ms = NULL;
-    if (src->nuids > 0) {
-        dst->uids = xcalloc(src->nuids, sizeof(int64_t));
-        dst->joined_ms = xcalloc(src->nuids, sizeof(int64_t));
-        memcpy(dst->uids, src->uids, src->nuids * sizeof(int64_t));
-        memcpy(dst->joined_ms, src->joined_ms, src->nuids * sizeof(int64_t));
-    }
+    dst->uids = xmemdup(src->uids, src->nuids * sizeof(int64_t));
+    dst->joined_ms = xmemdup(src->joined_ms, src->nuids * sizeof(int64_t));
 }
 
 void
@@ -28,9 +22,7 @@ proj_room_clear(struct proj_room *r)
 {
     free(r->uids);
     free(r->joined_ms);
-    r->uids = NULL;
-    r->joined_ms = NULL;
-    r->nuids = 0;
+    memset(r, 0, sizeof(*r));
 }
 
 void

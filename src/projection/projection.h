@@ -39,7 +39,7 @@ struct proj_room {
     int64_t *joined_ms; /* joined_at_ms of each member */
 };
 
-/* Frees r's arrays and empties them (r itself is the caller's). Thread: any. */
+/* Frees r's arrays and zeroes *r (r itself is the caller's). Thread: any. */
 void proj_room_clear(struct proj_room *r);
 
 struct projection_ops {

@@ -22,6 +22,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/thread.h"
+#include "core/tree.h"
 #include "core/xmalloc.h"
 #include "projection/proj_room.h"
 #include "redis/redis_conn.h"
@@ -29,6 +30,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <search.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,9 +124,10 @@ static const char list_lua[] =
 
 /* A parked update, latest per room. */
 struct parked {
-    char *name; /* "<app>:<room_id>" */
+    char *name; /* "<app>:<room_id>" (the map key; first: tree_name_cmp) */
     struct proj_room r;
 };
+_Static_assert(offsetof(struct parked, name) == 0, "tree_name_cmp reads the name first");
 
 struct projection_redis {
     struct projection base;
@@ -140,12 +143,6 @@ struct projection_redis {
 
     struct bg_thread flusher; /* zeroed until started */
 };
-
-static int
-parked_cmp(const void *a, const void *b)
-{
-    return strcmp(((const struct parked *)a)->name, ((const struct parked *)b)->name);
-}
 
 static void
 parked_free(void *p)
@@ -238,13 +235,13 @@ park(struct projection_redis *pr, const struct proj_room *r)
     struct parked probe = {.name = xasprintf("%s:%s", r->app, r->room_id)};
 
     pthread_mutex_lock(&pr->park_mu);
-    void *n = tfind(&probe, &pr->parked, parked_cmp);
+    void *n = tfind(&probe, &pr->parked, tree_name_cmp);
     if (n == NULL) {
         struct parked *k = xcalloc(1, sizeof(*k));
         k->name = probe.name;
         probe.name = NULL;
         proj_room_copy(&k->r, r);
-        tsearch(k, &pr->parked, parked_cmp);
+        tsearch(k, &pr->parked, tree_name_cmp);
         pr->nparked++;
     } else {
         struct parked *k = *(struct parked **)n;
@@ -311,7 +308,7 @@ flush_parked(struct projection_redis *pr)
     t.v = xcalloc(pr->nparked, sizeof(*t.v));
     twalk_r(pr->parked, take_one, &t);
     for (size_t i = 0; i < t.n; i++)
-        tdelete(t.v[i], &pr->parked, parked_cmp);
+        tdelete(t.v[i], &pr->parked, tree_name_cmp);
     pr->nparked = 0;
     pthread_mutex_unlock(&pr->park_mu);
 
@@ -433,10 +430,8 @@ rp_presence(struct projection *p, const char *app, int64_t uid, char **json)
     }
     *json = proj_presence_json(uid, a->type == REDIS_REPLY_STRING ? a->str : NULL, int_el(b));
 out:
-    if (a != NULL)
-        freeReplyObject(a);
-    if (b != NULL)
-        freeReplyObject(b);
+    freeReplyObject(a);
+    freeReplyObject(b);
     free(k_pres);
     free(k_since);
     return rc;
@@ -458,8 +453,7 @@ rp_clear(struct projection *p, const char *app)
         redisReply *r = redis_conn_cmd(&pr->conn, 6, sv);
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
             rc = r == NULL ? ROOMD_EUNAVAIL : ROOMD_EIO;
-            if (r != NULL)
-                freeReplyObject(r);
+            freeReplyObject(r);
             break;
         }
         strlcpy_(cursor, str_el(r->element[0]), sizeof(cursor));
@@ -484,31 +478,42 @@ rp_clear(struct projection *p, const char *app)
     return rc;
 }
 
+/* Runs script (the rebuild protocol) on KEYS <prefix>proj_meta:built and
+ * <prefix>proj_meta:rebuilding with ARGV this handle's lock value, a and b
+ * (b may be NULL). Returns the reply (the caller frees it), or NULL when
+ * Redis is down. Takes conn_mu. */
+static redisReply *
+rebuild_eval(struct projection_redis *pr, const char *script, const char *a, const char *b)
+{
+    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
+    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
+    const char *argv[] = {"EVAL", script, "2", k_built, k_lock, pr->lock_value, a, b};
+
+    pthread_mutex_lock(&pr->conn_mu);
+    redisReply *r = redis_conn_cmd(&pr->conn, b != NULL ? 8 : 7, argv);
+    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
+    pthread_mutex_unlock(&pr->conn_mu);
+    free(k_built);
+    free(k_lock);
+    return r;
+}
+
 static int
 rp_rebuild_begin(struct projection *p)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
-    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
-    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
     char ttl[24];
     int rc;
 
     snprintf(ttl, sizeof(ttl), "%d", REBUILD_LOCK_MS);
-    const char *argv[] = {"EVAL", rebuild_begin_lua, "2", k_built, k_lock, pr->lock_value, ttl};
-    pthread_mutex_lock(&pr->conn_mu);
-    redisReply *r = redis_conn_cmd(&pr->conn, 7, argv);
-    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
-    pthread_mutex_unlock(&pr->conn_mu);
+    redisReply *r = rebuild_eval(pr, rebuild_begin_lua, ttl, NULL);
     if (r == NULL)
         rc = ROOMD_EUNAVAIL;
     else if (r->type == REDIS_REPLY_INTEGER)
         rc = r->integer == 1 ? 1 : 0;
     else
         rc = ROOMD_EIO;
-    if (r != NULL)
-        freeReplyObject(r);
-    free(k_built);
-    free(k_lock);
+    freeReplyObject(r);
     return rc;
 }
 
@@ -516,23 +521,13 @@ static void
 rp_rebuild_end(struct projection *p, bool ok)
 {
     struct projection_redis *pr = (struct projection_redis *)p;
-    char *k_built = xasprintf("%sproj_meta:built", pr->prefix);
-    char *k_lock = xasprintf("%sproj_meta:rebuilding", pr->prefix);
     char now[24];
 
     snprintf(now, sizeof(now), "%" PRId64, clock_wall_ms());
-    const char *argv[] = {"EVAL",         rebuild_end_lua, "2", k_built, k_lock,
-                          pr->lock_value, ok ? "1" : "0",  now};
-    pthread_mutex_lock(&pr->conn_mu);
-    redisReply *r = redis_conn_cmd(&pr->conn, 8, argv);
-    note_state(pr, r == NULL ? ROOMD_EUNAVAIL : 0);
-    pthread_mutex_unlock(&pr->conn_mu);
+    redisReply *r = rebuild_eval(pr, rebuild_end_lua, ok ? "1" : "0", now);
     if (r == NULL) /* the lock expires by itself; the marker stays unset: rebuilt again */
         log_warn("projection", "rebuild end not recorded", "err=\"%s\"", pr->conn.errstr);
-    else
-        freeReplyObject(r);
-    free(k_built);
-    free(k_lock);
+    freeReplyObject(r);
 }
 
 static void

@@ -36,18 +36,10 @@ room_state_clone(const struct room_state *s)
     struct room_state *c = xmalloc(sizeof(*c));
 
     *c = *s;
-    c->members = NULL;
+    c->members = xmemdup(s->members, s->nmembers * sizeof(*c->members));
     c->cap_members = s->nmembers;
-    if (s->nmembers > 0) {
-        c->members = xmalloc(s->nmembers * sizeof(*c->members));
-        memcpy(c->members, s->members, s->nmembers * sizeof(*c->members));
-    }
-    c->bans = NULL;
+    c->bans = xmemdup(s->bans, s->nbans * sizeof(*c->bans));
     c->cap_bans = s->nbans;
-    if (s->nbans > 0) {
-        c->bans = xmalloc(s->nbans * sizeof(*c->bans));
-        memcpy(c->bans, s->bans, s->nbans * sizeof(*c->bans));
-    }
     return c;
 }
 

@@ -34,8 +34,9 @@ wallet_open(struct wallet **out, const struct conf_wallet *cfg, struct store *st
 void
 wallet_close(struct wallet *w)
 {
-    if (w != NULL)
+    if (w != NULL && w->ops->close != NULL)
         w->ops->close(w);
+    free(w);
 }
 
 void

@@ -59,6 +59,8 @@ struct wallet_ops {
     int (*topup)(struct wallet *w, const char *app, int64_t uid, int64_t amount, const char *ref_id,
                  int64_t *balance_after);
     int (*balance)(struct wallet *w, const char *app, int64_t uid, int64_t *balance);
+    /* Releases what the backend holds (NULL: nothing); wallet_close then
+     * frees the handle, the first member of the backend's malloc'd struct. */
     void (*close)(struct wallet *w);
 };
 
@@ -71,6 +73,7 @@ struct wallet {
  * driver) / ROOMD_EINTERNAL with err. Thread: main. */
 int wallet_open(struct wallet **out, const struct conf_wallet *cfg, struct store *store, char *err,
                 size_t errlen);
+/* ops->close, then frees w. NULL is a no-op. Thread: main. */
 void wallet_close(struct wallet *w);
 
 /* Writes the hex SHA-256 of request (a canonical request JSON; a "rules"

@@ -15,7 +15,7 @@
 #include "store/store.h"
 #include "wallet/wallet.h"
 
-#include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 struct embedded {
@@ -23,6 +23,7 @@ struct embedded {
     struct store *store; /* borrowed */
     int64_t initial_balance;
 };
+_Static_assert(offsetof(struct embedded, super) == 0, "wallet_close frees the handle");
 
 static void
 emb_attach(struct wallet *w, const struct wallet_gift *g, struct wallet_debit *d)
@@ -55,17 +56,10 @@ emb_balance(struct wallet *w, const char *app, int64_t uid, int64_t *balance)
     return store_wallet_balance(e->store, app, uid, e->initial_balance, balance);
 }
 
-static void
-emb_close(struct wallet *w)
-{
-    free(w);
-}
-
 static const struct wallet_ops embedded_ops = {
     .attach = emb_attach,
     .topup = emb_topup,
     .balance = emb_balance,
-    .close = emb_close,
 };
 
 int

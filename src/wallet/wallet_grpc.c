@@ -17,6 +17,7 @@
 #include "wallet/wallet.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ struct wallet_grpc {
     pthread_mutex_t mu; /* the in-flight set */
     struct flight *buckets[NBUCKETS];
 };
+_Static_assert(offsetof(struct wallet_grpc, super) == 0, "wallet_close frees the handle");
 
 static const struct wallet_ops grpc_ops;
 
@@ -341,7 +343,6 @@ grpc_close(struct wallet *w)
             free(f);
         }
     pthread_mutex_destroy(&g->mu);
-    free(g);
 }
 
 static const struct wallet_ops grpc_ops = {

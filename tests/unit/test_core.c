@@ -1,5 +1,6 @@
 /* test_core.c: core utilities: error table, backoff bounds, UUIDv7, UTC days,
- * background threads, the driver-by-name lookup. */
+ * background threads, the driver-by-name lookup, xmemdup, the name-keyed
+ * tree comparator. */
 #include "helpers.h"
 
 #include "core/backoff.h"
@@ -7,9 +8,13 @@
 #include "core/driver.h"
 #include "core/err.h"
 #include "core/thread.h"
+#include "core/tree.h"
 #include "core/uuid.h"
+#include "core/xmalloc.h"
 
+#include <search.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -137,6 +142,45 @@ test_driver_pick(void **state)
     assert_string_equal(err, "wallet.driver: unknown driver \"\" (local|redis)");
 }
 
+static void
+test_xmemdup(void **state)
+{
+    const int64_t v[3] = {7, -1, INT64_MAX};
+    int64_t *c = xmemdup(v, sizeof v);
+
+    (void)state;
+    assert_ptr_not_equal(c, v);
+    assert_memory_equal(c, v, sizeof v);
+    free(c);
+    assert_null(xmemdup(NULL, 0)); /* an empty array stays NULL */
+}
+
+struct named {
+    char *name;
+    int n;
+};
+
+static void
+test_tree_name_cmp(void **state)
+{
+    struct named a = {"app:r2", 2}, b = {"app:r1", 1}, probe = {"app:r2", 0};
+    void *root = NULL;
+
+    (void)state;
+    assert_true(tree_name_cmp(&a, &b) > 0);
+    assert_int_equal(tree_name_cmp(&a, &probe), 0);
+    tsearch(&a, &root, tree_name_cmp);
+    tsearch(&b, &root, tree_name_cmp);
+    void *hit = tfind(&probe, &root, tree_name_cmp);
+    assert_non_null(hit);
+    assert_int_equal((*(struct named **)hit)->n, 2);
+    probe.name = "app:r3";
+    assert_null(tfind(&probe, &root, tree_name_cmp));
+    tdelete(&a, &root, tree_name_cmp);
+    tdelete(&b, &root, tree_name_cmp);
+    assert_null(root);
+}
+
 int
 main(void)
 {
@@ -144,6 +188,7 @@ main(void)
         cmocka_unit_test(test_err_table), cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_uuid_v7),   cmocka_unit_test(test_utc_day),
         cmocka_unit_test(test_bg_thread), cmocka_unit_test(test_driver_pick),
+        cmocka_unit_test(test_xmemdup),   cmocka_unit_test(test_tree_name_cmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
