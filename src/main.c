@@ -100,6 +100,15 @@ check_config(const char *path)
     return 0;
 }
 
+/* Returns when rc (an open's or a start's) is 0; otherwise exits (fatalx)
+ * with what ("lease: ", or "" where err names its key already) and err. */
+static void
+or_die(int rc, const char *what, const char *err)
+{
+    if (rc != 0)
+        fatalx("%s%s", what, err);
+}
+
 /* Opens the store; an unreachable MySQL server is retried for
  * store.mysql.startup_wait (one log line per attempt) instead of exiting.
  * A stop signal meanwhile exits. Returns the store or exits. */
@@ -170,19 +179,17 @@ open_sinks(const struct conf *c, struct bus *bus, struct wallet *wallet, struct 
     int direct = ob->publish_mode == PUBLISH_DIRECT || ob->publish_mode == PUBLISH_DUAL;
 
     if (direct && ob->log_sink_enabled) {
-        if (sink_log_open(&sinks[n], ob->log_sink_path, err, sizeof(err)) != 0)
-            fatalx("outbox_worker.log_sink: %s", err);
+        or_die(sink_log_open(&sinks[n], ob->log_sink_path, err, sizeof(err)),
+               "outbox_worker.log_sink: ", err);
         n++;
     }
     /* direct Tencent IM and activity sinks (docs/direct.md) */
     if (direct && c->tencent_im.enabled) {
-        if (sink_tim_open(&sinks[n], &c->tencent_im, err, sizeof(err)) != 0)
-            fatalx("%s", err);
+        or_die(sink_tim_open(&sinks[n], &c->tencent_im, err, sizeof(err)), "", err);
         n++;
     }
     if (direct && c->activity.enabled) {
-        if (sink_activity_open(&sinks[n], &c->activity, err, sizeof(err)) != 0)
-            fatalx("%s", err);
+        or_die(sink_activity_open(&sinks[n], &c->activity, err, sizeof(err)), "", err);
         n++;
     }
     /* the JetStream bus sink (mq, dual) and the rocket wake-up sink (docs/bus.md) */
@@ -238,8 +245,7 @@ main(int argc, char **argv)
     }
     if (optind != argc)
         usage(stderr, 2);
-    if (conf_load(path, &conf, err, sizeof(err)) != 0)
-        fatalx("config: %s", err);
+    or_die(conf_load(path, &conf, err, sizeof(err)), "config: ", err);
     /* the signals are blocked in every thread; main waits for them below */
     sigset_t sigs;
     daemon_start(conf->app.log_file, conf->app.log_level, &sigs);
@@ -249,11 +255,9 @@ main(int argc, char **argv)
     /* every listener bound before anything else opens: a port in use stops the start here,
      * before any worker, consumer or store write (connections wait in the backlog) */
     struct http_server *http = NULL;
-    if (http_server_bind(&http, conf, err, sizeof(err)) != 0)
-        fatalx("%s", err);
+    or_die(http_server_bind(&http, conf, err, sizeof(err)), "", err);
     struct rpc_server *rpc = NULL;
-    if (rpc_server_bind(&rpc, conf, err, sizeof(err)) != 0)
-        fatalx("%s", err);
+    or_die(rpc_server_bind(&rpc, conf, err, sizeof(err)), "", err);
     log_info("main", "listeners bound", "listen=%s admin_listen=%s grpc_listen=%s",
              conf->http.listen, conf->admin.listen, conf->grpc.listen ? conf->grpc.listen : "");
 
@@ -262,14 +266,11 @@ main(int argc, char **argv)
     if (group_commit_open(&gc, store, conf->store.group_commit_max) != 0)
         fatalx("store.group_commit_max: cannot start the committer");
     struct wallet *wallet = NULL;
-    if (wallet_open(&wallet, &conf->wallet, store, err, sizeof(err)) != 0)
-        fatalx("%s", err);
+    or_die(wallet_open(&wallet, &conf->wallet, store, err, sizeof(err)), "", err);
     struct lease *lease = NULL;
-    if (lease_open(&lease, conf, err, sizeof(err)) != 0)
-        fatalx("lease: %s", err);
+    or_die(lease_open(&lease, conf, err, sizeof(err)), "lease: ", err);
     struct projection *proj = NULL;
-    if (projection_open(&proj, conf, err, sizeof(err)) != 0)
-        fatalx("projection: %s", err);
+    or_die(projection_open(&proj, conf, err, sizeof(err)), "projection: ", err);
     /* several nodes need one shared projection (docs/nodes.md) */
     if (strcmp(conf->lease.driver, "redis") == 0 && strcmp(conf->projection.driver, "memory") == 0)
         log_warn("main",
@@ -284,8 +285,7 @@ main(int argc, char **argv)
     struct bus *bus = NULL;
     if (conf->rocketmq.enabled) {
         char *name = xasprintf("roomd/%s", conf->app.node_id);
-        if (bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)) != 0)
-            fatalx("rocketmq: %s", err);
+        or_die(bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)), "rocketmq: ", err);
         free(name);
     }
 
@@ -316,16 +316,15 @@ main(int argc, char **argv)
     /* CreateRoom's synchronous IM create_group when tencent_im.enabled */
     struct tim_client *tim = NULL;
     if (conf->tencent_im.enabled) {
-        if (tim_client_open(&tim, &conf->tencent_im, err, sizeof(err)) != 0)
-            fatalx("tencent_im: %s", err);
+        or_die(tim_client_open(&tim, &conf->tencent_im, err, sizeof(err)), "tencent_im: ", err);
         rd.create_hook = tim_create_hook;
         rd.create_hook_arg = tim;
     }
     /* any node takes any command: forward to the room's owner (docs/cluster.md) */
     struct cluster_forward *fwd = NULL;
     if (conf->cluster.forward && strcmp(conf->lease.driver, "redis") == 0) {
-        if (cluster_forward_open(&fwd, conf, conf->app.node_id, err, sizeof(err)) != 0)
-            fatalx("cluster.forward: %s", err);
+        or_die(cluster_forward_open(&fwd, conf, conf->app.node_id, err, sizeof(err)),
+               "cluster.forward: ", err);
         rd.forward = cluster_forward_call;
         rd.forward_arg = fwd;
     }
@@ -345,8 +344,7 @@ main(int argc, char **argv)
         fatalx("rocketmq consumers: %s", err);
 
     struct auth *auth = NULL;
-    if (auth_open(&auth, conf, err, sizeof(err)) != 0)
-        fatalx("%s", err);
+    or_die(auth_open(&auth, conf, err, sizeof(err)), "", err);
     struct http_deps hd = {.conf = conf,
                            .auth = auth,
                            .rooms = rooms,
@@ -365,16 +363,13 @@ main(int argc, char **argv)
     hd.health = &health;
     /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
     struct admin *admin = NULL;
-    if (admin_open(&admin, conf, outbox, false, err, sizeof(err)) != 0)
-        fatalx("admin: %s", err);
+    or_die(admin_open(&admin, conf, outbox, false, err, sizeof(err)), "admin: ", err);
     admin_set_bus(admin, bus);
     admin_resume(admin);
     hd.admin = admin;
-    if (http_server_start(http, &hd, err, sizeof(err)) != 0)
-        fatalx("%s", err);
+    or_die(http_server_start(http, &hd, err, sizeof(err)), "", err);
     /* the gRPC API beside it: the same router behind another transport */
-    if (rpc_server_start(rpc, &hd, err, sizeof(err)) != 0)
-        fatalx("%s", err);
+    or_die(rpc_server_start(rpc, &hd, err, sizeof(err)), "", err);
     static const char *const mode_names[] = {"direct", "mq", "dual"};
     log_info("main", "roomd started",
              "listen=%s admin_listen=%s auth=%s store=%s publish_mode=%s node=%s",

@@ -67,25 +67,27 @@ enum admin_kind {
  * The admin listener's own routes: the whole admin API and the console. A
  * "{name}" segment captures one non-empty segment; a literal path wins over
  * a pattern (outbox/summary is not outbox/{event_id}). A GET also answers
- * HEAD. Known path, other method: 405 with Allow.
+ * HEAD. Known path, other method: 405 with Allow. id names the captured
+ * segment when it must be a positive integer (a 400 naming it otherwise).
  */
 static const struct admin_route {
     const char *method;
     const char *pattern;
     enum admin_kind kind;
+    const char *id;
 } routes[] = {
-    {"GET", "/console", A_CONSOLE},
-    {"GET", "/console/", A_CONSOLE},
-    {"GET", "/console/{file}", A_CONSOLE},
-    {"GET", API "outbox/summary", A_SUMMARY},
-    {"GET", API "outbox", A_LIST},
-    {"POST", API "outbox/replay", A_REPLAY},
-    {"GET", API "outbox/{event_id}", A_SHOW},
-    {"GET", API "audit", A_AUDITS},
-    {"GET", API "audit/{id}", A_AUDIT},
-    {"GET", API "dlq", A_DLQ_LIST},
-    {"GET", API "dlq/{seq}", A_DLQ_SHOW},
-    {"POST", API "dlq/{seq}/replay", A_DLQ_REPLAY},
+    {"GET", "/console", A_CONSOLE, NULL},
+    {"GET", "/console/", A_CONSOLE, NULL},
+    {"GET", "/console/{file}", A_CONSOLE, NULL},
+    {"GET", API "outbox/summary", A_SUMMARY, NULL},
+    {"GET", API "outbox", A_LIST, NULL},
+    {"POST", API "outbox/replay", A_REPLAY, NULL},
+    {"GET", API "outbox/{event_id}", A_SHOW, NULL},
+    {"GET", API "audit", A_AUDITS, NULL},
+    {"GET", API "audit/{id}", A_AUDIT, "id"},
+    {"GET", API "dlq", A_DLQ_LIST, NULL},
+    {"GET", API "dlq/{seq}", A_DLQ_SHOW, "seq"},
+    {"POST", API "dlq/{seq}/replay", A_DLQ_REPLAY, "seq"},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -138,7 +140,7 @@ static void
 dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lookup_fn q,
          void *ctx, const char *body, size_t len, const char *actor, struct admin_http_reply *out)
 {
-    long long id;
+    long long id = 0;
 
     if (r->kind == A_CONSOLE) {
         console(cap, out);
@@ -148,6 +150,8 @@ dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lo
         reply(out, 503, "{\"error\":{\"code\":\"unavailable\",\"message\":\"no admin store\"}}");
         return;
     }
+    if (r->id != NULL && !id_of(cap, r->id, &id, out))
+        return;
     switch (r->kind) {
     case A_SUMMARY:
         admin_summary(a, &out->r);
@@ -165,19 +169,16 @@ dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lo
         admin_audits(a, q, ctx, &out->r);
         break;
     case A_AUDIT:
-        if (id_of(cap, "id", &id, out))
-            admin_audit(a, id, q, ctx, &out->r);
+        admin_audit(a, id, q, ctx, &out->r);
         break;
     case A_DLQ_LIST:
         admin_dlq_list(a, q, ctx, &out->r);
         break;
     case A_DLQ_SHOW:
-        if (id_of(cap, "seq", &id, out))
-            admin_dlq_show(a, (uint64_t)id, &out->r);
+        admin_dlq_show(a, (uint64_t)id, &out->r);
         break;
     case A_DLQ_REPLAY:
-        if (id_of(cap, "seq", &id, out))
-            admin_dlq_replay(a, actor, (uint64_t)id, &out->r);
+        admin_dlq_replay(a, actor, (uint64_t)id, &out->r);
         break;
     case A_CONSOLE:
         break;

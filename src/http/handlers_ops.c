@@ -60,12 +60,10 @@ collect(void *arg, struct metrics_text *t)
     if (d->gc != NULL) {
         uint64_t batches = 0, muts = 0;
         group_commit_stats(d->gc, &batches, &muts);
-        metrics_family(t, "roomd_group_commit_batches_total", "counter",
-                       "Transactions of the group committer.");
-        metrics_count(t, "roomd_group_commit_batches_total", "", batches);
-        metrics_family(t, "roomd_group_commit_mutations_total", "counter",
-                       "Mutations committed by the group committer.");
-        metrics_count(t, "roomd_group_commit_mutations_total", "", muts);
+        metrics_counter(t, "roomd_group_commit_batches_total",
+                        "Transactions of the group committer.", batches);
+        metrics_counter(t, "roomd_group_commit_mutations_total",
+                        "Mutations committed by the group committer.", muts);
     }
     if (d->rooms != NULL) {
         metrics_family(t, "roomd_room_cells", "gauge", "Room cells in memory.");

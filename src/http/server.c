@@ -72,15 +72,23 @@ struct conn {
 /* One listening daemon. */
 /* What one listener is configured with. */
 struct listener_conf {
-    const char *listen, *key, *cert_file, *key_file, *cert_key, *key_key;
+    const char *listen, *cert_file, *key_file;
     int max_connections, per_ip;
+};
+
+/* The config keys of each listener's settings, as its errors name them. */
+static const struct listener_keys {
+    const char *listen, *cert_file, *key_file;
+} listener_keys[] = {
+    [HTTP_PUBLIC] = {"http.listen", "http.tls.cert_file", "http.tls.key_file"},
+    [HTTP_ADMIN] = {"admin.listen", "admin.tls.cert_file", "admin.tls.key_file"},
 };
 
 struct listener {
     struct http_server *srv;
     enum http_listener which;
-    struct listener_conf lc; /* lc.key: "http.listen" | "admin.listen" */
-    int fd;                  /* bound by http_server_bind, MHD's once started; -1 = none */
+    struct listener_conf lc;
+    int fd; /* bound by http_server_bind, MHD's once started; -1 = none */
     struct MHD_Daemon *mhd;
     pthread_mutex_t mu; /* conns */
     struct conn *conns;
@@ -547,6 +555,7 @@ listener_bind(struct http_server *srv, enum http_listener which, const struct li
               char *err, size_t errlen)
 {
     struct listener *l = &srv->lst[which];
+    const struct listener_keys *keys = &listener_keys[which];
     char why[200];
 
     l->srv = srv;
@@ -555,16 +564,16 @@ listener_bind(struct http_server *srv, enum http_listener which, const struct li
     pthread_mutex_init(&l->mu, NULL);
     if (lc->cert_file[0] != '\0') {
         if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            snprintf(err, errlen, "%s: this libmicrohttpd has no TLS", lc->cert_key);
+            snprintf(err, errlen, "%s: this libmicrohttpd has no TLS", keys->cert_file);
             return ROOMD_EINVAL;
         }
-        if ((l->tls_cert = read_pem(lc->cert_key, lc->cert_file, err, errlen)) == NULL ||
-            (l->tls_key = read_pem(lc->key_key, lc->key_file, err, errlen)) == NULL)
+        if ((l->tls_cert = read_pem(keys->cert_file, lc->cert_file, err, errlen)) == NULL ||
+            (l->tls_key = read_pem(keys->key_file, lc->key_file, err, errlen)) == NULL)
             return ROOMD_EINVAL;
     }
     l->fd = listen_on(lc->listen, why, sizeof(why));
     if (l->fd < 0) {
-        snprintf(err, errlen, "%s: %s", lc->key, why);
+        snprintf(err, errlen, "%s: %s", keys->listen, why);
         return ROOMD_EUNAVAIL;
     }
     return 0;
@@ -601,7 +610,8 @@ listener_start(struct http_server *srv, enum http_listener which, unsigned int i
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         l, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (l->mhd == NULL) {
-        snprintf(err, errlen, "%s: %s: libmicrohttpd did not start", lc->key, lc->listen);
+        snprintf(err, errlen, "%s: %s: libmicrohttpd did not start", listener_keys[l->which].listen,
+                 lc->listen);
         return ROOMD_EUNAVAIL;
     }
     l->fd = -1; /* MHD's now: it closes it */
@@ -658,21 +668,15 @@ http_server_bind(struct http_server **out, const struct conf *conf, char *err, s
 
     const struct listener_conf pub = {
         hc->listen,
-        "http.listen",
         hc->tls_cert_file ? hc->tls_cert_file : "",
         hc->tls_key_file ? hc->tls_key_file : "",
-        "http.tls.cert_file",
-        "http.tls.key_file",
         hc->max_connections > 0 ? hc->max_connections : 1024,
         hc->max_connections_per_ip,
     };
     const struct listener_conf adm = {
         ac->listen ? ac->listen : "127.0.0.1:8081",
-        "admin.listen",
         ac->tls_cert_file ? ac->tls_cert_file : "",
         ac->tls_key_file ? ac->tls_key_file : "",
-        "admin.tls.cert_file",
-        "admin.tls.key_file",
         ac->max_connections > 0 ? ac->max_connections : 64,
         0, /* the operator's own: no per-IP cap */
     };

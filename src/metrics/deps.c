@@ -22,7 +22,6 @@ struct metrics_deps {
     struct outbox *outbox;
     bool redis_on;
     struct redis_conn redis; /* collect runs under the registry lock: one caller */
-    bool registered;
 };
 
 static int
@@ -78,7 +77,7 @@ metrics_deps_open(const struct conf *conf, struct store *store, struct bus *bus,
     d->outbox = outbox;
     d->redis_on =
         conf->redis.enabled && redis_conn_init(&d->redis, &conf->redis, err, sizeof(err)) == 0;
-    d->registered = metrics_add_collector(collect, d) == 0;
+    metrics_add_collector(collect, d); /* none when the table is full: then no deps metrics */
     return d;
 }
 
@@ -87,8 +86,7 @@ metrics_deps_close(struct metrics_deps *d)
 {
     if (d == NULL)
         return;
-    if (d->registered)
-        metrics_remove_collector(collect, d);
+    metrics_remove_collector(collect, d); /* a no-op when it was never added */
     if (d->redis_on)
         redis_conn_close(&d->redis);
     free(d);

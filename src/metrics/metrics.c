@@ -74,6 +74,13 @@ metrics_count(struct metrics_text *t, const char *name, const char *labels, uint
 }
 
 void
+metrics_counter(struct metrics_text *t, const char *name, const char *help, uint64_t v)
+{
+    metrics_family(t, name, "counter", help);
+    metrics_count(t, name, "", v);
+}
+
+void
 metrics_value(struct metrics_text *t, const char *name, const char *labels, double v)
 {
     metrics_printf(t, "%s%s%s%s %.6f\n", name, *labels ? "{" : "", labels, *labels ? "}" : "", v);

@@ -31,6 +31,9 @@ void metrics_printf(struct metrics_text *t, const char *fmt, ...)
 void metrics_family(struct metrics_text *t, const char *name, const char *type, const char *help);
 /* One sample "name{labels} v" with an integer value. */
 void metrics_count(struct metrics_text *t, const char *name, const char *labels, uint64_t v);
+/* A counter family of one sample without labels: metrics_family, then
+ * metrics_count. */
+void metrics_counter(struct metrics_text *t, const char *name, const char *help, uint64_t v);
 /* One sample with a real value (seconds, ages), printed with 6 decimals. */
 void metrics_value(struct metrics_text *t, const char *name, const char *labels, double v);
 /* One histogram series: name_bucket{labels,le} for each upper bound le_us[i]

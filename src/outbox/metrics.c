@@ -36,13 +36,6 @@
 static const int64_t metrics_le_us[] = {500, 1000, 2500, 5000, 10000, 25000};
 #define NLE (sizeof(metrics_le_us) / sizeof(metrics_le_us[0]))
 
-static void
-counter(struct metrics_text *t, const char *name, const char *help, uint64_t v)
-{
-    metrics_family(t, name, "counter", help);
-    metrics_count(t, name, "", v);
-}
-
 /* ==== per sink ==== */
 
 /* Upper bounds of roomd_outbox_delivery_seconds, µs (+Inf implied). */
@@ -209,20 +202,26 @@ circuit_metrics(struct outbox *ob, struct metrics_text *t)
             metrics_count(t, names[m], label, v[m]);
         }
     }
-    counter(t, "roomd_outbox_outage_rows_total",
-            "Rows handed back by a sink outage, retry_count unchanged.",
-            (uint64_t)atomic_load(&ob->outage_rows));
-    counter(t, "roomd_outbox_order_held_total",
-            "Rows of a batch not sent because an earlier row of their room was not delivered "
-            "(ordering per_room; retried after it, no attempt counted).",
-            (uint64_t)atomic_load(&ob->order_held));
-    counter(t, "roomd_outbox_order_failed_total",
-            "Dead letters after which their room's later events went on (ordering per_room).",
-            (uint64_t)atomic_load(&ob->order_failed));
-    counter(t, "roomd_outbox_order_busy_total",
-            "Commits whose rows went to the ordered claim, not the hand-off: their room had an "
-            "undelivered row.",
-            (uint64_t)atomic_load(&ob->order_busy));
+    const struct {
+        const char *name, *help;
+        atomic_uint_fast64_t *v;
+    } counters[] = {
+        {"roomd_outbox_outage_rows_total",
+         "Rows handed back by a sink outage, retry_count unchanged.", &ob->outage_rows},
+        {"roomd_outbox_order_held_total",
+         "Rows of a batch not sent because an earlier row of their room was not delivered "
+         "(ordering per_room; retried after it, no attempt counted).",
+         &ob->order_held},
+        {"roomd_outbox_order_failed_total",
+         "Dead letters after which their room's later events went on (ordering per_room).",
+         &ob->order_failed},
+        {"roomd_outbox_order_busy_total",
+         "Commits whose rows went to the ordered claim, not the hand-off: their room had an "
+         "undelivered row.",
+         &ob->order_busy},
+    };
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        metrics_counter(t, counters[i].name, counters[i].help, ld(counters[i].v));
 }
 
 void
@@ -235,14 +234,16 @@ outbox_collect_metrics(void *arg, struct metrics_text *t)
     size_t b = 0;
 
     outbox_stats(arg, &s);
-    counter(t, "roomd_outbox_claims_total", "Claim queries of the outbox workers.", s.claims);
-    counter(t, "roomd_outbox_claimed_rows_total", "Rows those claims returned.", s.claimed_rows);
-    counter(t, "roomd_outbox_handoff_rows_total",
-            "Rows handed from the commit to the workers without a claim.", s.handoff_rows);
-    counter(t, "roomd_outbox_handoff_full_total",
-            "Hand-off reservations refused by a full queue (the rows went pending).",
-            s.handoff_full);
-    counter(t, "roomd_outbox_batches_total", "Batches published and completed.", s.batches);
+    metrics_counter(t, "roomd_outbox_claims_total", "Claim queries of the outbox workers.",
+                    s.claims);
+    metrics_counter(t, "roomd_outbox_claimed_rows_total", "Rows those claims returned.",
+                    s.claimed_rows);
+    metrics_counter(t, "roomd_outbox_handoff_rows_total",
+                    "Rows handed from the commit to the workers without a claim.", s.handoff_rows);
+    metrics_counter(t, "roomd_outbox_handoff_full_total",
+                    "Hand-off reservations refused by a full queue (the rows went pending).",
+                    s.handoff_full);
+    metrics_counter(t, "roomd_outbox_batches_total", "Batches published and completed.", s.batches);
 
     const int64_t phase_us[] = {s.claim_us, s.build_us, s.publish_us, s.complete_us};
     metrics_family(t, "roomd_outbox_worker_seconds_total", "counter",

@@ -942,6 +942,14 @@ node_name(const char *node_id, char *buf, size_t len)
     snprintf(buf, len, "%s-%d", host, (int)getpid());
 }
 
+/* v, or dflt when v is below 1 (a setting left 0 by a caller that filled
+ * struct conf_outbox by hand). */
+static int64_t
+positive_or(int64_t v, int64_t dflt)
+{
+    return v < 1 ? dflt : v;
+}
+
 int
 outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct conf_store *retention,
             struct store *store, const char *node_id, struct sink **sinks, size_t nsinks)
@@ -952,18 +960,12 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
 
     *out = NULL;
     ob->cfg = *cfg;
-    if (ob->cfg.workers < 1)
-        ob->cfg.workers = 1;
-    if (ob->cfg.batch_size < 1)
-        ob->cfg.batch_size = 1;
-    if (ob->cfg.poll_interval_ms < 1)
-        ob->cfg.poll_interval_ms = 1000;
-    if (ob->cfg.lock_timeout_ms < 1)
-        ob->cfg.lock_timeout_ms = 60000;
-    if (ob->cfg.circuit_failures < 1)
-        ob->cfg.circuit_failures = 5;
-    if (ob->cfg.circuit_probe_ms < 1)
-        ob->cfg.circuit_probe_ms = 1000;
+    ob->cfg.workers = (int)positive_or(ob->cfg.workers, 1);
+    ob->cfg.batch_size = (int)positive_or(ob->cfg.batch_size, 1);
+    ob->cfg.poll_interval_ms = positive_or(ob->cfg.poll_interval_ms, 1000);
+    ob->cfg.lock_timeout_ms = positive_or(ob->cfg.lock_timeout_ms, 60000);
+    ob->cfg.circuit_failures = (int)positive_or(ob->cfg.circuit_failures, 5);
+    ob->cfg.circuit_probe_ms = positive_or(ob->cfg.circuit_probe_ms, 1000);
     ob->store = store;
     ob->nsinks = nsinks;
     ob->sinks = xcalloc(nsinks > 0 ? nsinks : 1, sizeof(*ob->sinks));

@@ -1,6 +1,8 @@
 /* sink.c: the members every sink sets (sink_init, see sink.h). */
 #include "publish/sink.h"
 
+#include <stdlib.h>
+
 struct sink *
 sink_init(struct sink *s, const char *name, uint32_t bit,
           bool (*accepts)(struct sink *, const struct outbox_event *),
@@ -14,4 +16,10 @@ sink_init(struct sink *s, const char *name, uint32_t bit,
     s->close = close;
     s->no_json = no_json;
     return s;
+}
+
+void
+sink_free(struct sink *s)
+{
+    free(s);
 }

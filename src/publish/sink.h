@@ -95,6 +95,9 @@ struct sink *sink_init(struct sink *s, const char *name, uint32_t bit,
                        int (*publish)(struct sink *, const struct outbox_event *, int64_t, char *,
                                       size_t),
                        void (*close)(struct sink *), bool no_json);
+/* The close of a sink that holds nothing of its own: frees s (allocated
+ * with its struct sink first). Thread: the closer's. Never blocks. */
+void sink_free(struct sink *s);
 
 /* The log sink: appends ev->json lines to path. Returns 0 and *out, or
  * ROOMD_EIO with err. */

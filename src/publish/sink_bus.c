@@ -236,18 +236,34 @@ bus_sink_close(struct sink *s)
     free(sb);
 }
 
-int
-sink_bus_open(struct sink **out, struct bus *bus)
+struct sink *
+sink_bus_new(struct bus *bus, const char *name, uint32_t bit,
+             bool (*accepts)(struct sink *, const struct outbox_event *),
+             int (*publish)(struct sink *, const struct outbox_event *, int64_t, char *, size_t))
 {
     struct sink_bus *sb = xcalloc(1, sizeof(*sb));
 
-    /* no_json: the packed envelope only */
-    sink_init(&sb->base, "bus", SINK_BIT_BUS, NULL, bus_sink_publish, bus_sink_close, true);
-    sb->base.publish_batch = bus_sink_publish_batch;
-    sb->base.publish_start = bus_sink_publish_start;
-    sb->base.publish_finish = bus_sink_publish_finish;
+    /* no_json: the packed envelope and the row only */
+    sink_init(&sb->base, name, bit, accepts, publish, bus_sink_close, true);
     bus_ref(bus);
     sb->bus = bus;
-    *out = &sb->base;
+    return &sb->base;
+}
+
+struct bus *
+sink_bus_of(struct sink *s)
+{
+    return ((struct sink_bus *)s)->bus;
+}
+
+int
+sink_bus_open(struct sink **out, struct bus *bus)
+{
+    struct sink *s = sink_bus_new(bus, "bus", SINK_BIT_BUS, NULL, bus_sink_publish);
+
+    s->publish_batch = bus_sink_publish_batch;
+    s->publish_start = bus_sink_publish_start;
+    s->publish_finish = bus_sink_publish_finish;
+    *out = s;
     return 0;
 }

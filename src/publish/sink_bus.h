@@ -21,4 +21,16 @@ int sink_bus_open(struct sink **out, struct bus *bus);
  * Returns 0 and *out. Thread: main. */
 int sink_rocket_open(struct sink **out, struct bus *bus);
 
+/* The part both share: a sink (no_json) that holds its own reference on bus,
+ * dropped by its close, with the given name, bit, accepts (NULL = every
+ * event) and publish; the batch members are NULL. Returns the sink (the
+ * caller owns it; the outbox worker closes it). Thread: main. Never blocks. */
+struct sink *sink_bus_new(struct bus *bus, const char *name, uint32_t bit,
+                          bool (*accepts)(struct sink *, const struct outbox_event *),
+                          int (*publish)(struct sink *, const struct outbox_event *, int64_t,
+                                         char *, size_t));
+/* The bus a sink_bus_new sink publishes through (borrowed: the sink's
+ * reference). Thread: any. */
+struct bus *sink_bus_of(struct sink *s);
+
 #endif

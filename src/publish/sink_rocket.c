@@ -20,11 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct sink_rocket {
-    struct sink base; /* first member */
-    struct bus *bus;
-};
-
 static bool
 rocket_accepts(struct sink *s, const struct outbox_event *ev)
 {
@@ -36,7 +31,6 @@ static int
 rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms, char *err,
                size_t errlen)
 {
-    struct sink_rocket *sr = (struct sink_rocket *)s;
     const struct outbox_row *row = ev->row;
     Roomd__V1__RoomRocketIgnited *ig = NULL;
     Roomd__V1__RocketLaunchWakeup wk = ROOMD__V1__ROCKET_LAUNCH_WAKEUP__INIT;
@@ -68,7 +62,7 @@ rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_m
      * dedupe key unique across rooms whatever rocket ids look like. */
     msg_id = xasprintf("rocket-%s-%s-%s", row->app_code, row->room_id, ig->rocket_id);
     m.msg_id = msg_id;
-    rc = bus_publish(sr->bus, &m, deadline_mono_ms, &dup, NULL, err, errlen);
+    rc = bus_publish(sink_bus_of(s), &m, deadline_mono_ms, &dup, NULL, err, errlen);
     if (rc == 0)
         log_info("bus", "rocket wake-up scheduled",
                  "app=%s room=%s rocket_id=%s level=%d launch_at_ms=%" PRId64 " duplicate=%d",
@@ -81,25 +75,9 @@ out:
     return rc;
 }
 
-static void
-rocket_close(struct sink *s)
-{
-    struct sink_rocket *sr = (struct sink_rocket *)s;
-
-    bus_unref(sr->bus);
-    free(sr);
-}
-
 int
 sink_rocket_open(struct sink **out, struct bus *bus)
 {
-    struct sink_rocket *sr = xcalloc(1, sizeof(*sr));
-
-    /* no_json: the row's payload only */
-    sink_init(&sr->base, "rocket", SINK_BIT_ROCKET, rocket_accepts, rocket_publish, rocket_close,
-              true);
-    bus_ref(bus);
-    sr->bus = bus;
-    *out = &sr->base;
+    *out = sink_bus_new(bus, "rocket", SINK_BIT_ROCKET, rocket_accepts, rocket_publish);
     return 0;
 }

@@ -13,7 +13,6 @@
 #include "store/store.h"
 #include "wallet/wallet_grpc.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 struct sink_wallet {
@@ -38,12 +37,6 @@ wallet_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, 
                                errlen);
 }
 
-static void
-wallet_sink_close(struct sink *s)
-{
-    free(s);
-}
-
 int
 sink_wallet_open(struct sink **out, struct wallet *w)
 {
@@ -52,6 +45,6 @@ sink_wallet_open(struct sink **out, struct wallet *w)
     sw->w = w;
     /* no_json: reads the row only */
     *out = sink_init(&sw->base, "wallet", SINK_BIT_WALLET, wallet_accepts, wallet_publish,
-                     wallet_sink_close, true);
+                     sink_free, true);
     return 0;
 }

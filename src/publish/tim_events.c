@@ -11,6 +11,7 @@
 #include "publish/sink.h"
 #include "publish/tim_client.h"
 #include "room_events.pb-c.h"
+#include "rpc/pbjson.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,61 +46,6 @@ type_index(const char *type)
     return -1;
 }
 
-/* The scalar fields of a decoded payload message as a JSON object. */
-static json_t *
-message_json(const ProtobufCMessage *m)
-{
-    const ProtobufCMessageDescriptor *d = m->descriptor;
-    json_t *o = json_object();
-
-    for (unsigned i = 0; i < d->n_fields; i++) {
-        const ProtobufCFieldDescriptor *f = &d->fields[i];
-        const char *p = (const char *)m + f->offset;
-        json_t *v = NULL;
-
-        if (f->label == PROTOBUF_C_LABEL_REPEATED)
-            continue;
-        switch (f->type) {
-        case PROTOBUF_C_TYPE_INT32:
-        case PROTOBUF_C_TYPE_SINT32:
-        case PROTOBUF_C_TYPE_SFIXED32:
-        case PROTOBUF_C_TYPE_ENUM:
-            v = json_integer(*(const int32_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_UINT32:
-        case PROTOBUF_C_TYPE_FIXED32:
-            v = json_integer(*(const uint32_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_INT64:
-        case PROTOBUF_C_TYPE_SINT64:
-        case PROTOBUF_C_TYPE_SFIXED64:
-            v = json_integer(*(const int64_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_UINT64:
-        case PROTOBUF_C_TYPE_FIXED64:
-            v = json_integer((json_int_t) * (const uint64_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_BOOL:
-            v = json_boolean(*(const protobuf_c_boolean *)p);
-            break;
-        case PROTOBUF_C_TYPE_FLOAT:
-            v = json_real(*(const float *)p);
-            break;
-        case PROTOBUF_C_TYPE_DOUBLE:
-            v = json_real(*(const double *)p);
-            break;
-        case PROTOBUF_C_TYPE_STRING:
-            v = json_string(*(char *const *)p ? *(char *const *)p : "");
-            break;
-        default:
-            break; /* bytes / nested messages: none in the payloads */
-        }
-        if (v != NULL)
-            json_object_set_new(o, f->name, v);
-    }
-    return o;
-}
-
 /* Builds the event JSON: the envelope fields with the payload as an object. */
 static char *
 envelope_json(const Roomd__V1__RoomOutboxEvent *e, const ProtobufCMessage *payload)
@@ -113,7 +59,7 @@ envelope_json(const Roomd__V1__RoomOutboxEvent *e, const ProtobufCMessage *paylo
 
     if (o == NULL)
         return NULL;
-    json_object_set_new(o, "payload", payload ? message_json(payload) : json_object());
+    json_object_set_new(o, "payload", payload ? pbjson_from_message(payload, true) : json_object());
     s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     return s;

@@ -48,16 +48,14 @@ collect(void *arg, struct metrics_text *t)
 {
     struct tim_limit *l = arg;
 
-    metrics_family(t, "roomd_tim_rate_waits_total", "counter",
-                   "IM calls that waited for a token bucket.");
-    metrics_count(t, "roomd_tim_rate_waits_total", "", atomic_load(&l->waited));
+    metrics_counter(t, "roomd_tim_rate_waits_total", "IM calls that waited for a token bucket.",
+                    atomic_load(&l->waited));
     metrics_family(t, "roomd_tim_rate_wait_seconds_total", "counter",
                    "Time IM calls waited for a token bucket.");
     metrics_value(t, "roomd_tim_rate_wait_seconds_total", "",
                   (double)atomic_load(&l->wait_us) / 1e6);
-    metrics_family(t, "roomd_tim_rate_limited_total", "counter",
-                   "IM rate-limit answers (waited out and sent again).");
-    metrics_count(t, "roomd_tim_rate_limited_total", "", atomic_load(&l->refused));
+    metrics_counter(t, "roomd_tim_rate_limited_total",
+                    "IM rate-limit answers (waited out and sent again).", atomic_load(&l->refused));
 }
 
 struct tim_limit *

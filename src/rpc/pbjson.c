@@ -24,60 +24,71 @@ oneof_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
     return which == f->id;
 }
 
+/* The JSON of m's field f (a scalar, not repeated); NULL for its proto3 zero
+ * value unless keep_zero, and for a type the messages do not use. */
+static json_t *
+scalar_json(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, bool keep_zero)
+{
+    const char *p = (const char *)m + f->offset;
+    json_int_t i;
+    double d;
+
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_ENUM:
+        i = *(const int32_t *)p;
+        break;
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+        i = *(const uint32_t *)p;
+        break;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+        i = *(const int64_t *)p;
+        /* a uint64 above INT64_MAX is no valid id or count: keep it out of range */
+        if (i < 0 && (f->type == PROTOBUF_C_TYPE_UINT64 || f->type == PROTOBUF_C_TYPE_FIXED64))
+            i = -1;
+        break;
+    case PROTOBUF_C_TYPE_BOOL:
+        return keep_zero || *(const protobuf_c_boolean *)p
+                   ? json_boolean(*(const protobuf_c_boolean *)p)
+                   : NULL;
+    case PROTOBUF_C_TYPE_FLOAT:
+    case PROTOBUF_C_TYPE_DOUBLE:
+        d = f->type == PROTOBUF_C_TYPE_FLOAT ? *(const float *)p : *(const double *)p;
+        return keep_zero || d != 0 ? json_real(d) : NULL;
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *s = *(char *const *)p;
+        /* protobuf-c checked the UTF-8; a NUL inside cannot reach here */
+        if (s != NULL && s[0] != '\0')
+            return json_string(s);
+        return keep_zero ? json_string("") : NULL;
+    }
+    default:
+        return NULL;
+    }
+    return keep_zero || i != 0 ? json_integer(i) : NULL;
+}
+
 json_t *
-pbjson_from_message(const ProtobufCMessage *m)
+pbjson_from_message(const ProtobufCMessage *m, bool keep_zero)
 {
     const ProtobufCMessageDescriptor *d = m->descriptor;
     json_t *o = json_object();
 
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
-        const char *p = (const char *)m + f->offset;
         bool oneof = (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) != 0;
-        json_t *v = NULL;
+        json_t *v;
 
         if (f->label == PROTOBUF_C_LABEL_REPEATED || (oneof && !oneof_set(m, f)))
             continue;
-        switch (f->type) {
-        case PROTOBUF_C_TYPE_INT32:
-        case PROTOBUF_C_TYPE_SINT32:
-        case PROTOBUF_C_TYPE_SFIXED32:
-            if (oneof || *(const int32_t *)p != 0)
-                v = json_integer(*(const int32_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_UINT32:
-        case PROTOBUF_C_TYPE_FIXED32:
-            if (oneof || *(const uint32_t *)p != 0)
-                v = json_integer(*(const uint32_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_INT64:
-        case PROTOBUF_C_TYPE_SINT64:
-        case PROTOBUF_C_TYPE_SFIXED64:
-            if (oneof || *(const int64_t *)p != 0)
-                v = json_integer(*(const int64_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_UINT64:
-        case PROTOBUF_C_TYPE_FIXED64:
-            /* above INT64_MAX is no valid id or count: keep it out of range */
-            if (oneof || *(const uint64_t *)p != 0)
-                v = json_integer(
-                    *(const uint64_t *)p > INT64_MAX ? -1 : (json_int_t) * (const uint64_t *)p);
-            break;
-        case PROTOBUF_C_TYPE_BOOL:
-            if (oneof || *(const protobuf_c_boolean *)p)
-                v = json_boolean(*(const protobuf_c_boolean *)p);
-            break;
-        case PROTOBUF_C_TYPE_STRING: {
-            const char *s = *(char *const *)p;
-            /* protobuf-c checked the UTF-8; a NUL inside cannot reach here */
-            if (s != NULL && (oneof || s[0] != '\0'))
-                v = json_string(s);
-            break;
-        }
-        default:
-            break;
-        }
-        if (v != NULL)
+        if ((v = scalar_json(m, f, keep_zero || oneof)) != NULL)
             json_object_set_new(o, f->name, v);
     }
     return o;

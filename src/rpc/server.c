@@ -50,23 +50,21 @@ struct method {
 #define SVC "/roomd.v1.RoomService/"
 #define ISVC "/roomd.v1.RoomInternalService/"
 
+/* A room command of a JWT: POSTed, answered by a roomd.v1.CommandReply. */
+#define COMMAND(name, in, route)                                                                   \
+    {                                                                                              \
+        SVC name, &in, &roomd__v1__command_reply__descriptor, "POST", route, HTTP_PUBLIC           \
+    }
+
 static const struct method methods[] = {
-    {SVC "CreateRoom", &roomd__v1__create_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms", HTTP_PUBLIC},
-    {SVC "JoinRoom", &roomd__v1__join_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/join", HTTP_PUBLIC},
-    {SVC "LeaveRoom", &roomd__v1__leave_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/leave", HTTP_PUBLIC},
-    {SVC "MicUp", &roomd__v1__mic_up_request__descriptor, &roomd__v1__command_reply__descriptor,
-     "POST", "/v1/rooms/{room_id}/mic/up", HTTP_PUBLIC},
-    {SVC "MicDown", &roomd__v1__mic_down_request__descriptor, &roomd__v1__command_reply__descriptor,
-     "POST", "/v1/rooms/{room_id}/mic/down", HTTP_PUBLIC},
-    {SVC "SendGift", &roomd__v1__send_gift_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/gifts", HTTP_PUBLIC},
-    {SVC "KickUser", &roomd__v1__kick_user_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/kick", HTTP_PUBLIC},
-    {SVC "CloseRoom", &roomd__v1__close_room_request__descriptor,
-     &roomd__v1__command_reply__descriptor, "POST", "/v1/rooms/{room_id}/close", HTTP_PUBLIC},
+    COMMAND("CreateRoom", roomd__v1__create_room_request__descriptor, "/v1/rooms"),
+    COMMAND("JoinRoom", roomd__v1__join_room_request__descriptor, "/v1/rooms/{room_id}/join"),
+    COMMAND("LeaveRoom", roomd__v1__leave_room_request__descriptor, "/v1/rooms/{room_id}/leave"),
+    COMMAND("MicUp", roomd__v1__mic_up_request__descriptor, "/v1/rooms/{room_id}/mic/up"),
+    COMMAND("MicDown", roomd__v1__mic_down_request__descriptor, "/v1/rooms/{room_id}/mic/down"),
+    COMMAND("SendGift", roomd__v1__send_gift_request__descriptor, "/v1/rooms/{room_id}/gifts"),
+    COMMAND("KickUser", roomd__v1__kick_user_request__descriptor, "/v1/rooms/{room_id}/kick"),
+    COMMAND("CloseRoom", roomd__v1__close_room_request__descriptor, "/v1/rooms/{room_id}/close"),
     {ISVC "LaunchRocket", &roomd__v1__launch_rocket_request__descriptor,
      &roomd__v1__command_reply__descriptor, "POST", "/internal/v1/rooms/{room_id}/rocket/launch",
      HTTP_ADMIN},
@@ -395,7 +393,7 @@ to_request(const struct method *m, const uint8_t *data, size_t len, const grpc_m
         set_error(a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", "body", text);
         return false;
     }
-    fields = pbjson_from_message(msg);
+    fields = pbjson_from_message(msg, false);
     protobuf_c_message_free_unpacked(msg, NULL);
     memset(&b->req, 0, sizeof(b->req));
     b->req.listener = m->on;

@@ -57,11 +57,14 @@ static const struct mys_sql SQL_OUTBOX_INSERT = {
                      " command_id, event_type, payload, status, retry_count, sinks_done,"
                      " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
                      " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)"};
-/* The hand-off under ordering per_room: does the room have an undelivered
- * row (a range of ix_outbox_room)? */
-static const struct mys_sql SQL_ROOM_BUSY = {
-    S_ROOM_BUSY, "SELECT 1 FROM room_outbox FORCE INDEX (ix_outbox_room)"
-                 " WHERE app_code=? AND room_id=? AND due_at_ms IS NOT NULL LIMIT 1"};
+/* The hand-off under ordering per_room: which of up to MYS_IN rooms of one
+ * app have an undelivered row? The first entry of each room's range of
+ * ix_outbox_room (a loose index scan: one index dive per room, however
+ * many rows a room has waiting). */
+static const struct mys_sql SQL_ROOMS_BUSY = {
+    S_ROOMS_BUSY, "SELECT room_id, MIN(due_at_ms) FROM room_outbox FORCE INDEX (ix_outbox_room)"
+                  " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms IS NOT NULL"
+                  " GROUP BY app_code, room_id"};
 /* The ids of rows just inserted already claimed (their due_at_ms is
  * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
 static const struct mys_sql SQL_OUTBOX_IDS = {
@@ -272,26 +275,68 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
 
 #define OUTBOX_INSERT_TYPES "sssissbssiiiii"
 
-/* Sets m->room_busy when m hands its rows off under ordering per_room and
- * its room already has an undelivered row (they then go pending). */
-static int
-room_busy(struct conn *c, struct mutation *m)
+/* True when m hands its rows off under ordering per_room (only if its room
+ * has no undelivered row). */
+static bool
+asks_room_idle(const struct mutation *m)
 {
-    struct params p = {0};
-    struct rows r;
-    int rc;
+    return m->locked_by != NULL && *m->locked_by != '\0' && m->handoff_if_room_idle;
+}
 
-    m->room_busy = false;
-    if (m->locked_by == NULL || *m->locked_by == '\0' || !m->handoff_if_room_idle)
-        return 0;
-    p_str(&p, m->app_code);
-    p_str(&p, m->room_id);
-    rc = mys_st_query_one(c, &SQL_ROOM_BUSY, &p, &r, "i");
-    mys_rows_done(&r);
-    if (rc < 0)
-        return rc;
-    m->room_busy = rc == 1;
+/*
+ * Sets room_busy of every mutation of muts[0..n) that asks for an idle room
+ * (asks_room_idle) and whose room already has an undelivered row (its rows
+ * then go pending), clears it for the others: one SQL_ROOMS_BUSY per
+ * MYS_IN such rooms of one app, not one query per mutation. In the open
+ * transaction; returns 0 or the failure.
+ */
+static int
+rooms_busy(struct conn *c, struct mutation *const *muts, size_t n)
+{
+    size_t i = 0;
+
+    for (size_t j = 0; j < n; j++)
+        muts[j]->room_busy = false;
+    while (i < n) {
+        const char *rooms[MYS_IN], *app = NULL;
+        size_t k = 0, from = i;
+        struct params p = {0};
+        struct rows r;
+        int rc;
+
+        for (; i < n && k < MYS_IN; i++) {
+            if (!asks_room_idle(muts[i]))
+                continue;
+            if (app != NULL && strcmp(app, muts[i]->app_code) != 0)
+                break; /* the next chunk starts with another app */
+            app = muts[i]->app_code;
+            rooms[k++] = muts[i]->room_id;
+        }
+        if (k == 0)
+            break;
+        p_str(&p, app);
+        p_in_str(&p, rooms, k);
+        if ((rc = mys_st_query(c, &SQL_ROOMS_BUSY, &p, &r, "si")) != 0)
+            return rc;
+        while ((rc = mys_st_fetch(c, &r)) == 1)
+            for (size_t j = from; j < i; j++)
+                if (asks_room_idle(muts[j]) && strcmp(muts[j]->app_code, app) == 0 &&
+                    strcmp(muts[j]->room_id, r_str(&r, 0)) == 0)
+                    muts[j]->room_busy = true;
+        mys_rows_done(&r);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
+}
+
+/* True when m committed rows inserted already claimed (by its locked_by):
+ * not those of a busy room, which went pending. */
+static bool
+inserted_claimed(const struct mutation *m)
+{
+    return m->rc == 0 && m->nevents > 0 && m->locked_by != NULL && *m->locked_by != '\0' &&
+           !m->room_busy;
 }
 
 /*
@@ -310,17 +355,15 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
         struct rows r;
         int rc;
 
-        if (by == NULL || *by == '\0' || muts[i]->rc != 0 || muts[i]->nevents == 0)
+        if (!inserted_claimed(muts[i]))
             continue;
         bool first = true; /* the first mutation of this claimer queries for all */
         for (size_t j = 0; j < i && first; j++)
-            first = !(muts[j]->rc == 0 && muts[j]->nevents > 0 && muts[j]->locked_by != NULL &&
-                      strcmp(muts[j]->locked_by, by) == 0);
+            first = !(inserted_claimed(muts[j]) && strcmp(muts[j]->locked_by, by) == 0);
         if (!first)
             continue;
         for (size_t j = i; j < n; j++)
-            if (muts[j]->rc == 0 && muts[j]->locked_by != NULL &&
-                strcmp(muts[j]->locked_by, by) == 0) {
+            if (inserted_claimed(muts[j]) && strcmp(muts[j]->locked_by, by) == 0) {
                 lo = muts[j]->lock_until_ms < lo ? muts[j]->lock_until_ms : lo;
                 hi = muts[j]->lock_until_ms > hi ? muts[j]->lock_until_ms : hi;
             }
@@ -333,7 +376,7 @@ claimed_ids(struct conn *c, struct mutation *const *muts, size_t n)
             for (size_t j = i; j < n; j++) {
                 struct mutation *m = muts[j];
 
-                if (m->rc != 0 || m->locked_by == NULL || strcmp(m->locked_by, by) != 0)
+                if (!inserted_claimed(m) || strcmp(m->locked_by, by) != 0)
                     continue;
                 for (size_t e = 0; e < m->nevents; e++)
                     if (strcmp(m->events[e].event_id, r_str(&r, 0)) == 0)
@@ -499,9 +542,8 @@ save_fast(struct conn *c, struct save_ctx *x)
     if ((rc = mys_tx_begin(c)) != 0)
         goto out;
     /* the outbox rows after the hand-off check, which decides their status */
-    for (size_t i = 0; i < x->n; i++)
-        if ((rc = room_busy(c, x->muts[i])) != 0)
-            goto out;
+    if ((rc = rooms_busy(c, x->muts, x->n)) != 0)
+        goto out;
     for (size_t i = 0, e0 = 0; i < x->n; e0 += x->muts[i++]->nevents)
         for (size_t e = 0; e < x->muts[i]->nevents; e++)
             fill_outbox(&ob, e0 + e, x->muts[i], &x->muts[i]->events[e]);
@@ -635,7 +677,7 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
             return m->debit->rc;
     }
 
-    if ((rc = room_busy(c, m)) != 0)
+    if ((rc = rooms_busy(c, &m, 1)) != 0)
         return *fatal = rc;
     mys_bulk_init(&ob, OUTBOX_INSERT_TYPES, m->nevents);
     for (size_t e = 0; e < m->nevents; e++)

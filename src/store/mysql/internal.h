@@ -75,7 +75,9 @@ enum sid {
     S_CLAIM_RUNS,
     S_CLAIM_REST,
     S_CLAIM_FENCED,
-    S_ROOM_BUSY,
+    S_ROOMS_BUSY,
+    S_ACCTS_LOCK,
+    S_LEDGER_GETS,
     S_LOG_PURGE,
     S_OWNER_ROOMS,
     S_OWNER_LOCK,
@@ -180,6 +182,28 @@ p_str(struct params *p, const char *s)
         p_null(p);
     else
         p_bytes(p, MYSQL_TYPE_STRING, s, strlen(s));
+}
+
+/* Keys per execution of a statement with an IN list ("col IN (" MYS_IN_LIST
+ * ")"): a batch's keys go in chunks of MYS_IN, one round trip each, the last
+ * chunk padded with its last key (the server drops repeated list values). */
+#define MYS_IN 16
+#define MYS_IN_LIST "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
+
+/* Binds keys[0..n) (1 <= n <= MYS_IN) as the MYS_IN parameters of an IN list. */
+static inline void
+p_in_str(struct params *p, const char *const *keys, size_t n)
+{
+    for (size_t k = 0; k < MYS_IN; k++)
+        p_str(p, keys[k < n ? k : n - 1]);
+}
+
+/* p_in_str for BIGINT keys. */
+static inline void
+p_in_i64(struct params *p, const int64_t *keys, size_t n)
+{
+    for (size_t k = 0; k < MYS_IN; k++)
+        p_i64(p, keys[k < n ? k : n - 1]);
 }
 
 /* The rows of one query, fetched one at a time into growing buffers.

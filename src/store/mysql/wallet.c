@@ -25,6 +25,17 @@ static const struct mys_sql SQL_ACCT_GET = {
 static const struct mys_sql SQL_ACCT_ADD = {
     S_ACCT_ADD, "UPDATE wallet_accounts SET balance=balance+?, updated_at_ms=?"
                 " WHERE app_code=? AND uid=?"};
+/* The gift debits' reads, MYS_IN keys of one app per execution: the
+ * accounts (already locked by SQL_ACCT_ENSURE's upsert; FOR UPDATE keeps
+ * that explicit) and what the ledger holds under the gifts' ref_ids. */
+static const struct mys_sql SQL_ACCTS_LOCK = {
+    S_ACCTS_LOCK,
+    "SELECT uid, balance FROM wallet_accounts WHERE app_code=? AND uid IN (" MYS_IN_LIST
+    ") FOR UPDATE"};
+static const struct mys_sql SQL_LEDGER_GETS = {
+    S_LEDGER_GETS,
+    "SELECT ref_id, kind, uid, amount FROM wallet_ledger WHERE app_code=? AND ref_id IN"
+    " (" MYS_IN_LIST ") AND kind IN ('debit', 'refund')"};
 static const struct mys_sql SQL_LEDGER_GET = {S_LEDGER_GET,
                                               "SELECT uid, amount FROM wallet_ledger"
                                               " WHERE app_code=? AND ref_id=? AND kind=?"};
@@ -156,6 +167,14 @@ struct account {
     const char *app;
     int64_t uid, initial;
     int64_t balance; /* as locked, then as the debits charged it */
+    int64_t locked;  /* the balance as locked */
+    bool found;
+};
+
+/* What the ledger holds under one debit's ref_id. */
+struct held {
+    bool debit, refund;
+    int64_t uid, amount; /* of the debit row */
 };
 
 static int
@@ -175,10 +194,172 @@ account_find(struct account *accts, size_t n, const char *app, int64_t uid)
     return bsearch(&key, accts, n, sizeof(key), account_cmp);
 }
 
+/* Creates every account of accts[0..n) (sorted, distinct) that is new, in
+ * that order, with one array-bound upsert: its rows lock in primary key
+ * order, so two batches never deadlock on each other. */
+static int
+ensure_accounts(struct conn *c, const struct account *accts, size_t n)
+{
+    struct bulk k;
+    int64_t now = clock_wall_ms();
+    int rc;
+
+    mys_bulk_init(&k, "siii", n);
+    for (size_t i = 0; i < n; i++) {
+        bk_str(&k, 0, i, accts[i].app);
+        bk_i64(&k, 1, i, accts[i].uid);
+        bk_i64(&k, 2, i, accts[i].initial);
+        bk_i64(&k, 3, i, now);
+    }
+    rc = mys_st_bulk(c, &SQL_ACCT_ENSURE, &k, NULL);
+    mys_bulk_free(&k);
+    return rc;
+}
+
+/* Reads the balances of accts[0..n) (sorted, distinct, just ensured): one
+ * SQL_ACCTS_LOCK per MYS_IN accounts of one app. An account not found is
+ * ROOMD_EINTERNAL. */
+static int
+lock_accounts(struct conn *c, struct account *accts, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t from = i, k = 0;
+        int64_t uids[MYS_IN];
+        struct params p = {0};
+        struct rows r;
+        int rc;
+
+        for (; i < n && k < MYS_IN && strcmp(accts[i].app, accts[from].app) == 0; i++)
+            uids[k++] = accts[i].uid;
+        p_str(&p, accts[from].app);
+        p_in_i64(&p, uids, k);
+        if ((rc = mys_st_query(c, &SQL_ACCTS_LOCK, &p, &r, "ii")) != 0)
+            return rc;
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            struct account *a = account_find(accts + from, i - from, accts[from].app, r_i64(&r, 0));
+
+            if (a != NULL) {
+                a->balance = a->locked = r_i64(&r, 1);
+                a->found = true;
+            }
+        }
+        mys_rows_done(&r);
+        if (rc < 0)
+            return rc;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!accts[i].found) {
+            store_set_errmsg("wallet: account %lld not found after its upsert",
+                             (long long)accts[i].uid);
+            return ROOMD_EINTERNAL;
+        }
+    return 0;
+}
+
+/* Fills held[i] with the ledger rows under items[i]->ref_id: one
+ * SQL_LEDGER_GETS per MYS_IN consecutive debits of one app. */
+static int
+read_ledger(struct conn *c, struct wallet_debit *const *items, size_t n, struct held *held)
+{
+    for (size_t i = 0; i < n;) {
+        size_t from = i, k = 0;
+        const char *refs[MYS_IN];
+        struct params p = {0};
+        struct rows r;
+        int rc;
+
+        for (; i < n && k < MYS_IN && strcmp(items[i]->app, items[from]->app) == 0; i++)
+            refs[k++] = items[i]->ref_id;
+        p_str(&p, items[from]->app);
+        p_in_str(&p, refs, k);
+        if ((rc = mys_st_query(c, &SQL_LEDGER_GETS, &p, &r, "ssii")) != 0)
+            return rc;
+        while ((rc = mys_st_fetch(c, &r)) == 1)
+            for (size_t j = from; j < i; j++) {
+                if (strcmp(items[j]->ref_id, r_str(&r, 0)) != 0)
+                    continue;
+                if (strcmp(r_str(&r, 1), "refund") == 0) {
+                    held[j].refund = true;
+                } else {
+                    held[j].debit = true;
+                    held[j].uid = r_i64(&r, 2);
+                    held[j].amount = r_i64(&r, 3);
+                }
+            }
+        mys_rows_done(&r);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Writes the charges: new debit rows in one array-bound insert (a refunded
+ * debit from an older ledger is rewritten alone, its refund row dropped),
+ * then each charged account's balance in one array-bound update. */
+static int
+write_charges(struct conn *c, struct wallet_debit *const *items, const bool *charge,
+              const struct held *held, size_t n, const struct account *accts, size_t na)
+{
+    struct bulk ins, add;
+    size_t nins = 0, nadd = 0;
+    int64_t now = clock_wall_ms();
+    int rc = 0;
+
+    for (size_t i = 0; i < n; i++)
+        nins += charge[i] && !held[i].debit;
+    for (size_t i = 0; i < na; i++)
+        nadd += accts[i].balance != accts[i].locked;
+    mys_bulk_init(&ins, "ssiisi", nins);
+    mys_bulk_init(&add, "iisi", nadd);
+    nins = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const struct wallet_debit *d = items[i];
+
+        if (!charge[i])
+            continue;
+        if (held[i].refund)
+            rc = ledger_write(c, &SQL_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0);
+        if (rc == 0 && held[i].debit)
+            rc = ledger_write(c, &SQL_LEDGER_UPDATE, d->app, d->ref_id, "debit", d->uid, d->amount);
+        if (held[i].debit)
+            continue;
+        bk_str(&ins, 0, nins, d->app);
+        bk_str(&ins, 1, nins, d->ref_id);
+        bk_i64(&ins, 2, nins, d->uid);
+        bk_i64(&ins, 3, nins, d->amount);
+        bk_str(&ins, 4, nins, "debit");
+        bk_i64(&ins, 5, nins++, now);
+    }
+    nadd = 0;
+    for (size_t i = 0; i < na; i++)
+        if (accts[i].balance != accts[i].locked) {
+            bk_i64(&add, 0, nadd, accts[i].balance - accts[i].locked);
+            bk_i64(&add, 1, nadd, now);
+            bk_str(&add, 2, nadd, accts[i].app);
+            bk_i64(&add, 3, nadd++, accts[i].uid);
+        }
+    if (rc == 0)
+        rc = mys_st_bulk(c, &SQL_LEDGER_INSERT, &ins, NULL);
+    if (rc == 0)
+        rc = mys_st_bulk(c, &SQL_ACCT_ADD, &add, NULL);
+    mys_bulk_free(&ins);
+    mys_bulk_free(&add);
+    return rc;
+}
+
+/*
+ * The gifts' debits of one save, in a few statements whatever their number:
+ * the accounts created and locked (in primary key order), their balances and
+ * the ledger under the ref_ids read in chunks of MYS_IN, the rule applied
+ * to each debit in order (wallet_debit_rule; an account's balance goes down
+ * debit by debit), the charges written in two array-bound statements.
+ */
 int
 mys_gift_debits(struct conn *c, struct wallet_debit *const *items, size_t n)
 {
     struct account *accts = xcalloc(n ? n : 1, sizeof(*accts));
+    struct held *held = xcalloc(n ? n : 1, sizeof(*held));
+    bool *charge = xcalloc(n ? n : 1, sizeof(*charge));
     size_t na = 0, k = 0;
     int rc = 0;
 
@@ -191,42 +372,30 @@ mys_gift_debits(struct conn *c, struct wallet_debit *const *items, size_t n)
         if (k == 0 || account_cmp(&accts[k - 1], &accts[i]) != 0)
             accts[k++] = accts[i];
     na = k;
-    /* every account first, in primary key order: any two transactions lock
-     * in the same order, so they cannot deadlock on each other */
-    for (size_t i = 0; i < na; i++)
-        if ((rc = lock_account(c, accts[i].app, accts[i].uid, accts[i].initial,
-                               &accts[i].balance)) != 0)
-            goto out;
+    if (na > 0 &&
+        ((rc = ensure_accounts(c, accts, na)) != 0 || (rc = lock_accounts(c, accts, na)) != 0 ||
+         (rc = read_ledger(c, items, n, held)) != 0))
+        goto out;
     for (size_t i = 0; i < n; i++) {
         struct wallet_debit *d = items[i];
-        struct account *a = account_find(accts, na, d->app, d->uid);
-        int64_t luid = 0, lamount = 0;
-        int have_debit, have_refund;
 
         if (d->amount < 0) { /* refused before any read: its account is not locked */
             wallet_debit_rule(d, false, 0, 0, false, 0);
             continue;
         }
-        if ((rc = have_debit = ledger_get(c, d->app, d->ref_id, "debit", &luid, &lamount)) < 0)
-            goto out;
-        if ((rc = have_refund = ledger_get(c, d->app, d->ref_id, "refund", NULL, NULL)) < 0)
-            goto out;
-        rc = 0;
-        enum wallet_debit_step step =
-            wallet_debit_rule(d, have_debit, luid, lamount, have_refund, a->balance);
+        struct account *a = account_find(accts, na, d->app, d->uid);
+        enum wallet_debit_step step = wallet_debit_rule(d, held[i].debit, held[i].uid,
+                                                        held[i].amount, held[i].refund, a->balance);
         if (step != WALLET_DEBIT_CHARGE) /* refused, or paid before */
             continue;
-        if (have_refund &&
-            (rc = ledger_write(c, &SQL_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0)) != 0)
-            goto out;
-        rc = ledger_write(c, have_debit ? &SQL_LEDGER_UPDATE : &SQL_LEDGER_INSERT, d->app,
-                          d->ref_id, "debit", d->uid, d->amount);
-        if (rc != 0 || (rc = account_add(c, d->app, d->uid, -d->amount)) != 0)
-            goto out;
+        charge[i] = true;
         a->balance = d->balance_after;
     }
+    rc = write_charges(c, items, charge, held, n, accts, na);
 out:
     free(accts);
+    free(held);
+    free(charge);
     return rc;
 }
 
