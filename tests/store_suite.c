@@ -1253,8 +1253,8 @@ t_complete_claim(void **state)
          .last_error = "bus: no PubAck",
          .now_ms = T0 + 10},
     };
-    assert_int_equal(store_outbox_complete_claim(f->st, res, 2, T0 + 10, T0 + 1000, "A", 10, &next,
-                                                 &nn, &completed),
+    assert_int_equal(store_outbox_complete_claim(f->st, res, 2, T0 + 10, T0 + 1000, "A", 10, false,
+                                                 &next, &nn, &completed),
                      0);
     assert_true(completed);
     assert_int_equal(res[0].rc, 0);
@@ -1273,12 +1273,64 @@ t_complete_claim(void **state)
     outbox_rows_free(next, nn);
     /* the delivered row again: refused (ESTALE), nothing else claimable (locked) */
     res[0].rc = 0;
-    assert_int_equal(store_outbox_complete_claim(f->st, res, 1, T0 + 20, T0 + 1000, "A", 10, &next,
-                                                 &nn, &completed),
+    assert_int_equal(store_outbox_complete_claim(f->st, res, 1, T0 + 20, T0 + 1000, "A", 10, false,
+                                                 &next, &nn, &completed),
                      0);
     assert_true(completed);
     assert_int_equal(res[0].rc, ROOMD_ESTALE);
     assert_int_equal(nn, 0);
+    outbox_rows_free(next, nn);
+    outbox_rows_free(rows, n);
+}
+
+/* The same call under ordering per_room: the completion comes first in the
+ * transaction, so the ordered claim finds the completed head's room free and
+ * takes its next rows with the other rooms'; rows handed back (held, due
+ * now) come again from their room's head, in order. */
+static void
+t_complete_claim_ordered(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, *next;
+    size_t n, nn;
+    bool completed;
+
+    create_room(f->st, "a1", "r1", 3, T0);
+    create_room(f->st, "a1", "r2", 1, T0 + 1);
+    assert_int_equal(store_outbox_claim_ordered(f->st, T0 + 10, T0 + 1000, "A", 1, true, &rows, &n),
+                     0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].room_id, "r1");
+    struct outbox_result head = {
+        .id = rows[0].id, .locked_by = "A", .status = OUTBOX_DELIVERED, .now_ms = T0 + 20};
+    assert_int_equal(store_outbox_complete_claim(f->st, &head, 1, T0 + 20, T0 + 1000, "A", 10, true,
+                                                 &next, &nn, &completed),
+                     0);
+    assert_true(completed);
+    assert_int_equal(head.rc, 0);
+    assert_int_equal(nn, 3); /* r1's two later rows, in order, and r2's */
+    assert_string_equal(next[0].room_id, "r1");
+    assert_string_equal(next[1].room_id, "r1");
+    assert_string_equal(next[2].room_id, "r2");
+    assert_true(next[0].id > rows[0].id && next[1].id > next[0].id);
+    int64_t r1_second = next[0].id, r1_third = next[1].id;
+    struct outbox_result res[3];
+    for (int i = 0; i < 3; i++)
+        res[i] = (struct outbox_result){.id = next[i].id,
+                                        .locked_by = "A",
+                                        .status = i < 2 ? OUTBOX_RETRYABLE : OUTBOX_DELIVERED,
+                                        .next_retry_at_ms = T0 + 30,
+                                        .last_error = i == 1 ? "held" : NULL,
+                                        .now_ms = T0 + 30};
+    outbox_rows_free(next, nn);
+    assert_int_equal(store_outbox_complete_claim(f->st, res, 3, T0 + 30, T0 + 1000, "B", 10, true,
+                                                 &next, &nn, &completed),
+                     0);
+    assert_true(completed);
+    assert_int_equal(nn, 2);
+    assert_int_equal(next[0].id, r1_second);
+    assert_int_equal(next[1].id, r1_third);
+    assert_string_equal(next[0].locked_by, "B");
     outbox_rows_free(next, nn);
     outbox_rows_free(rows, n);
 }
@@ -1865,6 +1917,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(t_complete_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_complete_claim_ordered, setup, teardown),
         cmocka_unit_test_setup_teardown(t_retry_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(t_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(t_list, setup, teardown),

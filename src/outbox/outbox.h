@@ -53,6 +53,7 @@ struct outbox_stats {
     uint64_t handoff_rows; /* rows handed off (outbox_handoff_push) */
     uint64_t handoff_full; /* reservations refused by a full queue (rows went pending) */
     uint64_t batches;      /* batches published and completed (claimed or handed off) */
+    uint64_t batch_rows;   /* the rows of those batches (their completion attempted) */
     /* time spent by all workers together, µs: claim queries; building the
      * events; publishing (every sink); completing in the store */
     int64_t claim_us, build_us, publish_us, complete_us;

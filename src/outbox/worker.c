@@ -149,6 +149,7 @@ struct slot {
                              * open, no time left), which cost none */
     bool held;              /* ordering per_room: an earlier row of the room was not
                              * delivered; no further sink is called, no attempt counted */
+    size_t room;            /* the row's room, numbered within the batch (number_rooms) */
     uint32_t done;          /* sinks_done so far */
     uint32_t tried;         /* sinks called in this attempt (bits) */
     uint32_t failed;        /* of those, the ones that did not deliver */
@@ -201,37 +202,80 @@ sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *
     }
 }
 
-/* True when an earlier row of sl[i]'s room in this batch (the rows are in
- * commit order) was handed back or is not delivered so far. */
+/* True when sl was handed back or is not delivered so far: the rows of its
+ * room after it in the batch are held (ordering per_room). */
 static bool
-earlier_undelivered(const struct slot *sl, size_t i)
+undelivered(const struct slot *sl)
 {
-    const struct outbox_row *r = sl[i].row;
-
-    for (size_t j = 0; j < i; j++)
-        if ((sl[j].rc != 0 || sl[j].released || sl[j].held) &&
-            strcmp(sl[j].row->room_id, r->room_id) == 0 &&
-            strcmp(sl[j].row->app_code, r->app_code) == 0)
-            return true;
-    return false;
+    return sl->rc != 0 || sl->released || sl->held;
 }
 
-/* ordering per_room: holds every row of sl[0..n) whose room has an earlier
- * undelivered row in the batch, before the next sink is called. A held row
- * keeps the sinks it already reached and is retried after that row. */
+/* ordering per_room: holds sl[i] when an earlier row of its room in the
+ * batch is undelivered (blocked[its room], filled by note_room) and no sink
+ * has refused it yet. A held row keeps the sinks it already reached, no
+ * further sink is called for it, and it is retried after that row. */
 static void
-hold_later(struct outbox *ob, struct slot *sl, size_t n)
+hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked)
 {
-    if (ob->cfg.ordering != ORDERING_PER_ROOM)
+    if (ob->cfg.ordering != ORDERING_PER_ROOM || !blocked[sl->room] || sl->held || sl->released ||
+        sl->finished || sl->rc != 0)
         return;
+    sl->held = true;
+    sl->finished = true;
+    sl->rc = ROOMD_ERETRY;
+    atomic_fetch_add(&ob->order_held, 1);
+}
+
+/* Marks sl's room blocked for the rows after sl when sl is undelivered. */
+static void
+note_room(const struct slot *sl, bool *blocked)
+{
+    if (undelivered(sl))
+        blocked[sl->room] = true;
+}
+
+/* ordering per_room: holds every row of sl[0..n) (in commit order) whose
+ * room has an earlier undelivered row in the batch, before the next sink is
+ * called; one pass, blocked has a place per room of the batch. */
+static void
+hold_later(struct outbox *ob, struct slot *sl, size_t n, bool *blocked)
+{
+    memset(blocked, 0, n * sizeof(*blocked));
+    for (size_t i = 0; i < n; i++) {
+        hold_if_blocked(ob, &sl[i], blocked);
+        note_room(&sl[i], blocked);
+    }
+}
+
+static int
+cmp_slot_room(const void *a, const void *b)
+{
+    const struct slot *x = *(struct slot *const *)a, *y = *(struct slot *const *)b;
+    int c = strcmp(x->row->app_code, y->row->app_code);
+
+    if (c == 0)
+        c = strcmp(x->row->room_id, y->row->room_id);
+    return c != 0 ? c : (x > y) - (x < y);
+}
+
+/* Numbers the rooms of sl[0..n) (sl[i].room: 0.. < n, equal for the rows of
+ * one room), so that hold_later needs no string compare per pair of rows. */
+static void
+number_rooms(struct slot *sl, size_t n)
+{
+    struct slot **by_room = xcalloc(n > 0 ? n : 1, sizeof(*by_room));
+    size_t room = 0;
+
     for (size_t i = 0; i < n; i++)
-        if (!sl[i].held && !sl[i].released && !sl[i].finished && sl[i].rc == 0 &&
-            earlier_undelivered(sl, i)) {
-            sl[i].held = true;
-            sl[i].finished = true;
-            sl[i].rc = ROOMD_ERETRY;
-            atomic_fetch_add(&ob->order_held, 1);
-        }
+        by_room[i] = &sl[i];
+    qsort(by_room, n, sizeof(*by_room), cmp_slot_room);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && (strcmp(by_room[i]->row->app_code, by_room[i - 1]->row->app_code) != 0 ||
+                      strcmp(by_room[i]->row->room_id, by_room[i - 1]->row->room_id) != 0))
+            room++;
+        by_room[i]->room = room;
+    }
+    free(by_room);
 }
 
 /* True when sink s still has to deliver sl. */
@@ -514,7 +558,7 @@ flight_start(struct outbox *ob, struct outbox_row *rows, size_t n, int64_t *push
     struct slot *sl = xcalloc(n, sizeof(*sl));
     size_t first_batch = ob->nsinks;
     int64_t timeout = ob->cfg.publish_timeout_ms;
-    bool need_json = false;
+    bool need_json = false, *blocked;
 
     *f = (struct flight){.rows = rows, .n = n, .pushed_us = pushed_us, .sl = sl};
     f->res = xcalloc(n, sizeof(*f->res));
@@ -544,20 +588,26 @@ flight_start(struct outbox *ob, struct outbox_row *rows, size_t n, int64_t *push
             .row = &rows[i], .envelope = env, .envelope_len = envlen, .json = json};
     }
 
+    number_rooms(sl, n);
+    blocked = xcalloc(n > 0 ? n : 1, sizeof(*blocked));
+
     f->t1 = clock_mono_us();
-    /* phase 1: row by row */
+    /* phase 1: row by row (a row is held when an earlier one of its room,
+     * handled before it, is undelivered) */
     for (size_t i = 0; i < n; i++) {
         int64_t now = clock_wall_ms();
         int64_t deadline = clock_mono_ms() + timeout;
 
         if (stopping(ob) || now + timeout > rows[i].lock_until_ms) {
             sl[i].released = true;
+            note_room(&sl[i], blocked);
             continue;
         }
-        hold_later(ob, sl, i + 1);
+        hold_if_blocked(ob, &sl[i], blocked);
         for (size_t k = 0; k < first_batch; k++)
             if (sink_needed(&sl[i], ob->sinks[k]))
                 publish_one(ob, k, &sl[i], deadline);
+        note_room(&sl[i], blocked);
     }
 
     /* phase 2: sink by sink, one call per batch sink */
@@ -580,23 +630,26 @@ flight_start(struct outbox *ob, struct outbox_row *rows, size_t n, int64_t *push
             /* a batch sink gets a room's rows in one call, in order (one
              * connection keeps them in order); a row after one it refused
              * is not sent to the next sink */
-            hold_later(ob, sl, n);
+            hold_later(ob, sl, n, blocked);
             if (s->publish_batch != NULL) {
                 bool last = last_needed_sink(ob, k, sl, n);
 
                 batch_call_begin(ob, k, sl, n, deadline, last, &f->air);
                 if (f->air.handle != NULL)
-                    return f; /* in the air; nothing after it */
+                    break; /* in the air; nothing after it */
                 batch_call_end(ob, sl, &f->air);
                 continue;
             }
+            memset(blocked, 0, n * sizeof(*blocked));
             for (size_t i = 0; i < n; i++) {
-                hold_later(ob, sl, i + 1);
+                hold_if_blocked(ob, &sl[i], blocked);
                 if (sink_needed(&sl[i], s))
                     publish_one(ob, k, &sl[i], deadline);
+                note_room(&sl[i], blocked);
             }
         }
     }
+    free(blocked);
     return f;
 }
 
@@ -634,6 +687,7 @@ flight_free(struct outbox *ob, struct flight *f, int64_t complete_us)
 {
     pthread_mutex_lock(&ob->pool.mu);
     ob->stats.batches++;
+    ob->stats.batch_rows += f->n;
     ob->stats.build_us += f->t1 - f->t0;
     ob->stats.publish_us += f->t2 - f->t1;
     ob->stats.complete_us += complete_us;
@@ -741,9 +795,12 @@ claim(struct worker *w, struct flight *done, size_t *n)
     bool per_room = cfg->ordering == ORDERING_PER_ROOM;
 
     *n = 0;
-    if (done != NULL && !per_room) {
+    if (done != NULL) {
+        /* the completion first in the same transaction: the (ordered) claim
+         * sees the landed rows' rooms free, and their next rows come */
         rc = store_outbox_complete_claim(ob->store, done->res, done->n, now, lock_until,
-                                         w->locked_by, cfg->batch_size, &rows, n, &completed);
+                                         w->locked_by, cfg->batch_size, per_room, &rows, n,
+                                         &completed);
         if (completed) {
             log_refused(done->rows, done->res, done->n);
             flight_free(ob, done, 0);
@@ -751,11 +808,6 @@ claim(struct worker *w, struct flight *done, size_t *n)
             flight_complete(ob, done); /* on its own, with its retries */
         }
     } else {
-        /* per_room: the landed flight is completed first, so that the
-         * ordered claim sees its rooms free (their next rows then come) */
-        flight_complete(ob, done);
-        if (done != NULL)
-            now = clock_wall_ms(), lock_until = now + cfg->lock_timeout_ms;
         rc = store_outbox_claim_ordered(ob->store, now, lock_until, w->locked_by, cfg->batch_size,
                                         per_room, &rows, n);
     }

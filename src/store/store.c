@@ -315,11 +315,11 @@ store_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
 
 int
 store_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres, int64_t now_ms,
-                            int64_t lock_until_ms, const char *locked_by, int limit,
+                            int64_t lock_until_ms, const char *locked_by, int limit, bool per_room,
                             struct outbox_row **rows, size_t *n, bool *completed)
 {
     return s->ops->outbox_complete_claim(s, res, nres, now_ms, lock_until_ms, locked_by, limit,
-                                         rows, n, completed);
+                                         per_room, rows, n, completed);
 }
 
 int

@@ -315,7 +315,7 @@ typedef int store_outbox_claim_fn(struct store *s, int64_t now_ms, int64_t lock_
 typedef int store_outbox_complete_fn(struct store *s, struct outbox_result *res, size_t n);
 typedef int store_outbox_complete_claim_fn(struct store *s, struct outbox_result *res, size_t nres,
                                            int64_t now_ms, int64_t lock_until_ms,
-                                           const char *locked_by, int limit,
+                                           const char *locked_by, int limit, bool per_room,
                                            struct outbox_row **rows, size_t *n, bool *completed);
 typedef int store_outbox_list_fn(struct store *s, int status, int64_t after_id, int limit,
                                  struct outbox_row **rows, size_t *n);
@@ -535,18 +535,20 @@ int store_outbox_complete(struct store *s, struct outbox_result *res, size_t n);
 
 /*
  * A worker's completion of one batch and claim of its next, as
- * store_outbox_complete(res, nres) then store_outbox_claim(...): MySQL in ONE
- * transaction (one commit, one fsync per batch instead of two), SQLite as the
- * two transactions back to back (neither fsyncs). *completed says whether the
+ * store_outbox_complete(res, nres) then store_outbox_claim_ordered(...,
+ * per_room, ...) in ONE transaction (MySQL: one commit, one fsync per batch
+ * instead of two; SQLite: one IMMEDIATE transaction, neither fsyncs). The
+ * outcomes are written first, so the claim sees the completed rows' rooms
+ * free (per_room: their next rows come in the same claim, and no other
+ * claimer sees a room between the two). *completed says whether the
  * outcomes are written (then check each res[i].rc); on an error with
  * *completed false nothing is written and the caller completes again. 0 and
  * *rows and *n as store_outbox_claim, or EUNAVAIL. Thread: any; blocks on the store.
- * The claim is the unordered one: under outbox_worker.ordering per_room the
- * worker completes (store_outbox_complete) then claims ordered instead.
  */
 int store_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres,
                                 int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-                                int limit, struct outbox_row **rows, size_t *n, bool *completed);
+                                int limit, bool per_room, struct outbox_row **rows, size_t *n,
+                                bool *completed);
 
 /* Lists rows with status (or all when status < 0) and id > after_id, by id. */
 int store_outbox_list(struct store *s, int status, int64_t after_id, int limit,

@@ -39,14 +39,20 @@ MYS_SQL(CLAIM_UPDATE, "UPDATE room_outbox SET status='delivering', locked_by=?,"
  * 100 busy heads: 74 s with a NOT EXISTS probe per row, 1.2 s so, on a
  * loaded machine). The run ranges over ix_outbox_room: a room's undelivered
  * rows only. */
-MYS_SQL(CLAIM_ROOMS,
-        "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"
-        " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"
-        " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"
-        " ORDER BY o.due_at_ms, o.id LIMIT ?");
-MYS_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM room_outbox"
-                  " FORCE INDEX (ix_outbox_room) WHERE app_code=? AND room_id=?"
-                  " AND due_at_ms IS NOT NULL ORDER BY id LIMIT ?");
+#define CLAIM_ROOMS                                                                                \
+    "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"                  \
+    " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"       \
+    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"                         \
+    " ORDER BY o.due_at_ms, o.id LIMIT ?"
+/* The rooms and their runs in one statement (one snapshot, one round trip
+ * instead of one per room; issue 13): every undelivered row of those rooms
+ * (all due: the rooms have no row waiting) in id order up to the limit, so
+ * each room's rows are a prefix of its undelivered ones, from its head. */
+MYS_SQL(CLAIM_RUNS, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM (SELECT DISTINCT"
+                    " c.app_code AS r_app, c.room_id AS r_room FROM (" CLAIM_ROOMS ") c) r"
+                    " STRAIGHT_JOIN room_outbox o FORCE INDEX (ix_outbox_room)"
+                    " ON o.app_code=r.r_app AND o.room_id=r.r_room AND o.due_at_ms IS NOT NULL"
+                    " ORDER BY o.id LIMIT ?");
 /* Takes a room's head unless it changed since the snapshot (claimed,
  * completed or released by someone else: updated_at_ms moved, or no longer
  * due). An UPDATE waits for a row another claimer's short transaction holds,
@@ -128,114 +134,224 @@ struct claim_ctx {
     bool per_room;
     struct outbox_row *rows;
     size_t n;
+    bool *head; /* ordered claim: rows[i] is its room's head */
 };
 
-/* Appends to x->rows the run of room rm from its head in the snapshot: its
- * undelivered rows in id order while due (at most want), each one's
- * updated_at_ms in *seen. Returns how many, or a negative code. */
-static int
-read_room_run(struct conn *c, struct claim_ctx *x, const struct outbox_room *rm, size_t want,
-              int64_t **seen, size_t *cap, size_t *scap)
+/* The head of a room's run, fenced by seen (its updated_at_ms as read), at
+ * place row of k (SQL_CLAIM_FENCED). */
+static void
+fill_fenced(struct bulk *k, size_t row, const struct claim_ctx *x, const struct outbox_row *o,
+            int64_t seen)
 {
-    struct rows r;
-    bool ended = false; /* a row not due was met: the run ends before it */
-    int rc, got = 0;
-
-    if ((rc = mys_query(c, &SQL_ROOM_RUN, &r, OUTBOX_TYPES "ii", "ssi", rm->app_code, rm->room_id,
-                        (int64_t)want)) == 0) {
-        while ((rc = mys_st_fetch(c, &r)) == 1) {
-            ended = ended || r_i64(&r, 19) > x->now;
-            if (ended)
-                continue;
-            x->rows = xgrow(x->rows, x->n, cap, sizeof(*x->rows));
-            *seen = xgrow(*seen, x->n, scap, sizeof(**seen));
-            read_outbox(&r, &x->rows[x->n]);
-            (*seen)[x->n++] = r_i64(&r, 18);
-            got++;
-        }
-    }
-    mys_rows_done(&r);
-    return rc != 0 ? rc : got;
+    bk_str(k, 0, row, x->by);
+    bk_i64(k, 1, row, x->until);
+    bk_i64(k, 2, row, x->until);
+    bk_i64(k, 3, row, x->now);
+    bk_i64(k, 4, row, o->id);
+    bk_i64(k, 5, row, x->now);
+    bk_i64(k, 6, row, seen);
 }
 
-/* Takes the room run x->rows[from..x->n): its head fenced by seen[from], the
+static int claim_rest(struct conn *c, struct claim_ctx *x, size_t from, size_t to);
+
+/* Takes the room run x->rows[from..to): its head fenced by seen[from], the
  * rest in one bulk UPDATE. Returns 1 taken, 0 not (another claimer holds or
- * held the room since the snapshot: the run is dropped), or a negative code. */
+ * held the room since the snapshot), or a negative code. */
 static int
-claim_room_run(struct conn *c, struct claim_ctx *x, size_t from, const int64_t *seen)
+claim_room_run(struct conn *c, struct claim_ctx *x, size_t from, size_t to, const int64_t *seen)
 {
     struct bulk k;
     uint64_t aff = 0;
-    size_t rest = x->n - from - 1;
+    size_t rest = to - from - 1;
     int rc;
 
     mys_bulk_init(&k, "siiiiii", 1);
-    bk_str(&k, 0, 0, x->by);
-    bk_i64(&k, 1, 0, x->until);
-    bk_i64(&k, 2, 0, x->until);
-    bk_i64(&k, 3, 0, x->now);
-    bk_i64(&k, 4, 0, x->rows[from].id);
-    bk_i64(&k, 5, 0, x->now);
-    bk_i64(&k, 6, 0, seen[from]);
+    fill_fenced(&k, 0, x, &x->rows[from], seen[from]);
     rc = mys_st_bulk(c, &SQL_CLAIM_FENCED, &k, &aff);
     mys_bulk_free(&k);
     if (rc != 0 || aff != 1 || rest == 0)
         return rc != 0 ? rc : aff == 1;
+    rc = claim_rest(c, x, from + 1, to);
+    return rc != 0 ? rc : 1;
+}
+
+/* One bulk UPDATE of rows x->rows[from..to) that are not heads, in runs
+ * whose heads this claim holds; all must still be due. */
+static int
+claim_rest(struct conn *c, struct claim_ctx *x, size_t from, size_t to)
+{
+    struct bulk k;
+    uint64_t aff = 0;
+    size_t rest = 0;
+    int rc;
+
+    for (size_t i = from; i < to; i++)
+        rest += !x->head[i];
+    if (rest == 0)
+        return 0;
     mys_bulk_init(&k, "siiiii", rest);
-    for (size_t i = 0; i < rest; i++) {
-        bk_str(&k, 0, i, x->by);
-        bk_i64(&k, 1, i, x->until);
-        bk_i64(&k, 2, i, x->until);
-        bk_i64(&k, 3, i, x->now);
-        bk_i64(&k, 4, i, x->rows[from + 1 + i].id);
-        bk_i64(&k, 5, i, x->now);
+    for (size_t i = from, j = 0; i < to; i++) {
+        if (x->head[i])
+            continue;
+        bk_str(&k, 0, j, x->by);
+        bk_i64(&k, 1, j, x->until);
+        bk_i64(&k, 2, j, x->until);
+        bk_i64(&k, 3, j, x->now);
+        bk_i64(&k, 4, j, x->rows[i].id);
+        bk_i64(&k, 5, j++, x->now);
     }
     rc = mys_st_bulk(c, &SQL_CLAIM_REST, &k, &aff);
     mys_bulk_free(&k);
     if (rc == 0 && aff != rest) {
         /* cannot happen while only a head's holder takes a room's rows */
-        store_set_errmsg("ordered claim: %llu of %zu rows after head %lld changed meanwhile",
-                         (unsigned long long)(rest - aff), rest, (long long)x->rows[from].id);
+        store_set_errmsg("ordered claim: %llu of %zu rows after their heads changed meanwhile",
+                         (unsigned long long)(rest - aff), rest);
         c->err = ER_LOCK_DEADLOCK; /* as a deadlock: mys_run rolls back and runs the claim again */
         return ROOMD_ECONFLICT;
     }
-    return rc != 0 ? rc : 1;
+    return rc;
+}
+/* A row of the runs as read, with its fence and due time. */
+struct cand {
+    struct outbox_row row;
+    int64_t seen, due;
+};
+
+static int
+cmp_cand(const void *a, const void *b)
+{
+    const struct outbox_row *x = &((const struct cand *)a)->row;
+    const struct outbox_row *y = &((const struct cand *)b)->row;
+    int c = strcmp(x->app_code, y->app_code);
+
+    if (c == 0)
+        c = strcmp(x->room_id, y->room_id);
+    return c != 0 ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+/* Reads the rooms' runs (SQL_CLAIM_RUNS, one snapshot) into x->rows,
+ * grouped by room, each room's rows in id order from its head (x->head),
+ * each row's updated_at_ms in (*seen)[i]; a room's rows from its first one
+ * not due on are left out (none is, while the rooms query holds). */
+static int
+read_runs(struct conn *c, struct claim_ctx *x, int64_t **seen)
+{
+    struct rows r;
+    struct cand *cd = NULL;
+    size_t n = 0, cap = 0;
+    bool ended = false;
+    int rc;
+
+    if ((rc = mys_query(c, &SQL_CLAIM_RUNS, &r, OUTBOX_TYPES "ii", "iidd", x->now, x->now, x->limit,
+                        x->limit)) == 0)
+        while ((rc = mys_st_fetch(c, &r)) == 1) {
+            cd = xgrow(cd, n, &cap, sizeof(*cd));
+            read_outbox(&r, &cd[n].row);
+            cd[n].seen = r_i64(&r, 18);
+            cd[n++].due = r_i64(&r, 19);
+        }
+    mys_rows_done(&r);
+    if (n > 1)
+        qsort(cd, n, sizeof(*cd), cmp_cand);
+    x->rows = xcalloc(n > 0 ? n : 1, sizeof(*x->rows));
+    x->head = xcalloc(n > 0 ? n : 1, sizeof(*x->head));
+    *seen = xcalloc(n > 0 ? n : 1, sizeof(**seen));
+    for (size_t i = 0; i < n; i++) {
+        bool first = i == 0 || strcmp(cd[i - 1].row.app_code, cd[i].row.app_code) != 0 ||
+                     strcmp(cd[i - 1].row.room_id, cd[i].row.room_id) != 0;
+
+        ended = (ended && !first) || cd[i].due > x->now;
+        if (rc != 0 || ended) {
+            free(cd[i].row.payload);
+            free(cd[i].row.last_error);
+            continue;
+        }
+        x->head[x->n] = first;
+        (*seen)[x->n] = cd[i].seen;
+        x->rows[x->n++] = cd[i].row;
+    }
+    free(cd);
+    return rc;
+}
+
+/* Takes every head of x->rows in one bulk fenced UPDATE. Returns 1 when all
+ * were taken; 0 when another claimer took some since the snapshot (the
+ * UPDATE is undone: savepoint), or a negative code. */
+static int
+claim_heads(struct conn *c, struct claim_ctx *x, const int64_t *seen, size_t nheads)
+{
+    struct bulk k;
+    uint64_t aff = 0;
+    int rc;
+
+    if ((rc = mys_q_exec(c, "SAVEPOINT heads")) != 0)
+        return rc;
+    mys_bulk_init(&k, "siiiiii", nheads);
+    for (size_t i = 0, j = 0; i < x->n; i++)
+        if (x->head[i])
+            fill_fenced(&k, j++, x, &x->rows[i], seen[i]);
+    rc = mys_st_bulk(c, &SQL_CLAIM_FENCED, &k, &aff);
+    mys_bulk_free(&k);
+    if (rc != 0 || aff == nheads)
+        return rc != 0 ? rc : 1;
+    return (rc = mys_q_exec(c, "ROLLBACK TO SAVEPOINT heads")) != 0 ? rc : 0;
+}
+
+/* Takes the runs of x->rows room by room (claim_room_run) and keeps those
+ * whose head it got. Returns 0 or a negative code. */
+static int
+claim_each_room(struct conn *c, struct claim_ctx *x, const int64_t *seen)
+{
+    size_t kept = 0;
+
+    for (size_t from = 0, to; from < x->n; from = to) {
+        for (to = from + 1; to < x->n && !x->head[to];)
+            to++;
+        int rc = claim_room_run(c, x, from, to, seen);
+        if (rc < 0) { /* x->rows stays whole for the caller to free */
+            memmove(&x->rows[kept], &x->rows[from], (x->n - from) * sizeof(*x->rows));
+            x->n = kept + (x->n - from);
+            return rc;
+        }
+        for (size_t i = from; i < to; i++) {
+            if (rc == 0) {
+                free(x->rows[i].payload);
+                free(x->rows[i].last_error);
+            } else {
+                x->rows[kept++] = x->rows[i];
+            }
+        }
+    }
+    x->n = kept;
+    return 0;
 }
 
 /*
  * The ordered claim inside the open transaction: one snapshot gives the rooms and each room's run
  * from its head; each run is taken by fencing its head (updated_at_ms unchanged and still due, read
  * at the latest version), so two claimers never hold one room: only the head's holder takes the
- * rows after it. A run whose head was taken meanwhile is dropped (the room is someone else's).
+ * rows after it. All heads are fenced in one bulk UPDATE and the rest taken in another; when some
+ * head was taken meanwhile, that UPDATE is undone and the runs are taken room by room, dropping
+ * those whose head is someone else's.
  */
 static int
 claim_ordered_in_tx(struct conn *c, struct claim_ctx *x)
 {
-    struct rows r;
-    struct outbox_room *rooms = NULL;
     int64_t *seen = NULL;
-    size_t nrooms = 0, rcap = 0, cap = 0, scap = 0;
+    size_t nheads = 0;
     int rc;
 
-    if ((rc = mys_query(c, &SQL_CLAIM_ROOMS, &r, "ss", "iid", x->now, x->now, x->limit)) == 0)
-        while ((rc = mys_st_fetch(c, &r)) == 1)
-            outbox_rooms_add(&rooms, &nrooms, &rcap, r_str(&r, 0), r_str(&r, 1));
-    mys_rows_done(&r);
-    for (size_t i = 0; i < nrooms && rc == 0 && x->n < (size_t)x->limit; i++) {
-        size_t from = x->n;
-
-        if ((rc = read_room_run(c, x, &rooms[i], (size_t)x->limit - x->n, &seen, &cap, &scap)) <= 0)
-            continue;
-        if ((rc = claim_room_run(c, x, from, seen)) == 0) {
-            for (size_t j = from; j < x->n; j++) {
-                free(x->rows[j].payload);
-                free(x->rows[j].last_error);
-            }
-            x->n = from;
-        }
-        rc = rc < 0 ? rc : 0;
+    if ((rc = read_runs(c, x, &seen)) == 0 && x->n > 0) {
+        for (size_t i = 0; i < x->n; i++)
+            nheads += x->head[i];
+        rc = nheads > 1 ? claim_heads(c, x, seen, nheads) : 0;
+        if (rc == 1)
+            rc = claim_rest(c, x, 0, x->n);
+        else if (rc == 0)
+            rc = claim_each_room(c, x, seen);
     }
-    free(rooms);
+    free(x->head);
+    x->head = NULL;
     free(seen);
     return rc;
 }
@@ -320,7 +436,7 @@ int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, bool per_room, struct outbox_row **rows, size_t *n)
 {
-    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0};
+    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0, NULL};
 
     *rows = NULL;
     *n = 0;
@@ -434,7 +550,10 @@ struct complete_claim_ctx {
 
 /* Batch k's outcomes and batch k+1's claim, one transaction: one commit
  * (one redo log fsync) per batch. The completion comes first, so the rows
- * it hands back (retryable now) may be claimed again at once. */
+ * it hands back (retryable now) may be claimed again at once, and the
+ * ordered claim's snapshot (its first consistent read comes after the
+ * completion's writes, which the transaction sees) finds the completed
+ * rows' rooms free. */
 static int
 complete_claim_fn(struct conn *c, void *arg)
 {
@@ -452,11 +571,11 @@ complete_claim_fn(struct conn *c, void *arg)
 
 int
 mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nres, int64_t now_ms,
-                          int64_t lock_until_ms, const char *locked_by, int limit,
+                          int64_t lock_until_ms, const char *locked_by, int limit, bool per_room,
                           struct outbox_row **rows, size_t *n, bool *completed)
 {
-    struct complete_claim_ctx x = {{res, nres},
-                                   {now_ms, lock_until_ms, locked_by, limit, false, NULL, 0}};
+    struct complete_claim_ctx x = {
+        {res, nres}, {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0, NULL}};
     int rc;
 
     *rows = NULL;
