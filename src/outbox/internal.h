@@ -1,8 +1,9 @@
 /*
  * outbox/internal.h: private to src/outbox (as libuv's src/unix/internal.h).
- * The state the worker loop (worker.c) and the hand-off queue (handoff.c)
- * share: struct outbox, its workers, and the queue calls the loop makes.
- * Everything under pool.mu unless a field says otherwise.
+ * The state the worker loop (worker.c), the hand-off queue (handoff.c) and
+ * the batch's per-room order (order.c) share: struct outbox, its workers,
+ * a batch's slots, and the queue calls the loop makes. Everything under
+ * pool.mu unless a field says otherwise.
  */
 #ifndef ROOMD_OUTBOX_INTERNAL_H
 #define ROOMD_OUTBOX_INTERNAL_H
@@ -10,6 +11,7 @@
 #include "conf/conf.h"
 #include "core/thread.h"
 #include "outbox/outbox.h"
+#include "publish/sink.h"
 #include "store/store.h"
 
 #include <stdatomic.h>
@@ -149,5 +151,40 @@ int outbox_metrics_sink_up(struct outbox *ob, const char *name);
 
 /* Frees the queue's memory (rows left are the caller's to hand back first). */
 void handoff_free(struct outbox *ob);
+
+/* A row's last_error as the worker builds it (sink: reason; ...). */
+#define LAST_ERROR_MAX 512
+
+/* One row of a batch while it is published (worker.c; its room's order in
+ * the batch: order.c). Owned by the worker thread of the batch. */
+struct slot {
+    const struct outbox_row *row;
+    struct outbox_event ev; /* built once; ev.envelope / ev.json are ours */
+    bool released;          /* handed back unpublished (release_row) */
+    bool finished;          /* no further sink is called: poison or a permanent refusal */
+    int rc;                 /* 0 so far, ROOMD_ERETRY or ROOMD_EPERM */
+    bool counted;           /* a sink answered "not now": the failure costs an attempt;
+                             * false with rc ERETRY: only outages (no answer, circuit
+                             * open, no time left), which cost none */
+    bool held;              /* ordering per_room: an earlier row of the room was not
+                             * delivered; no further sink is called, no attempt counted */
+    size_t room;            /* the row's room, numbered within the batch (number_rooms) */
+    uint32_t done;          /* sinks_done so far */
+    uint32_t tried;         /* sinks called in this attempt (bits) */
+    uint32_t failed;        /* of those, the ones that did not deliver */
+    uint8_t outcome[OUTBOX_SINK_BITS]; /* enum sink_call, by bit index */
+    char err[LAST_ERROR_MAX];
+};
+
+/* order.c, ordering per_room within a batch of n slots (worker thread):
+ * number_rooms numbers sl[i].room (equal for one room's rows, < n);
+ * note_room marks blocked[sl->room] when sl is undelivered (handed back,
+ * failed so far or held); hold_if_blocked holds sl when blocked[its room];
+ * hold_later holds, in commit order, every row whose room has an earlier
+ * undelivered row (blocked: n places, reset first). */
+void number_rooms(struct slot *sl, size_t n);
+void note_room(const struct slot *sl, bool *blocked);
+void hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked);
+void hold_later(struct outbox *ob, struct slot *sl, size_t n, bool *blocked);
 
 #endif

@@ -39,9 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A row's last_error as the worker builds it (sink: reason; ...), and one
- * sink's reason. */
-#define LAST_ERROR_MAX 512
+/* One sink's reason in a row's last_error. */
 #define SINK_ERR_LEN 256
 /* Retries of a batch completion while the store is briefly unavailable. */
 #define COMPLETE_TRIES 3
@@ -137,26 +135,6 @@ release_row(const struct outbox_row *row, struct outbox_result *res, int64_t now
     res->last_error = row->last_error;
 }
 
-/* One row of a batch while it is published. */
-struct slot {
-    const struct outbox_row *row;
-    struct outbox_event ev; /* built once; ev.envelope / ev.json are ours */
-    bool released;          /* handed back unpublished (release_row) */
-    bool finished;          /* no further sink is called: poison or a permanent refusal */
-    int rc;                 /* 0 so far, ROOMD_ERETRY or ROOMD_EPERM */
-    bool counted;           /* a sink answered "not now": the failure costs an attempt;
-                             * false with rc ERETRY: only outages (no answer, circuit
-                             * open, no time left), which cost none */
-    bool held;              /* ordering per_room: an earlier row of the room was not
-                             * delivered; no further sink is called, no attempt counted */
-    size_t room;            /* the row's room, numbered within the batch (number_rooms) */
-    uint32_t done;          /* sinks_done so far */
-    uint32_t tried;         /* sinks called in this attempt (bits) */
-    uint32_t failed;        /* of those, the ones that did not deliver */
-    uint8_t outcome[OUTBOX_SINK_BITS]; /* enum sink_call, by bit index */
-    char err[LAST_ERROR_MAX];
-};
-
 /* Notes that sink s was called for sl (or timed out before) with outcome o. */
 static void
 note_call(struct slot *sl, const struct sink *s, enum sink_call o)
@@ -200,82 +178,6 @@ sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *
         sl->rc = ROOMD_ERETRY;
         sl->counted = true;
     }
-}
-
-/* True when sl was handed back or is not delivered so far: the rows of its
- * room after it in the batch are held (ordering per_room). */
-static bool
-undelivered(const struct slot *sl)
-{
-    return sl->rc != 0 || sl->released || sl->held;
-}
-
-/* ordering per_room: holds sl[i] when an earlier row of its room in the
- * batch is undelivered (blocked[its room], filled by note_room) and no sink
- * has refused it yet. A held row keeps the sinks it already reached, no
- * further sink is called for it, and it is retried after that row. */
-static void
-hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked)
-{
-    if (ob->cfg.ordering != ORDERING_PER_ROOM || !blocked[sl->room] || sl->held || sl->released ||
-        sl->finished || sl->rc != 0)
-        return;
-    sl->held = true;
-    sl->finished = true;
-    sl->rc = ROOMD_ERETRY;
-    atomic_fetch_add(&ob->order_held, 1);
-}
-
-/* Marks sl's room blocked for the rows after sl when sl is undelivered. */
-static void
-note_room(const struct slot *sl, bool *blocked)
-{
-    if (undelivered(sl))
-        blocked[sl->room] = true;
-}
-
-/* ordering per_room: holds every row of sl[0..n) (in commit order) whose
- * room has an earlier undelivered row in the batch, before the next sink is
- * called; one pass, blocked has a place per room of the batch. */
-static void
-hold_later(struct outbox *ob, struct slot *sl, size_t n, bool *blocked)
-{
-    memset(blocked, 0, n * sizeof(*blocked));
-    for (size_t i = 0; i < n; i++) {
-        hold_if_blocked(ob, &sl[i], blocked);
-        note_room(&sl[i], blocked);
-    }
-}
-
-static int
-cmp_slot_room(const void *a, const void *b)
-{
-    const struct slot *x = *(struct slot *const *)a, *y = *(struct slot *const *)b;
-    int c = strcmp(x->row->app_code, y->row->app_code);
-
-    if (c == 0)
-        c = strcmp(x->row->room_id, y->row->room_id);
-    return c != 0 ? c : (x > y) - (x < y);
-}
-
-/* Numbers the rooms of sl[0..n) (sl[i].room: 0.. < n, equal for the rows of
- * one room), so that hold_later needs no string compare per pair of rows. */
-static void
-number_rooms(struct slot *sl, size_t n)
-{
-    struct slot **by_room = xcalloc(n > 0 ? n : 1, sizeof(*by_room));
-    size_t room = 0;
-
-    for (size_t i = 0; i < n; i++)
-        by_room[i] = &sl[i];
-    qsort(by_room, n, sizeof(*by_room), cmp_slot_room);
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0 && (strcmp(by_room[i]->row->app_code, by_room[i - 1]->row->app_code) != 0 ||
-                      strcmp(by_room[i]->row->room_id, by_room[i - 1]->row->room_id) != 0))
-            room++;
-        by_room[i]->room = room;
-    }
-    free(by_room);
 }
 
 /* True when sink s still has to deliver sl. */
