@@ -551,8 +551,10 @@ def test_broker_order_two_procs():
         with ThreadPoolExecutor(max_workers=6) as ex:
             futs = [ex.submit(churn, rd, room) for rd in (a, b) for room in rooms[rd]]
             time.sleep(1.0)
-            srv.stop()   # the broker down: the rows in flight are retried (no attempt counted)
-            time.sleep(1.5)
+            # the broker down for longer than send_timeout (1 s), so the rows in flight (nats.c
+            # buffers publishes while it reconnects) time out and are retried, no attempt counted
+            srv.stop()
+            time.sleep(3.0)
             srv.start()
             time.sleep(1.0)
             stop.set()
