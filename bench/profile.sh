@@ -60,7 +60,7 @@ fi
 wait $load
 cat "$tmp/load"
 # the outbox's rows over the whole run: handed off at commit against claimed (issue 13)
-curl -sf "http://127.0.0.1:$port/metrics" 2>/dev/null | awk '
+curl -sf "http://127.0.0.1:$admin_port/metrics" 2>/dev/null | awk '
     $1 == "roomd_outbox_handoff_rows_total" { h = $2 } $1 == "roomd_outbox_claimed_rows_total" { c = $2 }
     $1 == "roomd_outbox_order_busy_total" { b = $2 } $1 == "roomd_outbox_order_affine_total" { a = $2 }
     $1 == "roomd_outbox_order_held_total" { held = $2 }
