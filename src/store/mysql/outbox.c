@@ -1,6 +1,7 @@
 /*
  * mysql/outbox.c: room_outbox: the claim (SELECT ... FOR UPDATE SKIP LOCKED
- * over ix_outbox_due, then one bulk UPDATE), complete (fenced by locked_by),
+ * over ix_outbox_due, then UPDATEs by id list; ordered: one snapshot, fenced
+ * heads), complete (fenced by locked_by, by id list per run of equal outcomes),
  * list/get/replay for operators, counts and purge in chunks.
  */
 #include "store/mysql/internal.h"
@@ -368,9 +369,9 @@ claim_each_room(struct conn *c, struct claim_ctx *x, const int64_t *seen)
  * The ordered claim inside the open transaction: one snapshot gives the rooms and each room's run
  * from its head; each run is taken by fencing its head (updated_at_ms unchanged and still due, read
  * at the latest version), so two claimers never hold one room: only the head's holder takes the
- * rows after it. All heads are fenced in one bulk UPDATE and the rest taken in another; when some
- * head was taken meanwhile, that UPDATE is undone and the runs are taken room by room, dropping
- * those whose head is someone else's.
+ * rows after it. All heads are fenced by id lists and the rest taken by others (claim_ids); when
+ * some head was taken meanwhile, those UPDATEs are undone (savepoint) and the runs are taken room
+ * by room, dropping those whose head is someone else's.
  */
 static int
 claim_ordered_in_tx(struct conn *c, struct claim_ctx *x)
