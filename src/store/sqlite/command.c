@@ -26,9 +26,12 @@ SQ_SQL(OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, roo
                       " due_at_ms, created_at_ms, updated_at_ms, room_seq)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)");
 /* The hand-off under ordering per_room: does the room have an undelivered
- * row (room_outbox_room)? */
+ * row (room_outbox_room), other than (?3, room affinity) rows delivering by
+ * the hand-off claimer ?4 under a lock still running at the command's time
+ * (due_at_ms > ?5)? */
 SQ_SQL(ROOM_BUSY, "SELECT 1 FROM room_outbox WHERE app_code = ?1 AND room_id = ?2"
-                  " AND due_at_ms IS NOT NULL LIMIT 1");
+                  " AND due_at_ms IS NOT NULL AND NOT (?3 AND status = 'delivering'"
+                  " AND locked_by = ?4 AND due_at_ms > ?5) LIMIT 1");
 SQ_SQL(ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
                     " fence_token, rocket_status, rocket_id, rocket_level,"
                     " rocket_launch_at_ms, created_at_ms, updated_at_ms, event_seq)"
@@ -243,7 +246,8 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 
     m->room_busy = false;
     if (m->locked_by != NULL && *m->locked_by && m->handoff_if_room_idle) {
-        q = sq_bound(c, &SQL_ROOM_BUSY, "ss", m->app_code, m->room_id);
+        q = sq_bound(c, &SQL_ROOM_BUSY, "ssdsi", m->app_code, m->room_id, (int)m->handoff_own_rows,
+                     m->locked_by, m->created_at_ms);
         if ((rc = sq_step_i64(c, q, NULL, "save room busy")) < 0)
             return *fatal = rc;
         m->room_busy = rc == 1;
