@@ -1390,6 +1390,77 @@ t_complete_claim_ordered(void **state)
     outbox_rows_free(rows, n);
 }
 
+/* An ordered claim and its completion larger than one statement's id list
+ * (MySQL: 16 fenced heads, 32 ids per UPDATE): 34 rooms' runs, 100 rows; the
+ * outcomes in runs of equal ones broken by time and by an error to write,
+ * then a batch with one row of another claimer (refused alone). */
+static void
+t_claim_complete_chunks(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows;
+    struct outbox_result res[100];
+    struct outbox_counts c;
+    char room[16];
+    size_t n;
+
+    for (int k = 0; k < 40; k++) {
+        snprintf(room, sizeof(room), "r%02d", k);
+        create_room(f->st, "a1", room, 3, T0 + k);
+    }
+    assert_int_equal(
+        store_outbox_claim_ordered(f->st, T0 + 100, T0 + 1000, "A", 100, true, &rows, &n), 0);
+    assert_int_equal(n, 100); /* r00..r32 whole, r33's head */
+    for (size_t i = 0; i < n; i++) {
+        snprintf(room, sizeof(room), "r%02zu", i / 3);
+        assert_string_equal(rows[i].room_id, room);
+        assert_int_equal(rows[i].status, OUTBOX_DELIVERING);
+        assert_string_equal(rows[i].locked_by, "A");
+        if (i > 0)
+            assert_true(rows[i].id > rows[i - 1].id);
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool retry = i % 10 == 5;
+        res[i] = (struct outbox_result){.id = rows[i].id,
+                                        .locked_by = i == 70 ? "B" : "A",
+                                        .status = retry ? OUTBOX_RETRYABLE : OUTBOX_DELIVERED,
+                                        .retry_count = retry ? 1 : 0,
+                                        .sinks_done = retry ? 0 : 1,
+                                        .next_retry_at_ms = retry ? T0 + 150 : 0,
+                                        .last_error = retry ? "bus: no PubAck" : NULL,
+                                        .now_ms = T0 + 200 + (int64_t)i / 40};
+    }
+    assert_int_equal(store_outbox_complete(f->st, res, 70), 0);
+    for (size_t i = 0; i < 70; i++)
+        assert_int_equal(res[i].rc, 0);
+    assert_int_equal(store_outbox_complete(f->st, &res[70], 30), 0);
+    for (size_t i = 70; i < n; i++)
+        assert_int_equal(res[i].rc, i == 70 ? ROOMD_ESTALE : 0);
+    assert_int_equal(store_outbox_counts(f->st, &c), 0);
+    assert_int_equal(c.delivered, 89);
+    assert_int_equal(c.retryable, 10);
+    assert_int_equal(c.delivering, 1); /* row 70, still A's */
+    assert_int_equal(c.pending, 20);   /* r33's two later rows, r34..r39 */
+    for (size_t i = 0; i < 20; i++) {
+        struct outbox_row got;
+
+        assert_int_equal(store_outbox_get(f->st, rows[i].event_id, &got), 0);
+        if (i % 10 == 5) {
+            assert_int_equal(got.status, OUTBOX_RETRYABLE);
+            assert_int_equal(got.retry_count, 1);
+            assert_int_equal(got.next_retry_at_ms, T0 + 150);
+            assert_string_equal(got.last_error, "bus: no PubAck");
+        } else {
+            assert_int_equal(got.status, OUTBOX_DELIVERED);
+            assert_int_equal(got.sinks_done, 1);
+            assert_int_equal(got.delivered_at_ms, T0 + 200);
+        }
+        free(got.payload);
+        free(got.last_error);
+    }
+    outbox_rows_free(rows, n);
+}
+
 static void
 t_retry_fields(void **state)
 {
@@ -1974,6 +2045,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(t_complete_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_complete_claim_ordered, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_claim_complete_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(t_retry_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(t_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(t_list, setup, teardown),

@@ -653,6 +653,7 @@ my_close(struct store *st)
     free(s->conns);
     free(s->freelist);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->claim_mu);
     pthread_cond_destroy(&s->cv);
     free(s->host);
     free(s->socket);
@@ -716,6 +717,7 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     for (int i = s->nconns - 1; i >= 0; i--)
         s->freelist[s->nfree++] = i;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->claim_mu, NULL);
     clock_cond_init(&s->cv);
 
     /* The first connection, kept in the pool, runs the migrations. */

@@ -33,7 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAXP 20 /* parameters or result columns of one statement */
+#define MAXP 40 /* parameters or result columns of one statement (outbox.c's IN lists) */
 
 enum sid {
     S_FIND_COMMAND,
@@ -49,7 +49,7 @@ enum sid {
     S_SNAP_NTH,
     S_SNAP_PRUNE,
     S_CLAIM_SELECT,
-    S_CLAIM_UPDATE,
+    S_CLAIM_IDS,
     S_COMPLETE,
     S_LIST_ALL,
     S_LIST_STATUS,
@@ -73,8 +73,8 @@ enum sid {
     S_FENCE_ROOM,
     S_OUTBOX_IDS,
     S_CLAIM_RUNS,
-    S_CLAIM_REST,
     S_CLAIM_FENCED,
+    S_COMPLETE_IDS,
     S_ROOMS_BUSY,
     S_ROOMS_FOREIGN,
     S_ACCTS_LOCK,
@@ -120,6 +120,10 @@ struct mstore {
     int *freelist; /* indexes of idle conns */
     int nfree;
     bool down; /* last connect failed (log once per outage) */
+    /* Held through an ordered claim's transaction (outbox.c run_for_rows):
+     * this process's workers claim one after another, each snapshot after
+     * the previous claim's commit, so their claims never pick the same rooms. */
+    pthread_mutex_t claim_mu;
 };
 
 enum errclass {
