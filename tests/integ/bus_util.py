@@ -60,11 +60,6 @@ class Nats:
         d, self.buf = self.buf[:n], self.buf[n + 2:]
         return d
 
-    def _next_msg(self):
-        """(subject, headers, data) of the next message on any subscription."""
-        subject, _, _, hdrs, data = self._next_delivery()
-        return subject, hdrs, data
-
     def _next_delivery(self):
         """(subject, sid, reply, headers, data) of the next MSG/HMSG; answers PINGs. A
         JetStream push delivery carries the message's own subject: tell it apart by sid."""
@@ -99,7 +94,11 @@ class Nats:
         self._send(f"SUB {inbox} {sid}\r\nUNSUB {sid} 1\r\n".encode()
                    + self._pub(subject, inbox, payload, headers))
         self.requests += 1
-        return self._next_msg()
+        while True:
+            # a delivery still in flight to a subscription js_all has ended is skipped
+            subj, got, _, hdrs, data = self._next_delivery()
+            if got == str(sid):
+                return subj, hdrs, data
 
     @staticmethod
     def _pub(subject, reply, payload, headers=None):

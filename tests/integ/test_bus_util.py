@@ -6,6 +6,10 @@ broker tests that read streams back through it can trust what it returns.
    three requests whatever the stream's size (not one per message), and leaves no consumer.
 2. the client's socket has TCP_NODELAY: a request's small writes do not wait for the
    server's delayed ACK.
+3. a request's reply is told apart from a delivery to another subscription still in flight
+   (js_all ends its push consumer while the stream grows: the late deliveries are skipped;
+   once they were taken for the next request's reply, and test_bus_roomd's rocket test failed
+   on a protobuf payload parsed as JSON).
 
 Run: python3 tests/integ/test_bus_util.py (PYTHONPATH=tests, ROOMD_NATS_PORT)
 """
@@ -51,6 +55,22 @@ def test_js_all_one_pass():
         nc.close()
 
 
+def test_request_skips_other_deliveries():
+    nc, other = Nats(NATS_PORT), Nats(NATS_PORT)
+    try:
+        subject = f"{STREAM}.stray"
+        nc._send(f"SUB {subject} 999999\r\n".encode())
+        nc.request("$JS.API.INFO")  # the SUB is in place
+        for i in range(3):
+            other._send(other._pub(subject, "", f"stray-{i}".encode()))
+        other.request("$JS.API.INFO")  # the strays have left the server
+        r = nc.api("INFO")
+        assert r.get("type") == "io.nats.jetstream.api.v1.account_info_response", r
+    finally:
+        nc.close()
+        other.close()
+
+
 def test_socket_nodelay():
     nc = Nats(NATS_PORT)
     try:
@@ -61,4 +81,4 @@ def test_socket_nodelay():
 
 if __name__ == "__main__":
     need("127.0.0.1", NATS_PORT, "nats-server")
-    run([test_js_all_one_pass, test_socket_nodelay])
+    run([test_js_all_one_pass, test_request_skips_other_deliveries, test_socket_nodelay])
