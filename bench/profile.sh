@@ -8,7 +8,8 @@
 # CPU time and context switches per command beside the client's rate and latencies.
 # "record": `perf record -g` (cpu-clock) the load instead and print the top of the report;
 # "switches": the same with the sched:sched_switch tracepoint (where roomd's threads sleep).
-# On mysql it also prints the server's statements per command (Questions). PROFILE_ROOMD picks
+# On mysql it also prints the server's statements per command (Questions); on both, the outbox
+# rows handed off at commit against claimed (/metrics). PROFILE_ROOMD picks
 # another roomd binary (an A/B run of two builds with the same bench tools).
 set -eu
 build=${1:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
@@ -58,6 +59,12 @@ else
 fi
 wait $load
 cat "$tmp/load"
+# the outbox's rows over the whole run: handed off at commit against claimed (issue 13)
+curl -sf "http://127.0.0.1:$admin_port/metrics" 2>/dev/null | awk '
+    $1 == "roomd_outbox_handoff_rows_total" { h = $2 } $1 == "roomd_outbox_claimed_rows_total" { c = $2 }
+    $1 == "roomd_outbox_order_busy_total" { b = $2 } $1 == "roomd_outbox_order_affine_total" { a = $2 }
+    $1 == "roomd_outbox_order_held_total" { held = $2 }
+    END { if (h + c > 0) printf "outbox rows: %d handed off, %d claimed (%.0f%% handed off); commits: %d to the claim (room busy), %d behind their own rows; %d held\n", h, c, 100 * h / (h + c), b, a, held }' || true
 ops=$(sed -n 's/.* ops=\([0-9]*\) .*/\1/p' "$tmp/load" | head -1)
 if [ -n "$record" ]; then
     perf report -i "$tmp/perf.data" ${PERF_SORT:---no-children --sort dso,symbol} --stdio ${PERF_REPORT_OPTS:-} 2>/dev/null | grep -v '^#' | grep -v '^$' | head -${PERF_LINES:-60}

@@ -1133,6 +1133,61 @@ t_ordered_claim(void **state)
     free(c2);
 }
 
+/* Saves x handed off by by (lock until lock_until) under ordering per_room,
+ * own: room affinity asked (handoff_own_rows). Returns room_busy. */
+static bool
+save_handoff(struct store *st, struct tmut *x, const char *by, int64_t lock_until, bool own)
+{
+    x->m.locked_by = by;
+    x->m.lock_until_ms = lock_until;
+    x->m.handoff_if_room_idle = true;
+    x->m.handoff_own_rows = own;
+    assert_int_equal(save1(st, x), 0);
+    assert_int_equal(x->m.rc, 0);
+    assert_int_equal(x->ev[0].id > 0, !x->m.room_busy); /* handed off: its id reported */
+    return x->m.room_busy;
+}
+
+/* Room affinity (the hand-off's room check with handoff_own_rows): a room
+ * whose undelivered rows are all delivering by the same hand-off claimer
+ * under a running lock is not busy, so its next rows are handed off too;
+ * without handoff_own_rows, for another claimer, once such a lock ran out,
+ * and once the room has a pending row, it is busy (rows pending). */
+static void
+t_handoff_own_rows(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *x[8] = {
+        tmut_new("a1", "ra", "ra-create", 1, 2, T0), tmut_new("a1", "ra", "ra-2", 2, 1, T0 + 10),
+        tmut_new("a1", "ra", "ra-3", 3, 1, T0 + 20), tmut_new("a1", "ra", "ra-4", 4, 1, T0 + 30),
+        tmut_new("a1", "rb", "rb-create", 1, 1, T0), tmut_new("a1", "rb", "rb-2", 2, 1, T0 + 200),
+        tmut_new("a1", "rc", "rc-create", 1, 1, T0), tmut_new("a1", "rc", "rc-2", 2, 1, T0 + 10),
+    };
+    struct outbox_row r;
+
+    assert_false(save_handoff(f->st, x[0], "node/h", T0 + 9000, false)); /* idle */
+    assert_false(save_handoff(f->st, x[1], "node/h", T0 + 9000, true));  /* its own rows only */
+    assert_true(save_handoff(f->st, x[2], "other/h", T0 + 9000, true));  /* another claimer's */
+    assert_true(save_handoff(f->st, x[3], "node/h", T0 + 9000, true));   /* a pending row now */
+    /* rb's row's lock ran out before the next command */
+    assert_false(save_handoff(f->st, x[4], "node/h", T0 + 100, false));
+    assert_true(save_handoff(f->st, x[5], "node/h", T0 + 9000, true));
+    /* not asked: busy as before */
+    assert_false(save_handoff(f->st, x[6], "node/h", T0 + 9000, false));
+    assert_true(save_handoff(f->st, x[7], "node/h", T0 + 9000, false));
+    assert_int_equal(store_outbox_get(f->st, x[1]->ev[0].event_id, &r), 0);
+    assert_int_equal(r.status, OUTBOX_DELIVERING);
+    assert_string_equal(r.locked_by, "node/h");
+    free(r.payload);
+    free(r.last_error);
+    assert_int_equal(store_outbox_get(f->st, x[2]->ev[0].event_id, &r), 0);
+    assert_int_equal(r.status, OUTBOX_PENDING);
+    free(r.payload);
+    free(r.last_error);
+    for (int i = 0; i < 8; i++)
+        free(x[i]);
+}
+
 /* A claimer died holding a room's head: its lock ran out, and the room's
  * later rows (due since their commit, before the head's expired lock) fill
  * the claim's first candidates. The room is claimed again from its head,
@@ -1914,6 +1969,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_ordered_claim_after_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(t_ordered_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_handoff_own_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(t_complete_claim, setup, teardown),

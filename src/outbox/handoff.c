@@ -6,10 +6,12 @@
 #include "outbox/handoff.h"
 
 #include "core/clock.h"
+#include "core/tree.h"
 #include "core/xmalloc.h"
 #include "outbox/internal.h"
 
 #include <pthread.h>
+#include <search.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,72 +30,180 @@ handoff_init(struct outbox *ob, const char *node)
         ob->handoff_cap = (size_t)ob->cfg.handoff_queue;
 }
 
+/* ==== rooms in memory (ordering per_room): struct hroom ==== */
+
+static void
+hroom_free(void *p)
+{
+    struct hroom *e = p;
+
+    free(e->name);
+    free(e);
+}
+
 void
 handoff_free(struct outbox *ob)
 {
+    tdestroy(ob->hrooms, hroom_free);
+    ob->hrooms = NULL;
     free(ob->q);
     free(ob->qt);
+    free(ob->qr);
     ob->q = NULL;
     ob->qt = NULL;
+    ob->qr = NULL;
 }
 
-/* Appends *r (moved in), pushed at pushed_us, to the ring, growing it.
+/* The entry of app/room (created with create, else NULL when there is
+ * none). Holds ob->pool.mu. */
+static struct hroom *
+hroom_get(struct outbox *ob, const char *app, const char *room, bool create)
+{
+    char name[2 * STORE_ID_MAX + 2];
+    struct hroom probe = {.name = name}, *e, **found;
+
+    snprintf(name, sizeof(name), "%s\x1f%s", app, room);
+    found = tfind(&probe, &ob->hrooms, tree_name_cmp);
+    if (found != NULL || !create)
+        return found != NULL ? *found : NULL;
+    e = xcalloc(1, sizeof(*e));
+    e->name = xstrdup(name);
+    if (tsearch(e, &ob->hrooms, tree_name_cmp) == NULL)
+        abort(); /* out of memory, as xmalloc */
+    return e;
+}
+
+/* n of e's rows left the process's memory; the entry goes with the last.
  * Holds ob->pool.mu. */
 static void
-q_put(struct outbox *ob, const struct outbox_row *r, int64_t pushed_us)
+hroom_put(struct outbox *ob, struct hroom *e, size_t n)
+{
+    e->rows -= n <= e->rows ? n : e->rows;
+    if (e->rows > 0)
+        return;
+    tdelete(e, &ob->hrooms, tree_name_cmp);
+    hroom_free(e);
+}
+
+/* True when the queued row at ring index i may be taken by the take
+ * stamped stamp: no ordering, or no row of its room is in a batch that
+ * has not landed, but the ones this take took. */
+static bool
+takeable(const struct outbox *ob, size_t i, uint64_t stamp)
+{
+    const struct hroom *e = ob->qr[i];
+
+    return e == NULL || e->in_hands == 0 || e->take == stamp;
+}
+
+/* Appends *r (moved in), pushed at pushed_us, of room e (NULL: no
+ * ordering) to the ring, growing it. Holds ob->pool.mu. */
+static void
+q_put(struct outbox *ob, const struct outbox_row *r, int64_t pushed_us, struct hroom *e)
 {
     if (ob->qlen == ob->qalloc) {
         size_t alloc = ob->qalloc ? ob->qalloc * 2 : 64;
         struct outbox_row *q = xcalloc(alloc, sizeof(*q));
         int64_t *qt = xcalloc(alloc, sizeof(*qt));
+        struct hroom **qr = xcalloc(alloc, sizeof(*qr));
 
         for (size_t i = 0; i < ob->qlen; i++) {
             q[i] = ob->q[(ob->qhead + i) % ob->qalloc];
             qt[i] = ob->qt[(ob->qhead + i) % ob->qalloc];
+            qr[i] = ob->qr[(ob->qhead + i) % ob->qalloc];
         }
         free(ob->q);
         free(ob->qt);
+        free(ob->qr);
         ob->q = q;
         ob->qt = qt;
+        ob->qr = qr;
         ob->qhead = 0;
         ob->qalloc = alloc;
     }
-    ob->q[(ob->qhead + ob->qlen) % ob->qalloc] = *r;
-    ob->qt[(ob->qhead + ob->qlen) % ob->qalloc] = pushed_us;
+    size_t at = (ob->qhead + ob->qlen) % ob->qalloc;
+    ob->q[at] = *r;
+    ob->qt[at] = pushed_us;
+    ob->qr[at] = e;
     ob->qlen++;
 }
 
-struct outbox_row *
-handoff_take(struct outbox *ob, size_t max, size_t *n, int64_t **pushed_us)
+bool
+handoff_ready(struct outbox *ob)
 {
-    size_t k = ob->qlen < max ? ob->qlen : max;
+    for (size_t i = 0; i < ob->qlen; i++)
+        if (takeable(ob, (ob->qhead + i) % ob->qalloc, 0))
+            return true;
+    return false;
+}
 
-    /* ordering per_room: never split a room's rows between two workers (a
-     * command's rows are queued together, in commit order) */
-    while (ob->cfg.ordering == ORDERING_PER_ROOM && k > 0 && k < ob->qlen) {
-        const struct outbox_row *last = &ob->q[(ob->qhead + k - 1) % ob->qalloc];
-        const struct outbox_row *next = &ob->q[(ob->qhead + k) % ob->qalloc];
+size_t
+handoff_take(struct outbox *ob, size_t max, bool all, struct handoff_batch *b)
+{
+    size_t cap = ob->qlen < max ? ob->qlen : max, kept = 0;
+    uint64_t stamp = ++ob->take_seq;
 
-        if (strcmp(last->room_id, next->room_id) != 0 ||
-            strcmp(last->app_code, next->app_code) != 0)
-            break;
-        k++;
+    *b = (struct handoff_batch){0};
+    b->rows = xcalloc(cap ? cap : 1, sizeof(*b->rows));
+    b->pushed_us = xcalloc(cap ? cap : 1, sizeof(*b->pushed_us));
+    if (ob->cfg.ordering == ORDERING_PER_ROOM && !all) {
+        b->rooms = xcalloc(cap ? cap : 1, sizeof(*b->rooms));
+        b->blocked = xcalloc(cap ? cap : 1, sizeof(*b->blocked));
     }
-    struct outbox_row *rows = xcalloc(k ? k : 1, sizeof(*rows));
-    int64_t *t = xcalloc(k ? k : 1, sizeof(*t));
+    /* Takes the rows that may go, in queue order; the others stay queued,
+     * in order, packed from qhead (kept <= i: nothing unread is written). */
+    for (size_t i = 0; i < ob->qlen; i++) {
+        size_t at = (ob->qhead + i) % ob->qalloc;
+        struct hroom *e = ob->qr[at];
 
-    for (size_t i = 0; i < k; i++) {
-        rows[i] = ob->q[ob->qhead];
-        t[i] = ob->qt[ob->qhead];
-        ob->qhead = (ob->qhead + 1) % ob->qalloc;
+        if (b->n < cap && (all || takeable(ob, at, stamp))) {
+            b->rows[b->n] = ob->q[at];
+            b->pushed_us[b->n] = ob->qt[at];
+            if (b->rooms != NULL && e != NULL) {
+                e->in_hands++;
+                e->take = stamp;
+                b->rooms[b->n] = e;
+                b->blocked[b->n] = e->blocked;
+            }
+            b->n++;
+            continue;
+        }
+        size_t to = (ob->qhead + kept++) % ob->qalloc;
+        ob->q[to] = ob->q[at];
+        ob->qt[to] = ob->qt[at];
+        ob->qr[to] = e;
     }
-    ob->qlen -= k;
-    *n = k;
-    if (pushed_us != NULL)
-        *pushed_us = t;
-    else
-        free(t);
-    return rows;
+    ob->qlen = kept;
+    return b->n;
+}
+
+void
+handoff_landed(struct outbox *ob, struct hroom *const *rooms, const struct slot *sl, size_t n)
+{
+    pthread_mutex_lock(&ob->pool.mu);
+    for (size_t i = 0; i < n; i++) {
+        struct hroom *e = rooms[i];
+
+        if (e == NULL)
+            continue;
+        if (e->in_hands > 0)
+            e->in_hands--;
+        if (slot_undelivered(&sl[i]))
+            e->blocked = true; /* its later rows in memory are held back */
+    }
+    if (ob->qlen > 0)
+        pthread_cond_signal(&ob->pool.cv); /* rows of those rooms may go now */
+    pthread_mutex_unlock(&ob->pool.mu);
+}
+
+void
+handoff_done(struct outbox *ob, struct hroom *const *rooms, size_t n)
+{
+    pthread_mutex_lock(&ob->pool.mu);
+    for (size_t i = 0; i < n; i++)
+        if (rooms[i] != NULL)
+            hroom_put(ob, rooms[i], 1);
+    pthread_mutex_unlock(&ob->pool.mu);
 }
 
 /* Copies m's committed rows into the queue and gives back the places
@@ -127,16 +237,26 @@ push(struct outbox *ob, const struct mutation *m)
     }
     int64_t now_us = clock_mono_us();
     pthread_mutex_lock(&ob->pool.mu);
+    struct hroom *e = ob->cfg.ordering == ORDERING_PER_ROOM
+                          ? hroom_get(ob, m->app_code, m->room_id, false)
+                          : NULL;
     for (size_t i = 0; i < m->nevents; i++) {
         if (rows[i].id > 0) {
-            q_put(ob, &rows[i], now_us);
+            q_put(ob, &rows[i], now_us, e);
             ob->stats.handoff_rows++;
             continue;
         }
-        /* a backend that did not report the row's id: leave the row to the
-         * claims (after its lock if it was inserted claimed) */
+        /* a busy room's row (inserted pending), or one whose id the backend
+         * did not report: leave it to the claims (after its lock if it was
+         * inserted claimed), and hold back the room's rows still in memory
+         * that came after it (blocked until none is left) */
         free(rows[i].payload);
         ob->wake_seq++;
+        if (e != NULL) {
+            e->blocked = e->blocked || !m->room_busy;
+            hroom_put(ob, e, 1);
+            e = hroom_get(ob, m->app_code, m->room_id, false); /* gone with its last row */
+        }
     }
     ob->reserved -= m->nevents <= ob->reserved ? m->nevents : ob->reserved;
     pthread_cond_signal(&ob->pool.cv);
@@ -161,19 +281,29 @@ outbox_handoff_begin(struct outbox *ob, struct mutation *m)
     m->locked_by = NULL;
     if (ob == NULL || n == 0)
         return false;
+    m->handoff_if_room_idle = false;
+    m->handoff_own_rows = false;
     pthread_mutex_lock(&ob->pool.mu);
     ok = !bg_thread_stopping(&ob->pool) && ob->reserved + ob->qlen + n <= ob->handoff_cap;
     if (ok)
         ob->reserved += n;
     else if (ob->handoff_cap > 0)
         ob->stats.handoff_full++;
+    if (ok && ob->cfg.ordering == ORDERING_PER_ROOM) {
+        /* per_room: a room with undelivered rows keeps its order through
+         * the ordered claim (store_save inserts the rows pending then),
+         * unless they are all this hand-off's, still in memory and none
+         * of them failed: then the rows queue behind them (room affinity) */
+        struct hroom *e = hroom_get(ob, m->app_code, m->room_id, true);
+
+        m->handoff_if_room_idle = true;
+        m->handoff_own_rows = e->rows > 0 && !e->blocked;
+        e->rows += n; /* in memory from now until their completion */
+    }
     pthread_mutex_unlock(&ob->pool.mu);
     if (ok) {
         m->locked_by = ob->handoff_by;
         m->lock_until_ms = clock_wall_ms() + ob->cfg.lock_timeout_ms;
-        /* per_room: a room with undelivered rows keeps its order through
-         * the ordered claim (store_save inserts the rows pending then) */
-        m->handoff_if_room_idle = ob->cfg.ordering == ORDERING_PER_ROOM;
     }
     return ok;
 }
@@ -192,10 +322,17 @@ outbox_handoff_end(struct outbox *ob, const struct mutation *m, int rc)
     if (rc == 0) {
         if (m->room_busy)
             atomic_fetch_add(&ob->order_busy, 1);
+        else if (m->handoff_own_rows)
+            atomic_fetch_add(&ob->order_affine, 1);
         push(ob, m); /* rows inserted pending (id 0) wake a claim instead */
         return;
     }
     pthread_mutex_lock(&ob->pool.mu);
     ob->reserved -= m->nevents <= ob->reserved ? m->nevents : ob->reserved;
+    if (ob->cfg.ordering == ORDERING_PER_ROOM) {
+        struct hroom *e = hroom_get(ob, m->app_code, m->room_id, false);
+        if (e != NULL)
+            hroom_put(ob, e, m->nevents);
+    }
     pthread_mutex_unlock(&ob->pool.mu);
 }

@@ -62,6 +62,19 @@ struct sink_circuit {
     uint64_t skipped;    /* calls not made while open */
 };
 
+/* ordering per_room, room affinity (handoff.c; docs/outbox.md): a room
+ * with rows of this process's hand-off in memory, from outbox_handoff_begin
+ * until their completion was attempted. Its rows are taken by one worker
+ * batch at a time (in_hands) and, once one of them was not delivered, the
+ * rest are held back (blocked) until none is left. Under pool.mu. */
+struct hroom {
+    char *name;      /* "<app_code>/<room_id>", the tsearch key (core/tree.h) */
+    size_t rows;     /* reserved, queued or in a worker's batch */
+    size_t in_hands; /* of those, in a batch that has not landed */
+    bool blocked;    /* one of them was not delivered (or left to the claims) */
+    uint64_t take;   /* the last handoff_take that took rows of the room */
+};
+
 struct outbox {
     struct conf_outbox cfg; /* copy; its strings are not used */
     struct store *store;
@@ -86,8 +99,11 @@ struct outbox {
     size_t handoff_cap;
     size_t reserved;
     struct outbox_row *q;
-    int64_t *qt; /* clock_mono_us of each row's push, beside q */
+    int64_t *qt;       /* clock_mono_us of each row's push, beside q */
+    struct hroom **qr; /* each row's room (ordering per_room), beside q */
     size_t qhead, qlen, qalloc;
+    void *hrooms;      /* tsearch tree of struct hroom (ordering per_room) */
+    uint64_t take_seq; /* handoff_take's stamp */
     struct outbox_stats stats;
     bool metrics; /* outbox_collect_metrics is registered */
     /* per sinks_done bit (outbox/metrics.c), and dead letters no sink was called for */
@@ -102,8 +118,9 @@ struct outbox {
     /* ordering per_room: rows of a batch held (not sent) because an earlier
      * row of their room was not delivered; dead letters after which the
      * room's later rows went on (poison policy); commits whose rows went
-     * pending because their room had an undelivered row */
-    atomic_uint_fast64_t order_held, order_failed, order_busy;
+     * pending because their room had an undelivered row; commits whose rows
+     * were queued behind their room's rows still in memory (room affinity) */
+    atomic_uint_fast64_t order_held, order_failed, order_busy, order_affine;
 };
 
 /* The sinks' circuits (circuit.c). init/free: outbox_open/close. admit:
@@ -121,11 +138,41 @@ void circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out);
  * outbox_open before the workers start. */
 void handoff_init(struct outbox *ob, const char *node);
 
-/* Moves up to max of the oldest queued rows into a new array (caller frees
- * it with outbox_rows_free), their push times (clock_mono_us) into a new
- * *pushed_us (NULL: not wanted; else caller frees). *n gets the count.
- * Holds ob->pool.mu, or runs after the workers were joined. */
-struct outbox_row *handoff_take(struct outbox *ob, size_t max, size_t *n, int64_t **pushed_us);
+struct slot;
+
+/* One batch of handed-off rows as handoff_take gives it; every array is
+ * the caller's (rows: outbox_rows_free; the others: free). */
+struct handoff_batch {
+    struct outbox_row *rows;
+    size_t n;
+    int64_t *pushed_us;   /* clock_mono_us of each row's push */
+    struct hroom **rooms; /* ordering per_room: each row's room, else NULL */
+    bool *blocked;        /* with rooms: its room was blocked at the take */
+};
+
+/* Moves up to max of the oldest queued rows that may go now into b. With
+ * ordering per_room, a room's rows go only while none of its rows is in
+ * another batch that has not landed (they stay queued, in order; the take
+ * after that batch lands gets them), and each row's room is counted in
+ * hands (handoff_landed gives it back). all: every queued row, rooms
+ * ignored (the close). Returns b->n. Holds ob->pool.mu, or runs after the
+ * workers were joined. */
+size_t handoff_take(struct outbox *ob, size_t max, bool all, struct handoff_batch *b);
+
+/* True when handoff_take would give a row now. Holds ob->pool.mu. */
+bool handoff_ready(struct outbox *ob);
+
+/* A batch of handed-off rows landed (rooms[i] each row's room, NULL: none;
+ * sl[i] its outcome, n rows): their
+ * rooms are out of hands (their next rows may be taken), and a room with a
+ * row not delivered is blocked: its later rows in memory are held back.
+ * Wakes a worker when rows wait. Thread: the batch's worker; locks pool.mu. */
+void handoff_landed(struct outbox *ob, struct hroom *const *rooms, const struct slot *sl, size_t n);
+
+/* The completion of a batch (rooms as for handoff_landed) was written or
+ * given up: its rows leave
+ * their rooms' count. Thread: the batch's worker; locks pool.mu. */
+void handoff_done(struct outbox *ob, struct hroom *const *rooms, size_t n);
 
 /* The collector outbox_open adds (metrics.h): outbox_stats of arg (a struct
  * outbox) as roomd_outbox_* lines (outbox/metrics.c). */
@@ -186,5 +233,7 @@ void number_rooms(struct slot *sl, size_t n);
 void note_room(const struct slot *sl, bool *blocked);
 void hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked);
 void hold_later(struct outbox *ob, struct slot *sl, size_t n, bool *blocked);
+/* True when sl was handed back, failed so far or held. */
+bool slot_undelivered(const struct slot *sl);
 
 #endif

@@ -219,6 +219,10 @@ circuit_metrics(struct outbox *ob, struct metrics_text *t)
          "Commits whose rows went to the ordered claim, not the hand-off: their room had an "
          "undelivered row.",
          &ob->order_busy},
+        {"roomd_outbox_order_affine_total",
+         "Commits handed off behind their room's earlier rows still in this process's "
+         "hand-off (ordering per_room, room affinity).",
+         &ob->order_affine},
     };
     for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
         metrics_counter(t, counters[i].name, counters[i].help, ld(counters[i].v));

@@ -16,8 +16,8 @@
 
 /* True when sl was handed back or is not delivered so far: the rows of its
  * room after it in the batch are held (ordering per_room). */
-static bool
-undelivered(const struct slot *sl)
+bool
+slot_undelivered(const struct slot *sl)
 {
     return sl->rc != 0 || sl->released || sl->held;
 }
@@ -42,7 +42,7 @@ hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked)
 void
 note_room(const struct slot *sl, bool *blocked)
 {
-    if (undelivered(sl))
+    if (slot_undelivered(sl))
         blocked[sl->room] = true;
 }
 

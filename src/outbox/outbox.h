@@ -64,8 +64,10 @@ struct outbox_stats {
     int64_t handoff_lat_sum_us; /* their sum */
     /* ordering per_room (roomd_outbox_order_*_total): rows held behind an
      * earlier row of their room; dead letters after which their room's
-     * later rows went on (poison policy) */
-    uint64_t order_held, order_failed;
+     * later rows went on (poison policy); commits whose rows went pending
+     * (their room had an undelivered row); commits handed off behind their
+     * room's rows still in the hand-off (room affinity) */
+    uint64_t order_held, order_failed, order_busy, order_affine;
 };
 /* Copies the counters. They are also on GET /metrics (roomd_outbox_*: a
  * collector outbox_open adds and outbox_close removes). Thread: any. */

@@ -71,6 +71,8 @@ outbox_stats(struct outbox *ob, struct outbox_stats *out)
     pthread_mutex_unlock(&ob->pool.mu);
     out->order_held = (uint64_t)atomic_load(&ob->order_held);
     out->order_failed = (uint64_t)atomic_load(&ob->order_failed);
+    out->order_busy = (uint64_t)atomic_load(&ob->order_busy);
+    out->order_affine = (uint64_t)atomic_load(&ob->order_affine);
 }
 
 int64_t
@@ -416,7 +418,8 @@ complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_r
 struct flight {
     struct outbox_row *rows;
     size_t n;
-    int64_t *pushed_us; /* clock_mono_us of each handed-off row's push, or NULL */
+    int64_t *pushed_us;   /* clock_mono_us of each handed-off row's push, or NULL */
+    struct hroom **rooms; /* ordering per_room: each handed-off row's room, or NULL */
     struct slot *sl;
     struct outbox_result *res;
     char **errs;
@@ -451,18 +454,22 @@ last_needed_sink(struct outbox *ob, size_t ks, const struct slot *sl, size_t n)
  * within one publish_timeout for the batch, again only while every lock
  * outlasts it. The last batch sink that has work, when no sink after it
  * has any, is left in the air (publish_start): flight_land collects it.
- * Returns the flight; it owns rows and pushed_us.
+ * The rows of a room blocked at the take (b->blocked) are held from the
+ * start. Returns the flight; it owns b's arrays.
  */
 static struct flight *
-flight_start(struct outbox *ob, struct outbox_row *rows, size_t n, int64_t *pushed_us)
+flight_start(struct outbox *ob, struct handoff_batch *b)
 {
+    struct outbox_row *rows = b->rows;
+    size_t n = b->n;
     struct flight *f = xcalloc(1, sizeof(*f));
     struct slot *sl = xcalloc(n, sizeof(*sl));
     size_t first_batch = ob->nsinks;
     int64_t timeout = ob->cfg.publish_timeout_ms;
     bool need_json = false, *blocked;
 
-    *f = (struct flight){.rows = rows, .n = n, .pushed_us = pushed_us, .sl = sl};
+    *f = (struct flight){
+        .rows = rows, .n = n, .pushed_us = b->pushed_us, .rooms = b->rooms, .sl = sl};
     f->res = xcalloc(n, sizeof(*f->res));
     f->errs = xcalloc(n, sizeof(*f->errs));
     for (size_t k = 0; k < ob->nsinks; k++) {
@@ -492,6 +499,13 @@ flight_start(struct outbox *ob, struct outbox_row *rows, size_t n, int64_t *push
 
     number_rooms(sl, n);
     blocked = xcalloc(n > 0 ? n : 1, sizeof(*blocked));
+    /* room affinity: a room whose earlier rows in memory were not delivered
+     * has every row of this batch held (retried after them, in order) */
+    for (size_t i = 0; b->blocked != NULL && i < n; i++)
+        if (b->blocked[i])
+            blocked[sl[i].room] = true;
+    free(b->blocked);
+    *b = (struct handoff_batch){0};
 
     f->t1 = clock_mono_us();
     /* phase 1: row by row (a row is held when an earlier one of its room,
@@ -580,6 +594,8 @@ flight_land(struct outbox *ob, struct flight *f)
         }
         f->res[i].now_ms = clock_wall_ms();
     }
+    if (f->rooms != NULL)
+        handoff_landed(ob, f->rooms, f->sl, f->n);
 }
 
 /* Counts f's times (complete_us: its completion, or 0 when it shared a
@@ -605,8 +621,11 @@ flight_free(struct outbox *ob, struct flight *f, int64_t complete_us)
         free((void *)f->sl[i].ev.envelope);
         free((void *)f->sl[i].ev.json);
     }
+    if (f->rooms != NULL)
+        handoff_done(ob, f->rooms, f->n);
     outbox_rows_free(f->rows, f->n);
     free(f->pushed_us);
+    free(f->rooms);
     free(f->errs);
     free(f->res);
     free(f->sl);
@@ -631,12 +650,12 @@ enum work { WORK_STOP, WORK_CLAIM, WORK_HANDOFF, WORK_NONE };
 /*
  * Waits for the worker's next job: a claim (its poll is due, or a wake-up
  * came and the store is not down), or a batch from the hand-off queue
- * (*rows, *n; the caller frees them). When both wait they alternate, so
- * neither starves the other. With wait false, returns WORK_NONE at once
- * when there is no job (the worker has a batch in the air to land).
+ * (*b; the caller owns it). When both wait they alternate, so neither
+ * starves the other. With wait false, returns WORK_NONE at once when there
+ * is no job (the worker has a batch in the air to land).
  */
 static enum work
-next_work(struct worker *w, bool wait, struct outbox_row **rows, size_t *n, int64_t **pushed_us)
+next_work(struct worker *w, bool wait, struct handoff_batch *b)
 {
     struct outbox *ob = w->ob;
     enum work what;
@@ -645,7 +664,7 @@ next_work(struct worker *w, bool wait, struct outbox_row **rows, size_t *n, int6
     for (;;) {
         int64_t now = clock_mono_ms();
         bool claim_due = now >= w->next_claim_ms || (!w->down && ob->wake_seq != ob->taken_seq);
-        bool queued = ob->qlen > 0;
+        bool queued = handoff_ready(ob);
 
         if (bg_thread_stopping(&ob->pool)) {
             what = WORK_STOP;
@@ -658,8 +677,8 @@ next_work(struct worker *w, bool wait, struct outbox_row **rows, size_t *n, int6
             break;
         }
         if (queued) {
-            *rows = handoff_take(ob, (size_t)ob->cfg.batch_size, n, pushed_us);
-            if (ob->qlen > 0)
+            handoff_take(ob, (size_t)ob->cfg.batch_size, false, b);
+            if (handoff_ready(ob))
                 pthread_cond_signal(&ob->pool.cv); /* the rest to another idle worker */
             what = WORK_HANDOFF;
             break;
@@ -781,10 +800,8 @@ worker_main(void *arg)
 
     /* next_claim_ms 0: claim at once on start, rows left by a previous run */
     for (;;) {
-        struct outbox_row *rows = NULL;
-        int64_t *pushed_us = NULL;
-        size_t n = 0;
-        enum work what = next_work(w, air == NULL && done == NULL, &rows, &n, &pushed_us);
+        struct handoff_batch b = {0};
+        enum work what = next_work(w, air == NULL && done == NULL, &b);
 
         if (what == WORK_STOP || what == WORK_NONE) {
             if (air != NULL)
@@ -797,13 +814,15 @@ worker_main(void *arg)
             continue;
         }
         if (what == WORK_CLAIM) {
-            rows = claim(w, done, &n);
+            b.rows = claim(w, done, &b.n);
             done = NULL;
         }
-        struct flight *next = n > 0 ? flight_start(ob, rows, n, pushed_us) : NULL;
+        struct flight *next = b.n > 0 ? flight_start(ob, &b) : NULL;
         if (next == NULL) {
-            outbox_rows_free(rows, n);
-            free(pushed_us);
+            outbox_rows_free(b.rows, b.n);
+            free(b.pushed_us);
+            free(b.rooms);
+            free(b.blocked);
         }
         flight_complete(ob, done); /* a hand-off batch came instead of a claim */
         done = NULL;
@@ -918,11 +937,15 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
 static void
 release_queued(struct outbox *ob)
 {
-    size_t n = 0;
-    struct outbox_row *rows = ob->qlen > 0 ? handoff_take(ob, ob->qlen, &n, NULL) : NULL;
+    struct handoff_batch b;
+    size_t n = handoff_take(ob, ob->qlen, true, &b);
+    struct outbox_row *rows = b.rows;
     struct outbox_result *res;
     int64_t now = clock_wall_ms();
 
+    free(b.pushed_us);
+    free(b.rooms);
+    free(b.blocked);
     if (n == 0) {
         free(rows);
         return;

@@ -122,7 +122,14 @@ struct mutation {
      * inserted pending (events[i].id stays 0) so that the ordered claim
      * takes them after the earlier ones. */
     bool handoff_if_room_idle;
+    /* With handoff_if_room_idle, room affinity: the room's undelivered rows
+     * that are delivering, locked_by this locked_by with their lock
+     * (due_at_ms) still running do not make it busy. The hand-off sets it
+     * only when such rows are its own and still in its memory (queued or in
+     * a worker's hands), so the new rows queue behind them. */
+    bool handoff_own_rows;
     bool room_busy; /* out: it had one, the rows went pending */
+    bool room_own;  /* backend scratch (MySQL's room check) */
     /* SendGift with the embedded ledger: the sender's debit, written in this
      * mutation's savepoint right after its command log row claimed the
      * command_id (so a debit exists exactly when its gift commits). NULL:

@@ -622,6 +622,7 @@ test_rooms_busy_batch(void **state)
         x[i].m.locked_by = "node/h";
         x[i].m.lock_until_ms = clock_wall_ms() + 30000;
         x[i].m.handoff_if_room_idle = true;
+        x[i].m.handoff_own_rows = true; /* room affinity: still one dive per room */
         ms[i] = &x[i].m;
     }
     sql(admin, "FLUSH STATUS");

@@ -66,6 +66,8 @@ struct gsink {
     char status_seen[GSINK_MAX][16]; /* the row's status and locked_by while published */
     char locked_by_seen[GSINK_MAX][64];
     int64_t room_seq[GSINK_MAX];
+    int rc[GSINK_MAX];
+    int64_t fail_seq; /* > 0: the first call for the row of this room_seq answers "not now" */
 };
 
 static int
@@ -91,10 +93,18 @@ gsink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, c
     while (g->hold)
         pthread_cond_wait(&g->cv, &g->mu);
     g->waiting--;
+    int rc = 0;
+    if (g->fail_seq > 0 && ev->row->room_seq == g->fail_seq) {
+        g->fail_seq = 0;
+        rc = ROOMD_ERETRY;
+        snprintf(err, errlen, "not now (test)");
+    }
+    if (k < GSINK_MAX)
+        g->rc[k] = rc;
     pthread_mutex_unlock(&g->mu);
     free(r.payload);
     free(r.last_error);
-    return 0;
+    return rc;
 }
 
 static void
@@ -451,10 +461,13 @@ test_outbox_handoff(void **state)
 }
 
 /*
- * ordering per_room with the hand-off, several workers: a room whose rows
- * are still undelivered sends its next commit's rows to the ordered claim
- * (counted), an idle room hands off; the sink sees each room's events in
- * commit order, room_seq 1, 2, ... without a gap, each once.
+ * ordering per_room with the hand-off, several workers: a room whose
+ * earlier rows are still in this process's hand-off (o1's first event held
+ * inside the sink) hands its next commits' rows off behind them (room
+ * affinity, counted), and no other worker takes them while that row is in
+ * a worker's hands; an idle room (o2) is handed off and delivered
+ * meanwhile. The sink sees each room's events in commit order, room_seq 1,
+ * 2, ... without a gap, each once, no claim needed.
  */
 static void
 test_outbox_handoff_per_room(void **state)
@@ -467,13 +480,21 @@ test_outbox_handoff_per_room(void **state)
     create(f, "o1", 1);
     gsink_wait_inside(f->sink, 1);
     for (int uid = 2; uid < 10; uid++)
-        join(f, "o1", uid); /* o1 is busy: these go to the ordered claim */
-    create(f, "o2", 1);     /* idle: handed off */
+        join(f, "o1", uid); /* o1's rows are all in memory: queued behind */
+    create(f, "o2", 1);     /* idle: handed off, and goes past o1's queued rows */
+    gsink_wait_inside(f->sink, 2);
+    usleep(100 * 1000);
+    pthread_mutex_lock(&f->sink->mu);
+    int inside = f->sink->waiting;
+    pthread_mutex_unlock(&f->sink->mu);
     gsink_hold(f->sink, false);
+    assert_int_equal(inside, 2); /* no worker took o1's later rows */
     assert_int_equal(wait_all_delivered(f), 10);
     outbox_stats(f->ob, &st);
-    assert_true(st.claimed_rows >= 8);
-    assert_int_equal(st.handoff_rows, 2);
+    assert_int_equal(st.claimed_rows, 0);
+    assert_int_equal(st.handoff_rows, 10);
+    assert_int_equal(st.order_affine, 8);
+    assert_int_equal(st.order_busy, 0);
     assert_int_equal(f->sink->calls, 10);
     int64_t last = 0;
     for (int i = 0; i < f->sink->calls; i++) {
@@ -483,6 +504,50 @@ test_outbox_handoff_per_room(void **state)
         last = f->sink->room_seq[i];
     }
     assert_int_equal(last, 9);
+    close_with_outbox(f);
+}
+
+/*
+ * Room affinity's hold-back: o1's first event fails ("not now") while the
+ * room's next events are queued behind it in the hand-off. They are not
+ * published: they go back to the store held (retryable now, no attempt
+ * counted), commits made while the room is blocked go pending, and the
+ * ordered claim delivers the room from its head once the retry is due. The
+ * sink sees seq 1 (refused), then 1, 2, ... 9 in order, each once: nothing
+ * published ahead of the failed one, nothing lost. Without the hold-back
+ * seq 2.. would reach the sink before the retry of seq 1.
+ */
+static void
+test_outbox_handoff_hold_back(void **state)
+{
+    struct fx *f = *state;
+    struct outbox_stats st;
+
+    f->conf->outbox_worker.initial_backoff_ms = 200;
+    f->conf->outbox_worker.max_backoff_ms = 200;
+    open_with_outbox_ordered(f, ORDERING_PER_ROOM, 2);
+    f->sink->fail_seq = 1;
+    gsink_hold(f->sink, true);
+    create(f, "o1", 1);
+    gsink_wait_inside(f->sink, 1);
+    for (int uid = 2; uid < 7; uid++)
+        join(f, "o1", uid); /* queued behind seq 1 (room affinity) */
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.order_affine, 5);
+    gsink_hold(f->sink, false); /* seq 1 is refused */
+    for (int uid = 7; uid < 10; uid++)
+        join(f, "o1", uid); /* the room is blocked or busy: pending */
+    assert_int_equal(wait_all_delivered(f), 9);
+    assert_int_equal(f->sink->room_seq[0], 1);
+    assert_int_equal(f->sink->rc[0], ROOMD_ERETRY);
+    for (int i = 1; i < f->sink->calls; i++) {
+        assert_int_equal(f->sink->room_seq[i], i); /* seq 1 again, then 2 .. 9 */
+        assert_int_equal(f->sink->rc[i], 0);
+    }
+    assert_int_equal(f->sink->calls, 10);
+    outbox_stats(f->ob, &st);
+    assert_true(st.order_held >= 5); /* 2 .. 6, held from the start */
+    assert_true(st.claimed_rows >= 8);
     close_with_outbox(f);
 }
 
@@ -1456,6 +1521,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_timing_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_per_room, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_handoff_hold_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_full_and_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_close, setup, teardown),
     };

@@ -56,6 +56,14 @@ MYS_SQL(OUTBOX_INSERT,
 MYS_SQL(ROOMS_BUSY, "SELECT room_id, MIN(due_at_ms) FROM room_outbox FORCE INDEX (ix_outbox_room)"
                     " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms IS NOT NULL"
                     " GROUP BY app_code, room_id");
+/* Room affinity: of the rooms whose undelivered rows are all due later
+ * (MIN(due_at_ms) > now), the ones with a row that is not delivering by
+ * the hand-off claimer ?: a range of ix_outbox_room above now per room
+ * (in flight or waiting for a retry: at most a few batches), never a
+ * room's due backlog. */
+MYS_SQL(ROOMS_FOREIGN, "SELECT room_id FROM room_outbox FORCE INDEX (ix_outbox_room)"
+                       " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms>?"
+                       " AND NOT (status='delivering' AND locked_by<=>?) GROUP BY room_id");
 /* The ids of rows just inserted already claimed (their due_at_ms is
  * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
 MYS_SQL(OUTBOX_IDS, "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
@@ -253,12 +261,97 @@ asks_room_idle(const struct mutation *m)
     return m->locked_by != NULL && *m->locked_by != '\0' && m->handoff_if_room_idle;
 }
 
+/* The mutations of muts[from..to) of app and claimer by that ask for an
+ * idle room and whose room is room: *f(m, arg) for each. */
+static void
+each_asking(struct mutation *const *muts, size_t from, size_t to, const char *app, const char *by,
+            const char *room, void (*f)(struct mutation *, void *), void *arg)
+{
+    for (size_t j = from; j < to; j++)
+        if (asks_room_idle(muts[j]) && strcmp(muts[j]->app_code, app) == 0 &&
+            strcmp(muts[j]->locked_by, by) == 0 && strcmp(muts[j]->room_id, room) == 0)
+            f(muts[j], arg);
+}
+
+/* each_asking: the room has an undelivered row; *arg the lowest due_at_ms
+ * of the room and the commands' time (now). Busy unless handoff_own_rows and every row is
+ * due later (then SQL_ROOMS_FOREIGN decides: own_left counts them). */
+struct busy_read {
+    int64_t min_due, now;
+    size_t own_left;
+};
+
+static void
+mark_busy(struct mutation *m, void *arg)
+{
+    struct busy_read *b = arg;
+
+    m->room_busy = true;
+    if (m->handoff_own_rows && b->min_due > b->now) {
+        m->room_busy = false; /* maybe: its rows may all be the hand-off's own */
+        m->room_own = true;
+        b->own_left++;
+    }
+}
+
+static void
+mark_foreign(struct mutation *m, void *arg)
+{
+    (void)arg;
+    if (m->room_own)
+        m->room_busy = true;
+}
+
+/* One SQL_ROOMS_BUSY (and SQL_ROOMS_FOREIGN when a room may be the
+ * hand-off's own) for rooms[0..k) of app and claimer by, asked by
+ * muts[from..to). Returns 0 or the failure. */
+static int
+rooms_busy_chunk(struct conn *c, struct mutation *const *muts, size_t from, size_t to,
+                 const char *app, const char *by, const char **rooms, size_t k)
+{
+    struct busy_read b = {0};
+    struct params p = {0};
+    struct rows r;
+    int rc;
+
+    for (size_t j = from; j < to; j++) /* the latest command's time: the strictest */
+        if (asks_room_idle(muts[j]) && muts[j]->created_at_ms > b.now)
+            b.now = muts[j]->created_at_ms;
+
+    p_str(&p, app);
+    p_in_str(&p, rooms, k);
+    if ((rc = mys_st_query(c, &SQL_ROOMS_BUSY, &p, &r, "si")) != 0)
+        return rc;
+    while ((rc = mys_st_fetch(c, &r)) == 1) {
+        b.min_due = r_i64(&r, 1);
+        each_asking(muts, from, to, app, by, r_str(&r, 0), mark_busy, &b);
+    }
+    mys_rows_done(&r);
+    if (rc < 0 || b.own_left == 0)
+        return rc < 0 ? rc : 0;
+    p = (struct params){0};
+    p_str(&p, app);
+    p_in_str(&p, rooms, k);
+    p_i64(&p, b.now);
+    p_str(&p, by);
+    if ((rc = mys_st_query(c, &SQL_ROOMS_FOREIGN, &p, &r, "s")) != 0)
+        return rc;
+    while ((rc = mys_st_fetch(c, &r)) == 1)
+        each_asking(muts, from, to, app, by, r_str(&r, 0), mark_foreign, NULL);
+    mys_rows_done(&r);
+    return rc < 0 ? rc : 0;
+}
+
 /*
  * Sets room_busy of every mutation of muts[0..n) that asks for an idle room
  * (asks_room_idle) and whose room already has an undelivered row (its rows
- * then go pending), clears it for the others: one SQL_ROOMS_BUSY per
- * MYS_IN such rooms of one app, not one query per mutation. In the open
- * transaction; returns 0 or the failure.
+ * then go pending), clears it for the others. With handoff_own_rows a room
+ * whose undelivered rows are all delivering by the mutation's locked_by
+ * under a lock still running at the commands' time (due_at_ms >
+ * created_at_ms) is not busy (room affinity: the
+ * hand-off queues the rows behind them). One SQL_ROOMS_BUSY per MYS_IN such
+ * rooms of one app and claimer (a loose index scan: one dive per room), not
+ * one query per mutation. In the open transaction; returns 0 or the failure.
  */
 static int
 rooms_busy(struct conn *c, struct mutation *const *muts, size_t n)
@@ -266,35 +359,25 @@ rooms_busy(struct conn *c, struct mutation *const *muts, size_t n)
     size_t i = 0;
 
     for (size_t j = 0; j < n; j++)
-        muts[j]->room_busy = false;
+        muts[j]->room_busy = muts[j]->room_own = false;
     while (i < n) {
-        const char *rooms[MYS_IN], *app = NULL;
+        const char *rooms[MYS_IN], *app = NULL, *by = NULL;
         size_t k = 0, from = i;
-        struct params p = {0};
-        struct rows r;
         int rc;
 
         for (; i < n && k < MYS_IN; i++) {
             if (!asks_room_idle(muts[i]))
                 continue;
-            if (app != NULL && strcmp(app, muts[i]->app_code) != 0)
-                break; /* the next chunk starts with another app */
+            if (app != NULL &&
+                (strcmp(app, muts[i]->app_code) != 0 || strcmp(by, muts[i]->locked_by) != 0))
+                break; /* the next chunk starts with another app or claimer */
             app = muts[i]->app_code;
+            by = muts[i]->locked_by;
             rooms[k++] = muts[i]->room_id;
         }
         if (k == 0)
             break;
-        p_str(&p, app);
-        p_in_str(&p, rooms, k);
-        if ((rc = mys_st_query(c, &SQL_ROOMS_BUSY, &p, &r, "si")) != 0)
-            return rc;
-        while ((rc = mys_st_fetch(c, &r)) == 1)
-            for (size_t j = from; j < i; j++)
-                if (asks_room_idle(muts[j]) && strcmp(muts[j]->app_code, app) == 0 &&
-                    strcmp(muts[j]->room_id, r_str(&r, 0)) == 0)
-                    muts[j]->room_busy = true;
-        mys_rows_done(&r);
-        if (rc < 0)
+        if ((rc = rooms_busy_chunk(c, muts, from, i, app, by, rooms, k)) != 0)
             return rc;
     }
     return 0;

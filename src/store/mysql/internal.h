@@ -76,6 +76,7 @@ enum sid {
     S_CLAIM_REST,
     S_CLAIM_FENCED,
     S_ROOMS_BUSY,
+    S_ROOMS_FOREIGN,
     S_ACCTS_LOCK,
     S_LEDGER_GETS,
     S_LOG_PURGE,

@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-SQ_SQL(ROOM_FENCE, "SELECT version, fence_token FROM rooms WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(ROOM_FENCE, "SELECT version, fence_token, owner_uid, status FROM rooms"
+                   " WHERE app_code = ?1 AND room_id = ?2");
 SQ_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
                    " command_type, request, response, created_at_ms)"
                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
@@ -26,9 +27,12 @@ SQ_SQL(OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, roo
                       " due_at_ms, created_at_ms, updated_at_ms, room_seq)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)");
 /* The hand-off under ordering per_room: does the room have an undelivered
- * row (room_outbox_room)? */
+ * row (room_outbox_room), other than (?3, room affinity) rows delivering by
+ * the hand-off claimer ?4 under a lock still running at the command's time
+ * (due_at_ms > ?5)? */
 SQ_SQL(ROOM_BUSY, "SELECT 1 FROM room_outbox WHERE app_code = ?1 AND room_id = ?2"
-                  " AND due_at_ms IS NOT NULL LIMIT 1");
+                  " AND due_at_ms IS NOT NULL AND NOT (?3 AND status = 'delivering'"
+                  " AND locked_by = ?4 AND due_at_ms > ?5) LIMIT 1");
 SQ_SQL(ROOM_INSERT, "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
                     " fence_token, rocket_status, rocket_id, rocket_level,"
                     " rocket_launch_at_ms, created_at_ms, updated_at_ms, event_seq)"
@@ -37,6 +41,14 @@ SQ_SQL(ROOM_UPDATE, "UPDATE rooms SET owner_uid = ?3, title = ?4, status = ?5, v
                     " fence_token = ?7, rocket_status = ?8, rocket_id = ?9,"
                     " rocket_level = ?10, rocket_launch_at_ms = ?11, updated_at_ms = ?13,"
                     " event_seq = ?14 WHERE app_code = ?1 AND room_id = ?2");
+/* The same when owner_uid (?3) and status (?5) stay as they are, as for every
+ * command but CloseRoom: SQLite rewrites an index entry whenever the SET
+ * names one of its columns, so naming them would dirty a page of rooms_owner
+ * (one WAL frame of ~13 per commit) for nothing. */
+SQ_SQL(ROOM_UPDATE_KEEP, "UPDATE rooms SET title = ?4, version = ?6, fence_token = ?7,"
+                         " rocket_status = ?8, rocket_id = ?9, rocket_level = ?10,"
+                         " rocket_launch_at_ms = ?11, updated_at_ms = ?13, event_seq = ?14"
+                         " WHERE app_code = ?1 AND room_id = ?2");
 SQ_SQL(SNAP_INSERT, "INSERT OR REPLACE INTO room_snapshots (app_code, room_id, version, state,"
                     " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)");
 SQ_SQL(SNAP_PRUNE, "DELETE FROM room_snapshots WHERE app_code = ?1 AND room_id = ?2"
@@ -81,6 +93,26 @@ read_head(sqlite3_stmt *q, void *dst)
 
     h->version = sqlite3_column_int64(q, 0);
     h->fence_token = sqlite3_column_int64(q, 1);
+}
+
+/* The rooms row as a save finds it (SQL_ROOM_FENCE): its head and the
+ * columns of rooms_owner, which the update leaves alone when they stay. */
+struct room_fence {
+    struct room_head head;
+    int64_t owner_uid;
+    char status[16];
+};
+
+/* Reads the row of SQL_ROOM_FENCE into dst (struct room_fence). */
+static void
+read_fence(sqlite3_stmt *q, void *dst)
+{
+    struct room_fence *f = dst;
+    const unsigned char *status = sqlite3_column_text(q, 3);
+
+    read_head(q, &f->head);
+    f->owner_uid = sqlite3_column_int64(q, 2);
+    strlcpy_(f->status, status != NULL ? (const char *)status : "", sizeof(f->status));
 }
 
 /* Reads the row of SQL_LOAD_ROOM (version, fence_token, event_seq) into dst
@@ -154,7 +186,8 @@ out:
     return rc;
 }
 
-/* Binds m's rooms row to q (SQL_ROOM_INSERT or SQL_ROOM_UPDATE: ?1 .. ?14). */
+/* Binds m's rooms row to q (SQL_ROOM_INSERT, SQL_ROOM_UPDATE or
+ * SQL_ROOM_UPDATE_KEEP: ?1 .. ?14). */
 static sqlite3_stmt *
 bound_room(struct conn *c, const struct sq_sql *id, const struct mutation *m)
 {
@@ -188,16 +221,17 @@ owner_limit(struct conn *c, const struct mutation *m, int *fatal)
 static int
 save_one(struct conn *c, struct mutation *m, int *fatal)
 {
-    struct room_head cur = {0};
+    struct room_fence cur = {0};
+    const struct sq_sql *update;
     sqlite3_stmt *q;
     int rc;
 
     *fatal = 0;
     /* Fence: the room's version and lease token. */
-    rc = sq_row_one(c, &SQL_ROOM_FENCE, m->app_code, m->room_id, read_head, &cur, "save fence");
+    rc = sq_row_one(c, &SQL_ROOM_FENCE, m->app_code, m->room_id, read_fence, &cur, "save fence");
     if (rc < 0)
         return *fatal = rc;
-    if ((rc = store_check_mutation(m, rc == 1, cur.version, cur.fence_token)) != 0)
+    if ((rc = store_check_mutation(m, rc == 1, cur.head.version, cur.head.fence_token)) != 0)
         return rc;
 
     /* Command log: the idempotency key and the version fence. */
@@ -243,7 +277,8 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 
     m->room_busy = false;
     if (m->locked_by != NULL && *m->locked_by && m->handoff_if_room_idle) {
-        q = sq_bound(c, &SQL_ROOM_BUSY, "ss", m->app_code, m->room_id);
+        q = sq_bound(c, &SQL_ROOM_BUSY, "ssdsi", m->app_code, m->room_id, (int)m->handoff_own_rows,
+                     m->locked_by, m->created_at_ms);
         if ((rc = sq_step_i64(c, q, NULL, "save room busy")) < 0)
             return *fatal = rc;
         m->room_busy = rc == 1;
@@ -269,7 +304,11 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
     }
 
     /* The rooms row. */
-    q = bound_room(c, m->create ? &SQL_ROOM_INSERT : &SQL_ROOM_UPDATE, m);
+    update = cur.owner_uid == m->meta.owner_uid &&
+                     strcmp(cur.status, m->meta.status ? m->meta.status : "open") == 0
+                 ? &SQL_ROOM_UPDATE_KEEP
+                 : &SQL_ROOM_UPDATE;
+    q = bound_room(c, m->create ? &SQL_ROOM_INSERT : update, m);
     rc = sq_step_write(c, q, "save rooms");
     if (rc == ROOMD_ECONFLICT)
         return ROOMD_EEXIST;

@@ -176,9 +176,13 @@ conn_open(struct conn *c, const struct conf_sqlite *cq, bool writer, char *err, 
     sqlite3_busy_timeout(c->db, (int)(cq->busy_timeout_ms > 0 ? cq->busy_timeout_ms : 5000));
     /* Static text, no data: exec is fine here. journal_mode=WAL is
      * persistent in the file; synchronous is per connection; the WAL file is
-     * truncated back to 64 MiB after a checkpoint that emptied it. */
+     * truncated back to 64 MiB after a checkpoint that emptied it;
+     * temp_store=MEMORY keeps statement journals and transient tables in
+     * memory (with the default, a snapshot's commit created, and unlinked, a
+     * file in /var/tmp). */
     pragmas = xasprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;"
-                        " PRAGMA foreign_keys=OFF; PRAGMA journal_size_limit=67108864;",
+                        " PRAGMA foreign_keys=OFF; PRAGMA journal_size_limit=67108864;"
+                        " PRAGMA temp_store=MEMORY;",
                         cq->synchronous_full ? "FULL" : "NORMAL");
     rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &emsg);
     if (rc != SQLITE_OK) {
@@ -298,8 +302,8 @@ sq_step_write(struct conn *c, sqlite3_stmt *q, const char *what)
 
 /*
  * Runs item(0..n-1) in ONE write transaction (BEGIN IMMEDIATE ... COMMIT),
- * each in its own savepoint: an item refused by a rule is rolled back alone,
- * the others commit. Returns 0 when the transaction committed, or the error
+ * each in its own savepoint (n > 1): an item refused by a rule is rolled
+ * back alone, the others commit. Returns 0 when the transaction committed, or the error
  * that failed it (then nothing committed and the first error's text is kept).
  * The caller holds the writer.
  */
@@ -310,7 +314,16 @@ sq_in_savepoints(struct conn *c, size_t n, sq_batch_item_fn item, void *arg)
 
     if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) != 0)
         return rc;
-    for (size_t i = 0; i < n && fatal == 0; i++) {
+    if (n == 1) {
+        /* one item (one command at a time): its savepoint would span the
+         * whole transaction, so a refused item rolls the transaction back
+         * instead, without the SAVEPOINT and RELEASE statements */
+        if (item(c, arg, 0, &fatal) != 0 && fatal == 0) {
+            sq_rollback(c);
+            return 0;
+        }
+    }
+    for (size_t i = 0; n > 1 && i < n && fatal == 0; i++) {
         if ((fatal = sq_run(c, &SQL_SAVEPOINT)) != 0)
             break;
         if (item(c, arg, i, &fatal) != 0 && fatal == 0)
