@@ -5,7 +5,7 @@
  * lease -> projection -> broker -> sinks -> outbox worker -> room service ->
  * consumers), starts serving on the bound listeners, tells systemd it is
  * ready, serves until SIGINT or SIGTERM (SIGHUP reopens the log files and
- * reloads app.log_level), then closes them in reverse order.
+ * reloads app.log_level and the JWT key), then closes them in reverse order.
  *
  *   roomd [-c FILE]                    serve (FILE defaults to ROOMD_DEFAULT_CONFIG)
  *   roomd --check-config FILE          validate FILE and what it names, exit 0/1
@@ -74,7 +74,7 @@ usage(FILE *out, int status)
         "       roomd --version              print the version\n"
         "       roomd --help                 print this help\n"
         "Signals: SIGTERM/SIGINT drain and stop; SIGHUP reopens the log files and reloads\n"
-        "app.log_level. See roomd(8).\n",
+        "app.log_level and the JWT key. See roomd(8).\n",
         ROOMD_DEFAULT_CONFIG);
     exit(status);
 }
@@ -142,11 +142,13 @@ open_store(const struct conf *c, const sigset_t *sigs)
 struct reload_ctx {
     const char *path;
     struct sink *log_sink; /* or NULL */
+    struct auth *auth;
 };
 
 /* SIGHUP: reopen the log file and the log sink's file (after logrotate moved
- * them), reread the config and apply its reloadable key, app.log_level. A
- * config that no longer loads changes nothing and is logged. */
+ * them), reread the config and apply its reloadable keys: app.log_level and
+ * the JWT key (auth_reload_keys: a rotation, which empties the token cache).
+ * A config that no longer loads changes nothing and is logged. */
 static void
 reload(void *arg)
 {
@@ -163,6 +165,8 @@ reload(void *arg)
         return;
     }
     log_set_level((enum log_level)log_level_parse(c->app.log_level));
+    if (auth_reload_keys(rc->auth, c, err, sizeof(err)) != 0)
+        log_error("main", "auth key not reloaded; the old key stays in use", "err=\"%s\"", err);
     log_info("main", "reloaded", "config=%s log_level=%s", rc->path, c->app.log_level);
     conf_free(c);
 }
@@ -345,6 +349,7 @@ main(int argc, char **argv)
 
     struct auth *auth = NULL;
     or_die(auth_open(&auth, conf, err, sizeof(err)), "", err);
+    rctx.auth = auth;
     struct http_deps hd = {.conf = conf,
                            .auth = auth,
                            .rooms = rooms,

@@ -3,6 +3,16 @@
  * auth_verify_bearer checks the header's shape, lets libjwt verify the
  * signature with the configured key, then checks alg, exp/nbf (+ leeway),
  * iss, aud and reads sub/app/scope into a principal. Nothing here logs.
+ *
+ * The verified-token cache: a fixed table of auth.jwt.cache_entries slots
+ * (direct-mapped by the SHA-256 of the whole token text; a newer token takes
+ * its slot over), each guarded by one of CACHE_LOCKS mutexes. A slot holds the
+ * principal of a token that verified, the key generation it verified under
+ * and until_ms = min(exp, verified + auth.jwt.cache_ttl). A refusal is never
+ * stored. A hit needs the same digest, the current key generation and
+ * now < until_ms; anything else is verified in full (leeway included).
+ * auth_reload_keys swaps the key under key_lock (verifiers hold it shared),
+ * bumps the generation and empties the table.
  */
 #include "auth/auth.h"
 
@@ -21,6 +31,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/sha.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,19 +42,40 @@
 #define PEM_MAX 16384   /* public key file */
 #define TOKEN_MAX 8192  /* a longer Authorization value is malformed */
 #define SERVICE_SCOPE "room:service"
+#define CACHE_LOCKS 64 /* mutexes striped over the cache slots */
 
 enum { LISTENER_PUBLIC, LISTENER_ADMIN, LISTENER_COUNT_ };
 
+/* One verified token (see the file comment). gen 0 = empty. */
+struct cache_slot {
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    uint64_t gen;
+    int64_t until_ms;
+    struct auth_principal p;
+};
+
+struct token_cache {
+    struct cache_slot *slots; /* NULL = no cache */
+    size_t mask;              /* slot count - 1 (a power of two) */
+    int64_t ttl_ms;
+    pthread_mutex_t locks[CACHE_LOCKS];
+    atomic_uint_least64_t hits, misses;
+};
+
 struct auth {
-    bool none;          /* auth.mode none */
-    jwt_alg_t alg;      /* the one alg a token may use */
-    unsigned char *key; /* HS256 secret or PEM public key */
+    bool none; /* auth.mode none */
+    /* key_lock guards alg, key, key_len: verifiers shared, auth_reload_keys exclusive */
+    pthread_rwlock_t key_lock;
+    atomic_uint_least64_t key_gen; /* 1, +1 per auth_reload_keys */
+    jwt_alg_t alg;                 /* the one alg a token may use */
+    unsigned char *key;            /* HS256 secret or PEM public key */
     int key_len;
     int64_t leeway_s;
     char *issuer;   /* "" = not checked */
     char *audience; /* "" = not checked */
     bool has_admin_token;
     unsigned char admin_digest[SHA256_DIGEST_LENGTH]; /* SHA-256 of the admin token */
+    struct token_cache cache;
     atomic_uint_least64_t refused[LISTENER_COUNT_][AUTH_REASON_COUNT_];
 };
 
@@ -174,6 +206,116 @@ collect(void *arg, struct metrics_text *t)
                      listener_names[l], auth_reason_status((enum auth_reason)r), reason_names[r]);
             metrics_count(t, name, labels, (uint64_t)atomic_load(&a->refused[l][r]));
         }
+    if (a->cache.slots == NULL)
+        return;
+    metrics_family(t, "roomd_auth_token_cache_total", "counter",
+                   "Bearer tokens looked up in the verified-token cache, by result.");
+    metrics_count(t, "roomd_auth_token_cache_total", "result=\"hit\"",
+                  (uint64_t)atomic_load(&a->cache.hits));
+    metrics_count(t, "roomd_auth_token_cache_total", "result=\"miss\"",
+                  (uint64_t)atomic_load(&a->cache.misses));
+}
+
+/* ---- the verified-token cache ------------------------------------------------------- */
+
+/* Sizes the table to the power of two >= entries (0 = no cache). */
+static void
+cache_init(struct token_cache *c, int entries, int64_t ttl_ms)
+{
+    size_t n = 1;
+
+    if (entries <= 0)
+        return;
+    while (n < (size_t)entries)
+        n <<= 1;
+    c->slots = xcalloc(n, sizeof(*c->slots));
+    c->mask = n - 1;
+    c->ttl_ms = ttl_ms;
+    for (int i = 0; i < CACHE_LOCKS; i++)
+        pthread_mutex_init(&c->locks[i], NULL);
+}
+
+static void
+cache_free(struct token_cache *c)
+{
+    if (c->slots == NULL)
+        return;
+    secret_wipe(c->slots, (c->mask + 1) * sizeof(*c->slots));
+    free(c->slots);
+    c->slots = NULL;
+    for (int i = 0; i < CACHE_LOCKS; i++)
+        pthread_mutex_destroy(&c->locks[i]);
+}
+
+static size_t
+cache_index(const struct token_cache *c, const unsigned char *digest)
+{
+    uint64_t h;
+
+    memcpy(&h, digest, sizeof(h));
+    return (size_t)h & c->mask;
+}
+
+/* True (and *p) when digest's slot holds a live entry of key generation gen. */
+static bool
+cache_get(struct token_cache *c, const unsigned char *digest, uint64_t gen,
+          struct auth_principal *p)
+{
+    size_t i = cache_index(c, digest);
+    struct cache_slot *s = &c->slots[i];
+    bool hit;
+
+    pthread_mutex_lock(&c->locks[i % CACHE_LOCKS]);
+    hit = s->gen == gen && clock_wall_ms() < s->until_ms &&
+          CRYPTO_memcmp(s->digest, digest, sizeof(s->digest)) == 0;
+    if (hit)
+        *p = s->p;
+    pthread_mutex_unlock(&c->locks[i % CACHE_LOCKS]);
+    atomic_fetch_add(hit ? &c->hits : &c->misses, 1);
+    return hit;
+}
+
+/* Stores the principal of a token that verified under key generation gen and
+ * expires at exp_s; a token already past exp is not stored. */
+static void
+cache_put(struct token_cache *c, const unsigned char *digest, uint64_t gen, int64_t exp_s,
+          const struct auth_principal *p)
+{
+    int64_t now = clock_wall_ms();
+    int64_t until = now + c->ttl_ms;
+    size_t i = cache_index(c, digest);
+    struct cache_slot *s = &c->slots[i];
+
+    if (exp_s <= INT64_MAX / 1000 && exp_s * 1000 < until)
+        until = exp_s * 1000;
+    if (until <= now)
+        return;
+    pthread_mutex_lock(&c->locks[i % CACHE_LOCKS]);
+    memcpy(s->digest, digest, sizeof(s->digest));
+    s->gen = gen;
+    s->until_ms = until;
+    s->p = *p;
+    pthread_mutex_unlock(&c->locks[i % CACHE_LOCKS]);
+}
+
+/* Empties every slot (after a key rotation). */
+static void
+cache_clear(struct token_cache *c)
+{
+    if (c->slots == NULL)
+        return;
+    for (size_t i = 0; i <= c->mask; i++) {
+        pthread_mutex_lock(&c->locks[i % CACHE_LOCKS]);
+        secret_wipe(&c->slots[i], sizeof(c->slots[i]));
+        pthread_mutex_unlock(&c->locks[i % CACHE_LOCKS]);
+    }
+}
+
+void
+auth_cache_counts(const struct auth *a, uint64_t *hits, uint64_t *misses)
+{
+    *hits = (uint64_t)atomic_load(&a->cache.hits);
+    *misses = (uint64_t)atomic_load(&a->cache.misses);
 }
 
 int
@@ -187,8 +329,12 @@ auth_open(struct auth **out, const struct conf *conf, char *err, size_t errlen)
     a->leeway_s = conf->auth.leeway_ms / 1000;
     a->issuer = xstrdup(conf->auth.issuer ? conf->auth.issuer : "");
     a->audience = xstrdup(conf->auth.audience ? conf->auth.audience : "");
-    if (!a->none)
+    pthread_rwlock_init(&a->key_lock, NULL);
+    atomic_init(&a->key_gen, 1);
+    if (!a->none) {
         rc = load_jwt_key(a, &conf->auth, err, errlen);
+        cache_init(&a->cache, conf->auth.cache_entries, conf->auth.cache_ttl_ms);
+    }
     if (rc == 0)
         rc = load_admin_token(a, &conf->admin, err, errlen);
     if (rc != 0) {
@@ -210,6 +356,8 @@ auth_close(struct auth *a)
         secret_wipe(a->key, (size_t)a->key_len);
         free(a->key);
     }
+    cache_free(&a->cache);
+    pthread_rwlock_destroy(&a->key_lock);
     free(a->issuer);
     free(a->audience);
     secret_wipe(a, sizeof(*a));
@@ -328,9 +476,9 @@ read_identity(jwt_t *j, struct auth_principal *p)
     return AUTH_OK;
 }
 
-/* The claims of a token whose signature verified. */
+/* The claims of a token whose signature verified; *exp_s = its exp. */
 static enum auth_reason
-check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p)
+check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p, int64_t *exp_s)
 {
     int64_t now = clock_wall_ms() / 1000;
     long exp = 0, nbf = 0;
@@ -340,6 +488,7 @@ check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p)
         return AUTH_BAD_SIGNATURE;
     if (int_claim(j, "exp", &exp) != 0)
         return AUTH_BAD_CLAIMS;
+    *exp_s = (int64_t)exp;
     if (now > (int64_t)exp + a->leeway_s)
         return AUTH_EXPIRED;
     rc = int_claim(j, "nbf", &nbf);
@@ -357,12 +506,39 @@ check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p)
     return read_identity(j, p);
 }
 
-enum auth_reason
-auth_verify_bearer(const struct auth *a, const char *authorization, struct auth_principal *p)
+/* Verifies token with the current key (under key_lock, shared): AUTH_OK, *p,
+ * *exp_s and *gen (the key generation it verified under), or the reason. */
+static enum auth_reason
+verify_token(struct auth *a, const char *token, struct auth_principal *p, int64_t *exp_s,
+             uint64_t *gen)
 {
-    const char *token;
     jwt_t *j = NULL;
     enum auth_reason r;
+
+    pthread_rwlock_rdlock(&a->key_lock);
+    *gen = atomic_load(&a->key_gen);
+    if (jwt_decode(&j, token, a->key, a->key_len) != 0) {
+        /* signed with another key, or not a JWT at all? Decoding without a
+         * key only parses: success means the signature was at fault. */
+        jwt_t *unverified = NULL;
+        r = jwt_decode(&unverified, token, NULL, 0) == 0 ? AUTH_BAD_SIGNATURE : AUTH_MALFORMED;
+        jwt_free(unverified);
+    } else {
+        r = check_claims(a, j, p, exp_s);
+        jwt_free(j);
+    }
+    pthread_rwlock_unlock(&a->key_lock);
+    return r;
+}
+
+enum auth_reason
+auth_verify_bearer(struct auth *a, const char *authorization, struct auth_principal *p)
+{
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    const char *token;
+    enum auth_reason r;
+    int64_t exp_s = 0;
+    uint64_t gen;
 
     memset(p, 0, sizeof(*p));
     if (a->none) {
@@ -373,19 +549,48 @@ auth_verify_bearer(const struct auth *a, const char *authorization, struct auth_
         return AUTH_MISSING;
     if ((token = bearer_token(authorization)) == NULL)
         return AUTH_MALFORMED;
-    if (jwt_decode(&j, token, a->key, a->key_len) != 0) {
-        /* signed with another key, or not a JWT at all? Decoding without a
-         * key only parses: success means the signature was at fault. */
-        jwt_t *unverified = NULL;
-        r = jwt_decode(&unverified, token, NULL, 0) == 0 ? AUTH_BAD_SIGNATURE : AUTH_MALFORMED;
-        jwt_free(unverified);
+    if (a->cache.slots != NULL) {
+        SHA256((const unsigned char *)token, strlen(token), digest);
+        if (cache_get(&a->cache, digest, atomic_load(&a->key_gen), p))
+            return AUTH_OK;
+    }
+    r = verify_token(a, token, p, &exp_s, &gen);
+    if (r != AUTH_OK) {
+        memset(p, 0, sizeof(*p));
         return r;
     }
-    r = check_claims(a, j, p);
-    jwt_free(j);
-    if (r != AUTH_OK)
-        memset(p, 0, sizeof(*p));
-    return r;
+    if (a->cache.slots != NULL)
+        cache_put(&a->cache, digest, gen, exp_s, p);
+    return AUTH_OK;
+}
+
+int
+auth_reload_keys(struct auth *a, const struct conf *conf, char *err, size_t errlen)
+{
+    struct auth fresh = {0};
+    unsigned char *old;
+    int old_len, rc;
+
+    if (a->none != (strcmp(conf->auth.mode, "jwt") != 0)) {
+        snprintf(err, errlen, "auth.mode: a change of mode needs a restart");
+        return ROOMD_EINVAL;
+    }
+    if (a->none)
+        return 0;
+    if ((rc = load_jwt_key(&fresh, &conf->auth, err, errlen)) != 0)
+        return rc;
+    pthread_rwlock_wrlock(&a->key_lock);
+    old = a->key;
+    old_len = a->key_len;
+    a->alg = fresh.alg;
+    a->key = fresh.key;
+    a->key_len = fresh.key_len;
+    atomic_fetch_add(&a->key_gen, 1);
+    pthread_rwlock_unlock(&a->key_lock);
+    secret_wipe(old, (size_t)old_len);
+    free(old);
+    cache_clear(&a->cache);
+    return 0;
 }
 
 enum auth_reason

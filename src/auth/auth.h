@@ -12,7 +12,11 @@
  * public key; exp (required), nbf, iss and aud are checked. The token is never
  * logged or copied anywhere. Refusals are counted by reason in /metrics
  * (roomd_auth_refused_total{listener,status,reason}).
- * Thread: any, after auth_open; nothing blocks.
+ * Verified tokens are kept in a bounded cache (auth.jwt.cache_entries, keyed by
+ * the SHA-256 of the whole token; an entry ends at the token's exp or after
+ * auth.jwt.cache_ttl, whichever is first; refusals are never kept);
+ * auth_reload_keys (SIGHUP) rereads the key and empties it.
+ * Thread: any, after auth_open; nothing blocks but auth_reload_keys.
  */
 #ifndef ROOMD_AUTH_H
 #define ROOMD_AUTH_H
@@ -65,10 +69,28 @@ bool auth_mode_none(const struct auth *a);
 
 /*
  * Verifies an Authorization header value (NULL when absent). Returns AUTH_OK
- * and fills *p, or the reason of the 401. Does not count (auth_count does).
+ * and fills *p, or the reason of the 401. A token verified before (same text,
+ * same key, before its exp and within auth.jwt.cache_ttl) is answered from the
+ * cache. Does not count refusals (auth_count does). Thread: any; waits only
+ * while auth_reload_keys swaps the key.
  */
-enum auth_reason auth_verify_bearer(const struct auth *a, const char *authorization,
+enum auth_reason auth_verify_bearer(struct auth *a, const char *authorization,
                                     struct auth_principal *p);
+
+/*
+ * Key rotation: rereads the JWT key that conf->auth names (the HS256 secret's
+ * variable or file, or public_key_file), swaps it in and empties the token
+ * cache, so a token of the old key is verified again, and refused. Other auth
+ * keys keep their start-up values. Returns 0, or ROOMD_EINVAL with err naming
+ * the key (the old key stays in use; a change of auth.mode is refused).
+ * Thread: any (main on SIGHUP); blocks on the file read and until the
+ * verifications in progress finish.
+ */
+int auth_reload_keys(struct auth *a, const struct conf *conf, char *err, size_t errlen);
+
+/* The token cache's lookups so far: *hits answered from it, *misses verified
+ * in full (also exported as roomd_auth_token_cache_total{result}). Thread: any. */
+void auth_cache_counts(const struct auth *a, uint64_t *hits, uint64_t *misses);
 
 /* AUTH_OK when p may act as uid of app (itself, or a service token of app,
  * or anyone); AUTH_OTHER_APP or AUTH_OTHER_UID when not. uid 0 checks the

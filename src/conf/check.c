@@ -80,6 +80,30 @@ need_dir_of(struct problems *p, const char *key, const char *path)
     free(copy);
 }
 
+/* A secret named by env_key (a variable) or file_key (a file); both unset is
+ * conf_load's business. */
+static void
+need_secret(struct problems *p, const char *env_key, const char *var, const char *file_key,
+            const char *file)
+{
+    if (!unset(file))
+        need_file(p, file_key, file);
+    else if (!unset(var))
+        need_env(p, env_key, var);
+}
+
+/* A listener's TLS pair: both files readable when the certificate is set. */
+static void
+need_tls_pair(struct problems *p, const char *cert_key, const char *cert, const char *key_key,
+              const char *key)
+{
+    if (unset(cert))
+        return;
+    need_file(p, cert_key, cert);
+    if (!unset(key))
+        need_file(p, key_key, key);
+}
+
 /* "scheme://host[:port]..." with one of schemes (NULL-terminated). */
 static int
 url_ok(const char *s, const char *const *schemes)
@@ -109,6 +133,22 @@ conf_check_environment(const struct conf *c, char *err, size_t errlen)
         need_dir_of(&p, "store.sqlite.path", c->store.sqlite.path);
     if (strcmp(c->store.driver, "mysql") == 0 && !unset(c->store.mysql.password_env))
         need_env(&p, "store.mysql.password_env", c->store.mysql.password_env);
+
+    need_tls_pair(&p, "http.tls.cert_file", c->http.tls_cert_file, "http.tls.key_file",
+                  c->http.tls_key_file);
+    need_tls_pair(&p, "admin.tls.cert_file", c->admin.tls_cert_file, "admin.tls.key_file",
+                  c->admin.tls_key_file);
+    need_secret(&p, "admin.token_env", c->admin.token_env, "admin.token_file", c->admin.token_file);
+    if (strcmp(c->auth.mode, "jwt") == 0) {
+        if (!unset(c->auth.public_key_file))
+            need_file(&p, "auth.jwt.public_key_file", c->auth.public_key_file);
+        need_secret(&p, "auth.jwt.hs256_secret_env", c->auth.hs256_secret_env,
+                    "auth.jwt.hs256_secret_file", c->auth.hs256_secret_file);
+    }
+    /* read by the forwarder, which runs where main.c opens it */
+    if (c->cluster.forward && strcmp(c->lease.driver, "redis") == 0 &&
+        !unset(c->cluster.tls_ca_file))
+        need_file(&p, "cluster.tls_ca_file", c->cluster.tls_ca_file);
 
     if (c->outbox_worker.enabled && c->outbox_worker.log_sink_enabled &&
         c->outbox_worker.publish_mode != PUBLISH_MQ)

@@ -51,6 +51,8 @@ struct conf_auth {
     int64_t leeway_ms;       /* auth.jwt.leeway: clock skew allowed on exp / nbf */
     char *issuer;            /* auth.jwt.issuer: "" = iss not checked */
     char *audience;          /* auth.jwt.audience: "" = aud not checked */
+    int cache_entries;       /* auth.jwt.cache_entries: verified tokens kept; 0 = no cache */
+    int64_t cache_ttl_ms;    /* auth.jwt.cache_ttl: an entry's longest life (and exp) */
 };
 
 /* admin: the operator listener (/internal/v1/..., /metrics, readiness details, top-up). */

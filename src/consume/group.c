@@ -474,6 +474,30 @@ bind(struct consume_group *g, char *err, size_t errlen)
     return 0;
 }
 
+/* Retention of the inbox (inbox_purge): keys older than inbox_keep_ms, past
+ * any redelivery. An unsettled one deleted is an event whose effect may
+ * never have been done (its consumer died and the stream no longer holds
+ * it): logged and counted, for an operator to look at. */
+static void
+purge_inbox(struct consume_group *g)
+{
+    int64_t unsettled = 0;
+
+    if (inbox_purge(g->inbox, clock_wall_ms() - g->o.inbox_keep_ms, &unsettled) != 0) {
+        log_warn("consume", "inbox purge failed", "group=%s error=\"%s\"", g->h.group,
+                 inbox_errmsg(g->inbox));
+        return;
+    }
+    if (unsettled <= 0)
+        return;
+    pthread_mutex_lock(&g->stats_mu);
+    g->stats.purged_unsettled += (uint64_t)unsettled;
+    pthread_mutex_unlock(&g->stats_mu);
+    log_warn("consume", "purged inbox keys never settled: their effect may be missing",
+             "group=%s keys=%lld older_than_ms=%lld", g->h.group, (long long)unsettled,
+             (long long)g->o.inbox_keep_ms);
+}
+
 static void *
 group_main(void *arg)
 {
@@ -529,7 +553,7 @@ group_main(void *arg)
             process(g, list.Msgs[i]);
         natsMsgList_Destroy(&list);
         if (clock_mono_ms() >= next_purge) {
-            inbox_purge(g->inbox, clock_wall_ms() - g->o.inbox_keep_ms);
+            purge_inbox(g);
             next_purge = clock_mono_ms() + PURGE_EVERY_MS;
         }
     }

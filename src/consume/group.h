@@ -131,7 +131,7 @@ struct consume_opts {
     int64_t max_ack_pending;  /* 0 = server default (1000) */
     int fetch_batch;          /* <= 64 (nats.c 3.4.1 pitfall 2) */
     int64_t fetch_timeout_ms; /* also bounds how long stop waits */
-    int64_t inbox_keep_ms;    /* done/dead inbox rows are purged after this */
+    int64_t inbox_keep_ms;    /* inbox rows (settled or not) are purged after this */
     /* The room_seq rule (above): the producers deliver in room order
      * (outbox_worker.ordering per_room). Off: event_id dedupe only, since
      * an earlier event may then come long after a later one. */
@@ -172,7 +172,8 @@ struct consume_stats {
     uint64_t retried;
     uint64_t dead;
     uint64_t fetch_errors;
-    bool bound; /* the pull subscription is up */
+    uint64_t purged_unsettled; /* inbox keys deleted by retention never done or dead */
+    bool bound;                /* the pull subscription is up */
 };
 void consume_group_stats(struct consume_group *g, struct consume_stats *out);
 

@@ -102,9 +102,14 @@ inbox_dead(struct consume_inbox *ib, const char *key, const char *why)
 }
 
 int
-inbox_purge(struct consume_inbox *ib, int64_t before_ms)
+inbox_purge(struct consume_inbox *ib, int64_t before_ms, int64_t *unsettled)
 {
-    return ib->ops->purge(ib, before_ms);
+    int64_t n = 0;
+    int rc = ib->ops->purge(ib, before_ms, &n);
+
+    if (unsettled)
+        *unsettled = n;
+    return rc;
 }
 
 int

@@ -111,8 +111,15 @@ int inbox_release(struct consume_inbox *ib, const char *key);
 int inbox_fail(struct consume_inbox *ib, const char *key, const char *why, int *failures);
 /* Marks key dead (claimed or not). */
 int inbox_dead(struct consume_inbox *ib, const char *key, const char *why);
-/* Deletes done and dead keys last touched before before_ms. */
-int inbox_purge(struct consume_inbox *ib, int64_t before_ms);
+/* Retention: deletes the done and dead keys last touched before before_ms,
+ * and the unsettled ones (received / progress: a consumer that crashed, or a
+ * message that never came back) last touched before before_ms whose claim,
+ * if any, has expired. The caller passes a cut past any redelivery (the
+ * stream's MaxAge + a margin: group.c), so no message can come back for a
+ * key deleted unsettled; if one did, it would be claimed afresh and handled
+ * (at least once). *unsettled (NULL: not wanted) = the unsettled keys
+ * deleted. Returns 0 or an error. */
+int inbox_purge(struct consume_inbox *ib, int64_t before_ms, int64_t *unsettled);
 
 /* The handler's transaction: begins and re-checks our claim on key
  * (ROOMD_ESTALE, rolled back, when it was taken over); commit_done marks
@@ -146,7 +153,7 @@ struct inbox_ops {
     int (*release)(struct consume_inbox *ib, const char *key);
     int (*fail)(struct consume_inbox *ib, const char *key, const char *why, int *failures);
     int (*dead)(struct consume_inbox *ib, const char *key, const char *why);
-    int (*purge)(struct consume_inbox *ib, int64_t before_ms);
+    int (*purge)(struct consume_inbox *ib, int64_t before_ms, int64_t *unsettled);
     int (*tx_begin)(struct consume_inbox *ib, const char *key);
     int (*tx_commit_done)(struct consume_inbox *ib, const char *key, const struct inbox_mark *mark);
     void (*tx_rollback)(struct consume_inbox *ib);

@@ -569,22 +569,45 @@ my_dead(struct consume_inbox *ib, const char *key, const char *why)
                   key, why, NULL, NULL);
 }
 
+/* Deletes sql's rows (?1 group, ?2 before_ms, ?3 now) in chunks of 500,
+ * never one long lock over the whole group; *deleted their count. */
 static int
-my_purge(struct consume_inbox *ib, int64_t before_ms)
+my_purge_chunks(struct my_inbox *m, const char *sql, int64_t before_ms, int64_t *deleted)
 {
-    struct my_inbox *m = MY(ib);
-    struct consume_arg a[2] = {{.type = 's', .s = m->group}, {.type = 'i', .i = before_ms}};
+    struct consume_arg a[3] = {{.type = 's', .s = m->group},
+                               {.type = 'i', .i = before_ms},
+                               {.type = 'i', .i = clock_wall_ms()}};
     uint64_t n = 0;
     int rc;
 
-    /* chunks: never one long lock over the whole group */
-    do
-        rc = my_run(m,
-                    "DELETE FROM consumer_inbox WHERE group_name = ?1 AND state IN ('done', 'dead')"
-                    " AND updated_ms < ?2 LIMIT 500",
-                    a, 2, NULL, &n);
-    while (rc == 0 && n == 500);
+    *deleted = 0;
+    do {
+        rc = my_run(m, sql, a, 3, NULL, &n);
+        if (rc == 0)
+            *deleted += (int64_t)n;
+    } while (rc == 0 && n == 500);
     return rc;
+}
+
+/* An unsettled row goes only when no claim on it runs any more (a node
+ * that is still in the effect keeps it), on any node. */
+static int
+my_purge(struct consume_inbox *ib, int64_t before_ms, int64_t *unsettled)
+{
+    struct my_inbox *m = MY(ib);
+    int64_t settled;
+    int rc = my_purge_chunks(m,
+                             "DELETE FROM consumer_inbox WHERE group_name = ?1"
+                             " AND state IN ('received', 'progress') AND updated_ms < ?2"
+                             " AND (claim_until_ms IS NULL OR claim_until_ms < ?3) LIMIT 500",
+                             before_ms, unsettled);
+
+    if (rc != 0)
+        return rc;
+    return my_purge_chunks(m,
+                           "DELETE FROM consumer_inbox WHERE group_name = ?1"
+                           " AND state IN ('done', 'dead') AND updated_ms < ?2 LIMIT 500",
+                           before_ms, &settled);
 }
 
 /* ==== the handler's transaction ==== */

@@ -272,11 +272,18 @@ sq_dead(struct consume_inbox *ib, const char *key, const char *why)
                   key, why, NULL, 0, NULL);
 }
 
+/* No claims here (one thread per file): every old key goes, the unsettled
+ * ones counted. */
 static int
-sq_purge(struct consume_inbox *ib, int64_t before_ms)
+sq_purge(struct consume_inbox *ib, int64_t before_ms, int64_t *unsettled)
 {
     struct consume_arg a = {.type = 'i', .i = before_ms};
+    int rc = sq_run(ib, "DELETE FROM inbox WHERE state = 'received' AND updated_ms < ?1", &a, 1,
+                    NULL, 0, NULL);
 
+    *unsettled = sqlite3_changes(SQ(ib)->db);
+    if (rc != 0)
+        return rc;
     return sq_run(ib, "DELETE FROM inbox WHERE state IN ('done', 'dead') AND updated_ms < ?1", &a,
                   1, NULL, 0, NULL);
 }

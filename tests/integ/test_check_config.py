@@ -15,7 +15,8 @@ TMP = tempfile.mkdtemp(prefix="roomd-checkcfg-")
 
 
 # what the shipped configs name: their secrets' variables, ./var under the working dir
-ENV = dict(os.environ, ROOMD_MYSQL_PASSWORD="pw", TIM_SECRET_KEY="k3y-never-printed")
+ENV = dict(os.environ, ROOMD_MYSQL_PASSWORD="pw", TIM_SECRET_KEY="k3y-never-printed",
+           ROOMD_JWT_SECRET="j" * 32, ROOMD_ADMIN_TOKEN="admin-never-printed")
 os.makedirs(os.path.join(TMP, "var"), exist_ok=True)
 
 
@@ -126,6 +127,48 @@ def test_environment_checked():
     assert "secret-text-42" not in out and "k3y-never-printed" not in out, out
 
 
+def test_files_checked():
+    """The files the listeners, auth and the cluster forwarder read: each missing one named
+    by its key; the secrets' variables of jwt and the admin token too; all present passes."""
+    missing = lambda n: os.path.join(TMP, "absent", n)  # noqa: E731
+    cfg = merge(base_config(TMP, free_port()), {
+        "http": {"tls": {"cert_file": missing("http.crt"), "key_file": missing("http.key")}},
+        "admin": {"tls": {"cert_file": missing("admin.crt"), "key_file": missing("admin.key")},
+                  "token_file": missing("admin.token")},
+        "auth": {"mode": "jwt", "jwt": {"public_key_file": missing("jwt.pem")}},
+        "redis": {"enabled": True, "addr": "127.0.0.1:6379"},
+        "lease": {"driver": "redis"},
+        "cluster": {"forward": True, "tls_ca_file": missing("cluster-ca.pem")},
+    })
+    rc, out = check(write("files.yaml", json.dumps(cfg, indent=1)))
+    assert rc == 1, out
+    for key, name in (("http.tls.cert_file", "http.crt"), ("http.tls.key_file", "http.key"),
+                      ("admin.tls.cert_file", "admin.crt"), ("admin.tls.key_file", "admin.key"),
+                      ("admin.token_file", "admin.token"), ("auth.jwt.public_key_file", "jwt.pem"),
+                      ("cluster.tls_ca_file", "cluster-ca.pem")):
+        assert f"{key}: cannot read {missing(name)}" in out, f"want {key} in {out!r}"
+    # the CA file is read only by the forwarder: not with cluster.forward off
+    rc, out = check(write("files-noforward.yaml", json.dumps(merge(cfg, {
+        "cluster": {"forward": False}}), indent=1)))
+    assert rc == 1 and "cluster.tls_ca_file" not in out, out
+    # every file there: ok; an HS256 secret variable unset: named
+    present = {n: write(n, "x\n") for n in ("http.crt", "http.key", "admin.crt", "admin.key",
+                                            "admin.token", "jwt.pem", "cluster-ca.pem")}
+    ok = merge(cfg, {
+        "http": {"tls": {"cert_file": present["http.crt"], "key_file": present["http.key"]}},
+        "admin": {"tls": {"cert_file": present["admin.crt"], "key_file": present["admin.key"]},
+                  "token_file": present["admin.token"]},
+        "auth": {"jwt": {"public_key_file": present["jwt.pem"]}},
+        "cluster": {"tls_ca_file": present["cluster-ca.pem"]}})
+    path = write("files-ok.yaml", json.dumps(ok, indent=1))
+    rc, out = check(path)
+    assert rc == 0, out
+    ok["auth"]["jwt"] = {"hs256_secret_env": "ROOMD_TEST_UNSET_JWT"}
+    rc, out = check(write("files-env.yaml", json.dumps(ok, indent=1)))
+    assert rc == 1 and "auth.jwt.hs256_secret_env: environment variable ROOMD_TEST_UNSET_JWT " \
+        "is not set" in out, out
+
+
 def test_missing_file():
     rc, out = check(os.path.join(TMP, "nope.yaml"))
     assert rc == 1 and "cannot open" in out, out
@@ -134,4 +177,4 @@ def test_missing_file():
 if __name__ == "__main__":
     run([test_shipped_configs_ok, test_harness_json_config_ok, test_bad_configs_refused,
          test_json_bad_value_refused, test_serve_refuses_bad_config, test_environment_checked,
-         test_missing_file])
+         test_files_checked, test_missing_file])

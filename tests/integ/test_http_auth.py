@@ -7,15 +7,18 @@ public listener and a user token on the admin listener. Each refusal asserts its
 (401 + WWW-Authenticate, or 403) and that the room, its outbox events and the wallet did not
 change; the refusals are counted by reason in /metrics; the log never holds a token or a
 secret. Then ES256 and RS256 keys (and the HS256-with-the-public-key confusion), and
-auth.mode none refused off loopback."""
+auth.mode none refused off loopback. Last, a key rotation on SIGHUP: a token of the
+rotated-out key (cached before) is refused from then on, and a key file that no longer loads
+keeps the key in use."""
 import atexit
 import os
+import signal
 import subprocess
 import time
 
 import http_util as hu
 import jwt_util as jw
-from roomd_test import ROOMD, Roomd, run
+from roomd_test import ROOMD, Roomd, run, wait_until
 
 SECRET = "test-secret-" + os.urandom(16).hex()
 ADMIN = "admin-token-" + os.urandom(12).hex()
@@ -255,6 +258,41 @@ def test_public_key_algs():
             rd.stop()
 
 
+def test_key_rotation_on_sighup():
+    import tempfile
+    d = tempfile.mkdtemp(prefix="roomd-auth-")
+    pem = os.path.join(d, "pub.pem")
+    old, new = jw.es256_key(), jw.es256_key()
+    with open(pem, "wb") as f:
+        f.write(jw.public_pem(old))
+    rd = Roomd({"auth": {"mode": "jwt", "jwt": {"public_key_file": pem}}}, tmp=d).start()
+    try:
+        old_tok = jw.bearer(jw.es256(old, jw.claims(9)))
+        new_tok = jw.bearer(jw.es256(new, jw.claims(9)))
+        for _ in range(3):  # verified once, then the cache's
+            hu.expect_ok(rd.http("GET", "/v1/wallet/9", headers=old_tok), "old key")
+        _, _, metrics = rd.http("GET", "/metrics", port=rd.admin_port)
+        assert 'roomd_auth_token_cache_total{result="hit"} 2' in str(metrics), metrics
+        with open(pem + ".new", "wb") as f:
+            f.write(jw.public_pem(new))
+        os.replace(pem + ".new", pem)
+        rd.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: rd.http("GET", "/v1/wallet/9", headers=new_tok)[0] == 200,
+                   timeout=10, what="the new key in use after SIGHUP")
+        st, _, js = rd.http("GET", "/v1/wallet/9", headers=old_tok)
+        assert st == 401, ("a token of the rotated-out key", st, js)
+        # a key file that no longer loads: the key in use stays
+        with open(pem, "w") as f:
+            f.write("not a key")
+        rd.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "auth key not reloaded" in open(rd.log_path).read(), timeout=10,
+                   what="the refused reload logged")
+        hu.expect_ok(rd.http("GET", "/v1/wallet/9", headers=new_tok), "new key kept")
+        assert rd.stop() == 0
+    finally:
+        rd.stop()
+
+
 def test_none_refused_off_loopback():
     import json as _json
     import tempfile
@@ -281,4 +319,5 @@ def test_zz_stop():
 if __name__ == "__main__":
     run([test_commands_matrix_user_itself, test_commands_matrix_service, test_reads_matrix,
          test_admin_listener, test_refusals_counted_and_never_logged, test_public_key_algs,
-         test_none_refused_off_loopback, test_zz_stop], fixture="shared_roomd")
+         test_key_rotation_on_sighup, test_none_refused_off_loopback, test_zz_stop],
+        fixture="shared_roomd")

@@ -5,7 +5,10 @@
  * effect once; an expired claim is taken over and its late owner cannot
  * commit; failures are counted once for all nodes; a room's room_seq mark
  * is one for all nodes, raised only with a done, never lowered (on SQLite
- * too); the choice of backend.
+ * too); retention deletes old settled keys and old unsettled ones (a
+ * consumer that crashed) whose claim expired, keeps a running claim, and a
+ * key deleted unsettled is claimed afresh (on SQLite too); the choice of
+ * backend.
  */
 #include "helpers.h"
 
@@ -240,7 +243,7 @@ test_failures_shared_release_dead(void **state)
                      1);
     /* purge: settled keys older than the cut go, others stay */
     assert_int_equal(inbox_claim(a, "ev-open", "", &res, &failures, &until), 0);
-    assert_int_equal(inbox_purge(a, clock_wall_ms() + 1000), 0);
+    assert_int_equal(inbox_purge(a, clock_wall_ms() + 1000, NULL), 0);
     assert_int_equal(sql_int("SELECT COUNT(*) FROM consumer_inbox"), 1);
     inbox_close(a);
     inbox_close(b);
@@ -341,6 +344,108 @@ test_room_marks_sqlite(void **state)
     }
 }
 
+/* ---- retention: settled and stuck keys ---- */
+
+static int64_t
+purge_cut(void)
+{
+    return clock_wall_ms() - 5LL * 3600 * 1000;
+}
+
+/* What a consumer did after its claim. */
+enum after { CRASHED, FAILED, DONE };
+
+/* Claims key on ib as a consumer did `ago_ms` ago (the clock set back),
+ * then: nothing (it crashed in the effect), a failure, or done. */
+static void
+claim_ago(struct consume_inbox *ib, const char *key, int64_t ago_ms, enum after then)
+{
+    enum inbox_claim res;
+    int failures;
+    int64_t until;
+
+    clock_set_offset_ms(-ago_ms);
+    assert_int_equal(inbox_claim(ib, key, "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    if (then == FAILED)
+        assert_int_equal(inbox_fail(ib, key, "IM answered 500", &failures), 0);
+    if (then == DONE)
+        assert_int_equal(inbox_done(ib, key, NULL), 0);
+    clock_set_offset_ms(0);
+}
+
+/* a: an inbox whose claims last 1 s. 10 h ago a consumer settled "old-done",
+ * failed "old-failed" (its message was then lost) and crashed in the effect
+ * of "old-stuck"; "new-stuck" is 1 h old. A purge with a 5 h cut deletes
+ * the three old ones, counting two unsettled. */
+static void
+check_purge_stuck(struct consume_inbox *a)
+{
+    enum inbox_claim res;
+    int failures = -1;
+    int64_t until, unsettled = -1;
+
+    claim_ago(a, "old-done", 10LL * 3600 * 1000, DONE);
+    claim_ago(a, "old-failed", 10LL * 3600 * 1000, FAILED);
+    claim_ago(a, "old-stuck", 10LL * 3600 * 1000, CRASHED);
+    claim_ago(a, "new-stuck", 3600 * 1000, CRASHED);
+    assert_int_equal(inbox_purge(a, purge_cut(), &unsettled), 0);
+    assert_int_equal(unsettled, 2);
+    /* new-stuck stays (younger than the cut): a redelivery still finds it */
+    assert_int_equal(inbox_claim(a, "new-stuck", "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    /* old-done is gone (a fresh key); the stuck ones too, a failure count with them */
+    assert_int_equal(inbox_claim(a, "old-failed", "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(failures, 0);
+    assert_int_equal(inbox_claim(a, "old-stuck", "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(inbox_claim(a, "old-done", "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(inbox_purge(a, purge_cut(), &unsettled), 0);
+    assert_int_equal(unsettled, 0);
+}
+
+static void
+test_purge_stuck_mysql(void **state)
+{
+    struct consume_inbox *a = open_inbox("nodeA", 1000);
+    struct consume_inbox *slow = open_inbox("nodeS", 20LL * 3600 * 1000);
+    enum inbox_claim res;
+    int failures;
+    int64_t until, unsettled = -1;
+
+    (void)state;
+    check_purge_stuck(a);
+    assert_int_equal(sql_int("SELECT COUNT(*) FROM consumer_inbox WHERE event_id LIKE 'old-%'"
+                             " AND state = 'progress' AND failures = 0"),
+                     3); /* the three claimed again just now, afresh */
+    /* a claim still running (20 h, taken 10 h ago) is kept however old its row */
+    claim_ago(slow, "old-running", 10LL * 3600 * 1000, CRASHED);
+    assert_int_equal(inbox_purge(a, purge_cut(), &unsettled), 0);
+    assert_int_equal(unsettled, 0);
+    assert_int_equal(inbox_claim(a, "old-running", "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_BUSY);
+    inbox_close(a);
+    inbox_close(slow);
+}
+
+static void
+test_purge_stuck_sqlite(void **state)
+{
+    struct conf *s = th_conf_sqlite(dir);
+    struct inbox_config ic = {.group = "g4", .store_dir = dir, .store = &s->store};
+    struct consume_inbox *a = NULL;
+    char err[256] = "";
+
+    (void)state;
+    assert_int_equal(inbox_open(&a, &ic, err, sizeof(err)), 0);
+    assert_string_equal(inbox_name(a), "sqlite");
+    check_purge_stuck(a);
+    inbox_close(a);
+    conf_free(s);
+}
+
 /* ---- the backend is chosen by the store ---- */
 
 static void
@@ -379,6 +484,8 @@ main(void)
         cmocka_unit_test_setup(test_failures_shared_release_dead, reset),
         cmocka_unit_test_setup(test_room_marks_shared, reset),
         cmocka_unit_test(test_room_marks_sqlite),
+        cmocka_unit_test_setup(test_purge_stuck_mysql, reset),
+        cmocka_unit_test(test_purge_stuck_sqlite),
         cmocka_unit_test(test_backend_choice),
     };
     char q[160];

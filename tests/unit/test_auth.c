@@ -2,7 +2,10 @@
  * test_auth.c: src/auth (the verifier every entry point shares) and
  * core/secret.c's redaction, without a server: HS256 tokens minted with
  * libjwt itself, every 401 reason, the acting-uid and app rules, the admin
- * token compare, and secret_redact on URLs and parameters.
+ * token compare, and secret_redact on URLs and parameters. The verified-token
+ * cache with ES256 keys made here: an expired token refused while cached, a
+ * rotated-out key refused after auth_reload_keys, a token one byte off never
+ * a hit, refusals never kept, the TTL, and threads sharing a small table.
  */
 #include "helpers.h"
 
@@ -12,6 +15,10 @@
 #include "core/secret.h"
 
 #include <jwt.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +180,293 @@ test_open_errors_name_the_key(void **state)
     conf_free(c);
 }
 
+/* ---- the verified-token cache (ES256) ---- */
+
+/* A P-256 key pair: the private key as PEM (for libjwt to sign; free it) and
+ * the public key written as PEM to path. */
+static char *
+es256_keypair(const char *path)
+{
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    FILE *f = fopen(path, "w");
+    BIO *b = BIO_new(BIO_s_mem());
+    char *data, *pem;
+    long n;
+
+    assert_non_null(k);
+    assert_non_null(f);
+    assert_int_equal(PEM_write_PUBKEY(f, k), 1);
+    fclose(f);
+    assert_int_equal(PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL), 1);
+    n = BIO_get_mem_data(b, &data);
+    pem = strndup(data, (size_t)n);
+    BIO_free(b);
+    EVP_PKEY_free(k);
+    return pem;
+}
+
+/* "Bearer <ES256 JWT>" for sub of app hyapp, exp = now + ttl. */
+static char *
+es256_bearer(const char *priv_pem, const char *sub, long ttl)
+{
+    jwt_t *j = NULL;
+    char *t, *out;
+
+    jwt_new(&j);
+    jwt_add_grant(j, "sub", sub);
+    jwt_add_grant(j, "app", "hyapp");
+    jwt_add_grant_int(j, "exp", clock_wall_ms() / 1000 + ttl);
+    jwt_set_alg(j, JWT_ALG_ES256, (const unsigned char *)priv_pem, (int)strlen(priv_pem));
+    t = jwt_encode_str(j);
+    assert_non_null(t);
+    jwt_free(j);
+    out = malloc(strlen(t) + 8);
+    strcpy(out, "Bearer ");
+    strcat(out, t);
+    free(t);
+    return out;
+}
+
+/* buf = "<a new temp dir>/es256.pem". */
+static void
+pub_path(char *buf, size_t len)
+{
+    char *dir = th_tmpdir();
+
+    snprintf(buf, len, "%s/es256.pem", dir);
+    free(dir);
+}
+
+/* auth.mode jwt with the public key file pub, the cache of entries / ttl_ms. */
+static struct conf *
+es256_conf(const char *pub, int entries, int64_t ttl_ms, int64_t leeway_ms)
+{
+    struct conf *c = calloc(1, sizeof(*c));
+
+    conf_defaults(c);
+    free(c->auth.mode);
+    c->auth.mode = strdup("jwt");
+    free(c->auth.public_key_file);
+    c->auth.public_key_file = strdup(pub);
+    c->auth.cache_entries = entries;
+    c->auth.cache_ttl_ms = ttl_ms;
+    c->auth.leeway_ms = leeway_ms;
+    return c;
+}
+
+static struct auth *
+es256_open(struct conf *c)
+{
+    struct auth *a = NULL;
+    char err[256];
+
+    assert_int_equal(auth_open(&a, c, err, sizeof(err)), 0);
+    return a;
+}
+
+/* A fresh key pair (public key in a temp file) and a verifier using it. */
+struct es_fix {
+    char pub[512];
+    char *priv; /* PEM private key */
+    struct conf *c;
+    struct auth *a;
+};
+
+static void
+es_setup(struct es_fix *f, int entries, int64_t ttl_ms, int64_t leeway_ms)
+{
+    pub_path(f->pub, sizeof(f->pub));
+    f->priv = es256_keypair(f->pub);
+    f->c = es256_conf(f->pub, entries, ttl_ms, leeway_ms);
+    f->a = es256_open(f->c);
+}
+
+static void
+es_teardown(struct es_fix *f)
+{
+    auth_close(f->a);
+    conf_free(f->c);
+    free(f->priv);
+}
+
+static uint64_t
+hits(struct auth *a)
+{
+    uint64_t h, m;
+
+    auth_cache_counts(a, &h, &m);
+    return h;
+}
+
+static void
+test_cache_expired_refused_while_cached(void **state)
+{
+    struct es_fix f;
+    struct auth_principal p;
+    char *tok;
+
+    es_setup(&f, 64, 3600 * 1000, 0);
+    tok = es256_bearer(f.priv, "42", 2);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 1); /* the second was the cache's */
+    assert_int_equal(p.uid, 42);
+    assert_string_equal(p.app, "hyapp");
+    clock_set_offset_ms(3000); /* past exp; the entry's TTL (1 h) is not */
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_EXPIRED);
+    assert_int_equal(hits(f.a), 1);
+    assert_int_equal(p.uid, 0);
+    clock_set_offset_ms(0);
+    free(tok);
+    /* a token already expired (within the leeway) passes but is not kept */
+    auth_close(f.a);
+    f.c->auth.leeway_ms = 30000;
+    f.a = es256_open(f.c);
+    tok = es256_bearer(f.priv, "43", -5);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 0);
+    free(tok);
+    es_teardown(&f);
+}
+
+static void
+test_cache_dropped_on_key_rotation(void **state)
+{
+    struct es_fix f;
+    struct auth_principal p;
+    char err[256];
+    char *new_priv, *old_tok, *new_tok;
+
+    es_setup(&f, 64, 60000, 30000);
+    old_tok = es256_bearer(f.priv, "7", 3600);
+    assert_int_equal(auth_verify_bearer(f.a, old_tok, &p), AUTH_OK);
+    assert_int_equal(auth_verify_bearer(f.a, old_tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 1);
+    new_priv = es256_keypair(f.pub); /* the rotation: a new key in the same file */
+    new_tok = es256_bearer(new_priv, "8", 3600);
+    assert_int_equal(auth_verify_bearer(f.a, new_tok, &p), AUTH_BAD_SIGNATURE); /* not yet */
+    assert_int_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
+    assert_int_equal(auth_verify_bearer(f.a, old_tok, &p), AUTH_BAD_SIGNATURE);
+    assert_int_equal(auth_verify_bearer(f.a, old_tok, &p), AUTH_BAD_SIGNATURE);
+    assert_int_equal(auth_verify_bearer(f.a, new_tok, &p), AUTH_OK);
+    assert_int_equal(p.uid, 8);
+    assert_int_equal(hits(f.a), 1);
+    /* a rotation that fails keeps the key in use, and says which key */
+    free(f.c->auth.public_key_file);
+    f.c->auth.public_key_file = strdup("/nonexistent/es256.pem");
+    assert_int_not_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "auth.jwt.public_key_file"));
+    assert_int_equal(auth_verify_bearer(f.a, new_tok, &p), AUTH_OK);
+    free(old_tok);
+    free(new_tok);
+    free(new_priv);
+    es_teardown(&f);
+}
+
+static void
+test_cache_one_byte_off_is_no_hit(void **state)
+{
+    struct es_fix f;
+    struct auth_principal p;
+    char *tok;
+
+    es_setup(&f, 64, 60000, 30000);
+    tok = es256_bearer(f.priv, "42", 3600);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    /* one byte of the signature (middle), of the payload, of the header */
+    size_t at[] = {strlen(tok) - 40, (size_t)(strchr(tok, '.') - tok) + 5, 12};
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+        char *bad = strdup(tok);
+        bad[at[i]] = bad[at[i]] == 'A' ? 'B' : 'A';
+        enum auth_reason r = auth_verify_bearer(f.a, bad, &p);
+        assert_int_not_equal(r, AUTH_OK);
+        assert_int_equal(auth_verify_bearer(f.a, bad, &p), r); /* a refusal is not kept */
+        assert_int_equal(p.uid, 0);
+        free(bad);
+    }
+    assert_int_equal(hits(f.a), 0);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 1);
+    free(tok);
+    es_teardown(&f);
+}
+
+static void
+test_cache_ttl_and_off(void **state)
+{
+    struct es_fix f;
+    struct auth_principal p;
+    char *tok;
+
+    es_setup(&f, 64, 1000, 30000);
+    tok = es256_bearer(f.priv, "42", 3600);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 1);
+    clock_set_offset_ms(1500); /* past the entry's TTL: verified again, kept again */
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 1);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 2);
+    clock_set_offset_ms(0);
+    auth_close(f.a);
+    f.c->auth.cache_entries = 0; /* no cache */
+    f.a = es256_open(f.c);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 0);
+    free(tok);
+    es_teardown(&f);
+}
+
+/* Threads verifying 12 tokens through a 4-slot table (slots taken over all
+ * the time) each get the principal of the token they sent. */
+struct race {
+    struct auth *a;
+    char *tok[12];
+    int wrong;
+};
+
+static void *
+race_thread(void *arg)
+{
+    struct race *r = arg;
+    struct auth_principal p;
+
+    for (int i = 0; i < 600; i++) {
+        int k = i % 12;
+        if (auth_verify_bearer(r->a, r->tok[k], &p) != AUTH_OK || p.uid != 100 + k)
+            __atomic_add_fetch(&r->wrong, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void
+test_cache_threads(void **state)
+{
+    struct es_fix f;
+    struct race r = {0};
+    pthread_t th[4];
+    char sub[16];
+
+    es_setup(&f, 4, 60000, 30000);
+    r.a = f.a;
+    for (int k = 0; k < 12; k++) {
+        snprintf(sub, sizeof(sub), "%d", 100 + k);
+        r.tok[k] = es256_bearer(f.priv, sub, 3600);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, race_thread, &r);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(r.wrong, 0);
+    assert_true(hits(f.a) > 0);
+    for (int k = 0; k < 12; k++)
+        free(r.tok[k]);
+    es_teardown(&f);
+}
+
 static void
 test_redact(void **state)
 {
@@ -200,9 +494,16 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reasons),     cmocka_unit_test(test_may_act_as),
-        cmocka_unit_test(test_admin_token), cmocka_unit_test(test_open_errors_name_the_key),
+        cmocka_unit_test(test_reasons),
+        cmocka_unit_test(test_may_act_as),
+        cmocka_unit_test(test_admin_token),
+        cmocka_unit_test(test_open_errors_name_the_key),
         cmocka_unit_test(test_redact),
+        cmocka_unit_test(test_cache_expired_refused_while_cached),
+        cmocka_unit_test(test_cache_dropped_on_key_rotation),
+        cmocka_unit_test(test_cache_one_byte_off_is_no_hit),
+        cmocka_unit_test(test_cache_ttl_and_off),
+        cmocka_unit_test(test_cache_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
