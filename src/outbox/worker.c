@@ -762,8 +762,7 @@ claim(struct worker *w, struct flight *done, size_t *n)
         /* the completion first in the same transaction: the (ordered) claim
          * sees the landed rows' rooms free, and their next rows come */
         rc = store_outbox_complete_claim(ob->store, done->res, done->n, now, lock_until,
-                                         w->locked_by, limit, per_room, &rows, n,
-                                         &completed);
+                                         w->locked_by, limit, per_room, &rows, n, &completed);
         if (completed) {
             log_refused(done->rows, done->res, done->n);
             flight_free(ob, done, 0);
@@ -977,8 +976,8 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
              "workers=%d batch_size=%d claim_batches=%d poll_interval_ms=%lld "
              "lock_timeout_ms=%lld sinks=%zu node=%s handoff_rows=%zu",
              ob->nworkers, ob->cfg.batch_size, ob->cfg.claim_batches,
-             (long long)ob->cfg.poll_interval_ms,
-             (long long)ob->cfg.lock_timeout_ms, nsinks, node, ob->handoff_cap);
+             (long long)ob->cfg.poll_interval_ms, (long long)ob->cfg.lock_timeout_ms, nsinks, node,
+             ob->handoff_cap);
     *out = ob;
     return 0;
 }
