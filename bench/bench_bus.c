@@ -20,6 +20,7 @@
  *   bench_bus [N] [DIR] [RATE] [SECS]   (N 20000, DIR ./var, RATE 500/s, SECS 5)
  *   BENCH_ONLY=relay,handoff,latency,service picks parts (raw always runs);
  *   BENCH_WORKERS, BENCH_BATCH: outbox_worker.workers (2), batch_size (100);
+ *   BENCH_CLAIM_BATCHES: outbox_worker.claim_batches (the default, 3; 1 = off);
  *   BENCH_ORDERING=none: outbox_worker.ordering none (else per_room, the default).
  *   BENCH_STORE=mysql: the store is MariaDB at 127.0.0.1:$ROOMD_MYSQL_PORT (3417,
  *   root, no password), a fresh database per part, dropped at the end.
@@ -855,6 +856,8 @@ main(int argc, char **argv)
     }
     conf->outbox_worker.workers = getenv("BENCH_WORKERS") ? atoi(getenv("BENCH_WORKERS")) : 2;
     conf->outbox_worker.batch_size = getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 100;
+    if (getenv("BENCH_CLAIM_BATCHES") != NULL)
+        conf->outbox_worker.claim_batches = atoi(getenv("BENCH_CLAIM_BATCHES"));
     if (getenv("BENCH_ORDERING") != NULL && strcmp(getenv("BENCH_ORDERING"), "none") == 0)
         conf->outbox_worker.ordering = ORDERING_NONE;
     conf->outbox_worker.poll_interval_ms = 1000;
@@ -866,14 +869,14 @@ main(int argc, char **argv)
 
     if (use_mysql)
         printf("== bench_bus: %d messages, MariaDB at 127.0.0.1:%d, %d outbox workers, batch %d, "
-               "ordering %s\n",
+               "claim_batches %d, ordering %s\n",
                nmsgs, conf->store.mysql.port, conf->outbox_worker.workers,
-               conf->outbox_worker.batch_size, ordering_name());
+               conf->outbox_worker.batch_size, conf->outbox_worker.claim_batches, ordering_name());
     else
         printf("== bench_bus: %d messages, SQLite synchronous=FULL in %s, %d outbox workers, "
-               "batch %d, ordering %s\n",
+               "batch %d, claim_batches %d, ordering %s\n",
                nmsgs, dir, conf->outbox_worker.workers, conf->outbox_worker.batch_size,
-               ordering_name());
+               conf->outbox_worker.claim_batches, ordering_name());
     double raw = run_raw();
     if (want("relay"))
         run_relay(raw);

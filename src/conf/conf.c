@@ -331,7 +331,10 @@ const struct key conf_keys[] = {
     {"outbox_worker.poll_interval", K_DUR, F(outbox_worker.poll_interval_ms), "1s", GT(0),
      .note = "(avoids a busy loop)", .doc = "time between claims when idle"},
     {"outbox_worker.batch_size", K_INT, F(outbox_worker.batch_size), "100", GT(0),
-     .doc = "rows claimed at once"},
+     .doc = "rows claimed at once, and the most rows of one sink call"},
+    {"outbox_worker.claim_batches", K_INT, F(outbox_worker.claim_batches), "3", GE(1),
+     .doc = "a claim after one that brought batch_size rows (a deep backlog) takes up to this "
+            "many batches, each sink call still at most batch_size rows"},
     {"outbox_worker.publish_timeout", K_DUR, F(outbox_worker.publish_timeout_ms), "3s", GT(0),
      .doc = "one publish attempt"},
     {"outbox_worker.retry_strategy", K_STR, F(outbox_worker.retry_strategy), "exponential_backoff",

@@ -216,7 +216,9 @@ struct conf_outbox {
     bool enabled;
     enum publish_mode publish_mode;
     int64_t poll_interval_ms;
-    int batch_size;
+    int batch_size;    /* rows claimed at once; the most rows of one sink call */
+    int claim_batches; /* after a claim of >= batch_size rows, the next one takes up to
+                        * claim_batches x batch_size (published batch_size at a time) */
     int64_t publish_timeout_ms;
     char *retry_strategy; /* "exponential_backoff" */
     int max_retry_count;

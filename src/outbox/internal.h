@@ -26,6 +26,8 @@ struct worker {
     int64_t next_claim_ms; /* clock_mono_ms; 0 = at once */
     bool last_was_claim;   /* alternate claims and hand-off batches when both wait */
     bool down;             /* the last claim failed: wake-ups wait for next_claim_ms */
+    bool deep;             /* the worker's own (claim): its last claim brought batch_size
+                            * rows or more, the next may take claim_batches x batch_size */
     int down_count;
 };
 
@@ -227,12 +229,15 @@ struct slot {
  * number_rooms numbers sl[i].room (equal for one room's rows, < n);
  * note_room marks blocked[sl->room] when sl is undelivered (handed back,
  * failed so far or held); hold_if_blocked holds sl when blocked[its room];
- * hold_later holds, in commit order, every row whose room has an earlier
- * undelivered row (blocked: n places, reset first). */
+ * hold_later holds, in commit order, every row of sl[lo..hi) whose room has
+ * an earlier undelivered row there or is marked in before (the rooms the
+ * rows before lo blocked; before and blocked: nrooms places, blocked is
+ * set from before first). */
 void number_rooms(struct slot *sl, size_t n);
 void note_room(const struct slot *sl, bool *blocked);
 void hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked);
-void hold_later(struct outbox *ob, struct slot *sl, size_t n, bool *blocked);
+void hold_later(struct outbox *ob, struct slot *sl, size_t lo, size_t hi, const bool *before,
+                bool *blocked, size_t nrooms);
 /* True when sl was handed back, failed so far or held. */
 bool slot_undelivered(const struct slot *sl);
 

@@ -2,8 +2,9 @@
  * order.c: outbox_worker.ordering per_room inside one batch (docs/outbox.md,
  * "Per-room order"): the batch's rooms numbered once, and a row held (no
  * further sink called, retried after it, no attempt counted) while an
- * earlier row of its room in the batch is undelivered. The claims keep the
- * order between batches (store/<backend>/outbox.c). Called by the worker
+ * earlier row of its room in the batch is undelivered, also across the
+ * sink calls a deep claim is split into. The claims keep the order between
+ * batches (store/<backend>/outbox.c). Called by the worker
  * thread that owns the batch (worker.c); never blocks.
  */
 #include "outbox/internal.h"
@@ -46,14 +47,17 @@ note_room(const struct slot *sl, bool *blocked)
         blocked[sl->room] = true;
 }
 
-/* ordering per_room: holds every row of sl[0..n) (in commit order) whose
- * room has an earlier undelivered row in the batch, before the next sink is
- * called; one pass, blocked has a place per room of the batch. */
+/* ordering per_room: holds every row of sl[lo..hi) (in commit order) whose
+ * room has an earlier undelivered row, before the next sink is called: one
+ * of sl[lo..) before it, or one of the rows before lo, whose rooms before
+ * marks (nrooms places, the batch's rooms). One pass; blocked (nrooms
+ * places) ends as before plus the rooms of sl[lo..hi)'s undelivered rows. */
 void
-hold_later(struct outbox *ob, struct slot *sl, size_t n, bool *blocked)
+hold_later(struct outbox *ob, struct slot *sl, size_t lo, size_t hi, const bool *before,
+           bool *blocked, size_t nrooms)
 {
-    memset(blocked, 0, n * sizeof(*blocked));
-    for (size_t i = 0; i < n; i++) {
+    memcpy(blocked, before, nrooms * sizeof(*blocked));
+    for (size_t i = lo; i < hi; i++) {
         hold_if_blocked(ob, &sl[i], blocked);
         note_room(&sl[i], blocked);
     }

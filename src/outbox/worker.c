@@ -4,7 +4,9 @@
  * (already claimed at insert, outbox_handoff_*), or claim a batch (a wake-up
  * after a commit that could not hand off, poll_interval, start-up) -> build
  * each event once (event.c) -> publish to the sinks not yet done (a batch
- * sink once per batch) -> complete the batch, fenced by locked_by. A batch
+ * sink once per batch of at most batch_size rows; a claim after a full one
+ * takes up to claim_batches batches, published one after the other) ->
+ * complete the claim's rows in one transaction, fenced by locked_by. A batch
  * whose last sink answers asynchronously stays in the air (struct flight)
  * while the worker takes and publishes the next one; its completion then
  * shares the next claim's transaction when a claim comes at once.
@@ -29,6 +31,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -223,24 +226,25 @@ struct batch_call {
 };
 
 /*
- * Calls the batch sink ks once for every slot of sl[0..n) that still needs
- * it (rows whose earlier sinks refused for good are left out, as calling the
- * sinks row by row would), within deadline. With async and a sink that
- * offers publish_start, returns with the answers outstanding (bc->handle;
- * batch_call_end collects them); else with them in.
+ * Calls the batch sink ks once for every slot of sl[lo..hi) that still
+ * needs it (rows whose earlier sinks refused for good are left out, as
+ * calling the sinks row by row would), within deadline. With async and a
+ * sink that offers publish_start, returns with the answers outstanding
+ * (bc->handle; batch_call_end collects them); else with them in.
  */
 static void
-batch_call_begin(struct outbox *ob, size_t ks, struct slot *sl, size_t n, int64_t deadline,
-                 bool async, struct batch_call *bc)
+batch_call_begin(struct outbox *ob, size_t ks, struct slot *sl, size_t lo, size_t hi,
+                 int64_t deadline, bool async, struct batch_call *bc)
 {
     struct sink *s = ob->sinks[ks];
+    size_t n = hi - lo;
 
     *bc = (struct batch_call){.ks = ks};
     bc->evs = xcalloc(n, sizeof(*bc->evs));
     bc->idx = xcalloc(n, sizeof(*bc->idx));
     bc->rcs = xcalloc(n, sizeof(*bc->rcs));
     bc->errs = xcalloc(n, SINK_ERR_LEN);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = lo; i < hi; i++)
         if (sink_needed(&sl[i], s)) {
             bc->idx[bc->k] = i;
             bc->evs[bc->k++] = sl[i].ev;
@@ -410,10 +414,12 @@ complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_r
 }
 
 /*
- * A batch from its publish to its completion. The worker keeps one in the
- * air (the last batch sink's answers outstanding) while it claims and
- * publishes the next: the window of outstanding acks across batches. rows
- * (and pushed_us, for handed-off rows) are the flight's.
+ * A batch from its publish to its completion: one claim (up to
+ * claim_batches x batch_size rows, published batch_size at a time) or one
+ * take of the hand-off queue. The worker keeps one in the air (the last
+ * batch sink's answers outstanding) while it claims and publishes the next:
+ * the window of outstanding acks across batches. rows (and pushed_us, for
+ * handed-off rows) are the flight's.
  */
 struct flight {
     struct outbox_row *rows;
@@ -440,33 +446,114 @@ last_needed_sink(struct outbox *ob, size_t ks, const struct slot *sl, size_t n)
 }
 
 /*
- * Builds rows[0..n) (each claimed by rows[i].locked_by until
- * rows[i].lock_until_ms) and publishes them. Sinks run in their order; the
- * outcome of a row is what calling them one by one gives: every sink not yet
- * in sinks_done that accepts it, stopping at a permanent refusal.
+ * Publishes the part sl[lo..hi) of flight f (at most batch_size rows): the
+ * outcome of a row is what calling the sinks one by one gives: every sink
+ * not yet in sinks_done that accepts it, in sink order, stopping at a
+ * permanent refusal. before marks the rooms the rows before lo left
+ * undelivered (their rows here are held); blocked is scratch; both have a
+ * place per room of f (f->n).
  *
  * Phase 1, row by row: the sinks before the first one offering
- * publish_batch, within publish_timeout per row. A row is published only
- * while its lock outlasts that deadline, so no other claimer can deliver it
- * inside our window; otherwise (or when stopping) it is handed back.
- * Phase 2, sink by sink: from the first batch sink on, one publish_batch
- * call for all the rows that need it (publish() per row for the others),
- * within one publish_timeout for the batch, again only while every lock
- * outlasts it. The last batch sink that has work, when no sink after it
- * has any, is left in the air (publish_start): flight_land collects it.
- * The rows of a room blocked at the take (b->blocked) are held from the
- * start. Returns the flight; it owns b's arrays.
+ * publish_batch (first_batch), within publish_timeout per row. A row is
+ * published only while its lock outlasts that deadline, so no other
+ * claimer can deliver it inside our window; otherwise (or when stopping) it
+ * is handed back. Phase 2, sink by sink: from the first batch sink on, one
+ * publish_batch call for the part's rows that need it (publish() per row
+ * for the others), within one publish_timeout for the part, again only
+ * while every lock outlasts it. With may_fly, the last batch sink that has
+ * work, when no sink after it has any, is left in the air (publish_start,
+ * f->air): flight_land collects it. Else every answer is in on return.
+ */
+static void
+publish_part(struct outbox *ob, struct flight *f, size_t first_batch, size_t lo, size_t hi,
+             const bool *before, bool *blocked, bool may_fly)
+{
+    const struct outbox_row *rows = f->rows;
+    struct slot *sl = f->sl;
+    size_t rooms = f->n;
+    int64_t timeout = ob->cfg.publish_timeout_ms;
+
+    /* phase 1: row by row (a row is held when an earlier one of its room,
+     * handled before it, is undelivered) */
+    memcpy(blocked, before, rooms * sizeof(*blocked));
+    for (size_t i = lo; i < hi; i++) {
+        int64_t now = clock_wall_ms();
+        int64_t deadline = clock_mono_ms() + timeout;
+
+        if (stopping(ob) || now + timeout > rows[i].lock_until_ms) {
+            sl[i].released = true;
+            note_room(&sl[i], blocked);
+            continue;
+        }
+        hold_if_blocked(ob, &sl[i], blocked);
+        for (size_t k = 0; k < first_batch; k++)
+            if (sink_needed(&sl[i], ob->sinks[k]))
+                publish_one(ob, k, &sl[i], deadline);
+        note_room(&sl[i], blocked);
+    }
+    if (first_batch == ob->nsinks)
+        return;
+
+    /* phase 2: sink by sink, one call per batch sink */
+    int64_t now = clock_wall_ms();
+    int64_t deadline = clock_mono_ms() + timeout;
+
+    for (size_t i = lo; i < hi; i++)
+        if (!sl[i].released && now + timeout > rows[i].lock_until_ms) {
+            if (first_batch == 0 || stopping(ob)) {
+                sl[i].released = true; /* nothing called yet: no attempt */
+            } else if (!sl[i].finished) {
+                outage(&sl[i], ob->sinks[first_batch], "lock too short for the batch sinks");
+                sl[i].finished = true;
+            }
+        }
+    for (size_t k = first_batch; k < ob->nsinks; k++) {
+        struct sink *s = ob->sinks[k];
+
+        /* a batch sink gets a room's rows of the part in one call, in order
+         * (one connection keeps them in order); a row after one it refused
+         * is not sent to the next sink */
+        hold_later(ob, sl, lo, hi, before, blocked, rooms);
+        if (s->publish_batch != NULL) {
+            bool last = may_fly && last_needed_sink(ob, k, sl + lo, hi - lo);
+
+            batch_call_begin(ob, k, sl, lo, hi, deadline, last, &f->air);
+            if (f->air.handle != NULL)
+                return; /* in the air; nothing after it */
+            batch_call_end(ob, sl, &f->air);
+            continue;
+        }
+        memcpy(blocked, before, rooms * sizeof(*blocked));
+        for (size_t i = lo; i < hi; i++) {
+            hold_if_blocked(ob, &sl[i], blocked);
+            if (sink_needed(&sl[i], s))
+                publish_one(ob, k, &sl[i], deadline);
+            note_room(&sl[i], blocked);
+        }
+    }
+}
+
+/*
+ * Builds rows[0..n) (each claimed by rows[i].locked_by until
+ * rows[i].lock_until_ms) and publishes them batch_size rows at a time, in
+ * order (publish_part): a sink call never gets more than batch_size rows.
+ * Each part's answers are in before the next part is published, so a row
+ * of a part not delivered holds its room's rows in the later parts, as
+ * within one part; only the last part may stay in the air. Each part has
+ * its own publish_timeout and checks its rows' locks against it. The rows
+ * of a room blocked at the take (b->blocked) are held from the start.
+ * Returns the flight; it owns b's arrays.
  */
 static struct flight *
 flight_start(struct outbox *ob, struct handoff_batch *b)
 {
     struct outbox_row *rows = b->rows;
     size_t n = b->n;
+    size_t part = (size_t)ob->cfg.batch_size;
     struct flight *f = xcalloc(1, sizeof(*f));
     struct slot *sl = xcalloc(n, sizeof(*sl));
     size_t first_batch = ob->nsinks;
-    int64_t timeout = ob->cfg.publish_timeout_ms;
-    bool need_json = false, *blocked;
+    bool need_json = false, *before, *blocked;
 
     *f = (struct flight){
         .rows = rows, .n = n, .pushed_us = b->pushed_us, .rooms = b->rooms, .sl = sl};
@@ -498,74 +585,26 @@ flight_start(struct outbox *ob, struct handoff_batch *b)
     }
 
     number_rooms(sl, n);
+    before = xcalloc(n > 0 ? n : 1, sizeof(*before));
     blocked = xcalloc(n > 0 ? n : 1, sizeof(*blocked));
     /* room affinity: a room whose earlier rows in memory were not delivered
      * has every row of this batch held (retried after them, in order) */
     for (size_t i = 0; b->blocked != NULL && i < n; i++)
         if (b->blocked[i])
-            blocked[sl[i].room] = true;
+            before[sl[i].room] = true;
     free(b->blocked);
     *b = (struct handoff_batch){0};
 
     f->t1 = clock_mono_us();
-    /* phase 1: row by row (a row is held when an earlier one of its room,
-     * handled before it, is undelivered) */
-    for (size_t i = 0; i < n; i++) {
-        int64_t now = clock_wall_ms();
-        int64_t deadline = clock_mono_ms() + timeout;
+    for (size_t lo = 0; lo < n; lo += part) {
+        size_t hi = n - lo > part ? lo + part : n;
 
-        if (stopping(ob) || now + timeout > rows[i].lock_until_ms) {
-            sl[i].released = true;
-            note_room(&sl[i], blocked);
-            continue;
-        }
-        hold_if_blocked(ob, &sl[i], blocked);
-        for (size_t k = 0; k < first_batch; k++)
-            if (sink_needed(&sl[i], ob->sinks[k]))
-                publish_one(ob, k, &sl[i], deadline);
-        note_room(&sl[i], blocked);
-    }
-
-    /* phase 2: sink by sink, one call per batch sink */
-    if (first_batch < ob->nsinks) {
-        int64_t now = clock_wall_ms();
-        int64_t deadline = clock_mono_ms() + timeout;
-
-        for (size_t i = 0; i < n; i++)
-            if (!sl[i].released && now + timeout > rows[i].lock_until_ms) {
-                if (first_batch == 0 || stopping(ob)) {
-                    sl[i].released = true; /* nothing called yet: no attempt */
-                } else if (!sl[i].finished) {
-                    outage(&sl[i], ob->sinks[first_batch], "lock too short for the batch sinks");
-                    sl[i].finished = true;
-                }
-            }
-        for (size_t k = first_batch; k < ob->nsinks; k++) {
-            struct sink *s = ob->sinks[k];
-
-            /* a batch sink gets a room's rows in one call, in order (one
-             * connection keeps them in order); a row after one it refused
-             * is not sent to the next sink */
-            hold_later(ob, sl, n, blocked);
-            if (s->publish_batch != NULL) {
-                bool last = last_needed_sink(ob, k, sl, n);
-
-                batch_call_begin(ob, k, sl, n, deadline, last, &f->air);
-                if (f->air.handle != NULL)
-                    break; /* in the air; nothing after it */
-                batch_call_end(ob, sl, &f->air);
-                continue;
-            }
-            memset(blocked, 0, n * sizeof(*blocked));
-            for (size_t i = 0; i < n; i++) {
-                hold_if_blocked(ob, &sl[i], blocked);
-                if (sink_needed(&sl[i], s))
-                    publish_one(ob, k, &sl[i], deadline);
-                note_room(&sl[i], blocked);
-            }
-        }
+        publish_part(ob, f, first_batch, lo, hi, before, blocked, hi == n);
+        for (size_t i = lo; i < hi && hi < n; i++)
+            note_room(&sl[i], before); /* the part's answers are in */
     }
     free(blocked);
+    free(before);
     return f;
 }
 
@@ -707,6 +746,9 @@ claim(struct worker *w, struct flight *done, size_t *n)
     struct outbox *ob = w->ob;
     const struct conf_outbox *cfg = &ob->cfg;
     struct outbox_row *rows = NULL;
+    /* a deep backlog (the last claim brought a full batch): claim_batches batches */
+    int64_t want = (int64_t)cfg->batch_size * (w->deep ? cfg->claim_batches : 1);
+    int limit = want < INT_MAX ? (int)want : INT_MAX;
     int64_t now = clock_wall_ms();
     int64_t lock_until = now + cfg->lock_timeout_ms;
     int64_t next, t0 = clock_mono_us();
@@ -720,8 +762,7 @@ claim(struct worker *w, struct flight *done, size_t *n)
         /* the completion first in the same transaction: the (ordered) claim
          * sees the landed rows' rooms free, and their next rows come */
         rc = store_outbox_complete_claim(ob->store, done->res, done->n, now, lock_until,
-                                         w->locked_by, cfg->batch_size, per_room, &rows, n,
-                                         &completed);
+                                         w->locked_by, limit, per_room, &rows, n, &completed);
         if (completed) {
             log_refused(done->rows, done->res, done->n);
             flight_free(ob, done, 0);
@@ -729,12 +770,13 @@ claim(struct worker *w, struct flight *done, size_t *n)
             flight_complete(ob, done); /* on its own, with its retries */
         }
     } else {
-        rc = store_outbox_claim_ordered(ob->store, now, lock_until, w->locked_by, cfg->batch_size,
-                                        per_room, &rows, n);
+        rc = store_outbox_claim_ordered(ob->store, now, lock_until, w->locked_by, limit, per_room,
+                                        &rows, n);
     }
     int64_t claim_us = clock_mono_us() - t0;
     if (rc != 0) {
         store_trouble(ob, "claim", rc);
+        w->deep = false;
         int64_t initial = cfg->poll_interval_ms < 100 ? cfg->poll_interval_ms : 100;
         int64_t cap = cfg->poll_interval_ms > 2000 ? cfg->poll_interval_ms : 2000;
         pthread_mutex_lock(&ob->pool.mu);
@@ -746,12 +788,12 @@ claim(struct worker *w, struct flight *done, size_t *n)
         return NULL;
     }
     store_fine(ob);
-    /* A full batch: claim again at once (and let an idle worker claim too);
-     * else idle until woken or polled. Ordered, any rows: again after this
-     * batch, since completing them lets their rooms' next rows be claimed. */
-    next = *n == (size_t)cfg->batch_size || (per_room && *n > 0)
-               ? 0
-               : clock_mono_ms() + cfg->poll_interval_ms;
+    /* A full batch (batch_size rows or more): claim again at once, up to
+     * claim_batches batches (and let an idle worker claim too); else idle
+     * until woken or polled. Ordered, any rows: again after this batch,
+     * since completing them lets their rooms' next rows be claimed. */
+    w->deep = *n >= (size_t)cfg->batch_size;
+    next = w->deep || (per_room && *n > 0) ? 0 : clock_mono_ms() + cfg->poll_interval_ms;
     pthread_mutex_lock(&ob->pool.mu);
     w->down = false;
     w->down_count = 0;
@@ -760,7 +802,7 @@ claim(struct worker *w, struct flight *done, size_t *n)
     ob->stats.claimed_rows += *n;
     ob->stats.claim_us += claim_us;
     pthread_mutex_unlock(&ob->pool.mu);
-    if (*n == (size_t)cfg->batch_size)
+    if (w->deep)
         outbox_wake(ob);
     for (size_t i = 0; i < *n; i++) {
         rows[i].lock_until_ms = lock_until;
@@ -883,6 +925,7 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
     ob->cfg = *cfg;
     ob->cfg.workers = (int)positive_or(ob->cfg.workers, 1);
     ob->cfg.batch_size = (int)positive_or(ob->cfg.batch_size, 1);
+    ob->cfg.claim_batches = (int)positive_or(ob->cfg.claim_batches, 1);
     ob->cfg.poll_interval_ms = positive_or(ob->cfg.poll_interval_ms, 1000);
     ob->cfg.lock_timeout_ms = positive_or(ob->cfg.lock_timeout_ms, 60000);
     ob->cfg.circuit_failures = (int)positive_or(ob->cfg.circuit_failures, 5);
@@ -900,6 +943,13 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
     if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)
         log_warn("outbox", "lock_timeout <= publish_timeout: rows are handed back unpublished",
                  "lock_timeout_ms=%lld publish_timeout_ms=%lld", (long long)ob->cfg.lock_timeout_ms,
+                 (long long)ob->cfg.publish_timeout_ms);
+    else if (ob->cfg.lock_timeout_ms <= ob->cfg.claim_batches * ob->cfg.publish_timeout_ms)
+        log_warn("outbox",
+                 "lock_timeout <= claim_batches x publish_timeout: a deep claim's last "
+                 "batches may be handed back unpublished",
+                 "lock_timeout_ms=%lld claim_batches=%d publish_timeout_ms=%lld",
+                 (long long)ob->cfg.lock_timeout_ms, ob->cfg.claim_batches,
                  (long long)ob->cfg.publish_timeout_ms);
 
     node_name(node_id, node, sizeof(node));
@@ -923,10 +973,11 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
     if (metrics_add_collector(outbox_collect_metrics, ob) == 0)
         ob->metrics = true;
     log_info("outbox", "workers started",
-             "workers=%d batch_size=%d poll_interval_ms=%lld lock_timeout_ms=%lld sinks=%zu "
-             "node=%s handoff_rows=%zu",
-             ob->nworkers, ob->cfg.batch_size, (long long)ob->cfg.poll_interval_ms,
-             (long long)ob->cfg.lock_timeout_ms, nsinks, node, ob->handoff_cap);
+             "workers=%d batch_size=%d claim_batches=%d poll_interval_ms=%lld "
+             "lock_timeout_ms=%lld sinks=%zu node=%s handoff_rows=%zu",
+             ob->nworkers, ob->cfg.batch_size, ob->cfg.claim_batches,
+             (long long)ob->cfg.poll_interval_ms, (long long)ob->cfg.lock_timeout_ms, nsinks, node,
+             ob->handoff_cap);
     *out = ob;
     return 0;
 }

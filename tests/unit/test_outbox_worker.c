@@ -5,7 +5,8 @@
  * permanently on demand): retry schedule within the jittered backoff bounds,
  * dead letter at max_retry_count, permanent errors, fenced completion,
  * reclaim after lock expiry, per-sink state, poison events with bounded log
- * lines, wake-up latency, full batches, several workers, purge.
+ * lines, wake-up latency, full batches, several workers, deep claims split
+ * into sink calls of batch_size (order, hold-back, kill -9 mid-claim), purge.
  */
 #include "helpers.h"
 
@@ -24,10 +25,12 @@
 #include "store/store.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ==== fixture ==== */
@@ -1071,6 +1074,256 @@ test_batch_sink_row_outcomes(void **state)
         tsink_free(ts[i]);
 }
 
+/* Where event_id is among t's calls from `from` on, or -1. */
+static int
+call_index(struct tsink *t, const char *event_id, int from)
+{
+    for (int k = from; k < t->calls && k < TSINK_MAX_CALLS; k++)
+        if (strcmp(t->event_ids[k], event_id) == 0)
+            return k;
+    return -1;
+}
+
+/* Every batch call of t got at most max events; returns their sum. */
+static int
+batch_calls_within(struct tsink *t, int max)
+{
+    int sum = 0;
+
+    for (int i = 0; i < t->batch_calls && i < TSINK_MAX_CALLS; i++) {
+        assert_true(t->batch_sizes[i] >= 1);
+        assert_true(t->batch_sizes[i] <= max);
+        sum += t->batch_sizes[i];
+    }
+    return sum;
+}
+
+/*
+ * A deep backlog: after a full claim the next ones take claim_batches
+ * batches (10, then 30, 30, 25 rows: 4-5 claims, not 10), yet no sink call
+ * gets more than batch_size rows; every row once, each room in order.
+ */
+static void
+test_deep_claim_split(void **state)
+{
+    enum { ROOMS = 19, PER = 5, N = ROOMS * PER };
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->poll_interval_ms = 10000;
+    c->batch_size = 10;
+    c->claim_batches = 3;
+    char ids[N][37];
+    for (int r = 0; r < ROOMS; r++)
+        insert_events(PER, "RoomGiftSent", NULL, 0, &ids[r * PER]);
+    struct tsink *t = tsink_window_new("bus", SINK_BIT_BUS, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    struct outbox_stats st;
+
+    for (int i = 0; i < N; i++)
+        assert_true(wait_status(ids[i], OUTBOX_DELIVERED, 5000));
+    outbox_stats(ob, &st);
+    outbox_close(ob);
+    assert_int_equal(t->single_calls, 0);
+    assert_int_equal(t->calls, N);
+    assert_int_equal(batch_calls_within(t, 10), N);
+    assert_true(t->batch_calls >= N / 10);
+    assert_int_equal(st.claimed_rows, N);
+    print_message("deep claims: %llu claims, %d sink calls for %d rows\n",
+                  (unsigned long long)st.claims, t->batch_calls, N);
+    assert_true(st.claims <= 6); /* batch_size alone: 10 claims or more */
+    for (int i = 0; i < N; i++) {
+        int k = call_index(t, ids[i], 0);
+        assert_true(k >= 0);
+        assert_int_equal(call_index(t, ids[i], k + 1), -1); /* once */
+        if (i % PER > 0)
+            assert_true(k > call_index(t, ids[i - 1], 0)); /* after its room's previous */
+    }
+    tsink_free(t);
+}
+
+/*
+ * ordering per_room across the sink calls of one deep claim: a room's 30
+ * rows, batch 10: the first claim takes e0..e9, the deep one e10..e29 in
+ * two calls. e19, the last row of the first call, is answered "not now":
+ * e20..e29, in the second call, are held (never sent, no attempt counted)
+ * and reach the sink after e19's retry, in order, each once.
+ */
+static void
+test_deep_claim_holds_across_batches(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->poll_interval_ms = 20;
+    c->batch_size = 10;
+    c->claim_batches = 3;
+    c->initial_backoff_ms = 1000; /* e19 waits >= 500 ms for its retry */
+    c->max_backoff_ms = 1000;
+    char ids[30][37];
+    insert_events(30, "RoomGiftSent", NULL, 0, ids);
+    struct tsink *t = tsink_batch_new("bus", SINK_BIT_BUS, 0);
+    t->retry_id = ids[19];
+    struct outbox *ob = open_outbox(&t, 1);
+    struct outbox_row r;
+
+    assert_true(wait_status(ids[29], OUTBOX_RETRYABLE, 5000));
+    pthread_mutex_lock(&t->mu);
+    for (int i = 20; i < 30; i++)
+        assert_int_equal(call_index(t, ids[i], 0), -1); /* held: not sent */
+    t->retry_id = NULL;
+    pthread_mutex_unlock(&t->mu);
+    get_row(ids[19], &r);
+    assert_int_equal(r.retry_count, 1);
+    row_clear(&r);
+    for (int i = 20; i < 30; i++) {
+        get_row(ids[i], &r);
+        assert_int_equal(r.retry_count, 0);
+        assert_non_null(r.last_error);
+        assert_non_null(strstr(r.last_error, "held"));
+        row_clear(&r);
+    }
+
+    assert_true(wait_status(ids[29], OUTBOX_DELIVERED, 5000));
+    outbox_close(ob);
+    for (int i = 0; i < 30; i++)
+        assert_int_equal(row_status(ids[i]), OUTBOX_DELIVERED);
+    /* e0..e19, then e19 again (once more per failed retry), then e20..e29 */
+    for (int k = 0; k < 20; k++)
+        assert_string_equal(t->event_ids[k], ids[k]);
+    int k = 20;
+    while (k < t->calls && strcmp(t->event_ids[k], ids[19]) == 0)
+        k++;
+    assert_true(k > 20);
+    assert_int_equal(t->calls, k + 10);
+    for (int i = 20; i < 30; i++)
+        assert_string_equal(t->event_ids[k + i - 20], ids[i]);
+    assert_int_equal(batch_calls_within(t, 10), t->calls);
+    tsink_free(t);
+}
+
+/* A batch sink for a child process: each call sleeps delay_ms, then writes
+ * the call's event ids (37 bytes each) to fd in one write, and delivers. */
+struct psink {
+    struct sink super;
+    int fd;
+    int64_t delay_ms;
+};
+
+static void
+psink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
+                    int *rcs, char *errs, size_t errlen)
+{
+    struct psink *p = (struct psink *)s;
+    char *buf = xcalloc(n, 37);
+
+    (void)deadline;
+    usleep((useconds_t)p->delay_ms * 1000);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(buf + i * 37, evs[i].row->event_id, 37);
+        rcs[i] = 0;
+        errs[i * errlen] = '\0';
+    }
+    if (write(p->fd, buf, n * 37) != (ssize_t)(n * 37)) /* n <= 110: one atomic pipe write */
+        _exit(5);
+    free(buf);
+}
+
+static int
+psink_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
+              size_t errlen)
+{
+    int rc;
+
+    psink_publish_batch(s, ev, 1, deadline, &rc, err, errlen);
+    return rc;
+}
+
+/*
+ * kill -9 mid-claim: a child process claims e0..e9 (delivered, completed
+ * with its next claim), then the deep claim e10..e29, publishes its first
+ * call (e10..e19) and is killed during the second one. Nothing of the claim
+ * was completed: e10..e29 stay delivering under the child's lock, and
+ * another claimer delivers all twenty after the lock, in order, each once
+ * (e10..e19 twice in all: at least once). The child's calls were 10 rows.
+ */
+static void
+test_deep_claim_kill9(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->poll_interval_ms = 20;
+    c->batch_size = 10;
+    c->claim_batches = 3;
+    c->lock_timeout_ms = 2000;
+    c->publish_timeout_ms = 500;
+    char ids[30][37], got[31][37];
+    insert_events(30, "RoomGiftSent", NULL, 0, ids);
+    int fds[2], status;
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The child opens its own store; it never touches the parent's handle. */
+        struct psink ps = {.super = {.name = "bus",
+                                     .bit = SINK_BIT_BUS,
+                                     .publish = psink_publish,
+                                     .publish_batch = psink_publish_batch,
+                                     .no_json = true},
+                           .fd = fds[1],
+                           .delay_ms = 300};
+        struct sink *sp = &ps.super;
+        struct store *st = NULL;
+        struct outbox *ob = NULL;
+        char err[256];
+
+        close(fds[0]);
+        if (store_open(&st, &fx.conf->store, err, sizeof(err)) != 0)
+            _exit(2);
+        if (outbox_open(&ob, c, &fx.conf->store, st, "node-k", &sp, 1) != 0)
+            _exit(3);
+        sleep(30); /* killed long before; never outlives a failed parent */
+        _exit(6);
+    }
+    close(fds[1]);
+    size_t have = 0;
+    while (have < 20 * 37) {
+        ssize_t r = read(fds[0], (char *)got + have, 20 * 37 - have);
+        if (r <= 0)
+            break; /* the child died early: asserted below, after it is reaped */
+        have += (size_t)r;
+    }
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(have, 20 * 37);
+    assert_true(WIFSIGNALED(status));
+    /* nothing more was written: the second call of the deep claim never returned */
+    assert_int_equal(read(fds[0], got[20], 37), 0);
+    close(fds[0]);
+    for (int i = 0; i < 20; i++)
+        assert_string_equal(got[i], ids[i]);
+
+    struct outbox_row r;
+    int64_t lock_until = 0;
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(row_status(ids[i]), OUTBOX_DELIVERED);
+    for (int i = 10; i < 30; i++) {
+        get_row(ids[i], &r);
+        assert_int_equal(r.status, OUTBOX_DELIVERING); /* the deep claim took all twenty */
+        assert_string_equal(r.locked_by, "node-k/w0");
+        assert_int_equal(r.retry_count, 0);
+        lock_until = r.lock_until_ms;
+        row_clear(&r);
+    }
+
+    struct tsink *t = tsink_batch_new("bus", SINK_BIT_BUS, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    for (int i = 10; i < 30; i++)
+        assert_true(wait_status(ids[i], OUTBOX_DELIVERED, 10000));
+    outbox_close(ob);
+    assert_int_equal(t->calls, 20);
+    assert_true(t->call_wall_ms[0] >= lock_until); /* not inside the child's lock */
+    for (int i = 10; i < 30; i++)
+        assert_string_equal(t->event_ids[i - 10], ids[i]);
+    assert_int_equal(batch_calls_within(t, 10), 20);
+    tsink_free(t);
+}
+
 /* Delivered rows older than the retention are purged in batches by the
  * thread outbox_open starts; failed and pending rows stay. */
 static void
@@ -1180,6 +1433,9 @@ main(void)
         cmocka_unit_test_setup_teardown(test_batch_sink_one_call_per_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deep_claim_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deep_claim_holds_across_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deep_claim_kill9, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_outage_backoff, setup, teardown),
     };
