@@ -40,9 +40,12 @@ class NatsCluster:
 
     def start(self):
         self._sh("start", self.dir)
-        # JetStream is usable once the meta group elected a leader
-        wait_until(self._js_ready, timeout=30, step=0.2, what="JetStream cluster leader")
+        self.wait_jetstream()
         return self
+
+    def wait_jetstream(self, timeout=30):
+        """Waits until JetStream is usable: the meta group elected a leader."""
+        wait_until(self._js_ready, timeout=timeout, step=0.2, what="JetStream cluster leader")
 
     def _js_ready(self):
         try:

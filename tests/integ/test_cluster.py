@@ -267,9 +267,15 @@ def readiness(cl):
     finally:
         for n in (1, 2, 3):
             cl.nats.restart(n)
-    for rd in cl.nodes[:2]:
-        wait_until(lambda: rd.http("GET", "/readyz")[2]["status"] == "ready", timeout=30,
-                   step=0.3, what="ready again")
+    # the broker is back once its cluster elected a leader (time of its own on a loaded
+    # machine); from then on each node has 30 s to say so
+    cl.nats.wait_jetstream(timeout=60)
+    for i, rd in enumerate(cl.nodes[:2]):
+        try:
+            wait_until(lambda: rd.http("GET", "/readyz")[2]["status"] == "ready", timeout=30,
+                       step=0.3, what=f"node{i} ready again")
+        except AssertionError as e:  # which check stayed down
+            raise AssertionError(f"{e}: {rd.admin('GET', '/readyz')[2]}") from None
     wait_until(lambda: all_delivered(cl), timeout=30, step=0.3, what="backlog delivered")
 
     # a node whose lease Redis cannot be reached: 503

@@ -143,10 +143,30 @@ def settled(w):
     return not w.holds("held")
 
 
+def wallet_readies(r):
+    """How many times roomd's log says its channel to the remote wallet became READY."""
+    return sum(1 for j in r.json_log("channel state")
+               if j.get("mod") == "wallet" and j.get("state") == "READY")
+
+
+def start(r, remote, env=None):
+    """Starts roomd; with the remote wallet, waits until its log says the channel to the
+    stand-in is READY (once more than before: the log outlives restarts). A gift sent before
+    races the channel's first connection, which on a loaded machine can take longer than the
+    500 ms Try deadline of WalletStandin.conf() (an answer 503, not what these tests are
+    about)."""
+    n = wallet_readies(r) if remote else 0
+    r.start(env=env)
+    if remote:
+        rt.wait_until(lambda: wallet_readies(r) > n, timeout=30,
+                      what="roomd's wallet channel READY")
+    return r
+
+
 def test_pairs_remote_wallet():
     tmp = tempfile.mkdtemp(prefix="wallet-pairs-")
     w = WalletStandin(tmp, initial=INITIAL).start()
-    r = rt.Roomd({"wallet": w.conf()}, tmp=tmp).start()
+    r = start(rt.Roomd({"wallet": w.conf()}, tmp=tmp), remote=True)
     try:
         paid = same_key_pairs(r, "gr")
         rt.wait_until(lambda: settled(w), timeout=30, what="every hold confirmed or cancelled")
@@ -167,21 +187,24 @@ def crash_at(point, remote):
     tmp = tempfile.mkdtemp(prefix=f"wallet-kill-{point}-")
     w = WalletStandin(tmp, initial=INITIAL).start() if remote else None
     ov = {"wallet": w.conf()} if remote else {}
-    r = rt.Roomd(ov, tmp=tmp).start()
+    r = start(rt.Roomd(ov, tmp=tmp), remote)
     try:
         setup_rooms(r, ["k1"])
         st, _, js = gift(r, "k1", "ok-1", 1, 100)
         assert st == 200, js
         r.stop()
-        r.start(env={"ROOMD_TEST_WALLET_CRASH": point})
+        start(r, remote, env={"ROOMD_TEST_WALLET_CRASH": point})
+        answer = None
         try:
-            gift(r, "k1", "crash-1", 2, 50, timeout=10)
+            st, _, js = gift(r, "k1", "crash-1", 2, 50, timeout=10)
+            answer = (st, js)
         except OSError:
-            pass  # the connection died with roomd
+            pass  # the connection died with roomd (or the answer is late: waited for below)
+        assert answer is None, f"roomd answered {answer} instead of dying at {point}"
         rt.wait_until(lambda: r.proc.poll() is not None, timeout=10, what=f"roomd killed at {point}")
         assert r.proc.returncode == -9, r.proc.returncode
         r.proc = None
-        r.start()
+        start(r, remote)
         committed = point == "after_commit"
         # the retry of the same request: a replay of the committed gift, else a fresh attempt
         # (embedded; remote killed before its Try), or refused because the reconciler
