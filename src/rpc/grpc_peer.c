@@ -271,7 +271,12 @@ grpc_peer_open(struct grpc_peer **out, const char *target, const char *who, char
     args[0].value.integer = 100;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
-    args[1].value.integer = 100;
+    /* gRPC core takes this as the least time a connection attempt gets
+     * (MIN_CONNECT_TIMEOUT, doc/connection-backoff.md), not as a retry
+     * delay: at 100 ms a loaded machine failed the first attempt (TCP +
+     * HTTP/2 SETTINGS) and its calls with UNAVAILABLE. A refused connection
+     * still fails at once and is retried per the two backoffs. */
+    args[1].value.integer = 5000;
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
     args[2].value.integer = 1000;
