@@ -128,6 +128,16 @@ q_put(struct outbox *ob, const struct outbox_row *r, int64_t pushed_us, struct h
     ob->qlen++;
 }
 
+void
+handoff_batch_free(struct handoff_batch *b)
+{
+    outbox_rows_free(b->rows, b->n);
+    free(b->pushed_us);
+    free(b->rooms);
+    free(b->blocked);
+    *b = (struct handoff_batch){0};
+}
+
 bool
 handoff_ready(struct outbox *ob)
 {

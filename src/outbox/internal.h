@@ -161,6 +161,10 @@ struct handoff_batch {
  * workers were joined. */
 size_t handoff_take(struct outbox *ob, size_t max, bool all, struct handoff_batch *b);
 
+/* Frees b's rows (outbox_rows_free) and arrays and zeroes it. Thread: the
+ * batch's owner. */
+void handoff_batch_free(struct handoff_batch *b);
+
 /* True when handoff_take would give a row now. Holds ob->pool.mu. */
 bool handoff_ready(struct outbox *ob);
 

@@ -860,12 +860,8 @@ worker_main(void *arg)
             done = NULL;
         }
         struct flight *next = b.n > 0 ? flight_start(ob, &b) : NULL;
-        if (next == NULL) {
-            outbox_rows_free(b.rows, b.n);
-            free(b.pushed_us);
-            free(b.rooms);
-            free(b.blocked);
-        }
+        if (next == NULL)
+            handoff_batch_free(&b);
         flight_complete(ob, done); /* a hand-off batch came instead of a claim */
         done = NULL;
         if (air != NULL) {
@@ -940,11 +936,15 @@ outbox_open(struct outbox **out, const struct conf_outbox *cfg, const struct con
     atomic_init(&ob->store_down, false);
     outbox_metrics_init(ob);
 
+    int64_t parts_ms; /* a deep claim's publish time at most; overflow: "too long" */
+    if (__builtin_mul_overflow((int64_t)ob->cfg.claim_batches, ob->cfg.publish_timeout_ms,
+                               &parts_ms))
+        parts_ms = INT64_MAX;
     if (ob->cfg.lock_timeout_ms <= ob->cfg.publish_timeout_ms)
         log_warn("outbox", "lock_timeout <= publish_timeout: rows are handed back unpublished",
                  "lock_timeout_ms=%lld publish_timeout_ms=%lld", (long long)ob->cfg.lock_timeout_ms,
                  (long long)ob->cfg.publish_timeout_ms);
-    else if (ob->cfg.lock_timeout_ms <= ob->cfg.claim_batches * ob->cfg.publish_timeout_ms)
+    else if (ob->cfg.lock_timeout_ms <= parts_ms)
         log_warn("outbox",
                  "lock_timeout <= claim_batches x publish_timeout: a deep claim's last "
                  "batches may be handed back unpublished",
@@ -994,11 +994,8 @@ release_queued(struct outbox *ob)
     struct outbox_result *res;
     int64_t now = clock_wall_ms();
 
-    free(b.pushed_us);
-    free(b.rooms);
-    free(b.blocked);
     if (n == 0) {
-        free(rows);
+        handoff_batch_free(&b);
         return;
     }
     res = xcalloc(n, sizeof(*res));
@@ -1014,7 +1011,7 @@ release_queued(struct outbox *ob)
     else
         log_info("outbox", "handed back queued rows", "rows=%zu", n);
     free(res);
-    outbox_rows_free(rows, n);
+    handoff_batch_free(&b);
 }
 
 int
