@@ -51,15 +51,11 @@ SQ_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
 SQ_SQL(CLAIM_IDS, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
                   " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
                   " WHERE id IN (SELECT value FROM json_each(?4))");
-/* A run of completions with equal outcomes: ?1 their ids as a JSON array,
- * each fenced by locked_by; RETURNING names the rows it took (the others
- * were refused). One statement per run instead of one per row. */
 SQ_SQL(COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
                  " next_retry_at_ms = ?6, last_error = ?7, due_at_ms = ?8,"
                  " delivered_at_ms = ?9, lock_until_ms = 0, locked_by = '',"
                  " updated_at_ms = ?10"
-                 " WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'delivering'"
-                 " AND locked_by = ?2 RETURNING id");
+                 " WHERE id = ?1 AND status = 'delivering' AND locked_by = ?2");
 SQ_SQL(LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1 ORDER BY id LIMIT ?2");
 SQ_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1"
                     " AND status IN (?3, ?4)"
@@ -145,20 +141,6 @@ read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size
     if (step != SQLITE_DONE && step != SQLITE_ROW)
         return sq_fail(c->db, step, "claim");
     return 0;
-}
-
-/* ids[0..n) as a JSON array ("[1,2,3]"), for json_each; the caller frees it. */
-static char *
-json_ids(const int64_t *ids, size_t n)
-{
-    char *out = xmalloc(n * 21 + 3); /* at most 20 characters and a separator each */
-    size_t len = 0;
-
-    out[len++] = '[';
-    for (size_t i = 0; i < n; i++)
-        len += (size_t)sprintf(out + len, "%s%lld", i == 0 ? "" : ",", (long long)ids[i]);
-    strcpy(out + len, "]");
-    return out;
 }
 
 /* One row of the ordered claim's candidates (CLAIM_ROOMS): pos, its place
@@ -283,16 +265,17 @@ claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char 
     free(grooms);
     if (rc != 0 || *n == 0)
         return rc;
-    int64_t *idv = xcalloc(*n, sizeof(*idv));
+    /* "[id,id,...]": at most 20 digits and a separator per id */
+    char *ids = xmalloc(*n * 21 + 3);
+    size_t len = 0;
 
     for (size_t i = 0; i < *n; i++) {
-        idv[i] = (*rows)[i].id;
+        len += (size_t)sprintf(ids + len, "%c%lld", i == 0 ? '[' : ',', (long long)(*rows)[i].id);
         (*rows)[i].status = OUTBOX_DELIVERING;
         (*rows)[i].lock_until_ms = lock_until_ms;
         strlcpy_((*rows)[i].locked_by, locked_by, sizeof((*rows)[i].locked_by));
     }
-    char *ids = json_ids(idv, *n);
-    free(idv);
+    strcpy(ids + len, "]");
     q = sq_bound(c, &SQL_CLAIM_IDS, "siis", locked_by, lock_until_ms, now_ms, ids);
     rc = sq_step_write(c, q, "claim");
     if (rc == 0 && sqlite3_changes(c->db) != (int)*n) {
@@ -320,90 +303,44 @@ struct bookkeeping {
     size_t *n;
 };
 
-/* One run of equal outcomes, res[0..n) with ids[0..n) their ids, in one
- * fenced UPDATE; each res[i].rc 0 when the row was taken (RETURNING),
- * else ROOMD_ESTALE. */
-static int
-complete_run(struct conn *c, struct outbox_result *res, size_t n, const int64_t *ids)
-{
-    const struct outbox_result *r = &res[0];
-    struct outbox_outcome o;
-    char *list = json_ids(ids, n);
-    sqlite3_stmt *q;
-    size_t next = 0;
-    int step;
-
-    outbox_outcome_of(r, &o);
-    if ((q = sq_stmt(c, &SQL_COMPLETE)) == NULL) {
-        free(list);
-        return ROOMD_EIO;
-    }
-    sqlite3_bind_text(q, 1, list, -1, SQLITE_STATIC);
-    bind_text(q, 2, r->locked_by);
-    bind_text(q, 3, o.status);
-    sqlite3_bind_int(q, 4, r->retry_count);
-    sqlite3_bind_int64(q, 5, (int64_t)r->sinks_done);
-    sqlite3_bind_int64(q, 6, o.retry_at_ms);
-    if (o.last_error != NULL)
-        sqlite3_bind_text(q, 7, o.last_error, (int)o.last_error_len, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(q, 7);
-    if (o.retryable)
-        sqlite3_bind_int64(q, 8, o.retry_at_ms);
-    else
-        sqlite3_bind_null(q, 8);
-    if (o.delivered)
-        sqlite3_bind_int64(q, 9, r->now_ms);
-    else
-        sqlite3_bind_null(q, 9);
-    sqlite3_bind_int64(q, 10, r->now_ms);
-    for (size_t i = 0; i < n; i++)
-        res[i].rc = ROOMD_ESTALE;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(q, 0);
-
-        /* the rows come back in id order, as res is: one pass, wrapping */
-        for (size_t k = 0; k < n; k++, next = (next + 1) % n)
-            if (ids[next] == id) {
-                res[next].rc = 0;
-                next = (next + 1) % n;
-                break;
-            }
-    }
-    done(q);
-    free(list);
-    return step == SQLITE_DONE ? 0 : sq_fail(c->db, step, "complete");
-}
-
-/* True when a and b are written alike but for their ids. */
-static bool
-same_outcome(const struct outbox_result *a, const struct outbox_result *b)
-{
-    return a->status == b->status && a->retry_count == b->retry_count &&
-           a->sinks_done == b->sinks_done && a->next_retry_at_ms == b->next_retry_at_ms &&
-           a->now_ms == b->now_ms && strcmp(a->locked_by, b->locked_by) == 0 &&
-           (a->last_error == NULL
-                ? b->last_error == NULL
-                : b->last_error != NULL && strcmp(a->last_error, b->last_error) == 0);
-}
-
-/* The outcomes inside the open transaction: one fenced UPDATE per run of
- * equal outcomes (res[i].rc: 0, or ROOMD_ESTALE when its fence refused). */
+/* The outcomes inside the open transaction, one fenced UPDATE per row. */
 static int
 complete_in_tx(struct conn *c, struct outbox_result *res, size_t n)
 {
-    int64_t *ids = xcalloc(n > 0 ? n : 1, sizeof(*ids));
-    int rc = 0;
+    sqlite3_stmt *q;
+    int rc;
 
-    for (size_t lo = 0, hi; lo < n && rc == 0; lo = hi) {
-        for (hi = lo + 1; hi < n && same_outcome(&res[lo], &res[hi]); hi++)
-            ;
-        for (size_t i = lo; i < hi; i++)
-            ids[i - lo] = res[i].id;
-        rc = complete_run(c, res + lo, hi - lo, ids);
+    for (size_t i = 0; i < n; i++) {
+        struct outbox_result *r = &res[i];
+        struct outbox_outcome o;
+
+        outbox_outcome_of(r, &o);
+        if ((q = sq_stmt(c, &SQL_COMPLETE)) == NULL)
+            return ROOMD_EIO;
+        sqlite3_bind_int64(q, 1, r->id);
+        bind_text(q, 2, r->locked_by);
+        bind_text(q, 3, o.status);
+        sqlite3_bind_int(q, 4, r->retry_count);
+        sqlite3_bind_int64(q, 5, (int64_t)r->sinks_done);
+        sqlite3_bind_int64(q, 6, o.retry_at_ms);
+        if (o.last_error != NULL)
+            sqlite3_bind_text(q, 7, o.last_error, (int)o.last_error_len, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(q, 7);
+        if (o.retryable)
+            sqlite3_bind_int64(q, 8, o.retry_at_ms);
+        else
+            sqlite3_bind_null(q, 8);
+        if (o.delivered)
+            sqlite3_bind_int64(q, 9, r->now_ms);
+        else
+            sqlite3_bind_null(q, 9);
+        sqlite3_bind_int64(q, 10, r->now_ms);
+        if ((rc = sq_step_write(c, q, "complete")) != 0)
+            return rc;
+        r->rc = sqlite3_changes(c->db) == 1 ? 0 : ROOMD_ESTALE;
     }
-    free(ids);
-    return rc;
+    return 0;
 }
 
 /* The claim inside the open transaction: ordered (claim_ordered) or one
