@@ -1390,10 +1390,10 @@ t_complete_claim_ordered(void **state)
     outbox_rows_free(rows, n);
 }
 
-/* A completion whose rows all have the same outcome (one run, one
- * statement on SQLite) but whose lock expired on two of them, which another
- * claimer took: those two are refused (ESTALE, still the other claimer's),
- * the other three land. */
+/* A completion whose rows all have the same outcome (one run of ids on
+ * MySQL) but whose lock expired on two of them, which another claimer
+ * took: those two are refused (ESTALE, still the other claimer's), the
+ * other three land. */
 static void
 t_complete_run_fenced(void **state)
 {
