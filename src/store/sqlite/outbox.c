@@ -27,9 +27,9 @@ SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
  * due_at_ms > ?1), in claim order (?2 limit), each with its room's count of
  * undelivered rows (column 18); then, for a room whose undelivered rows are
  * not all among them, its undelivered rows in id order from its head, with
- * due_at_ms (?3 limit, over room_outbox_room; the ORDER BY id costs a
- * temporary b-tree per room: issue 13, 26% of the relay workers' CPU when
- * it ran for every room). The waiting row and the count are probed per
+ * due_at_ms (?3 limit, over room_outbox_room; its ORDER BY id needs a
+ * temporary b-tree per query: issue 13, run for every room this query took
+ * 26% of the relay workers' CPU). The waiting row and the count are probed per
  * candidate in room_outbox_room (covering index seeks): SQLite's row-value
  * NOT IN over the rows in flight compares each candidate with the whole
  * list (issue 13: 500 candidates, 1000 rows in flight: 60-170 ms per claim
