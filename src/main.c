@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/version.h"
 #include "core/xmalloc.h"
+#include "http/ratelimit.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "lease/lease.h"
@@ -275,6 +276,7 @@ main(int argc, char **argv)
     or_die(lease_open(&lease, conf, err, sizeof(err)), "lease: ", err);
     struct projection *proj = NULL;
     or_die(projection_open(&proj, conf, err, sizeof(err)), "projection: ", err);
+    or_die(http_create_limit_open(conf, err, sizeof(err)), "", err);
     /* several nodes need one shared projection (docs/nodes.md) */
     if (strcmp(conf->lease.driver, "redis") == 0 && strcmp(conf->projection.driver, "memory") == 0)
         log_warn("main",
@@ -387,6 +389,7 @@ main(int argc, char **argv)
     daemon_wait(&sigs, reload, &rctx);
     rpc_server_close(rpc);
     http_server_close(http);
+    http_create_limit_close();
     admin_close(admin);
     metrics_deps_close(deps);
     auth_close(auth);
