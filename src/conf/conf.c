@@ -189,7 +189,9 @@ const struct key conf_keys[] = {
     {"room.max_members", K_INT, F(room.max_members), "10000", GE(1), .doc = "members per room"},
     {"room.max_creates_per_minute", K_INT, F(room.max_creates_per_minute), "60", GE(0),
      .note = "(0 = no limit)",
-     .doc = "CreateRoom calls per owner_uid and app per minute; above: 429 with Retry-After"},
+     .doc = "CreateRoom calls per owner_uid and app per minute, summed over the nodes in Redis "
+            "when redis.enabled (per process while Redis does not answer); above: 429 with "
+            "Retry-After"},
     {"room.max_rooms_per_owner", K_INT, F(room.max_rooms_per_owner), "1000", GE(0),
      .note = "(0 = no limit)",
      .doc = "open rooms one owner_uid may hold per app (counted by the store in the create's "
@@ -217,7 +219,8 @@ const struct key conf_keys[] = {
      .doc = "grpc: holds older than this are resolved against the command log"},
 
     {"redis.enabled", K_BOOL, F(redis.enabled), "false",
-     .doc = "connect to Redis (needed by the redis lease and projection)"},
+     .doc = "connect to Redis (needed by the redis lease and projection; the CreateRoom rate "
+            "limit then counts in it)"},
     {"redis.addr", K_STR, F(redis.addr), "127.0.0.1:6379", HOSTPORT, .when = "redis.enabled",
      .doc = "Redis host:port"},
     {"redis.password", K_STR, F(redis.password), "", .doc = "Redis AUTH password; \"\" = none"},
