@@ -140,8 +140,7 @@ struct bus_message {
  * clears a stall), ROOMD_EUNAVAIL with err when the broker or JetStream did
  * not answer, or what bus_status_rc gives another answer. Thread: any.
  * Blocks at most until deadline_mono_ms (and send_timeout). */
-int bus_probe(struct bus *b, enum bus_stream w, int64_t deadline_mono_ms, char *err,
-              size_t errlen);
+int bus_probe(struct bus *b, enum bus_stream w, int64_t deadline_mono_ms, char *err, size_t errlen);
 
 /* Builds m as a message (*out; natsMsg_Destroy it). Returns 0, ROOMD_EPERM
  * when m->token cannot be a subject token, or ROOMD_ERETRY when the message

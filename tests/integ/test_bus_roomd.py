@@ -23,6 +23,8 @@ consumer groups inside roomd and in tools/roomd_consumer, and the IM stand-in.
    the broker is down and is "ready" again soon after it returns, without an event.
 9. JetStream not answering ("No Responders", a nats-server without JetStream): an outage,
    retry_count stays 0; JetStream back: every row delivered once.
+10. inbox retention: a key older than the inbox's keep time that was never settled is
+   purged at start and counted in roomd_consumer_inbox_purged_unsettled_total{group}.
 
 Run: python3 tests/integ/test_bus_roomd.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
 """
@@ -607,6 +609,33 @@ def test_jetstream_unavailable_is_an_outage():
         srv.stop()
 
 
+# ---- 10 ----
+
+def test_inbox_purged_unsettled_counted():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-purge-"), new_ns()
+    cfg = bus_cfg(tmp, ns, extra={"rocketmq": {"room_outbox": {"activity_consumer_enabled": True}}})
+    r = Roomd(cfg, tmp=tmp).start()
+    try:
+        db = group_db(tmp, G_ACT)
+        wait_until(lambda: os.path.exists(db), timeout=10, what="the activity group's inbox")
+        m = metrics(r)
+        assert m[f'roomd_consumer_inbox_purged_unsettled_total{{group="{G_ACT}"}}'] == 0, m
+        r.stop()
+        con = sqlite3.connect(db, timeout=10)
+        with con:  # two keys received long ago and never settled, one settled
+            con.executemany("INSERT INTO inbox(key, state, updated_ms) VALUES (?, ?, 1)",
+                            [("old-1", "received"), ("old-2", "received"), ("old-3", "done")])
+        con.close()
+        r.start()  # the group purges at its start
+        wait_until(lambda: metrics(r).get(
+            f'roomd_consumer_inbox_purged_unsettled_total{{group="{G_ACT}"}}') == 2,
+            timeout=15, what="the purged unsettled keys counted")
+        assert db_rows(db, "SELECT count(*) FROM inbox WHERE key LIKE 'old-%'") == [(0,)]
+    finally:
+        r.stop()
+        cleanup(ns)
+
+
 if __name__ == "__main__":
     need("127.0.0.1", NATS_PORT, "nats-server")
     run([test_mq_every_event_once, test_dual_log_sink_and_stream,
@@ -614,4 +643,5 @@ if __name__ == "__main__":
          test_three_groups_and_forced_redelivery, test_dead_letter_after_reconsume_times,
          test_rocket_wakeup_on_time_and_across_restart,
          test_rocket_stale_and_duplicate_wakeups_change_nothing,
-         test_circuit_closes_without_traffic, test_jetstream_unavailable_is_an_outage])
+         test_circuit_closes_without_traffic, test_jetstream_unavailable_is_an_outage,
+         test_inbox_purged_unsettled_counted])
