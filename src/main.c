@@ -148,7 +148,8 @@ struct reload_ctx {
 
 /* SIGHUP: reopen the log file and the log sink's file (after logrotate moved
  * them), reread the config and apply its reloadable keys: app.log_level and
- * the JWT key (auth_reload_keys: a rotation, which empties the token cache).
+ * the JWT key (auth_reload_keys: a rotation, which empties the token cache)
+ * with the token cache's size and TTL.
  * A config that no longer loads changes nothing and is logged. */
 static void
 reload(void *arg)

@@ -108,9 +108,10 @@ const struct key conf_keys[] = {
      .doc = "required in aud; \"\" = not checked"},
     {"auth.jwt.cache_entries", K_INT, F(auth.cache_entries), "4096", RANGE(0, 65536),
      .note = "(0 = no cache)",
-     .doc = "verified tokens kept (0 = none; SHA-256 of the token -> its principal, 128 B each)"},
+     .doc = "verified tokens kept (0 = none; SHA-256 of the token -> its principal, 128 B "
+            "each); reloaded on SIGHUP"},
     {"auth.jwt.cache_ttl", K_DUR, F(auth.cache_ttl_ms), "60s", GT(0),
-     .doc = "longest life of a cache entry; it also ends at the token's exp"},
+     .doc = "longest life of a cache entry; it also ends at the token's exp; reloaded on SIGHUP"},
 
     {"admin.listen", K_STR, F(admin.listen), "127.0.0.1:8081", HOSTPORT,
      .note = "with a port in 1..65535",
