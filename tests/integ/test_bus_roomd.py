@@ -233,6 +233,17 @@ def test_dual_log_sink_and_stream():
 
 # ---- 3 ----
 
+def delivered_once(r, srv, ns, ev, what):
+    """Waits until every row of r is delivered; then the outbox stream on srv holds each
+    event of ev exactly once."""
+    wait_until(lambda: all_delivered(r), timeout=30, what=what)
+    nc = Nats(srv.port)
+    try:
+        assert set(stream_by_id(nc, ns + "hyapp_room_outbox")) == set(ev.ids())
+    finally:
+        nc.close()
+
+
 def test_broker_down_commands_succeed_then_published():
     tmp, ns = tempfile.mkdtemp(prefix="bus-down-"), new_ns()
     srv = NatsServer(tmp)  # not started: the broker is down
@@ -254,10 +265,7 @@ def test_broker_down_commands_succeed_then_published():
         assert all(v[0] in ("retryable", "delivering") and v[1] == 0 for v in rows.values()), rows
         assert any("bus" in (v[3] or "") for v in rows.values()), rows
         srv.start()
-        wait_until(lambda: all_delivered(r), timeout=30, what="delivered after the broker")
-        nc = Nats(srv.port)
-        assert set(stream_by_id(nc, ns + "hyapp_room_outbox")) == set(ev.ids())
-        nc.close()
+        delivered_once(r, srv, ns, ev, "delivered after the broker")
     finally:
         r.stop()
         srv.stop()
@@ -599,11 +607,8 @@ def test_jetstream_unavailable_is_an_outage():
         assert word == "degraded" and circ == 1, (word, sinks, circ)
         srv.stop()
         srv.start(js=True)  # JetStream back
-        wait_until(lambda: all_delivered(r), timeout=30, what="delivered after JetStream")
+        delivered_once(r, srv, ns, ev, "delivered after JetStream")
         assert all(v[1] == 0 for v in outbox(r).values()), outbox(r)
-        nc = Nats(srv.port)
-        assert set(stream_by_id(nc, ns + "hyapp_room_outbox")) == set(ev.ids())
-        nc.close()
     finally:
         r.stop()
         srv.stop()

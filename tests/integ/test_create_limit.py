@@ -10,7 +10,6 @@ counts in Redis when redis.enabled; docs/http.md).
    counting in Redis again.
 """
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,17 +17,11 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
-from roomd_test import Roomd, env_port, need, run, wait_until  # noqa: E402
+from roomd_test import Roomd, env_port, need, redis_cli, run, start_redis, wait_until  # noqa: E402
 from standins import free_port  # noqa: E402
 
 REDIS_PORT = env_port("ROOMD_REDIS_PORT", 6379)
 LIMIT = 4
-
-
-def redis_cli(port, *args):
-    r = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
-                       timeout=10)
-    return r.stdout.strip() if r.returncode == 0 else None
 
 
 def node(port, prefix, limit=LIMIT):
@@ -82,14 +75,6 @@ def test_limit_summed_over_two_nodes():
         keys = redis_cli(REDIS_PORT, "--scan", "--pattern", prefix + "*") or ""
         for k in keys.split():
             redis_cli(REDIS_PORT, "DEL", k)
-
-
-def start_redis(port, d):
-    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                          "--dir", d, "--save", "", "--appendonly", "no"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: redis_cli(port, "PING") == "PONG", timeout=10, what="redis-server")
-    return p
 
 
 def test_redis_down_counts_in_the_process():
