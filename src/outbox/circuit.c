@@ -27,16 +27,26 @@
 #include <stdlib.h>
 
 /* Sends sink k's probe when its circuit is open and the probe is due (no
- * event took it), and notes the outcome. Blocks up to publish_timeout. */
+ * event took it; taking it sets the next one, as circuit_admit does, but
+ * counts no skipped call), and notes the outcome. Blocks up to
+ * publish_timeout. */
 static void
 probe_sink(struct outbox *ob, size_t k)
 {
     struct sink *s = ob->sinks[k];
-    struct sink_circuit c;
+    struct sink_circuit *c = &ob->circ[k];
+    int64_t now = clock_mono_ms();
     char err[256] = "";
+    bool due;
 
-    circuit_read(ob, k, &c);
-    if (s->probe == NULL || !c.open || clock_mono_ms() < c.probe_at_ms || !circuit_admit(ob, k))
+    if (s->probe == NULL)
+        return;
+    pthread_mutex_lock(&ob->circ_mu);
+    due = c->open && now >= c->probe_at_ms;
+    if (due)
+        c->probe_at_ms = now + ob->cfg.circuit_probe_ms;
+    pthread_mutex_unlock(&ob->circ_mu);
+    if (!due)
         return;
     int rc = s->probe(s, clock_mono_ms() + ob->cfg.publish_timeout_ms, err, sizeof(err));
     log_debug("outbox", "circuit probe", "sink=%s rc=%s err=\"%s\"", s->name, roomd_strerror(rc),

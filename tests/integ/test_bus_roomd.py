@@ -537,14 +537,16 @@ def test_circuit_closes_without_traffic():
     srv = NatsServer(tmp).start()
     db = os.path.join(tmp, "roomd.db")
 
-    def node(name, url):
+    def node(name, url, poll):
         d = os.path.join(tmp, name)
         os.makedirs(d)
         return Roomd(bus_cfg(d, ns, url=url, extra={
             "app": {"node_id": f"node-{name}"}, "store": {"sqlite": {"path": db}},
-            "outbox_worker": {"circuit_failures": 1, "circuit_probe_every": "300ms"}}), tmp=d)
-    # a: its own broker (stopped below); b: the shared one, on the same store
-    a, b = node("a", srv.url()).start(), node("b", SHARED).start()
+            "outbox_worker": {"circuit_failures": 1, "circuit_probe_every": "300ms",
+                              "poll_interval": poll}}), tmp=d)
+    # a: its own broker (stopped below), claims seldom (its hand-off still opens its
+    # circuit); b: the shared broker, on the same store, claims what a hands back
+    a, b = node("a", srv.url(), "5s").start(), node("b", SHARED, "200ms").start()
     try:
         ok(a.post("/v1/rooms", {"command_id": cid(), "room_id": room_name(), "owner_uid": 1,
                                 "title": "probe"}))
@@ -553,7 +555,7 @@ def test_circuit_closes_without_traffic():
         for _ in range(3):  # a's hand-off fails (its circuit opens); b delivers them
             ok(a.post("/v1/rooms", {"command_id": cid(), "room_id": room_name(),
                                     "owner_uid": 1, "title": "probe"}))
-        wait_until(lambda: all_delivered(a), timeout=20, what="b delivered a's rows")
+        wait_until(lambda: all_delivered(a), timeout=30, what="b delivered a's rows")
         # /readyz is a cache refreshed by a ticker: wait for its look at the open circuit
         wait_until(lambda: (lambda w, si, c: c == 1 and "bus: circuit open" in si)(
             *node_state(a)), timeout=10, what="a's bus circuit open")
