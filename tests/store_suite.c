@@ -361,6 +361,66 @@ t_fence(void **state)
     free(q);
 }
 
+/*
+ * One batch of several rooms' updates (MySQL: the rooms rows in one
+ * statement) with a stale lease token, a stale version and a missing room
+ * among them: exactly those three are refused, the others commit, and
+ * nothing of the refused ones (rooms row, log, outbox) is written.
+ */
+static void
+t_fence_batch(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *x[6];
+    struct mutation *ms[6];
+    char room[8], cmd[16];
+
+    for (int i = 0; i < 5; i++) {
+        snprintf(room, sizeof(room), "b%d", i);
+        x[0] = tmut_new("a1", room, room, 1, 0, T0);
+        x[0]->m.fence_token = 5;
+        assert_int_equal(save1(f->st, x[0]), 0);
+        assert_int_equal(x[0]->m.rc, 0);
+        free(x[0]);
+    }
+    for (int i = 0; i < 6; i++) { /* b0..b4 and b5, which does not exist */
+        snprintf(room, sizeof(room), "b%d", i);
+        snprintf(cmd, sizeof(cmd), "%s-v2", room);
+        x[i] = tmut_new("a1", room, cmd, 2, 1, T0 + 1);
+        x[i]->m.fence_token = 5;
+        ms[i] = &x[i]->m;
+    }
+    x[1]->m.fence_token = 4; /* an older owner */
+    x[3]->m.version = 3;     /* a version gap */
+    assert_int_equal(store_save(f->st, ms, 6), 0);
+    assert_int_equal(x[0]->m.rc, 0);
+    assert_int_equal(x[1]->m.rc, ROOMD_EFENCED);
+    assert_int_equal(x[2]->m.rc, 0);
+    assert_int_equal(x[3]->m.rc, ROOMD_EFENCED);
+    assert_int_equal(x[4]->m.rc, 0);
+    assert_int_equal(x[5]->m.rc, ROOMD_ENOTFOUND);
+    for (int i = 0; i < 6; i++) {
+        bool ok = x[i]->m.rc == 0;
+        struct room_load l;
+        struct command_record r;
+
+        snprintf(room, sizeof(room), "b%d", i);
+        if (i == 5) {
+            assert_int_equal(store_load_room(f->st, "a1", room, &l), ROOMD_ENOTFOUND);
+        } else {
+            assert_int_equal(store_load_room(f->st, "a1", room, &l), 0);
+            assert_int_equal(l.version, ok ? 2 : 1);
+            assert_int_equal(l.fence_token, 5);
+            room_load_clear(&l);
+        }
+        assert_int_equal(store_find_command(f->st, "a1", x[i]->m.command_id, &r),
+                         ok ? 0 : ROOMD_ENOTFOUND);
+        command_record_clear(&r);
+        assert_int_equal(room_rows(f->st, room), ok ? 1 : 0);
+        free(x[i]);
+    }
+}
+
 /* A new owner's fence claim: older tokens cannot commit even before it commits. */
 static void
 t_fence_room(void **state)
@@ -2030,6 +2090,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_find_command, setup, teardown),
         cmocka_unit_test_setup_teardown(t_batch_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fence, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_fence_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fence_room, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rooms_list, setup, teardown),
         cmocka_unit_test_setup_teardown(t_create_exists, setup, teardown),
