@@ -11,6 +11,7 @@
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "store/group_commit.h"
 #include "store/store.h"
 
 #include <pthread.h>
@@ -1952,6 +1953,97 @@ t_wallet_gifts_concurrent(void **state)
     }
 }
 
+/* Commands through a group commit with three batches in flight (MySQL: on
+ * three pooled connections at once), each thread's rooms its own (a cell's
+ * order) and the senders shared by all: every gift commits once, a reused
+ * command_id fails alone, and every balance is exact. */
+#define GC_THREADS 12
+#define GC_GIFTS 20
+#define GC_SENDERS 4
+
+struct gc_worker {
+    struct group_commit *gc;
+    int idx;
+    int failures, reused_rc;
+};
+
+static void *
+gc_main(void *arg)
+{
+    struct gc_worker *w = arg;
+    char room[32], cmd[48];
+
+    snprintf(room, sizeof(room), "gc-%d", w->idx);
+    snprintf(cmd, sizeof(cmd), "gc-%d-create", w->idx);
+    struct tmut *x = tmut_new("gc", room, cmd, 1, 1, T0);
+    if (group_commit_submit(w->gc, &x->m) != 0)
+        w->failures++;
+    free(x);
+    for (int i = 0; i < GC_GIFTS; i++) {
+        int64_t uid = 1 + (w->idx + i) % GC_SENDERS;
+
+        snprintf(cmd, sizeof(cmd), "gc-%d-%d", w->idx, i);
+        x = gift_mut("gc", room, cmd, i + 2, uid, uid);
+        x->debit.initial_balance = 100000;
+        if (group_commit_submit(w->gc, &x->m) != 0 || x->debit.rc != 0)
+            w->failures++;
+        free(x);
+    }
+    /* a create under this thread's first gift's command_id, in a room of its own */
+    snprintf(room, sizeof(room), "gc-%d-reused", w->idx);
+    snprintf(cmd, sizeof(cmd), "gc-%d-0", w->idx);
+    x = tmut_new("gc", room, cmd, 1, 1, T0);
+    w->reused_rc = group_commit_submit(w->gc, &x->m);
+    free(x);
+    return NULL;
+}
+
+static void
+t_group_commit_in_flight(void **state)
+{
+    struct fixture *f = *state;
+    struct group_commit *gc = NULL;
+    struct gc_worker w[GC_THREADS];
+    pthread_t th[GC_THREADS];
+    int64_t paid[GC_SENDERS + 1] = {0}, b;
+    uint64_t batches, muts;
+    struct room_load l;
+
+    f->st->save_writers = 3;
+    assert_int_equal(group_commit_open(&gc, f->st, 8), 0);
+    for (int i = 0; i < GC_THREADS; i++) {
+        w[i] = (struct gc_worker){.gc = gc, .idx = i};
+        assert_int_equal(pthread_create(&th[i], NULL, gc_main, &w[i]), 0);
+    }
+    for (int i = 0; i < GC_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+        assert_int_equal(w[i].reused_rc, ROOMD_EREUSED);
+        for (int g = 0; g < GC_GIFTS; g++) {
+            int64_t uid = 1 + (i + g) % GC_SENDERS;
+            paid[uid] += uid;
+        }
+    }
+    group_commit_stats(gc, &batches, &muts);
+    group_commit_close(gc);
+    assert_int_equal(muts, GC_THREADS * (GC_GIFTS + 2));
+    for (int64_t uid = 1; uid <= GC_SENDERS; uid++) {
+        assert_int_equal(store_wallet_balance(f->st, "gc", uid, 100000, &b), 0);
+        assert_int_equal(b, 100000 - paid[uid]);
+    }
+    for (int i = 0; i < GC_THREADS; i++) {
+        char room[32];
+
+        snprintf(room, sizeof(room), "gc-%d", i);
+        assert_int_equal(store_load_room(f->st, "gc", room, &l), 0);
+        assert_int_equal(l.version, GC_GIFTS + 1);
+        room_load_clear(&l);
+        snprintf(room, sizeof(room), "gc-%d-reused", i);
+        assert_int_equal(store_load_room(f->st, "gc", room, &l), ROOMD_ENOTFOUND);
+        assert_int_equal(room_rows(f->st, room), 0);
+    }
+}
+
 static void
 t_rockets(void **state)
 {
@@ -2114,6 +2206,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet_gifts_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_group_commit_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(t_owner_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_owner_limit_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rockets, setup, teardown),
