@@ -163,7 +163,7 @@ const struct key conf_keys[] = {
      .when = MYSQL_ON, .doc = "write timeout of one statement"},
     {"store.mysql.deadlock_retries", K_INT, F(store.mysql.deadlock_retries), "3", GE(0),
      .when = MYSQL_ON, .doc = "retries of a deadlocked or lock-wait-timed-out transaction"},
-    {"store.mysql.batches_in_flight", K_INT, F(store.mysql.batches_in_flight), "2", GE(1),
+    {"store.mysql.batches_in_flight", K_INT, F(store.mysql.batches_in_flight), "1", GE(1),
      .when = MYSQL_ON,
      .doc = "group-commit batches committing at once, each on its own pooled connection"},
     {"store.mysql.startup_wait", K_DUR, F(store.mysql.startup_wait_ms), "60s", GE(0),
