@@ -10,7 +10,8 @@
 # "switches": the same with the sched:sched_switch tracepoint (where roomd's threads sleep).
 # On mysql it also prints the server's statements per command (Questions); on both, the outbox
 # rows handed off at commit against claimed (/metrics). PROFILE_ROOMD picks
-# another roomd binary (an A/B run of two builds with the same bench tools).
+# another roomd binary (an A/B run of two builds with the same bench tools); PROFILE_KEEP=FILE
+# keeps the perf.data of a record run for further `perf report -i FILE`.
 set -eu
 build=${1:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
 store=${2:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
@@ -52,6 +53,7 @@ if [ -n "$record" ]; then
     event=cpu-clock
     [ "$record" = switches ] && event=sched:sched_switch
     perf record ${PERF_RECORD_OPTS:--g} -e "$event" -p "$pid" -o "$tmp/perf.data" -- sleep "$((secs - 1))" 2>/dev/null
+    [ -n "${PROFILE_KEEP:-}" ] && cp "$tmp/perf.data" "$PROFILE_KEEP"
 else
     [ "$kind" = mysql ] && q0=$(questions)
     perf stat -e task-clock,context-switches -p "$pid" -x, -o "$tmp/stat" -- sleep "$((secs - 1))"

@@ -26,6 +26,7 @@
 #include "room/cell.h"
 #include "room/rebuild.h"
 #include "room/rocket_timer.h"
+#include "room/text.h"
 #include "store/group_commit.h"
 #include "store/store.h"
 #include "wallet/wallet.h"
@@ -190,22 +191,16 @@ static char *
 build_response(const struct room_cmd *cmd, const struct room_state *s, const struct outbox_new *evs,
                size_t n, const char *state_json)
 {
-    char *out = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&out, &len);
+    struct text t = {0};
 
-    if (f == NULL)
-        abort(); /* only on out of memory */
-    fputs("{\"events\":[", f);
+    text_puts(&t, "{\"events\":[");
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "%s{\"event_id\":\"%s\",\"event_type\":\"%s\"}", i ? "," : "", evs[i].event_id,
-                evs[i].event_type);
-    fprintf(f, "],%s\"room\":%s,\"room_id\":\"%s\",\"version\":%lld}",
-            cmd->type == CMD_LAUNCH_ROCKET ? "\"launched\":true," : "", state_json, s->room_id,
-            (long long)s->version);
-    if (fclose(f) != 0 || out == NULL)
-        abort();
-    return out;
+        text_printf(&t, "%s{\"event_id\":\"%s\",\"event_type\":\"%s\"}", i ? "," : "",
+                    evs[i].event_id, evs[i].event_type);
+    text_printf(&t, "],%s\"room\":%s,\"room_id\":\"%s\",\"version\":%lld}",
+                cmd->type == CMD_LAUNCH_ROCKET ? "\"launched\":true," : "", state_json, s->room_id,
+                (long long)s->version);
+    return text_take(&t);
 }
 
 /* Fills *m with what a command commits besides its events and snapshot:

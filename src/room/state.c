@@ -10,6 +10,7 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 #include "projection/projection.h"
+#include "room/text.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -76,65 +77,62 @@ room_state_seat_of(const struct room_state *s, int64_t uid)
 static const char *const room_status_names[] = {"open", "closed"};
 static const char *const rocket_status_names[] = {"idle", "ignited", "done"};
 
-/* Writes s as JSON text to f: the canonical form (keys sorted, compact)
+/* Appends s as JSON text to t: the canonical form (keys sorted, compact)
  * that jansson's json_dumps with JSON_SORT_KEYS | JSON_COMPACT gives,
  * written directly since every command's response carries it (jansson's
  * pack + sorted dump was a fifth of the command path's instructions,
  * bench/README.md). full: the snapshot form, with the bans, members and
  * rules; else the summary of a command's answer, without them. The title is
- * the only free text and is escaped by jansson; app_code, room_id and
- * rocket_id are identifiers ([A-Za-z0-9_.:-]). */
+ * the only free text (UTF-8: it came through jansson) and is escaped as
+ * jansson does; app_code, room_id and rocket_id are identifiers
+ * ([A-Za-z0-9_.:-]). */
 static void
-write_json(FILE *f, const struct room_state *s, bool full)
+write_json(struct text *t, const struct room_state *s, bool full)
 {
     const struct room_rocket *r = &s->rocket;
-    json_t *title = json_string(s->title);
 
-    if (title == NULL) /* not UTF-8: room_cmd_parse lets no such title in */
-        abort();
-    fprintf(f, "{\"app_code\":\"%s\",", s->app_code);
+    text_printf(t, "{\"app_code\":\"%s\",", s->app_code);
     if (full) {
-        fputs("\"bans\":[", f);
+        text_puts(t, "\"bans\":[");
         for (size_t i = 0; i < s->nbans; i++)
-            fprintf(f, "%s{\"uid\":%lld,\"until_ms\":%lld}", i ? "," : "",
-                    (long long)s->bans[i].uid, (long long)s->bans[i].until_ms);
-        fputs("],", f);
+            text_printf(t, "%s{\"uid\":%lld,\"until_ms\":%lld}", i ? "," : "",
+                        (long long)s->bans[i].uid, (long long)s->bans[i].until_ms);
+        text_puts(t, "],");
     }
-    fprintf(f, "\"created_at_ms\":%lld,\"gift_total\":%lld,\"member_count\":%zu,",
-            (long long)s->created_at_ms, (long long)s->gift_total, s->nmembers);
+    text_printf(t, "\"created_at_ms\":%lld,\"gift_total\":%lld,\"member_count\":%zu,",
+                (long long)s->created_at_ms, (long long)s->gift_total, s->nmembers);
     if (full) {
-        fputs("\"members\":[", f);
+        text_puts(t, "\"members\":[");
         for (size_t i = 0; i < s->nmembers; i++)
-            fprintf(f, "%s{\"joined_at_ms\":%lld,\"uid\":%lld}", i ? "," : "",
-                    (long long)s->members[i].joined_at_ms, (long long)s->members[i].uid);
-        fputs("],", f);
+            text_printf(t, "%s{\"joined_at_ms\":%lld,\"uid\":%lld}", i ? "," : "",
+                        (long long)s->members[i].joined_at_ms, (long long)s->members[i].uid);
+        text_puts(t, "],");
     }
-    fprintf(f, "\"owner_uid\":%lld,", (long long)s->owner_uid);
-    fprintf(
-        f,
+    text_printf(t, "\"owner_uid\":%lld,", (long long)s->owner_uid);
+    text_printf(
+        t,
         "\"rocket\":{\"energy\":%lld,\"ignited_at_ms\":%lld,\"launch_at_ms\":%lld,"
         "\"launched\":%d,\"level\":%d,\"rocket_id\":\"%s\",\"status\":\"%s\",\"utc_day\":%lld},",
         (long long)r->energy, (long long)r->ignited_at_ms, (long long)r->launch_at_ms, r->launched,
         r->level, r->rocket_id, rocket_status_names[r->status], (long long)r->utc_day);
-    fprintf(f, "\"room_id\":\"%s\",", s->room_id);
+    text_printf(t, "\"room_id\":\"%s\",", s->room_id);
     if (full && s->has_rules) {
         json_t *rules = room_rules_to_json(&s->rules);
+        char *text = rules ? json_dumps(rules, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
 
-        fputs("\"rules\":", f);
-        if (rules == NULL || json_dumpf(rules, f, JSON_SORT_KEYS | JSON_COMPACT) != 0)
-            abort();
+        if (text == NULL)
+            abort(); /* only on out of memory */
+        text_printf(t, "\"rules\":%s,", text);
+        free(text);
         json_decref(rules);
-        fputc(',', f);
     }
-    fputs("\"seats\":[", f);
+    text_puts(t, "\"seats\":[");
     for (int i = 0; i < s->nseats; i++)
-        fprintf(f, "%s%lld", i ? "," : "", (long long)s->seats[i]);
-    fprintf(f, "],\"status\":\"%s\",\"title\":", room_status_names[s->status]);
-    if (json_dumpf(title, f, JSON_ENCODE_ANY | JSON_COMPACT) != 0)
-        abort();
-    json_decref(title);
-    fprintf(f, ",\"updated_at_ms\":%lld,\"version\":%lld}", (long long)s->updated_at_ms,
-            (long long)s->version);
+        text_printf(t, "%s%lld", i ? "," : "", (long long)s->seats[i]);
+    text_printf(t, "],\"status\":\"%s\",\"title\":", room_status_names[s->status]);
+    text_json_string(t, s->title);
+    text_printf(t, ",\"updated_at_ms\":%lld,\"version\":%lld}", (long long)s->updated_at_ms,
+                (long long)s->version);
 }
 
 json_t *
@@ -193,16 +191,10 @@ room_rules_equal(const struct conf_room *a, const struct conf_room *b)
 static char *
 to_json(const struct room_state *s, bool full)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
+    struct text t = {0};
 
-    if (f == NULL)
-        abort(); /* only on out of memory */
-    write_json(f, s, full);
-    if (fclose(f) != 0 || text == NULL)
-        abort();
-    return text;
+    write_json(&t, s, full);
+    return text_take(&t);
 }
 
 char *

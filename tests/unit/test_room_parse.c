@@ -9,7 +9,9 @@
 #include "core/err.h"
 #include "room/command.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void
@@ -23,6 +25,13 @@ parses(enum room_cmd_type t, const char *room, const char *body, const char *can
     assert_non_null(cmd.request);
     if (canonical)
         assert_string_equal(cmd.request, canonical);
+    /* written directly (command.c), byte for byte jansson's canonical dump of itself */
+    json_t *j = json_loads(cmd.request, 0, NULL);
+    assert_non_null(j);
+    char *dump = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+    assert_string_equal(cmd.request, dump);
+    free(dump);
+    json_decref(j);
     /* a replay parses the stored request (with the room from the log row) to the same text */
     assert_int_equal(
         room_cmd_parse(t, "app1", cmd.room_id, cmd.request, strlen(cmd.request), &again, &e), 0);
@@ -81,6 +90,17 @@ test_valid_commands(void **state)
            "\"launch_at_ms\":1700000000000}",
            "{\"command_id\":\"~rl-r1-1-1\",\"launch_at_ms\":1700000000000,\"level\":1,"
            "\"rocket_id\":\"r1-1-1\",\"room_id\":\"r1\",\"type\":\"LaunchRocket\"}");
+    /* free text escaped as jansson does: quote, backslash, the short escapes,
+     * other control characters as \u00XX, DEL, '/', non-ASCII and a 4-byte
+     * character as they are (parses() compares with jansson's dump) */
+    parses(CMD_CREATE_ROOM, NULL,
+           "{\"title\":\"a\\\"b\\\\c/d\\b\\f\\n\\r\\t\\u0001\\u001f\\u007f\\u00e9\\ud83d\\ude00\","
+           "\"owner_uid\":7,\"command_id\":\"c-2\",\"room_id\":\"r2\"}",
+           "{\"command_id\":\"c-2\",\"owner_uid\":7,\"room_id\":\"r2\",\"title\":\"a\\\"b\\\\c/"
+           "d\\b\\f\\n\\r\\t\\u0001\\u001F\x7f\xc3\xa9\xf0\x9f\x98\x80\",\"type\":\"CreateRoom\"}");
+    parses(CMD_KICK_USER, "r1",
+           "{\"command_id\":\"k2\",\"operator_uid\":1,\"uid\":2,\"reason\":\"spam \\\"x\\\"\\n\"}",
+           NULL);
 }
 
 static void
