@@ -7,7 +7,12 @@
  * them and, when more queued meanwhile, names the first waiting one the next
  * leader. A lone command thus commits with no thread hand-off at all; under
  * load each command is woken once (its batch ended, or it leads the next
- * one) instead of twice (caller -> committer -> caller).
+ * one) instead of twice (caller -> committer -> caller), and outside
+ * gc->lock: each waiter sleeps on a semaphore of its own, posted after the
+ * leader dropped the lock, and returns without taking the lock again (what
+ * it reads was written before the post), so a woken follower never blocks
+ * on the lock its waker holds (s14-cpu measured one context switch per
+ * command less and -13..-15% of roomd's CPU per command on MariaDB).
  *
  * max_leaders is the store's save_writers: 1 on SQLite (one writer), more on
  * MySQL (each batch on its own pooled connection). Two batches in flight
@@ -23,7 +28,9 @@
 #include "core/xmalloc.h"
 #include "store/store.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +40,7 @@ struct waiter {
     bool done;     /* its batch ended: m->rc and err are final */
     bool lead;     /* named a leader: it commits the next batch it takes */
     char err[256]; /* detail text for the caller's thread */
-    pthread_cond_t cond;
+    sem_t wake;    /* posted (gc->lock dropped) once done or lead is set */
     struct waiter *next;
 };
 
@@ -76,8 +83,8 @@ first_unnamed(const struct group_commit *gc)
 }
 
 /* Commits one batch: self (a named leader, queued) first, then the waiters
- * queued behind that no other leader was named for. Holds gc->lock on entry
- * and return (dropped around store_save). */
+ * queued behind that no other leader was named for; then wakes them and the
+ * next leader. Takes and drops gc->lock; self is done on return. */
 static void
 lead(struct group_commit *gc, struct waiter *self)
 {
@@ -85,6 +92,7 @@ lead(struct group_commit *gc, struct waiter *self)
     struct mutation **muts = xcalloc((size_t)gc->max_batch, sizeof(*muts));
     size_t n = 0;
 
+    pthread_mutex_lock(&gc->lock);
     unlink_waiter(gc, self);
     ws[n++] = self;
     for (struct waiter *w; n < (size_t)gc->max_batch && (w = first_unnamed(gc)) != NULL;) {
@@ -111,19 +119,21 @@ lead(struct group_commit *gc, struct waiter *self)
     pthread_mutex_lock(&gc->lock);
     gc->batches++;
     gc->mutations += n;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         ws[i]->done = true;
-        pthread_cond_signal(&ws[i]->cond);
-    }
+    struct waiter *next = first_unnamed(gc);
+    if (next != NULL)
+        next->lead = true; /* this leader's place goes to it */
+    else if (--gc->leaders == 0)
+        pthread_cond_broadcast(&gc->idle);
+    pthread_mutex_unlock(&gc->lock);
+    /* gc may be closed from here on: only the waiters are touched */
+    for (size_t i = 1; i < n; i++) /* ws[0] is self */
+        sem_post(&ws[i]->wake);
+    if (next != NULL)
+        sem_post(&next->wake);
     free(ws);
     free(muts);
-    struct waiter *next = first_unnamed(gc);
-    if (next != NULL) {
-        next->lead = true; /* this leader's place goes to it */
-        pthread_cond_signal(&next->cond);
-    } else if (--gc->leaders == 0) {
-        pthread_cond_broadcast(&gc->idle);
-    }
 }
 
 int
@@ -160,11 +170,11 @@ group_commit_submit(struct group_commit *gc, struct mutation *m)
 {
     struct waiter w = {.m = m};
 
-    pthread_cond_init(&w.cond, NULL);
+    sem_init(&w.wake, 0, 0);
     pthread_mutex_lock(&gc->lock);
     if (gc->closing) {
         pthread_mutex_unlock(&gc->lock);
-        pthread_cond_destroy(&w.cond);
+        sem_destroy(&w.wake);
         store_set_errmsg("group commit is closing");
         return m->rc = ROOMD_EUNAVAIL;
     }
@@ -177,15 +187,14 @@ group_commit_submit(struct group_commit *gc, struct mutation *m)
         gc->leaders++;
         w.lead = true;
     }
-    while (!w.done) {
-        if (w.lead) {
-            lead(gc, &w); /* w is in this batch, so the batch ends it */
-            continue;
-        }
-        pthread_cond_wait(&w.cond, &gc->lock);
-    }
+    bool lead_now = w.lead;
     pthread_mutex_unlock(&gc->lock);
-    pthread_cond_destroy(&w.cond);
+    /* else done or lead is set (under gc->lock) before the post that wakes w */
+    while (!lead_now && sem_wait(&w.wake) != 0 && errno == EINTR)
+        continue;
+    if (!w.done)
+        lead(gc, &w); /* w is in its own batch, so the batch ends it */
+    sem_destroy(&w.wake);
     if (m->rc != 0)
         store_set_errmsg("%s", w.err);
     return m->rc;
