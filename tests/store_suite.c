@@ -1451,6 +1451,56 @@ t_complete_claim_ordered(void **state)
     outbox_rows_free(rows, n);
 }
 
+/* A completion whose rows all have the same outcome (one run of ids on
+ * MySQL) but whose lock expired on two of them, which another claimer
+ * took: those two are refused (ESTALE, still the other claimer's), the
+ * other three land. */
+static void
+t_complete_run_fenced(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows, *taken;
+    struct outbox_result res[5];
+    struct outbox_counts c;
+    char room[16];
+    size_t n, nt;
+
+    for (int k = 0; k < 5; k++) {
+        snprintf(room, sizeof(room), "f%d", k);
+        create_room(f->st, "a1", room, 1, T0 + k);
+    }
+    assert_int_equal(store_outbox_claim(f->st, T0 + 100, T0 + 1000, "A", 10, &rows, &n), 0);
+    assert_int_equal(n, 5);
+    /* A's lock ran out: B takes the first two (due order, then id) */
+    assert_int_equal(store_outbox_claim(f->st, T0 + 2000, T0 + 9000, "B", 2, &taken, &nt), 0);
+    assert_int_equal(nt, 2);
+    assert_int_equal(taken[0].id, rows[0].id);
+    assert_int_equal(taken[1].id, rows[1].id);
+    for (size_t i = 0; i < n; i++)
+        res[i] = (struct outbox_result){.id = rows[i].id,
+                                        .locked_by = "A",
+                                        .status = OUTBOX_DELIVERED,
+                                        .sinks_done = 1,
+                                        .now_ms = T0 + 2100};
+    assert_int_equal(store_outbox_complete(f->st, res, n), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(res[i].rc, i < 2 ? ROOMD_ESTALE : 0);
+    assert_int_equal(store_outbox_counts(f->st, &c), 0);
+    assert_int_equal(c.delivered, 3);
+    assert_int_equal(c.delivering, 2);
+    for (size_t i = 0; i < n; i++) {
+        struct outbox_row got;
+
+        assert_int_equal(store_outbox_get(f->st, rows[i].event_id, &got), 0);
+        assert_int_equal(got.status, i < 2 ? OUTBOX_DELIVERING : OUTBOX_DELIVERED);
+        assert_string_equal(got.locked_by, i < 2 ? "B" : "");
+        free(got.payload);
+        free(got.last_error);
+    }
+    outbox_rows_free(taken, nt);
+    outbox_rows_free(rows, n);
+}
+
 /* An ordered claim and its completion larger than one statement's id list
  * (MySQL: 16 fenced heads, 32 ids per UPDATE): 34 rooms' runs, 100 rows; the
  * outcomes in runs of equal ones broken by time and by an error to write,
@@ -2199,6 +2249,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_complete_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(t_complete_claim_ordered, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claim_complete_chunks, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_complete_run_fenced, setup, teardown),
         cmocka_unit_test_setup_teardown(t_retry_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(t_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(t_list, setup, teardown),

@@ -76,7 +76,7 @@ enum stmt_id {
     ST_FENCE_ROOM,
     ST_CLAIM_ROOMS,
     ST_ROOM_RUN,
-    ST_CLAIM_ONE,
+    ST_CLAIM_IDS,
     ST_ROOM_BUSY,
     ST_LOG_PURGE,
     ST_OWNER_ROOMS,

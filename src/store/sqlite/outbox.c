@@ -22,16 +22,23 @@ SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
               " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
               " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
               " RETURNING " OUTBOX_COLS);
-/* outbox_worker.ordering per_room (store_outbox_claim_ordered): the rooms
- * of the due rows whose room has no row waiting (locked, or retryable not
- * yet due: due_at_ms > ?1), in claim order (?2 limit); then each room's
- * undelivered rows in id order from its head, with due_at_ms (?3 limit,
- * over room_outbox_room). The waiting row is probed per candidate in
- * room_outbox_room (a covering index seek): SQLite's row-value NOT IN over
- * the rows in flight compares each candidate with the whole list (issue 13:
- * 500 candidates, 1000 rows in flight: 60-170 ms per claim against 1.2 ms;
- * with every room busy, 100 rooms x 200 rows, both ~20 ms). */
-SQ_SQL(CLAIM_ROOMS, "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"
+/* outbox_worker.ordering per_room (store_outbox_claim_ordered): the due
+ * rows whose room has no row waiting (locked, or retryable not yet due:
+ * due_at_ms > ?1), in claim order (?2 limit), each with its room's count of
+ * undelivered rows (column 18); then, for a room whose undelivered rows are
+ * not all among them, its undelivered rows in id order from its head, with
+ * due_at_ms (?3 limit, over room_outbox_room; its ORDER BY id needs a
+ * temporary b-tree per query: issue 13, run for every room this query took
+ * 26% of the relay workers' CPU). The waiting row and the count are probed per
+ * candidate in room_outbox_room (covering index seeks): SQLite's row-value
+ * NOT IN over the rows in flight compares each candidate with the whole
+ * list (issue 13: 500 candidates, 1000 rows in flight: 60-170 ms per claim
+ * against 1.2 ms; with every room busy, 100 rooms x 200 rows, both ~20
+ * ms). */
+SQ_SQL(CLAIM_ROOMS, "SELECT " OUTBOX_COLS ", (SELECT count(*) FROM room_outbox e"
+                    " WHERE e.app_code = o.app_code AND e.room_id = o.room_id"
+                    " AND e.due_at_ms IS NOT NULL) FROM room_outbox o"
+                    " WHERE o.due_at_ms IS NOT NULL"
                     " AND o.due_at_ms <= ?1 AND NOT EXISTS (SELECT 1 FROM room_outbox e"
                     " WHERE e.app_code = o.app_code AND e.room_id = o.room_id"
                     " AND e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
@@ -39,8 +46,11 @@ SQ_SQL(CLAIM_ROOMS, "SELECT o.app_code, o.room_id FROM room_outbox o WHERE o.due
 SQ_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
                  " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
                  " ORDER BY id LIMIT ?3");
-SQ_SQL(CLAIM_ONE, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
-                  " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3 WHERE id = ?4");
+/* The ordered claim's rows in one statement: ?4 is their ids as a JSON
+ * array (a rowid seek each; one statement instead of one per row). */
+SQ_SQL(CLAIM_IDS, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
+                  " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
+                  " WHERE id IN (SELECT value FROM json_each(?4))");
 SQ_SQL(COMPLETE, "UPDATE room_outbox SET status = ?3, retry_count = ?4, sinks_done = ?5,"
                  " next_retry_at_ms = ?6, last_error = ?7, due_at_ms = ?8,"
                  " delivered_at_ms = ?9, lock_until_ms = 0, locked_by = '',"
@@ -133,36 +143,147 @@ read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size
     return 0;
 }
 
+/* One row of the ordered claim's candidates (CLAIM_ROOMS): pos, its place
+ * in claim order; undelivered, its room's count of undelivered rows. */
+struct cand {
+    struct outbox_row *row;
+    size_t pos;
+    int64_t undelivered;
+};
+
+/* Orders candidates by room, then id. */
+static int
+cmp_cand(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    int c = strcmp(x->row->app_code, y->row->app_code);
+
+    if (c == 0)
+        c = strcmp(x->row->room_id, y->row->room_id);
+    if (c == 0)
+        c = (x->row->id > y->row->id) - (x->row->id < y->row->id);
+    return c;
+}
+
+/* One room of the candidates: cands[lo..hi) after the sort; first, the
+ * place of its first candidate in claim order. */
+struct cand_room {
+    size_t lo, hi, first;
+};
+
+static int
+cmp_cand_room(const void *a, const void *b)
+{
+    const struct cand_room *x = a, *y = b;
+
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Reads CLAIM_ROOMS into *crows (*nc rows) and *cands (one per row, sorted
+ * by room and id) and *grooms (*ng rooms, in claim order). */
+static int
+read_candidates(struct conn *c, int64_t now_ms, int limit, struct outbox_row **crows, size_t *nc,
+                struct cand **cands, struct cand_room **grooms, size_t *ng)
+{
+    sqlite3_stmt *q = sq_bound(c, &SQL_CLAIM_ROOMS, "id", now_ms, limit);
+    int64_t *undelivered = NULL;
+    size_t cap = 0, ucap = 0, nu = 0;
+    int step;
+
+    if (q == NULL)
+        return ROOMD_EIO;
+    while ((step = sqlite3_step(q)) == SQLITE_ROW) {
+        *crows = xgrow(*crows, *nc, &cap, sizeof(**crows));
+        read_row(q, &(*crows)[(*nc)++]);
+        undelivered = xgrow(undelivered, nu, &ucap, sizeof(*undelivered));
+        undelivered[nu++] = sqlite3_column_int64(q, 18);
+    }
+    done(q);
+    if (step != SQLITE_DONE) {
+        free(undelivered);
+        return sq_fail(c->db, step, "claim");
+    }
+    *cands = xcalloc(*nc > 0 ? *nc : 1, sizeof(**cands));
+    for (size_t i = 0; i < *nc; i++)
+        (*cands)[i] = (struct cand){&(*crows)[i], i, undelivered[i]};
+    free(undelivered);
+    qsort(*cands, *nc, sizeof(**cands), cmp_cand);
+    *grooms = xcalloc(*nc > 0 ? *nc : 1, sizeof(**grooms));
+    for (size_t i = 0; i < *nc; i++) {
+        struct cand *x = &(*cands)[i];
+        struct cand_room *g = *ng > 0 ? &(*grooms)[*ng - 1] : NULL;
+
+        if (g == NULL || strcmp(x->row->app_code, (*cands)[g->lo].row->app_code) != 0 ||
+            strcmp(x->row->room_id, (*cands)[g->lo].row->room_id) != 0) {
+            g = &(*grooms)[(*ng)++];
+            *g = (struct cand_room){.lo = i, .first = x->pos};
+        }
+        g->hi = i + 1;
+        if (x->pos < g->first)
+            g->first = x->pos;
+    }
+    qsort(*grooms, *ng, sizeof(**grooms), cmp_cand_room);
+    return 0;
+}
+
 /* The ordered claim (store_outbox_claim_ordered) inside the open IMMEDIATE
- * transaction, which no other claimer can enter: the rooms, each room's run
- * from its head, then one UPDATE per row. */
+ * transaction, which no other claimer can enter: the candidates, each
+ * room's run from its head (the room's candidates when they are all its
+ * undelivered rows: none of them waits, so all are due; else read), then
+ * one UPDATE of them all. */
 static int
 claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
               int limit, struct outbox_row **rows, size_t *n)
 {
-    sqlite3_stmt *q = sq_bound(c, &SQL_CLAIM_ROOMS, "id", now_ms, limit);
-    struct outbox_room *rooms = NULL;
-    size_t nrooms = 0, rcap = 0, cap = 0;
-    int rc = 0, step;
+    struct outbox_row *crows = NULL;
+    struct cand *cands = NULL;
+    struct cand_room *grooms = NULL;
+    size_t nc = 0, ng = 0, cap = 0;
+    sqlite3_stmt *q;
+    int rc = read_candidates(c, now_ms, limit, &crows, &nc, &cands, &grooms, &ng);
 
-    if (q == NULL)
-        return ROOMD_EIO;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW)
-        outbox_rooms_add(&rooms, &nrooms, &rcap, (const char *)sqlite3_column_text(q, 0),
-                         (const char *)sqlite3_column_text(q, 1));
-    done(q);
-    if (step != SQLITE_DONE)
-        rc = sq_fail(c->db, step, "claim");
-    for (size_t i = 0; i < nrooms && rc == 0 && *n < (size_t)limit; i++)
-        rc = read_room_run(c, &rooms[i], now_ms, (size_t)limit - *n, rows, n, &cap);
-    free(rooms);
-    for (size_t i = 0; i < *n && rc == 0; i++) {
-        q = sq_bound(c, &SQL_CLAIM_ONE, "siii", locked_by, lock_until_ms, now_ms, (*rows)[i].id);
-        rc = sq_step_write(c, q, "claim");
+    for (size_t g = 0; g < ng && rc == 0 && *n < (size_t)limit; g++) {
+        const struct cand_room *gr = &grooms[g];
+        const struct outbox_row *head = cands[gr->lo].row;
+
+        if ((int64_t)(gr->hi - gr->lo) != cands[gr->lo].undelivered) {
+            struct outbox_room rm;
+
+            strlcpy_(rm.app_code, head->app_code, sizeof(rm.app_code));
+            strlcpy_(rm.room_id, head->room_id, sizeof(rm.room_id));
+            rc = read_room_run(c, &rm, now_ms, (size_t)limit - *n, rows, n, &cap);
+            continue;
+        }
+        for (size_t i = gr->lo; i < gr->hi && *n < (size_t)limit; i++) {
+            *rows = xgrow(*rows, *n, &cap, sizeof(**rows));
+            (*rows)[(*n)++] = *cands[i].row; /* the row's strings move */
+            memset(cands[i].row, 0, sizeof(*cands[i].row));
+        }
+    }
+    outbox_rows_free(crows, nc);
+    free(cands);
+    free(grooms);
+    if (rc != 0 || *n == 0)
+        return rc;
+    /* "[id,id,...]": at most 20 digits and a separator per id */
+    char *ids = xmalloc(*n * 21 + 3);
+    size_t len = 0;
+
+    for (size_t i = 0; i < *n; i++) {
+        len += (size_t)sprintf(ids + len, "%c%lld", i == 0 ? '[' : ',', (long long)(*rows)[i].id);
         (*rows)[i].status = OUTBOX_DELIVERING;
         (*rows)[i].lock_until_ms = lock_until_ms;
         strlcpy_((*rows)[i].locked_by, locked_by, sizeof((*rows)[i].locked_by));
     }
+    strcpy(ids + len, "]");
+    q = sq_bound(c, &SQL_CLAIM_IDS, "siis", locked_by, lock_until_ms, now_ms, ids);
+    rc = sq_step_write(c, q, "claim");
+    if (rc == 0 && sqlite3_changes(c->db) != (int)*n) {
+        /* the rows were read in this transaction: never, short of a bug */
+        store_set_errmsg("sqlite claim: %d of %zu rows updated", sqlite3_changes(c->db), *n);
+        rc = ROOMD_EIO;
+    }
+    free(ids);
     return rc;
 }
 
