@@ -90,6 +90,7 @@ struct conf_mysql {
     int64_t read_timeout_ms;
     int64_t write_timeout_ms;
     int deadlock_retries;    /* bounded retries of a deadlocked/lock-wait transaction */
+    int batches_in_flight;   /* group-commit batches committing at once (>= 1) */
     int64_t startup_wait_ms; /* start-up waits this long for the server; 0 = fail at once */
 };
 
