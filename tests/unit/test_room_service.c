@@ -622,6 +622,69 @@ unhold_later(void *arg)
     return NULL;
 }
 
+/*
+ * outbox_worker.complete_gather: the completions of batches that land
+ * within it are written in one store transaction. Rows whose batch landed
+ * stay delivering (claimed by "node-t/h") until that write; then every row
+ * is delivered, in one completion for several batches (without the gather:
+ * one per batch). A stop inside the window writes them at once.
+ */
+static void
+test_outbox_handoff_gather(void **state)
+{
+    struct fx *f = *state;
+    struct outbox_stats st;
+    struct outbox_row r;
+    char first[64];
+
+    f->conf->outbox_worker.complete_gather_ms = 1500;
+    open_with_outbox(f);
+    gsink_hold(f->sink, true);
+    create(f, "g1", 1);
+    gsink_wait_inside(f->sink, 1); /* the first batch is the create's alone */
+    gsink_hold(f->sink, false);
+    for (int uid = 2; uid < 7; uid++)
+        join(f, "g1", uid);
+    for (int64_t end = clock_mono_ms() + 3000; clock_mono_ms() < end;) {
+        pthread_mutex_lock(&f->sink->mu);
+        int calls = f->sink->calls;
+        pthread_mutex_unlock(&f->sink->mu);
+        if (calls == 6)
+            break;
+        usleep(2000);
+    }
+    assert_int_equal(f->sink->calls, 6);
+    strlcpy_(first, f->sink->ids[0], sizeof(first));
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(store_outbox_get(f->store, first, &r), 0);
+    free(r.payload);
+    free(r.last_error);
+    assert_int_equal(r.status, OUTBOX_DELIVERING); /* published, its completion gathered */
+    assert_string_equal(r.locked_by, "node-t/h");
+    assert_int_equal(wait_all_delivered(f), 6);
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.handoff_rows, 6);
+    assert_true(st.batches >= 2);
+    assert_int_equal(st.completions, 1);
+
+    join(f, "g1", 7); /* landed, gathered, then the stop writes it */
+    for (int64_t end = clock_mono_ms() + 3000; clock_mono_ms() < end;) {
+        pthread_mutex_lock(&f->sink->mu);
+        int calls = f->sink->calls;
+        pthread_mutex_unlock(&f->sink->mu);
+        if (calls == 7)
+            break;
+        usleep(2000);
+    }
+    outbox_close(f->ob);
+    f->ob = NULL;
+    struct outbox_counts c;
+    assert_int_equal(store_outbox_counts(f->store, &c), 0);
+    assert_int_equal(c.delivered, 7);
+    assert_int_equal(c.delivering, 0);
+    close_with_outbox(f);
+}
+
 /* A clean stop hands rows still waiting in the hand-off queue back at once
  * (retryable now, no attempt counted, lock cleared) instead of leaving them
  * locked until lock_timeout; the row a worker holds is completed first. */
@@ -1524,6 +1587,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_outbox_handoff_hold_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_full_and_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_close, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_handoff_gather, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
