@@ -384,11 +384,12 @@ wait_all_delivered(struct fx *f)
     return (size_t)c.delivered;
 }
 
-/* The hand-off tests look at the hand-off alone: ordering none (with
- * per_room a room with undelivered rows goes to the ordered claim, see
+/* The hand-off tests' outbox settings and sink (svc_open opens it). They
+ * look at the hand-off alone: ordering none (with per_room a room with
+ * undelivered rows goes to the ordered claim, see
  * test_outbox_handoff_per_room). */
 static void
-open_with_outbox_ordered(struct fx *f, enum outbox_ordering ordering, int workers)
+outbox_conf(struct fx *f, enum outbox_ordering ordering, int workers)
 {
     struct conf_outbox *o = &f->conf->outbox_worker;
 
@@ -401,6 +402,12 @@ open_with_outbox_ordered(struct fx *f, enum outbox_ordering ordering, int worker
     f->conf->store.retention_delivered_ms = 0;
     f->conf->store.retention_command_log_ms = 0;
     f->sink = gsink_new(f);
+}
+
+static void
+open_with_outbox_ordered(struct fx *f, enum outbox_ordering ordering, int workers)
+{
+    outbox_conf(f, ordering, workers);
     svc_open(f);
 }
 
@@ -622,6 +629,22 @@ unhold_later(void *arg)
     return NULL;
 }
 
+/* Waits (up to 3 s) until g was called n times; returns its calls. */
+static int
+gsink_wait_calls(struct gsink *g, int n)
+{
+    int calls = 0;
+
+    for (int64_t end = clock_mono_ms() + 3000; clock_mono_ms() < end; usleep(2000)) {
+        pthread_mutex_lock(&g->mu);
+        calls = g->calls;
+        pthread_mutex_unlock(&g->mu);
+        if (calls >= n)
+            break;
+    }
+    return calls;
+}
+
 /*
  * outbox_worker.complete_gather: the completions of batches that land
  * within it are written in one store transaction. Rows whose batch landed
@@ -637,23 +660,17 @@ test_outbox_handoff_gather(void **state)
     struct outbox_row r;
     char first[64];
 
+    outbox_conf(f, ORDERING_NONE, 1);
+    f->conf->outbox_worker.poll_interval_ms = 10000; /* no claim (it writes the gather first) */
     f->conf->outbox_worker.complete_gather_ms = 1500;
-    open_with_outbox(f);
+    svc_open(f);
     gsink_hold(f->sink, true);
     create(f, "g1", 1);
     gsink_wait_inside(f->sink, 1); /* the first batch is the create's alone */
     gsink_hold(f->sink, false);
     for (int uid = 2; uid < 7; uid++)
         join(f, "g1", uid);
-    for (int64_t end = clock_mono_ms() + 3000; clock_mono_ms() < end;) {
-        pthread_mutex_lock(&f->sink->mu);
-        int calls = f->sink->calls;
-        pthread_mutex_unlock(&f->sink->mu);
-        if (calls == 6)
-            break;
-        usleep(2000);
-    }
-    assert_int_equal(f->sink->calls, 6);
+    assert_int_equal(gsink_wait_calls(f->sink, 6), 6);
     strlcpy_(first, f->sink->ids[0], sizeof(first));
     memset(&r, 0, sizeof(r));
     assert_int_equal(store_outbox_get(f->store, first, &r), 0);
@@ -668,14 +685,7 @@ test_outbox_handoff_gather(void **state)
     assert_int_equal(st.completions, 1);
 
     join(f, "g1", 7); /* landed, gathered, then the stop writes it */
-    for (int64_t end = clock_mono_ms() + 3000; clock_mono_ms() < end;) {
-        pthread_mutex_lock(&f->sink->mu);
-        int calls = f->sink->calls;
-        pthread_mutex_unlock(&f->sink->mu);
-        if (calls == 7)
-            break;
-        usleep(2000);
-    }
+    assert_int_equal(gsink_wait_calls(f->sink, 7), 7);
     outbox_close(f->ob);
     f->ob = NULL;
     struct outbox_counts c;
