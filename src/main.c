@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/version.h"
 #include "core/xmalloc.h"
+#include "http/ratelimit.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "lease/lease.h"
@@ -147,7 +148,8 @@ struct reload_ctx {
 
 /* SIGHUP: reopen the log file and the log sink's file (after logrotate moved
  * them), reread the config and apply its reloadable keys: app.log_level and
- * the JWT key (auth_reload_keys: a rotation, which empties the token cache).
+ * the JWT key (auth_reload_keys: a rotation, which empties the token cache)
+ * with the token cache's size and TTL.
  * A config that no longer loads changes nothing and is logged. */
 static void
 reload(void *arg)
@@ -275,6 +277,7 @@ main(int argc, char **argv)
     or_die(lease_open(&lease, conf, err, sizeof(err)), "lease: ", err);
     struct projection *proj = NULL;
     or_die(projection_open(&proj, conf, err, sizeof(err)), "projection: ", err);
+    or_die(http_create_limit_open(conf, err, sizeof(err)), "", err);
     /* several nodes need one shared projection (docs/nodes.md) */
     if (strcmp(conf->lease.driver, "redis") == 0 && strcmp(conf->projection.driver, "memory") == 0)
         log_warn("main",
@@ -387,6 +390,7 @@ main(int argc, char **argv)
     daemon_wait(&sigs, reload, &rctx);
     rpc_server_close(rpc);
     http_server_close(http);
+    http_create_limit_close();
     admin_close(admin);
     metrics_deps_close(deps);
     auth_close(auth);

@@ -237,6 +237,22 @@ def create_and_join(post, rooms, joins, tag):
     return rooms * (1 + joins)
 
 
+def redis_cli(port, *args):
+    """redis-cli -p port args...: its output stripped, or None when it failed."""
+    r = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
+                       timeout=10)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def start_redis(port, d):
+    """A private redis-server on 127.0.0.1:port (data dir d, no persistence), once it PONGs."""
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                          "--dir", d, "--save", "", "--appendonly", "no"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: redis_cli(port, "PING") == "PONG", timeout=10, what="redis-server")
+    return p
+
+
 def wait_until(fn, timeout=10, step=0.05, what="condition"):
     end = time.time() + timeout
     last = None

@@ -11,8 +11,10 @@
  * and until_ms = min(exp, verified + auth.jwt.cache_ttl). A refusal is never
  * stored. A hit needs the same digest, the current key generation and
  * now < until_ms; anything else is verified in full (leeway included).
- * auth_reload_keys swaps the key under key_lock (verifiers hold it shared),
- * bumps the generation and empties the table.
+ * auth_reload_keys swaps the key, and the table when cache_entries changed,
+ * and sets cache_ttl, under key_lock (a verification holds it shared from its
+ * cache lookup to its cache store), bumps the generation and empties the
+ * table.
  */
 #include "auth/auth.h"
 
@@ -55,9 +57,10 @@ struct cache_slot {
 };
 
 struct token_cache {
-    struct cache_slot *slots; /* NULL = no cache */
+    struct cache_slot *slots; /* NULL = no cache; slots, mask, ttl_ms: under key_lock */
     size_t mask;              /* slot count - 1 (a power of two) */
     int64_t ttl_ms;
+    int entries; /* auth.jwt.cache_entries the table was sized for */
     pthread_mutex_t locks[CACHE_LOCKS];
     atomic_uint_least64_t hits, misses;
 };
@@ -65,7 +68,7 @@ struct token_cache {
 struct auth {
     bool none; /* auth.mode none */
     /* key_lock guards alg, key, key_len: verifiers shared, auth_reload_keys exclusive */
-    pthread_rwlock_t key_lock;
+    pthread_rwlock_t key_lock;     /* and the cache's table (struct token_cache) */
     atomic_uint_least64_t key_gen; /* 1, +1 per auth_reload_keys */
     jwt_alg_t alg;                 /* the one alg a token may use */
     unsigned char *key;            /* HS256 secret or PEM public key */
@@ -206,7 +209,10 @@ collect(void *arg, struct metrics_text *t)
                      listener_names[l], auth_reason_status((enum auth_reason)r), reason_names[r]);
             metrics_count(t, name, labels, (uint64_t)atomic_load(&a->refused[l][r]));
         }
-    if (a->cache.slots == NULL)
+    pthread_rwlock_rdlock(&a->key_lock);
+    bool cached = a->cache.slots != NULL;
+    pthread_rwlock_unlock(&a->key_lock);
+    if (!cached)
         return;
     metrics_family(t, "roomd_auth_token_cache_total", "counter",
                    "Bearer tokens looked up in the verified-token cache, by result.");
@@ -218,33 +224,33 @@ collect(void *arg, struct metrics_text *t)
 
 /* ---- the verified-token cache ------------------------------------------------------- */
 
-/* Sizes the table to the power of two >= entries (0 = no cache). */
+/* Sizes the table to the power of two >= entries (0 = no cache): c's
+ * slots, mask, ttl_ms and entries; the locks are left alone. */
 static void
 cache_init(struct token_cache *c, int entries, int64_t ttl_ms)
 {
     size_t n = 1;
 
+    c->slots = NULL;
+    c->mask = 0;
+    c->ttl_ms = ttl_ms;
+    c->entries = entries > 0 ? entries : 0;
     if (entries <= 0)
         return;
     while (n < (size_t)entries)
         n <<= 1;
     c->slots = xcalloc(n, sizeof(*c->slots));
     c->mask = n - 1;
-    c->ttl_ms = ttl_ms;
-    for (int i = 0; i < CACHE_LOCKS; i++)
-        pthread_mutex_init(&c->locks[i], NULL);
 }
 
+/* Wipes and frees the table slots[0..mask] (NULL: none). */
 static void
-cache_free(struct token_cache *c)
+slots_free(struct cache_slot *slots, size_t mask)
 {
-    if (c->slots == NULL)
+    if (slots == NULL)
         return;
-    secret_wipe(c->slots, (c->mask + 1) * sizeof(*c->slots));
-    free(c->slots);
-    c->slots = NULL;
-    for (int i = 0; i < CACHE_LOCKS; i++)
-        pthread_mutex_destroy(&c->locks[i]);
+    secret_wipe(slots, (mask + 1) * sizeof(*slots));
+    free(slots);
 }
 
 static size_t
@@ -329,8 +335,16 @@ auth_open(struct auth **out, const struct conf *conf, char *err, size_t errlen)
     a->leeway_s = conf->auth.leeway_ms / 1000;
     a->issuer = xstrdup(conf->auth.issuer ? conf->auth.issuer : "");
     a->audience = xstrdup(conf->auth.audience ? conf->auth.audience : "");
-    pthread_rwlock_init(&a->key_lock, NULL);
+    /* writers first: a reload must not wait behind a stream of verifications
+     * that always overlap (glibc prefers readers by default) */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&a->key_lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
     atomic_init(&a->key_gen, 1);
+    for (int i = 0; i < CACHE_LOCKS; i++)
+        pthread_mutex_init(&a->cache.locks[i], NULL);
     if (!a->none) {
         rc = load_jwt_key(a, &conf->auth, err, errlen);
         cache_init(&a->cache, conf->auth.cache_entries, conf->auth.cache_ttl_ms);
@@ -356,7 +370,9 @@ auth_close(struct auth *a)
         secret_wipe(a->key, (size_t)a->key_len);
         free(a->key);
     }
-    cache_free(&a->cache);
+    slots_free(a->cache.slots, a->cache.mask);
+    for (int i = 0; i < CACHE_LOCKS; i++)
+        pthread_mutex_destroy(&a->cache.locks[i]);
     pthread_rwlock_destroy(&a->key_lock);
     free(a->issuer);
     free(a->audience);
@@ -506,8 +522,9 @@ check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p, int64_t *
     return read_identity(j, p);
 }
 
-/* Verifies token with the current key (under key_lock, shared): AUTH_OK, *p,
- * *exp_s and *gen (the key generation it verified under), or the reason. */
+/* Verifies token with the current key (the caller holds key_lock shared):
+ * AUTH_OK, *p, *exp_s and *gen (the key generation it verified under), or
+ * the reason. */
 static enum auth_reason
 verify_token(struct auth *a, const char *token, struct auth_principal *p, int64_t *exp_s,
              uint64_t *gen)
@@ -515,7 +532,6 @@ verify_token(struct auth *a, const char *token, struct auth_principal *p, int64_
     jwt_t *j = NULL;
     enum auth_reason r;
 
-    pthread_rwlock_rdlock(&a->key_lock);
     *gen = atomic_load(&a->key_gen);
     if (jwt_decode(&j, token, a->key, a->key_len) != 0) {
         /* signed with another key, or not a JWT at all? Decoding without a
@@ -527,7 +543,6 @@ verify_token(struct auth *a, const char *token, struct auth_principal *p, int64_
         r = check_claims(a, j, p, exp_s);
         jwt_free(j);
     }
-    pthread_rwlock_unlock(&a->key_lock);
     return r;
 }
 
@@ -549,25 +564,31 @@ auth_verify_bearer(struct auth *a, const char *authorization, struct auth_princi
         return AUTH_MISSING;
     if ((token = bearer_token(authorization)) == NULL)
         return AUTH_MALFORMED;
-    if (a->cache.slots != NULL) {
+    pthread_rwlock_rdlock(&a->key_lock);
+    bool cached = a->cache.slots != NULL;
+    if (cached) {
         SHA256((const unsigned char *)token, strlen(token), digest);
-        if (cache_get(&a->cache, digest, atomic_load(&a->key_gen), p))
+        if (cache_get(&a->cache, digest, atomic_load(&a->key_gen), p)) {
+            pthread_rwlock_unlock(&a->key_lock);
             return AUTH_OK;
+        }
     }
     r = verify_token(a, token, p, &exp_s, &gen);
-    if (r != AUTH_OK) {
-        memset(p, 0, sizeof(*p));
-        return r;
-    }
-    if (a->cache.slots != NULL)
+    if (r == AUTH_OK && cached)
         cache_put(&a->cache, digest, gen, exp_s, p);
-    return AUTH_OK;
+    pthread_rwlock_unlock(&a->key_lock);
+    if (r != AUTH_OK)
+        memset(p, 0, sizeof(*p));
+    return r;
 }
 
 int
 auth_reload_keys(struct auth *a, const struct conf *conf, char *err, size_t errlen)
 {
     struct auth fresh = {0};
+    struct token_cache table = {0};
+    struct cache_slot *old_slots = NULL;
+    size_t old_mask = 0;
     unsigned char *old;
     int old_len, rc;
 
@@ -579,16 +600,28 @@ auth_reload_keys(struct auth *a, const struct conf *conf, char *err, size_t errl
         return 0;
     if ((rc = load_jwt_key(&fresh, &conf->auth, err, errlen)) != 0)
         return rc;
+    bool resize = conf->auth.cache_entries != a->cache.entries; /* only this thread writes it */
+    if (resize)
+        cache_init(&table, conf->auth.cache_entries, conf->auth.cache_ttl_ms);
     pthread_rwlock_wrlock(&a->key_lock);
     old = a->key;
     old_len = a->key_len;
     a->alg = fresh.alg;
     a->key = fresh.key;
     a->key_len = fresh.key_len;
+    if (resize) {
+        old_slots = a->cache.slots;
+        old_mask = a->cache.mask;
+        a->cache.slots = table.slots;
+        a->cache.mask = table.mask;
+        a->cache.entries = table.entries;
+    }
+    a->cache.ttl_ms = conf->auth.cache_ttl_ms;
     atomic_fetch_add(&a->key_gen, 1);
     pthread_rwlock_unlock(&a->key_lock);
     secret_wipe(old, (size_t)old_len);
     free(old);
+    slots_free(old_slots, old_mask); /* no verification holds it: they hold key_lock */
     cache_clear(&a->cache);
     return 0;
 }

@@ -15,7 +15,8 @@
  * Verified tokens are kept in a bounded cache (auth.jwt.cache_entries, keyed by
  * the SHA-256 of the whole token; an entry ends at the token's exp or after
  * auth.jwt.cache_ttl, whichever is first; refusals are never kept);
- * auth_reload_keys (SIGHUP) rereads the key and empties it.
+ * auth_reload_keys (SIGHUP) rereads the key, applies cache_entries and
+ * cache_ttl, and empties it.
  * Thread: any, after auth_open; nothing blocks but auth_reload_keys.
  */
 #ifndef ROOMD_AUTH_H
@@ -80,8 +81,10 @@ enum auth_reason auth_verify_bearer(struct auth *a, const char *authorization,
 /*
  * Key rotation: rereads the JWT key that conf->auth names (the HS256 secret's
  * variable or file, or public_key_file), swaps it in and empties the token
- * cache, so a token of the old key is verified again, and refused. Other auth
- * keys keep their start-up values. Returns 0, or ROOMD_EINVAL with err naming
+ * cache, so a token of the old key is verified again, and refused. Applies
+ * auth.jwt.cache_entries (a new table when it changed; 0 = no cache) and
+ * cache_ttl (entries stored from then on). Other auth keys keep their
+ * start-up values. Returns 0, or ROOMD_EINVAL with err naming
  * the key (the old key stays in use; a change of auth.mode is refused).
  * Thread: any (main on SIGHUP); blocks on the file read and until the
  * verifications in progress finish.

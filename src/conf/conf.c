@@ -108,9 +108,10 @@ const struct key conf_keys[] = {
      .doc = "required in aud; \"\" = not checked"},
     {"auth.jwt.cache_entries", K_INT, F(auth.cache_entries), "4096", RANGE(0, 65536),
      .note = "(0 = no cache)",
-     .doc = "verified tokens kept (0 = none; SHA-256 of the token -> its principal, 128 B each)"},
+     .doc = "verified tokens kept (0 = none; SHA-256 of the token -> its principal, 128 B "
+            "each); reloaded on SIGHUP"},
     {"auth.jwt.cache_ttl", K_DUR, F(auth.cache_ttl_ms), "60s", GT(0),
-     .doc = "longest life of a cache entry; it also ends at the token's exp"},
+     .doc = "longest life of a cache entry; it also ends at the token's exp; reloaded on SIGHUP"},
 
     {"admin.listen", K_STR, F(admin.listen), "127.0.0.1:8081", HOSTPORT,
      .note = "with a port in 1..65535",
@@ -189,7 +190,9 @@ const struct key conf_keys[] = {
     {"room.max_members", K_INT, F(room.max_members), "10000", GE(1), .doc = "members per room"},
     {"room.max_creates_per_minute", K_INT, F(room.max_creates_per_minute), "60", GE(0),
      .note = "(0 = no limit)",
-     .doc = "CreateRoom calls per owner_uid and app per minute; above: 429 with Retry-After"},
+     .doc = "CreateRoom calls per owner_uid and app per minute, summed over the nodes in Redis "
+            "when redis.enabled (per process while Redis does not answer); above: 429 with "
+            "Retry-After"},
     {"room.max_rooms_per_owner", K_INT, F(room.max_rooms_per_owner), "1000", GE(0),
      .note = "(0 = no limit)",
      .doc = "open rooms one owner_uid may hold per app (counted by the store in the create's "
@@ -217,7 +220,8 @@ const struct key conf_keys[] = {
      .doc = "grpc: holds older than this are resolved against the command log"},
 
     {"redis.enabled", K_BOOL, F(redis.enabled), "false",
-     .doc = "connect to Redis (needed by the redis lease and projection)"},
+     .doc = "connect to Redis (needed by the redis lease and projection; the CreateRoom rate "
+            "limit then counts in it)"},
     {"redis.addr", K_STR, F(redis.addr), "127.0.0.1:6379", HOSTPORT, .when = "redis.enabled",
      .doc = "Redis host:port"},
     {"redis.password", K_STR, F(redis.password), "", .doc = "Redis AUTH password; \"\" = none"},

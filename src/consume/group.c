@@ -523,6 +523,10 @@ group_main(void *arg)
             log_info("consume", "group bound", "group=%s stream=%s db=%s", g->h.group,
                      bus_stream_name(g->bus, g->h.stream), inbox_where(g->inbox));
         }
+        if (clock_mono_ms() >= next_purge) { /* idle or not: a fetch timeout skips the rest */
+            purge_inbox(g);
+            next_purge = clock_mono_ms() + PURGE_EVERY_MS;
+        }
         natsMsgList list = {0};
         jsErrCode jerr = 0;
         int64_t t0 = clock_mono_ms();
@@ -552,10 +556,6 @@ group_main(void *arg)
         for (int i = 0; i < list.Count; i++)
             process(g, list.Msgs[i]);
         natsMsgList_Destroy(&list);
-        if (clock_mono_ms() >= next_purge) {
-            purge_inbox(g);
-            next_purge = clock_mono_ms() + PURGE_EVERY_MS;
-        }
     }
     unbind(g);
     return NULL;

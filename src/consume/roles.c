@@ -10,6 +10,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
+#include "metrics/metrics.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -22,8 +23,30 @@ struct consume_roles {
     struct consume_group *g[NROLES]; /* index = bit number of the role */
     struct consume_handler h[NROLES];
     bool im_bridge_open;
+    bool metrics; /* collect_metrics is registered */
     struct consume_notice_sender notice_sender;
 };
+
+/* The groups' inbox retention: keys purged before they were settled (their
+ * effect may be missing; each is also a warning in the log). */
+static void
+collect_metrics(void *arg, struct metrics_text *t)
+{
+    struct consume_roles *r = arg;
+    char labels[160];
+
+    metrics_family(t, "roomd_consumer_inbox_purged_unsettled_total", "counter",
+                   "Inbox keys deleted by retention that were never done or dead, by group.");
+    for (int i = 0; i < NROLES; i++) {
+        struct consume_stats st;
+        if (r->g[i] == NULL)
+            continue;
+        consume_group_stats(r->g[i], &st);
+        snprintf(labels, sizeof(labels), "group=\"%s\"", r->h[i].group);
+        metrics_count(t, "roomd_consumer_inbox_purged_unsettled_total", labels,
+                      st.purged_unsettled);
+    }
+}
 
 unsigned
 consume_roles_configured(const struct conf *c)
@@ -122,6 +145,7 @@ consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus
         consume_roles_stop(r);
         return rc;
     }
+    r->metrics = metrics_add_collector(collect_metrics, r) == 0;
     *out = r;
     return 0;
 }
@@ -131,6 +155,8 @@ consume_roles_stop(struct consume_roles *r)
 {
     if (r == NULL)
         return;
+    if (r->metrics)
+        metrics_remove_collector(collect_metrics, r);
     for (int i = 0; i < NROLES; i++)
         consume_group_stop(r->g[i]);
     if (r->im_bridge_open)

@@ -116,6 +116,7 @@ struct outbox {
 
     pthread_mutex_t circ_mu;
     struct sink_circuit *circ;        /* [nsinks] */
+    struct bg_thread prober;          /* circuit.c: probes open circuits without traffic */
     atomic_uint_fast64_t outage_rows; /* rows handed back by an outage, no attempt counted */
     /* ordering per_room: rows of a batch held (not sent) because an earlier
      * row of their room was not delivered; dead letters after which the
@@ -125,11 +126,16 @@ struct outbox {
     atomic_uint_fast64_t order_held, order_failed, order_busy, order_affine;
 };
 
-/* The sinks' circuits (circuit.c). init/free: outbox_open/close. admit:
- * true when sink k may be called now (closed, or the half-open probe).
- * note: what the call gave: answered (any answer) or not (ROOMD_EUNAVAIL).
- * read: a copy of sink k's state (metrics). Thread: any (circ_mu). */
+/* The sinks' circuits (circuit.c). init/free: outbox_open/close; init
+ * also starts the prober thread when a sink has a probe (sink.h), which
+ * sends an open circuit's half-open probe when no event did by its time;
+ * stop joins it (outbox_close, before the sinks close; free does it too).
+ * admit: true when sink k may be called now (closed, or the half-open
+ * probe). note: what the call gave: answered (any answer) or not
+ * (ROOMD_EUNAVAIL). read: a copy of sink k's state (metrics). Thread: any
+ * (circ_mu); init/stop/free: the outbox's opener. */
 void circuit_init(struct outbox *ob);
+void circuit_stop(struct outbox *ob);
 void circuit_free(struct outbox *ob);
 bool circuit_admit(struct outbox *ob, size_t k);
 void circuit_note(struct outbox *ob, size_t k, bool answered);

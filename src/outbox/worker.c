@@ -1144,6 +1144,7 @@ outbox_close(struct outbox *ob)
     if (ob->metrics)
         metrics_remove_collector(outbox_collect_metrics, ob);
     bg_thread_stop(&ob->pool); /* joins the workers */
+    circuit_stop(ob);          /* joins the prober: the sinks close next */
     release_queued(ob);
     retention_close(ob->retention);
     for (size_t i = 0; i < ob->nsinks; i++)

@@ -118,6 +118,13 @@ bus_status_rc(natsStatus s, jsErrCode jerr)
         return 0;
     if (s == NATS_MAX_PAYLOAD || jerr == JSStreamMessageExceedsMaximumErr)
         return ROOMD_EPERM;
+    /* JetStream itself did not answer: nobody listens on the API subject
+     * (the server's "503 No Responders", which nats.c gives as
+     * NATS_NO_RESPONDERS with jerr JSNotEnabledErr: JetStream restarting or
+     * off), or the cluster has no meta leader (JSClusterNotAvailErr, an
+     * election). An outage, like a broken connection. */
+    if (s == NATS_NO_RESPONDERS || jerr == JSNotEnabledErr || jerr == JSClusterNotAvailErr)
+        return ROOMD_EUNAVAIL;
     return jerr != 0 ? ROOMD_ERETRY : ROOMD_EUNAVAIL;
 }
 
@@ -560,6 +567,36 @@ bus_publish_msg(struct bus *b, enum bus_stream w, natsMsg *msg, const char *msg_
             return rc;
     }
     return rc;
+}
+
+int
+bus_probe(struct bus *b, enum bus_stream w, int64_t deadline_mono_ms, char *err, size_t errlen)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    jsOptions jo;
+    int64_t left = deadline_mono_ms - clock_mono_ms();
+    int rc;
+
+    if ((rc = bus_ensure(b, err, errlen)) != 0)
+        return rc;
+    if (left <= 0) {
+        snprintf(err, errlen, "probe deadline passed");
+        return ROOMD_EUNAVAIL;
+    }
+    jsOptions_Init(&jo);
+    jo.Wait = left < bus_api_wait_ms(b) ? left : bus_api_wait_ms(b);
+    natsStatus s = js_GetStreamInfo(&si, b->js, b->stream[w], &jo, &jerr);
+    jsStreamInfo_Destroy(si);
+    if (s == NATS_OK) {
+        bus_note_publish(b, NATS_OK, 0); /* the stream's leader answered: not stalled */
+        return 0;
+    }
+    snprintf(err, errlen, "stream %s info: %s (jerr %d)", b->stream[w], natsStatus_GetText(s),
+             (int)jerr);
+    if (s == NATS_NO_RESPONDERS || jerr == JSStreamNotFoundErr)
+        bus_invalidate(b); /* set the streams up again on the next use */
+    return bus_status_rc(s, jerr);
 }
 
 int

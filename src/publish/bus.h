@@ -93,8 +93,10 @@ int bus_subject(struct bus *b, enum bus_stream which, const char *token, char *b
 /* Maps a nats.c status (and JetStream error code) to ROOMD_E*: 0 for OK,
  * ROOMD_EPERM for a message the stream can never accept (too large),
  * ROOMD_ERETRY for another JetStream answer, ROOMD_EUNAVAIL when the broker
- * did not answer (timeout, no connection, no responders): an outage, which
- * costs the event no attempt (docs/outbox.md). */
+ * or JetStream did not answer (timeout, no connection, "No Responders" /
+ * JSNotEnabledErr 10076 during a JetStream restart, JSClusterNotAvailErr
+ * 10008 during a leader election): an outage, which costs the event no
+ * attempt (docs/outbox.md). */
 int bus_status_rc(natsStatus s, jsErrCode jerr);
 
 /* Records the outcome of one publish (s, jerr) for the stall detection:
@@ -132,6 +134,13 @@ struct bus_message {
     const char *header; /* one more header, or NULL */
     const char *header_value;
 };
+
+/* The outbox prober's call (sink.h probe): sets the streams up if needed,
+ * then asks for stream w's info. Returns 0 when JetStream answered it (and
+ * clears a stall), ROOMD_EUNAVAIL with err when the broker or JetStream did
+ * not answer, or what bus_status_rc gives another answer. Thread: any.
+ * Blocks at most until deadline_mono_ms (and send_timeout). */
+int bus_probe(struct bus *b, enum bus_stream w, int64_t deadline_mono_ms, char *err, size_t errlen);
 
 /* Builds m as a message (*out; natsMsg_Destroy it). Returns 0, ROOMD_EPERM
  * when m->token cannot be a subject token, or ROOMD_ERETRY when the message

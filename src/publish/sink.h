@@ -80,6 +80,15 @@ struct sink {
     void *(*publish_start)(struct sink *s, const struct outbox_event *evs, size_t n,
                            int64_t deadline_mono_ms, int *rcs, char *errs, size_t errlen);
     void (*publish_finish)(struct sink *s, void *handle);
+    /* Optional; NULL = only a call with an event probes the sink's open
+     * circuit. One cheap call the peer must answer (the stream's info for
+     * JetStream, an account check for IM, a health check for gRPC), made by
+     * the outbox's prober (outbox/circuit.c) while the sink's circuit is open
+     * and no event probed it: a node with no rows for the sink still sees it
+     * recover. Returns 0 when the peer answered, whatever it said, or
+     * ROOMD_EUNAVAIL with err (no secrets) when it did not. Thread: the
+     * prober, beside publish calls. Blocks at most until deadline. */
+    int (*probe)(struct sink *s, int64_t deadline_mono_ms, char *err, size_t errlen);
     /* Optional; false = the sink reads ev->json. True: it reads only the
      * envelope and the row, and the worker skips building the JSON (NULL)
      * when no sink of the publish mode needs it. */

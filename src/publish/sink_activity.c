@@ -64,6 +64,26 @@ activity_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline
     return rc;
 }
 
+/* The circuit's probe (sink.h): a gRPC health check on the channel. Any
+ * status the service gives (UNIMPLEMENTED too) is an answer. */
+static int
+activity_probe(struct sink *s, int64_t deadline, char *err, size_t errlen)
+{
+    struct sink_activity *a = (struct sink_activity *)s;
+    static const uint8_t empty[1]; /* HealthCheckRequest{service: ""}: no bytes */
+    struct grpc_reply r;
+
+    if (grpc_peer_call(a->peer, "/grpc.health.v1.Health/Check", empty, 0, deadline, &r) != 0) {
+        snprintf(err, errlen, "activity: %s", r.details);
+        return ROOMD_EUNAVAIL;
+    }
+    free(r.body);
+    if (status_rc(r.status) != ROOMD_EUNAVAIL)
+        return 0;
+    snprintf(err, errlen, "activity %s: %.200s", grpc_peer_status_name(r.status), r.details);
+    return ROOMD_EUNAVAIL;
+}
+
 static void
 activity_close(struct sink *s)
 {
@@ -92,6 +112,7 @@ sink_activity_open(struct sink **out, const struct conf_activity *cfg, char *err
     /* accepts NULL: every room fact goes to the activity service */
     *out = sink_init(&a->base, "activity", SINK_BIT_ACTIVITY, NULL, activity_publish,
                      activity_close, false);
+    a->base.probe = activity_probe;
     log_info("activity", "activity sink ready", "target=%s", cfg->target);
     return 0;
 }

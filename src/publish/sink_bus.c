@@ -227,6 +227,16 @@ bus_sink_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n,
         bus_sink_publish_finish(s, h);
 }
 
+/* The circuit's probe (sink.h): the info of the sink's stream. */
+static int
+bus_sink_probe(struct sink *s, int64_t deadline_mono_ms, char *err, size_t errlen)
+{
+    struct sink_bus *sb = (struct sink_bus *)s;
+    enum bus_stream w = s->bit == SINK_BIT_ROCKET ? BUS_STREAM_ROCKET : BUS_STREAM_OUTBOX;
+
+    return bus_probe(sb->bus, w, deadline_mono_ms, err, errlen);
+}
+
 static void
 bus_sink_close(struct sink *s)
 {
@@ -245,6 +255,7 @@ sink_bus_new(struct bus *bus, const char *name, uint32_t bit,
 
     /* no_json: the packed envelope and the row only */
     sink_init(&sb->base, name, bit, accepts, publish, bus_sink_close, true);
+    sb->base.probe = bus_sink_probe;
     bus_ref(bus);
     sb->bus = bus;
     return &sb->base;

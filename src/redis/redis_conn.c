@@ -53,24 +53,56 @@ drop(struct redis_conn *rc, const char *why)
     }
 }
 
+/* After an I/O error on the context: sets *stale (when not NULL) and drops
+ * the connection. Stale is EOF or a reset on a connection idle since the
+ * last call: the server restarted and never saw the command. A timeout is
+ * not stale (the command may have run), so it is not repeated. */
+static void
+io_failed(struct redis_conn *rc, int *stale)
+{
+    if (stale != NULL)
+        *stale = rc->ctx->err == REDIS_ERR_EOF ||
+                 (rc->ctx->err == REDIS_ERR_IO &&
+                  (strstr(rc->ctx->errstr, "reset") || strstr(rc->ctx->errstr, "pipe")));
+    drop(rc, rc->ctx->errstr[0] ? rc->ctx->errstr : "connection lost");
+}
+
 /* One command on a connected context; NULL (and the context dropped) on I/O error. */
 static redisReply *
 raw(struct redis_conn *rc, int argc, const char **argv, const size_t *lens, int *stale)
 {
     redisReply *r = redisCommandArgv(rc->ctx, argc, argv, lens);
 
-    if (r == NULL) {
-        /* EOF or a reset on a connection idle since the last call: the server
-         * restarted and never saw the command. A timeout is not stale (the
-         * command may have run), so it is not repeated. */
-        if (stale != NULL)
-            *stale = rc->ctx->err == REDIS_ERR_EOF ||
-                     (rc->ctx->err == REDIS_ERR_IO &&
-                      (strstr(rc->ctx->errstr, "reset") || strstr(rc->ctx->errstr, "pipe")));
-        drop(rc, rc->ctx->errstr[0] ? rc->ctx->errstr : "connection lost");
-        return NULL;
-    }
+    if (r == NULL)
+        io_failed(rc, stale);
     return r;
+}
+
+/* The commands cmds[0..n) sent together on a connected context, then their
+ * replies read into out[0..n): 0, or -1 with every out[i] NULL and the
+ * context dropped (I/O error). */
+static int
+raw_pipeline(struct redis_conn *rc, size_t n, const struct redis_cmd *cmds, redisReply **out,
+             int *stale)
+{
+    size_t got = 0;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (redisAppendCommandArgv(rc->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
+            goto fail;
+    for (; got < n; got++)
+        if (redisGetReply(rc->ctx, (void **)&out[got]) != REDIS_OK || out[got] == NULL)
+            goto fail;
+    return 0;
+fail:
+    for (size_t i = 0; i <= got && i < n; i++) {
+        freeReplyObject(out[i]);
+        out[i] = NULL;
+    }
+    io_failed(rc, got == 0 ? stale : NULL); /* stale only before the first reply */
+    return -1;
 }
 
 /* Sends "cmd arg" (AUTH, SELECT) on the connection just made: 0, or -1
@@ -134,6 +166,24 @@ redis_conn_argv(struct redis_conn *rc, int argc, const char **argv, const size_t
     if (r == NULL)
         rc->next_try_ms = clock_mono_ms() + RETRY_MS;
     return r;
+}
+
+int
+redis_conn_pipeline(struct redis_conn *rc, size_t n, const struct redis_cmd *cmds, redisReply **out)
+{
+    int stale = 0;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    if (rc->ctx == NULL && connect_now(rc) != 0)
+        return -1;
+    if (raw_pipeline(rc, n, cmds, out, &stale) == 0)
+        return 0;
+    /* A connection that broke while idle (server restarted): one fresh try. */
+    if (stale && connect_now(rc) == 0 && raw_pipeline(rc, n, cmds, out, NULL) == 0)
+        return 0;
+    rc->next_try_ms = clock_mono_ms() + RETRY_MS;
+    return -1;
 }
 
 redisReply *

@@ -42,6 +42,21 @@ redisReply *redis_conn_argv(struct redis_conn *rc, int argc, const char **argv, 
 /* Same with NUL-terminated strings. */
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv);
 
+/* One command of a pipeline: argv[0..argc), NUL-terminated strings (borrowed). */
+struct redis_cmd {
+    int argc;
+    const char **argv;
+};
+
+/* Sends cmds[0..n) in one write and reads their n replies into out[0..n)
+ * (free each with freeReplyObject). Returns 0, or -1 with every out[i] NULL
+ * when Redis is unreachable or the connection broke (as redis_conn_argv:
+ * rc->errstr says why, the connection is dropped, one fresh try when it had
+ * broken while idle). An error reply is a reply. Thread: as the
+ * connection's (not thread-safe). Blocks up to the timeouts. */
+int redis_conn_pipeline(struct redis_conn *rc, size_t n, const struct redis_cmd *cmds,
+                        redisReply **out);
+
 void redis_conn_close(struct redis_conn *rc);
 
 #endif

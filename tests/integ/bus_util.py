@@ -229,10 +229,11 @@ class NatsServer:
     def url(self):
         return f"nats://127.0.0.1:{self.port}"
 
-    def start(self):
+    def start(self, js=True):
+        """js=False: the server without JetStream (its API answers "No Responders")."""
         self.log = open(self.dir + ".log", "ab")
-        self.proc = subprocess.Popen(["nats-server", "-js", "-a", "127.0.0.1", "-p",
-                                      str(self.port), "-sd", self.dir],
+        self.proc = subprocess.Popen(["nats-server"] + (["-js"] if js else []) +
+                                     ["-a", "127.0.0.1", "-p", str(self.port), "-sd", self.dir],
                                      stdout=self.log, stderr=self.log)
         end = time.time() + 15
         while time.time() < end:

@@ -18,6 +18,13 @@ consumer groups inside roomd and in tools/roomd_consumer, and the IM stand-in.
    deliveries, then it is in "<ns>hyapp_dlq.hyapp-room-im-bridge".
 7. rocket: the wake-up fires within 1 s of launch_at_ms, also across a roomd restart (SIGTERM
    and SIGKILL); duplicate and stale wake-ups change nothing.
+8. circuit without traffic: a node whose bus circuit opened while its broker was down, and
+   which then has no rows (another node on the store delivered them), stays "degraded" while
+   the broker is down and is "ready" again soon after it returns, without an event.
+9. JetStream not answering ("No Responders", a nats-server without JetStream): an outage,
+   retry_count stays 0; JetStream back: every row delivered once.
+10. inbox retention: a key older than the inbox's keep time that was never settled is
+   purged at start and counted in roomd_consumer_inbox_purged_unsettled_total{group}.
 
 Run: python3 tests/integ/test_bus_roomd.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)
 """
@@ -36,7 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
 from roomd_test import BUILD, Roomd, env_port, merge, need, run, wait_until  # noqa: E402
 from bus_util import (Nats, NatsServer, envelope, js_all, js_consumer_idle,  # noqa: E402
                       js_delete_consumer, js_delete_stream, js_publish, pb_encode, pb_fields)
-from http_util import cid, room_name  # noqa: E402
+from http_util import cid, metrics, room_name  # noqa: E402
 
 NATS_PORT = env_port("ROOMD_NATS_PORT", 4333)
 SHARED = f"nats://127.0.0.1:{NATS_PORT}"
@@ -226,6 +233,17 @@ def test_dual_log_sink_and_stream():
 
 # ---- 3 ----
 
+def delivered_once(r, srv, ns, ev, what):
+    """Waits until every row of r is delivered; then the outbox stream on srv holds each
+    event of ev exactly once."""
+    wait_until(lambda: all_delivered(r), timeout=30, what=what)
+    nc = Nats(srv.port)
+    try:
+        assert set(stream_by_id(nc, ns + "hyapp_room_outbox")) == set(ev.ids())
+    finally:
+        nc.close()
+
+
 def test_broker_down_commands_succeed_then_published():
     tmp, ns = tempfile.mkdtemp(prefix="bus-down-"), new_ns()
     srv = NatsServer(tmp)  # not started: the broker is down
@@ -247,10 +265,7 @@ def test_broker_down_commands_succeed_then_published():
         assert all(v[0] in ("retryable", "delivering") and v[1] == 0 for v in rows.values()), rows
         assert any("bus" in (v[3] or "") for v in rows.values()), rows
         srv.start()
-        wait_until(lambda: all_delivered(r), timeout=30, what="delivered after the broker")
-        nc = Nats(srv.port)
-        assert set(stream_by_id(nc, ns + "hyapp_room_outbox")) == set(ev.ids())
-        nc.close()
+        delivered_once(r, srv, ns, ev, "delivered after the broker")
     finally:
         r.stop()
         srv.stop()
@@ -507,10 +522,133 @@ def test_rocket_stale_and_duplicate_wakeups_change_nothing():
         cleanup(ns)
 
 
+# ---- 8 ----
+
+def node_state(r, sink="bus"):
+    """(readyz status word, its sinks check, roomd_outbox_sink_circuit_open{sink})."""
+    st, _, js = r.admin("GET", "/readyz")
+    assert st == 200, (st, js)  # the broker down is never 503
+    circ = metrics(r).get(f'roomd_outbox_sink_circuit_open{{sink="{sink}"}}')
+    return js["status"], js.get("checks", {}).get("sinks"), circ
+
+
+def test_circuit_closes_without_traffic():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-probe-"), new_ns()
+    srv = NatsServer(tmp).start()
+    db = os.path.join(tmp, "roomd.db")
+
+    def node(name, url, poll):
+        d = os.path.join(tmp, name)
+        os.makedirs(d)
+        return Roomd(bus_cfg(d, ns, url=url, extra={
+            "app": {"node_id": f"node-{name}"}, "store": {"sqlite": {"path": db}},
+            "outbox_worker": {"circuit_failures": 1, "circuit_probe_every": "300ms",
+                              "poll_interval": poll}}), tmp=d)
+    # a: its own broker (stopped below), claims seldom (its hand-off still opens its
+    # circuit); b: the shared broker, on the same store, claims what a hands back
+    a, b = node("a", srv.url(), "5s").start(), node("b", SHARED, "200ms").start()
+    try:
+        ok(a.post("/v1/rooms", {"command_id": cid(), "room_id": room_name(), "owner_uid": 1,
+                                "title": "probe"}))
+        wait_until(lambda: all_delivered(a), timeout=15, what="delivered, broker up")
+        srv.stop()
+        for _ in range(3):  # a's hand-off fails (its circuit opens); b delivers them
+            ok(a.post("/v1/rooms", {"command_id": cid(), "room_id": room_name(),
+                                    "owner_uid": 1, "title": "probe"}))
+        wait_until(lambda: all_delivered(a), timeout=30, what="b delivered a's rows")
+        # /readyz is a cache refreshed by a ticker: wait for its look at the open circuit
+        wait_until(lambda: (lambda w, si, c: c == 1 and "bus: circuit open" in si)(
+            *node_state(a)), timeout=10, what="a's bus circuit open")
+        # the outage goes on: degraded at every look, never "ready" in between
+        seen = set()
+        end = time.time() + 3
+        while time.time() < end:
+            word, sinks, circ = node_state(a)
+            seen.add((word, circ))
+            assert word == "degraded" and circ == 1 and "bus: circuit open" in sinks, \
+                (word, sinks, circ)
+            time.sleep(0.2)
+        # a has no rows for the bus; the broker returns: its prober closes the circuit
+        t0 = time.time()
+        srv.start()
+        wait_until(lambda: node_state(a) == ("ready", "ok", 0), timeout=15, step=0.1,
+                   what="a ready again without traffic")
+        print(f"# a ready {time.time() - t0:.2f}s after its broker restarted "
+              f"(circuit_probe_every 300ms); while down: {sorted(seen)}")
+        text = "\n".join(a.log_lines())
+        assert "circuit closed" in text, "no 'circuit closed' log line"
+    finally:
+        a.stop()
+        b.stop()
+        srv.stop()
+        cleanup(ns)
+
+
+# ---- 9 ----
+
+def test_jetstream_unavailable_is_an_outage():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-nojs-"), new_ns()
+    srv = NatsServer(tmp).start(js=False)  # connected, but nobody answers the JetStream API
+    r = Roomd(bus_cfg(tmp, ns, url=srv.url(), extra={"outbox_worker": {
+        "max_retry_count": 3, "initial_backoff": "100ms", "max_backoff": "200ms",
+        "circuit_failures": 2, "circuit_probe_every": "300ms"}}), tmp=tmp).start()
+    try:
+        ev = standard_commands(r, room_name())
+        wait_until(lambda: (lambda o: o if o and all(v[3] for v in o.values()) else None)(
+            outbox(r)), timeout=15, what="rows tried")
+        time.sleep(2.0)  # > max_retry_count x max_backoff: counted attempts would fail them
+        rows = outbox(r)
+        assert all(v[0] in ("retryable", "delivering") and v[1] == 0 for v in rows.values()), \
+            rows
+        # the broker's "No Responders" reached roomd, and no call was counted as an answer
+        assert any("jerr 10076" in line for line in r.log_lines()), "no No Responders seen"
+        m = metrics(r)
+        assert m['roomd_outbox_attempts_total{sink="bus",outcome="retry"}'] == 0, m
+        assert m['roomd_outbox_attempts_total{sink="bus",outcome="unavailable"}'] >= 2, m
+        word, sinks, circ = node_state(r)
+        assert word == "degraded" and circ == 1, (word, sinks, circ)
+        srv.stop()
+        srv.start(js=True)  # JetStream back
+        delivered_once(r, srv, ns, ev, "delivered after JetStream")
+        assert all(v[1] == 0 for v in outbox(r).values()), outbox(r)
+    finally:
+        r.stop()
+        srv.stop()
+
+
+# ---- 10 ----
+
+def test_inbox_purged_unsettled_counted():
+    tmp, ns = tempfile.mkdtemp(prefix="bus-purge-"), new_ns()
+    cfg = bus_cfg(tmp, ns, extra={"rocketmq": {"room_outbox": {"activity_consumer_enabled": True}}})
+    r = Roomd(cfg, tmp=tmp).start()
+    try:
+        db = group_db(tmp, G_ACT)
+        wait_until(lambda: os.path.exists(db), timeout=10, what="the activity group's inbox")
+        m = metrics(r)
+        assert m[f'roomd_consumer_inbox_purged_unsettled_total{{group="{G_ACT}"}}'] == 0, m
+        r.stop()
+        con = sqlite3.connect(db, timeout=10)
+        with con:  # two keys received long ago and never settled, one settled
+            con.executemany("INSERT INTO inbox(key, state, updated_ms) VALUES (?, ?, 1)",
+                            [("old-1", "received"), ("old-2", "received"), ("old-3", "done")])
+        con.close()
+        r.start()  # the group purges at its start
+        wait_until(lambda: metrics(r).get(
+            f'roomd_consumer_inbox_purged_unsettled_total{{group="{G_ACT}"}}') == 2,
+            timeout=15, what="the purged unsettled keys counted")
+        assert db_rows(db, "SELECT count(*) FROM inbox WHERE key LIKE 'old-%'") == [(0,)]
+    finally:
+        r.stop()
+        cleanup(ns)
+
+
 if __name__ == "__main__":
     need("127.0.0.1", NATS_PORT, "nats-server")
     run([test_mq_every_event_once, test_dual_log_sink_and_stream,
          test_broker_down_commands_succeed_then_published, test_consumer_group_down_backlog,
          test_three_groups_and_forced_redelivery, test_dead_letter_after_reconsume_times,
          test_rocket_wakeup_on_time_and_across_restart,
-         test_rocket_stale_and_duplicate_wakeups_change_nothing])
+         test_rocket_stale_and_duplicate_wakeups_change_nothing,
+         test_circuit_closes_without_traffic, test_jetstream_unavailable_is_an_outage,
+         test_inbox_purged_unsettled_counted])

@@ -30,7 +30,6 @@ import shutil
 import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
 from roomd_test import Roomd, env_port, free_port, listing, need, run, wait_until  # noqa: E402
+from roomd_test import redis_cli, start_redis  # noqa: E402
 from roomd_test import mysql_query as mysql  # noqa: E402
 
 TTL_MS = 1500
@@ -418,20 +418,6 @@ def scenarios(store):
 
 
 # --- a private redis-server ---------------------------------------------------------------
-
-def start_redis(port, d):
-    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                          "--dir", d, "--save", "", "--appendonly", "no"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: redis_cli(port, "PING") == "PONG", timeout=10, what="redis-server")
-    return p
-
-
-def redis_cli(port, *args):
-    r = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
-                       timeout=10)
-    return r.stdout.strip() if r.returncode == 0 else None
-
 
 def reachable(port):
     try:

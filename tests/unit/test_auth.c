@@ -18,9 +18,11 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SECRET "0123456789abcdef0123456789abcdef-test"
 
@@ -420,6 +422,102 @@ test_cache_ttl_and_off(void **state)
     es_teardown(&f);
 }
 
+/* auth_reload_keys applies cache_entries (off, on again, another size) and
+ * cache_ttl without a restart; every reload empties the table. */
+static void
+test_cache_size_and_ttl_reloaded(void **state)
+{
+    struct es_fix f;
+    struct auth_principal p;
+    char err[256];
+    char *tok;
+
+    es_setup(&f, 64, 60000, 30000);
+    tok = es256_bearer(f.priv, "42", 3600);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 1);
+    f.c->auth.cache_entries = 0; /* off */
+    assert_int_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+        assert_int_equal(p.uid, 42);
+    }
+    assert_int_equal(hits(f.a), 1);
+    f.c->auth.cache_entries = 8; /* on again, a smaller table, a 1 s TTL */
+    f.c->auth.cache_ttl_ms = 1000;
+    assert_int_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK); /* a miss: stored */
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 2);
+    clock_set_offset_ms(1500); /* past the reloaded TTL (the first was 60 s) */
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 2);
+    clock_set_offset_ms(0);
+    /* the same size again: the table stays, emptied all the same */
+    assert_int_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 2);
+    assert_int_equal(auth_verify_bearer(f.a, tok, &p), AUTH_OK);
+    assert_int_equal(hits(f.a), 3);
+    free(tok);
+    es_teardown(&f);
+}
+
+/* Reloads that resize the table while threads verify through it: every
+ * answer is the principal of the token sent. */
+struct resize_race {
+    struct auth *a;
+    char *tok[6];
+    atomic_int stop;
+    int wrong;
+};
+
+static void *
+resize_verifier(void *arg)
+{
+    struct resize_race *r = arg;
+    struct auth_principal p;
+
+    for (int i = 0; !atomic_load(&r->stop); i++) {
+        int k = i % 6;
+        if (auth_verify_bearer(r->a, r->tok[k], &p) != AUTH_OK || p.uid != 200 + k)
+            __atomic_add_fetch(&r->wrong, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void
+test_cache_resized_under_load(void **state)
+{
+    struct es_fix f;
+    struct resize_race r = {0};
+    pthread_t th[3];
+    char err[256], sub[16];
+
+    es_setup(&f, 4, 60000, 30000);
+    r.a = f.a;
+    for (int k = 0; k < 6; k++) {
+        snprintf(sub, sizeof(sub), "%d", 200 + k);
+        r.tok[k] = es256_bearer(f.priv, sub, 3600);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, resize_verifier, &r);
+    for (int n = 0; n < 40; n++) {
+        f.c->auth.cache_entries = (int[]){0, 2, 16, 4}[n % 4];
+        assert_int_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
+        usleep(2000);
+    }
+    atomic_store(&r.stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(r.wrong, 0);
+    assert_true(hits(f.a) > 0);
+    for (int k = 0; k < 6; k++)
+        free(r.tok[k]);
+    es_teardown(&f);
+}
+
 /* Threads verifying 12 tokens through a 4-slot table (slots taken over all
  * the time) each get the principal of the token they sent. */
 struct race {
@@ -504,6 +602,8 @@ main(void)
         cmocka_unit_test(test_cache_one_byte_off_is_no_hit),
         cmocka_unit_test(test_cache_ttl_and_off),
         cmocka_unit_test(test_cache_threads),
+        cmocka_unit_test(test_cache_size_and_ttl_reloaded),
+        cmocka_unit_test(test_cache_resized_under_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
