@@ -227,6 +227,8 @@ struct conf_outbox {
     int64_t max_backoff_ms;
     int workers;                   /* worker threads */
     int64_t lock_timeout_ms;       /* lock_until_ms = claim time + this */
+    int64_t complete_gather_ms;    /* landed batches' completions written together within
+                                    * this (one store transaction); 0 = one per batch */
     int handoff_queue;             /* hand-off queue rows; 0 = off, -1 = auto:
                                     * max(1024, 4 x workers x batch_size) */
     enum outbox_ordering ordering; /* per_room (default): a room's events reach each sink
