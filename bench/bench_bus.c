@@ -21,7 +21,8 @@
  *   BENCH_ONLY=relay,handoff,latency,service picks parts (raw always runs);
  *   BENCH_WORKERS, BENCH_BATCH: outbox_worker.workers (2), batch_size (100);
  *   BENCH_CLAIM_BATCHES: outbox_worker.claim_batches (the default, 3; 1 = off);
- *   BENCH_ORDERING=none: outbox_worker.ordering none (else per_room, the default).
+ *   BENCH_ORDERING=none: outbox_worker.ordering none (else per_room, the default);
+ *   BENCH_GATHER_MS: outbox_worker.complete_gather (the default, 20; 0 = off).
  *   BENCH_STORE=mysql: the store is MariaDB at 127.0.0.1:$ROOMD_MYSQL_PORT (3417,
  *   root, no password), a fresh database per part, dropped at the end.
  * nats-server at 127.0.0.1:$ROOMD_NATS_PORT (4333, scripts/servers.sh).
@@ -858,6 +859,8 @@ main(int argc, char **argv)
     conf->outbox_worker.batch_size = getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 100;
     if (getenv("BENCH_CLAIM_BATCHES") != NULL)
         conf->outbox_worker.claim_batches = atoi(getenv("BENCH_CLAIM_BATCHES"));
+    if (getenv("BENCH_GATHER_MS") != NULL)
+        conf->outbox_worker.complete_gather_ms = atoll(getenv("BENCH_GATHER_MS"));
     if (getenv("BENCH_ORDERING") != NULL && strcmp(getenv("BENCH_ORDERING"), "none") == 0)
         conf->outbox_worker.ordering = ORDERING_NONE;
     conf->outbox_worker.poll_interval_ms = 1000;

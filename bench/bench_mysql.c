@@ -540,6 +540,8 @@ main(int argc, char **argv)
     free(c->store.mysql.database);
     c->store.mysql.database = xstrdup(dbname);
     c->store.mysql.pool_size = 8;
+    if (getenv("BENCH_IN_FLIGHT") != NULL) /* store.mysql.batches_in_flight of the group pass */
+        c->store.mysql.batches_in_flight = atoi(getenv("BENCH_IN_FLIGHT"));
     if (store_open(&st, &c->store, err, sizeof(err)) != 0) {
         fprintf(stderr, "store_open: %s\n", err);
         return 1;

@@ -66,7 +66,9 @@ curl -sf "http://127.0.0.1:$admin_port/metrics" 2>/dev/null | awk '
     $1 == "roomd_outbox_handoff_rows_total" { h = $2 } $1 == "roomd_outbox_claimed_rows_total" { c = $2 }
     $1 == "roomd_outbox_order_busy_total" { b = $2 } $1 == "roomd_outbox_order_affine_total" { a = $2 }
     $1 == "roomd_outbox_order_held_total" { held = $2 }
-    END { if (h + c > 0) printf "outbox rows: %d handed off, %d claimed (%.0f%% handed off); commits: %d to the claim (room busy), %d behind their own rows; %d held\n", h, c, 100 * h / (h + c), b, a, held }' || true
+    $1 == "roomd_outbox_batches_total" { nb = $2 } $1 == "roomd_outbox_completions_total" { nc = $2 }
+    END { if (h + c > 0) printf "outbox rows: %d handed off, %d claimed (%.0f%% handed off); commits: %d to the claim (room busy), %d behind their own rows; %d held\n", h, c, 100 * h / (h + c), b, a, held
+          if (nb > 0) printf "outbox batches: %d, %.1f rows each; completion transactions: %d\n", nb, (h + c) / nb, nc }' || true
 ops=$(sed -n 's/.* ops=\([0-9]*\) .*/\1/p' "$tmp/load" | head -1)
 if [ -n "$record" ]; then
     perf report -i "$tmp/perf.data" ${PERF_SORT:---no-children --sort dso,symbol} --stdio ${PERF_REPORT_OPTS:-} 2>/dev/null | grep -v '^#' | grep -v '^$' | head -${PERF_LINES:-60}

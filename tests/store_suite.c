@@ -11,6 +11,7 @@
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "store/group_commit.h"
 #include "store/store.h"
 
 #include <pthread.h>
@@ -359,6 +360,66 @@ t_fence(void **state)
     assert_int_equal(q->m.rc, ROOMD_EFENCED);
     free(p);
     free(q);
+}
+
+/*
+ * One batch of several rooms' updates (MySQL: the rooms rows in one
+ * statement) with a stale lease token, a stale version and a missing room
+ * among them: exactly those three are refused, the others commit, and
+ * nothing of the refused ones (rooms row, log, outbox) is written.
+ */
+static void
+t_fence_batch(void **state)
+{
+    struct fixture *f = *state;
+    struct tmut *x[6];
+    struct mutation *ms[6];
+    char room[8], cmd[16];
+
+    for (int i = 0; i < 5; i++) {
+        snprintf(room, sizeof(room), "b%d", i);
+        x[0] = tmut_new("a1", room, room, 1, 0, T0);
+        x[0]->m.fence_token = 5;
+        assert_int_equal(save1(f->st, x[0]), 0);
+        assert_int_equal(x[0]->m.rc, 0);
+        free(x[0]);
+    }
+    for (int i = 0; i < 6; i++) { /* b0..b4 and b5, which does not exist */
+        snprintf(room, sizeof(room), "b%d", i);
+        snprintf(cmd, sizeof(cmd), "%s-v2", room);
+        x[i] = tmut_new("a1", room, cmd, 2, 1, T0 + 1);
+        x[i]->m.fence_token = 5;
+        ms[i] = &x[i]->m;
+    }
+    x[1]->m.fence_token = 4; /* an older owner */
+    x[3]->m.version = 3;     /* a version gap */
+    assert_int_equal(store_save(f->st, ms, 6), 0);
+    assert_int_equal(x[0]->m.rc, 0);
+    assert_int_equal(x[1]->m.rc, ROOMD_EFENCED);
+    assert_int_equal(x[2]->m.rc, 0);
+    assert_int_equal(x[3]->m.rc, ROOMD_EFENCED);
+    assert_int_equal(x[4]->m.rc, 0);
+    assert_int_equal(x[5]->m.rc, ROOMD_ENOTFOUND);
+    for (int i = 0; i < 6; i++) {
+        bool ok = x[i]->m.rc == 0;
+        struct room_load l;
+        struct command_record r;
+
+        snprintf(room, sizeof(room), "b%d", i);
+        if (i == 5) {
+            assert_int_equal(store_load_room(f->st, "a1", room, &l), ROOMD_ENOTFOUND);
+        } else {
+            assert_int_equal(store_load_room(f->st, "a1", room, &l), 0);
+            assert_int_equal(l.version, ok ? 2 : 1);
+            assert_int_equal(l.fence_token, 5);
+            room_load_clear(&l);
+        }
+        assert_int_equal(store_find_command(f->st, "a1", x[i]->m.command_id, &r),
+                         ok ? 0 : ROOMD_ENOTFOUND);
+        command_record_clear(&r);
+        assert_int_equal(room_rows(f->st, room), ok ? 1 : 0);
+        free(x[i]);
+    }
 }
 
 /* A new owner's fence claim: older tokens cannot commit even before it commits. */
@@ -1942,6 +2003,97 @@ t_wallet_gifts_concurrent(void **state)
     }
 }
 
+/* Commands through a group commit with three batches in flight (MySQL: on
+ * three pooled connections at once), each thread's rooms its own (a cell's
+ * order) and the senders shared by all: every gift commits once, a reused
+ * command_id fails alone, and every balance is exact. */
+#define GC_THREADS 12
+#define GC_GIFTS 20
+#define GC_SENDERS 4
+
+struct gc_worker {
+    struct group_commit *gc;
+    int idx;
+    int failures, reused_rc;
+};
+
+static void *
+gc_main(void *arg)
+{
+    struct gc_worker *w = arg;
+    char room[32], cmd[48];
+
+    snprintf(room, sizeof(room), "gc-%d", w->idx);
+    snprintf(cmd, sizeof(cmd), "gc-%d-create", w->idx);
+    struct tmut *x = tmut_new("gc", room, cmd, 1, 1, T0);
+    if (group_commit_submit(w->gc, &x->m) != 0)
+        w->failures++;
+    free(x);
+    for (int i = 0; i < GC_GIFTS; i++) {
+        int64_t uid = 1 + (w->idx + i) % GC_SENDERS;
+
+        snprintf(cmd, sizeof(cmd), "gc-%d-%d", w->idx, i);
+        x = gift_mut("gc", room, cmd, i + 2, uid, uid);
+        x->debit.initial_balance = 100000;
+        if (group_commit_submit(w->gc, &x->m) != 0 || x->debit.rc != 0)
+            w->failures++;
+        free(x);
+    }
+    /* a create under this thread's first gift's command_id, in a room of its own */
+    snprintf(room, sizeof(room), "gc-%d-reused", w->idx);
+    snprintf(cmd, sizeof(cmd), "gc-%d-0", w->idx);
+    x = tmut_new("gc", room, cmd, 1, 1, T0);
+    w->reused_rc = group_commit_submit(w->gc, &x->m);
+    free(x);
+    return NULL;
+}
+
+static void
+t_group_commit_in_flight(void **state)
+{
+    struct fixture *f = *state;
+    struct group_commit *gc = NULL;
+    struct gc_worker w[GC_THREADS];
+    pthread_t th[GC_THREADS];
+    int64_t paid[GC_SENDERS + 1] = {0}, b;
+    uint64_t batches, muts;
+    struct room_load l;
+
+    f->st->save_writers = 3;
+    assert_int_equal(group_commit_open(&gc, f->st, 8), 0);
+    for (int i = 0; i < GC_THREADS; i++) {
+        w[i] = (struct gc_worker){.gc = gc, .idx = i};
+        assert_int_equal(pthread_create(&th[i], NULL, gc_main, &w[i]), 0);
+    }
+    for (int i = 0; i < GC_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+        assert_int_equal(w[i].reused_rc, ROOMD_EREUSED);
+        for (int g = 0; g < GC_GIFTS; g++) {
+            int64_t uid = 1 + (i + g) % GC_SENDERS;
+            paid[uid] += uid;
+        }
+    }
+    group_commit_stats(gc, &batches, &muts);
+    group_commit_close(gc);
+    assert_int_equal(muts, GC_THREADS * (GC_GIFTS + 2));
+    for (int64_t uid = 1; uid <= GC_SENDERS; uid++) {
+        assert_int_equal(store_wallet_balance(f->st, "gc", uid, 100000, &b), 0);
+        assert_int_equal(b, 100000 - paid[uid]);
+    }
+    for (int i = 0; i < GC_THREADS; i++) {
+        char room[32];
+
+        snprintf(room, sizeof(room), "gc-%d", i);
+        assert_int_equal(store_load_room(f->st, "gc", room, &l), 0);
+        assert_int_equal(l.version, GC_GIFTS + 1);
+        room_load_clear(&l);
+        snprintf(room, sizeof(room), "gc-%d-reused", i);
+        assert_int_equal(store_load_room(f->st, "gc", room, &l), ROOMD_ENOTFOUND);
+        assert_int_equal(room_rows(f->st, room), 0);
+    }
+}
+
 static void
 t_rockets(void **state)
 {
@@ -2080,6 +2232,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_find_command, setup, teardown),
         cmocka_unit_test_setup_teardown(t_batch_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fence, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_fence_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fence_room, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rooms_list, setup, teardown),
         cmocka_unit_test_setup_teardown(t_create_exists, setup, teardown),
@@ -2104,6 +2257,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet, setup, teardown),
         cmocka_unit_test_setup_teardown(t_wallet_gifts_concurrent, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_group_commit_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(t_owner_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_owner_limit_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rockets, setup, teardown),

@@ -164,6 +164,9 @@ const struct key conf_keys[] = {
      .when = MYSQL_ON, .doc = "write timeout of one statement"},
     {"store.mysql.deadlock_retries", K_INT, F(store.mysql.deadlock_retries), "3", GE(0),
      .when = MYSQL_ON, .doc = "retries of a deadlocked or lock-wait-timed-out transaction"},
+    {"store.mysql.batches_in_flight", K_INT, F(store.mysql.batches_in_flight), "1", GE(1),
+     .when = MYSQL_ON,
+     .doc = "group-commit batches committing at once, each on its own pooled connection"},
     {"store.mysql.startup_wait", K_DUR, F(store.mysql.startup_wait_ms), "60s", GE(0),
      .when = MYSQL_ON, .note = "(0 = exit at once)",
      .doc = "at start-up, retry an unreachable server this long before exiting"},
@@ -352,6 +355,10 @@ const struct key conf_keys[] = {
     {"outbox_worker.workers", K_INT, F(outbox_worker.workers), "2", GE(1), .doc = "worker threads"},
     {"outbox_worker.lock_timeout", K_DUR, F(outbox_worker.lock_timeout_ms), "30s",
      .doc = "a claim expires after this (> publish_timeout)"},
+    {"outbox_worker.complete_gather", K_DUR, F(outbox_worker.complete_gather_ms), "20ms", GE(0),
+     .note = "(0 off)",
+     .doc = "a worker writes the completions of the batches that landed within this (or 4 x "
+            "batch_size rows) in one store transaction; the rows stay delivering until then"},
     {"outbox_worker.handoff_queue", K_INT, F(outbox_worker.handoff_queue), "-1", GE(-1),
      .note = "(-1 auto, 0 off)",
      .doc = "hand-off queue rows; -1 = max(1024, 4 x workers x batch_size), 0 = off"},
@@ -944,6 +951,9 @@ validate_cross(const struct conf *c, struct vctx *v)
         bad(v, "outbox_worker.max_backoff", "must be >= outbox_worker.initial_backoff");
     if (ob->lock_timeout_ms <= ob->publish_timeout_ms)
         bad(v, "outbox_worker.lock_timeout", "must be > outbox_worker.publish_timeout");
+    else if (ob->complete_gather_ms >= ob->lock_timeout_ms - ob->publish_timeout_ms)
+        bad(v, "outbox_worker.complete_gather",
+            "must be < outbox_worker.lock_timeout - outbox_worker.publish_timeout");
 
     /* tencent_im */
     if (im->enabled && empty(im->secret_key_env) && empty(im->secret_key_file))

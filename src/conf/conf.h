@@ -90,6 +90,7 @@ struct conf_mysql {
     int64_t read_timeout_ms;
     int64_t write_timeout_ms;
     int deadlock_retries;    /* bounded retries of a deadlocked/lock-wait transaction */
+    int batches_in_flight;   /* group-commit batches committing at once (>= 1) */
     int64_t startup_wait_ms; /* start-up waits this long for the server; 0 = fail at once */
 };
 
@@ -226,6 +227,8 @@ struct conf_outbox {
     int64_t max_backoff_ms;
     int workers;                   /* worker threads */
     int64_t lock_timeout_ms;       /* lock_until_ms = claim time + this */
+    int64_t complete_gather_ms;    /* landed batches' completions written together within
+                                    * this (one store transaction); 0 = one per batch */
     int handoff_queue;             /* hand-off queue rows; 0 = off, -1 = auto:
                                     * max(1024, 4 x workers x batch_size) */
     enum outbox_ordering ordering; /* per_room (default): a room's events reach each sink

@@ -248,6 +248,9 @@ outbox_collect_metrics(void *arg, struct metrics_text *t)
                     "Hand-off reservations refused by a full queue (the rows went pending).",
                     s.handoff_full);
     metrics_counter(t, "roomd_outbox_batches_total", "Batches published and completed.", s.batches);
+    metrics_counter(t, "roomd_outbox_completions_total",
+                    "Store transactions of completions alone (not carried by a claim).",
+                    s.completions);
 
     const int64_t phase_us[] = {s.claim_us, s.build_us, s.publish_us, s.complete_us};
     metrics_family(t, "roomd_outbox_worker_seconds_total", "counter",

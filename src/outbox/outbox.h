@@ -54,6 +54,8 @@ struct outbox_stats {
     uint64_t handoff_full; /* reservations refused by a full queue (rows went pending) */
     uint64_t batches;      /* batches published and completed (claimed or handed off) */
     uint64_t batch_rows;   /* the rows of those batches (their completion attempted) */
+    uint64_t completions;  /* store transactions of completions alone (several batches'
+                            * gathered, or one's; not those carried by a claim) */
     /* time spent by all workers together, µs: claim queries; building the
      * events; publishing (every sink); completing in the store */
     int64_t claim_us, build_us, publish_us, complete_us;

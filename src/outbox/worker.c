@@ -393,13 +393,18 @@ log_refused(const struct outbox_row *rows, const struct outbox_result *res, size
                      rows[i].event_id, res[i].locked_by, outbox_status_name(res[i].status));
 }
 
-/* Writes the batch's outcomes, fenced by locked_by. A completion the store
- * cannot take now is left: the rows are reclaimed after their lock expires. */
-static void
-complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_result *res,
-               size_t n)
+/* Writes the outcomes res[0..n), fenced by locked_by (each res[i].rc set).
+ * Returns false when the store could not take them now (after
+ * COMPLETE_TRIES): they are left, and the rows are reclaimed after their
+ * lock expires. Blocks on the store. */
+static bool
+complete_results(struct outbox *ob, struct outbox_result *res, size_t n)
 {
     int rc = 0;
+
+    pthread_mutex_lock(&ob->pool.mu);
+    ob->stats.completions++;
+    pthread_mutex_unlock(&ob->pool.mu);
 
     for (int attempt = 0; attempt < COMPLETE_TRIES; attempt++) {
         if ((rc = store_outbox_complete(ob->store, res, n)) == 0)
@@ -408,9 +413,18 @@ complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_r
         usleep(100 * 1000);
     }
     if (rc != 0)
-        return;
+        return false;
     store_fine(ob);
-    log_refused(rows, res, n);
+    return true;
+}
+
+/* complete_results, then logs the refused completions of rows. */
+static void
+complete_batch(struct outbox *ob, const struct outbox_row *rows, struct outbox_result *res,
+               size_t n)
+{
+    if (complete_results(ob, res, n))
+        log_refused(rows, res, n);
 }
 
 /*
@@ -682,6 +696,93 @@ flight_complete(struct outbox *ob, struct flight *f)
     flight_free(ob, f, clock_mono_us() - t);
 }
 
+/*
+ * Landed flights whose completions wait to be written together: one store
+ * transaction for several batches (issue 13: on MariaDB each completion
+ * transaction is a commit and its round trips). A waiting flight's rows
+ * stay delivering (claimed by this worker's claimer or "<node>/h") and, in
+ * memory, counted in their rooms (handoff_done comes with the completion),
+ * so the store's room check and the hand-off's room affinity see them busy
+ * exactly as while their acks were outstanding; a crash before the write
+ * leaves them to the claims once their lock expires (at least once). The
+ * worker writes them when it has nothing else to do at once, before a
+ * claim, on stop, and as soon as outbox_worker.complete_gather passed
+ * since the first one landed or GATHER_ROWS_PER_BATCH x batch_size rows
+ * wait (complete_gather 0: each on its own, at once). complete_gather <
+ * lock_timeout - publish_timeout (conf.c), so the write comes before the
+ * rows' lock expires.
+ */
+#define GATHER_ROWS_PER_BATCH 4
+
+struct gather {
+    struct flight **f;
+    size_t n, alloc, rows;
+    int64_t since_ms; /* clock_mono_ms when the first one was added */
+};
+
+/* Writes the completions of every flight of g in one store_outbox_complete
+ * (with complete_batch's retries), stamped with the time of the write, and
+ * frees the flights; g is empty after. Blocks on the store. */
+static void
+gather_flush(struct outbox *ob, struct gather *g)
+{
+    if (g->n <= 1) {
+        if (g->n == 1)
+            flight_complete(ob, g->f[0]);
+        g->n = g->rows = 0;
+        return;
+    }
+    struct outbox_result *res = xcalloc(g->rows, sizeof(*res));
+    int64_t now = clock_wall_ms();
+    size_t at = 0;
+
+    for (size_t i = 0; i < g->n; i++) {
+        memcpy(res + at, g->f[i]->res, g->f[i]->n * sizeof(*res));
+        at += g->f[i]->n;
+    }
+    /* one write time (updated_at_ms, delivered_at_ms) for all: the rows of
+     * every batch with the same outcome share the store's statements */
+    for (size_t i = 0; i < g->rows; i++)
+        res[i].now_ms = now;
+    int64_t t = clock_mono_us();
+    bool ok = complete_results(ob, res, g->rows);
+    int64_t share = (clock_mono_us() - t) / (int64_t)g->n;
+
+    at = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        struct flight *f = g->f[i];
+
+        for (size_t j = 0; j < f->n; j++)
+            f->res[j].rc = res[at + j].rc;
+        at += f->n;
+        if (ok)
+            log_refused(f->rows, f->res, f->n);
+        flight_free(ob, f, share);
+    }
+    free(res);
+    g->n = g->rows = 0;
+}
+
+/* Adds the landed flight f (NULL: nothing) to g, and writes g when it is
+ * due (complete_gather or the rows bound). */
+static void
+gather_add(struct outbox *ob, struct gather *g, struct flight *f)
+{
+    if (f != NULL) {
+        if (g->n == g->alloc) {
+            g->alloc = g->alloc ? 2 * g->alloc : 8;
+            g->f = xrealloc(g->f, g->alloc * sizeof(*g->f));
+        }
+        if (g->n == 0)
+            g->since_ms = clock_mono_ms();
+        g->f[g->n++] = f;
+        g->rows += f->n;
+    }
+    if (g->n > 0 && (g->rows >= GATHER_ROWS_PER_BATCH * (size_t)ob->cfg.batch_size ||
+                     clock_mono_ms() - g->since_ms >= ob->cfg.complete_gather_ms))
+        gather_flush(ob, g);
+}
+
 /* ==== the worker loop ==== */
 
 enum work { WORK_STOP, WORK_CLAIM, WORK_HANDOFF, WORK_NONE };
@@ -690,11 +791,12 @@ enum work { WORK_STOP, WORK_CLAIM, WORK_HANDOFF, WORK_NONE };
  * Waits for the worker's next job: a claim (its poll is due, or a wake-up
  * came and the store is not down), or a batch from the hand-off queue
  * (*b; the caller owns it). When both wait they alternate, so neither
- * starves the other. With wait false, returns WORK_NONE at once when there
- * is no job (the worker has a batch in the air to land).
+ * starves the other. Waits for a job until clock_mono_ms reaches until_ms
+ * (0: not at all, the worker has a batch in the air to land; INT64_MAX: as
+ * long as it takes), then returns WORK_NONE.
  */
 static enum work
-next_work(struct worker *w, bool wait, struct handoff_batch *b)
+next_work(struct worker *w, int64_t until_ms, struct handoff_batch *b)
 {
     struct outbox *ob = w->ob;
     enum work what;
@@ -722,11 +824,12 @@ next_work(struct worker *w, bool wait, struct handoff_batch *b)
             what = WORK_HANDOFF;
             break;
         }
-        if (!wait) {
+        if (now >= until_ms) {
             pthread_mutex_unlock(&ob->pool.mu);
             return WORK_NONE;
         }
-        bg_thread_wait_locked(&ob->pool, w->next_claim_ms - now);
+        bg_thread_wait_locked(&ob->pool,
+                              (w->next_claim_ms < until_ms ? w->next_claim_ms : until_ms) - now);
     }
     w->last_was_claim = what == WORK_CLAIM;
     pthread_mutex_unlock(&ob->pool.mu);
@@ -831,7 +934,8 @@ claims_next(struct worker *w)
  * The worker: batch k+1 is claimed (or taken from the hand-off queue) and
  * published while batch k's acks are in the air (air); k then lands, and
  * its completion goes into the next claim's transaction when a claim comes
- * at once (done), else into its own, while k+1's acks are in the air.
+ * at once (done), else it is gathered (struct gather) with the other landed
+ * batches' and written with them, while k+1's acks are in the air.
  */
 static void *
 worker_main(void *arg)
@@ -839,30 +943,40 @@ worker_main(void *arg)
     struct worker *w = arg;
     struct outbox *ob = w->ob;
     struct flight *air = NULL, *done = NULL;
+    struct gather g = {0};
 
     /* next_claim_ms 0: claim at once on start, rows left by a previous run */
     for (;;) {
         struct handoff_batch b = {0};
-        enum work what = next_work(w, air == NULL && done == NULL, &b);
+        bool idle = air == NULL && done == NULL;
+        /* idle with gathered completions: wait for work until they are due */
+        int64_t until = !idle ? 0 : g.n > 0 ? g.since_ms + ob->cfg.complete_gather_ms : INT64_MAX;
+        enum work what = next_work(w, until, &b);
 
         if (what == WORK_STOP || what == WORK_NONE) {
+            /* nothing to do at once: land what is in the air; the gathered
+             * completions are written when due, on stop, or once the wait
+             * for work ran out */
             if (air != NULL)
                 flight_land(ob, air);
-            flight_complete(ob, done);
-            flight_complete(ob, air);
+            gather_add(ob, &g, done);
+            gather_add(ob, &g, air);
+            if (what == WORK_STOP || idle)
+                gather_flush(ob, &g);
             air = done = NULL;
             if (what == WORK_STOP)
-                return NULL;
+                break;
             continue;
         }
         if (what == WORK_CLAIM) {
+            gather_flush(ob, &g); /* the gathered ones before the claim's */
             b.rows = claim(w, done, &b.n);
             done = NULL;
         }
         struct flight *next = b.n > 0 ? flight_start(ob, &b) : NULL;
         if (next == NULL)
             handoff_batch_free(&b);
-        flight_complete(ob, done); /* a hand-off batch came instead of a claim */
+        gather_add(ob, &g, done); /* a hand-off batch came instead of a claim */
         done = NULL;
         if (air != NULL) {
             flight_land(ob, air);
@@ -871,7 +985,7 @@ worker_main(void *arg)
         air = NULL;
         if (next != NULL && next->air.handle == NULL) {
             flight_land(ob, next); /* nothing in the air: landed already */
-            flight_complete(ob, done);
+            gather_add(ob, &g, done);
             done = next;
         } else {
             air = next;
@@ -879,10 +993,12 @@ worker_main(void *arg)
         /* keep a landed batch for the next claim's transaction only when
          * that claim comes at once */
         if (done != NULL && !claims_next(w)) {
-            flight_complete(ob, done);
+            gather_add(ob, &g, done);
             done = NULL;
         }
     }
+    free(g.f);
+    return NULL;
 }
 
 /* ==== open / close ==== */

@@ -1,12 +1,25 @@
 /*
  * group_commit.c: the group committer of group_commit.h, without a thread of
- * its own. Callers append a waiter to a FIFO. When no commit is running, the
- * caller becomes the leader: it takes up to max_batch waiters from the head
- * (itself first), calls store_save once for all of them on its own thread,
- * wakes the others and, when more queued meanwhile, makes the new head the
- * next leader. A lone command thus commits with no thread hand-off at all;
- * under load each command is woken once (its batch ended, or it leads the
- * next one) instead of twice (caller -> committer -> caller).
+ * its own. Callers append a waiter to a FIFO. When fewer than max_leaders
+ * commits are running, the caller becomes a leader: it takes itself and up
+ * to max_batch - 1 more waiters from the queue (never one already named a
+ * leader), calls store_save once for all of them on its own thread, wakes
+ * them and, when more queued meanwhile, names the first waiting one the next
+ * leader. A lone command thus commits with no thread hand-off at all; under
+ * load each command is woken once (its batch ended, or it leads the next
+ * one) instead of twice (caller -> committer -> caller), and outside
+ * gc->lock: each waiter sleeps on a semaphore of its own, posted after the
+ * leader dropped the lock, and returns without taking the lock again (what
+ * it reads was written before the post), so a woken follower never blocks
+ * on the lock its waker holds (s14-cpu measured one context switch per
+ * command less and -13..-15% of roomd's CPU per command on MariaDB).
+ *
+ * max_leaders is the store's save_writers: 1 on SQLite (one writer), more on
+ * MySQL (each batch on its own pooled connection). Two batches in flight
+ * never hold mutations of one room (a room's cell waits for its commit
+ * before the next command), and what they can both lock (accounts, owner
+ * locks, command_ids) is locked in key order or retried by the backend
+ * after a deadlock or lock wait timeout, the transaction rolled back first.
  */
 #include "store/group_commit.h"
 
@@ -15,7 +28,9 @@
 #include "core/xmalloc.h"
 #include "store/store.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,49 +38,77 @@
 struct waiter {
     struct mutation *m;
     bool done;     /* its batch ended: m->rc and err are final */
-    bool lead;     /* it is at the head and must commit the next batch */
+    bool lead;     /* named a leader: it commits the next batch it takes */
     char err[256]; /* detail text for the caller's thread */
-    pthread_cond_t cond;
+    sem_t wake;    /* posted (gc->lock dropped) once done or lead is set */
     struct waiter *next;
 };
 
 struct group_commit {
     struct store *store;
-    int max_batch;
+    int max_batch, max_leaders;
     pthread_mutex_t lock;
     pthread_cond_t idle;        /* signalled when the last leader is done (close waits) */
     struct waiter *head, *tail; /* FIFO of queued waiters */
-    bool busy;                  /* a leader is committing or has been named */
+    int leaders;                /* leaders committing or named */
     bool closing;
-    struct mutation **muts; /* the leader's scratch, max_batch each */
-    struct waiter **ws;
     uint64_t batches, mutations;
 };
 
-/* Commits one batch from the head of the queue, which is the caller's own
- * waiter. Holds gc->lock on entry and return (dropped around store_save). */
+/* Takes w out of the queue (it is in it). Holds gc->lock. */
 static void
-lead(struct group_commit *gc)
+unlink_waiter(struct group_commit *gc, struct waiter *w)
 {
+    struct waiter **p = &gc->head, *prev = NULL;
+
+    while (*p != w) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    *p = w->next;
+    if (gc->tail == w)
+        gc->tail = prev;
+    w->next = NULL;
+}
+
+/* The first queued waiter not named a leader, or NULL. Holds gc->lock. */
+static struct waiter *
+first_unnamed(const struct group_commit *gc)
+{
+    struct waiter *w = gc->head;
+
+    while (w != NULL && w->lead)
+        w = w->next;
+    return w;
+}
+
+/* Commits one batch: self (a named leader, queued) first, then the waiters
+ * queued behind that no other leader was named for; then wakes them and the
+ * next leader. Takes and drops gc->lock; self is done on return. */
+static void
+lead(struct group_commit *gc, struct waiter *self)
+{
+    struct waiter **ws = xcalloc((size_t)gc->max_batch, sizeof(*ws));
+    struct mutation **muts = xcalloc((size_t)gc->max_batch, sizeof(*muts));
     size_t n = 0;
 
-    while (gc->head != NULL && n < (size_t)gc->max_batch) {
-        struct waiter *w = gc->head;
-
-        gc->head = w->next;
-        if (gc->head == NULL)
-            gc->tail = NULL;
-        gc->ws[n] = w;
-        gc->muts[n++] = w->m;
+    pthread_mutex_lock(&gc->lock);
+    unlink_waiter(gc, self);
+    ws[n++] = self;
+    for (struct waiter *w; n < (size_t)gc->max_batch && (w = first_unnamed(gc)) != NULL;) {
+        unlink_waiter(gc, w);
+        ws[n++] = w;
     }
+    for (size_t i = 0; i < n; i++)
+        muts[i] = ws[i]->m;
     pthread_mutex_unlock(&gc->lock);
 
-    int rc = store_save(gc->store, gc->muts, n);
+    int rc = store_save(gc->store, muts, n);
     if (rc != 0)
         log_warn("store", "group commit failed", "mutations=%zu rc=%s err=\"%s\"", n,
                  roomd_strerror(rc), store_errmsg());
     for (size_t i = 0; i < n; i++) {
-        struct waiter *w = gc->ws[i];
+        struct waiter *w = ws[i];
         if (rc != 0)
             strlcpy_(w->err, store_errmsg(), sizeof(w->err));
         else if (w->m->rc != 0)
@@ -76,17 +119,21 @@ lead(struct group_commit *gc)
     pthread_mutex_lock(&gc->lock);
     gc->batches++;
     gc->mutations += n;
-    for (size_t i = 0; i < n; i++) {
-        gc->ws[i]->done = true;
-        pthread_cond_signal(&gc->ws[i]->cond);
-    }
-    if (gc->head != NULL) {
-        gc->head->lead = true; /* busy stays: the next leader is named */
-        pthread_cond_signal(&gc->head->cond);
-    } else {
-        gc->busy = false;
+    for (size_t i = 0; i < n; i++)
+        ws[i]->done = true;
+    struct waiter *next = first_unnamed(gc);
+    if (next != NULL)
+        next->lead = true; /* this leader's place goes to it */
+    else if (--gc->leaders == 0)
         pthread_cond_broadcast(&gc->idle);
-    }
+    pthread_mutex_unlock(&gc->lock);
+    /* gc may be closed from here on: only the waiters are touched */
+    for (size_t i = 1; i < n; i++) /* ws[0] is self */
+        sem_post(&ws[i]->wake);
+    if (next != NULL)
+        sem_post(&next->wake);
+    free(ws);
+    free(muts);
 }
 
 int
@@ -96,8 +143,7 @@ group_commit_open(struct group_commit **out, struct store *store, int max_batch)
 
     gc->store = store;
     gc->max_batch = max_batch >= 1 ? max_batch : 1;
-    gc->muts = xcalloc((size_t)gc->max_batch, sizeof(*gc->muts));
-    gc->ws = xcalloc((size_t)gc->max_batch, sizeof(*gc->ws));
+    gc->max_leaders = store->save_writers >= 1 ? store->save_writers : 1;
     pthread_mutex_init(&gc->lock, NULL);
     pthread_cond_init(&gc->idle, NULL);
     *out = gc;
@@ -111,13 +157,11 @@ group_commit_close(struct group_commit *gc)
         return;
     pthread_mutex_lock(&gc->lock);
     gc->closing = true;
-    while (gc->busy)
+    while (gc->leaders > 0)
         pthread_cond_wait(&gc->idle, &gc->lock);
     pthread_mutex_unlock(&gc->lock);
     pthread_cond_destroy(&gc->idle);
     pthread_mutex_destroy(&gc->lock);
-    free(gc->muts);
-    free(gc->ws);
     free(gc);
 }
 
@@ -126,11 +170,11 @@ group_commit_submit(struct group_commit *gc, struct mutation *m)
 {
     struct waiter w = {.m = m};
 
-    pthread_cond_init(&w.cond, NULL);
+    sem_init(&w.wake, 0, 0);
     pthread_mutex_lock(&gc->lock);
     if (gc->closing) {
         pthread_mutex_unlock(&gc->lock);
-        pthread_cond_destroy(&w.cond);
+        sem_destroy(&w.wake);
         store_set_errmsg("group commit is closing");
         return m->rc = ROOMD_EUNAVAIL;
     }
@@ -139,20 +183,18 @@ group_commit_submit(struct group_commit *gc, struct mutation *m)
     else
         gc->head = &w;
     gc->tail = &w;
-    if (!gc->busy) {
-        gc->busy = true;
+    if (gc->leaders < gc->max_leaders) {
+        gc->leaders++;
         w.lead = true;
     }
-    while (!w.done) {
-        if (w.lead) {
-            w.lead = false;
-            lead(gc); /* w is the head, so this batch ends it */
-            continue;
-        }
-        pthread_cond_wait(&w.cond, &gc->lock);
-    }
+    bool lead_now = w.lead;
     pthread_mutex_unlock(&gc->lock);
-    pthread_cond_destroy(&w.cond);
+    /* else done or lead is set (under gc->lock) before the post that wakes w */
+    while (!lead_now && sem_wait(&w.wake) != 0 && errno == EINTR)
+        continue;
+    if (!w.done)
+        lead(gc, &w); /* w is in its own batch, so the batch ends it */
+    sem_destroy(&w.wake);
     if (m->rc != 0)
         store_set_errmsg("%s", w.err);
     return m->rc;

@@ -382,6 +382,8 @@ struct store_ops {
 /* Common head of every backend's handle ("super" first member, as h2o). */
 struct store {
     const struct store_ops *ops;
+    int save_writers; /* store_save calls worth running at once (group_commit's
+                       * leaders; 0 = 1): set by the backend's open */
 };
 
 extern const struct store_ops store_sqlite_ops;

@@ -362,6 +362,9 @@ static const struct {
      "outbox_worker.lock_timeout: must be > outbox_worker.publish_timeout"},
     {"outbox_worker:\n  log_sink:\n    path: \"\"\n", "outbox_worker.log_sink.path: must not be"},
     {"outbox_worker:\n  handoff_queue: -2\n", "2:18: outbox_worker.handoff_queue: must be >= -1"},
+    {"outbox_worker:\n  lock_timeout: 4s\n  complete_gather: 1s\n",
+     "outbox_worker.complete_gather: must be < outbox_worker.lock_timeout - "
+     "outbox_worker.publish_timeout"},
     /* app, http */
     {"app:\n  default_app_code: \"\"\n", "app.default_app_code: must not be empty"},
     {"app:\n  log_level: loud\n", "app.log_level: must be one of"},

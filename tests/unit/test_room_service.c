@@ -384,11 +384,12 @@ wait_all_delivered(struct fx *f)
     return (size_t)c.delivered;
 }
 
-/* The hand-off tests look at the hand-off alone: ordering none (with
- * per_room a room with undelivered rows goes to the ordered claim, see
+/* The hand-off tests' outbox settings and sink (svc_open opens it). They
+ * look at the hand-off alone: ordering none (with per_room a room with
+ * undelivered rows goes to the ordered claim, see
  * test_outbox_handoff_per_room). */
 static void
-open_with_outbox_ordered(struct fx *f, enum outbox_ordering ordering, int workers)
+outbox_conf(struct fx *f, enum outbox_ordering ordering, int workers)
 {
     struct conf_outbox *o = &f->conf->outbox_worker;
 
@@ -401,6 +402,12 @@ open_with_outbox_ordered(struct fx *f, enum outbox_ordering ordering, int worker
     f->conf->store.retention_delivered_ms = 0;
     f->conf->store.retention_command_log_ms = 0;
     f->sink = gsink_new(f);
+}
+
+static void
+open_with_outbox_ordered(struct fx *f, enum outbox_ordering ordering, int workers)
+{
+    outbox_conf(f, ordering, workers);
     svc_open(f);
 }
 
@@ -620,6 +627,72 @@ unhold_later(void *arg)
     usleep(300 * 1000);
     gsink_hold(arg, false);
     return NULL;
+}
+
+/* Waits (up to 3 s) until g was called n times; returns its calls. */
+static int
+gsink_wait_calls(struct gsink *g, int n)
+{
+    int calls = 0;
+
+    for (int64_t end = clock_mono_ms() + 3000; clock_mono_ms() < end; usleep(2000)) {
+        pthread_mutex_lock(&g->mu);
+        calls = g->calls;
+        pthread_mutex_unlock(&g->mu);
+        if (calls >= n)
+            break;
+    }
+    return calls;
+}
+
+/*
+ * outbox_worker.complete_gather: the completions of batches that land
+ * within it are written in one store transaction. Rows whose batch landed
+ * stay delivering (claimed by "node-t/h") until that write; then every row
+ * is delivered, in one completion for several batches (without the gather:
+ * one per batch). A stop inside the window writes them at once.
+ */
+static void
+test_outbox_handoff_gather(void **state)
+{
+    struct fx *f = *state;
+    struct outbox_stats st;
+    struct outbox_row r;
+    char first[64];
+
+    outbox_conf(f, ORDERING_NONE, 1);
+    f->conf->outbox_worker.poll_interval_ms = 10000; /* no claim (it writes the gather first) */
+    f->conf->outbox_worker.complete_gather_ms = 1500;
+    svc_open(f);
+    gsink_hold(f->sink, true);
+    create(f, "g1", 1);
+    gsink_wait_inside(f->sink, 1); /* the first batch is the create's alone */
+    gsink_hold(f->sink, false);
+    for (int uid = 2; uid < 7; uid++)
+        join(f, "g1", uid);
+    assert_int_equal(gsink_wait_calls(f->sink, 6), 6);
+    strlcpy_(first, f->sink->ids[0], sizeof(first));
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(store_outbox_get(f->store, first, &r), 0);
+    free(r.payload);
+    free(r.last_error);
+    assert_int_equal(r.status, OUTBOX_DELIVERING); /* published, its completion gathered */
+    assert_string_equal(r.locked_by, "node-t/h");
+    assert_int_equal(wait_all_delivered(f), 6);
+    outbox_stats(f->ob, &st);
+    assert_int_equal(st.handoff_rows, 6);
+    assert_true(st.batches >= 2);
+    assert_int_equal(st.completions, 1);
+
+    join(f, "g1", 7); /* landed, gathered, then the stop writes it */
+    assert_int_equal(gsink_wait_calls(f->sink, 7), 7);
+    outbox_close(f->ob);
+    f->ob = NULL;
+    struct outbox_counts c;
+    assert_int_equal(store_outbox_counts(f->store, &c), 0);
+    assert_int_equal(c.delivered, 7);
+    assert_int_equal(c.delivering, 0);
+    close_with_outbox(f);
 }
 
 /* A clean stop hands rows still waiting in the hand-off queue back at once
@@ -1524,6 +1597,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_outbox_handoff_hold_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_full_and_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_handoff_close, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_handoff_gather, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,6 +42,33 @@ MYS_SQL(ROOM_UPDATE, "UPDATE rooms SET owner_uid=?, title=?, status=?, version=?
                      " rocket_status=?, rocket_id=?, rocket_level=?, rocket_launch_at_ms=?,"
                      " updated_at_ms=?, event_seq=?"
                      " WHERE app_code=? AND room_id=? AND version=? AND fence_token<=?");
+/* The fast path's room updates of a batch in ONE statement: an array-bound
+ * INSERT runs as one multi-row insert on MariaDB (an array-bound UPDATE runs
+ * row by row), and each row's fence is a conditional assignment: the row
+ * changes only when it is at version-1 and its fence_token <= the writer's
+ * (the checks of SQL_ROOM_UPDATE), else it keeps every column. fence_token
+ * and version come last: the assignments run left to right and each
+ * condition reads the columns as assigned so far. With CLIENT_FOUND_ROWS a
+ * changed row counts 2, a refused one 1 and a missing room (inserted) 1, so
+ * the batch passed its fences only when the count is 2 per row. */
+#define ROOM_FENCE_OK "version=VALUES(version)-1 AND fence_token<=VALUES(fence_token)"
+MYS_SQL(ROOM_UPSERT,
+        "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
+        " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
+        " created_at_ms, updated_at_ms, event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        " ON DUPLICATE KEY UPDATE"
+        " owner_uid=IF(" ROOM_FENCE_OK ",VALUES(owner_uid),owner_uid),"
+        " title=IF(" ROOM_FENCE_OK ",VALUES(title),title),"
+        " status=IF(" ROOM_FENCE_OK ",VALUES(status),status),"
+        " rocket_status=IF(" ROOM_FENCE_OK ",VALUES(rocket_status),rocket_status),"
+        " rocket_id=IF(" ROOM_FENCE_OK ",VALUES(rocket_id),rocket_id),"
+        " rocket_level=IF(" ROOM_FENCE_OK ",VALUES(rocket_level),rocket_level),"
+        " rocket_launch_at_ms=IF(" ROOM_FENCE_OK
+        ",VALUES(rocket_launch_at_ms),rocket_launch_at_ms),"
+        " updated_at_ms=IF(" ROOM_FENCE_OK ",VALUES(updated_at_ms),updated_at_ms),"
+        " event_seq=IF(" ROOM_FENCE_OK ",VALUES(event_seq),event_seq),"
+        " fence_token=IF(" ROOM_FENCE_OK ",VALUES(fence_token),fence_token),"
+        " version=IF(" ROOM_FENCE_OK ",VALUES(version),version)");
 /* status, locked_by, lock_until_ms, due_at_ms: pending (NULL, NULL,
  * created_at_ms) or, for the outbox hand-off, already claimed */
 MYS_SQL(OUTBOX_INSERT,
@@ -569,7 +596,7 @@ save_fast(struct conn *c, struct save_ctx *x)
     }
     mys_bulk_init(&log, LOG_TYPES, x->n);
     mys_bulk_init(&ins, ROOM_INSERT_TYPES, ncreate);
-    mys_bulk_init(&upd, ROOM_UPDATE_TYPES, nupdate);
+    mys_bulk_init(&upd, ROOM_INSERT_TYPES, nupdate);
     mys_bulk_init(&ob, OUTBOX_INSERT_TYPES, nev);
     for (size_t i = 0; i < x->n; i++) {
         const struct mutation *m = x->muts[i];
@@ -578,7 +605,7 @@ save_fast(struct conn *c, struct save_ctx *x)
         if (m->create)
             fill_room_insert(&ins, ic++, m);
         else
-            fill_room_update(&upd, iu++, m);
+            fill_room_insert(&upd, iu++, m); /* SQL_ROOM_UPSERT's columns */
     }
     if ((rc = mys_tx_begin(c)) != 0)
         goto out;
@@ -594,9 +621,9 @@ save_fast(struct conn *c, struct save_ctx *x)
         goto out;
     if ((rc = mys_st_bulk(c, &SQL_ROOM_INSERT, &ins, NULL)) != 0)
         goto fault;
-    if ((rc = mys_st_bulk(c, &SQL_ROOM_UPDATE, &upd, &aff)) != 0)
+    if ((rc = mys_st_bulk(c, &SQL_ROOM_UPSERT, &upd, &aff)) != 0)
         goto fault;
-    if (aff != nupdate) {
+    if (aff != 2 * nupdate) { /* a room refused its writer or is gone: save_slow says which */
         c->err = 0;
         rc = ROOMD_EFENCED;
         goto fault;

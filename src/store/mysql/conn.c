@@ -712,6 +712,7 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     s->checkout_wait_ms = (int64_t)s->read_s * 1000;
     s->deadlock_retries = mc->deadlock_retries > 0 ? mc->deadlock_retries : 0;
     s->nconns = mc->pool_size > 0 ? mc->pool_size : 8;
+    s->super.save_writers = mc->batches_in_flight > 0 ? mc->batches_in_flight : 1;
     s->conns = xcalloc((size_t)s->nconns, sizeof(*s->conns));
     s->freelist = xcalloc((size_t)s->nconns, sizeof(int));
     for (int i = s->nconns - 1; i >= 0; i--)

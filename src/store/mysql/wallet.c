@@ -21,6 +21,17 @@ MYS_SQL(ACCT_LOCK, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid
 MYS_SQL(ACCT_GET, "SELECT balance FROM wallet_accounts WHERE app_code=? AND uid=?");
 MYS_SQL(ACCT_ADD, "UPDATE wallet_accounts SET balance=balance+?, updated_at_ms=?"
                   " WHERE app_code=? AND uid=?");
+/* The charged accounts' balances of a save in ONE statement: an array-bound
+ * INSERT runs as one multi-row insert on MariaDB (an array-bound UPDATE runs
+ * row by row). Every row exists and is locked (ensure_accounts,
+ * lock_accounts), so each is an update by the delta in balance, which the
+ * server also refuses to take below 0: with CLIENT_FOUND_ROWS a changed row
+ * counts 2, a refused or inserted one 1 (write_charges checks the sum). */
+MYS_SQL(ACCTS_ADD,
+        "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
+        " VALUES (?,?,?,?) ON DUPLICATE KEY UPDATE"
+        " updated_at_ms=IF(balance+VALUES(balance)>=0,VALUES(updated_at_ms),updated_at_ms),"
+        " balance=IF(balance+VALUES(balance)>=0,balance+VALUES(balance),balance)");
 /* The gift debits' reads, MYS_IN keys of one app per execution: the
  * accounts (already locked by SQL_ACCT_ENSURE's upsert; FOR UPDATE keeps
  * that explicit) and what the ledger holds under the gifts' ref_ids. */
@@ -254,13 +265,14 @@ read_ledger(struct conn *c, struct wallet_debit *const *items, size_t n, struct 
 
 /* Writes the charges: new debit rows in one array-bound insert (a refunded
  * debit from an older ledger is rewritten alone, its refund row dropped),
- * then each charged account's balance in one array-bound update. */
+ * then the charged accounts' balances in one SQL_ACCTS_ADD. */
 static int
 write_charges(struct conn *c, struct wallet_debit *const *items, const bool *charge,
               const struct held *held, size_t n, const struct account *accts, size_t na)
 {
     struct bulk ins, add;
     size_t nins = 0, nadd = 0;
+    uint64_t changed = 0;
     int64_t now = clock_wall_ms();
     int rc = 0;
 
@@ -269,7 +281,7 @@ write_charges(struct conn *c, struct wallet_debit *const *items, const bool *cha
     for (size_t i = 0; i < na; i++)
         nadd += accts[i].balance != accts[i].locked;
     mys_bulk_init(&ins, "ssiisi", nins);
-    mys_bulk_init(&add, "iisi", nadd);
+    mys_bulk_init(&add, "siii", nadd);
     nins = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const struct wallet_debit *d = items[i];
@@ -292,15 +304,18 @@ write_charges(struct conn *c, struct wallet_debit *const *items, const bool *cha
     nadd = 0;
     for (size_t i = 0; i < na; i++)
         if (accts[i].balance != accts[i].locked) {
-            bk_i64(&add, 0, nadd, accts[i].balance - accts[i].locked);
-            bk_i64(&add, 1, nadd, now);
-            bk_str(&add, 2, nadd, accts[i].app);
-            bk_i64(&add, 3, nadd++, accts[i].uid);
+            bk_str(&add, 0, nadd, accts[i].app);
+            bk_i64(&add, 1, nadd, accts[i].uid);
+            bk_i64(&add, 2, nadd, accts[i].balance - accts[i].locked);
+            bk_i64(&add, 3, nadd++, now);
         }
     if (rc == 0)
         rc = mys_st_bulk(c, &SQL_LEDGER_INSERT, &ins, NULL);
-    if (rc == 0)
-        rc = mys_st_bulk(c, &SQL_ACCT_ADD, &add, NULL);
+    if (rc == 0 && (rc = mys_st_bulk(c, &SQL_ACCTS_ADD, &add, &changed)) == 0 &&
+        changed != 2 * nadd) {
+        store_set_errmsg("wallet: %zu of %zu balance updates applied", (size_t)(changed / 2), nadd);
+        rc = ROOMD_EINTERNAL; /* never: the rows are locked and the rule kept them >= 0 */
+    }
     mys_bulk_free(&ins);
     mys_bulk_free(&add);
     return rc;
