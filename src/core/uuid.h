@@ -1,7 +1,10 @@
 /*
  * uuid.h: UUIDv7 (RFC 9562): 48-bit unix ms, then random bits, so event ids
- * sort by creation time. Thread: any. Never blocks (getrandom on a seeded
- * pool).
+ * sort by creation time (to the millisecond; ids of the same millisecond are
+ * in no particular order). The random bits come from getrandom, drawn in
+ * bulk per thread; ids stay unique across threads, processes and fork.
+ * Thread: any. Never blocks (getrandom on a seeded pool); aborts when
+ * getrandom fails.
  */
 #ifndef ROOMD_UUID_H
 #define ROOMD_UUID_H

@@ -75,17 +75,22 @@ reply_to_response(struct room_reply *rr, struct http_response *resp)
     http_response_take(resp, rr->status, body);
 }
 
-/* CreateRoom committed (or replayed): 201 with the room's Location. The
- * room_id comes from the answer, since a replay of a create without one
- * answers the id generated the first time. */
+/* CreateRoom committed (or replayed): 201 with the room's Location. A
+ * room_id the request named is the answer's too; only a create without one
+ * reads it from the answer, since a replay (or the owner's answer to a
+ * forwarded create) carries the id generated there, not cmd's. */
 static void
-created(struct room_reply *rr, struct http_response *resp)
+created(const struct room_cmd *cmd, struct room_reply *rr, struct http_response *resp)
 {
-    json_t *j = json_loads(rr->body, 0, NULL);
-    const char *id = json_string_value(json_object_get(j, "room_id"));
+    json_t *j = NULL;
+    const char *id = cmd->room_id;
     char loc[160];
 
     rr->status = 201;
+    if (cmd->room_id_generated) {
+        j = json_loads(rr->body, 0, NULL);
+        id = json_string_value(json_object_get(j, "room_id"));
+    }
     if (id != NULL) {
         snprintf(loc, sizeof(loc), "/v1/rooms/%s", id);
         http_response_header(resp, "Location", loc);
@@ -168,7 +173,7 @@ handle_command(const struct http_deps *d, const struct http_request *req,
     }
     room_service_execute_from(d->rooms, &cmd, &o, &rr);
     if (type == CMD_CREATE_ROOM && rr.status == 200)
-        created(&rr, resp);
+        created(&cmd, &rr, resp);
     reply_to_response(&rr, resp);
 out:
     free(forward_body);

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +40,26 @@ wallet_close(struct wallet *w)
     free(w);
 }
 
+/* SHA-256, fetched once for the process (an EVP_MD is shareable between
+ * threads; EVP_sha256() inside EVP_Digest would fetch it on every call). */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void
+sha256_fetch(void)
+{
+    if ((sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL)) == NULL)
+        abort(); /* the default provider is always there */
+}
+
 void
 wallet_request_digest(const char *request, char out[65])
 {
+    static const char hex[] = "0123456789abcdef";
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     char *canon = NULL;
+    const char *text = request;
     json_t *o;
 
     /* a logged request may carry the room's "rules" (room_logged_request) */
@@ -52,15 +67,18 @@ wallet_request_digest(const char *request, char out[65])
         json_object_del(o, "rules");
         canon = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
         json_decref(o);
+        if (canon == NULL)
+            abort();
+        text = canon;
     }
-    if (canon == NULL)
-        canon = strdup(request);
-    if (canon == NULL)
+    pthread_once(&sha256_once, sha256_fetch);
+    if (EVP_Digest(text, strlen(text), md, &len, sha256_md, NULL) != 1 || len != 32)
         abort();
-    EVP_Digest(canon, strlen(canon), md, &len, EVP_sha256(), NULL);
     free(canon);
-    for (unsigned int i = 0; i < len && i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    for (unsigned int i = 0; i < 32; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 0x0f];
+    }
     out[64] = '\0';
 }
 

@@ -12,10 +12,12 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 
+#include <pthread.h>
 #include <search.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void
@@ -64,6 +66,77 @@ test_uuid_v7(void **state)
     assert_true(strcmp(a, b) < 0);               /* time ordered */
     uuid_v7(1700000000000, b);
     assert_string_not_equal(a, b); /* random tail */
+}
+
+/* Ids drawn by several threads at once, in the same millisecond (so the
+ * random tail alone keeps them apart): none repeats. Each thread draws many
+ * more ids than one refill of its random pool holds. */
+#define UUID_THREADS 4
+#define UUID_PER_THREAD 2000
+
+static void *
+uuid_burst(void *arg)
+{
+    char(*ids)[UUID_STR_LEN] = arg;
+
+    for (int i = 0; i < UUID_PER_THREAD; i++)
+        uuid_v7(1700000000000, ids[i]);
+    return NULL;
+}
+
+static int
+uuid_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+static void
+test_uuid_v7_unique_across_threads(void **state)
+{
+    char(*ids)[UUID_STR_LEN] = calloc(UUID_THREADS * UUID_PER_THREAD, UUID_STR_LEN);
+    pthread_t t[UUID_THREADS];
+
+    assert_non_null(ids);
+    for (int i = 0; i < UUID_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, uuid_burst, ids + i * UUID_PER_THREAD), 0);
+    for (int i = 0; i < UUID_THREADS; i++)
+        pthread_join(t[i], NULL);
+    qsort(ids, UUID_THREADS * UUID_PER_THREAD, UUID_STR_LEN, uuid_cmp);
+    for (int i = 1; i < UUID_THREADS * UUID_PER_THREAD; i++)
+        assert_string_not_equal(ids[i - 1], ids[i]);
+    free(ids);
+}
+
+/* After a fork the child's ids differ from the parent's, although the
+ * child starts with a copy of the parent's memory (its buffered random bytes
+ * too): the parent and the child each draw the next ids of the same millisecond. */
+static void
+test_uuid_v7_unique_across_fork(void **state)
+{
+    char parent[8][UUID_STR_LEN], child[8][UUID_STR_LEN], first[UUID_STR_LEN];
+    int fd[2];
+    pid_t pid;
+    int status;
+
+    uuid_v7(1700000000000, first); /* the parent's pool now holds unused bytes */
+    assert_int_equal(pipe(fd), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; i < 8; i++)
+            uuid_v7(1700000000000, child[i]);
+        _exit(write(fd[1], child, sizeof(child)) == (ssize_t)sizeof(child) ? 0 : 1);
+    }
+    close(fd[1]);
+    for (int i = 0; i < 8; i++)
+        uuid_v7(1700000000000, parent[i]);
+    assert_int_equal(read(fd[0], child, sizeof(child)), (ssize_t)sizeof(child));
+    close(fd[0]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 8; k++)
+            assert_string_not_equal(parent[i], child[k]);
 }
 
 static void
@@ -185,10 +258,16 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_err_table), cmocka_unit_test(test_backoff),
-        cmocka_unit_test(test_uuid_v7),   cmocka_unit_test(test_utc_day),
-        cmocka_unit_test(test_bg_thread), cmocka_unit_test(test_driver_pick),
-        cmocka_unit_test(test_xmemdup),   cmocka_unit_test(test_tree_name_cmp),
+        cmocka_unit_test(test_err_table),
+        cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_uuid_v7),
+        cmocka_unit_test(test_uuid_v7_unique_across_threads),
+        cmocka_unit_test(test_uuid_v7_unique_across_fork),
+        cmocka_unit_test(test_utc_day),
+        cmocka_unit_test(test_bg_thread),
+        cmocka_unit_test(test_driver_pick),
+        cmocka_unit_test(test_xmemdup),
+        cmocka_unit_test(test_tree_name_cmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
