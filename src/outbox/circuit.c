@@ -159,6 +159,31 @@ circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out)
     pthread_mutex_unlock(&ob->circ_mu);
 }
 
+/* True when sink k's peer is known not to answer: its own circuit is open,
+ * or that of another sink reaching the same peer (sink.h). Holds circ_mu. */
+static bool
+peer_down(const struct outbox *ob, size_t k)
+{
+    if (ob->circ[k].open)
+        return true;
+    for (size_t j = 0; j < ob->nsinks && ob->sinks[k]->peer != NULL; j++)
+        if (j != k && ob->sinks[j]->peer == ob->sinks[k]->peer && ob->circ[j].open)
+            return true;
+    return false;
+}
+
+bool
+circuit_all_probed(struct outbox *ob)
+{
+    bool all = ob->nsinks > 0 && ob->prober.n > 0;
+
+    pthread_mutex_lock(&ob->circ_mu);
+    for (size_t k = 0; k < ob->nsinks && all; k++)
+        all = peer_down(ob, k) && ob->sinks[k]->probe != NULL;
+    pthread_mutex_unlock(&ob->circ_mu);
+    return all;
+}
+
 int
 outbox_sinks_ready(void *arg, char *why, size_t whylen)
 {

@@ -132,14 +132,18 @@ struct outbox {
  * stop joins it (outbox_close, before the sinks close; free does it too).
  * admit: true when sink k may be called now (closed, or the half-open
  * probe). note: what the call gave: answered (any answer) or not
- * (ROOMD_EUNAVAIL). read: a copy of sink k's state (metrics). Thread: any
- * (circ_mu); init/stop/free: the outbox's opener. */
+ * (ROOMD_EUNAVAIL). read: a copy of sink k's state (metrics). all_probed:
+ * true when no sink's peer answers (its circuit, or that of a sink sharing
+ * its peer, is open) and the prober, not an event, probes them: rows
+ * claimed now could only be handed back. Thread: any (circ_mu);
+ * init/stop/free: the outbox's opener. */
 void circuit_init(struct outbox *ob);
 void circuit_stop(struct outbox *ob);
 void circuit_free(struct outbox *ob);
 bool circuit_admit(struct outbox *ob, size_t k);
 void circuit_note(struct outbox *ob, size_t k, bool answered);
 void circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out);
+bool circuit_all_probed(struct outbox *ob);
 
 /* Sets handoff_by ("<node>/h") and the queue's capacity from
  * cfg.handoff_queue (-1: max(1024, 4 * workers * batch_size)). Called by

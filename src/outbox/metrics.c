@@ -242,6 +242,10 @@ outbox_collect_metrics(void *arg, struct metrics_text *t)
                     s.claims);
     metrics_counter(t, "roomd_outbox_claimed_rows_total", "Rows those claims returned.",
                     s.claimed_rows);
+    metrics_counter(t, "roomd_outbox_claims_paused_total",
+                    "Claims not made because no sink answered (every circuit open): the rows "
+                    "are left to nodes whose sinks answer.",
+                    s.claims_paused);
     metrics_counter(t, "roomd_outbox_handoff_rows_total",
                     "Rows handed from the commit to the workers without a claim.", s.handoff_rows);
     metrics_counter(t, "roomd_outbox_handoff_full_total",

@@ -48,14 +48,15 @@ void outbox_wake(struct outbox *ob);
 
 /* Counters since outbox_open (tests, bench, metrics). */
 struct outbox_stats {
-    uint64_t claims;       /* claim queries that ran */
-    uint64_t claimed_rows; /* rows they returned */
-    uint64_t handoff_rows; /* rows handed off (outbox_handoff_push) */
-    uint64_t handoff_full; /* reservations refused by a full queue (rows went pending) */
-    uint64_t batches;      /* batches published and completed (claimed or handed off) */
-    uint64_t batch_rows;   /* the rows of those batches (their completion attempted) */
-    uint64_t completions;  /* store transactions of completions alone (several batches'
-                            * gathered, or one's; not those carried by a claim) */
+    uint64_t claims;        /* claim queries that ran */
+    uint64_t claimed_rows;  /* rows they returned */
+    uint64_t claims_paused; /* claims not made: no sink's peer answered */
+    uint64_t handoff_rows;  /* rows handed off (outbox_handoff_push) */
+    uint64_t handoff_full;  /* reservations refused by a full queue (rows went pending) */
+    uint64_t batches;       /* batches published and completed (claimed or handed off) */
+    uint64_t batch_rows;    /* the rows of those batches (their completion attempted) */
+    uint64_t completions;   /* store transactions of completions alone (several batches'
+                             * gathered, or one's; not those carried by a claim) */
     /* time spent by all workers together, µs: claim queries; building the
      * events; publishing (every sink); completing in the store */
     int64_t claim_us, build_us, publish_us, complete_us;

@@ -861,6 +861,19 @@ claim(struct worker *w, struct flight *done, size_t *n)
     bool per_room = cfg->ordering == ORDERING_PER_ROOM;
 
     *n = 0;
+    if (circuit_all_probed(ob)) {
+        /* No sink's peer answers: rows claimed now would be handed back
+         * undelivered, due again a probe interval later, and so kept from a
+         * node whose sinks answer. Land what is done; claim again after a
+         * probe interval (the prober closes the circuits without rows). */
+        flight_complete(ob, done);
+        w->deep = false;
+        pthread_mutex_lock(&ob->pool.mu);
+        w->next_claim_ms = clock_mono_ms() + cfg->circuit_probe_ms;
+        ob->stats.claims_paused++;
+        pthread_mutex_unlock(&ob->pool.mu);
+        return NULL;
+    }
     if (done != NULL) {
         /* the completion first in the same transaction: the (ordered) claim
          * sees the landed rows' rooms free, and their next rows come */

@@ -89,6 +89,11 @@ struct sink {
      * ROOMD_EUNAVAIL with err (no secrets) when it did not. Thread: the
      * prober, beside publish calls. Blocks at most until deadline. */
     int (*probe)(struct sink *s, int64_t deadline_mono_ms, char *err, size_t errlen);
+    /* Optional; NULL = a peer of its own. Sinks with the same non-NULL peer
+     * reach it over one connection (the bus and rocket sinks share the
+     * NATS connection), so one's open circuit says the other's peer does not
+     * answer either, even while the other had no event to find it out. */
+    const void *peer;
     /* Optional; false = the sink reads ev->json. True: it reads only the
      * envelope and the row, and the worker skips building the JSON (NULL)
      * when no sink of the publish mode needs it. */

@@ -256,6 +256,7 @@ sink_bus_new(struct bus *bus, const char *name, uint32_t bit,
     /* no_json: the packed envelope and the row only */
     sink_init(&sb->base, name, bit, accepts, publish, bus_sink_close, true);
     sb->base.probe = bus_sink_probe;
+    sb->base.peer = bus; /* the bus and rocket sinks: one connection */
     bus_ref(bus);
     sb->bus = bus;
     return &sb->base;

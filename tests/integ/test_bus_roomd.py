@@ -544,18 +544,24 @@ def test_circuit_closes_without_traffic():
             "app": {"node_id": f"node-{name}"}, "store": {"sqlite": {"path": db}},
             "outbox_worker": {"circuit_failures": 1, "circuit_probe_every": "300ms",
                               "poll_interval": poll}}), tmp=d)
-    # a: its own broker (stopped below), claims seldom (its hand-off still opens its
-    # circuit); b: the shared broker, on the same store, claims what a hands back
-    a, b = node("a", srv.url(), "5s").start(), node("b", SHARED, "200ms").start()
+    # a: its own broker (stopped below), claims often; b: the shared broker, on the
+    # same store, claims seldom. While a's sinks do not answer (the bus circuit open,
+    # the rocket sink on the same connection) a makes no claims, so b gets the rows a
+    # handed back instead of a claiming them again and again.
+    a, b = node("a", srv.url(), "200ms").start(), node("b", SHARED, "1s").start()
     try:
         ok(a.post("/v1/rooms", {"command_id": cid(), "room_id": room_name(), "owner_uid": 1,
                                 "title": "probe"}))
         wait_until(lambda: all_delivered(a), timeout=15, what="delivered, broker up")
+        claimed = metrics(a)["roomd_outbox_claimed_rows_total"]
         srv.stop()
         for _ in range(3):  # a's hand-off fails (its circuit opens); b delivers them
             ok(a.post("/v1/rooms", {"command_id": cid(), "room_id": room_name(),
                                     "owner_uid": 1, "title": "probe"}))
         wait_until(lambda: all_delivered(a), timeout=30, what="b delivered a's rows")
+        m = metrics(a)
+        assert m["roomd_outbox_claimed_rows_total"] == claimed, (claimed, m)
+        assert m["roomd_outbox_claims_paused_total"] > 0, m
         # /readyz is a cache refreshed by a ticker: wait for its look at the open circuit
         wait_until(lambda: (lambda w, si, c: c == 1 and "bus: circuit open" in si)(
             *node_state(a)), timeout=10, what="a's bus circuit open")
