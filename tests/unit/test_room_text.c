@@ -1,7 +1,7 @@
 /*
- * test_room_text.c: the command path's text buffer (src/room/text.c): its
- * own formatter writes every conversion it takes as printf does, and the
- * buffer grows past its first allocation.
+ * test_room_text.c: the command path's text buffer (src/room/text.c):
+ * text_printf writes the conversions the command path uses as printf does,
+ * and the buffer grows past its first allocation.
  */
 #include "helpers.h"
 
