@@ -5,10 +5,11 @@
  *
  * With redis.enabled (ratelimit.h) the count is in Redis, shared by every
  * node: one key per (app, owner, window of the wall clock),
- * "<key_prefix>create_limit:<app>:<owner_uid>:<window>", INCR and PEXPIRE
- * (two windows) sent as one pipeline. A Redis that does not answer must not
- * fail a create that does not need it: the check then counts in this
- * process, and roomd_create_limit_fallback_total counts it.
+ * "<key_prefix>create_limit:<app>:<owner_uid>:<window>", made with its TTL
+ * (two windows; SET 0 PX NX) and then INCR'd (which keeps the TTL), sent as
+ * one pipeline: a pipeline cut short never leaves a key without a TTL. A Redis that does not answer
+ * must not fail a create that does not need it: the check then counts in this process, and
+ * roomd_create_limit_fallback_total counts it.
  *
  * In the process: a table of RL_SLOTS slots indexed by a hash of the key. A
  * slot taken by another key is reset for the new one, so a collision can
@@ -119,9 +120,9 @@ static long long
 redis_count(const char *app, int64_t owner, int64_t window)
 {
     char key[256], ttl[24];
+    const char *make[] = {"SET", key, "0", "PX", ttl, "NX"};
     const char *incr[] = {"INCR", key};
-    const char *expire[] = {"PEXPIRE", key, ttl};
-    const struct redis_cmd cmds[] = {{2, incr}, {3, expire}};
+    const struct redis_cmd cmds[] = {{6, make}, {2, incr}};
     redisReply *r[2];
     long long n = -1;
 
@@ -130,8 +131,8 @@ redis_count(const char *app, int64_t owner, int64_t window)
     snprintf(ttl, sizeof(ttl), "%d", 2 * RL_WINDOW_MS);
     pthread_mutex_lock(&shared.mu);
     if (redis_conn_pipeline(&shared.conn, 2, cmds, r) == 0) {
-        if (r[0]->type == REDIS_REPLY_INTEGER)
-            n = r[0]->integer;
+        if (r[1]->type == REDIS_REPLY_INTEGER)
+            n = r[1]->integer;
         freeReplyObject(r[0]);
         freeReplyObject(r[1]);
     }

@@ -709,15 +709,18 @@ flight_complete(struct outbox *ob, struct flight *f)
  * claim, on stop, and as soon as outbox_worker.complete_gather passed
  * since the first one landed or GATHER_ROWS_PER_BATCH x batch_size rows
  * wait (complete_gather 0: each on its own, at once). complete_gather <
- * lock_timeout - publish_timeout (conf.c), so the write comes before the
- * rows' lock expires.
+ * lock_timeout - publish_timeout (conf.c), and before waiting for another
+ * batch's answers the worker writes them when their earliest lock would
+ * not outlast that wait (gather_before_land), so the write comes before
+ * the rows' lock expires.
  */
 #define GATHER_ROWS_PER_BATCH 4
 
 struct gather {
     struct flight **f;
     size_t n, alloc, rows;
-    int64_t since_ms; /* clock_mono_ms when the first one was added */
+    int64_t since_ms;    /* clock_mono_ms when the first one was added */
+    int64_t lock_min_ms; /* the earliest lock_until_ms of their rows (wall clock) */
 };
 
 /* Writes the completions of every flight of g in one store_outbox_complete
@@ -773,13 +776,28 @@ gather_add(struct outbox *ob, struct gather *g, struct flight *f)
             g->alloc = g->alloc ? 2 * g->alloc : 8;
             g->f = xrealloc(g->f, g->alloc * sizeof(*g->f));
         }
-        if (g->n == 0)
+        if (g->n == 0) {
             g->since_ms = clock_mono_ms();
+            g->lock_min_ms = INT64_MAX;
+        }
+        for (size_t j = 0; j < f->n; j++)
+            if (f->rows[j].lock_until_ms < g->lock_min_ms)
+                g->lock_min_ms = f->rows[j].lock_until_ms;
         g->f[g->n++] = f;
         g->rows += f->n;
     }
     if (g->n > 0 && (g->rows >= GATHER_ROWS_PER_BATCH * (size_t)ob->cfg.batch_size ||
                      clock_mono_ms() - g->since_ms >= ob->cfg.complete_gather_ms))
+        gather_flush(ob, g);
+}
+
+/* Before the worker waits up to publish_timeout for a batch's answers:
+ * writes g now when its earliest lock would not outlast that wait and one
+ * more publish_timeout for the write's retries. */
+static void
+gather_before_land(struct outbox *ob, struct gather *g)
+{
+    if (g->n > 0 && g->lock_min_ms - clock_wall_ms() <= 2 * ob->cfg.publish_timeout_ms)
         gather_flush(ob, g);
 }
 
@@ -970,8 +988,10 @@ worker_main(void *arg)
             /* nothing to do at once: land what is in the air; the gathered
              * completions are written when due, on stop, or once the wait
              * for work ran out */
-            if (air != NULL)
+            if (air != NULL) {
+                gather_before_land(ob, &g);
                 flight_land(ob, air);
+            }
             gather_add(ob, &g, done);
             gather_add(ob, &g, air);
             if (what == WORK_STOP || idle)
@@ -992,6 +1012,7 @@ worker_main(void *arg)
         gather_add(ob, &g, done); /* a hand-off batch came instead of a claim */
         done = NULL;
         if (air != NULL) {
+            gather_before_land(ob, &g);
             flight_land(ob, air);
             done = air;
         }
