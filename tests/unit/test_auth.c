@@ -464,65 +464,14 @@ test_cache_size_and_ttl_reloaded(void **state)
     es_teardown(&f);
 }
 
-/* Reloads that resize the table while threads verify through it: every
- * answer is the principal of the token sent. */
-struct resize_race {
-    struct auth *a;
-    char *tok[6];
-    atomic_int stop;
-    int wrong;
-};
-
-static void *
-resize_verifier(void *arg)
-{
-    struct resize_race *r = arg;
-    struct auth_principal p;
-
-    for (int i = 0; !atomic_load(&r->stop); i++) {
-        int k = i % 6;
-        if (auth_verify_bearer(r->a, r->tok[k], &p) != AUTH_OK || p.uid != 200 + k)
-            __atomic_add_fetch(&r->wrong, 1, __ATOMIC_RELAXED);
-    }
-    return NULL;
-}
-
-static void
-test_cache_resized_under_load(void **state)
-{
-    struct es_fix f;
-    struct resize_race r = {0};
-    pthread_t th[3];
-    char err[256], sub[16];
-
-    es_setup(&f, 4, 60000, 30000);
-    r.a = f.a;
-    for (int k = 0; k < 6; k++) {
-        snprintf(sub, sizeof(sub), "%d", 200 + k);
-        r.tok[k] = es256_bearer(f.priv, sub, 3600);
-    }
-    for (int i = 0; i < 3; i++)
-        pthread_create(&th[i], NULL, resize_verifier, &r);
-    for (int n = 0; n < 40; n++) {
-        f.c->auth.cache_entries = (int[]){0, 2, 16, 4}[n % 4];
-        assert_int_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
-        usleep(2000);
-    }
-    atomic_store(&r.stop, 1);
-    for (int i = 0; i < 3; i++)
-        pthread_join(th[i], NULL);
-    assert_int_equal(r.wrong, 0);
-    assert_true(hits(f.a) > 0);
-    for (int k = 0; k < 6; k++)
-        free(r.tok[k]);
-    es_teardown(&f);
-}
-
-/* Threads verifying 12 tokens through a 4-slot table (slots taken over all
- * the time) each get the principal of the token they sent. */
+/* Threads verifying ntok tokens (uids base..base+ntok-1) through a small
+ * table: each gets the principal of the token it sent. A thread runs iters
+ * rounds, or until stop when iters is 0. */
 struct race {
     struct auth *a;
     char *tok[12];
+    int ntok, base, iters;
+    atomic_int stop;
     int wrong;
 };
 
@@ -532,36 +481,77 @@ race_thread(void *arg)
     struct race *r = arg;
     struct auth_principal p;
 
-    for (int i = 0; i < 600; i++) {
-        int k = i % 12;
-        if (auth_verify_bearer(r->a, r->tok[k], &p) != AUTH_OK || p.uid != 100 + k)
+    for (int i = 0; r->iters ? i < r->iters : !atomic_load(&r->stop); i++) {
+        int k = i % r->ntok;
+        if (auth_verify_bearer(r->a, r->tok[k], &p) != AUTH_OK || p.uid != r->base + k)
             __atomic_add_fetch(&r->wrong, 1, __ATOMIC_RELAXED);
     }
     return NULL;
 }
 
+/* Signs r's tokens with f's key. */
+static void
+race_tokens(struct es_fix *f, struct race *r)
+{
+    char sub[16];
+
+    r->a = f->a;
+    for (int k = 0; k < r->ntok; k++) {
+        snprintf(sub, sizeof(sub), "%d", r->base + k);
+        r->tok[k] = es256_bearer(f->priv, sub, 3600);
+    }
+}
+
+/* The threads' answers were all right and some were cache hits; frees the tokens. */
+static void
+race_check(struct es_fix *f, struct race *r)
+{
+    assert_int_equal(r->wrong, 0);
+    assert_true(hits(f->a) > 0);
+    for (int k = 0; k < r->ntok; k++)
+        free(r->tok[k]);
+}
+
+/* Reloads that resize the table while threads verify through it. */
+static void
+test_cache_resized_under_load(void **state)
+{
+    struct es_fix f;
+    struct race r = {.ntok = 6, .base = 200};
+    pthread_t th[3];
+    char err[256];
+
+    es_setup(&f, 4, 60000, 30000);
+    race_tokens(&f, &r);
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, race_thread, &r);
+    for (int n = 0; n < 40; n++) {
+        f.c->auth.cache_entries = (int[]){0, 2, 16, 4}[n % 4];
+        assert_int_equal(auth_reload_keys(f.a, f.c, err, sizeof(err)), 0);
+        usleep(2000);
+    }
+    atomic_store(&r.stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    race_check(&f, &r);
+    es_teardown(&f);
+}
+
+/* 12 tokens through a 4-slot table: slots taken over all the time. */
 static void
 test_cache_threads(void **state)
 {
     struct es_fix f;
-    struct race r = {0};
+    struct race r = {.ntok = 12, .base = 100, .iters = 600};
     pthread_t th[4];
-    char sub[16];
 
     es_setup(&f, 4, 60000, 30000);
-    r.a = f.a;
-    for (int k = 0; k < 12; k++) {
-        snprintf(sub, sizeof(sub), "%d", 100 + k);
-        r.tok[k] = es256_bearer(f.priv, sub, 3600);
-    }
+    race_tokens(&f, &r);
     for (int i = 0; i < 4; i++)
         pthread_create(&th[i], NULL, race_thread, &r);
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
-    assert_int_equal(r.wrong, 0);
-    assert_true(hits(f.a) > 0);
-    for (int k = 0; k < 12; k++)
-        free(r.tok[k]);
+    race_check(&f, &r);
     es_teardown(&f);
 }
 
