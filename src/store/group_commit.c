@@ -128,10 +128,13 @@ lead(struct group_commit *gc, struct waiter *self)
         pthread_cond_broadcast(&gc->idle);
     pthread_mutex_unlock(&gc->lock);
     /* gc may be closed from here on: only the waiters are touched */
-    for (size_t i = 1; i < n; i++) /* ws[0] is self */
-        sem_post(&ws[i]->wake);
+    /* the next leader first: its batch's round trips start while the
+     * followers woken below compete for the cores (posted last, it started
+     * ~2 ms later at 64 clients on MariaDB: fewer, larger, slower batches) */
     if (next != NULL)
         sem_post(&next->wake);
+    for (size_t i = 1; i < n; i++) /* ws[0] is self */
+        sem_post(&ws[i]->wake);
     free(ws);
     free(muts);
 }

@@ -76,21 +76,23 @@ MYS_SQL(OUTBOX_INSERT,
         " command_id, event_type, payload, status, retry_count, sinks_done,"
         " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
         " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)");
-/* The hand-off under ordering per_room: which of up to MYS_IN rooms of one
- * app have an undelivered row? The first entry of each room's range of
- * ix_outbox_room (a loose index scan: one index dive per room, however
- * many rows a room has waiting). */
-MYS_SQL(ROOMS_BUSY, "SELECT room_id, MIN(due_at_ms) FROM room_outbox FORCE INDEX (ix_outbox_room)"
-                    " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms IS NOT NULL"
-                    " GROUP BY app_code, room_id");
-/* Room affinity: of the rooms whose undelivered rows are all due later
- * (MIN(due_at_ms) > now), the ones with a row that is not delivering by
- * the hand-off claimer ?: a range of ix_outbox_room above now per room
- * (in flight or waiting for a retry: at most a few batches), never a
- * room's due backlog. */
-MYS_SQL(ROOMS_FOREIGN, "SELECT room_id FROM room_outbox FORCE INDEX (ix_outbox_room)"
-                       " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms>?"
-                       " AND NOT (status='delivering' AND locked_by<=>?) GROUP BY room_id");
+/* The hand-off under ordering per_room, for up to MYS_IN rooms of one app,
+ * in one round trip (a UNION ALL of two reads, told apart by the third
+ * column):
+ * - 0: the rooms with an undelivered row and their lowest due_at_ms: the
+ *   first entry of each room's range of ix_outbox_room (a loose index scan:
+ *   one index dive per room, however many rows a room has waiting);
+ * - 1: room affinity: the rooms with a row due later than the commands'
+ *   time (?) that is not delivering by the hand-off claimer (?): a range of
+ *   ix_outbox_room above now per room (in flight or waiting for a retry: at
+ *   most a few batches), never a room's due backlog. */
+MYS_SQL(ROOMS_BUSY,
+        "SELECT room_id, MIN(due_at_ms), 0 FROM room_outbox FORCE INDEX (ix_outbox_room)"
+        " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms IS NOT NULL"
+        " GROUP BY app_code, room_id"
+        " UNION ALL SELECT room_id, 0, 1 FROM room_outbox FORCE INDEX (ix_outbox_room)"
+        " WHERE app_code=? AND room_id IN (" MYS_IN_LIST ") AND due_at_ms>?"
+        " AND NOT (status='delivering' AND locked_by<=>?) GROUP BY room_id");
 /* The ids of rows just inserted already claimed (their due_at_ms is
  * their lock_until_ms): a range of ix_outbox_due, matched by event_id. */
 MYS_SQL(OUTBOX_IDS, "SELECT event_id, id FROM room_outbox FORCE INDEX (ix_outbox_due)"
@@ -301,11 +303,11 @@ each_asking(struct mutation *const *muts, size_t from, size_t to, const char *ap
 }
 
 /* each_asking: the room has an undelivered row; *arg the lowest due_at_ms
- * of the room and the commands' time (now). Busy unless handoff_own_rows and every row is
- * due later (then SQL_ROOMS_FOREIGN decides: own_left counts them). */
+ * of the room and the commands' time (now). Busy unless handoff_own_rows and
+ * every row is due later (then a row of the room that is not the hand-off's
+ * own decides: mark_foreign). */
 struct busy_read {
     int64_t min_due, now;
-    size_t own_left;
 };
 
 static void
@@ -317,7 +319,6 @@ mark_busy(struct mutation *m, void *arg)
     if (m->handoff_own_rows && b->min_due > b->now) {
         m->room_busy = false; /* maybe: its rows may all be the hand-off's own */
         m->room_own = true;
-        b->own_left++;
     }
 }
 
@@ -329,9 +330,10 @@ mark_foreign(struct mutation *m, void *arg)
         m->room_busy = true;
 }
 
-/* One SQL_ROOMS_BUSY (and SQL_ROOMS_FOREIGN when a room may be the
- * hand-off's own) for rooms[0..k) of app and claimer by, asked by
- * muts[from..to). Returns 0 or the failure. */
+/* One SQL_ROOMS_BUSY for rooms[0..k) of app and claimer by, asked by
+ * muts[from..to). The foreign rooms are marked after every room's busy row
+ * is read, whatever order the server returns the two parts in. Returns 0 or
+ * the failure. */
 static int
 rooms_busy_chunk(struct conn *c, struct mutation *const *muts, size_t from, size_t to,
                  const char *app, const char *by, const char **rooms, size_t k)
@@ -339,6 +341,8 @@ rooms_busy_chunk(struct conn *c, struct mutation *const *muts, size_t from, size
     struct busy_read b = {0};
     struct params p = {0};
     struct rows r;
+    char **foreign = xcalloc(k, sizeof(*foreign));
+    size_t nforeign = 0;
     int rc;
 
     for (size_t j = from; j < to; j++) /* the latest command's time: the strictest */
@@ -347,26 +351,29 @@ rooms_busy_chunk(struct conn *c, struct mutation *const *muts, size_t from, size
 
     p_str(&p, app);
     p_in_str(&p, rooms, k);
-    if ((rc = mys_st_query(c, &SQL_ROOMS_BUSY, &p, &r, "si")) != 0)
-        return rc;
-    while ((rc = mys_st_fetch(c, &r)) == 1) {
-        b.min_due = r_i64(&r, 1);
-        each_asking(muts, from, to, app, by, r_str(&r, 0), mark_busy, &b);
-    }
-    mys_rows_done(&r);
-    if (rc < 0 || b.own_left == 0)
-        return rc < 0 ? rc : 0;
-    p = (struct params){0};
     p_str(&p, app);
     p_in_str(&p, rooms, k);
     p_i64(&p, b.now);
     p_str(&p, by);
-    if ((rc = mys_st_query(c, &SQL_ROOMS_FOREIGN, &p, &r, "s")) != 0)
-        return rc;
-    while ((rc = mys_st_fetch(c, &r)) == 1)
-        each_asking(muts, from, to, app, by, r_str(&r, 0), mark_foreign, NULL);
+    if ((rc = mys_st_query(c, &SQL_ROOMS_BUSY, &p, &r, "sii")) != 0)
+        goto out;
+    while ((rc = mys_st_fetch(c, &r)) == 1) {
+        if (r_i64(&r, 2) == 0) {
+            b.min_due = r_i64(&r, 1);
+            each_asking(muts, from, to, app, by, r_str(&r, 0), mark_busy, &b);
+        } else if (nforeign < k) { /* one row per room of rooms[0..k) */
+            foreign[nforeign++] = xstrdup(r_str(&r, 0));
+        }
+    }
     mys_rows_done(&r);
-    return rc < 0 ? rc : 0;
+    rc = rc < 0 ? rc : 0;
+    for (size_t i = 0; i < nforeign; i++)
+        each_asking(muts, from, to, app, by, foreign[i], mark_foreign, NULL);
+out:
+    for (size_t i = 0; i < nforeign; i++)
+        free(foreign[i]);
+    free(foreign);
+    return rc;
 }
 
 /*
