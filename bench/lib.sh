@@ -52,3 +52,37 @@ YAML
 }
 stop_roomd() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 
+
+# CPU accounting of a load (issue 13: on a 2-core machine the server, roomd, the broker and
+# the load generator share the cores, so a rate is bounded by their CPU per command summed).
+# port_pid PORT: the pid listening on 127.0.0.1:PORT, or "" (ss, iproute2).
+port_pid() { ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1; }
+# cpu_ticks PID: user + system clock ticks of PID so far (0 for "" or a process gone).
+cpu_ticks() { [ -n "$1" ] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# children_s FILE: CPU seconds of this shell's waited-for children, from `times >FILE` (its
+# second line; run in this shell, as a command substitution's subshell has no such children).
+children_s() { tail -1 "$1" | awk '{split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2]}'; }
+# machine_ticks: "busy total" ticks of every core (/proc/stat; idle and iowait are not busy).
+machine_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
+# cpu_begin STORE_PID BROKER_PID / cpu_end FILE: around a foreground load against roomd ($pid);
+# cpu_end appends to FILE (a bench_commands output, whose ops= it reads, plus $rooms creates)
+#   cpu    per_command_us roomd=R store=S broker=B client=C all=A machine_busy=P%
+# (S and B 0 when not running; C is the load generator's own CPU, waited for).
+cpu_begin() {
+    cpu_store=$1 cpu_broker=$2
+    cpu_r0=$(cpu_ticks "$pid") cpu_s0=$(cpu_ticks "$cpu_store") cpu_b0=$(cpu_ticks "$cpu_broker")
+    times >"$tmp/times"
+    cpu_c0=$(children_s "$tmp/times") cpu_m0=$(machine_ticks)
+}
+cpu_end() {
+    times >"$tmp/times"
+    ops=$(sed -n 's/.* ops=\([0-9]*\) .*/\1/p' "$1" | head -1)
+    echo "$(cpu_ticks "$pid") $(cpu_ticks "$cpu_store") $(cpu_ticks "$cpu_broker") $(children_s "$tmp/times") $(machine_ticks)" |
+        awk -v r0="$cpu_r0" -v s0="$cpu_s0" -v b0="$cpu_b0" -v c0="$cpu_c0" -v m0="$cpu_m0" \
+            -v n="$((${ops:-0} + rooms))" -v hz="$(getconf CLK_TCK)" '{
+            split(m0, m, " "); t = 1e6 / hz / (n > 0 ? n : 1)
+            r = ($1 - r0) * t; s = ($2 - s0) * t; b = ($3 - b0) * t; c = ($4 - c0) * 1e6 / (n > 0 ? n : 1)
+            printf "cpu    per_command_us roomd=%.0f store=%.0f broker=%.0f client=%.0f all=%.0f machine_busy=%.0f%%\n",
+                r, s, b, c, r + s + b + c, 100 * ($5 - m[1]) / ($6 - m[2])
+        }' | tee -a "$1"
+}
