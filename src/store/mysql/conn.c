@@ -505,6 +505,14 @@ mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *
     return 0;
 }
 
+int64_t
+mys_insert_id(struct conn *c, const struct mys_sql *id)
+{
+    MYSQL_STMT *st = c->st[id->slot];
+
+    return st != NULL ? (int64_t)mysql_stmt_insert_id(st) : 0;
+}
+
 int
 mys_tx_begin(struct conn *c)
 {

@@ -354,6 +354,10 @@ mys_first_row(struct conn *c, struct rows *r, int rc)
 void mys_bulk_init(struct bulk *k, const char *types, size_t nrows);
 void mys_bulk_free(struct bulk *k);
 int mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *affected);
+/* The AUTO_INCREMENT id that statement id's last execution on c generated:
+ * exact for a one-row mys_st_bulk (an execution of its own), meaningless
+ * after an array-bound one. Thread: c's holder; does not block. */
+int64_t mys_insert_id(struct conn *c, const struct mys_sql *id);
 int mys_tx_begin(struct conn *c);
 int mys_tx_commit(struct conn *c);
 void mys_tx_rollback(struct conn *c);
