@@ -11,7 +11,10 @@
 #   MariaDB  when a mariadbd answers on 127.0.0.1:$ROOMD_MYSQL_PORT, or else can be started
 #            privately there (as scripts/servers.sh does, data in a temporary directory):
 #            roomd mq (direct without nats) on a fresh database at 1 and 64 clients, its
-#            HTTP ceiling, then bench_mysql raw/group (the same rows, the same server).
+#            HTTP ceiling, then bench_mysql raw/group (the same rows, the same server);
+#            the CPU per command of roomd, mariadbd, nats-server and the load generator at
+#            64 clients against the cores' time per command at 2x raw (every 64-client pass
+#            prints its "cpu" line).
 #   relay    bench_bus relay (outbox -> JetStream, 2 and 4 workers) beside the raw nats.c
 #            async publish rate, on SQLite and (BENCH_STORE=mysql) on MariaDB.
 #   memory   bench_memory: heap per idle cached room, per evicted room, per active
