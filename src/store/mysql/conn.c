@@ -301,7 +301,7 @@ mys_rows_done(struct rows *r)
 {
     if (r->st != NULL)
         mysql_stmt_free_result(r->st);
-    for (unsigned int k = 0; k < MAXP; k++)
+    for (unsigned int k = 0; k < MAXC; k++)
         free(r->s[k]);
     memset(r, 0, sizeof(*r));
 }
@@ -319,7 +319,7 @@ mys_st_query(struct conn *c, const struct mys_sql *id, struct params *p, struct 
     r->id = id;
     r->types = types;
     r->n = (unsigned int)strlen(types);
-    assert(r->n <= MAXP && mysql_stmt_field_count(r->st) == r->n);
+    assert(r->n <= MAXC && mysql_stmt_field_count(r->st) == r->n);
     for (unsigned int k = 0; k < r->n; k++) {
         if (types[k] == 'i') {
             r->b[k].buffer_type = MYSQL_TYPE_LONGLONG;
@@ -388,10 +388,11 @@ p_vbind(struct params *p, const char *types, va_list ap)
 int
 mys_exec(struct conn *c, const struct mys_sql *id, uint64_t *affected, const char *types, ...)
 {
-    struct params p = {0};
+    struct params p;
     va_list ap;
 
     va_start(ap, types);
+    PARAMS_INIT(&p);
     p_vbind(&p, types, ap);
     va_end(ap);
     return mys_st_exec(c, id, &p, affected);
@@ -401,10 +402,11 @@ int
 mys_query(struct conn *c, const struct mys_sql *id, struct rows *r, const char *cols,
           const char *types, ...)
 {
-    struct params p = {0};
+    struct params p;
     va_list ap;
 
     va_start(ap, types);
+    PARAMS_INIT(&p);
     p_vbind(&p, types, ap);
     va_end(ap);
     return mys_st_query(c, id, &p, r, cols);
@@ -417,7 +419,7 @@ mys_bulk_init(struct bulk *k, const char *types, size_t nrows)
     k->types = types;
     k->ncols = (unsigned int)strlen(types);
     k->nrows = (unsigned int)nrows;
-    assert(k->ncols <= MAXP);
+    assert(k->ncols <= MAXC);
     for (unsigned int j = 0; j < k->ncols; j++) {
         k->ind[j] = xcalloc(nrows + 1, 1);
         if (types[j] == 'i') {
@@ -432,7 +434,7 @@ mys_bulk_init(struct bulk *k, const char *types, size_t nrows)
 void
 mys_bulk_free(struct bulk *k)
 {
-    for (unsigned int j = 0; j < MAXP; j++) {
+    for (unsigned int j = 0; j < MAXC; j++) {
         free(k->iv[j]);
         free(k->sv[j]);
         free(k->len[j]);
@@ -451,8 +453,8 @@ int
 mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *affected)
 {
     MYSQL_STMT *st;
-    MYSQL_BIND b[MAXP];
-    my_bool nul[MAXP];
+    MYSQL_BIND b[MAXC];
+    my_bool nul[MAXC];
     unsigned int zero = 0;
     uint64_t total = 0;
 

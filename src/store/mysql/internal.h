@@ -33,7 +33,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAXP 136 /* parameters or result columns of one statement (two MYS_IN lists) */
+#define MAXP 136 /* parameters of one statement (struct params: two MYS_IN lists) */
+#define MAXC 40  /* result columns of a query (struct rows), columns of a bulk statement */
 
 enum sid {
     S_FIND_COMMAND,
@@ -136,13 +137,17 @@ enum errclass {
     EC_OTHER,
 };
 
-/* Parameters of one execution. Strings and blobs are borrowed. */
+/* Parameters of one execution. Strings and blobs are borrowed. Only n needs
+ * setting before use (PARAMS_INIT): each slot is cleared as it is taken, so
+ * the 17 KiB of slots are not zeroed on every statement. */
 struct params {
     MYSQL_BIND b[MAXP];
     int64_t i[MAXP];
     unsigned long len[MAXP];
     unsigned int n;
 };
+
+#define PARAMS_INIT(p) ((p)->n = 0)
 
 /* Returns the next parameter slot, cleared (slots are reused by resetting n). */
 static inline MYSQL_BIND *
@@ -229,13 +234,13 @@ struct rows {
     const struct mys_sql *id;
     unsigned int n;
     const char *types;
-    MYSQL_BIND b[MAXP];
-    int64_t i[MAXP];
-    unsigned long len[MAXP];
-    my_bool nul[MAXP];
-    my_bool trunc[MAXP];
-    char *s[MAXP];
-    size_t cap[MAXP];
+    MYSQL_BIND b[MAXC];
+    int64_t i[MAXC];
+    unsigned long len[MAXC];
+    my_bool nul[MAXC];
+    my_bool trunc[MAXC];
+    char *s[MAXC];
+    size_t cap[MAXC];
 };
 
 static inline int64_t
@@ -255,10 +260,10 @@ r_str(const struct rows *r, unsigned int k)
 struct bulk {
     unsigned int nrows, ncols;
     const char *types; /* 'i' BIGINT, 's' text, 'b' bytes */
-    int64_t *iv[MAXP];
-    const char **sv[MAXP];
-    unsigned long *len[MAXP];
-    char *ind[MAXP]; /* STMT_INDICATOR_NONE | _NULL */
+    int64_t *iv[MAXC];
+    const char **sv[MAXC];
+    unsigned long *len[MAXC];
+    char *ind[MAXC]; /* STMT_INDICATOR_NONE | _NULL */
 };
 
 static inline void

@@ -192,10 +192,11 @@ claim_ids(struct conn *c, const struct claim_ctx *x, const int64_t *ids, const i
     *taken = 0;
     for (size_t from = 0; from < n; from += per) {
         size_t m = n - from < per ? n - from : per;
-        struct params p = {0};
+        struct params p;
         uint64_t aff = 0;
         int rc;
 
+        PARAMS_INIT(&p);
         p_str(&p, x->by);
         p_i64(&p, x->until);
         p_i64(&p, x->until);
@@ -546,9 +547,10 @@ static int
 complete_ids(struct conn *c, const struct outbox_result *res, size_t m, uint64_t *aff)
 {
     struct outbox_outcome o;
-    struct params p = {0};
+    struct params p;
 
     outbox_outcome_of(&res[0], &o);
+    PARAMS_INIT(&p);
     p_str(&p, o.status);
     p_i64(&p, res[0].retry_count);
     p_i64(&p, (int64_t)res[0].sinks_done);

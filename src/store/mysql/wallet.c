@@ -195,12 +195,13 @@ lock_accounts(struct conn *c, struct account *accts, size_t n)
     for (size_t i = 0; i < n;) {
         size_t from = i, k = 0;
         int64_t uids[MYS_IN];
-        struct params p = {0};
+        struct params p;
         struct rows r;
         int rc;
 
         for (; i < n && k < MYS_IN && strcmp(accts[i].app, accts[from].app) == 0; i++)
             uids[k++] = accts[i].uid;
+        PARAMS_INIT(&p);
         p_str(&p, accts[from].app);
         p_in_i64(&p, uids, k);
         if ((rc = mys_st_query(c, &SQL_ACCTS_LOCK, &p, &r, "ii")) != 0)
@@ -234,12 +235,13 @@ read_ledger(struct conn *c, struct wallet_debit *const *items, size_t n, struct 
     for (size_t i = 0; i < n;) {
         size_t from = i, k = 0;
         const char *refs[MYS_IN];
-        struct params p = {0};
+        struct params p;
         struct rows r;
         int rc;
 
         for (; i < n && k < MYS_IN && strcmp(items[i]->app, items[from]->app) == 0; i++)
             refs[k++] = items[i]->ref_id;
+        PARAMS_INIT(&p);
         p_str(&p, items[from]->app);
         p_in_str(&p, refs, k);
         if ((rc = mys_st_query(c, &SQL_LEDGER_GETS, &p, &r, "ssii")) != 0)
