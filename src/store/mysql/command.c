@@ -331,17 +331,17 @@ mark_foreign(struct mutation *m, void *arg)
 }
 
 /* One SQL_ROOMS_BUSY for rooms[0..k) of app and claimer by, asked by
- * muts[from..to). The foreign rooms are marked after every room's busy row
- * is read, whatever order the server returns the two parts in. Returns 0 or
- * the failure. */
+ * muts[from..to). The foreign rooms (pointers into rooms) are marked after
+ * every room's busy row is read, whatever order the server returns the two
+ * halves in. Returns 0 or the failure. */
 static int
 rooms_busy_chunk(struct conn *c, struct mutation *const *muts, size_t from, size_t to,
                  const char *app, const char *by, const char **rooms, size_t k)
 {
     struct busy_read b = {0};
-    struct params p = {0};
+    struct params p;
     struct rows r;
-    char **foreign = xcalloc(k, sizeof(*foreign));
+    const char *foreign[MYS_IN];
     size_t nforeign = 0;
     int rc;
 
@@ -349,6 +349,7 @@ rooms_busy_chunk(struct conn *c, struct mutation *const *muts, size_t from, size
         if (asks_room_idle(muts[j]) && muts[j]->created_at_ms > b.now)
             b.now = muts[j]->created_at_ms;
 
+    PARAMS_INIT(&p);
     p_str(&p, app);
     p_in_str(&p, rooms, k);
     p_str(&p, app);
@@ -356,24 +357,25 @@ rooms_busy_chunk(struct conn *c, struct mutation *const *muts, size_t from, size
     p_i64(&p, b.now);
     p_str(&p, by);
     if ((rc = mys_st_query(c, &SQL_ROOMS_BUSY, &p, &r, "sii")) != 0)
-        goto out;
+        return rc;
     while ((rc = mys_st_fetch(c, &r)) == 1) {
+        const char *room = r_str(&r, 0);
+
         if (r_i64(&r, 2) == 0) {
             b.min_due = r_i64(&r, 1);
-            each_asking(muts, from, to, app, by, r_str(&r, 0), mark_busy, &b);
-        } else if (nforeign < k) { /* one row per room of rooms[0..k) */
-            foreign[nforeign++] = xstrdup(r_str(&r, 0));
+            each_asking(muts, from, to, app, by, room, mark_busy, &b);
+            continue;
         }
+        for (size_t i = 0; i < k && nforeign < MYS_IN; i++)
+            if (strcmp(rooms[i], room) == 0) {
+                foreign[nforeign++] = rooms[i];
+                break;
+            }
     }
     mys_rows_done(&r);
-    rc = rc < 0 ? rc : 0;
     for (size_t i = 0; i < nforeign; i++)
         each_asking(muts, from, to, app, by, foreign[i], mark_foreign, NULL);
-out:
-    for (size_t i = 0; i < nforeign; i++)
-        free(foreign[i]);
-    free(foreign);
-    return rc;
+    return rc < 0 ? rc : 0;
 }
 
 /*
