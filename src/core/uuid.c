@@ -1,6 +1,8 @@
 /* uuid.c: UUIDv7 generation (see uuid.h). */
 #include "core/uuid.h"
 
+#include "core/hex.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -60,10 +62,10 @@ refill(void)
 void
 uuid_v7(int64_t now_ms, char out[UUID_STR_LEN])
 {
-    static const char hex[] = "0123456789abcdef";
+    static const size_t group[] = {4, 2, 2, 2, 6}; /* bytes: 8-4-4-4-12 digits */
     uint8_t b[16];
     uint64_t ms = (uint64_t)now_ms;
-    size_t j = 0;
+    size_t at = 0, j = 0;
 
     if (pool.used + UUID_RANDOM_BYTES > sizeof(pool.b))
         refill();
@@ -73,12 +75,11 @@ uuid_v7(int64_t now_ms, char out[UUID_STR_LEN])
         b[i] = (uint8_t)(ms >> (40 - 8 * i));
     b[6] = (uint8_t)(0x70 | (b[6] & 0x0f));
     b[8] = (uint8_t)(0x80 | (b[8] & 0x3f));
-    /* 8-4-4-4-12 hex digits, lowercase */
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
+    for (size_t g = 0; g < 5; g++) {
+        if (g > 0)
             out[j++] = '-';
-        out[j++] = hex[b[i] >> 4];
-        out[j++] = hex[b[i] & 0x0f];
+        hex_lower(b + at, group[g], out + j);
+        at += group[g];
+        j += 2 * group[g];
     }
-    out[j] = '\0';
 }

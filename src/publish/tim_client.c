@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/curl_pool.h"
 #include "core/err.h"
+#include "core/hex.h"
 #include "core/log.h"
 #include "core/secret.h"
 #include "core/xmalloc.h"
@@ -448,8 +449,7 @@ tim_group_id(const char *app, const char *room_id, char *out, size_t outlen)
     } else {
         char hex[2 * SHA256_DIGEST_LENGTH + 1];
         SHA256((const unsigned char *)s, strlen(s), md);
-        for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
-            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+        hex_lower(md, SHA256_DIGEST_LENGTH, hex);
         snprintf(out, outlen, "r_%.46s", hex);
     }
     free(s);

@@ -16,9 +16,8 @@ struct text {
     size_t len, cap;
 };
 
-/* Appends the formatted text: fmt's conversions are %s, %d, %lld, %zu and
- * %% only, as printf writes them (no flags, widths or precisions); any
- * other aborts. Aborts on out of memory. Thread: any (t is the caller's). */
+/* Appends the formatted text (vsnprintf). Aborts on out of memory. Thread:
+ * any (t is the caller's). */
 void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s. */
 void text_puts(struct text *t, const char *s);

@@ -9,6 +9,7 @@
 #include "conf/conf.h"
 #include "core/driver.h"
 #include "core/err.h"
+#include "core/hex.h"
 #include "wallet/wallet_embedded.h"
 #include "wallet/wallet_grpc.h"
 
@@ -55,7 +56,6 @@ sha256_fetch(void)
 void
 wallet_request_digest(const char *request, char out[65])
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     char *canon = NULL;
@@ -75,11 +75,7 @@ wallet_request_digest(const char *request, char out[65])
     if (EVP_Digest(text, strlen(text), md, &len, sha256_md, NULL) != 1 || len != 32)
         abort();
     free(canon);
-    for (unsigned int i = 0; i < 32; i++) {
-        out[2 * i] = hex[md[i] >> 4];
-        out[2 * i + 1] = hex[md[i] & 0x0f];
-    }
-    out[64] = '\0';
+    hex_lower(md, 32, out);
 }
 
 void

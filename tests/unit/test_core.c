@@ -63,7 +63,12 @@ test_uuid_v7(void **state)
     assert_int_equal(a[14], '7');                /* version */
     assert_true(strchr("89ab", a[19]) != NULL);  /* variant */
     assert_memory_equal(a, "018bcfe5-6800", 13); /* 48-bit ms prefix */
-    assert_true(strcmp(a, b) < 0);               /* time ordered */
+    for (int i = 0; i < 36; i++)                 /* 8-4-4-4-12 lowercase hex digits */
+        if (i == 8 || i == 13 || i == 18 || i == 23)
+            assert_int_equal(a[i], '-');
+        else
+            assert_true(strchr("0123456789abcdef", a[i]) != NULL && a[i] != '\0');
+    assert_true(strcmp(a, b) < 0); /* time ordered */
     uuid_v7(1700000000000, b);
     assert_string_not_equal(a, b); /* random tail */
 }
