@@ -5,13 +5,16 @@
  *      and p50/p99 of the submit latency.
  *   2. raw: the same 3 rows written one transaction per command by 64
  *      threads, each on its own connection (prepared INSERTs + COMMIT), in the
- *      same run and database: commands/s and p50/p99.
+ *      same run and database: commands/s and p50/p99. raw1: the same by one
+ *      thread, whose p50 is the floor of a durable command at one client
+ *      (START, 3 INSERTs, COMMIT and the redo log's fsync; no HTTP, no roomd).
  *   3. claim: latency of store_outbox_claim (batch 100) with 10k and with 1M
  *      delivered rows in room_outbox (the claim must not read them), two
  *      databases claimed alternately; then counts and purge on the 1M table.
  *
  *   bench_mysql [SECONDS] [PORT] [HOST]   (defaults 5, $ROOMD_MYSQL_PORT or 3417, 127.0.0.1)
- *   BENCH_ONLY=group,raw,claim picks parts (claim includes counts and purge).
+ *   BENCH_ONLY=group,raw,raw1,claim picks parts (default group,raw,claim; claim includes
+ *   counts and purge).
  * Uses root without a password and a fresh database roomd_bench_<pid>, dropped
  * afterwards. Prints innodb_flush_log_at_trx_commit: run it with 1.
  */
@@ -177,7 +180,7 @@ run_group(struct store *st, struct lat *lat)
     lat_report("group", "commands", lat, t0, extra);
 }
 
-/* ---- 2. raw: one transaction per command, 64 connections ---- */
+/* ---- 2. raw: one transaction per command, 64 connections (raw1: one) ---- */
 
 static const char *const raw_sql[3] = {
     "INSERT INTO room_command_log (app_code, room_id, version, command_id, command_type,"
@@ -278,7 +281,7 @@ raw_thread(void *arg)
 }
 
 static void
-run_raw(struct lat *lat)
+run_raw(struct lat *lat, int threads, const char *name)
 {
     struct rctx r = {.lat = lat};
     pthread_t th[THREADS];
@@ -287,15 +290,15 @@ run_raw(struct lat *lat)
 
     atomic_store(&stop, false);
     t0 = clock_mono_us();
-    for (int i = 0; i < THREADS; i++)
+    for (int i = 0; i < threads; i++)
         pthread_create(&th[i], NULL, raw_thread, &r);
     sleep((unsigned)seconds);
     atomic_store(&stop, true);
-    for (int i = 0; i < THREADS; i++)
+    for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     t0 = clock_mono_us() - t0;
     snprintf(extra, sizeof(extra), "  (1 command/transaction, %d errors)", atomic_load(&r.errors));
-    lat_report("raw", "commands", lat, t0, extra);
+    lat_report(name, "commands", lat, t0, extra);
 }
 
 /* ---- 3. claim latency vs delivered rows ---- */
@@ -557,7 +560,14 @@ main(int argc, char **argv)
     }
     if (want("raw")) {
         empty_tables(admin);
-        run_raw(&lr);
+        run_raw(&lr, THREADS, "raw");
+    }
+    if (getenv("BENCH_ONLY") != NULL && want("raw1")) { /* only when asked for */
+        struct lat l1 = {.us = xcalloc(MAXLAT, sizeof(int64_t))};
+
+        empty_tables(admin);
+        run_raw(&l1, 1, "raw1");
+        free(l1.us);
     }
     if (want("group") && want("raw"))
         printf("group / raw = %.2fx\n",

@@ -7,11 +7,13 @@
 #            service, issue 15), publish_mode direct (log sink) and, when nats-server answers
 #            on 127.0.0.1:$ROOMD_NATS_PORT, mq (JetStream); the HTTP ceiling (GET /healthz,
 #            the same server); then the raw one-transaction-per-command rate of the same
-#            rows into the same file at 64 threads.
+#            rows into the same file at 64 threads, and at 1 thread its p50: the floor of
+#            the 1-client p50 rows (a durable commit alone, no HTTP, no roomd).
 #   MariaDB  when a mariadbd answers on 127.0.0.1:$ROOMD_MYSQL_PORT, or else can be started
 #            privately there (as scripts/servers.sh does, data in a temporary directory):
 #            roomd mq (direct without nats) on a fresh database at 1 and 64 clients, its
-#            HTTP ceiling, then bench_mysql raw/group (the same rows, the same server);
+#            HTTP ceiling, then bench_mysql raw/group (the same rows, the same server) and
+#            raw1 (one thread: the 1-client p50's floor);
 #            the CPU per command of roomd, mariadbd, nats-server and the load generator at
 #            64 clients against the cores' time per command at 2x raw (every 64-client pass
 #            prints its "cpu" line).
@@ -121,6 +123,9 @@ if want sqlite; then
     echo "== raw baseline: same rows, one transaction per command, same SQLite file"
     "$build/bench_commands" raw "$tmp/direct.db" 64 "$secs" | tee "$tmp/sqlite-raw"
     raw=$(field rate "$tmp/sqlite-raw")
+    echo "== its 1-client floor: the same, one thread (a durable commit with no HTTP and no roomd)"
+    "$build/bench_commands" raw "$tmp/direct.db" 1 "$secs" | tee "$tmp/sqlite-raw1"
+    raw1=$(field p50 "$tmp/sqlite-raw1")
     row "SQLite direct, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/direct-64")" "raw store_save, 64 threads" "$raw"
     row "SQLite direct, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/direct-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/direct-64")"
     if [ $nats = yes ]; then
@@ -128,9 +133,9 @@ if want sqlite; then
         row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mq-ceil")"
         row "SQLite mq, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mq-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mq-64")"
         row "SQLite mq, 64 clients, p99 (ms)" "$(field p99 "$tmp/mq-64")" "-" "-"
-        row "SQLite mq, 1 client, p50 (ms)" "$(field p50 "$tmp/mq-1")" "-" "-"
+        row "SQLite mq, 1 client, p50 (ms)" "$(field p50 "$tmp/mq-1")" "raw store_save, 1 thread, p50" "$raw1"
     fi
-    row "SQLite direct, 1 client, p50 (ms)" "$(field p50 "$tmp/direct-1")" "-" "-"
+    row "SQLite direct, 1 client, p50 (ms)" "$(field p50 "$tmp/direct-1")" "raw store_save, 1 thread, p50" "$raw1"
     if [ -n "${BENCH_BASELINE:-}" ]; then
         row "SQLite direct, gifts only, 64 clients (cmd/s)" "$(field rate "$tmp/gifts-64")" "BENCH_BASELINE's roomd, same pass" "$(field rate "$tmp/gifts-base-64")"
     else
@@ -171,16 +176,17 @@ if want mysql && [ $mysql_up = yes ]; then
     drive mysql "mysql://root@127.0.0.1:$mysql_port/$mysql_db" ceiling
     store_pid= broker_pid=
     stop_roomd
-    echo "== raw baseline: bench_mysql raw and group, the same rows into the same server"
-    BENCH_ONLY=group,raw "$build/bench_mysql" "$secs" "$mysql_port" | tee "$tmp/mysql-raw"
+    echo "== raw baseline: bench_mysql raw and group, the same rows into the same server; raw1: one thread"
+    BENCH_ONLY=group,raw,raw1 "$build/bench_mysql" "$secs" "$mysql_port" | tee "$tmp/mysql-raw"
     raw=$(sed -n 's/^raw .*: *\([0-9]*\) commands\/s.*/\1/p' "$tmp/mysql-raw")
+    raw1=$(sed -n 's/^raw1 .* p50 *\([0-9.]*\) ms.*/\1/p' "$tmp/mysql-raw")
     group=$(sed -n 's/^group .*: *\([0-9]*\) commands\/s.*/\1/p' "$tmp/mysql-raw")
     row "MariaDB $mode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-64")" "bench_mysql raw, 64 threads" "$raw"
     row "MariaDB $mode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mysql-ceil")"
     row "bench_mysql group commit, store only (cmd/s)" "$group" "bench_mysql raw, 64 threads" "$raw"
     row "MariaDB $mode, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mysql-64")"
     row "MariaDB $mode, 64 clients, p99 (ms)" "$(field p99 "$tmp/mysql-64")" "-" "-"
-    row "MariaDB $mode, 1 client, p50 (ms)" "$(field p50 "$tmp/mysql-1")" "-" "-"
+    row "MariaDB $mode, 1 client, p50 (ms)" "$(field p50 "$tmp/mysql-1")" "bench_mysql raw1, 1 thread, p50" "$raw1"
     # what bounds the 64-client rate here: the CPU per command of every process on the cores,
     # against the cores' time per command at the goal (2x raw); a ratio above 1 is a goal this
     # machine cannot reach at these costs, roomd or not
