@@ -8,7 +8,8 @@
 # CPU time and context switches per command beside the client's rate and latencies.
 # "record": `perf record -g` (cpu-clock) the load instead and print the top of the report;
 # "switches": the same with the sched:sched_switch tracepoint (where roomd's threads sleep).
-# On mysql it also prints the server's statements per command (Questions); on both, the outbox
+# On mysql it also prints the server's statements and CPU time per command (Questions, perf
+# stat of the mariadbd listening on the port); on both, the outbox
 # rows handed off at commit against claimed (/metrics). PROFILE_ROOMD picks
 # another roomd binary (an A/B run of two builds with the same bench tools); PROFILE_KEEP=FILE
 # keeps the perf.data of a record run for further `perf report -i FILE`.
@@ -55,8 +56,18 @@ if [ -n "$record" ]; then
     perf record ${PERF_RECORD_OPTS:--g} -e "$event" -p "$pid" -o "$tmp/perf.data" -- sleep "$((secs - 1))" 2>/dev/null
     [ -n "${PROFILE_KEEP:-}" ] && cp "$tmp/perf.data" "$PROFILE_KEEP"
 else
-    [ "$kind" = mysql ] && q0=$(questions)
+    srv= srvstat=
+    if [ "$kind" = mysql ]; then
+        q0=$(questions)
+        # the server's own CPU over the same window (its work per command)
+        srv=$(port_pid "$mysql_port")
+        if [ -n "$srv" ]; then
+            perf stat -e task-clock -p "$srv" -x, -o "$tmp/stat-srv" -- sleep "$((secs - 1))" &
+            srvstat=$!
+        fi
+    fi
     perf stat -e task-clock,context-switches -p "$pid" -x, -o "$tmp/stat" -- sleep "$((secs - 1))"
+    [ -n "$srvstat" ] && wait "$srvstat"
     [ "$kind" = mysql ] && q1=$(questions)
 fi
 wait $load
@@ -83,5 +94,7 @@ else
         awk -v q0="$q0" -v q1="$q1" -v ops="$ops" -v secs="$secs" 'BEGIN {
             n = ops * (secs - 1) / secs
             printf "MariaDB statements per command: %.2f (Questions, the whole server, in the window)\n", (q1 - q0) / n }'
+        [ -n "$srv" ] && awk -F, -v ops="$ops" -v secs="$secs" '
+            $3 == "task-clock" { printf "mariadbd per command: %.0f us CPU\n", $1 * 1000 / (ops * (secs - 1) / secs) }' "$tmp/stat-srv"
     fi
 fi

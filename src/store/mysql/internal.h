@@ -79,7 +79,6 @@ enum sid {
     S_CLAIM_FENCED,
     S_COMPLETE_IDS,
     S_ROOMS_BUSY,
-    S_ROOMS_FOREIGN,
     S_ACCTS_LOCK,
     S_LEDGER_GETS,
     S_LOG_PURGE,
