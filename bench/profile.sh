@@ -94,7 +94,9 @@ else
         awk -v q0="$q0" -v q1="$q1" -v ops="$ops" -v secs="$secs" 'BEGIN {
             n = ops * (secs - 1) / secs
             printf "MariaDB statements per command: %.2f (Questions, the whole server, in the window)\n", (q1 - q0) / n }'
-        [ -n "$srv" ] && awk -F, -v ops="$ops" -v secs="$secs" '
-            $3 == "task-clock" { printf "mariadbd per command: %.0f us CPU\n", $1 * 1000 / (ops * (secs - 1) / secs) }' "$tmp/stat-srv"
+        if [ -n "$srv" ]; then
+            awk -F, -v ops="$ops" -v secs="$secs" '
+                $3 == "task-clock" { printf "mariadbd per command: %.0f us CPU\n", $1 * 1000 / (ops * (secs - 1) / secs) }' "$tmp/stat-srv"
+        fi
     fi
 fi
