@@ -2,6 +2,9 @@
 # directory), $build (the build directory) and $nats_port.
 answers() { python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; }
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+# drop_streams: deletes this script's JetStream streams (start_roomd's namespaces bench_$$_*)
+# on 127.0.0.1:$nats_port, if it answers. For an EXIT trap: never fails.
+drop_streams() { answers "$nats_port" && python3 "$(dirname "$0")/drop_streams.py" "$nats_port" "bench_$$_" || true; }
 
 # roomd NAME STORE_YAML MODE [ROOMD]: writes the config, starts ROOMD ($build/roomd), waits
 # for /healthz. MODE is direct (log sink), mq (JetStream), or jwt-HS256 / jwt-ES256 (direct

@@ -26,7 +26,7 @@ mysql_port=${ROOMD_MYSQL_PORT:-3417}
 tmp=$(mktemp -d /tmp/roomd-profile-XXXXXX)
 db="roomd_prof_$$"
 pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ "$kind" = mysql ] && mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "DROP DATABASE IF EXISTS $db" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; drop_streams; [ "$kind" = mysql ] && mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot -e "DROP DATABASE IF EXISTS $db" 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 # the server's statement counter (SHOW GLOBAL STATUS Questions: every statement a client sent,
 # a prepared statement's execution included)

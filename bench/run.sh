@@ -52,6 +52,7 @@ cleanup() {
         mariadb --no-defaults -h127.0.0.1 -P"$mysql_port" -uroot \
             -e "DROP DATABASE IF EXISTS $mysql_db" 2>/dev/null
     fi
+    drop_streams
     rm -rf "$tmp"
 }
 mysql_up=no

@@ -16,6 +16,7 @@ import roomd_test as rt  # noqa: E402
 from standins import ImStandin, TEST_SECRET  # noqa: E402
 from http_util import metrics  # noqa: E402
 import http_util as hu  # noqa: E402
+from bus_util import Nats, js_delete_stream  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
 
@@ -406,6 +407,9 @@ def test_dual_im_down_then_back():
     finally:
         r.stop()
         im.stop()
+        nc = Nats(nats_port)  # the shared server keeps no stream of this run
+        js_delete_stream(nc, f"direct_dual_{port}")
+        nc.close()
 
 
 if __name__ == "__main__":
