@@ -882,6 +882,95 @@ test_lock_wait_timeout_retried(void **state)
     cf->store.mysql.read_timeout_ms = 5000;
 }
 
+/* The transactions of mys_run_tx run on connections in autocommit off
+ * (no START TRANSACTION): whatever mix of operations and outcomes, none of
+ * the store's connections keeps a transaction open once the calls returned,
+ * a rolled-back transaction leaves nothing, and the operations in autocommit
+ * (reads, counts) still see every commit. */
+static long long
+open_trx_of_db(void)
+{
+    char q[320];
+
+    snprintf(q, sizeof(q),
+             "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN"
+             " information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
+             " WHERE p.DB = '%s' AND p.ID <> CONNECTION_ID()",
+             dbname);
+    return sql_int(admin, q);
+}
+
+/* One round of saves (one, a batch with a broken rule, a failing one),
+ * claim, completion, top-up and reads, checking the outcomes and that no
+ * connection of the store is left in a transaction. */
+static void
+tx_connections_round(struct store *s, int round)
+{
+    struct mut a, b, c, dup;
+    struct mutation *batch[2];
+    struct outbox_row *rows;
+    struct outbox_result res;
+    struct outbox_counts oc;
+    struct command_record rec;
+    int64_t now, bal = 0;
+    size_t n;
+    char room[16], cmd[16];
+
+    snprintf(room, sizeof(room), "tx%d", round);
+    snprintf(cmd, sizeof(cmd), "txc%d", round);
+    mk(&a, room, cmd, 1, 1);
+    assert_int_equal(save1(s, &a), 0);
+    /* a batch with a rule broken (the same command twice): the slow path's
+     * savepoints; the good one commits alone */
+    snprintf(cmd, sizeof(cmd), "txd%d", round);
+    mk(&b, room, cmd, 2, 1);
+    mk(&dup, room, cmd, 3, 1);
+    batch[0] = &b.m;
+    batch[1] = &dup.m;
+    assert_int_equal(store_save(s, batch, 2), 0);
+    assert_int_equal(b.m.rc, 0);
+    assert_int_not_equal(dup.m.rc, 0);
+    assert_int_equal(store_find_command(s, "hyapp", cmd, &rec), 0);
+    command_record_clear(&rec);
+    now = clock_wall_ms() + 1; /* both rows due */
+    assert_int_equal(store_outbox_claim(s, now, now + 5000, "T", 10, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    res = (struct outbox_result){
+        .id = rows[0].id, .locked_by = "T", .status = OUTBOX_DELIVERED, .now_ms = now};
+    assert_int_equal(store_outbox_complete(s, &res, 1), 0);
+    assert_int_equal(res.rc, 0);
+    outbox_rows_free(rows, n);
+    assert_int_equal(store_wallet_topup(s, "hyapp", 42, 5, cmd, 0, &bal), 0);
+    assert_int_equal(bal, 5 * (round + 1));
+    assert_int_equal(store_outbox_counts(s, &oc), 0);
+    assert_int_equal(open_trx_of_db(), 0);
+    /* a transaction that fails is rolled back whole: a stale version */
+    snprintf(cmd, sizeof(cmd), "txe%d", round);
+    mk(&c, room, cmd, 2, 1);
+    assert_int_not_equal(save1(s, &c), 0);
+    assert_int_equal(store_find_command(s, "hyapp", cmd, &rec), ROOMD_ENOTFOUND);
+    assert_int_equal(open_trx_of_db(), 0);
+}
+
+static void
+test_tx_connections_keep_no_transaction(void **state)
+{
+    int round = 0;
+
+    /* a pool of 1 switches its connection's mode at nearly every call; a
+     * pool of 2 keeps one connection in each mode */
+    for (int pool = 1; pool <= 2; pool++) {
+        struct store *s = open_store(pool);
+
+        for (int k = 0; k < 3; k++)
+            tx_connections_round(s, round++);
+        store_close(s);
+    }
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox WHERE status='delivered'"),
+                     6);
+    assert_int_equal(sql_int(admin, "SELECT balance FROM wallet_accounts WHERE uid=42"), 30);
+}
+
 static void
 test_unreachable_fails_fast(void **state)
 {
@@ -913,6 +1002,7 @@ static const struct CMUnitTest mysql_only[] = {
     cmocka_unit_test_setup(test_reconnect_after_kill, setup),
     cmocka_unit_test_setup(test_deadlock_retried, setup),
     cmocka_unit_test_setup(test_lock_wait_timeout_retried, setup),
+    cmocka_unit_test_setup(test_tx_connections_keep_no_transaction, setup),
     cmocka_unit_test(test_unreachable_fails_fast),
 };
 

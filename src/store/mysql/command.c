@@ -843,7 +843,7 @@ mys_save(struct store *s, struct mutation *const *muts, size_t n)
 
     if (n == 0)
         return 0;
-    rc = mys_run((struct mstore *)s, save_fn, &x);
+    rc = mys_run_tx((struct mstore *)s, save_fn, &x);
     if (rc != 0)
         for (size_t i = 0; i < n; i++)
             muts[i]->rc = rc;

@@ -118,6 +118,7 @@ conn_drop(struct conn *c)
         c->st[i] = NULL;
     }
     c->db = NULL;
+    c->tx = false; /* a new session starts in autocommit */
     c->in_txn = false;
 }
 
@@ -158,6 +159,7 @@ conn_connect(struct mstore *s, struct conn *c)
 {
     my_bool off = 0;
     unsigned long caps = 0, ext = 0;
+    unsigned int status = 0;
     char sql[128];
     int rc;
 
@@ -194,6 +196,10 @@ conn_connect(struct mstore *s, struct conn *c)
         c->err = 0;
         return ROOMD_EUNAVAIL;
     }
+    /* the session's autocommit as the server set it (on, unless its configuration says
+     * otherwise): run() switches it to what each operation needs */
+    mariadb_get_infov(c->db, MARIADB_CONNECTION_SERVER_STATUS, &status);
+    c->tx = !(status & SERVER_STATUS_AUTOCOMMIT);
     mariadb_get_infov(c->db, MARIADB_CONNECTION_SERVER_CAPABILITIES, &caps);
     mariadb_get_infov(c->db, MARIADB_CONNECTION_EXTENDED_SERVER_CAPABILITIES, &ext);
     c->bulk = !(caps & CLIENT_MYSQL) && (ext & (MARIADB_CLIENT_STMT_BULK_OPERATIONS >> 32));
@@ -210,8 +216,11 @@ conn_connect(struct mstore *s, struct conn *c)
     return 0;
 }
 
+/* Takes an idle connection, one in mode tx (autocommit off) when one is idle
+ * (the transactions keep to the connections already off, the rest to those
+ * in autocommit, so modes are switched only when the mix of work changes). */
 static int
-pool_get(struct mstore *s, struct conn **out)
+pool_get(struct mstore *s, bool tx, struct conn **out)
 {
     struct timespec dl;
     int rc = 0;
@@ -227,6 +236,14 @@ pool_get(struct mstore *s, struct conn **out)
         *out = NULL;
         return ROOMD_EUNAVAIL;
     }
+    for (int i = s->nfree - 1; i >= 0; i--)
+        if (s->conns[s->freelist[i]].tx == tx) { /* to the top of the list */
+            int k = s->freelist[i];
+
+            s->freelist[i] = s->freelist[s->nfree - 1];
+            s->freelist[s->nfree - 1] = k;
+            break;
+        }
     *out = &s->conns[s->freelist[--s->nfree]];
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -518,10 +535,34 @@ mys_insert_id(struct conn *c, const struct mys_sql *id)
 int
 mys_tx_begin(struct conn *c)
 {
-    int rc = mys_q_exec(c, "START TRANSACTION");
+    int rc = c->tx ? 0 : mys_q_exec(c, "START TRANSACTION");
 
     c->in_txn = rc == 0;
     return rc;
+}
+
+/* Puts c's session in autocommit off (tx) or on. Returns 0 or the failure. */
+static int
+conn_mode(struct conn *c, bool tx)
+{
+    if (c->tx == tx)
+        return 0;
+    if (mysql_autocommit(c->db, tx ? 0 : 1) != 0)
+        return mys_db_fail(c, "SET autocommit");
+    c->tx = tx;
+    return 0;
+}
+
+/* True when c's session has a transaction open (the server's status of its
+ * last answer; no round trip). */
+static bool
+open_txn(struct conn *c)
+{
+    unsigned int status = 0;
+
+    return c->db != NULL &&
+           mariadb_get_infov(c->db, MARIADB_CONNECTION_SERVER_STATUS, &status) == 0 &&
+           (status & SERVER_STATUS_IN_TRANS);
 }
 
 int
@@ -558,21 +599,31 @@ sleep_ms(int64_t ms)
  * and fn mys_run once more; on a deadlock or lock wait timeout fn runs again up to
  * deadlock_retries times. Anything else is returned as is.
  */
-int
-mys_run(struct mstore *s, mys_txn_fn fn, void *arg)
+static int
+run(struct mstore *s, bool tx, mys_txn_fn fn, void *arg)
 {
     struct conn *c;
     int rc, lost_left = 1, retry_left = s->deadlock_retries;
 
-    if ((rc = pool_get(s, &c)) != 0)
+    if ((rc = pool_get(s, tx, &c)) != 0)
         return rc;
     for (int attempt = 1;; attempt++) {
         if (c->db == NULL && (rc = conn_connect(s, c)) != 0)
             break;
         c->err = 0;
-        rc = fn(c, arg);
+        if ((rc = conn_mode(c, tx)) == 0)
+            rc = fn(c, arg);
         if (rc == 0) {
             assert(!c->in_txn);
+            if (c->tx && open_txn(c)) {
+                /* a statement after fn's commit (an fn that is not one
+                 * transaction, given to mys_run_tx): a bug; an idle
+                 * connection never keeps a transaction open */
+                log_error("store", "mysql statement outside its transaction, rolled back",
+                          "attempt=%d", attempt);
+                assert(!"mys_run_tx: fn ran a statement outside mys_tx_begin..commit");
+                mys_tx_rollback(c);
+            }
             break;
         }
         enum errclass ec = mys_classify(c->err);
@@ -585,7 +636,7 @@ mys_run(struct mstore *s, mys_txn_fn fn, void *arg)
             rc = ROOMD_EUNAVAIL;
             break;
         }
-        if (c->in_txn)
+        if (c->in_txn || (c->tx && open_txn(c))) /* a failed COMMIT's too */
             mys_tx_rollback(c);
         if (ec == EC_RETRY && retry_left-- > 0) {
             log_debug("store", "mysql transaction retried", "attempt=%d err=\"%s\"", attempt,
@@ -597,6 +648,18 @@ mys_run(struct mstore *s, mys_txn_fn fn, void *arg)
     }
     pool_put(s, c);
     return rc;
+}
+
+int
+mys_run(struct mstore *s, mys_txn_fn fn, void *arg)
+{
+    return run(s, false, fn, arg);
+}
+
+int
+mys_run_tx(struct mstore *s, mys_txn_fn fn, void *arg)
+{
+    return run(s, true, fn, arg);
 }
 
 int

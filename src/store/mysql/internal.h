@@ -17,7 +17,10 @@
  *
  * An operation is a function fn(struct conn *, void *ctx) run by mys_run on
  * a pooled connection: it resets its outputs first (it may run again after a
- * reconnect or a deadlock) and opens/commits its own transaction.
+ * reconnect or a deadlock) and opens/commits its own transaction. One that is
+ * a whole transaction from its first statement to its commit runs by
+ * mys_run_tx instead, on a connection kept in autocommit off, where its
+ * mys_tx_begin costs no round trip.
  */
 #ifndef ROOMD_STORE_MYSQL_INTERNAL_H
 #define ROOMD_STORE_MYSQL_INTERNAL_H
@@ -102,6 +105,7 @@ struct conn {
     MYSQL *db;               /* NULL until connected, again after a loss */
     MYSQL_STMT *st[S_COUNT]; /* prepared on first use on this connection */
     bool bulk;               /* the server takes array binding (MariaDB) */
+    bool tx;                 /* autocommit off (mys_run_tx): a statement starts a transaction */
     bool in_txn;
     unsigned int err; /* MySQL errno of the last failure; 0 = ours */
     char errmsg[320];
@@ -362,10 +366,21 @@ int mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64
  * exact for a one-row mys_st_bulk (an execution of its own), meaningless
  * after an array-bound one. Thread: c's holder; does not block. */
 int64_t mys_insert_id(struct conn *c, const struct mys_sql *id);
+/* A transaction on c: begin (START TRANSACTION; on a tx connection nothing
+ * is sent, its next statement starts one), commit, rollback. Thread: c's
+ * holder; begin and commit block on the server. */
 int mys_tx_begin(struct conn *c);
 int mys_tx_commit(struct conn *c);
 void mys_tx_rollback(struct conn *c);
+/* Runs fn on a pooled connection in autocommit (mys_run) or, for an fn that
+ * is one transaction from mys_tx_begin to mys_tx_commit and runs no
+ * statement outside it, on one in autocommit off (mys_run_tx: one round trip
+ * fewer per transaction). Either takes an idle connection already in its mode
+ * when there is one, else switches one (SET autocommit, once). Reconnects and
+ * retries as described at mys_run in conn.c. Returns fn's result or the
+ * failure. Thread: any; blocks on the pool and the server. */
 int mys_run(struct mstore *s, mys_txn_fn fn, void *arg);
+int mys_run_tx(struct mstore *s, mys_txn_fn fn, void *arg);
 
 /* Runs sql (parameters: before, chunk size) as autocommit DELETEs of up to
  * 500 rows each until limit rows went or one came back short (retention.c).

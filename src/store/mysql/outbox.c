@@ -449,8 +449,9 @@ claim_fn(struct conn *c, void *arg)
     return 0;
 }
 
-/* Runs fn on arg, which fills the array got (ngot rows), and hands that
- * array to the caller's rows and n; an ordered claim (ordered: fn's whole
+/* Runs fn on arg (by mys_run_tx when tx: a claim, one transaction), which
+ * fills the array got (ngot rows), and hands that array to the caller's rows
+ * and n; an ordered claim (ordered: fn's whole
  * transaction, with the completion before it) under the store's claim_mu.
  * This process's ordered claims so take turns, each snapshot after the
  * previous claim's commit, and two workers' claims never pick the same rooms
@@ -460,15 +461,15 @@ claim_fn(struct conn *c, void *arg)
  * take claim_mu (other processes', completions alone), so no wait cycle.
  * Returns 0, or the failure with the array freed. */
 static int
-run_for_rows(struct store *s, mys_txn_fn fn, void *arg, bool ordered, struct outbox_row **got,
-             size_t *ngot, struct outbox_row **rows, size_t *n)
+run_for_rows(struct store *s, mys_txn_fn fn, void *arg, bool tx, bool ordered,
+             struct outbox_row **got, size_t *ngot, struct outbox_row **rows, size_t *n)
 {
     struct mstore *m = (struct mstore *)s;
     int rc;
 
     if (ordered)
         pthread_mutex_lock(&m->claim_mu);
-    rc = mys_run(m, fn, arg);
+    rc = tx ? mys_run_tx(m, fn, arg) : mys_run(m, fn, arg);
     if (ordered)
         pthread_mutex_unlock(&m->claim_mu);
 
@@ -491,7 +492,7 @@ mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const c
     *n = 0;
     if (limit <= 0)
         return 0;
-    return run_for_rows(s, claim_fn, &x, per_room, &x.rows, &x.n, rows, n);
+    return run_for_rows(s, claim_fn, &x, true, per_room, &x.rows, &x.n, rows, n);
 }
 
 struct complete_ctx {
@@ -656,7 +657,7 @@ mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
 
     if (n == 0)
         return 0;
-    rc = mys_run((struct mstore *)s, complete_fn, &x);
+    rc = mys_run_tx((struct mstore *)s, complete_fn, &x);
     if (rc != 0)
         for (size_t i = 0; i < n; i++)
             res[i].rc = rc;
@@ -701,7 +702,7 @@ mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nre
     *rows = NULL;
     *n = 0;
     *completed = false;
-    rc = run_for_rows(s, complete_claim_fn, &x, per_room, &x.next.rows, &x.next.n, rows, n);
+    rc = run_for_rows(s, complete_claim_fn, &x, true, per_room, &x.next.rows, &x.next.n, rows, n);
     *completed = rc == 0;
     return rc;
 }
@@ -749,7 +750,7 @@ mys_outbox_list(struct store *s, int status, int64_t after_id, int limit, struct
     *n = 0;
     if (limit <= 0)
         return 0;
-    return run_for_rows(s, list_fn, &x, false, &x.rows, &x.n, rows, n);
+    return run_for_rows(s, list_fn, &x, false, false, &x.rows, &x.n, rows, n);
 }
 
 int

@@ -416,7 +416,7 @@ mys_wallet_topup(struct store *s, const char *app, int64_t uid, int64_t amount, 
         store_set_errmsg("wallet topup: negative amount");
         return ROOMD_EINVAL;
     }
-    rc = mys_run((struct mstore *)s, topup_fn, &x);
+    rc = mys_run_tx((struct mstore *)s, topup_fn, &x);
     if (rc == 0)
         *balance_after = x.balance;
     return rc;
