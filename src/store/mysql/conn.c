@@ -592,12 +592,13 @@ sleep_ms(int64_t ms)
 }
 
 /*
- * Runs fn on a pooled connection. fn opens and commits its own transaction
- * (tx_begin/mys_tx_commit) or runs single statements; it must reset its outputs
- * when it starts, since it may mys_run again. On a lost connection (2006, 2013,
- * 1927, ...) the connection is closed, reopened, its statements re-prepared
- * and fn mys_run once more; on a deadlock or lock wait timeout fn runs again up to
- * deadlock_retries times. Anything else is returned as is.
+ * Runs fn on a pooled connection in autocommit off (tx) or on. fn opens and
+ * commits its own transaction (tx_begin/mys_tx_commit) or, not tx, runs
+ * single statements; it must reset its outputs when it starts, since it may
+ * run again. On a lost connection (2006, 2013, 1927, ...) the connection is
+ * closed, reopened, its statements re-prepared and fn run once more; on a
+ * deadlock or lock wait timeout fn runs again up to deadlock_retries times.
+ * Anything else is returned as is.
  */
 static int
 run(struct mstore *s, bool tx, mys_txn_fn fn, void *arg)
