@@ -377,7 +377,7 @@ void mys_tx_rollback(struct conn *c);
  * statement outside it, on one in autocommit off (mys_run_tx: one round trip
  * fewer per transaction). Either takes an idle connection already in its mode
  * when there is one, else switches one (SET autocommit, once). Reconnects and
- * retries as described at mys_run in conn.c. Returns fn's result or the
+ * retries as described at run() in conn.c. Returns fn's result or the
  * failure. Thread: any; blocks on the pool and the server. */
 int mys_run(struct mstore *s, mys_txn_fn fn, void *arg);
 int mys_run_tx(struct mstore *s, mys_txn_fn fn, void *arg);
