@@ -6,7 +6,7 @@ set -eu
 PKGS="build-essential cmake pkg-config python3 python3-cryptography curl ca-certificates openssl \
  libmicrohttpd-dev libjansson-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler libgrpc-dev \
  libcurl4-openssl-dev libssl-dev zlib1g-dev libmariadb-dev libhiredis-dev libnats-dev \
- libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server \
+ libcmocka-dev libsqlite3-dev sqlite3 mariadb-server galera-4 rsync redis-server redis-sentinel nats-server \
  libjwt-dev libsystemd-dev libgnutls28-dev clang libclang-rt-14-dev chromium prometheus"
 # Node.js (gRPC stand-in): the machine image may ship its own node+npm, which conflicts with
 # Debian's npm package; take Debian's only when there is none.
