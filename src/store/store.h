@@ -375,6 +375,8 @@ struct store_ops {
     const char *name;
     int (*open)(struct store **out, const struct conf_store *cs, char *err, size_t errlen);
     void (*close)(struct store *s);
+    /* optional (NULL: one embedded database): the server in use, failovers */
+    int (*server_info)(struct store *s, char *host, size_t len, uint64_t *failovers);
     STORE_OPS(STORE_OP_MEMBER)
 };
 #undef STORE_OP_MEMBER
@@ -395,6 +397,12 @@ extern const struct store_ops store_mysql_ops;
 int store_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen);
 /* Closes s; store_close(NULL) is a no-op. No call may be in flight. */
 void store_close(struct store *s);
+
+/* The database server s uses now ("host:port") into host (len bytes) and how
+ * often it moved to another since open (store.mysql.hosts, docs/ha.md).
+ * Returns 0, or ROOMD_ENOTFOUND for a backend without servers (SQLite). Any
+ * thread; does not block on the database. */
+int store_server_info(struct store *s, char *host, size_t len, uint64_t *failovers);
 
 /* Detail text of the calling thread's last failed store call (thread-local). */
 const char *store_errmsg(void);
