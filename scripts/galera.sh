@@ -40,7 +40,9 @@ start_node() { # n bootstrap(0|1)
         mkdir -p "$nd/data"
         chown -R mysql:mysql "$nd"
         mariadb-install-db --no-defaults --user=mysql --datadir="$nd/data" \
-            --auth-root-authentication-method=normal --skip-test-db >"$nd/install.log" 2>&1
+            --auth-root-authentication-method=normal --skip-test-db >"$nd/install.log" 2>&1 ||
+            { echo "mariadb-install-db failed (the mysql user must reach $nd):" >&2
+              tail -5 "$nd/install.log" >&2; exit 1; }
     fi
     chown -R mysql:mysql "$nd"
     peers="gcomm://127.0.0.1:$g1,127.0.0.1:$g2,127.0.0.1:$g3"

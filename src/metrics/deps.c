@@ -61,7 +61,7 @@ store_server_line(struct metrics_text *t, struct store *st)
     metrics_count(t, "roomd_store_server", labels, 1);
     metrics_family(t, "roomd_store_failovers_total", "counter",
                    "Moves of the store's pool to another database server.");
-    metrics_count(t, "roomd_store_failovers_total", NULL, failovers);
+    metrics_count(t, "roomd_store_failovers_total", "", failovers);
 }
 
 /* With Sentinel: roomd_redis_master{addr} 1 and roomd_redis_failovers_total
@@ -82,7 +82,7 @@ redis_master_line(struct metrics_text *t)
     }
     metrics_family(t, "roomd_redis_failovers_total", "counter",
                    "Redis master changes this node followed through the sentinels.");
-    metrics_count(t, "roomd_redis_failovers_total", NULL, changes);
+    metrics_count(t, "roomd_redis_failovers_total", "", changes);
 }
 
 static void

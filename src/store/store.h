@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 struct conf_store;
+struct conf_mysql;
 
 #define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
 
@@ -403,6 +404,13 @@ void store_close(struct store *s);
  * Returns 0, or ROOMD_ENOTFOUND for a backend without servers (SQLite). Any
  * thread; does not block on the database. */
 int store_server_info(struct store *s, char *host, size_t len, uint64_t *failovers);
+
+/* Server i (0-based) of store.mysql.hosts, or host/port when the list is
+ * empty, as host (hostlen bytes) and *port, for the process' other MySQL
+ * connections (try each in turn: the first that answers). Returns the number
+ * of servers, or 0 when i is past the last. Thread: any; does not block. */
+int store_mysql_server(const struct conf_mysql *mc, int i, char *host, size_t hostlen,
+                       unsigned int *port);
 
 /* Detail text of the calling thread's last failed store call (thread-local). */
 const char *store_errmsg(void);
