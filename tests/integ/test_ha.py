@@ -241,7 +241,8 @@ class Load:
             with self.lock:
                 self.results.append({"kind": kind, "body": body, "t0": t0, "t1": time.time(),
                                      "status": st, "js": js, "room": room or body["room_id"]})
-            if st in (200, 201):
+            if st in (200, 201) or (st == 409 and room is not None):
+                # 409: a join whose earlier 503'd attempt had committed (already a member)
                 if room is None:
                     room, k = rid, 0
                 else:
