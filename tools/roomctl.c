@@ -578,10 +578,14 @@ do_dlq_list(struct ctl *c, int argc, char **argv)
     return finish(c, &r, print_dlq);
 }
 
-/* show (replay false) or replay dead letter argv[0]. */
+/* What dlq_one does with one dead letter. */
+enum dlq_verb { DLQ_SHOW, DLQ_REPLAY, DLQ_DISCARD };
+
+/* verb on dead letter arg (its stream sequence). */
 static int
-dlq_one(struct ctl *c, const char *arg, bool replay)
+dlq_one(struct ctl *c, const char *arg, enum dlq_verb verb)
 {
+    static const char *const tail[] = {"", "/replay", "/discard"};
     struct admin_reply r;
     char path[96], *end;
     long long seq = strtoll(arg, &end, 10);
@@ -591,10 +595,12 @@ dlq_one(struct ctl *c, const char *arg, bool replay)
         return EXIT_USAGE;
     }
     if (c->url) {
-        snprintf(path, sizeof(path), "/admin/v1/dlq/%lld%s", seq, replay ? "/replay" : "");
-        api(c, replay ? "POST" : "GET", path, false, replay ? "{}" : NULL, &r);
-    } else if (replay) {
+        snprintf(path, sizeof(path), "/admin/v1/dlq/%lld%s", seq, tail[verb]);
+        api(c, verb == DLQ_SHOW ? "GET" : "POST", path, false, verb == DLQ_SHOW ? NULL : "{}", &r);
+    } else if (verb == DLQ_REPLAY) {
         admin_dlq_replay(c->adm, "roomctl", (uint64_t)seq, &r);
+    } else if (verb == DLQ_DISCARD) {
+        admin_dlq_discard(c->adm, "roomctl", (uint64_t)seq, &r);
     } else {
         admin_dlq_show(c->adm, (uint64_t)seq, &r);
     }
@@ -604,13 +610,40 @@ dlq_one(struct ctl *c, const char *arg, bool replay)
 static int
 do_dlq_show(struct ctl *c, int argc, char **argv)
 {
-    return dlq_one(c, argv[0], false);
+    return dlq_one(c, argv[0], DLQ_SHOW);
 }
 
 static int
 do_dlq_replay(struct ctl *c, int argc, char **argv)
 {
-    return dlq_one(c, argv[0], true);
+    return dlq_one(c, argv[0], DLQ_REPLAY);
+}
+
+static int
+do_dlq_discard(struct ctl *c, int argc, char **argv)
+{
+    return dlq_one(c, argv[0], DLQ_DISCARD);
+}
+
+static int
+do_dlq_purge(struct ctl *c, int argc, char **argv)
+{
+    const char *group = kv_get(c, "group");
+    struct admin_reply r;
+
+    if (group == NULL || *group == '\0') {
+        fprintf(stderr, "roomctl: dlq purge: --group G is required\n");
+        return EXIT_USAGE;
+    }
+    json_t *b = json_pack("{s:s}", "group", group);
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    if (c->url)
+        api(c, "POST", "/admin/v1/dlq/purge", false, body, &r);
+    else
+        admin_dlq_purge(c->adm, "roomctl", body, strlen(body), &r);
+    free(body);
+    return finish(c, &r, print_json);
 }
 
 /* ==== wallet and migrate (the room store) ==== */
@@ -765,6 +798,20 @@ static const struct ctl_cmd commands[] = {
      "dlq list [--group G] [--after SEQ] [--limit N]   consumer groups' dead letters"},
     {{"dlq", "show"}, 1, 1, NEED_BUS, 0, do_dlq_show, "dlq show SEQ"},
     {{"dlq", "replay"}, 1, 1, NEED_BUS, 0, do_dlq_replay, "dlq replay SEQ    into its group"},
+    {{"dlq", "discard"},
+     1,
+     1,
+     NEED_BUS,
+     0,
+     do_dlq_discard,
+     "dlq discard SEQ   its key stays settled"},
+    {{"dlq", "purge"},
+     0,
+     0,
+     NEED_BUS,
+     OPT_GROUP,
+     do_dlq_purge,
+     "dlq purge --group G   discard every dead letter of group G"},
     {{"wallet", "balance"},
      1,
      1,

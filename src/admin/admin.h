@@ -12,7 +12,8 @@
  *                      and resumes after a crash (admin_resume)
  *   admin_audits       the audit log; admin_audit one entry with its rows
  *   admin_dlq_*        the consumer groups' dead letters (JetStream
- *                      <ns>hyapp_dlq): list, show, replay into their group
+ *                      <ns>hyapp_dlq): list, show, replay into their group,
+ *                      discard one, purge a group's
  *
  * Bad input answers 400 {"error":{"code":"invalid_argument","field":..}} and
  * changes nothing. Thread: any; calls block on the store.
@@ -83,5 +84,12 @@ void admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_
 void admin_dlq_show(struct admin *a, uint64_t seq, struct admin_reply *r);
 /* Replays dead letter seq into its group (see admin/dlq.c), audited as actor. */
 void admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r);
+/* Discards dead letter seq: its key stays settled in the group's inbox, the
+ * dead letter is deleted (see admin/dlq.c), audited as actor. */
+void admin_dlq_discard(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r);
+/* body {"group": G}: discards every dead letter of group G (keys in flight
+ * again are skipped and counted), audited as one entry. */
+void admin_dlq_purge(struct admin *a, const char *actor, const char *body, size_t len,
+                     struct admin_reply *r);
 
 #endif

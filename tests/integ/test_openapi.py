@@ -93,6 +93,8 @@ def admin_answers(rd, rid):
     for path in ("/admin/v1/dlq", "/admin/v1/dlq/1"):
         a.append(adm("GET", path))  # 404: rocketmq.enabled is false
     a.append(adm("POST", "/admin/v1/dlq/1/replay", {}))
+    a.append(adm("POST", "/admin/v1/dlq/1/discard", {}))
+    a.append(adm("POST", "/admin/v1/dlq/purge", {"group": "hyapp-room-im-bridge"}))
     for path in ("/console", "/console/", "/console/console.js", "/console/console.css",
                  "/console/nope.js"):
         a.append(adm("GET", path))
