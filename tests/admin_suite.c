@@ -4,7 +4,7 @@
 #include "store_suite.h"
 
 #include "admin/admin.h"
-#include "admin/store.h"
+#include "store/admin.h"
 #include "conf/conf.h"
 #include "core/xmalloc.h"
 #include "publish/sink.h"

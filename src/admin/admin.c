@@ -1,12 +1,12 @@
 /*
  * admin/admin.c: the operator's operations (admin/admin.h) over the admin
- * store (admin/store.h). Read top-down: replies, rows as JSON, then one
+ * store (store/admin.h). Read top-down: replies, rows as JSON, then one
  * function per operation; the bulk replay last.
  */
 #include "admin/admin.h"
 
 #include "admin/internal.h"
-#include "admin/store.h"
+#include "store/admin.h"
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"

@@ -5,7 +5,7 @@
  * query lookup or a JSON body and answers a status and a JSON body:
  *
  *   admin_summary      counts by status and by sink, oldest undelivered per sink
- *   admin_list         rows matching a filter (admin/filter.h), keyset pages
+ *   admin_list         rows matching a filter (store/filter.h), keyset pages
  *   admin_show         one row in full: decoded event, per-sink state
  *   admin_replay       bulk replay (or repair) by filter: dry_run gives the
  *                      count and a sample; a replay is audited and chunked,
@@ -21,7 +21,7 @@
 #ifndef ROOMD_ADMIN_H
 #define ROOMD_ADMIN_H
 
-#include "admin/filter.h"
+#include "store/filter.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,7 +39,7 @@ struct admin_reply {
 void admin_reply_clear(struct admin_reply *r);
 
 /*
- * Opens the admin store over conf's store (admin/store.h; readonly: nothing
+ * Opens the admin store over conf's store (store/admin.h; readonly: nothing
  * is created or written, replays are refused 405). outbox (may be NULL) is
  * woken after replays so the rows go out at once. Returns 0 and *out, or an
  * error with err naming the key. Thread: main.

@@ -4,7 +4,7 @@
  * original bytes with the Roomd-* headers the consumer kit set. Listed,
  * shown (the envelope decoded), replayed into their group, discarded, or
  * purged (every dead letter of one group discarded). The group's inbox is
- * reached through the inbox interface (consume/inbox.h), opened as the
+ * reached through the inbox interface (store/inbox.h), opened as the
  * group opens it (consume_group_inbox_open): the MySQL inbox from any node,
  * the SQLite one on the node that holds its file.
  *   replay   the inbox forgets the dead key (inbox_forget_dead), the bytes
@@ -18,9 +18,9 @@
  */
 #include "admin/internal.h"
 
-#include "admin/store.h"
+#include "store/admin.h"
 #include "conf/conf.h"
-#include "consume/inbox.h"
+#include "store/inbox.h"
 #include "consume/roles.h"
 #include "core/clock.h"
 #include "core/err.h"

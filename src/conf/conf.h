@@ -202,7 +202,7 @@ struct conf_rocketmq {
      * message is redelivered after consumer_retry_delays[k] (k = failures-1,
      * the last entry repeats; none = RocketMQ's 10s 30s 1m 2m ... 2h). */
     char *consumer_store_dir;
-    /* Where the groups' inboxes live (enum inbox_driver of consume/inbox.h):
+    /* Where the groups' inboxes live (enum inbox_driver of store/inbox.h):
      * 0 auto (mysql when store.driver is mysql), 1 sqlite (per node, in
      * consumer_store_dir), 2 mysql (the store's database, shared by nodes). */
     int consumer_inbox;

@@ -7,7 +7,7 @@
 #include "conf/conf.h"
 #include "consume/group.h"
 #include "consume/handlers.h"
-#include "consume/inbox.h"
+#include "store/inbox.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"

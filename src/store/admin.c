@@ -1,5 +1,5 @@
-/* admin/store.c: the admin store's dispatch (see admin/store.h). */
-#include "admin/store.h"
+/* store/admin.c: the admin store's dispatch (see store/admin.h). */
+#include "store/admin.h"
 
 #include "conf/conf.h"
 #include "core/driver.h"

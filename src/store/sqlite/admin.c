@@ -1,11 +1,11 @@
 /*
- * admin/store_sqlite.c: the admin store on the SQLite file of the room store
- * (admin/store.h), through a connection of its own: read-only
+ * sqlite/admin.c: the admin store on the SQLite file of the room store
+ * (store/admin.h), through a connection of its own: read-only
  * (SQLITE_OPEN_READONLY: nothing created or migrated) or read-write (never
  * SQLITE_OPEN_CREATE either: roomd creates the store). Writes run under
  * BEGIN IMMEDIATE, waiting store.sqlite.busy_timeout for roomd's writer.
  */
-#include "admin/store.h"
+#include "store/admin.h"
 
 #include "conf/conf.h"
 #include "core/err.h"

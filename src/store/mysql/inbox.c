@@ -1,5 +1,5 @@
 /*
- * inbox_mysql.c: the shared inbox (inbox.h) in the store's MySQL/MariaDB
+ * mysql/inbox.c: the shared inbox (inbox.h) in the store's MySQL/MariaDB
  * database, so that every node running a group sees one inbox:
  *   consumer_inbox(group_name, event_id, app_code, state, owner,
  *                  claim_until_ms, failures, updated_ms, last_error)
@@ -24,7 +24,7 @@
  * Statements are text: integers printed, strings escaped by
  * mysql_real_escape_string for the connection's utf8mb4.
  */
-#include "consume/inbox.h"
+#include "store/inbox.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"

@@ -1,12 +1,12 @@
 /*
- * admin/store_mysql.c: the admin store on the room store's MySQL/MariaDB
- * database (admin/store.h), through one connection of its own (reconnected
+ * mysql/admin.c: the admin store on the room store's MySQL/MariaDB
+ * database (store/admin.h), through one connection of its own (reconnected
  * once when the server went away). Statements are built as text: every
  * value is an integer or a string escaped by mysql_real_escape_string for the
  * connection's utf8mb4, substituted for the '?' of the shared SQL. Read-only
  * handles run SET SESSION TRANSACTION READ ONLY and create nothing.
  */
-#include "admin/store.h"
+#include "store/admin.h"
 
 #include "conf/conf.h"
 #include "core/err.h"
@@ -167,7 +167,7 @@ select_rows(struct my_admin *a, const char *q, MYSQL_RES **res)
     return *res != NULL ? 0 : fail(a, "result");
 }
 
-/* A fetched row and its lengths, for the shared readers (admin/store.c). */
+/* A fetched row and its lengths, for the shared readers (store/admin.c). */
 struct my_row {
     MYSQL_ROW row;
     const unsigned long *len;

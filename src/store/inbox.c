@@ -1,7 +1,7 @@
 /*
  * inbox.c: picks the inbox backend (inbox.h) and dispatches to it.
  */
-#include "consume/inbox.h"
+#include "store/inbox.h"
 
 #include "conf/conf.h"
 #include "core/err.h"

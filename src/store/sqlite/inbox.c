@@ -1,5 +1,5 @@
 /*
- * inbox_sqlite.c: the one-node inbox (inbox.h), a SQLite database per group
+ * sqlite/inbox.c: the one-node inbox (inbox.h), a SQLite database per group
  * "<rocketmq.consumer_store_dir>/<group>.db" holding
  *   inbox(key PRIMARY KEY, state received|done|dead, failures, updated_ms,
  *         last_error)
@@ -7,7 +7,7 @@
  * and the handler's tables. Only the group's thread uses it, so a claim
  * needs no owner: claiming is reading the row (and creating it received).
  */
-#include "consume/inbox.h"
+#include "store/inbox.h"
 
 #include "core/clock.h"
 #include "core/err.h"

@@ -1,8 +1,8 @@
 /*
- * admin/store.h: the admin module's store role, over the same database as
+ * store/admin.h: the admin module's store role, over the same database as
  * the room store (store/store.h): what an operator reads and changes in
  * room_outbox, and the audit of every bulk replay. One interface, two
- * backends (admin/store_sqlite.c, admin/store_mysql.c), each with a
+ * backends (sqlite/admin.c, mysql/admin.c), each with a
  * connection of its own.
  *
  * Opened read-only (roomctl's inspection) it never creates, migrates or
@@ -20,10 +20,10 @@
  * Thread: any; one call at a time per handle (a mutex inside). Calls block
  * on the database. Errors: ROOMD_E* with admin_store_errmsg(s).
  */
-#ifndef ROOMD_ADMIN_STORE_H
-#define ROOMD_ADMIN_STORE_H
+#ifndef ROOMD_STORE_ADMIN_H
+#define ROOMD_STORE_ADMIN_H
 
-#include "admin/filter.h"
+#include "store/filter.h"
 #include "store/store.h"
 
 #include <stdbool.h>
@@ -192,7 +192,7 @@ struct admin_store {
 extern const struct admin_store_ops admin_store_sqlite_ops;
 extern const struct admin_store_ops admin_store_mysql_ops;
 
-/* The DDL and statements both backends share (admin/store.c). */
+/* The DDL and statements both backends share (store/admin.c). */
 extern const char *const admin_store_ddl[]; /* NULL-terminated, "%s" = the backend's id type */
 #define ADMIN_OUTBOX_COLS                                                                          \
     "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \

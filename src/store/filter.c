@@ -1,5 +1,5 @@
-/* admin/filter.c: the operator's row filter (see filter.h). */
-#include "admin/filter.h"
+/* store/filter.c: the operator's row filter (see filter.h). */
+#include "store/filter.h"
 
 #include "publish/sink.h"
 #include "store/store.h"

@@ -2,8 +2,8 @@
  * inbox.h: a consumer group's inbox, the kit's (group.h) record of which
  * keys (event_ids) the group has settled and of the handler's own effect
  * state. One interface, one file per backend:
- *   inbox_sqlite.c  "<rocketmq.consumer_store_dir>/<group>.db", one node
- *   inbox_mysql.c   the store's MySQL/MariaDB database, shared by every node
+ *   sqlite/inbox.c  "<rocketmq.consumer_store_dir>/<group>.db", one node
+ *   mysql/inbox.c   the store's MySQL/MariaDB database, shared by every node
  * chosen by rocketmq.consumer_inbox (auto: mysql when store.driver is
  * mysql, else sqlite).
  *
@@ -23,8 +23,8 @@
  * Every call blocks on the database. Errors are ROOMD_E* with the text in
  * inbox_errmsg().
  */
-#ifndef ROOMD_CONSUME_INBOX_H
-#define ROOMD_CONSUME_INBOX_H
+#ifndef ROOMD_STORE_INBOX_H
+#define ROOMD_STORE_INBOX_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -167,7 +167,7 @@ bool inbox_shared(const struct consume_inbox *ib);
 int inbox_exec(struct consume_inbox *ib, const struct consume_sql *q,
                const struct consume_arg *args, int nargs, char *out, size_t outlen);
 
-/* The backends (inbox_sqlite.c, inbox_mysql.c) behind the functions above;
+/* The backends (sqlite/inbox.c, mysql/inbox.c) behind the functions above;
  * private to them and inbox.c. */
 struct inbox_ops {
     const char *name;
