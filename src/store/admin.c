@@ -58,6 +58,7 @@ admin_read_outbox_row(const struct admin_cols *c, void *dst)
     r->last_error = err ? xstrdup(err) : NULL;
     r->created_at_ms = c->i64(c->src, 15);
     r->delivered_at_ms = c->i64(c->src, 16);
+    r->room_seq = c->i64(c->src, 17);
 }
 
 void

@@ -128,7 +128,7 @@ struct admin_cols {
 /* The row readers: each reads the row c into dst, a record of its kind.
  * Thread: the caller of the backend's op (under its mutex). */
 typedef void (*admin_row_reader)(const struct admin_cols *c, void *dst);
-/* ADMIN_OUTBOX_COLS into a struct outbox_row (payload and last_error
+/* STORE_OUTBOX_COLS (store.h) into a struct outbox_row (payload and last_error
  * malloc'd). */
 void admin_read_outbox_row(const struct admin_cols *c, void *dst);
 /* ADMIN_AUDIT_COLS into a struct admin_audit (filter malloc'd). */
@@ -194,10 +194,6 @@ extern const struct admin_store_ops admin_store_mysql_ops;
 
 /* The DDL and statements both backends share (store/admin.c). */
 extern const char *const admin_store_ddl[]; /* NULL-terminated, "%s" = the backend's id type */
-#define ADMIN_OUTBOX_COLS                                                                          \
-    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
-    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
-    " last_error, created_at_ms, delivered_at_ms"
 /* The rows of a replay chunk: failed, after the cursor, up to max_id (the
  * filter, with not_repaired, adds the rest). */
 #define ADMIN_REPLAYABLE " status = 'failed' AND id > ? AND id <= ?"

@@ -196,6 +196,20 @@ struct outbox_row {
 };
 void outbox_rows_free(struct outbox_row *rows, size_t n);
 
+/*
+ * The one room_outbox row shape. STORE_OUTBOX_COLS: the columns of a struct
+ * outbox_row in SELECT order, the same list in both backends for every read
+ * (the worker's claim, list/get, the admin store's search/get): column k
+ * is the k-th field read by each backend's row reader. STORE_OUTBOX_COPY:
+ * what a repair's new row copies from the original (INSERT ... SELECT; its
+ * event_id, command_id "repair:<event_id>", status and times are its own).
+ */
+#define STORE_OUTBOX_COLS                                                                          \
+    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
+    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
+    " last_error, created_at_ms, delivered_at_ms, room_seq"
+#define STORE_OUTBOX_COPY "app_code, room_id, room_version, event_type, payload, room_seq"
+
 /* The outcome of one delivery attempt, written fenced by locked_by. */
 struct outbox_result {
     int64_t id;

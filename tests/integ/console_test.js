@@ -78,6 +78,7 @@ async function dlqReplay(page, out) {
     const detail = JSON.parse(await page.textContent('#detail'));
     out.detail_status = detail.status;
     out.detail_event_id = detail.event && detail.event.event_id;
+    out.detail_room_seq = detail.event && detail.event.room_seq;
 
     // bulk replay behind the dry run: the dialog shows the count first
     await page.click('#replay-btn');

@@ -7,6 +7,7 @@
  * handles run SET SESSION TRANSACTION READ ONLY and create nothing.
  */
 #include "store/admin.h"
+#include "store/mysql/internal.h"
 
 #include "conf/conf.h"
 #include "core/err.h"
@@ -347,8 +348,8 @@ my_search(struct admin_store *s, const struct admin_filter *f, int64_t after_id,
     int rc;
 
     pthread_mutex_lock(&a->mu);
-    put(&q, "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE id > ",
-        strlen("SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE id > "));
+    put(&q, "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE id > ",
+        strlen("SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE id > "));
     put_int(&q, after_id);
     if ((rc = put_filter(a, &q, f)) == 0) {
         put(&q, " ORDER BY id LIMIT ", 19);
@@ -389,7 +390,7 @@ my_get(struct admin_store *s, const char *event_id, struct outbox_row *out)
 {
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
-    const char *head = "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE event_id = ";
+    const char *head = "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE event_id = ";
     int rc;
 
     pthread_mutex_lock(&a->mu);
@@ -498,20 +499,16 @@ chunk_tx(struct my_admin *a, int64_t audit, const struct admin_filter *f, bool r
             p[1] = p[2] = p[3] = (struct admin_param){.i = now_ms};
             p[4] = (struct admin_param){.i = ids[i].id};
             rc = stmt(a,
-                      "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
-                      " command_id, event_type, payload, status, retry_count, sinks_done,"
-                      " next_retry_at_ms, lock_until_ms, locked_by, last_error, due_at_ms,"
-                      " created_at_ms, updated_at_ms)"
-                      " SELECT ?, app_code, room_id, room_version, CONCAT('repair:', event_id),"
-                      " event_type, payload, 'pending', 0, 0, 0, 0, '', NULL, ?, ?, ?"
-                      " FROM room_outbox WHERE id = ?",
+                      "INSERT INTO room_outbox (event_id, command_id, " STORE_OUTBOX_COPY
+                      ", status, retry_count, sinks_done, due_at_ms, created_at_ms, updated_at_ms)"
+                      " SELECT ?, CONCAT('repair:', event_id), " STORE_OUTBOX_COPY
+                      ", 'pending', 0, 0, ?, ?, ? FROM room_outbox WHERE id = ?",
                       p, 5);
         } else {
             p[0] = p[1] = (struct admin_param){.i = now_ms};
             p[2] = (struct admin_param){.i = ids[i].id};
             rc = stmt(a,
-                      "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
-                      " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?,"
+                      "UPDATE room_outbox SET " MYS_OUTBOX_REPLAY_SET ", due_at_ms = ?,"
                       " updated_at_ms = ? WHERE id = ? AND status = 'failed'",
                       p, 3);
         }

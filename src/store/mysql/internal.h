@@ -324,6 +324,12 @@ struct all_ctx {
     size_t n;
 };
 
+/* A failed row made pending again (a replay): the SET of every replay
+ * UPDATE of this backend (outbox.c's, admin.c's), the columns as a claim
+ * leaves them unset (NULL). */
+#define MYS_OUTBOX_REPLAY_SET                                                                      \
+    "status='pending', retry_count=0, next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL"
+
 /* conn.c */
 enum errclass mys_classify(unsigned int e);
 int mys_db_fail(struct conn *c, const char *what);

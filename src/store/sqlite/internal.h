@@ -21,6 +21,12 @@ struct conf_sqlite;
 
 #include "core/xmalloc.h"
 
+/* A failed row made pending again (a replay): the SET of every replay
+ * UPDATE of this backend (outbox.c's, admin.c's); the columns are NOT NULL
+ * here, so a claim's unset values are 0 and ''. */
+#define SQ_OUTBOX_REPLAY_SET                                                                       \
+    "status = 'pending', retry_count = 0, next_retry_at_ms = 0, lock_until_ms = 0, locked_by = ''"
+
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdbool.h>

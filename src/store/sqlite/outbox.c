@@ -12,10 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OUTBOX_COLS                                                                                \
-    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
-    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
-    " last_error, created_at_ms, delivered_at_ms, room_seq"
+#define OUTBOX_COLS STORE_OUTBOX_COLS
 
 SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
               " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
@@ -61,8 +58,7 @@ SQ_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1"
                     " AND status IN (?3, ?4)"
                     " ORDER BY id LIMIT ?2");
 SQ_SQL(GET, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id = ?1");
-SQ_SQL(REPLAY, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
-               " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
+SQ_SQL(REPLAY, "UPDATE room_outbox SET " SQ_OUTBOX_REPLAY_SET ", due_at_ms = ?2,"
                " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'");
 SQ_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id = ?1");
 SQ_SQL(COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status");
