@@ -90,6 +90,13 @@ void http_ready_stop(struct http_ready *r);
 /* The outbox counts of the last successful check into *oc; false when none
  * yet (or r is NULL). Thread: any; never blocks on the store. */
 bool http_ready_counts(struct http_ready *r, struct outbox_counts *oc);
+/* The store as the last check found it: true when that check answered and
+ * the next one is not late (stale, see ready.c); *age_ms the time since the
+ * last check answered (-1: none yet). The /metrics figures of the store
+ * (roomd_dependency_up{dependency="store"}, the outbox rows and ages) come
+ * from here, so a scrape never waits for a hung store. Thread: any; never
+ * blocks on the store. */
+bool http_ready_store_up(struct http_ready *r, int64_t *age_ms);
 /* Fills resp with 200 {"status":"ready"} or 503 {"status":"unavailable",
  * "reason":word}; details adds the counts and the store error (admin). */
 void http_ready_reply(struct http_ready *r, bool details, struct http_response *resp);

@@ -4,6 +4,7 @@
 #include "conf/conf.h"
 #include "core/driver.h"
 #include "core/err.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 
 #include <stdio.h>
@@ -92,14 +93,18 @@ admin_summary_add(const struct admin_cols *c, struct admin_summary *out)
 {
     enum outbox_status st = outbox_status_read(c->text(c->src, 0));
     uint32_t done = (uint32_t)c->i64(c->src, 1);
-    int64_t n = c->i64(c->src, 2);
+    const char *type = c->text(c->src, 2);
+    int64_t n = c->i64(c->src, 3), oldest = c->i64(c->src, 4);
 
     out->by_status[st] += n;
     for (int b = 0; st != OUTBOX_DELIVERED && b < OUTBOX_SINK_BITS; b++)
-        if (!(done & (1u << b))) {
+        if (!(done & (1u << b)) && sink_bit_carries(1u << b, type)) {
             out->lacking[b] += n;
-            if (st == OUTBOX_FAILED)
-                out->failed_lacking[b] += n;
+            if (st != OUTBOX_FAILED)
+                continue;
+            out->failed_lacking[b] += n;
+            if (out->oldest_failed_ms[b] == 0 || oldest < out->oldest_failed_ms[b])
+                out->oldest_failed_ms[b] = oldest;
         }
 }
 

@@ -36,19 +36,20 @@ struct admin_store;
 /* The outbox by status and by sink. */
 struct admin_summary {
     int64_t by_status[5]; /* enum outbox_status */
-    /* per sinks_done bit: rows not delivered (any status but delivered) that
-     * lack it, and of those the failed ones */
+    /* per sinks_done bit, among the rows that carry the sink
+     * (sink_bit_carries): rows not delivered (any status but delivered) that
+     * lack it, of those the failed ones, and the oldest failed one's
+     * created_at_ms (0: none; failed rows are no part of the undelivered
+     * age below) */
     int64_t lacking[OUTBOX_SINK_BITS];
     int64_t failed_lacking[OUTBOX_SINK_BITS];
+    int64_t oldest_failed_ms[OUTBOX_SINK_BITS];
     /* oldest_undelivered_ms and oldest_missing_ms of the claimable rows
      * (outbox_counts_oldest; the status counts are in by_status) */
     struct outbox_counts oldest;
 };
 
-/* The summary's second query, the same for both backends. */
-#define ADMIN_OLDEST_SQL                                                                           \
-    "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"           \
-    " GROUP BY sinks_done"
+/* The summary's second query: STORE_OUTBOX_OLDEST_SQL (store.h). */
 
 /* One audit entry (admin_store_audit_list). filter is malloc'd JSON. */
 struct admin_audit {
@@ -148,11 +149,13 @@ struct admin_rows {
 };
 /* Appends the row c to x through x->read. Never fails (OOM aborts). */
 void admin_rows_add(struct admin_rows *x, const struct admin_cols *c);
-/* Adds one row of ADMIN_SUMMARY_SQL (status, sinks_done, count) to out:
- * its count by status, and by each sink bit the rows lack. */
+/* Adds one row of ADMIN_SUMMARY_SQL (status, sinks_done, event_type, count,
+ * oldest) to out: its count by status, and by each sink bit the rows carry
+ * and lack. */
 void admin_summary_add(const struct admin_cols *c, struct admin_summary *out);
 #define ADMIN_SUMMARY_SQL                                                                          \
-    "SELECT status, sinks_done, COUNT(*) FROM room_outbox GROUP BY status, sinks_done"
+    "SELECT status, sinks_done, event_type, COUNT(*), MIN(created_at_ms) FROM room_outbox"         \
+    " GROUP BY status, sinks_done, event_type"
 #define ADMIN_AUDIT_COLS                                                                           \
     "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
     " updated_at_ms, finished_at_ms"

@@ -62,7 +62,7 @@ struct admin_param {
     const char *s; /* borrowed from the filter */
 };
 
-#define ADMIN_MAX_PARAMS 14
+#define ADMIN_MAX_PARAMS 16
 
 /* Appends " AND ..." conditions with '?' placeholders to sql (len bytes) and
  * their values to p[*np..]. Returns 0, or -1 when sql is too small. */

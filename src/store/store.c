@@ -8,6 +8,7 @@
 
 #include "conf/conf.h"
 #include "core/err.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 
 #include <stdarg.h>
@@ -68,11 +69,12 @@ keep_oldest(int64_t *slot, int64_t ms)
 }
 
 void
-outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, int64_t oldest_ms)
+outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, const char *event_type,
+                     int64_t oldest_ms)
 {
     keep_oldest(&c->oldest_undelivered_ms, oldest_ms);
     for (int b = 0; b < OUTBOX_SINK_BITS; b++)
-        if (!(sinks_done & (1u << b)))
+        if (!(sinks_done & (1u << b)) && sink_bit_carries(1u << b, event_type))
             keep_oldest(&c->oldest_missing_ms[b], oldest_ms);
 }
 

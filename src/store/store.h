@@ -230,8 +230,9 @@ struct outbox_counts {
     /* created_at_ms of the oldest undelivered row (pending, delivering or
      * retryable: every row a claim may still take), 0 when none */
     int64_t oldest_undelivered_ms;
-    /* the same among the rows whose sinks_done lacks bit 1 << b: the oldest
-     * row sink b has not delivered yet (also when it waits for another sink) */
+    /* the same among the rows that carry sink bit 1 << b (sink_bit_carries)
+     * and whose sinks_done lacks it: the oldest row sink b has not delivered
+     * yet (also when it waits for another sink) */
     int64_t oldest_missing_ms[OUTBOX_SINK_BITS];
 };
 
@@ -432,9 +433,17 @@ int store_check_owner_rooms(const struct mutation *m, int64_t open_rooms);
 enum outbox_status outbox_status_read(const char *name);
 /* Adds n rows of status name (a GROUP BY status row) to c. */
 void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
-/* Folds one group of undelivered rows (sinks_done, min created_at_ms) into
- * c's oldest_undelivered_ms and oldest_missing_ms (backends' counts query). */
-void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, int64_t oldest_ms);
+/* Folds one group of undelivered rows (a row of STORE_OUTBOX_OLDEST_SQL:
+ * sinks_done, event_type, min created_at_ms) into c's oldest_undelivered_ms
+ * and oldest_missing_ms: a sink's only when the rows carry it
+ * (sink_bit_carries: the rocket sink's are RoomRocketIgnited rows). */
+void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, const char *event_type,
+                          int64_t oldest_ms);
+/* The undelivered rows' groups for outbox_counts_oldest, the same query in
+ * both backends (store_outbox_counts, the admin summary). */
+#define STORE_OUTBOX_OLDEST_SQL                                                                    \
+    "SELECT sinks_done, event_type, MIN(created_at_ms) FROM room_outbox"                           \
+    " WHERE due_at_ms IS NOT NULL GROUP BY sinks_done, event_type"
 /* The length last_error is stored with: at most 1000 bytes, cut at a UTF-8
  * character boundary. */
 size_t outbox_last_error_len(const char *last_error);

@@ -329,9 +329,9 @@ my_summary(struct admin_store *s, struct admin_summary *out)
         mysql_free_result(res);
     res = NULL;
     if (rc == 0)
-        rc = select_rows(a, ADMIN_OLDEST_SQL, &res);
+        rc = select_rows(a, STORE_OUTBOX_OLDEST_SQL, &res);
     while (rc == 0 && (row = mysql_fetch_row(res)) != NULL)
-        outbox_counts_oldest(&out->oldest, (uint32_t)num(row, 0), num(row, 1));
+        outbox_counts_oldest(&out->oldest, (uint32_t)num(row, 0), row[1], num(row, 2));
     if (res != NULL)
         mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);

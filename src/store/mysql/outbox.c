@@ -96,8 +96,7 @@ MYS_SQL(REPLAY, "UPDATE room_outbox SET " MYS_OUTBOX_REPLAY_SET ", due_at_ms=?, 
                 " WHERE event_id=? AND status='failed'");
 MYS_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id=?");
 MYS_SQL(COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status");
-MYS_SQL(OLDEST, "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
-                " GROUP BY sinks_done");
+MYS_SQL(OLDEST, STORE_OUTBOX_OLDEST_SQL);
 MYS_SQL(PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
                " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?");
 
@@ -803,10 +802,10 @@ counts_fn(struct conn *c, void *arg)
     if (rc < 0)
         goto out;
     mys_rows_done(&r);
-    if ((rc = mys_query(c, &SQL_OLDEST, &r, "ii", "")) != 0)
+    if ((rc = mys_query(c, &SQL_OLDEST, &r, "isi", "")) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1)
-        outbox_counts_oldest(o, (uint32_t)r_i64(&r, 0), r_i64(&r, 1));
+        outbox_counts_oldest(o, (uint32_t)r_i64(&r, 0), r_str(&r, 1), r_i64(&r, 2));
 out:
     mys_rows_done(&r);
     return rc;

@@ -239,11 +239,11 @@ sq_summary(struct admin_store *s, struct admin_summary *out)
     if (step != SQLITE_DONE)
         rc = fail(a, step, "summary");
     sqlite3_finalize(q);
-    if (rc == 0 && (q = prep(a, ADMIN_OLDEST_SQL)) == NULL)
+    if (rc == 0 && (q = prep(a, STORE_OUTBOX_OLDEST_SQL)) == NULL)
         rc = ROOMD_EIO;
     while (rc == 0 && (step = sqlite3_step(q)) == SQLITE_ROW)
         outbox_counts_oldest(&out->oldest, (uint32_t)sqlite3_column_int64(q, 0),
-                             sqlite3_column_int64(q, 1));
+                             (const char *)sqlite3_column_text(q, 1), sqlite3_column_int64(q, 2));
     if (rc == 0 && step != SQLITE_DONE)
         rc = fail(a, step, "summary oldest");
     sqlite3_finalize(q);

@@ -62,8 +62,7 @@ SQ_SQL(REPLAY, "UPDATE room_outbox SET " SQ_OUTBOX_REPLAY_SET ", due_at_ms = ?2,
                " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'");
 SQ_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id = ?1");
 SQ_SQL(COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status");
-SQ_SQL(OLDEST, "SELECT sinks_done, min(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"
-               " GROUP BY sinks_done");
+SQ_SQL(OLDEST, STORE_OUTBOX_OLDEST_SQL);
 SQ_SQL(PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
               " WHERE delivered_at_ms IS NOT NULL AND delivered_at_ms < ?1"
               " AND status IN ('delivered', 'published') ORDER BY delivered_at_ms, id"
@@ -518,7 +517,8 @@ sq_outbox_counts(struct store *st, struct outbox_counts *out)
     if ((q = sq_stmt(c, &SQL_OLDEST)) == NULL)
         goto out;
     while ((step = sqlite3_step(q)) == SQLITE_ROW)
-        outbox_counts_oldest(out, (uint32_t)sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1));
+        outbox_counts_oldest(out, (uint32_t)sqlite3_column_int64(q, 0),
+                             (const char *)sqlite3_column_text(q, 1), sqlite3_column_int64(q, 2));
     done(q);
     if (step != SQLITE_DONE) {
         rc = sq_fail(c->db, step, "counts oldest");
