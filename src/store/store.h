@@ -1,4 +1,18 @@
 /*
+ * How to add a store operation (every SQL statement of roomd is under
+ * src/store/; docs/store.md):
+ *   1. store.h: its function type store_<op>_fn, a line X(<op>) in
+ *      STORE_OPS, and the store_<op> wrapper's contract (returns, owns,
+ *      thread, blocks); store.c: the wrapper.
+ *   2. each backend: mys_<op> in mysql/<file>.c (an fn run by mys_run or
+ *      mys_run_tx on a pooled connection; its statement MYS_SQL(NAME, ..)
+ *      with a slot S_NAME in mysql/internal.h) and sq_<op> in
+ *      sqlite/<file>.c (SQ_SQL(NAME, ..), slot ST_NAME). Rows of room_outbox
+ *      by STORE_OUTBOX_COLS and the backend's one row reader.
+ *   3. a case in tests/store_suite.c (runs on both backends).
+ * An operator's query goes to admin.h's ops table, a consumer group's to
+ * inbox.h's, the same way (both backends, a test of each).
+ *
  * store.h: the SQL store, authority for room state and room_outbox.
  * One interface, one folder per backend: sqlite/ (embedded default) and
  * mysql/ (MariaDB Connector/C), each split into conn.c, schema.c, command.c,
