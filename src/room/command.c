@@ -4,6 +4,21 @@
  * error naming the field) and the canonical request JSON that the command
  * log stores, idempotency compares, and a replay parses again.
  * The apply steps live in cmd_*.c, dispatched by apply.c.
+ *
+ * How to add a command (this file owns the list of commands):
+ *  1. command.h: its enum room_cmd_type value (before CMD_COUNT_) and any
+ *     new field of struct room_cmd; here: its name in cmd_names, its
+ *     fields in fields_of, their checks in the parse switch.
+ *  2. cmd_<name>.c: its apply step (pure: state, command, now -> state +
+ *     events), declared in apply.h, dispatched in apply.c; its events in
+ *     proto/room_events.proto; the file in CMakeLists.txt.
+ *  3. The routes: http/router.c (path, listener), the acting uid in
+ *     http/handlers_room.c, proto/room_service.proto + rpc/server.c COMMAND().
+ *  4. service.c needs no change unless the command has an effect outside
+ *     the store (then a stage of its own, see its head comment).
+ *  5. Tests: tests/unit/test_room_apply.c + test_room_replay.c (the replay
+ *     reproduces it), the endpoint x caller matrix (tests/integ/
+ *     test_http_auth.py, test_grpc.py); docs/room.md, docs/openapi.yaml.
  */
 #include "room/command.h"
 
