@@ -6,6 +6,7 @@
  *                       http/handlers_room.c, rpc/server.c)
  *   stage_turn          route/forward + cell turn: lease + cell (cell.c), or
  *                       the request sent to the room's owner
+ *   stage_price         SendGift: unit price + energy from the gift catalog
  *   stage_apply         clone + room_apply (apply.c, cmd_*.c own the rules)
  *   stage_wallet_hold   SendGift: the remote wallet's Try
  *   stage_mutation      log row, outbox rows (room_seq), meta, snapshot, debit
@@ -137,6 +138,7 @@ same_request(const struct room_cmd *cmd, const char *stored)
     if ((o = json_loads(stored, 0, NULL)) == NULL)
         return false;
     json_object_del(o, "rules");
+    json_object_del(o, "catalog");
     if (cmd->room_id_generated)
         json_object_set_new(o, "room_id", json_string(cmd->room_id));
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
@@ -383,6 +385,7 @@ struct exec {
     const struct room_cmd *cmd;
     const struct room_origin *origin;
     struct room_reply *reply;
+    struct room_cmd priced; /* SendGift priced by the catalog (cmd points here then) */
     struct timing tm;
     struct cell *c;           /* our turn on the room; NULL = none taken */
     struct room_state *clone; /* the applied clone; NULL once swapped in */
@@ -417,6 +420,77 @@ stage_turn(struct exec *x)
         return false;
     }
     store_fail_reply(r, &x->tm, rc, "room load");
+    return false;
+}
+
+/* The 409 price_changed answer: the catalog's price and version beside the code. */
+static void
+price_changed_reply(struct exec *x, const struct gift_item *g)
+{
+    char msg[320];
+    json_t *o;
+
+    snprintf(msg, sizeof(msg),
+             "gift %s costs %lld now (catalog version %lld), the request named %lld: nothing "
+             "was charged; show the new price and send again",
+             g->gift_id, (long long)g->unit_price, (long long)g->version,
+             (long long)x->cmd->unit_price);
+    room_reply_error(x->reply, 409, "price_changed", msg);
+    o = json_loads(x->reply->body, 0, NULL);
+    json_object_set_new(json_object_get(o, "error"), "unit_price", json_integer(g->unit_price));
+    json_object_set_new(json_object_get(o, "error"), "catalog_version", json_integer(g->version));
+    free(x->reply->body);
+    x->reply->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (x->reply->body == NULL)
+        abort();
+    strlcpy_(x->tm.result, "price_changed", sizeof(x->tm.result));
+}
+
+/* Price (SendGift): unit price and rocket energy from the gift catalog
+ * (room.gift_catalog required), refusing an unknown or disabled gift and a
+ * request naming another unit_price (409 price_changed); with the catalog
+ * off the request's unit_price, which it must name. A refusal looks the log
+ * up first (a retry after a price change answers what it committed).
+ * False: *reply is the answer. */
+static bool
+stage_price(struct exec *x)
+{
+    const struct room_cmd *cmd = x->cmd;
+    struct gift_item g;
+    char msg[320];
+    int rc;
+
+    if (cmd->type != CMD_SEND_GIFT)
+        return true;
+    if (strcmp(x->conf->room.gift_catalog, "off") == 0) {
+        if (cmd->price_named || logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+            return cmd->price_named;
+        fail_reply(x->reply, &x->tm, 400, "invalid_argument",
+                   "unit_price: is required while room.gift_catalog is off");
+        return false;
+    }
+    rc = store_gift_get(x->svc->d.store, cmd->app_code, cmd->gift_id, &g);
+    if (rc != 0 && rc != ROOMD_ENOTFOUND) {
+        store_fail_reply(x->reply, &x->tm, rc, "gift catalog");
+        return false;
+    }
+    if (rc == 0 && g.enabled && (!cmd->price_named || cmd->unit_price == g.unit_price)) {
+        x->priced = *cmd; /* shallow: request stays the caller's */
+        room_cmd_price(&x->priced, &g);
+        x->cmd = &x->priced;
+        return true;
+    }
+    if (logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+        return false;
+    if (rc == ROOMD_ENOTFOUND || !g.enabled) {
+        snprintf(msg, sizeof(msg), "gift_id %s is %s in app %s's gift catalog", cmd->gift_id,
+                 rc == 0 ? "disabled" : "not", cmd->app_code);
+        fail_reply(x->reply, &x->tm, rc == 0 ? 409 : 404,
+                   rc == 0 ? "gift_disabled" : "gift_not_found", msg);
+    } else {
+        price_changed_reply(x, &g);
+    }
     return false;
 }
 
@@ -771,7 +845,7 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
     x.reply = reply;
     x.tm.t0 = clock_mono_us();
     strlcpy_(x.tm.result, "ok", sizeof(x.tm.result));
-    if (stage_turn(&x) && stage_apply(&x) && stage_wallet_hold(&x)) {
+    if (stage_turn(&x) && stage_price(&x) && stage_apply(&x) && stage_wallet_hold(&x)) {
         stage_mutation(&x);
         if (stage_commit(&x))
             stage_swap(&x);
