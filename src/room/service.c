@@ -423,28 +423,34 @@ stage_turn(struct exec *x)
     return false;
 }
 
+/* Adds key: v (taken) to the "error" object of r's error body. */
+static void
+error_add(struct room_reply *r, const char *key, json_t *v)
+{
+    json_t *o = json_loads(r->body, 0, NULL);
+
+    json_object_set_new(json_object_get(o, "error"), key, v);
+    free(r->body);
+    r->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (r->body == NULL)
+        abort();
+}
+
 /* The 409 price_changed answer: the catalog's price and version beside the code. */
 static void
 price_changed_reply(struct exec *x, const struct gift_item *g)
 {
     char msg[320];
-    json_t *o;
 
     snprintf(msg, sizeof(msg),
              "gift %s costs %lld now (catalog version %lld), the request named %lld: nothing "
              "was charged; show the new price and send again",
              g->gift_id, (long long)g->unit_price, (long long)g->version,
              (long long)x->cmd->unit_price);
-    room_reply_error(x->reply, 409, "price_changed", msg);
-    o = json_loads(x->reply->body, 0, NULL);
-    json_object_set_new(json_object_get(o, "error"), "unit_price", json_integer(g->unit_price));
-    json_object_set_new(json_object_get(o, "error"), "catalog_version", json_integer(g->version));
-    free(x->reply->body);
-    x->reply->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(o);
-    if (x->reply->body == NULL)
-        abort();
-    strlcpy_(x->tm.result, "price_changed", sizeof(x->tm.result));
+    fail_reply(x->reply, &x->tm, 409, "price_changed", msg);
+    error_add(x->reply, "unit_price", json_integer(g->unit_price));
+    error_add(x->reply, "catalog_version", json_integer(g->version));
 }
 
 /* Price (SendGift): unit price and rocket energy from the gift catalog
@@ -468,6 +474,7 @@ stage_price(struct exec *x)
             return cmd->price_named;
         fail_reply(x->reply, &x->tm, 400, "invalid_argument",
                    "unit_price: is required while room.gift_catalog is off");
+        error_add(x->reply, "field", json_string("unit_price"));
         return false;
     }
     rc = store_gift_get(x->svc->d.store, cmd->app_code, cmd->gift_id, &g);
