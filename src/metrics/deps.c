@@ -45,45 +45,6 @@ line(struct metrics_text *t, const char *dep, int up)
     metrics_count(t, "roomd_dependency_up", labels, up ? 1 : 0);
 }
 
-/* roomd_store_server{host} 1 (the server the store uses now; none for
- * SQLite) and roomd_store_failovers_total (0 for SQLite; docs/ha.md). */
-static void
-store_server_line(struct metrics_text *t, struct store *st)
-{
-    char host[300], labels[340];
-    uint64_t failovers = 0;
-
-    if (store_server_info(st, host, sizeof(host), &failovers) == 0) {
-        metrics_family(t, "roomd_store_server", "gauge",
-                       "1 for the database server this node's store uses now "
-                       "(store.mysql.hosts).");
-        snprintf(labels, sizeof(labels), "host=\"%s\"", host);
-        metrics_count(t, "roomd_store_server", labels, 1);
-    }
-    metrics_family(t, "roomd_store_failovers_total", "counter",
-                   "Moves of the store's pool to another database server.");
-    metrics_count(t, "roomd_store_failovers_total", "", failovers);
-}
-
-/* With Sentinel: roomd_redis_master{addr} 1; always roomd_redis_failovers_total
- * (master changes this process followed; 0 without Sentinel). */
-static void
-redis_master_line(struct metrics_text *t)
-{
-    char addr[280], labels[320];
-    uint64_t changes;
-
-    if (redis_sentinel_master(addr, sizeof(addr), &changes) && addr[0] != '\0') {
-        metrics_family(t, "roomd_redis_master", "gauge",
-                       "1 for the Redis master this node reached last (redis.sentinel).");
-        snprintf(labels, sizeof(labels), "addr=\"%s\"", addr);
-        metrics_count(t, "roomd_redis_master", labels, 1);
-    }
-    metrics_family(t, "roomd_redis_failovers_total", "counter",
-                   "Redis master changes this node followed through the sentinels.");
-    metrics_count(t, "roomd_redis_failovers_total", "", changes);
-}
-
 static void
 collect(void *arg, struct metrics_text *t)
 {
@@ -100,8 +61,6 @@ collect(void *arg, struct metrics_text *t)
         line(t, "im", outbox_sink_up(d->outbox, "tim") != 0);
     if (d->conf->activity.enabled && d->outbox != NULL)
         line(t, "activity", outbox_sink_up(d->outbox, "activity") != 0);
-    store_server_line(t, d->store);
-    redis_master_line(t);
 }
 
 struct metrics_deps *
