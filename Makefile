@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # roomd: the two commands a new machine needs.
 #   make run    install what is missing, build (release: no test hooks), start roomd on SQLite
 #   make test   install, build with ASan+UBSan, start mariadb/redis/nats, run every test,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # deps.sh: installs the Debian packages roomd builds and tests with (and the npm
 # packages of the gRPC stand-in). Safe to run again: it only installs what is missing.
 # Needs root (or sudo) on a Debian 12 machine.

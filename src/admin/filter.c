@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin/filter.c: the operator's row filter (see filter.h). */
 #include "admin/filter.h"
 

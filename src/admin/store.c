@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin/store.c: the admin store's dispatch (see admin/store.h). */
 #include "admin/store.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/store_mysql.c: the admin store on the room store's MySQL/MariaDB
  * database (admin/store.h), through one connection of its own (reconnected

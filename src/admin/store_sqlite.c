@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/store_sqlite.c: the admin store on the SQLite file of the room store
  * (admin/store.h), through a connection of its own: read-only

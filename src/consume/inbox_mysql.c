@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inbox_mysql.c: the shared inbox (inbox.h) in the store's MySQL/MariaDB
  * database, so that every node running a group sees one inbox:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink_names.c: the name of each sinks_done bit (sink.h), the one table of them. */
 #include "publish/sink.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * service.h: the COMMAND PATH entry point. room_service_execute() runs one
  * write command through the steps of ARCHITECTURE §2:

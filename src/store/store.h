@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.h: the SQL store, authority for room state and room_outbox.
  * One interface, one folder per backend: sqlite/ (embedded default) and

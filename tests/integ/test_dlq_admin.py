@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_dlq_admin: the consumer groups' dead letters through roomctl.
 
 The IM bridge group (in roomd) dead-letters two joins while the IM stand-in answers 502.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_install: `make install`'s layout, installed into a DESTDIR from the test build
 (`cmake --install`, the step `make install` runs): the binaries under PREFIX/sbin,
 /etc/roomd/roomd.yaml (kept when an operator edited it), the systemd unit (Type=notify,
