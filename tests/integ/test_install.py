@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 
-from roomd_test import BUILD, run
+from roomd_test import BUILD, SOURCE, run
 
 TMP = tempfile.mkdtemp(prefix="roomd-install-")
 
@@ -57,7 +57,7 @@ def test_layout_and_files():
     assert re.search(r"^WatchdogSec=\d+", unit, re.M), unit
     assert f"ExecStart={PREFIX}/sbin/roomd -c {SYSCONF}/roomd/roomd.yaml\n" in unit, unit
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit, unit
-    assert "@" not in unit.replace("$MAINPID", ""), "unsubstituted @VAR@ in the unit"
+    assert not re.search(r"@[A-Z_]+@", unit), "unsubstituted @VAR@ in the unit"
     with open(at(d, f"{SYSCONF}/logrotate.d/roomd")) as f:
         rot = f.read()
     assert "HUP" in rot and "copytruncate" not in rot.replace("No copytruncate", ""), rot
@@ -92,5 +92,36 @@ def test_config_loads_and_survives_reinstall():
     shutil.rmtree(d)
 
 
+def test_unit_hardened():
+    """The unit as configured: `systemd-analyze security --offline=yes` at most 2.5 (the
+    Debian package's unit, verified with its binary in place: test_debian)."""
+    unit = os.path.join(BUILD, "roomd.service")
+    p = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--threshold=25", unit],
+                       capture_output=True, text=True, timeout=60)
+    m = re.search(r"Overall exposure level for roomd.service: ([\d.]+)", p.stdout)
+    assert p.returncode == 0 and m and float(m.group(1)) <= 2.5, p.stdout[-1500:] + p.stderr
+    with open(unit) as f:
+        text = f.read()
+    for must in ("CapabilityBoundingSet=\n", "SystemCallFilter=@system-service",
+                 "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "UMask=0027"):
+        assert must in text, must
+
+
+def test_make_targets_split():
+    """`make install` compiles and installs, never calls deps.sh (no apt, no npm); `make run`
+    installs the build packages, `make test` the test ones too (make -n: what each runs)."""
+    def plan(*target):
+        p = subprocess.run(["make", "-n", "-C", SOURCE, *target, f"BUILD={TMP}/b"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+    inst = plan("install", f"DESTDIR={TMP}/d", "PREFIX=/usr")
+    assert "cmake --install" in inst and "-DCMAKE_INSTALL_PREFIX=/usr" in inst, inst
+    assert not re.search(r"deps\.sh|apt|npm|dpkg", inst), inst
+    assert "scripts/deps.sh build" in plan("run") and "scripts/deps.sh build" in plan("deps")
+    assert "scripts/deps.sh test" in plan("test") and "scripts/deps.sh test" in plan("test-deps")
+
+
 if __name__ == "__main__":
-    run([test_layout_and_files, test_config_loads_and_survives_reinstall])
+    run([test_layout_and_files, test_config_loads_and_survives_reinstall, test_unit_hardened,
+         test_make_targets_split])
