@@ -15,7 +15,8 @@ PKGS="build-essential cmake pkg-config python3 python3-cryptography curl ca-cert
  libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server \
  libjwt-dev libsystemd-dev libgnutls28-dev clang libclang-rt-14-dev chromium prometheus"
 TEST_ONLY="mariadb-server redis-server nats-server libcmocka-dev clang libclang-rt-14-dev chromium \
- prometheus debhelper lintian fakeroot golang-go golang-github-nats-io-go-nats-dev golang-google-protobuf-dev"
+ prometheus debhelper lintian fakeroot golang-go golang-github-nats-io-go-nats-dev golang-google-protobuf-dev \
+ protobuf-compiler"
 if [ "$mode" = build ]; then
     keep=""
     for p in $PKGS; do
@@ -48,5 +49,10 @@ if [ -f "$here/tests/standins/package.json" ] && { [ ! -d "$nm/@grpc/grpc-js" ] 
     [ ! -d "$nm/protobufjs" ] || [ ! -d "$nm/@seriousme/openapi-schema-validator" ] ||
     [ ! -d "$nm/playwright-core" ]; }; then
     (cd "$here/tests/standins" && npm ci --no-audit --no-fund --silent)
+fi
+# the Node example consumer (examples/consumer-node, run by test_consumer_examples)
+ex="$here/examples/consumer-node"
+if [ -f "$ex/package-lock.json" ] && { [ ! -d "$ex/node_modules/nats" ] || [ ! -d "$ex/node_modules/protobufjs" ]; }; then
+    (cd "$ex" && npm ci --no-audit --no-fund --silent)
 fi
 exit 0
