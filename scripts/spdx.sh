@@ -23,7 +23,7 @@ comment_for() {
     *.html) echo "<!-- $ID -->" ;;
     *.8) echo ".\\\" $ID" ;;
     *.py | *.sh | *.cmake | *.in | *.yaml | *.yml | *.env.example | *.toml | *.conf | \
-        CMakeLists.txt | */CMakeLists.txt | Makefile | */Makefile | .clang-format | .gitignore | \
+        CMakeLists.txt | */CMakeLists.txt | Makefile | */Makefile | .clang-format | .gitignore | .dockerignore | \
         */.gitignore | .ci/* | deploy/logrotate/* | debian/rules | debian/control | debian/*.postinst | \
         debian/*.postrm | debian/*.preinst | debian/*.prerm | debian/*.sysusers | debian/*.tmpfiles | \
         debian/*.service | debian/*.logrotate | debian/watch | */Containerfile | Containerfile | \
