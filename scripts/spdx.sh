@@ -26,7 +26,7 @@ comment_for() {
         CMakeLists.txt | */CMakeLists.txt | Makefile | */Makefile | .clang-format | .gitignore | .dockerignore | \
         */.gitignore | .ci/* | deploy/logrotate/* | debian/rules | debian/control | debian/*.postinst | \
         debian/*.postrm | debian/*.preinst | debian/*.prerm | debian/*.sysusers | debian/*.tmpfiles | \
-        debian/*.service | debian/*.logrotate | debian/watch | */Containerfile | Containerfile | \
+        debian/*.service | debian/*.logrotate | debian/watch | *.sysusers | */Containerfile | Containerfile | \
         *compose*.yaml) echo "# $ID" ;;
     *) echo "" ;;
     esac

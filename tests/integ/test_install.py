@@ -58,6 +58,9 @@ def test_layout_and_files():
     assert f"ExecStart={PREFIX}/sbin/roomd -c {SYSCONF}/roomd/roomd.yaml\n" in unit, unit
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit, unit
     assert not re.search(r"@[A-Z_]+@", unit), "unsubstituted @VAR@ in the unit"
+    with open(at(d, f"{PREFIX}/lib/sysusers.d/roomd.conf")) as f:
+        assert re.search(r"^u roomd - .* /var/lib/roomd ", f.read(), re.M)
+    assert os.path.isfile(at(d, f"{PREFIX}/share/roomd/roomd.env.example"))
     with open(at(d, f"{SYSCONF}/logrotate.d/roomd")) as f:
         rot = f.read()
     assert "HUP" in rot and "copytruncate" not in rot.replace("No copytruncate", ""), rot
