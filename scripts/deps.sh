@@ -15,7 +15,7 @@ PKGS="build-essential cmake pkg-config python3 python3-cryptography curl ca-cert
  libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server \
  libjwt-dev libsystemd-dev libgnutls28-dev clang libclang-rt-14-dev chromium prometheus"
 TEST_ONLY="mariadb-server redis-server nats-server libcmocka-dev clang libclang-rt-14-dev chromium \
- prometheus debhelper lintian fakeroot golang-go golang-github-nats-io-go-nats-dev golang-google-protobuf-dev \
+ prometheus debhelper lintian fakeroot strace golang-go golang-github-nats-io-go-nats-dev golang-google-protobuf-dev \
  protobuf-compiler"
 if [ "$mode" = build ]; then
     keep=""

@@ -205,7 +205,8 @@ def test_daemon_runs_as_the_unit_says():
     name = f"roomd-deb-test-{os.getpid()}"
     notify.bind("\0" + name)
     notify.settimeout(60)
-    proc = subprocess.Popen(["chroot", ROOT, "sh", "-c",
+    trace = os.path.join(TMP, "roomd.strace")
+    proc = subprocess.Popen(["strace", "-f", "-qq", "-o", trace, "chroot", ROOT, "sh", "-c",
                              f"cd /var/lib/roomd && exec {run_as} {exe} -c /etc/roomd/test.yaml"],
                             env=dict(os.environ, NOTIFY_SOCKET="@" + name),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -234,6 +235,7 @@ def test_daemon_runs_as_the_unit_says():
         wait_until(lambda: os.path.exists(log), what="log reopened after SIGHUP")
         os.kill(pid, signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, proc.stderr.read()[-2000:]
+        sandbox_allows(trace)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -241,6 +243,66 @@ def test_daemon_runs_as_the_unit_says():
         notify.close()
     # what the operator added for this test goes before the purge
     inroot(f"rm -rf {tls} /etc/roomd/test.yaml")
+
+
+def syscall_groups():
+    """`systemd-analyze syscall-filter`: group name -> its members (syscalls and groups)."""
+    p = sh(["systemd-analyze", "syscall-filter"])
+    groups, cur = {}, None
+    for line in p.stdout.splitlines():
+        if line.startswith("@"):
+            cur = groups.setdefault(line.strip(), set())
+        elif cur is not None and line.strip() and not line.strip().startswith("#"):
+            cur.add(line.strip())
+    return groups
+
+
+def expand(groups, name, seen=None):
+    seen = seen if seen is not None else set()
+    out = set()
+    for m in groups.get(name, ()):
+        if m.startswith("@"):
+            if m not in seen:
+                seen.add(m)
+                out |= expand(groups, m, seen)
+        else:
+            out.add(m)
+    return out
+
+
+def sandbox_allows(trace):
+    """What roomd did in the run (strace from its exec on: start, TLS, a command, SIGHUP,
+    SIGTERM) is allowed by the unit's SystemCallFilter=, RestrictAddressFamilies= and
+    MemoryDenyWriteExecute=: the sandbox is not tested by systemd here (not PID 1), so the
+    trace is held against its rules."""
+    unit = STATE["unit"]
+    groups = syscall_groups()
+    allowed, denied = set(), set()
+    for line in re.findall(r"^SystemCallFilter=(.*)$", unit, re.M):
+        target = denied if line.startswith("~") else allowed
+        for item in line.lstrip("~").split():
+            target |= expand(groups, item) if item.startswith("@") else {item}
+    allowed -= denied
+    families = set(re.search(r"^RestrictAddressFamilies=(.*)$", unit, re.M).group(1).split())
+    with open(trace) as f:
+        lines = f.read().splitlines()
+    start = max(i for i, ln in enumerate(lines) if re.search(r'execve\("/usr/sbin/roomd"', ln))
+    used, bad_af, wx = set(), set(), []
+    for ln in lines[start + 1:]:
+        m = re.match(r"^\d+\s+([a-z0-9_]+)\(", ln)
+        if not m:
+            continue
+        used.add(m.group(1))
+        a = re.match(r"^\d+\s+socket\((AF_[A-Z0-9]+)", ln)
+        if a and a.group(1) not in families:
+            bad_af.add(a.group(1))
+        if re.search(r"(mmap|mprotect)\(.*PROT_WRITE\|PROT_EXEC", ln):
+            wx.append(ln)
+    assert len(used) > 30, sorted(used)
+    assert not (used - allowed), f"syscalls the unit's filter refuses: {sorted(used - allowed)}"
+    assert not bad_af, f"socket families the unit refuses: {sorted(bad_af)}"
+    assert not wx, f"W+X mappings MemoryDenyWriteExecute refuses: {wx[:3]}"
+    print(f"  sandbox: {len(used)} syscalls, all in the unit's filter")
 
 
 ALLOWED_LEFTOVERS = re.compile(r"^(var/lib/dpkg/|var/log/dpkg\.log|var/log/apt/|var/cache/debconf/|"
