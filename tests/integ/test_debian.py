@@ -81,6 +81,7 @@ def field(deb, name):
 def test_lintian_and_fields():
     p = sh(["lintian", "--fail-on", "error", STATE["changes"]], timeout=600, check=False)
     assert p.returncode == 0 and not re.search(r"^E: ", p.stdout, re.M), p.stdout + p.stderr
+    print("  lintian:", p.stdout.strip() or "nothing to say")
     roomd, tools = STATE["debs"]["roomd"], STATE["debs"]["roomd-tools"]
     dep = field(roomd, "Depends")
     assert "libc6" in dep and "libmicrohttpd" in dep and "libnats" in dep, dep  # shlibs
@@ -93,7 +94,7 @@ def test_lintian_and_fields():
                  "./usr/share/roomd/roomd.env.example", "./usr/share/doc/roomd/copyright"):
         assert want in files, (want, sorted(files))
     tfiles = set(re.findall(r"\S+$", sh(["dpkg-deb", "-c", tools]).stdout, re.M))
-    for want in ("./usr/sbin/roomctl", "./usr/sbin/roomd_consumer", "./usr/share/man/man8/roomctl.8.gz"):
+    for want in ("./usr/sbin/roomctl", "./usr/sbin/roomd_consumer", "./usr/share/man/man8/roomctl.8.gz", "./usr/share/man/man8/roomd_consumer.8.gz"):
         assert want in tfiles, (want, sorted(tfiles))
     assert "./usr/sbin/roomd" not in tfiles and "./usr/sbin/roomctl" not in files
     ctrl = os.path.join(TMP, "ctrl")

@@ -47,7 +47,7 @@ def test_layout_and_files():
         assert os.access(exe, os.X_OK), exe
         p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
         assert p.returncode == 0 and p.stdout.startswith(b + " "), p
-    for m in ("roomd.8", "roomctl.8"):
+    for m in ("roomd.8", "roomctl.8", "roomd_consumer.8"):
         page = at(d, f"{PREFIX}/share/man/man8/{m}")
         p = subprocess.run(["groff", "-man", "-ww", "-z", page], capture_output=True, text=True)
         assert p.returncode == 0 and p.stderr == "", (m, p.stderr)
