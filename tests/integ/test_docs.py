@@ -17,7 +17,9 @@
    the overrides of a `<!-- test_docs: {JSON} -->` comment on the line before a block merged
    into that config (e.g. auth.mode jwt); variables set by a block's assignment lines
    (`H=...; R=...`) hold for the page's later blocks. A curl line in any other shape fails the test,
-   naming page and line."""
+   naming page and line.
+3. Every roomctl command line of a page (and of README.md) is one roomctl accepts (no usage error), run against
+   a fresh roomd."""
 import glob
 import json
 import os
@@ -213,5 +215,48 @@ def test_every_curl_line_runs():
     assert total >= 30, total
 
 
+def roomctl_lines():
+    """(page:line, argv) of every roomctl command line of docs/ (indented or fenced), its
+    optional [...] parts left out; the synopsis (COMMAND, CONFIG placeholders) is not one."""
+    out = []
+    for page in pages() + [os.path.join(SOURCE, "README.md")]:
+        with open(page) as f:
+            for n, line in enumerate(f, 1):
+                m = re.match(r"^\s*(?:\$ )?(?:build/)?roomctl (.*)$", line.rstrip())
+                if not m or re.search(r"\b[A-Z]{4,}\b(?!_)", re.sub(r'"[^"]*"', "", m.group(1))):
+                    continue
+                args = re.sub(r"\s*\[[^\]]*\]", "", m.group(1)).split("#")[0]
+                out.append((f"{os.path.relpath(page, SOURCE)}:{n}", args))
+    return out
+
+
+def test_roomctl_lines_parse():
+    """Each roomctl line of docs/ is a command roomctl accepts (no usage error, exit 2): run
+    against a fresh roomd on configs/local.yaml (its store, or --url its admin listener)."""
+    found = roomctl_lines()
+    assert len(found) >= 10, found
+    port, admin_port = free_port(), free_port()
+    tmp = tempfile.mkdtemp(dir=TMP)
+    rd = Roomd(tmp=tmp, port=port, overrides={"admin": {"listen": f"127.0.0.1:{admin_port}"}})
+    rd.cfg_path = local_config(tmp, port, admin_port, {})
+    rd.log_path = os.path.join(tmp, "var", "roomd.log")
+    rd.start()
+    bad = []
+    try:
+        for where, args in found:
+            args = re.sub(r"-c \S+", f"-c {rd.cfg_path}", args)
+            if "-c " not in args and "--url" not in args:
+                args = f"-c {rd.cfg_path} {args}"
+            args = ports_moved(args, port, admin_port)
+            p = subprocess.run(f"{os.path.join(BUILD, 'roomctl')} {args}", shell=True,
+                               capture_output=True, text=True, timeout=30, cwd=tmp)
+            if p.returncode == 2 or "usage:" in p.stderr or "bad option" in p.stderr:
+                bad.append(f"{where}: roomctl {args}: exit {p.returncode}: {p.stderr.strip()[:300]}")
+    finally:
+        assert rd.stop() == 0
+    assert not bad, "\n".join(bad)
+
+
 if __name__ == "__main__":
-    run([test_config_keys_exist, test_yaml_examples_use_keys, test_every_curl_line_runs])
+    run([test_config_keys_exist, test_yaml_examples_use_keys, test_every_curl_line_runs,
+         test_roomctl_lines_parse])
