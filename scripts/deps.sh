@@ -35,10 +35,17 @@ for p in $PKGS; do
 done
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# one apt (npm) at a time on a machine several checkouts share: /tmp/apt.lock, /tmp/npm.lock
+locked() {
+    l=$1
+    shift
+    if command -v flock >/dev/null 2>&1; then flock "$l" "$@"; else "$@"; fi
+}
 if [ -n "$missing" ]; then
     echo "deps: installing$missing"
-    $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+    locked /tmp/apt.lock $SUDO apt-get update -q
+    locked /tmp/apt.lock $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends $missing
 fi
 [ "$mode" = test ] || exit 0
 # Test tooling (tests only): the gRPC stand-in and client, the OpenAPI validator, playwright-core
@@ -48,11 +55,11 @@ nm="$here/tests/standins/node_modules"
 if [ -f "$here/tests/standins/package.json" ] && { [ ! -d "$nm/@grpc/grpc-js" ] ||
     [ ! -d "$nm/protobufjs" ] || [ ! -d "$nm/@seriousme/openapi-schema-validator" ] ||
     [ ! -d "$nm/playwright-core" ]; }; then
-    (cd "$here/tests/standins" && npm ci --no-audit --no-fund --silent)
+    (cd "$here/tests/standins" && locked /tmp/npm.lock npm ci --no-audit --no-fund --silent)
 fi
 # the Node example consumer (examples/consumer-node, run by test_consumer_examples)
 ex="$here/examples/consumer-node"
 if [ -f "$ex/package-lock.json" ] && { [ ! -d "$ex/node_modules/nats" ] || [ ! -d "$ex/node_modules/protobufjs" ]; }; then
-    (cd "$ex" && npm ci --no-audit --no-fund --silent)
+    (cd "$ex" && locked /tmp/npm.lock npm ci --no-audit --no-fund --silent)
 fi
 exit 0

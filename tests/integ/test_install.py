@@ -125,6 +125,42 @@ def test_make_targets_split():
     assert "scripts/deps.sh test" in plan("test") and "scripts/deps.sh test" in plan("test-deps")
 
 
+def test_deps_lists_split():
+    """scripts/deps.sh on a machine with nothing installed (dpkg-query, apt-get, npm and flock
+    replaced on PATH by recorders): `build` installs the build packages only (no server,
+    browser, packaging tool or npm), `test` those and the test ones, and npm ci."""
+    shims = os.path.join(TMP, "deps-shims")
+    os.makedirs(shims, exist_ok=True)
+    log = os.path.join(TMP, "deps.log")
+    for name, body in (("dpkg-query", "exit 1"), ("apt-get", f'echo "apt-get $*" >> {log}'),
+                       ("npm", f'echo "npm $*" >> {log}'), ("sudo", 'exec "$@"'),
+                       ("flock", 'shift; exec "$@"')):
+        with open(os.path.join(shims, name), "w") as f:
+            f.write(f"#!/bin/sh\n{body}\n")
+        os.chmod(os.path.join(shims, name), 0o755)
+
+    def deps(mode):
+        if os.path.exists(log):
+            os.remove(log)
+        p = subprocess.run(["sh", os.path.join(SOURCE, "scripts", "deps.sh"), mode],
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PATH=shims + ":" + os.environ["PATH"]))
+        assert p.returncode == 0, p.stderr
+        with open(log) as f:
+            return f.read()
+    build = deps("build")
+    installed = build.split("install", 1)[1].split()
+    assert "libmicrohttpd-dev" in installed and "cmake" in installed, build
+    for pkg in ("mariadb-server", "redis-server", "nats-server", "chromium", "prometheus",
+                "libcmocka-dev", "debhelper", "lintian", "golang-go"):
+        assert pkg not in installed, (pkg, build)
+    assert "npm " not in build, build
+    test = deps("test")
+    for pkg in ("libmicrohttpd-dev", "mariadb-server", "nats-server", "chromium", "debhelper",
+                "lintian", "golang-github-nats-io-go-nats-dev", "libcmocka-dev"):
+        assert pkg in test, (pkg, test)
+
+
 if __name__ == "__main__":
     run([test_layout_and_files, test_config_loads_and_survives_reinstall, test_unit_hardened,
-         test_make_targets_split])
+         test_make_targets_split, test_deps_lists_split])
