@@ -556,8 +556,6 @@ my_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     struct my_admin *a = (struct my_admin *)s;
     int rc;
 
-    *done = 0;
-    *finished = false;
     pthread_mutex_lock(&a->mu);
     if ((rc = run(a, "START TRANSACTION")) == 0) {
         rc = chunk_tx(a, id, f, repair, limit, now_ms, done, finished);
@@ -690,17 +688,6 @@ my_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
     return rc;
 }
 
-const struct admin_store_ops admin_store_mysql_ops = {
-    .open = my_open,
-    .close = my_close,
-    .summary = my_summary,
-    .search = my_search,
-    .count = my_count,
-    .get = my_get,
-    .audit_begin = my_audit_begin,
-    .replay_chunk = my_replay_chunk,
-    .audit_record = my_audit_record,
-    .audit_list = my_audit_list,
-    .audit_get = my_audit_get,
-    .audit_rows = my_audit_rows,
-};
+#define MY_OP(op) .op = my_##op,
+const struct admin_store_ops admin_store_mysql_ops = {ADMIN_STORE_OPS(MY_OP)};
+#undef MY_OP
