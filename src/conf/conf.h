@@ -121,6 +121,7 @@ struct conf_room {
     int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
     int max_rooms_per_owner;    /* open rooms per (app, owner_uid) (429 above); 0 = no limit */
     struct conf_rocket rocket;
+    char *gift_catalog; /* "required": SendGift priced by the store's catalog | "off" (auth none) */
 };
 
 struct conf_wallet {

@@ -149,6 +149,13 @@ void handle_list_rooms(const struct http_deps *d, const struct http_request *req
 void handle_presence(const struct http_deps *d, const struct http_request *req,
                      const struct auth_principal *p, const char *app, const char *uid,
                      struct http_response *resp);
+/* The gift catalog (handlers_gifts.c): GET /v1/gifts, the app's catalog;
+ * POST /v1/gifts (admin listener), create or change one gift. Thread: any;
+ * block on the store. */
+void handle_gifts_list(const struct http_deps *d, const struct http_request *req, const char *app,
+                       struct http_response *resp);
+void handle_gift_put(const struct http_deps *d, const struct http_request *req, const char *app,
+                     struct http_response *resp);
 /* True when a POST req carries Content-Type application/json (any
  * parameters) or req is no POST; else false with the 415 in resp. Thread:
  * any; does not block. */

@@ -41,6 +41,8 @@
  *   wallet_accounts(app_code, uid, balance, updated_at_ms)  PK (app_code, uid)
  *   wallet_ledger(app_code, ref_id, uid, amount, kind, created_at_ms)
  *         PK (app_code, ref_id, kind)  -- debit/refund/topup idempotency
+ *   gift_catalog(app_code, gift_id, unit_price, energy_per_unit, enabled,
+ *         version, updated_at_ms)   PK (app_code, gift_id) -- SendGift's prices
  *   schema_migrations(version, applied_at_ms)
  *
  * Statuses: pending, delivering, delivered, retryable, failed. Legacy
@@ -60,7 +62,9 @@
 
 struct conf_store;
 
-#define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
+#define STORE_ID_MAX 64                   /* app_code, room_id, command_id: at most 63 bytes */
+#define STORE_GIFT_VALUE_MAX 1000000000LL /* a gift's unit_price and energy_per_unit: at most 1e9  \
+                                           */
 
 enum outbox_status {
     OUTBOX_PENDING = 0,
@@ -283,6 +287,18 @@ struct wallet_debit {
     int64_t balance_after;   /* out: uid's balance after it (or as found when refused) */
 };
 
+/* One gift of an app's catalog (store_gift_*): what SendGift charges and
+ * the rocket energy it adds per unit when room.gift_catalog is required. */
+struct gift_item {
+    char app_code[STORE_ID_MAX];
+    char gift_id[STORE_ID_MAX];
+    int64_t unit_price;      /* what one unit costs, 1..1e9 */
+    int64_t energy_per_unit; /* rocket energy one unit adds, 0..1e9 */
+    int enabled;             /* 0: SendGift refuses it (409 gift_disabled) */
+    int64_t version;         /* 1 when created, +1 per change */
+    int64_t updated_at_ms;
+};
+
 /* One row the wallet audit reads (store_wallet_audit_rows). */
 struct audit_row {
     char kind; /* 'G' a committed SendGift, 'L' a ledger row, 'A' an account */
@@ -321,6 +337,9 @@ extern const struct store_col store_command_cols[];
 extern const struct store_col store_rocket_cols[];
 extern const struct store_col store_room_cols[];
 extern const struct store_col store_audit_cols[];
+/* The columns of a gift_item (app_code, gift_id, unit_price,
+ * energy_per_unit, enabled, version, updated_at_ms). */
+extern const struct store_col store_gift_cols[];
 
 /* Column k of a backend's current row: its text (NULL for SQL NULL) into
  * *text when text is not NULL, else its integer into *num. */
@@ -374,6 +393,11 @@ typedef int store_rooms_list_fn(struct store *s, const char *after_app, const ch
                                 bool open_only, int limit, struct room_row **rows, size_t *n);
 typedef int store_fence_room_fn(struct store *s, const char *app, const char *room_id,
                                 int64_t token);
+typedef int store_gift_get_fn(struct store *s, const char *app, const char *gift_id,
+                              struct gift_item *out);
+typedef int store_gift_put_fn(struct store *s, struct gift_item *g, int64_t expect_version);
+typedef int store_gift_list_fn(struct store *s, const char *app, struct gift_item **rows,
+                               size_t *n);
 
 /* The list of those operations, written once: X(op) for each. struct
  * store_ops has a member op of type store_<op>_fn *; a backend defines
@@ -397,7 +421,10 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(wallet_audit_rows)                                                                           \
     X(rockets_pending)                                                                             \
     X(rooms_list)                                                                                  \
-    X(fence_room)
+    X(fence_room)                                                                                  \
+    X(gift_get)                                                                                    \
+    X(gift_put)                                                                                    \
+    X(gift_list)
 
 #define STORE_OP_MEMBER(op) store_##op##_fn *op;
 struct store_ops {
@@ -659,6 +686,21 @@ int store_rooms_list(struct store *s, const char *after_app, const char *after_r
  * claimed it since), or EUNAVAIL/EIO.
  */
 int store_fence_room(struct store *s, const char *app, const char *room_id, int64_t token);
+
+/* The gift catalog (docs/room.md, Gift catalog). store_gift_get: 0 and
+ * *out, ROOMD_ENOTFOUND, or EUNAVAIL/EIO; one primary key read (SendGift's
+ * price, in the room's turn). */
+int store_gift_get(struct store *s, const char *app, const char *gift_id, struct gift_item *out);
+/* Creates or changes the gift g names (app_code, gift_id) with g's price,
+ * energy and enabled, in one transaction: its version becomes the stored
+ * one + 1 (1 when new), written back to g with updated_at_ms. expect_version
+ * >= 0 makes it conditional: the stored version (0 when absent) must equal
+ * it, else ROOMD_ECONFLICT with g->version set to the stored one and nothing
+ * written; -1 writes unconditionally. Values out of range: ROOMD_EINVAL. */
+int store_gift_put(struct store *s, struct gift_item *g, int64_t expect_version);
+/* The catalog of app ("" = every app) ordered by (app_code, gift_id):
+ * *rows malloc'd (free(), no pointers inside), *n rows. 0 or EUNAVAIL/EIO. */
+int store_gift_list(struct store *s, const char *app, struct gift_item **rows, size_t *n);
 
 #ifdef ROOMD_TESTING
 /* Fault injection: the next n store_save calls fail inside the transaction

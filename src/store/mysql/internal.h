@@ -14,6 +14,7 @@
  *              counts, purge
  *   wallet.c   the gifts' debits (inside their save), topup, balance
  *   rooms.c    rockets_pending, rooms_list
+ *   gifts.c    gift_get, gift_put, gift_list (the gift catalog)
  *
  * An operation is a function fn(struct conn *, void *ctx) run by mys_run on
  * a pooled connection: it resets its outputs first (it may run again after a
@@ -87,6 +88,10 @@ enum sid {
     S_LOG_PURGE,
     S_OWNER_ROOMS,
     S_OWNER_LOCK,
+    S_GIFT_GET,
+    S_GIFT_VERSION,
+    S_GIFT_UPSERT,
+    S_GIFT_LIST,
     S_COUNT
 };
 

@@ -11,6 +11,7 @@
  *   outbox.c   claim, complete, list, get, replay, counts, purge
  *   wallet.c   a gift's debit (in save_one's savepoint), topup, balance
  *   rooms.c    rockets_pending, rooms_list
+ *   gifts.c    gift_get, gift_put, gift_list (the gift catalog)
  */
 #ifndef ROOMD_STORE_SQLITE_INTERNAL_H
 #define ROOMD_STORE_SQLITE_INTERNAL_H
@@ -86,6 +87,10 @@ enum stmt_id {
     ST_ROOM_BUSY,
     ST_LOG_PURGE,
     ST_OWNER_ROOMS,
+    ST_GIFT_GET,
+    ST_GIFT_VERSION,
+    ST_GIFT_UPSERT,
+    ST_GIFT_LIST,
     ST_COUNT_
 };
 
