@@ -105,17 +105,18 @@ put_filter(struct my_admin *a, struct sql *q, const struct admin_filter *f)
     return 0;
 }
 
+/* Records the failure of what, classified as the backend classifies every
+ * server error (mys_classify, conn.c): EUNAVAIL when the connection is gone
+ * or a lock wait / deadlock may pass, else EIO. */
 static int
 fail(struct my_admin *a, const char *what)
 {
     unsigned int e = a->db ? mysql_errno(a->db) : CR_SERVER_GONE_ERROR;
+    enum errclass k = mys_classify(e);
 
     snprintf(a->super.errmsg, sizeof(a->super.errmsg), "mysql %s: %s (%u)", what,
              a->db ? mysql_error(a->db) : "not connected", e);
-    return e == CR_SERVER_GONE_ERROR || e == CR_SERVER_LOST || e == CR_CONNECTION_ERROR ||
-                   e == CR_CONN_HOST_ERROR || e == 1205 || e == 1213
-               ? ROOMD_EUNAVAIL
-               : ROOMD_EIO;
+    return k == EC_LOST || k == EC_RETRY ? ROOMD_EUNAVAIL : ROOMD_EIO;
 }
 
 static int

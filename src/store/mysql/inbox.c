@@ -25,6 +25,7 @@
  * mysql_real_escape_string for the connection's utf8mb4.
  */
 #include "store/inbox.h"
+#include "store/mysql/internal.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"
@@ -128,19 +129,22 @@ my_drop(struct my_inbox *m)
     m->super.in_tx = false;
 }
 
-/* Records the failure of what; a lost connection is dropped (reconnected
- * by the next call). Returns EUNAVAIL (connection), ERETRY (deadlock or
- * lock wait) or EIO. */
+/* Records the failure of what, classified as the backend classifies every
+ * server error (mys_classify, conn.c); a lost connection is dropped
+ * (reconnected by the next call). Returns EUNAVAIL (connection), ERETRY
+ * (deadlock or lock wait) or EIO. */
 static int
 my_error(struct my_inbox *m, const char *what)
 {
     unsigned int e = m->db ? mysql_errno(m->db) : 0;
+    enum errclass k = mys_classify(e);
 
     snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql %s: %s (%u)", what,
              m->db ? mysql_error(m->db) : "not connected", e);
-    if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT)
+    if (k == EC_RETRY)
         return ROOMD_ERETRY;
-    if (e == 0 || e >= CR_MIN_ERROR) { /* client side: the connection is unusable */
+    /* lost, or any other client-side error: the connection is unusable */
+    if (k == EC_LOST || e == 0 || e >= CR_MIN_ERROR) {
         my_drop(m);
         return ROOMD_EUNAVAIL;
     }
