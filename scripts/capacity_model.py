@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """capacity_model.py [--rates 10000,100000,1000000] [--seconds S] [--seed N]: the capacity model
 of docs/scale.md, and a simulation of it.
 

@@ -1,5 +1,6 @@
 #!/bin/bash
-# galera.sh start|stop|kill|restart|pause|resume|status DIR [N]: a 3-node MariaDB Galera
+# SPDX-License-Identifier: Apache-2.0
+# galera.sh start|stop|kill|restart|pause|resume|wait|port DIR [N]: a 3-node MariaDB Galera
 # cluster on 127.0.0.1 for the HA tests (tests/integ/test_ha.py). Each node has its own datadir
 # (mariadb-install-db --user=mysql: the rsync SST refuses root-owned files) and runs as mysql.
 #   start DIR        needs ROOMD_GALERA_PORTS="m1 m2 m3 g1 g2 g3 i1 i2 i3 s1 s2 s3": the nodes'
@@ -11,7 +12,8 @@
 #   restart DIR N    starts node N again on its own data (joins the others: IST)
 #   pause DIR N      SIGSTOP node N (the others evict it after the evs timeouts, ~3 s)
 #   resume DIR N     SIGCONT node N
-#   wait DIR [SIZE]  waits until SIZE (default 3) nodes are up, Synced, cluster_size SIZE
+#   wait DIR [SIZE [S]] waits (S seconds, default 120) until SIZE (default 3) nodes are Synced
+#   port DIR N       prints node N's SQL port
 # Short group timeouts so a lost node is evicted in seconds (evs.* below). Root has no
 # password on 127.0.0.1; the database roomd_test is created on start.
 set -eu

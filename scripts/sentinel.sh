@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # sentinel.sh start|stop|kill|restart|master DIR [N]: 3 redis-server (node 1 the master, 2 and
 # 3 its replicas) and 3 redis-sentinel watching them as master "roomd", all on 127.0.0.1, for
 # the HA tests (tests/integ/test_ha.py).

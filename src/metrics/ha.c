@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ha.c: the HA gauges and counters (see ha.h). */
 #include "metrics/ha.h"
 

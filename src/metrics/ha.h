@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ha.h: which servers this node uses (docs/ha.md), computed when /metrics is scraped:
  *   roomd_store_server{host}     1 for the database server the store uses now (MySQL)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_capacity_model: scripts/capacity_model.py (docs/scale.md) runs, and its invariants hold:
 each planned shard keeps up with its share in the simulation with a p99 under 50 ms, the shard
 count grows with the rate, and a shard offered more than its commit bound queues (its p99 ten

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_ha: the HA topology on one machine (docs/ha.md): a 3-node MariaDB Galera cluster
 (scripts/galera.sh) and 3 Redis + 3 Sentinels (scripts/sentinel.sh), both started ONCE for the
 whole program on ports picked at run time, and two roomd nodes (store.mysql.hosts, Redis lease

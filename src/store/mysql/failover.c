@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/failover.c: the servers of store.mysql.hosts (a Galera cluster, or a
  * primary and its standbys) and the pool's move between them.
