@@ -156,6 +156,21 @@ answer_logged(struct room_reply *r, struct timing *tm, const struct room_cmd *cm
     fail_reply(r, tm, 409, "idempotency_key_reused", msg);
 }
 
+/* A gift whose command_id committed and was paid before, and whose command
+ * log row was purged since (store.retention.command_log_max_age): its
+ * answer is gone, and the wallet's record of it refuses a second gift. */
+static void
+expired_reply(struct room_reply *r, struct timing *tm, const struct room_cmd *cmd)
+{
+    char msg[320];
+
+    snprintf(msg, sizeof(msg),
+             "command_id %s was committed and paid before and is past the idempotency window "
+             "(store.retention.command_log_max_age): send a new gift with a new command_id",
+             cmd->command_id);
+    fail_reply(r, tm, 410, "command_id_expired", msg);
+}
+
 /* Before refusing a command, or making an effect outside the store (the
  * remote wallet's Try): if its command_id is in the log (a retry of a
  * committed command, or a concurrent twin that committed while it waited for
@@ -476,6 +491,12 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
             fail_reply(reply, &tm, 402, "insufficient_balance", msg);
             goto out;
         }
+        if (rc == ROOMD_EEXPIRED) { /* the wallet confirmed this very gift long ago */
+            if (logged_meanwhile(svc, cmd, reply, &tm))
+                goto out;
+            expired_reply(reply, &tm, cmd);
+            goto out;
+        }
         if (rc == ROOMD_EREUSED) {
             if (logged_meanwhile(svc, cmd, reply, &tm))
                 goto out;
@@ -583,6 +604,10 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         }
         answer_logged(reply, &tm, cmd, &rec);
         goto out; /* settled from the log: ours only when it is this very gift */
+    }
+    if (rc == ROOMD_EEXPIRED) { /* the ledger's debit: this gift was paid, its log row purged */
+        expired_reply(reply, &tm, cmd);
+        goto out;
     }
     if (rc == ROOMD_EFUNDS) { /* the debit was refused: rolled back alone, nothing written */
         snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,

@@ -198,6 +198,8 @@ status_of(int http_status, const char *code)
         if (strcmp(code, "idempotency_key_reused") == 0)
             return GRPC_STATUS_ABORTED;         /* retry with a new command_id */
         return GRPC_STATUS_FAILED_PRECONDITION; /* the room's state refuses it */
+    case 410: /* command_id_expired: a gift paid before its log row was purged; new id */
+        return GRPC_STATUS_ABORTED;
     case 413:
     case 429:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;

@@ -144,7 +144,7 @@ outbox_outcome_of(const struct outbox_result *r, struct outbox_outcome *out)
 
 enum wallet_debit_step
 wallet_debit_rule(struct wallet_debit *d, bool have_debit, int64_t luid, int64_t lamount,
-                  bool have_refund, int64_t balance)
+                  const char *ldigest, bool have_refund, int64_t balance)
 {
     d->rc = 0;
     d->balance_after = balance;
@@ -154,11 +154,19 @@ wallet_debit_rule(struct wallet_debit *d, bool have_debit, int64_t luid, int64_t
         return WALLET_DEBIT_REFUSED;
     }
     if (have_debit && !have_refund) {
-        if (luid == d->uid && lamount == d->amount)
-            return WALLET_DEBIT_STANDS;
-        store_set_errmsg("wallet: %s already debited %lld from uid %lld", d->ref_id,
-                         (long long)lamount, (long long)luid);
-        d->rc = ROOMD_EREUSED;
+        bool same = ldigest != NULL && ldigest[0] != '\0' ? strcmp(ldigest, d->digest) == 0
+                                                          : luid == d->uid && lamount == d->amount;
+
+        if (same) {
+            store_set_errmsg("command_id %s: this gift committed and was paid before; its "
+                             "command log row was purged (store.retention.command_log_max_age)",
+                             d->ref_id);
+            d->rc = ROOMD_EEXPIRED;
+        } else {
+            store_set_errmsg("wallet: %s already debited %lld from uid %lld for another request",
+                             d->ref_id, (long long)lamount, (long long)luid);
+            d->rc = ROOMD_EREUSED;
+        }
         return WALLET_DEBIT_REFUSED;
     }
     if (balance < d->amount) {
@@ -289,6 +297,11 @@ store_load_room(struct store *s, const char *app, const char *room_id, struct ro
 int
 store_save(struct store *s, struct mutation *const *muts, size_t n)
 {
+    for (size_t i = 0; i < n; i++)
+        if (muts[i]->debit != NULL) { /* the ledger row records the gift it pays */
+            muts[i]->debit->room_id = muts[i]->room_id;
+            muts[i]->debit->version = muts[i]->version;
+        }
     return s->ops->save(s, muts, n);
 }
 
@@ -380,10 +393,12 @@ const struct store_col store_room_cols[] = {
     STORE_COL('i', struct room_row, fence_token),   STORE_COL('i', struct room_row, created_at_ms),
     STORE_COL('i', struct room_row, updated_at_ms), {0}};
 const struct store_col store_audit_cols[] = {
-    STORE_COL('k', struct audit_row, kind),    STORE_COL('c', struct audit_row, app_code),
-    STORE_COL('c', struct audit_row, key),     STORE_COL('c', struct audit_row, ledger_kind),
-    STORE_COL('i', struct audit_row, uid),     STORE_COL('i', struct audit_row, amount),
-    STORE_COL('s', struct audit_row, request), {0}};
+    STORE_COL('k', struct audit_row, kind),          STORE_COL('c', struct audit_row, app_code),
+    STORE_COL('c', struct audit_row, key),           STORE_COL('c', struct audit_row, ledger_kind),
+    STORE_COL('i', struct audit_row, uid),           STORE_COL('i', struct audit_row, amount),
+    STORE_COL('s', struct audit_row, request),       STORE_COL('c', struct audit_row, room_id),
+    STORE_COL('i', struct audit_row, version),       STORE_COL('c', struct audit_row, digest),
+    STORE_COL('i', struct audit_row, created_at_ms), {0}};
 
 void
 store_read_cols(const struct store_col *cols, store_col_fn *col, const void *row, void *dst,

@@ -138,6 +138,18 @@ static const char *const migration_3[] = {
     NULL,
 };
 
+/* 4: a debit row records the gift it pays (issue 25): the room, the gift's
+ * room version and its request digest, so that a command_id whose log row
+ * was purged never commits a second gift on that debit (wallet_debit_rule)
+ * and the audit matches every gift to its own debit. "" / 0: written
+ * before. */
+static const char *const migration_4[] = {
+    "ALTER TABLE wallet_ledger ADD COLUMN IF NOT EXISTS room_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS request_digest VARBINARY(64) NOT NULL DEFAULT ''",
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
@@ -145,6 +157,7 @@ static const struct migration {
     {1, migration_1},
     {2, migration_2},
     {3, migration_3},
+    {4, migration_4},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

@@ -69,6 +69,14 @@ static const char *const migrations[] = {
     "ALTER TABLE room_outbox ADD COLUMN room_seq INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX room_outbox_room ON room_outbox (app_code, room_id, due_at_ms, id)"
     " WHERE due_at_ms IS NOT NULL;",
+    /* 5: a debit row records the gift it pays (issue 25): the room, the
+     * gift's room version and its request digest, so that a command_id
+     * whose log row was purged never commits a second gift on that debit
+     * (wallet_debit_rule) and the audit matches every gift to its own debit.
+     * "" / 0: written before. */
+    "ALTER TABLE wallet_ledger ADD COLUMN room_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE wallet_ledger ADD COLUMN version INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE wallet_ledger ADD COLUMN request_digest TEXT NOT NULL DEFAULT '';",
 };
 
 #define NMIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
