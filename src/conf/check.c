@@ -138,6 +138,8 @@ conf_check_environment(const struct conf *c, char *err, size_t errlen)
                   c->http.tls_key_file);
     need_tls_pair(&p, "admin.tls.cert_file", c->admin.tls_cert_file, "admin.tls.key_file",
                   c->admin.tls_key_file);
+    need_tls_pair(&p, "grpc.tls.cert_file", c->grpc.tls_cert_file, "grpc.tls.key_file",
+                  c->grpc.tls_key_file);
     need_secret(&p, "admin.token_env", c->admin.token_env, "admin.token_file", c->admin.token_file);
     if (strcmp(c->auth.mode, "jwt") == 0) {
         if (!unset(c->auth.public_key_file))

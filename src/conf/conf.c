@@ -132,6 +132,18 @@ const struct key conf_keys[] = {
      .doc = "address the gRPC API (docs/grpc.md) listens on; \"\" = no gRPC API"},
     {"grpc.workers", K_INT, F(grpc.workers), "64", RANGE(1, 1024),
      .doc = "threads serving gRPC calls (each call holds one until it answers)"},
+    {"grpc.max_concurrent_streams", K_INT, F(grpc.max_concurrent_streams), "16", RANGE(1, 1024),
+     .doc = "open calls (HTTP/2 streams) per connection; keep it below grpc.workers so one "
+            "connection cannot hold every worker"},
+    {"grpc.receive_timeout", K_DUR, F(grpc.receive_timeout_ms), "2s", GT(0),
+     .doc = "a call's request message must arrive within this after its headers, else "
+            "DEADLINE_EXCEEDED and its worker is free again"},
+    {"grpc.call_timeout", K_DUR, F(grpc.call_timeout_ms), "30s", GT(0),
+     .doc = "the longest a call may take: a client deadline that is later (or none) is cut to "
+            "it; a command never starts after it, and the answer waits at most until it"},
+    {"grpc.tls.cert_file", K_STR, F(grpc.tls_cert_file), "",
+     .doc = "PEM certificate (chain): TLS on grpc.listen (with grpc.tls.key_file)"},
+    {"grpc.tls.key_file", K_STR, F(grpc.tls_key_file), "", .doc = "PEM private key of it"},
 
     {"store.driver", K_STR, F(store.driver), "sqlite", ONE_OF(store_drivers),
      .doc = "the store backend"},
@@ -872,6 +884,7 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
         bad(v, "grpc.listen", "must differ from http.listen and admin.listen");
     pair(v, "http.tls.cert_file", c->http.tls_cert_file, "http.tls.key_file", c->http.tls_key_file);
     pair(v, "admin.tls.cert_file", ad->tls_cert_file, "admin.tls.key_file", ad->tls_key_file);
+    pair(v, "grpc.tls.cert_file", c->grpc.tls_cert_file, "grpc.tls.key_file", c->grpc.tls_key_file);
 }
 
 /* The rules that read more than one key (or every entry of a list). */

@@ -70,6 +70,11 @@ struct conf_admin {
 struct conf_grpc {
     char *listen; /* "127.0.0.1:9090"; "" = no gRPC API */
     int workers;  /* threads serving calls (a call blocks one, as a command an HTTP thread) */
+    int max_concurrent_streams; /* open calls per connection */
+    int64_t receive_timeout_ms; /* the request message after the headers */
+    int64_t call_timeout_ms;    /* cap on every call's deadline */
+    char *tls_cert_file;        /* "" = plaintext */
+    char *tls_key_file;
 };
 
 struct conf_sqlite {
