@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/secret.h"
 #include "core/xmalloc.h"
 #include "http/ticker.h"
@@ -73,6 +74,7 @@ refresh(void *arg)
     int64_t t0 = clock_mono_us() / 1000, took;
     int rc;
 
+    log_flush_suppressed(); /* the counts of rate-limited log lines, every tick */
     if (r->checked && t0 - r->checked_mono_ms < r->gap_ms)
         return;
     rc = store_outbox_counts(r->store, &oc);
