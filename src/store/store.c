@@ -7,6 +7,7 @@
 #include "store/store.h"
 
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
 
@@ -302,7 +303,10 @@ store_save(struct store *s, struct mutation *const *muts, size_t n)
             muts[i]->debit->room_id = muts[i]->room_id;
             muts[i]->debit->version = muts[i]->version;
         }
-    return s->ops->save(s, muts, n);
+    int rc = s->ops->save(s, muts, n);
+    /* what readiness reads (store_writes_failing): the batch's transaction */
+    atomic_store(rc == 0 ? &s->write_ok_ms : &s->write_failed_ms, clock_wall_ms());
+    return rc;
 }
 
 int
@@ -352,6 +356,20 @@ int
 store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms)
 {
     return s->ops->outbox_replay(s, event_id, now_ms);
+}
+
+int
+store_write_probe(struct store *s)
+{
+    return s->ops->write_probe(s, clock_wall_ms());
+}
+
+bool
+store_writes_failing(struct store *s, int64_t within_ms)
+{
+    int64_t failed = atomic_load(&s->write_failed_ms), ok = atomic_load(&s->write_ok_ms);
+
+    return failed > ok && clock_wall_ms() - failed < within_ms;
 }
 
 int

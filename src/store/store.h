@@ -342,6 +342,7 @@ typedef int store_outbox_list_fn(struct store *s, int status, int64_t after_id, 
 typedef int store_outbox_get_fn(struct store *s, const char *event_id, struct outbox_row *out);
 typedef int store_outbox_replay_fn(struct store *s, const char *event_id, int64_t now_ms);
 typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
+typedef int store_write_probe_fn(struct store *s, int64_t now_ms);
 typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
                                   size_t *purged);
 typedef int store_command_log_purge_fn(struct store *s, int64_t before_ms, int limit,
@@ -374,6 +375,7 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(outbox_get)                                                                                  \
     X(outbox_replay)                                                                               \
     X(outbox_counts)                                                                               \
+    X(write_probe)                                                                                 \
     X(outbox_purge)                                                                                \
     X(command_log_purge)                                                                           \
     X(wallet_topup)                                                                                \
@@ -395,8 +397,10 @@ struct store_ops {
 /* Common head of every backend's handle ("super" first member, as h2o). */
 struct store {
     const struct store_ops *ops;
-    int save_writers; /* store_save calls worth running at once (group_commit's
-                       * leaders; 0 = 1): set by the backend's open */
+    _Atomic int64_t write_failed_ms; /* store_save: the last failed batch (wall ms) */
+    _Atomic int64_t write_ok_ms;     /* store_save: the last one that committed */
+    int save_writers;                /* store_save calls worth running at once (group_commit's
+                                      * leaders; 0 = 1): set by the backend's open */
 };
 
 extern const struct store_ops store_sqlite_ops;
@@ -584,6 +588,14 @@ int store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
 /* Rows by status and the oldest undelivered row's created_at_ms, read in
  * one snapshot. 0 or EUNAVAIL/EIO. */
 int store_outbox_counts(struct store *s, struct outbox_counts *out);
+/* The readiness write probe: one small write transaction (the store_probe
+ * row; a full disk, a read-only file system or database, a Galera node not
+ * Primary refuse it). 0, or the failure (detail in store_errmsg). */
+int store_write_probe(struct store *s);
+/* True when the last store_save batch failed as a whole (a mutation's own
+ * refusal is no failure), less than within_ms ago, and none committed
+ * since. Never blocks. */
+bool store_writes_failing(struct store *s, int64_t within_ms);
 /* Deletes up to limit delivered rows with delivered_at_ms < before. */
 int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
 /* Deletes up to limit room_command_log rows created before before_ms that no

@@ -147,6 +147,9 @@ static const char *const migration_4[] = {
     "ALTER TABLE wallet_ledger ADD COLUMN IF NOT EXISTS room_id VARBINARY(64) NOT NULL DEFAULT '',"
     " ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0,"
     " ADD COLUMN IF NOT EXISTS request_digest VARBINARY(64) NOT NULL DEFAULT ''",
+    /* and the readiness write probe's row (store_write_probe) */
+    "CREATE TABLE IF NOT EXISTS store_probe (id INT NOT NULL PRIMARY KEY, at_ms BIGINT NOT "
+    "NULL)" TABLE_OPTS,
     NULL,
 };
 

@@ -76,7 +76,9 @@ static const char *const migrations[] = {
      * "" / 0: written before. */
     "ALTER TABLE wallet_ledger ADD COLUMN room_id TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE wallet_ledger ADD COLUMN version INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE wallet_ledger ADD COLUMN request_digest TEXT NOT NULL DEFAULT '';",
+    "ALTER TABLE wallet_ledger ADD COLUMN request_digest TEXT NOT NULL DEFAULT '';"
+    /* and the readiness write probe's row (store_write_probe) */
+    "CREATE TABLE store_probe (id INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL);",
 };
 
 #define NMIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
