@@ -15,6 +15,7 @@
  */
 #include "admin/admin.h"
 #include "auth/auth.h"
+#include "auth/throttle.h"
 #include "cluster/forward.h"
 #include "cluster/health.h"
 #include "conf/conf.h"
@@ -353,8 +354,10 @@ main(int argc, char **argv)
     struct auth *auth = NULL;
     or_die(auth_open(&auth, conf, err, sizeof(err)), "", err);
     rctx.auth = auth;
+    struct auth_throttle *admin_throttle = auth_throttle_open(conf->admin.auth_backoff_ms);
     struct http_deps hd = {.conf = conf,
                            .auth = auth,
+                           .admin_throttle = admin_throttle,
                            .rooms = rooms,
                            .wallet = wallet,
                            .projection = proj,
@@ -394,6 +397,7 @@ main(int argc, char **argv)
     admin_close(admin);
     metrics_deps_close(deps);
     auth_close(auth);
+    auth_throttle_close(admin_throttle);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     wallet_reconcile_stop(reconciler);
     room_service_close(rooms);

@@ -65,6 +65,7 @@ struct conf_admin {
     char *tls_key_file;  /* admin.tls.key_file */
     /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
     char *advertise_addr;
+    int64_t auth_backoff_ms; /* a failed admin authentication's first wait, doubling; 0 = off */
 };
 
 struct conf_grpc {

@@ -37,10 +37,12 @@
 
 #include "cluster/forward.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -339,6 +341,22 @@ framing_ok(struct listener *l, struct MHD_Connection *c, bool *too_big, enum MHD
     return false;
 }
 
+/* The client's address of c as text into out ("127.0.0.1", "::1"; ""
+ * when unknown). */
+static void
+peer_text(struct MHD_Connection *c, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+
+    out[0] = '\0';
+    if (sa != NULL && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
+    else if (sa != NULL && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
+}
+
 /* http_query_fn over MHD: ctx is the connection. */
 static const char *
 query_arg(void *ctx, const char *name)
@@ -417,6 +435,8 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     if (rs->too_big)
         return send_too_big(srv, c);
 
+    char peer[INET6_ADDRSTRLEN];
+    peer_text(c, peer, sizeof(peer));
     struct http_request req = {
         .listener = l->which,
         .method = method,
@@ -428,6 +448,7 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .content_type =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
         .idempotency_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key"),
+        .peer = peer,
         .body = rs->body ? rs->body : "",
         .body_len = rs->len,
         .query = query_arg,

@@ -11,6 +11,7 @@
  */
 #include "rpc/server.h"
 
+#include "auth/throttle.h"
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/file.h"
@@ -626,14 +627,34 @@ send_answer(grpc_call *call, grpc_completion_queue *cq, const struct answer *a,
         grpc_byte_buffer_destroy(bb);
 }
 
+/* The address of call's client into out ("127.0.0.1", "::1"), from gRPC's
+ * peer text "ipv4:127.0.0.1:5555" / "ipv6:[::1]:5555"; "" when unknown. */
+static void
+peer_address(grpc_call *call, char *out, size_t len)
+{
+    char *peer = grpc_call_get_peer(call);
+    const char *p = strchr(peer, ':'), *end;
+
+    out[0] = '\0';
+    if (p != NULL && strncmp(peer, "ip", 2) == 0) {
+        p++;
+        end = *p == '[' ? strchr(++p, ']') : strrchr(p, ':');
+        if (end != NULL && (size_t)(end - p) < len)
+            snprintf(out, len, "%.*s", (int)(end - p), p);
+    }
+    gpr_free(peer);
+}
+
 /* Who may call m, from the authorization metadata alone, before a worker
  * waits for the message: a valid JWT on RoomService (unless auth.mode none),
  * the admin token on RoomInternalService. False with a's UNAUTHENTICATED
- * (counted as the HTTP listener of the same role counts it). The router
- * checks again with the request (the app and uid a token may act as). */
+ * (counted as the HTTP listener of the same role counts it); an address
+ * that failed the admin token waits (auth/throttle.h: RESOURCE_EXHAUSTED).
+ * The router checks again with the request (the app and uid a token may act
+ * as). */
 static bool
 authenticated(struct rpc_server *s, const struct method *m, const grpc_metadata_array *md,
-              struct answer *a)
+              const char *peer, struct answer *a)
 {
     struct auth *au = s->d->auth;
     struct auth_principal p;
@@ -642,8 +663,15 @@ authenticated(struct rpc_server *s, const struct method *m, const grpc_metadata_
 
     if (au == NULL || (m->on == HTTP_PUBLIC && auth_mode_none(au)))
         return true;
+    if (m->on == HTTP_ADMIN && auth_throttle_wait_ms(s->d->admin_throttle, peer) > 0) {
+        set_error(a, GRPC_STATUS_RESOURCE_EXHAUSTED, 429, "rate_limited", NULL,
+                  "too many failed admin authentications from this address: retry later");
+        return false;
+    }
     token = md_dup(md, "authorization");
     r = m->on == HTTP_ADMIN ? auth_admin_ok(au, token) : auth_verify_bearer(au, token, &p);
+    if (m->on == HTTP_ADMIN)
+        auth_throttle_result(s->d->admin_throttle, peer, r == AUTH_OK);
     if (token != NULL) {
         explicit_bzero(token, strlen(token));
         free(token);
@@ -787,16 +815,18 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
     size_t len = 0;
     const char *bad = NULL;
     bool late = false;
+    char peer[64];
 
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
     memset(&resp, 0, sizeof(resp));
+    peer_address(call, peer, sizeof(peer));
     if (m == NULL) {
         char *name = grpc_slice_to_c_string(cd->method);
         snprintf(a.message, sizeof(a.message), "no method %.200s", name);
         gpr_free(name);
         set_error(&a, GRPC_STATUS_UNIMPLEMENTED, 404, "not_found", NULL, a.message);
-    } else if (!authenticated(s, m, md, &a)) {
+    } else if (!authenticated(s, m, md, peer, &a)) {
         /* refused from the headers: no worker waits for a message */
     } else if (!enter(w, call)) {
         set_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, 429, "rate_limited", NULL,
@@ -817,6 +847,7 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
         snprintf(text, sizeof(text), "%s: must be valid UTF-8 without NUL bytes", bad);
         set_error(&a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", bad, text);
     } else if (to_request(m, data, len, md, &b, &a)) {
+        b.req.peer = peer;
         router_handle(s->d, &b.req, &resp);
         reply(m, &resp, &a);
     }

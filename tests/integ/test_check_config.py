@@ -16,7 +16,7 @@ TMP = tempfile.mkdtemp(prefix="roomd-checkcfg-")
 
 # what the shipped configs name: their secrets' variables, ./var under the working dir
 ENV = dict(os.environ, ROOMD_MYSQL_PASSWORD="pw", TIM_SECRET_KEY="k3y-never-printed",
-           ROOMD_JWT_SECRET="j" * 32, ROOMD_ADMIN_TOKEN="admin-never-printed")
+           ROOMD_JWT_SECRET="j" * 32, ROOMD_ADMIN_TOKEN="admin-never-printed-" + "a" * 16)
 os.makedirs(os.path.join(TMP, "var"), exist_ok=True)
 os.makedirs(os.path.join(TMP, "tls"), exist_ok=True)  # grpc.tls of docker.yaml and cloud.yaml
 for _name in ("grpc.crt", "grpc.key"):
