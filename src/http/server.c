@@ -293,10 +293,13 @@ accumulate(struct http_server *srv, struct req_state *rs, const char *data, size
 }
 
 /* What the framing headers say: how many Content-Length and
- * Transfer-Encoding headers, and whether a Content-Length is not digits. */
+ * Transfer-Encoding headers, whether a Content-Length is not digits, and
+ * whether a Transfer-Encoding is anything but "chunked" alone (which
+ * libmicrohttpd would not decode: "identity, chunked" waited for the body
+ * timeout). */
 struct framing {
     int content_length, transfer_encoding;
-    bool bad_length;
+    bool bad_length, bad_coding;
     unsigned long long length;
 };
 
@@ -315,6 +318,7 @@ scan_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *va
             f->bad_length = true;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
         f->transfer_encoding++;
+        f->bad_coding = f->bad_coding || strcasecmp(value, "chunked") != 0;
     }
     return MHD_YES;
 }
@@ -330,11 +334,12 @@ framing_ok(struct listener *l, struct MHD_Connection *c, bool *too_big, enum MHD
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_framing, &f);
     *too_big = f.content_length == 1 && !f.bad_length && f.length > l->srv->max_body;
     if (f.content_length <= 1 && !f.bad_length && !(f.content_length && f.transfer_encoding) &&
-        f.transfer_encoding <= 1)
+        f.transfer_encoding <= 1 && !f.bad_coding)
         return true;
     atomic_fetch_add(&l->refused_smuggling, 1);
     http_response_error(&resp, 400, "bad_request",
-                        "Content-Length: repeated, not a number, or with Transfer-Encoding");
+                        "Content-Length: repeated, not a number, or with Transfer-Encoding; "
+                        "or a Transfer-Encoding other than chunked");
     http_response_header(&resp, MHD_HTTP_HEADER_CONNECTION, "close");
     *ret = send_response(c, &resp);
     http_response_clear(&resp);
