@@ -126,6 +126,9 @@ const struct key conf_keys[] = {
     {"admin.token_file", K_STR, F(admin.token_file), "", .doc = "or a file holding it"},
     {"admin.max_connections", K_INT, F(admin.max_connections), "64", GE(1),
      .doc = "concurrent admin connections (apart from http.max_connections)"},
+    {"admin.max_connections_per_ip", K_INT, F(admin.max_connections_per_ip), "16", GE(0),
+     .doc = "concurrent admin connections from one address (0 = no limit): one address cannot "
+            "lock the operators and the other nodes out"},
     {"admin.auth_backoff", K_DUR, F(admin.auth_backoff_ms), "100ms", GE(0),
      .doc = "after a failed admin authentication its address waits this long before its next "
             "admin request is checked (429 meanwhile), doubling per failure in a row up to 10s; "

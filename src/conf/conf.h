@@ -57,12 +57,13 @@ struct conf_auth {
 
 /* admin: the operator listener (/internal/v1/..., /metrics, readiness details, top-up). */
 struct conf_admin {
-    char *listen;        /* "127.0.0.1:8081" */
-    char *token_env;     /* variable holding the admin bearer token */
-    char *token_file;    /* or a file holding it */
-    int max_connections; /* its own limit, apart from http.max_connections */
-    char *tls_cert_file; /* admin.tls.cert_file: PEM; "" = plain HTTP */
-    char *tls_key_file;  /* admin.tls.key_file */
+    char *listen;               /* "127.0.0.1:8081" */
+    char *token_env;            /* variable holding the admin bearer token */
+    char *token_file;           /* or a file holding it */
+    int max_connections;        /* its own limit, apart from http.max_connections */
+    int max_connections_per_ip; /* 0 = none */
+    char *tls_cert_file;        /* admin.tls.cert_file: PEM; "" = plain HTTP */
+    char *tls_key_file;         /* admin.tls.key_file */
     /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
     char *advertise_addr;
     int64_t auth_backoff_ms; /* a failed admin authentication's first wait, doubling; 0 = off */

@@ -15,7 +15,13 @@
  *    are not in within http.header_timeout (for a keep-alive connection:
  *    after http.request_timeout + header_timeout since its last answer) or
  *    whose body is not in within http.body_timeout (slowloris, slow bodies);
- *  - http.max_connections_per_ip on the public listener;
+ *  - http.max_connections_per_ip on the public listener,
+ *    admin.max_connections_per_ip on the admin one;
+ *  - fair eviction: libmicrohttpd admits EVICT_HEADROOM connections past
+ *    max_connections, and a connection past it evicts (shuts) the idle one
+ *    (waiting for its headers or body) of the address holding the most
+ *    connections, the oldest of them: idle sockets cannot starve a client
+ *    from another address (evict_one);
  *  - the raw request target (MHD_OPTION_URI_LOG_CALLBACK) goes to the router,
  *    which percent-decodes it once; libmicrohttpd's own decoded path is not used.
  *
@@ -60,6 +66,8 @@
 #define WATCHDOG_EVERY_MS 100
 #define READY_EVERY_MS 1000
 #define TLS_FILE_MAX (64 * 1024)
+/* Connections admitted past max_connections, each evicting an idle one. */
+#define EVICT_HEADROOM 32
 
 struct http_server;
 
@@ -67,8 +75,10 @@ struct http_server;
 struct conn {
     struct conn *prev, *next;
     int fd;
-    int64_t deadline_ms; /* monotonic; 0 = none (a handler is running) */
-    const char *phase;   /* what the deadline waits for: "header" | "body" */
+    int64_t deadline_ms;         /* monotonic; 0 = none (a handler is running) */
+    const char *phase;           /* what the deadline waits for: "header" | "body" */
+    int64_t since_ms;            /* monotonic: when its current wait began */
+    char addr[INET6_ADDRSTRLEN]; /* the client's address; "" unknown */
 };
 
 /* One listening daemon. */
@@ -92,9 +102,10 @@ struct listener {
     struct listener_conf lc;
     int fd; /* bound by http_server_bind, MHD's once started; -1 = none */
     struct MHD_Daemon *mhd;
-    pthread_mutex_t mu; /* conns */
+    pthread_mutex_t mu; /* conns, nconns */
     struct conn *conns;
-    atomic_uint_least64_t cut_header, cut_body, refused_smuggling;
+    int nconns;
+    atomic_uint_least64_t cut_header, cut_body, refused_smuggling, evicted;
     char *tls_cert, *tls_key; /* PEM text (MHD keeps pointers) */
 };
 
@@ -127,9 +138,78 @@ conn_set_deadline(struct listener *l, struct conn *cn, int64_t after_ms, const c
     if (cn == NULL)
         return;
     pthread_mutex_lock(&l->mu);
-    cn->deadline_ms = after_ms > 0 ? clock_mono_us() / 1000 + after_ms : 0;
+    cn->since_ms = clock_mono_us() / 1000;
+    cn->deadline_ms = after_ms > 0 ? cn->since_ms + after_ms : 0;
     cn->phase = phase;
     pthread_mutex_unlock(&l->mu);
+}
+
+/* The client's address of sa as text into out ("" when unknown). */
+static void
+addr_text(const struct sockaddr *sa, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (sa != NULL && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
+    else if (sa != NULL && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
+}
+
+/* One address and how many of l's connections it holds (evict_one). */
+struct addr_count {
+    const char *addr;
+    int n;
+};
+
+/*
+ * Past max_connections: shuts the idle connection (waiting for headers or
+ * a body; a running handler is never cut) of the address that holds the
+ * most connections, the one waiting longest, so that whoever hoards slots
+ * loses them first and a client from another address gets in. Counted in
+ * roomd_http_evicted_total. Called under l->mu.
+ */
+static void
+evict_one(struct listener *l)
+{
+    size_t cap = 1;
+    struct addr_count *t;
+    struct conn *victim = NULL;
+    int victim_n = 0;
+
+    while (cap < (size_t)l->nconns * 2)
+        cap <<= 1;
+    t = xcalloc(cap, sizeof(*t));
+    for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) { /* per-address counts */
+        uint32_t h = 2166136261u;
+        for (const char *p = cn->addr; *p; p++)
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        size_t i = h & (cap - 1);
+        while (t[i].addr != NULL && strcmp(t[i].addr, cn->addr) != 0)
+            i = (i + 1) & (cap - 1);
+        t[i].addr = cn->addr;
+        t[i].n++;
+    }
+    for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
+        if (cn->deadline_ms == 0 || cn->fd < 0)
+            continue; /* a handler runs, or already shut */
+        uint32_t h = 2166136261u;
+        for (const char *p = cn->addr; *p; p++)
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        size_t i = h & (cap - 1);
+        while (strcmp(t[i].addr, cn->addr) != 0)
+            i = (i + 1) & (cap - 1);
+        if (victim == NULL || t[i].n > victim_n ||
+            (t[i].n == victim_n && cn->since_ms < victim->since_ms)) {
+            victim = cn;
+            victim_n = t[i].n;
+        }
+    }
+    free(t);
+    if (victim != NULL) {
+        atomic_fetch_add(&l->evicted, 1);
+        shutdown(victim->fd, SHUT_RDWR);
+        victim->deadline_ms = 0;
+    }
 }
 
 static struct conn *
@@ -150,15 +230,21 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         cn = xcalloc(1, sizeof(*cn));
         cn->fd = ci ? ci->connect_fd : -1;
-        cn->deadline_ms = clock_mono_us() / 1000 + l->srv->header_ms;
+        cn->since_ms = clock_mono_us() / 1000;
+        cn->deadline_ms = cn->since_ms + l->srv->header_ms;
         cn->phase = "header";
+        addr_text(ai != NULL ? ai->client_addr : NULL, cn->addr, sizeof(cn->addr));
         pthread_mutex_lock(&l->mu);
         cn->next = l->conns;
         if (l->conns)
             l->conns->prev = cn;
         l->conns = cn;
+        if (++l->nconns > l->lc.max_connections)
+            evict_one(l);
         pthread_mutex_unlock(&l->mu);
         *socket_context = cn;
         return;
@@ -174,6 +260,7 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
         l->conns = cn->next;
     if (cn->next)
         cn->next->prev = cn->prev;
+    l->nconns--;
     pthread_mutex_unlock(&l->mu);
     free(cn);
     *socket_context = NULL;
@@ -220,6 +307,14 @@ collect_conns(void *arg, struct metrics_text *t)
         metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_header));
         snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"body\"", names[i]);
         metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_body));
+    }
+    metrics_family(t, "roomd_http_evicted_total", "counter",
+                   "Idle connections shut to admit one past max_connections (the address "
+                   "holding the most loses its oldest).");
+    for (int i = 0; i < 2; i++) {
+        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
+        metrics_count(t, "roomd_http_evicted_total", labels,
+                      (uint64_t)atomic_load(&srv->lst[i].evicted));
     }
     metrics_family(t, framing, "counter",
                    "Requests refused 400 for repeated or conflicting Content-Length / "
@@ -353,13 +448,8 @@ peer_text(struct MHD_Connection *c, char *out, size_t len)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
 
-    out[0] = '\0';
-    if (sa != NULL && sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
-    else if (sa != NULL && sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
+    addr_text(ci != NULL ? ci->client_addr : NULL, out, len);
 }
 
 /* http_query_fn over MHD: ctx is the connection. */
@@ -624,8 +714,8 @@ listener_start(struct http_server *srv, enum http_listener which, unsigned int i
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, l->tls_key};
     }
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, l->fd, NULL};
-    opts[n++] =
-        (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, (intptr_t)lc->max_connections, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                        (intptr_t)lc->max_connections + EVICT_HEADROOM, NULL};
     if (lc->per_ip > 0)
         opts[n++] =
             (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)lc->per_ip, NULL};
@@ -704,7 +794,7 @@ http_server_bind(struct http_server **out, const struct conf *conf, char *err, s
         ac->tls_cert_file ? ac->tls_cert_file : "",
         ac->tls_key_file ? ac->tls_key_file : "",
         ac->max_connections > 0 ? ac->max_connections : 64,
-        0, /* the operator's own: no per-IP cap */
+        ac->max_connections_per_ip,
     };
     if ((rc = listener_bind(srv, HTTP_PUBLIC, &pub, err, errlen)) != 0 ||
         (rc = listener_bind(srv, HTTP_ADMIN, &adm, err, errlen)) != 0) {
