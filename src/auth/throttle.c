@@ -118,7 +118,9 @@ auth_throttle_result(struct auth_throttle *t, const char *addr, bool ok)
         if (now - s->last_ms > 6 * THROTTLE_MAX_MS)
             s->fails = 0; /* an old mistake does not count */
         s->fails++;
-        delay = s->fails > 20 ? THROTTLE_MAX_MS : t->base_ms << (s->fails - 1);
+        delay = t->base_ms == 0 ? 0
+                : s->fails > 20 ? THROTTLE_MAX_MS
+                                : t->base_ms << (s->fails - 1);
         s->until = now + (delay < THROTTLE_MAX_MS ? delay : THROTTLE_MAX_MS);
         s->last_ms = now;
     }
