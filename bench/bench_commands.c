@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_commands.c: load generator for the command path (issue 2's speed goal).
  *
@@ -27,8 +28,8 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "room_service.pb-c.h"
-#include "rpc/grpc_peer.h"
-#include "rpc/pbjson.h"
+#include "peer/grpc_peer.h"
+#include "peer/pbjson.h"
 #include "store/store.h"
 
 #include <curl/curl.h>

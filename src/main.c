@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c: roomd. Loads and validates the config, binds every listener (HTTP,
  * admin, gRPC: a port in use fails the start before anything else opened),
@@ -172,6 +173,14 @@ reload(void *arg)
         log_error("main", "auth key not reloaded; the old key stays in use", "err=\"%s\"", err);
     log_info("main", "reloaded", "config=%s log_level=%s", rc->path, c->app.log_level);
     conf_free(c);
+}
+
+/* metrics/deps.h's store probe: the readiness cache (arg), never the store. */
+static bool
+store_up(void *arg)
+{
+    int64_t age_ms;
+    return http_ready_store_up(arg, &age_ms);
 }
 
 /* Builds the sinks of the publish mode (seed: 发布模式); bus is the JetStream
@@ -387,7 +396,8 @@ main(int argc, char **argv)
              conf->http.listen, conf->admin.listen, conf->auth.mode, conf->store.driver,
              mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
 
-    struct metrics_deps *deps = metrics_deps_open(conf, store, bus, outbox);
+    struct metrics_deps *deps =
+        metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);

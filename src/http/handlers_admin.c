@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers_admin.c: the admin API and the web console on the admin listener
  * (admin/http.h holds the routes): the router calls handle_admin first for
@@ -11,7 +12,7 @@
 
 #include <string.h>
 
-/* The query lookup of admin/filter.h over the request's query string. */
+/* The query lookup of store/filter.h over the request's query string. */
 static const char *
 query(void *ctx, const char *key)
 {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.c: the libmicrohttpd side of the HTTP API (server.h): two daemons,
  * the public listener (http.*) and the admin listener (admin.*), each with
@@ -803,6 +804,12 @@ http_server_bind(struct http_server **out, const struct conf *conf, char *err, s
     }
     *out = srv;
     return 0;
+}
+
+struct http_ready *
+http_server_ready(struct http_server *srv)
+{
+    return srv->deps.ready;
 }
 
 int

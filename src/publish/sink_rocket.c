@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_rocket.c: the rocket launch wake-up sink. For each RoomRocketIgnited
  * row it publishes a roomd.v1.RocketLaunchWakeup (app_code, room_id,
@@ -24,7 +25,7 @@ static bool
 rocket_accepts(struct sink *s, const struct outbox_event *ev)
 {
     (void)s;
-    return strcmp(ev->row->event_type, "RoomRocketIgnited") == 0;
+    return sink_bit_carries(SINK_BIT_ROCKET, ev->row->event_type);
 }
 
 static int

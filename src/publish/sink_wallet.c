@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_wallet.c: Confirm of a committed gift's hold (wallet.driver: grpc).
  * The RoomGiftSent row is written in the gift's own transaction, so a
@@ -24,7 +25,7 @@ static bool
 wallet_accepts(struct sink *s, const struct outbox_event *ev)
 {
     (void)s;
-    return strcmp(ev->row->event_type, "RoomGiftSent") == 0;
+    return sink_bit_carries(SINK_BIT_WALLET, ev->row->event_type);
 }
 
 static int

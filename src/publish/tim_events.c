@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_events.c: the Tencent IM actions of one room event (tim_client_deliver),
  * shared by the direct IM sink and the broker's IM bridge, and CreateRoom's
@@ -11,7 +12,7 @@
 #include "publish/sink.h"
 #include "publish/tim_client.h"
 #include "room_events.pb-c.h"
-#include "rpc/pbjson.h"
+#include "peer/pbjson.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.c: the gRPC API (server.h). Read top-down:
  *   methods[]      the RPCs and the HTTP route each one is
@@ -21,8 +22,8 @@
 #include "metrics/metrics.h"
 #include "room/command.h"
 #include "room_service.pb-c.h"
-#include "rpc/grpc_peer.h"
-#include "rpc/pbjson.h"
+#include "peer/grpc_peer.h"
+#include "peer/pbjson.h"
 #include "rpc_status.pb-c.h"
 
 #include <grpc/byte_buffer.h>

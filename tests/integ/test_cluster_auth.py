@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rockets on time across nodes under auth.mode jwt (issue 11, docs/auth.md "Between nodes").
 
 Two roomd nodes of the cluster_util topology (Redis lease, cluster.forward, mq rocket wake-ups)
@@ -55,6 +56,7 @@ def ignite(rd, room):
     """Ignites room's rocket (threshold 100) on rd; returns launch_at_ms."""
     ok(hu.join(rd, room, 5), "join")
     ok(hu.join(rd, room, 6), "join")
+    ok(hu.put_gift(rd, "rose", 10), "the catalog's rose")  # jwt: room.gift_catalog required
     rk = ok(hu.gift(rd, room, 5, 6, count=10, unit_price=10), "gift")["room"]["rocket"]
     assert rk["status"] == "ignited", rk
     return rk["launch_at_ms"]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_grpc: the gRPC API (docs/grpc.md, proto/room_service.proto) against a real roomd
 process serving HTTP and gRPC, called by a real gRPC client (tests/standins/grpc_client.js on
 @grpc/grpc-js, a separate process). Every RPC's happy path, each status code with its details
@@ -501,6 +502,8 @@ def test_auth_matrix_every_rpc():
                                    "title": "t"}, md(ha.tok(owner))), "create")
         ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": owner},
                 md(ha.tok(owner))), "owner joins")
+        rd.admin_token = ha.ADMIN  # jwt: room.gift_catalog required, the rose at 10
+        hu.expect_ok(hu.put_gift(rd, "rose", 10), "the catalog's rose")
 
         def state():
             room = ok(call(rd, "GetRoom", {"room_id": rid}, service), "state")

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/schema.c: the schema as versioned migrations, applied at open under
  * GET_LOCK so that several processes starting at once migrate once.
@@ -138,12 +139,28 @@ static const char *const migration_3[] = {
     NULL,
 };
 
-/* 4: a debit row records the gift it pays (issue 25): the room, the gift's
+/* 4: the gift catalog (issue 30): SendGift's unit price and rocket energy
+ * per unit, per app, versioned (store.h, store_gift_*). */
+static const char *const migration_4[] = {
+    "CREATE TABLE IF NOT EXISTS gift_catalog ("
+    " app_code VARBINARY(64) NOT NULL,"
+    " gift_id VARBINARY(64) NOT NULL,"
+    " unit_price BIGINT NOT NULL,"
+    " energy_per_unit BIGINT NOT NULL,"
+    " enabled TINYINT NOT NULL,"
+    " version BIGINT NOT NULL,"
+    " updated_at_ms BIGINT NOT NULL,"
+    " PRIMARY KEY (app_code, gift_id)"
+    ")" TABLE_OPTS,
+    NULL,
+};
+
+/* 5: a debit row records the gift it pays (issue 25): the room, the gift's
  * room version and its request digest, so that a command_id whose log row
  * was purged never commits a second gift on that debit (wallet_debit_rule)
  * and the audit matches every gift to its own debit. "" / 0: written
  * before. */
-static const char *const migration_4[] = {
+static const char *const migration_5[] = {
     "ALTER TABLE wallet_ledger ADD COLUMN IF NOT EXISTS room_id VARBINARY(64) NOT NULL DEFAULT '',"
     " ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0,"
     " ADD COLUMN IF NOT EXISTS request_digest VARBINARY(64) NOT NULL DEFAULT ''",
@@ -157,10 +174,7 @@ static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
-    {1, migration_1},
-    {2, migration_2},
-    {3, migration_3},
-    {4, migration_4},
+    {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))
