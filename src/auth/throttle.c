@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* throttle.c: failed admin authentications per address (throttle.h). */
 #include "auth/throttle.h"
 

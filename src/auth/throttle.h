@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * throttle.h: failed admin authentications slowed per client address. After
  * an address's n-th failure in a row (a wrong or missing admin token on the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_admin_secrets: secrets that cannot be guessed (issue 25, docs/auth.md "Secrets"):
 
 - an admin token or HS256 secret shorter than 32 bytes: `--check-config` fails naming the key

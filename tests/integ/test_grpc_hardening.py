@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_grpc_hardening: the gRPC port one client cannot stall (issue 25, docs/grpc.md
 "Limits"), against a real roomd with auth.mode jwt and real HTTP/2 clients (Node's http2 for
 the hostile one, tests/standins/h2_idle.js; @grpc/grpc-js for the real calls):

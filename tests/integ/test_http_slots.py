@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http_slots: idle sockets cannot starve real clients (issue 25, docs/http.md "Limits
 against hostile clients"). With http.max_connections 1024 and 64 per address, 1,024 idle
 sockets from 16 addresses (127.0.0.1-16), reopened as soon as roomd shuts one: a client from

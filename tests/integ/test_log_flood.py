@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_log_flood: logs cannot be used as a weapon (issue 25, docs/ops.md "Log volume"). A client
 floods roomd with connections refused at http.max_connections_per_ip for 10 s; warn and error
 records are rate-limited per kind (at most 100 per kind per 5 s, then one "log lines

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_ready_full_disk: readiness sees a store that refuses writes (issue 25, docs/http.md
 "/readyz"). SQLite on a small tmpfs (needs root: mount -t tmpfs): ready; the disk filled up
 (a filler file, then commands answer 503): /readyz 503 within 5 s (the ticker's write probe, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_wallet_retention: money stays exact after the command log purge (issue 25,
 docs/wallet.md "After the idempotency window").
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // h2_idle.js: a hostile gRPC client for the tests (tests/integ/test_grpc_hardening.py). On ONE
 // HTTP/2 connection (Node's http2) it opens --streams calls of --path with their headers
 // (content-type application/grpc, te trailers, the --token as authorization when given) and never
