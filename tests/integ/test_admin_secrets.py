@@ -30,8 +30,11 @@ JWT = "jwt-secret-" + os.urandom(16).hex()
 def check(cfg, env, start=False):
     tmp = tempfile.mkdtemp(prefix="secrets-")
     path = os.path.join(tmp, "c.yaml")
+    full = merge(base_config(tmp, free_port()), cfg)
+    if full.get("auth", {}).get("mode") == "jwt":
+        full["room"]["gift_catalog"] = "required"  # off is refused under jwt
     with open(path, "w") as f:
-        json.dump(merge(base_config(tmp, free_port()), cfg), f)
+        json.dump(full, f)
     p = subprocess.run([ROOMD, "--check-config", path], capture_output=True, text=True,
                        timeout=20, env=dict(os.environ, **env))
     if not start:
