@@ -16,6 +16,7 @@
  */
 #include "admin/admin.h"
 #include "auth/auth.h"
+#include "auth/throttle.h"
 #include "cluster/forward.h"
 #include "cluster/health.h"
 #include "conf/conf.h"
@@ -363,8 +364,10 @@ main(int argc, char **argv)
     struct auth *auth = NULL;
     or_die(auth_open(&auth, conf, err, sizeof(err)), "", err);
     rctx.auth = auth;
+    struct auth_throttle *admin_throttle = auth_throttle_open(conf->admin.auth_backoff_ms);
     struct http_deps hd = {.conf = conf,
                            .auth = auth,
+                           .admin_throttle = admin_throttle,
                            .rooms = rooms,
                            .wallet = wallet,
                            .projection = proj,
@@ -407,6 +410,7 @@ main(int argc, char **argv)
     metrics_deps_close(deps);
     metrics_ha_close(store);
     auth_close(auth);
+    auth_throttle_close(admin_throttle);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     wallet_reconcile_stop(reconciler);
     room_service_close(rooms);

@@ -76,7 +76,9 @@ def base_config(tmp, port, admin_port=None):
         "app": {"default_app_code": "hyapp", "node_id": f"test-{port}",
                 "log_file": os.path.join(tmp, "roomd.log"), "log_level": "info"},
         "http": {"listen": f"127.0.0.1:{port}", "max_body_bytes": 65536},
-        "admin": {"listen": f"127.0.0.1:{admin_port or free_port()}"},
+        "admin": {"listen": f"127.0.0.1:{admin_port or free_port()}",
+                  "auth_backoff": "0"},  # the auth matrices send bad tokens in a row (on in
+                                         # test_admin_secrets.py)
         "store": {"driver": "sqlite",
                   "sqlite": {"path": os.path.join(tmp, "roomd.db"), "synchronous": "full"}},
         "room": {"snapshot_every_n": 5, "idle_evict_after": "10m", "seat_count": 8,

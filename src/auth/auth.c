@@ -41,9 +41,8 @@
 #include <string.h>
 #include <strings.h>
 
-#define SECRET_MAX 4096 /* HS256 secret, admin token */
-#define PEM_MAX 16384   /* public key file */
-#define TOKEN_MAX 8192  /* a longer Authorization value is malformed */
+#define PEM_MAX 16384  /* public key file */
+#define TOKEN_MAX 8192 /* a longer Authorization value is malformed */
 #define SERVICE_SCOPE "room:service"
 #define CACHE_LOCKS 64 /* mutexes striped over the cache slots */
 
@@ -158,7 +157,7 @@ load_jwt_key(struct auth *a, const struct conf_auth *c, char *err, size_t errlen
                      c->hs256_secret_file, buf, sizeof(buf), err, errlen);
     if (rc != 0)
         return rc;
-    if (strlen(buf) < 32) {
+    if (strlen(buf) < SECRET_MIN_BYTES) {
         secret_wipe(buf, sizeof(buf));
         snprintf(err, errlen, "%s: the HS256 secret must be at least 32 bytes",
                  c->hs256_secret_env && c->hs256_secret_env[0] ? "auth.jwt.hs256_secret_env"
@@ -185,6 +184,13 @@ load_admin_token(struct auth *a, const struct conf_admin *c, char *err, size_t e
                      sizeof(buf), err, errlen);
     if (rc != 0)
         return rc;
+    if (strlen(buf) < SECRET_MIN_BYTES) {
+        secret_wipe(buf, sizeof(buf));
+        snprintf(err, errlen, "%s: the admin token must be at least %d bytes",
+                 c->token_env && c->token_env[0] ? "admin.token_env" : "admin.token_file",
+                 SECRET_MIN_BYTES);
+        return ROOMD_EINVAL;
+    }
     SHA256((const unsigned char *)buf, strlen(buf), a->admin_digest);
     a->has_admin_token = true;
     secret_wipe(buf, sizeof(buf));

@@ -9,6 +9,7 @@
 #include "conf/conf.h"
 
 #include "core/err.h"
+#include "core/secret.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -81,16 +82,29 @@ need_dir_of(struct problems *p, const char *key, const char *path)
     free(copy);
 }
 
-/* A secret named by env_key (a variable) or file_key (a file); both unset is
- * conf_load's business. */
+/* A secret named by env_key (a variable) or file_key (a file), at least
+ * SECRET_MIN_BYTES long as start-up wants it (its length is said, never its
+ * text); both unset is conf_load's business. */
 static void
 need_secret(struct problems *p, const char *env_key, const char *var, const char *file_key,
-            const char *file)
+            const char *file, const char *what)
 {
+    char buf[SECRET_MAX], err[256];
+    int n0 = p->n;
+
     if (!unset(file))
         need_file(p, file_key, file);
     else if (!unset(var))
         need_env(p, env_key, var);
+    else
+        return;
+    if (p->n != n0 ||
+        secret_load(env_key, var, file_key, file, buf, sizeof(buf), err, sizeof(err)) != 0)
+        return;
+    if (strlen(buf) < SECRET_MIN_BYTES)
+        add(p, !unset(file) ? file_key : env_key, "%s is %zu bytes: it must be at least %d", what,
+            strlen(buf), SECRET_MIN_BYTES);
+    secret_wipe(buf, sizeof(buf));
 }
 
 /* A listener's TLS pair: both files readable when the certificate is set. */
@@ -139,12 +153,15 @@ conf_check_environment(const struct conf *c, char *err, size_t errlen)
                   c->http.tls_key_file);
     need_tls_pair(&p, "admin.tls.cert_file", c->admin.tls_cert_file, "admin.tls.key_file",
                   c->admin.tls_key_file);
-    need_secret(&p, "admin.token_env", c->admin.token_env, "admin.token_file", c->admin.token_file);
+    need_tls_pair(&p, "grpc.tls.cert_file", c->grpc.tls_cert_file, "grpc.tls.key_file",
+                  c->grpc.tls_key_file);
+    need_secret(&p, "admin.token_env", c->admin.token_env, "admin.token_file", c->admin.token_file,
+                "the admin token");
     if (strcmp(c->auth.mode, "jwt") == 0) {
         if (!unset(c->auth.public_key_file))
             need_file(&p, "auth.jwt.public_key_file", c->auth.public_key_file);
         need_secret(&p, "auth.jwt.hs256_secret_env", c->auth.hs256_secret_env,
-                    "auth.jwt.hs256_secret_file", c->auth.hs256_secret_file);
+                    "auth.jwt.hs256_secret_file", c->auth.hs256_secret_file, "the HS256 secret");
     }
     /* read by the forwarder, which runs where main.c opens it */
     if (c->cluster.forward && strcmp(c->lease.driver, "redis") == 0 &&

@@ -27,8 +27,10 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +128,13 @@ const struct key conf_keys[] = {
     {"admin.token_file", K_STR, F(admin.token_file), "", .doc = "or a file holding it"},
     {"admin.max_connections", K_INT, F(admin.max_connections), "64", GE(1),
      .doc = "concurrent admin connections (apart from http.max_connections)"},
+    {"admin.max_connections_per_ip", K_INT, F(admin.max_connections_per_ip), "16", GE(0),
+     .doc = "concurrent admin connections from one address (0 = no limit): one address cannot "
+            "lock the operators and the other nodes out"},
+    {"admin.auth_backoff", K_DUR, F(admin.auth_backoff_ms), "100ms", GE(0),
+     .doc = "after a failed admin authentication its address waits this long before its next "
+            "admin request is checked (429 meanwhile), doubling per failure in a row up to 10s; "
+            "0 = off"},
     {"admin.tls.cert_file", K_STR, F(admin.tls_cert_file), "",
      .doc = "PEM certificate: HTTPS on admin.listen (with admin.tls.key_file)"},
     {"admin.tls.key_file", K_STR, F(admin.tls_key_file), "", .doc = "PEM private key of it"},
@@ -134,6 +143,18 @@ const struct key conf_keys[] = {
      .doc = "address the gRPC API (docs/grpc.md) listens on; \"\" = no gRPC API"},
     {"grpc.workers", K_INT, F(grpc.workers), "64", RANGE(1, 1024),
      .doc = "threads serving gRPC calls (each call holds one until it answers)"},
+    {"grpc.max_concurrent_streams", K_INT, F(grpc.max_concurrent_streams), "16", RANGE(1, 1024),
+     .doc = "open calls (HTTP/2 streams) per connection; keep it below grpc.workers so one "
+            "connection cannot hold every worker"},
+    {"grpc.receive_timeout", K_DUR, F(grpc.receive_timeout_ms), "2s", GT(0),
+     .doc = "a call's request message must arrive within this after its headers, else "
+            "DEADLINE_EXCEEDED and its worker is free again"},
+    {"grpc.call_timeout", K_DUR, F(grpc.call_timeout_ms), "30s", GT(0),
+     .doc = "the longest a call may take: a client deadline that is later (or none) is cut to "
+            "it; a command never starts after it, and the answer waits at most until it"},
+    {"grpc.tls.cert_file", K_STR, F(grpc.tls_cert_file), "",
+     .doc = "PEM certificate (chain): TLS on grpc.listen (with grpc.tls.key_file)"},
+    {"grpc.tls.key_file", K_STR, F(grpc.tls_key_file), "", .doc = "PEM private key of it"},
 
     {"store.driver", K_STR, F(store.driver), "sqlite", ONE_OF(store_drivers),
      .doc = "the store backend"},
@@ -819,16 +840,25 @@ bool
 conf_listen_is_loopback(const char *listen)
 {
     const char *colon = listen ? strrchr(listen, ':') : NULL;
+    char host[64];
+    struct in_addr a4;
+    struct in6_addr a6;
     size_t n;
 
-    if (colon == NULL)
+    if (colon == NULL || (n = (size_t)(colon - listen)) == 0 || n >= sizeof(host))
         return false;
-    n = (size_t)(colon - listen);
-    if (n == 9 && strncmp(listen, "localhost", 9) == 0)
+    if (listen[0] == '[' && listen[n - 1] == ']') /* "[::1]:8080" */
+        snprintf(host, sizeof(host), "%.*s", (int)(n - 2), listen + 1);
+    else
+        snprintf(host, sizeof(host), "%.*s", (int)n, listen);
+    if (strcmp(host, "localhost") == 0)
         return true;
-    if (n == 5 && strncmp(listen, "[::1]", 5) == 0)
-        return true;
-    return n >= 4 && strncmp(listen, "127.", 4) == 0;
+    /* the parsed address, not its text: "127.0.0.1" yes, "127.example.com" no */
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return false;
 }
 
 /* At most one of two keys saying where a secret (or a TLS file) is. */
@@ -897,6 +927,7 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
         bad(v, "grpc.listen", "must differ from http.listen and admin.listen");
     pair(v, "http.tls.cert_file", c->http.tls_cert_file, "http.tls.key_file", c->http.tls_key_file);
     pair(v, "admin.tls.cert_file", ad->tls_cert_file, "admin.tls.key_file", ad->tls_key_file);
+    pair(v, "grpc.tls.cert_file", c->grpc.tls_cert_file, "grpc.tls.key_file", c->grpc.tls_key_file);
 }
 
 /* The rules that read more than one key (or every entry of a list). */

@@ -58,19 +58,26 @@ struct conf_auth {
 
 /* admin: the operator listener (/internal/v1/..., /metrics, readiness details, top-up). */
 struct conf_admin {
-    char *listen;        /* "127.0.0.1:8081" */
-    char *token_env;     /* variable holding the admin bearer token */
-    char *token_file;    /* or a file holding it */
-    int max_connections; /* its own limit, apart from http.max_connections */
-    char *tls_cert_file; /* admin.tls.cert_file: PEM; "" = plain HTTP */
-    char *tls_key_file;  /* admin.tls.key_file */
+    char *listen;               /* "127.0.0.1:8081" */
+    char *token_env;            /* variable holding the admin bearer token */
+    char *token_file;           /* or a file holding it */
+    int max_connections;        /* its own limit, apart from http.max_connections */
+    int max_connections_per_ip; /* 0 = none */
+    char *tls_cert_file;        /* admin.tls.cert_file: PEM; "" = plain HTTP */
+    char *tls_key_file;         /* admin.tls.key_file */
     /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
     char *advertise_addr;
+    int64_t auth_backoff_ms; /* a failed admin authentication's first wait, doubling; 0 = off */
 };
 
 struct conf_grpc {
     char *listen; /* "127.0.0.1:9090"; "" = no gRPC API */
     int workers;  /* threads serving calls (a call blocks one, as a command an HTTP thread) */
+    int max_concurrent_streams; /* open calls per connection */
+    int64_t receive_timeout_ms; /* the request message after the headers */
+    int64_t call_timeout_ms;    /* cap on every call's deadline */
+    char *tls_cert_file;        /* "" = plaintext */
+    char *tls_key_file;
 };
 
 struct conf_sqlite {

@@ -90,6 +90,8 @@ roomd_err_code(int rc)
         return "io_error";
     case ROOMD_ELIMIT:
         return "limit_reached";
+    case ROOMD_EEXPIRED:
+        return "command_id_expired";
     default:
         return "internal";
     }

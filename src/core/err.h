@@ -30,7 +30,8 @@
     X(EPERM, 400, "permanent failure")                                                             \
     X(EIO, 500, "i/o error")                                                                       \
     X(EINTERNAL, 500, "internal error")                                                            \
-    X(ELIMIT, 429, "limit reached")
+    X(ELIMIT, 429, "limit reached")                                                                \
+    X(EEXPIRED, 410, "idempotency key expired")
 
 enum roomd_err {
     ROOMD_OK = 0,

@@ -5,10 +5,12 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/secret.h"
+#include "core/xmalloc.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,9 +43,118 @@ log_open(const char *path, enum log_level min)
     return 0;
 }
 
+/* ---- Repeated warnings: at most LOG_KIND_LINES per kind per interval ---- */
+
+/* A kind is (mod, msg) of a warn or error record. Its first LOG_KIND_LINES
+ * records of each LOG_KIND_INTERVAL_MS are written; the rest are counted and
+ * one "log lines suppressed" record per kind and interval says how many
+ * (written at the kind's next record after the interval, by
+ * log_flush_suppressed, or at log_close). A table of KIND_SLOTS kinds; kinds
+ * past it share the last slot. */
+#define KIND_SLOTS 256
+#define KIND_KEY 96
+
+struct kind {
+    char key[KIND_KEY]; /* "mod\x1fmsg", cut; "" = free slot */
+    int64_t start_ms;   /* the interval's start (monotonic) */
+    uint32_t lines;     /* written in it */
+    uint64_t suppressed;
+};
+
+static struct kind kinds[KIND_SLOTS];
+static pthread_mutex_t kinds_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void emit_suppressed(const char *key, uint64_t n);
+
+static struct kind *
+kind_of(const char *mod, const char *msg)
+{
+    char key[KIND_KEY];
+    uint32_t h = 2166136261u;
+
+    snprintf(key, sizeof(key), "%s\x1f%s", mod, msg);
+    for (const char *p = key; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    for (uint32_t i = 0; i < KIND_SLOTS - 1; i++) {
+        struct kind *k = &kinds[(h + i) % (KIND_SLOTS - 1)];
+        if (k->key[0] == '\0')
+            strlcpy_(k->key, key, sizeof(k->key));
+        if (strcmp(k->key, key) == 0)
+            return k;
+    }
+    if (kinds[KIND_SLOTS - 1].key[0] == '\0')
+        strlcpy_(kinds[KIND_SLOTS - 1].key, "log\x1f(other kinds)", KIND_KEY);
+    return &kinds[KIND_SLOTS - 1];
+}
+
+/* True when a record of lvl, mod, msg may be written now (debug and info
+ * always). Writes the kind's count of the interval that ended, if any. */
+static bool
+rate_ok(enum log_level lvl, const char *mod, const char *msg)
+{
+    char key[KIND_KEY];
+    uint64_t ended = 0;
+    int64_t now;
+    bool ok;
+
+    if (lvl < LOG_WARN)
+        return true;
+    now = clock_mono_ms();
+    pthread_mutex_lock(&kinds_mu);
+    struct kind *k = kind_of(mod, msg);
+    if (now - k->start_ms >= LOG_KIND_INTERVAL_MS) {
+        ended = k->suppressed;
+        strlcpy_(key, k->key, sizeof(key));
+        k->start_ms = now;
+        k->lines = 0;
+        k->suppressed = 0;
+    }
+    ok = k->lines < LOG_KIND_LINES;
+    if (ok)
+        k->lines++;
+    else
+        k->suppressed++;
+    pthread_mutex_unlock(&kinds_mu);
+    if (ended > 0)
+        emit_suppressed(key, ended);
+    return ok;
+}
+
+void
+log_flush_suppressed(void)
+{
+    struct {
+        char key[KIND_KEY];
+        uint64_t n;
+    } *out = NULL;
+    size_t n = 0;
+    int64_t now = clock_mono_ms();
+
+    pthread_mutex_lock(&kinds_mu);
+    for (size_t i = 0; i < KIND_SLOTS; i++) {
+        struct kind *k = &kinds[i];
+        if (k->suppressed == 0 || now - k->start_ms < LOG_KIND_INTERVAL_MS)
+            continue;
+        if (out == NULL && (out = malloc(KIND_SLOTS * sizeof(*out))) == NULL)
+            break;
+        strlcpy_(out[n].key, k->key, sizeof(out[n].key));
+        out[n++].n = k->suppressed;
+        k->start_ms = now;
+        k->lines = 0;
+        k->suppressed = 0;
+    }
+    pthread_mutex_unlock(&kinds_mu);
+    for (size_t i = 0; i < n; i++)
+        emit_suppressed(out[i].key, out[i].n);
+    free(out);
+}
+
 void
 log_close(void)
 {
+    for (size_t i = 0; i < KIND_SLOTS; i++) /* every count still held */
+        kinds[i].start_ms -= LOG_KIND_INTERVAL_MS;
+    log_flush_suppressed();
     if (log_fd > 2)
         close(log_fd);
     log_fd = 2;
@@ -231,13 +342,29 @@ header(enum log_level lvl, const char *mod, const char *msg)
     return o;
 }
 
+/* The record of a kind's suppressed lines (warn; never itself limited). */
+static void
+emit_suppressed(const char *key, uint64_t n)
+{
+    const char *sep = strchr(key, '\x1f');
+    char mod[KIND_KEY];
+    json_t *o;
+
+    snprintf(mod, sizeof(mod), "%.*s", sep != NULL ? (int)(sep - key) : 0, key);
+    o = header(LOG_WARN, mod, "log lines suppressed");
+    json_object_set_new(o, "kind", text(sep != NULL ? sep + 1 : key, strlen(sep ? sep + 1 : key)));
+    json_object_set_new(o, "suppressed", json_integer((json_int_t)n));
+    json_object_set_new(o, "interval_ms", json_integer(LOG_KIND_INTERVAL_MS));
+    emit(o);
+}
+
 void
 log_msg(enum log_level lvl, const char *mod, const char *msg, const char *fmt, ...)
 {
     char tail[2048], clean[2048 + 64];
     va_list ap;
 
-    if (!log_enabled(lvl))
+    if (!log_enabled(lvl) || !rate_ok(lvl, mod, msg))
         return;
     json_t *o = header(lvl, mod, msg);
     if (fmt != NULL) {
@@ -256,7 +383,7 @@ log_fields(enum log_level lvl, const char *mod, const char *msg, json_t *fields)
     const char *k;
     json_t *v;
 
-    if (!log_enabled(lvl)) {
+    if (!log_enabled(lvl) || !rate_ok(lvl, mod, msg)) {
         json_decref(fields);
         return;
     }

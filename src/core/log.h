@@ -6,6 +6,11 @@
  *   {"ts":"2026-11-30T01:02:03.456Z","level":"warn","mod":"outbox",
  *    "msg":"publish failed, will retry","id":42,"err":"temporary failure, retry"}
  * Every record honours the level (app.log_level; log_set_level on SIGHUP).
+ * Warn and error records are rate-limited per kind (mod, msg): at most
+ * LOG_KIND_LINES of a kind per LOG_KIND_INTERVAL_MS, the rest counted and
+ * reported by one {"msg":"log lines suppressed","kind":msg,"suppressed":N}
+ * record per kind and interval (docs/ops.md), so no client can make roomd
+ * write more than that however it floods.
  * log_reopen() reopens the file after logrotate moved it.
  * Thread: any. Blocks only on the write to the log file.
  */
@@ -55,6 +60,14 @@ void log_fields(enum log_level lvl, const char *mod, const char *msg, json_t *fi
 #define log_info(mod, msg, ...) log_msg(LOG_INFO, mod, msg, __VA_ARGS__)
 #define log_warn(mod, msg, ...) log_msg(LOG_WARN, mod, msg, __VA_ARGS__)
 #define log_error(mod, msg, ...) log_msg(LOG_ERROR, mod, msg, __VA_ARGS__)
+
+#define LOG_KIND_LINES 100        /* warn/error records of one kind per interval */
+#define LOG_KIND_INTERVAL_MS 5000 /* so <= 20 lines/s per kind sustained, bursts of 100 */
+
+/* Writes the "log lines suppressed" record of every kind whose interval
+ * ended with lines suppressed. Call it about every second (the readiness
+ * ticker does); a kind's next record does it too. Thread: any. */
+void log_flush_suppressed(void);
 
 /* Before serving only: print "roomd: ..." to stderr and exit(1). */
 void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

@@ -10,6 +10,11 @@
 
 #include <stddef.h>
 
+/* The shortest admin token and HS256 secret accepted (at start and by
+ * --check-config): 32 bytes, 256 bits. */
+#define SECRET_MIN_BYTES 32
+#define SECRET_MAX 4096 /* a buffer for one (HS256 secret, admin token) */
+
 /*
  * Reads the secret from the variable named env (when env is non-empty and the
  * variable is set and not empty), else from file (when non-empty), into buf

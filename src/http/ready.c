@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ready.c: readiness from a cache (router.h, struct http_ready). A ticker
- * thread asks the store for the outbox counts every every_ms, or every 10 x
- * the query's duration when that is longer (a big outbox); /readyz and the
+ * thread asks the store for the outbox counts and makes a write probe
+ * (store_write_probe: a store that refuses writes, a full disk, is down too,
+ * as is one whose last commit failed under WRITE_FAIL_WINDOW_MS ago) every
+ * every_ms, or every 10 x the query's duration when that is longer (a big
+ * outbox); /readyz and the
  * /metrics outbox gauges read the last answer. So a /readyz flood costs no
  * query, and the public answer is one reason word: "starting" (no check yet),
  * "store" (the last check failed), "stale" (the next check is over 5 intervals late: the store
@@ -14,6 +17,7 @@
 
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/secret.h"
 #include "core/xmalloc.h"
 #include "http/ticker.h"
@@ -27,6 +31,7 @@
 #include <string.h>
 
 #define STALE_INTERVALS 5
+#define WRITE_FAIL_WINDOW_MS 2500 /* a failed commit this recent makes the store down */
 
 struct http_ready {
     struct store *store;
@@ -74,13 +79,21 @@ refresh(void *arg)
     int64_t t0 = clock_mono_us() / 1000, took;
     int rc;
 
+    log_flush_suppressed(); /* the counts of rate-limited log lines, every tick */
     if (r->checked && t0 - r->checked_mono_ms < r->gap_ms)
         return;
     rc = store_outbox_counts(r->store, &oc);
-    took = clock_mono_us() / 1000 - t0;
     char msg[sizeof(r->error)] = "", *hj = NULL;
-    if (rc != 0)
+    if (rc != 0) {
         snprintf(msg, sizeof(msg), "%s: %s", roomd_strerror(rc), store_errmsg());
+    } else if ((rc = store_write_probe(r->store)) != 0) { /* reads work, writes may not */
+        snprintf(msg, sizeof(msg), "write probe: %s: %s", roomd_strerror(rc), store_errmsg());
+    } else if (store_writes_failing(r->store, WRITE_FAIL_WINDOW_MS)) {
+        rc = ROOMD_EIO; /* the probe's small write passed, the commands' writes do not */
+        snprintf(msg, sizeof(msg), "writes: the last commit failed (less than %d s ago)",
+                 WRITE_FAIL_WINDOW_MS / 1000);
+    }
+    took = clock_mono_us() / 1000 - t0;
     /* 503 when this node cannot serve commands; "degraded" for the rest */
     int status = node_health_eval(r->health, rc != 0 ? msg : NULL, &hj);
     char *masked = xmalloc(strlen(hj) * 3 + 1); /* "down: nats://u:***@h": no secret */

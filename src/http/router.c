@@ -9,6 +9,7 @@
 #include "http/router.h"
 
 #include "admin/http.h"
+#include "auth/throttle.h"
 #include "conf/conf.h"
 
 #include <stdio.h>
@@ -307,7 +308,19 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
         return true;
     }
     if (req->listener == HTTP_ADMIN) {
+        int64_t wait = auth_throttle_wait_ms(d->admin_throttle, req->peer);
+        if (wait > 0) { /* failed before: this address waits, its token unchecked */
+            char s[24];
+            http_response_error(resp, 429, "rate_limited",
+                                "too many failed admin authentications from this address: retry "
+                                "in %lld ms",
+                                (long long)wait);
+            snprintf(s, sizeof(s), "%lld", (long long)(wait + 999) / 1000);
+            http_response_header(resp, "Retry-After", s);
+            return false;
+        }
         r = auth_admin_ok(d->auth, req->authorization);
+        auth_throttle_result(d->admin_throttle, req->peer, r == AUTH_OK);
         p->anyone = r == AUTH_OK;
     } else {
         r = auth_verify_bearer(d->auth, req->authorization, p);

@@ -35,6 +35,7 @@ struct http_request {
     const char *forwarded_by;    /* the hop header (cluster/forward.h), NULL when absent */
     const char *content_type;    /* Content-Type, NULL when absent (a write needs JSON: 415) */
     const char *idempotency_key; /* Idempotency-Key: a command's command_id; NULL when absent */
+    const char *peer;            /* the client's address ("127.0.0.1", "::1"); NULL unknown */
     const char *body;            /* NUL-terminated, may be "" */
     size_t body_len;
     http_query_fn query; /* NULL: the request has no query string */

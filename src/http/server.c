@@ -16,7 +16,13 @@
  *    are not in within http.header_timeout (for a keep-alive connection:
  *    after http.request_timeout + header_timeout since its last answer) or
  *    whose body is not in within http.body_timeout (slowloris, slow bodies);
- *  - http.max_connections_per_ip on the public listener;
+ *  - http.max_connections_per_ip on the public listener,
+ *    admin.max_connections_per_ip on the admin one;
+ *  - fair eviction: libmicrohttpd admits EVICT_HEADROOM connections past
+ *    max_connections, and a connection past it evicts (shuts) the idle one
+ *    (waiting for its headers or body) of the address holding the most
+ *    connections, the oldest of them: idle sockets cannot starve a client
+ *    from another address (evict_one);
  *  - the raw request target (MHD_OPTION_URI_LOG_CALLBACK) goes to the router,
  *    which percent-decodes it once; libmicrohttpd's own decoded path is not used.
  *
@@ -38,10 +44,12 @@
 
 #include "cluster/forward.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -59,6 +67,8 @@
 #define WATCHDOG_EVERY_MS 100
 #define READY_EVERY_MS 1000
 #define TLS_FILE_MAX (64 * 1024)
+/* Connections admitted past max_connections, each evicting an idle one. */
+#define EVICT_HEADROOM 32
 
 struct http_server;
 
@@ -66,8 +76,10 @@ struct http_server;
 struct conn {
     struct conn *prev, *next;
     int fd;
-    int64_t deadline_ms; /* monotonic; 0 = none (a handler is running) */
-    const char *phase;   /* what the deadline waits for: "header" | "body" */
+    int64_t deadline_ms;         /* monotonic; 0 = none (a handler is running) */
+    const char *phase;           /* what the deadline waits for: "header" | "body" */
+    int64_t since_ms;            /* monotonic: when its current wait began */
+    char addr[INET6_ADDRSTRLEN]; /* the client's address; "" unknown */
 };
 
 /* One listening daemon. */
@@ -91,9 +103,10 @@ struct listener {
     struct listener_conf lc;
     int fd; /* bound by http_server_bind, MHD's once started; -1 = none */
     struct MHD_Daemon *mhd;
-    pthread_mutex_t mu; /* conns */
+    pthread_mutex_t mu; /* conns, nconns */
     struct conn *conns;
-    atomic_uint_least64_t cut_header, cut_body, refused_smuggling;
+    int nconns;
+    atomic_uint_least64_t cut_header, cut_body, refused_smuggling, evicted;
     char *tls_cert, *tls_key; /* PEM text (MHD keeps pointers) */
 };
 
@@ -126,9 +139,78 @@ conn_set_deadline(struct listener *l, struct conn *cn, int64_t after_ms, const c
     if (cn == NULL)
         return;
     pthread_mutex_lock(&l->mu);
-    cn->deadline_ms = after_ms > 0 ? clock_mono_us() / 1000 + after_ms : 0;
+    cn->since_ms = clock_mono_us() / 1000;
+    cn->deadline_ms = after_ms > 0 ? cn->since_ms + after_ms : 0;
     cn->phase = phase;
     pthread_mutex_unlock(&l->mu);
+}
+
+/* The client's address of sa as text into out ("" when unknown). */
+static void
+addr_text(const struct sockaddr *sa, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (sa != NULL && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
+    else if (sa != NULL && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
+}
+
+/* One address and how many of l's connections it holds (evict_one). */
+struct addr_count {
+    const char *addr;
+    int n;
+};
+
+/*
+ * Past max_connections: shuts the idle connection (waiting for headers or
+ * a body; a running handler is never cut) of the address that holds the
+ * most connections, the one waiting longest, so that whoever hoards slots
+ * loses them first and a client from another address gets in. Counted in
+ * roomd_http_evicted_total. Called under l->mu.
+ */
+static void
+evict_one(struct listener *l)
+{
+    size_t cap = 1;
+    struct addr_count *t;
+    struct conn *victim = NULL;
+    int victim_n = 0;
+
+    while (cap < (size_t)l->nconns * 2)
+        cap <<= 1;
+    t = xcalloc(cap, sizeof(*t));
+    for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) { /* per-address counts */
+        uint32_t h = 2166136261u;
+        for (const char *p = cn->addr; *p; p++)
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        size_t i = h & (cap - 1);
+        while (t[i].addr != NULL && strcmp(t[i].addr, cn->addr) != 0)
+            i = (i + 1) & (cap - 1);
+        t[i].addr = cn->addr;
+        t[i].n++;
+    }
+    for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
+        if (cn->deadline_ms == 0 || cn->fd < 0)
+            continue; /* a handler runs, or already shut */
+        uint32_t h = 2166136261u;
+        for (const char *p = cn->addr; *p; p++)
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        size_t i = h & (cap - 1);
+        while (strcmp(t[i].addr, cn->addr) != 0)
+            i = (i + 1) & (cap - 1);
+        if (victim == NULL || t[i].n > victim_n ||
+            (t[i].n == victim_n && cn->since_ms < victim->since_ms)) {
+            victim = cn;
+            victim_n = t[i].n;
+        }
+    }
+    free(t);
+    if (victim != NULL) {
+        atomic_fetch_add(&l->evicted, 1);
+        shutdown(victim->fd, SHUT_RDWR);
+        victim->deadline_ms = 0;
+    }
 }
 
 static struct conn *
@@ -149,15 +231,21 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         cn = xcalloc(1, sizeof(*cn));
         cn->fd = ci ? ci->connect_fd : -1;
-        cn->deadline_ms = clock_mono_us() / 1000 + l->srv->header_ms;
+        cn->since_ms = clock_mono_us() / 1000;
+        cn->deadline_ms = cn->since_ms + l->srv->header_ms;
         cn->phase = "header";
+        addr_text(ai != NULL ? ai->client_addr : NULL, cn->addr, sizeof(cn->addr));
         pthread_mutex_lock(&l->mu);
         cn->next = l->conns;
         if (l->conns)
             l->conns->prev = cn;
         l->conns = cn;
+        if (++l->nconns > l->lc.max_connections)
+            evict_one(l);
         pthread_mutex_unlock(&l->mu);
         *socket_context = cn;
         return;
@@ -173,6 +261,7 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
         l->conns = cn->next;
     if (cn->next)
         cn->next->prev = cn->prev;
+    l->nconns--;
     pthread_mutex_unlock(&l->mu);
     free(cn);
     *socket_context = NULL;
@@ -219,6 +308,14 @@ collect_conns(void *arg, struct metrics_text *t)
         metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_header));
         snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"body\"", names[i]);
         metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_body));
+    }
+    metrics_family(t, "roomd_http_evicted_total", "counter",
+                   "Idle connections shut to admit one past max_connections (the address "
+                   "holding the most loses its oldest).");
+    for (int i = 0; i < 2; i++) {
+        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
+        metrics_count(t, "roomd_http_evicted_total", labels,
+                      (uint64_t)atomic_load(&srv->lst[i].evicted));
     }
     metrics_family(t, framing, "counter",
                    "Requests refused 400 for repeated or conflicting Content-Length / "
@@ -292,10 +389,13 @@ accumulate(struct http_server *srv, struct req_state *rs, const char *data, size
 }
 
 /* What the framing headers say: how many Content-Length and
- * Transfer-Encoding headers, and whether a Content-Length is not digits. */
+ * Transfer-Encoding headers, whether a Content-Length is not digits, and
+ * whether a Transfer-Encoding is anything but "chunked" alone (which
+ * libmicrohttpd would not decode: "identity, chunked" waited for the body
+ * timeout). */
 struct framing {
     int content_length, transfer_encoding;
-    bool bad_length;
+    bool bad_length, bad_coding;
     unsigned long long length;
 };
 
@@ -314,6 +414,7 @@ scan_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *va
             f->bad_length = true;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
         f->transfer_encoding++;
+        f->bad_coding = f->bad_coding || strcasecmp(value, "chunked") != 0;
     }
     return MHD_YES;
 }
@@ -329,15 +430,27 @@ framing_ok(struct listener *l, struct MHD_Connection *c, bool *too_big, enum MHD
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_framing, &f);
     *too_big = f.content_length == 1 && !f.bad_length && f.length > l->srv->max_body;
     if (f.content_length <= 1 && !f.bad_length && !(f.content_length && f.transfer_encoding) &&
-        f.transfer_encoding <= 1)
+        f.transfer_encoding <= 1 && !f.bad_coding)
         return true;
     atomic_fetch_add(&l->refused_smuggling, 1);
     http_response_error(&resp, 400, "bad_request",
-                        "Content-Length: repeated, not a number, or with Transfer-Encoding");
+                        "Content-Length: repeated, not a number, or with Transfer-Encoding; "
+                        "or a Transfer-Encoding other than chunked");
     http_response_header(&resp, MHD_HTTP_HEADER_CONNECTION, "close");
     *ret = send_response(c, &resp);
     http_response_clear(&resp);
     return false;
+}
+
+/* The client's address of c as text into out ("127.0.0.1", "::1"; ""
+ * when unknown). */
+static void
+peer_text(struct MHD_Connection *c, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+    addr_text(ci != NULL ? ci->client_addr : NULL, out, len);
 }
 
 /* http_query_fn over MHD: ctx is the connection. */
@@ -418,6 +531,8 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     if (rs->too_big)
         return send_too_big(srv, c);
 
+    char peer[INET6_ADDRSTRLEN];
+    peer_text(c, peer, sizeof(peer));
     struct http_request req = {
         .listener = l->which,
         .method = method,
@@ -429,6 +544,7 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .content_type =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
         .idempotency_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key"),
+        .peer = peer,
         .body = rs->body ? rs->body : "",
         .body_len = rs->len,
         .query = query_arg,
@@ -599,8 +715,8 @@ listener_start(struct http_server *srv, enum http_listener which, unsigned int i
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, l->tls_key};
     }
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, l->fd, NULL};
-    opts[n++] =
-        (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, (intptr_t)lc->max_connections, NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                        (intptr_t)lc->max_connections + EVICT_HEADROOM, NULL};
     if (lc->per_ip > 0)
         opts[n++] =
             (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)lc->per_ip, NULL};
@@ -679,7 +795,7 @@ http_server_bind(struct http_server **out, const struct conf *conf, char *err, s
         ac->tls_cert_file ? ac->tls_cert_file : "",
         ac->tls_key_file ? ac->tls_key_file : "",
         ac->max_connections > 0 ? ac->max_connections : 64,
-        0, /* the operator's own: no per-IP cap */
+        ac->max_connections_per_ip,
     };
     if ((rc = listener_bind(srv, HTTP_PUBLIC, &pub, err, errlen)) != 0 ||
         (rc = listener_bind(srv, HTTP_ADMIN, &adm, err, errlen)) != 0) {

@@ -40,6 +40,8 @@ struct http_deps {
     const struct node_health *health; /* /readyz checks besides the store; NULL = none */
     struct http_ready *ready;
     struct admin *admin; /* the admin API and console on admin.listen; NULL = none */
+    struct auth_throttle
+        *admin_throttle; /* failed admin authentications per address; NULL = none */
 };
 
 /* Binds conf->http.listen and conf->admin.listen (listening sockets:

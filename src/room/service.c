@@ -169,6 +169,21 @@ answer_logged(struct room_reply *r, struct timing *tm, const struct room_cmd *cm
     fail_reply(r, tm, 409, "idempotency_key_reused", msg);
 }
 
+/* A gift whose command_id committed and was paid before, and whose command
+ * log row was purged since (store.retention.command_log_max_age): its
+ * answer is gone, and the wallet's record of it refuses a second gift. */
+static void
+expired_reply(struct room_reply *r, struct timing *tm, const struct room_cmd *cmd)
+{
+    char msg[320];
+
+    snprintf(msg, sizeof(msg),
+             "command_id %s was committed and paid before and is past the idempotency window "
+             "(store.retention.command_log_max_age): send a new gift with a new command_id",
+             cmd->command_id);
+    fail_reply(r, tm, 410, "command_id_expired", msg);
+}
+
 /* Before refusing a command, or making an effect outside the store (the
  * remote wallet's Try): if its command_id is in the log (a retry of a
  * committed command, or a concurrent twin that committed while it waited for
@@ -577,6 +592,11 @@ stage_wallet_hold(struct exec *x)
         fail_reply(x->reply, &x->tm, 402, "insufficient_balance", msg);
         return false;
     }
+    if (rc == ROOMD_EEXPIRED) { /* the wallet confirmed this very gift long ago */
+        if (!logged_meanwhile(svc, cmd, x->reply, &x->tm))
+            expired_reply(x->reply, &x->tm, cmd);
+        return false;
+    }
     if (rc == ROOMD_EREUSED) {
         if (logged_meanwhile(svc, cmd, x->reply, &x->tm))
             return false;
@@ -684,6 +704,8 @@ commit_refused(struct exec *x, int rc)
 
     if (rc == ROOMD_EREUSED) {
         answer_reused(x);
+    } else if (rc == ROOMD_EEXPIRED) { /* the ledger's debit: paid before, its log row purged */
+        expired_reply(x->reply, &x->tm, cmd);
     } else if (rc == ROOMD_EFUNDS) { /* the debit was refused: rolled back alone */
         snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
                  (long long)x->debit.amount, (long long)x->debit.balance_after);

@@ -3,15 +3,19 @@
  * server.c: the gRPC API (server.h). Read top-down:
  *   methods[]      the RPCs and the HTTP route each one is
  *   worker_main    one thread: request a call, serve it, repeat
- *   serve          one call: receive, to_request, router_handle, reply
+ *   serve          one call: authenticate (before the message), receive (by
+ *                  grpc.receive_timeout), strings_ok, to_request,
+ *                  router_handle, reply; every wait bounded (grpc.call_timeout)
  *   to_request     message + metadata -> struct http_request
  *   reply          struct http_response -> reply message or status + details
  * Status mapping (docs/grpc.md): status_of().
  */
 #include "rpc/server.h"
 
+#include "auth/throttle.h"
 #include "conf/conf.h"
 #include "core/err.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "http/router.h"
@@ -83,6 +87,10 @@ static const struct method methods[] = {
 struct rpc_server {
     const struct http_deps *d; /* NULL until rpc_server_start */
     const char *listen;        /* conf->grpc.listen, borrowed */
+    int64_t receive_timeout_ms, call_timeout_ms;
+    int max_streams; /* grpc.max_concurrent_streams: calls of one connection in workers */
+    bool tls;
+    pthread_mutex_t mu; /* guards workers[].peer */
     grpc_server *server;
     int nworkers;
     struct worker *workers;
@@ -96,6 +104,7 @@ struct worker {
     grpc_completion_queue *cq;
     pthread_t thread;
     bool started;
+    char peer[128]; /* the connection of the call it serves ("ipv4:1.2.3.4:5678"), "" idle */
 };
 
 /* ==== One call's pieces ==== */
@@ -199,6 +208,8 @@ status_of(int http_status, const char *code)
         if (strcmp(code, "idempotency_key_reused") == 0)
             return GRPC_STATUS_ABORTED;         /* retry with a new command_id */
         return GRPC_STATUS_FAILED_PRECONDITION; /* the room's state refuses it */
+    case 410: /* command_id_expired: a gift paid before its log row was purged; new id */
+        return GRPC_STATUS_ABORTED;
     case 413:
     case 429:
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
@@ -476,13 +487,27 @@ reply(const struct method *m, const struct http_response *resp, struct answer *a
 
 /* ==== Serving one call ==== */
 
-/* Runs one batch of ops on call and waits for it on cq. */
+/* Runs one batch of ops on call and waits for it on cq (the worker's own:
+ * only this call's events arrive there) until deadline. Past it, the call is
+ * cancelled (DEADLINE_EXCEEDED to the client) and the batch's end awaited,
+ * which the cancel makes prompt; *late is set then. True when the batch
+ * succeeded in time. */
 static bool
-run_batch(grpc_call *call, grpc_completion_queue *cq, grpc_op *ops, size_t n)
+run_batch(grpc_call *call, grpc_completion_queue *cq, grpc_op *ops, size_t n, gpr_timespec deadline,
+          bool *late)
 {
+    grpc_event e;
+
     if (grpc_call_start_batch(call, ops, n, ops, NULL) != GRPC_CALL_OK)
         return false;
-    grpc_event e = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    e = grpc_completion_queue_next(cq, deadline, NULL);
+    if (e.type == GRPC_QUEUE_TIMEOUT) {
+        grpc_call_cancel_with_status(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                     "roomd: the call took longer than its deadline", NULL);
+        grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        *late = true;
+        return false;
+    }
     return e.type == GRPC_OP_COMPLETE && e.success;
 }
 
@@ -490,6 +515,20 @@ static bool
 deadline_passed(gpr_timespec deadline)
 {
     return gpr_time_cmp(gpr_now(deadline.clock_type), deadline) >= 0;
+}
+
+/* now + ms on the monotonic clock. */
+static gpr_timespec
+after_ms(int64_t ms)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* The earlier of a and b (both monotonic). */
+static gpr_timespec
+earlier(gpr_timespec a, gpr_timespec b)
+{
+    return gpr_time_cmp(a, b) <= 0 ? a : b;
 }
 
 static const struct method *
@@ -502,10 +541,11 @@ find_method(grpc_slice path)
     return NULL;
 }
 
-/* Reads the one request message of call into a malloc'd buffer; NULL when
- * the client sent none (or went away). */
+/* Reads the one request message of call into a malloc'd buffer by
+ * deadline; NULL when the client sent none, went away or was too slow
+ * (*late: the call is cancelled then). */
 static uint8_t *
-receive(grpc_call *call, grpc_completion_queue *cq, size_t *len)
+receive(grpc_call *call, grpc_completion_queue *cq, size_t *len, gpr_timespec deadline, bool *late)
 {
     grpc_byte_buffer *bb = NULL;
     grpc_byte_buffer_reader rd;
@@ -515,8 +555,11 @@ receive(grpc_call *call, grpc_completion_queue *cq, size_t *len)
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
-    if (!run_batch(call, cq, &op, 1) || bb == NULL)
+    if (!run_batch(call, cq, &op, 1, deadline, late) || bb == NULL) {
+        if (bb != NULL)
+            grpc_byte_buffer_destroy(bb);
         return NULL;
+    }
     grpc_byte_buffer_reader_init(&rd, bb);
     grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
     grpc_byte_buffer_reader_destroy(&rd);
@@ -529,10 +572,13 @@ receive(grpc_call *call, grpc_completion_queue *cq, size_t *len)
 }
 
 /* Sends a's answer: initial metadata, the message (OK), the status with its
- * trailers, and waits for the client's close. */
+ * trailers, and waits for the client's close, until deadline (then the call
+ * is cancelled). */
 static void
-send_answer(grpc_call *call, grpc_completion_queue *cq, const struct answer *a)
+send_answer(grpc_call *call, grpc_completion_queue *cq, const struct answer *a,
+            gpr_timespec deadline)
 {
+    bool late = false;
     grpc_metadata initial[1], trailing[2];
     size_t ninitial = 0, ntrailing = 0;
     grpc_byte_buffer *bb = NULL;
@@ -574,7 +620,7 @@ send_answer(grpc_call *call, grpc_completion_queue *cq, const struct answer *a)
     ops[nops++].data.send_status_from_server.trailing_metadata = trailing;
     ops[nops].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[nops++].data.recv_close_on_server.cancelled = &cancelled;
-    run_batch(call, cq, ops, nops);
+    run_batch(call, cq, ops, nops, deadline, &late);
     for (size_t i = 0; i < ntrailing; i++)
         grpc_slice_unref(trailing[i].value);
     grpc_slice_unref(details);
@@ -582,43 +628,237 @@ send_answer(grpc_call *call, grpc_completion_queue *cq, const struct answer *a)
         grpc_byte_buffer_destroy(bb);
 }
 
+/* The address of call's client into out ("127.0.0.1", "::1"), from gRPC's
+ * peer text "ipv4:127.0.0.1:5555" / "ipv6:[::1]:5555"; "" when unknown. */
+static void
+peer_address(grpc_call *call, char *out, size_t len)
+{
+    char *peer = grpc_call_get_peer(call);
+    const char *p = strchr(peer, ':'), *end;
+
+    out[0] = '\0';
+    if (p != NULL && strncmp(peer, "ip", 2) == 0) {
+        p++;
+        end = *p == '[' ? strchr(++p, ']') : strrchr(p, ':');
+        if (end != NULL && (size_t)(end - p) < len)
+            snprintf(out, len, "%.*s", (int)(end - p), p);
+    }
+    gpr_free(peer);
+}
+
+/* Who may call m, from the authorization metadata alone, before a worker
+ * waits for the message: a valid JWT on RoomService (unless auth.mode none),
+ * the admin token on RoomInternalService. False with a's UNAUTHENTICATED
+ * (counted as the HTTP listener of the same role counts it); an address
+ * that failed the admin token waits (auth/throttle.h: RESOURCE_EXHAUSTED).
+ * The router checks again with the request (the app and uid a token may act
+ * as). */
+static bool
+authenticated(struct rpc_server *s, const struct method *m, const grpc_metadata_array *md,
+              const char *peer, struct answer *a)
+{
+    struct auth *au = s->d->auth;
+    struct auth_principal p;
+    enum auth_reason r;
+    char *token;
+
+    if (au == NULL || (m->on == HTTP_PUBLIC && auth_mode_none(au)))
+        return true;
+    if (m->on == HTTP_ADMIN && auth_throttle_wait_ms(s->d->admin_throttle, peer) > 0) {
+        set_error(a, GRPC_STATUS_RESOURCE_EXHAUSTED, 429, "rate_limited", NULL,
+                  "too many failed admin authentications from this address: retry later");
+        return false;
+    }
+    token = md_dup(md, "authorization");
+    r = m->on == HTTP_ADMIN ? auth_admin_ok(au, token) : auth_verify_bearer(au, token, &p);
+    if (m->on == HTTP_ADMIN)
+        auth_throttle_result(s->d->admin_throttle, peer, r == AUTH_OK);
+    if (token != NULL) {
+        explicit_bzero(token, strlen(token));
+        free(token);
+    }
+    if (r == AUTH_OK)
+        return true;
+    auth_count(au, m->on == HTTP_ADMIN ? "admin" : "public", r);
+    set_error(a, GRPC_STATUS_UNAUTHENTICATED, 401, "unauthenticated", NULL,
+              r == AUTH_MISSING ? "authorization: no token" : "authorization: not a valid token");
+    return false;
+}
+
+/* Reads a varint at p[*i..len) into *v; false when it does not end in it. */
+static bool
+varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; *i < len && shift < 64; shift += 7) {
+        uint8_t c = p[(*i)++];
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if ((c & 0x80) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* True when the bytes p[0..n) are a string field's value roomd takes: valid
+ * UTF-8 (jansson's check, json_stringn) with no NUL byte. */
+static bool
+text_ok(const uint8_t *p, size_t n)
+{
+    json_t *j;
+
+    if (memchr(p, '\0', n) != NULL || (j = json_stringn((const char *)p, n)) == NULL)
+        return false;
+    json_decref(j);
+    return true;
+}
+
+/* Checks every string field of message type d in its wire bytes p[0..len)
+ * (and of the messages inside it), as HTTP refuses such JSON: false with
+ * the field's name in *bad when one holds a NUL byte or is not valid UTF-8
+ * (protobuf-c would cut it at the NUL: "r1\0x" would be room r1). Other
+ * malformations are left to protobuf_c_message_unpack. */
+static bool
+strings_ok(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len, const char **bad)
+{
+    size_t i = 0;
+    uint64_t tag, n;
+
+    while (i < len) {
+        if (!varint(p, len, &i, &tag))
+            return true;
+        switch (tag & 7) {
+        case 0:
+            if (!varint(p, len, &i, &n))
+                return true;
+            break;
+        case 1:
+            i += 8;
+            break;
+        case 5:
+            i += 4;
+            break;
+        case 2: {
+            const ProtobufCFieldDescriptor *f =
+                tag >> 3 <= UINT32_MAX
+                    ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                    : NULL;
+            if (!varint(p, len, &i, &n) || n > len - i)
+                return true;
+            if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && !text_ok(p + i, n)) {
+                *bad = f->name;
+                return false;
+            }
+            if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+                !strings_ok(f->descriptor, p + i, n, bad))
+                return false;
+            i += n;
+            break;
+        }
+        default:
+            return true;
+        }
+    }
+    return true;
+}
+
+/* Takes a place for call among the calls of its connection (its peer
+ * address and port) that workers hold: false when that connection already
+ * has grpc.max_concurrent_streams of them. A client that opens its streams
+ * before it acknowledges the SETTINGS frame carrying that limit is held to
+ * it here. leave() gives the place back. */
+static bool
+enter(struct worker *w, grpc_call *call)
+{
+    struct rpc_server *s = w->s;
+    char *peer = grpc_call_get_peer(call);
+    int n = 0;
+
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->nworkers; i++)
+        n += s->workers[i].peer[0] != '\0' && strcmp(s->workers[i].peer, peer) == 0;
+    if (n < s->max_streams)
+        strlcpy_(w->peer, peer, sizeof(w->peer));
+    pthread_mutex_unlock(&s->mu);
+    gpr_free(peer);
+    return n < s->max_streams;
+}
+
+static void
+leave(struct worker *w)
+{
+    pthread_mutex_lock(&w->s->mu);
+    w->peer[0] = '\0';
+    pthread_mutex_unlock(&w->s->mu);
+}
+
 /*
- * Serves one call. A deadline that passed before the command starts answers
- * DEADLINE_EXCEEDED and runs nothing; one that passes while it runs does not
- * stop it: the command commits or not as a whole, the client sees
- * DEADLINE_EXCEEDED, and a retry with the same command_id tells which.
+ * Serves one call; every wait is bounded. The call's deadline is the
+ * client's, cut to grpc.call_timeout. The token is checked from the headers
+ * before the message is awaited; the message must arrive within
+ * grpc.receive_timeout (else the call is cancelled, DEADLINE_EXCEEDED). A
+ * deadline that passed before the command starts answers DEADLINE_EXCEEDED
+ * and runs nothing; one that passes while it runs does not stop it: the
+ * command commits or not as a whole, the client sees DEADLINE_EXCEEDED, and
+ * a retry with the same command_id tells which.
  */
 static void
-serve(struct rpc_server *s, grpc_completion_queue *cq, grpc_call *call, const grpc_call_details *cd,
-      const grpc_metadata_array *md)
+serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc_metadata_array *md)
 {
+    struct rpc_server *s = w->s;
+    grpc_completion_queue *cq = w->cq;
     const struct method *m = find_method(cd->method);
+    gpr_timespec dl = earlier(gpr_convert_clock_type(cd->deadline, GPR_CLOCK_MONOTONIC),
+                              after_ms(s->call_timeout_ms));
     struct answer a;
     struct built b;
     struct http_response resp;
     uint8_t *data = NULL;
     size_t len = 0;
+    const char *bad = NULL;
+    bool late = false;
+    char peer[64];
 
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
     memset(&resp, 0, sizeof(resp));
-    data = receive(call, cq, &len);
+    peer_address(call, peer, sizeof(peer));
     if (m == NULL) {
         char *name = grpc_slice_to_c_string(cd->method);
         snprintf(a.message, sizeof(a.message), "no method %.200s", name);
         gpr_free(name);
         set_error(&a, GRPC_STATUS_UNIMPLEMENTED, 404, "not_found", NULL, a.message);
-    } else if (data == NULL) {
-        set_error(&a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", "body",
-                  "body: no request message");
-    } else if (deadline_passed(cd->deadline)) {
+    } else if (!authenticated(s, m, md, peer, &a)) {
+        /* refused from the headers: no worker waits for a message */
+    } else if (!enter(w, call)) {
+        set_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, 429, "rate_limited", NULL,
+                  "too many calls open on this connection (grpc.max_concurrent_streams)");
+    } else if ((data = receive(call, cq, &len, earlier(dl, after_ms(s->receive_timeout_ms)),
+                               &late)) == NULL) {
+        if (late)
+            set_error(&a, GRPC_STATUS_DEADLINE_EXCEEDED, 504, "deadline_exceeded", NULL,
+                      "no request message within grpc.receive_timeout");
+        else
+            set_error(&a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", "body",
+                      "body: no request message");
+    } else if (deadline_passed(dl)) {
         set_error(&a, GRPC_STATUS_DEADLINE_EXCEEDED, 504, "deadline_exceeded", NULL,
                   "the deadline passed before the command started: nothing was done");
+    } else if (!strings_ok(m->in, data, len, &bad)) {
+        char text[160];
+        snprintf(text, sizeof(text), "%s: must be valid UTF-8 without NUL bytes", bad);
+        set_error(&a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", bad, text);
     } else if (to_request(m, data, len, md, &b, &a)) {
+        b.req.peer = peer;
         router_handle(s->d, &b.req, &resp);
         reply(m, &resp, &a);
     }
-    send_answer(call, cq, &a);
+    /* the answer may wait past a deadline the command ran over, but not for long */
+    if (!late)
+        send_answer(call, cq, &a,
+                    gpr_time_cmp(dl, after_ms(s->receive_timeout_ms)) > 0
+                        ? dl
+                        : after_ms(s->receive_timeout_ms));
+    leave(w);
     if ((unsigned)a.status < NCODES)
         atomic_fetch_add(&s->calls[m != NULL ? (size_t)(m - methods) : NMETHODS][a.status], 1);
     http_response_clear(&resp);
@@ -650,7 +890,7 @@ worker_main(void *arg)
             got = e.type == GRPC_OP_COMPLETE && e.success;
         }
         if (got)
-            serve(w->s, w->cq, call, &cd, &md);
+            serve(w, call, &cd, &md);
         if (call != NULL)
             grpc_call_unref(call);
         grpc_call_details_destroy(&cd);
@@ -684,12 +924,49 @@ collect(void *arg, struct metrics_text *t)
     }
 }
 
+/* The listener's credentials: TLS with grpc.tls.cert_file/key_file (read
+ * here), else plaintext. 0, or ROOMD_EINVAL with err naming the key. */
+static int
+server_credentials(const struct conf *conf, grpc_server_credentials **creds, char *err,
+                   size_t errlen)
+{
+    grpc_ssl_pem_key_cert_pair pair;
+    char *cert, *key;
+    size_t len;
+
+    *creds = NULL;
+    if (conf->grpc.tls_cert_file == NULL || conf->grpc.tls_cert_file[0] == '\0') {
+        *creds = grpc_insecure_server_credentials_create();
+        return 0;
+    }
+    if ((cert = file_read_text("grpc.tls.cert_file", conf->grpc.tls_cert_file, 1 << 20, &len, err,
+                               errlen)) == NULL)
+        return ROOMD_EINVAL;
+    if ((key = file_read_text("grpc.tls.key_file", conf->grpc.tls_key_file, 1 << 20, &len, err,
+                              errlen)) == NULL) {
+        free(cert);
+        return ROOMD_EINVAL;
+    }
+    pair.private_key = key;
+    pair.cert_chain = cert;
+    *creds = grpc_ssl_server_credentials_create_ex(NULL, &pair, 1,
+                                                   GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+    explicit_bzero(key, strlen(key));
+    free(key);
+    free(cert);
+    if (*creds == NULL) {
+        snprintf(err, errlen, "grpc.tls.cert_file: not a usable PEM certificate and key");
+        return ROOMD_EINVAL;
+    }
+    return 0;
+}
+
 int
 rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, size_t errlen)
 {
     struct rpc_server *s;
     grpc_server_credentials *creds;
-    grpc_arg args[1];
+    grpc_arg args[2];
     grpc_channel_args chargs;
     int port;
 
@@ -700,12 +977,19 @@ rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, siz
     s = xcalloc(1, sizeof(*s));
     s->listen = conf->grpc.listen;
     s->nworkers = conf->grpc.workers;
+    s->receive_timeout_ms = conf->grpc.receive_timeout_ms;
+    s->call_timeout_ms = conf->grpc.call_timeout_ms;
+    s->max_streams = conf->grpc.max_concurrent_streams;
+    pthread_mutex_init(&s->mu, NULL);
     s->workers = xcalloc((size_t)s->nworkers, sizeof(*s->workers));
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)conf->http.max_body_bytes; /* above: RESOURCE_EXHAUSTED */
-    chargs.num_args = 1;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS; /* one connection: so many workers */
+    args[1].value.integer = conf->grpc.max_concurrent_streams;
+    chargs.num_args = 2;
     chargs.args = args;
     s->server = grpc_server_create(&chargs, NULL);
     for (int i = 0; i < s->nworkers; i++) {
@@ -713,7 +997,11 @@ rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, siz
         s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
     }
-    creds = grpc_insecure_server_credentials_create();
+    if (server_credentials(conf, &creds, err, errlen) != 0) {
+        rpc_server_close(s);
+        return ROOMD_EINVAL;
+    }
+    s->tls = conf->grpc.tls_cert_file != NULL && conf->grpc.tls_cert_file[0] != '\0';
     port = grpc_server_add_http2_port(s->server, conf->grpc.listen, creds); /* binds, listens */
     grpc_server_credentials_release(creds);
     if (port <= 0) {
@@ -740,7 +1028,8 @@ rpc_server_start(struct rpc_server *s, const struct http_deps *d, char *err, siz
         s->workers[i].started = true;
     }
     s->collecting = metrics_add_collector(collect, s) == 0;
-    log_info("rpc", "gRPC API serving", "listen=%s workers=%d", s->listen, s->nworkers);
+    log_info("rpc", "gRPC API serving", "listen=%s workers=%d tls=%s", s->listen, s->nworkers,
+             s->tls ? "on" : "off");
     return 0;
 }
 
@@ -779,6 +1068,7 @@ rpc_server_close(struct rpc_server *s)
     }
     grpc_completion_queue_shutdown(done);
     grpc_completion_queue_destroy(done);
+    pthread_mutex_destroy(&s->mu);
     free(s->workers);
     free(s);
     grpc_shutdown_blocking();

@@ -8,6 +8,7 @@
 #include "store/store.h"
 
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/sink_bits.h"
 #include "core/xmalloc.h"
@@ -147,7 +148,7 @@ outbox_outcome_of(const struct outbox_result *r, struct outbox_outcome *out)
 
 enum wallet_debit_step
 wallet_debit_rule(struct wallet_debit *d, bool have_debit, int64_t luid, int64_t lamount,
-                  bool have_refund, int64_t balance)
+                  const char *ldigest, bool have_refund, int64_t balance)
 {
     d->rc = 0;
     d->balance_after = balance;
@@ -157,11 +158,19 @@ wallet_debit_rule(struct wallet_debit *d, bool have_debit, int64_t luid, int64_t
         return WALLET_DEBIT_REFUSED;
     }
     if (have_debit && !have_refund) {
-        if (luid == d->uid && lamount == d->amount)
-            return WALLET_DEBIT_STANDS;
-        store_set_errmsg("wallet: %s already debited %lld from uid %lld", d->ref_id,
-                         (long long)lamount, (long long)luid);
-        d->rc = ROOMD_EREUSED;
+        bool same = ldigest != NULL && ldigest[0] != '\0' ? strcmp(ldigest, d->digest) == 0
+                                                          : luid == d->uid && lamount == d->amount;
+
+        if (same) {
+            store_set_errmsg("command_id %s: this gift committed and was paid before; its "
+                             "command log row was purged (store.retention.command_log_max_age)",
+                             d->ref_id);
+            d->rc = ROOMD_EEXPIRED;
+        } else {
+            store_set_errmsg("wallet: %s already debited %lld from uid %lld for another request",
+                             d->ref_id, (long long)lamount, (long long)luid);
+            d->rc = ROOMD_EREUSED;
+        }
         return WALLET_DEBIT_REFUSED;
     }
     if (balance < d->amount) {
@@ -300,7 +309,15 @@ store_load_room(struct store *s, const char *app, const char *room_id, struct ro
 int
 store_save(struct store *s, struct mutation *const *muts, size_t n)
 {
-    return s->ops->save(s, muts, n);
+    for (size_t i = 0; i < n; i++)
+        if (muts[i]->debit != NULL) { /* the ledger row records the gift it pays */
+            muts[i]->debit->room_id = muts[i]->room_id;
+            muts[i]->debit->version = muts[i]->version;
+        }
+    int rc = s->ops->save(s, muts, n);
+    /* what readiness reads (store_writes_failing): the batch's transaction */
+    atomic_store(rc == 0 ? &s->write_ok_ms : &s->write_failed_ms, clock_wall_ms());
+    return rc;
 }
 
 int
@@ -353,6 +370,20 @@ store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms)
 }
 
 int
+store_write_probe(struct store *s)
+{
+    return s->ops->write_probe(s, clock_wall_ms());
+}
+
+bool
+store_writes_failing(struct store *s, int64_t within_ms)
+{
+    int64_t failed = atomic_load(&s->write_failed_ms), ok = atomic_load(&s->write_ok_ms);
+
+    return failed > ok && clock_wall_ms() - failed < within_ms;
+}
+
+int
 store_outbox_counts(struct store *s, struct outbox_counts *out)
 {
     return s->ops->outbox_counts(s, out);
@@ -391,10 +422,12 @@ const struct store_col store_room_cols[] = {
     STORE_COL('i', struct room_row, fence_token),   STORE_COL('i', struct room_row, created_at_ms),
     STORE_COL('i', struct room_row, updated_at_ms), {0}};
 const struct store_col store_audit_cols[] = {
-    STORE_COL('k', struct audit_row, kind),    STORE_COL('c', struct audit_row, app_code),
-    STORE_COL('c', struct audit_row, key),     STORE_COL('c', struct audit_row, ledger_kind),
-    STORE_COL('i', struct audit_row, uid),     STORE_COL('i', struct audit_row, amount),
-    STORE_COL('s', struct audit_row, request), {0}};
+    STORE_COL('k', struct audit_row, kind),          STORE_COL('c', struct audit_row, app_code),
+    STORE_COL('c', struct audit_row, key),           STORE_COL('c', struct audit_row, ledger_kind),
+    STORE_COL('i', struct audit_row, uid),           STORE_COL('i', struct audit_row, amount),
+    STORE_COL('s', struct audit_row, request),       STORE_COL('c', struct audit_row, room_id),
+    STORE_COL('i', struct audit_row, version),       STORE_COL('c', struct audit_row, digest),
+    STORE_COL('i', struct audit_row, created_at_ms), {0}};
 const struct store_col store_gift_cols[] = {STORE_COL('c', struct gift_item, app_code),
                                             STORE_COL('c', struct gift_item, gift_id),
                                             STORE_COL('i', struct gift_item, unit_price),

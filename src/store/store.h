@@ -40,7 +40,8 @@
  *         for retryable, lock_until_ms for delivering, NULL for delivered/failed.
  *         INDEX (due_at_ms, id) lets a claim touch only claimable rows.
  *   wallet_accounts(app_code, uid, balance, updated_at_ms)  PK (app_code, uid)
- *   wallet_ledger(app_code, ref_id, uid, amount, kind, created_at_ms)
+ *   wallet_ledger(app_code, ref_id, uid, amount, kind, created_at_ms, room_id,
+ *         version, request_digest)  -- a debit records the gift it pays
  *         PK (app_code, ref_id, kind)  -- debit/refund/topup idempotency
  *   gift_catalog(app_code, gift_id, unit_price, energy_per_unit, enabled,
  *         version, updated_at_ms)   PK (app_code, gift_id) -- SendGift's prices
@@ -280,10 +281,16 @@ struct room_row {
 void room_rows_free(struct room_row *rows, size_t n);
 
 /* A gift's debit from the embedded ledger (mutation.debit): a statement of
- * its mutation's transaction, keyed by (app, ref_id = the command_id). */
+ * its mutation's transaction, keyed by (app, ref_id = the command_id). The
+ * ledger row also records the gift it pays (room_id, version, digest): the
+ * durable idempotency record of the gift once its command log row is
+ * purged, and what the audit matches per gift (docs/wallet.md). */
 struct wallet_debit {
     const char *app, *ref_id; /* borrowed */
     int64_t uid, amount;
+    char digest[65];         /* hex SHA-256 of the canonical request (wallet_request_digest) */
+    const char *room_id;     /* borrowed; set by store_save from the mutation */
+    int64_t version;         /* the gift's room version; set by store_save */
     int64_t initial_balance; /* balance of a never-seen account */
     int rc;                  /* out: 0, ROOMD_EFUNDS, ROOMD_EINVAL, ROOMD_EREUSED */
     int64_t balance_after;   /* out: uid's balance after it (or as found when refused) */
@@ -303,13 +310,19 @@ struct gift_item {
 
 /* One row the wallet audit reads (store_wallet_audit_rows). */
 struct audit_row {
-    char kind; /* 'G' a committed SendGift, 'L' a ledger row, 'A' an account */
+    char kind; /* 'G' a committed SendGift, 'L' a ledger row, 'A' an account, 'M' a room's
+                * oldest logged version */
     char app_code[STORE_ID_MAX];
-    char key[STORE_ID_MAX]; /* G: command_id; L: ref_id; A: "" */
-    char ledger_kind[8];    /* L: "debit" | "refund" | "topup" */
-    int64_t uid;            /* L, A */
-    int64_t amount;         /* L: amount; A: balance */
-    char *request;          /* G: the logged request (malloc'd), else NULL */
+    char key[STORE_ID_MAX];     /* G: command_id; L: ref_id; A: "" */
+    char ledger_kind[8];        /* L: "debit" | "refund" | "topup" */
+    int64_t uid;                /* L, A */
+    int64_t amount;             /* L: amount; A: balance */
+    char *request;              /* G: the logged request (malloc'd), else NULL */
+    char room_id[STORE_ID_MAX]; /* G, L (debit; "" before migration), M: the room */
+    int64_t version;            /* G: its version; L: the gift's (0: unknown); M: the room's
+                                 * oldest logged version */
+    char digest[65];            /* L: the gift's request digest ("" unknown) */
+    int64_t created_at_ms;      /* L */
 };
 void audit_rows_free(struct audit_row *rows, size_t n);
 
@@ -334,7 +347,7 @@ struct store_col {
  * room_id, rocket_id, rocket_level, rocket_launch_at_ms), a room_row
  * (app_code, room_id, owner_uid, title, status, version, fence_token,
  * created_at_ms, updated_at_ms) and an audit_row (kind, app_code, key,
- * ledger_kind, uid, amount, request). */
+ * ledger_kind, uid, amount, request, room_id, version, digest, created_at_ms). */
 extern const struct store_col store_command_cols[];
 extern const struct store_col store_rocket_cols[];
 extern const struct store_col store_room_cols[];
@@ -379,6 +392,7 @@ typedef int store_outbox_list_fn(struct store *s, int status, int64_t after_id, 
 typedef int store_outbox_get_fn(struct store *s, const char *event_id, struct outbox_row *out);
 typedef int store_outbox_replay_fn(struct store *s, const char *event_id, int64_t now_ms);
 typedef int store_outbox_counts_fn(struct store *s, struct outbox_counts *out);
+typedef int store_write_probe_fn(struct store *s, int64_t now_ms);
 typedef int store_outbox_purge_fn(struct store *s, int64_t delivered_before_ms, int limit,
                                   size_t *purged);
 typedef int store_command_log_purge_fn(struct store *s, int64_t before_ms, int limit,
@@ -416,6 +430,7 @@ typedef int store_gift_list_fn(struct store *s, const char *app, struct gift_ite
     X(outbox_get)                                                                                  \
     X(outbox_replay)                                                                               \
     X(outbox_counts)                                                                               \
+    X(write_probe)                                                                                 \
     X(outbox_purge)                                                                                \
     X(command_log_purge)                                                                           \
     X(wallet_topup)                                                                                \
@@ -442,8 +457,10 @@ struct store_ops {
 /* Common head of every backend's handle ("super" first member, as h2o). */
 struct store {
     const struct store_ops *ops;
-    int save_writers; /* store_save calls worth running at once (group_commit's
-                       * leaders; 0 = 1): set by the backend's open */
+    _Atomic int64_t write_failed_ms; /* store_save: the last failed batch (wall ms) */
+    _Atomic int64_t write_ok_ms;     /* store_save: the last one that committed */
+    int save_writers;                /* store_save calls worth running at once (group_commit's
+                                      * leaders; 0 = 1): set by the backend's open */
 };
 
 extern const struct store_ops store_sqlite_ops;
@@ -550,24 +567,24 @@ void outbox_outcome_of(const struct outbox_result *r, struct outbox_outcome *out
 
 /* What a debit does, by the rule of wallet_debit_rule. */
 enum wallet_debit_step {
-    WALLET_DEBIT_REFUSED, /* d->rc set (EINVAL, EFUNDS, EREUSED): write nothing */
-    WALLET_DEBIT_STANDS,  /* the same debit is already charged (a ledger from before debits
-                           * were in the gift's transaction): charge nothing */
+    WALLET_DEBIT_REFUSED, /* d->rc set (EINVAL, EFUNDS, EREUSED, EEXPIRED): write nothing */
     WALLET_DEBIT_CHARGE,  /* drop the refund row if any, write (or rewrite) the debit row,
                            * balance -= amount; d->balance_after set */
 };
 /* The wallet debit rule, once for both backends, inside the gift's
  * transaction (its command log row already claimed ref_id): d against what
- * the ledger holds for d->ref_id (have_debit with its uid and amount,
- * have_refund) and the balance of d->uid. A negative amount is
- * ROOMD_EINVAL; an unrefunded debit row of the same uid and amount stands
- * (paid before), of another uid or amount is ROOMD_EREUSED (a mismatch never
- * debits and never skips a debit); a refunded one is charged again; a short
- * balance is ROOMD_EFUNDS. Older ledgers hold such rows; a new one only
- * ever gets the debit of its committed gift. Sets the detail text when
- * refused. */
+ * the ledger holds for d->ref_id (have_debit with its uid, amount and digest
+ * ldigest, "" when written before digests were kept; have_refund) and the
+ * balance of d->uid. A negative amount is ROOMD_EINVAL. An unrefunded debit
+ * row means a gift under this command_id committed and was paid before and
+ * its log row was purged (store.retention.command_log_max_age): never a
+ * second gift on that debit. The same request (its digest; for a row without
+ * one, the same uid and amount) is ROOMD_EEXPIRED (410 command_id_expired),
+ * another is ROOMD_EREUSED. A refunded one is charged again; a short
+ * balance is ROOMD_EFUNDS. Sets the detail text when refused. */
 enum wallet_debit_step wallet_debit_rule(struct wallet_debit *d, bool have_debit, int64_t luid,
-                                         int64_t lamount, bool have_refund, int64_t balance);
+                                         int64_t lamount, const char *ldigest, bool have_refund,
+                                         int64_t balance);
 
 /* Looks up a command by its idempotency key. 0 and *out filled (clear with
  * command_record_clear), ROOMD_ENOTFOUND, or EUNAVAIL. */
@@ -652,6 +669,14 @@ int store_outbox_replay(struct store *s, const char *event_id, int64_t now_ms);
 /* Rows by status and the oldest undelivered row's created_at_ms, read in
  * one snapshot. 0 or EUNAVAIL/EIO. */
 int store_outbox_counts(struct store *s, struct outbox_counts *out);
+/* The readiness write probe: one small write transaction (the store_probe
+ * row; a full disk, a read-only file system or database, a Galera node not
+ * Primary refuse it). 0, or the failure (detail in store_errmsg). */
+int store_write_probe(struct store *s);
+/* True when the last store_save batch failed as a whole (a mutation's own
+ * refusal is no failure), less than within_ms ago, and none committed
+ * since. Never blocks. */
+bool store_writes_failing(struct store *s, int64_t within_ms);
 /* Deletes up to limit delivered rows with delivered_at_ms < before. */
 int store_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t *purged);
 /* Deletes up to limit room_command_log rows created before before_ms that no

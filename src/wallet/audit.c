@@ -2,8 +2,11 @@
 /*
  * audit.c: the money invariant (audit.h). Reads the committed gifts, the
  * ledger and the accounts in one store snapshot (store_wallet_audit_rows)
- * and matches them in memory: gifts and debits by (app, command_id), sums per
- * app in 128 bits. The remote wallet's side is its unresolved holds.
+ * and matches them in memory: every committed gift to its own debit (by
+ * (app, command_id), then the room, version and request digest the debit
+ * row records), sums per app in 128 bits. A debit whose gift's log row was
+ * purged (its room's log now starts after the gift's version) is no
+ * offence. The remote wallet's side is its unresolved holds.
  */
 #include "wallet/audit.h"
 
@@ -12,6 +15,7 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 #include "store/store.h"
+#include "wallet/wallet.h"
 #include "wallet/wallet_grpc.h"
 
 #include <jansson.h>
@@ -39,6 +43,47 @@ find(struct audit_row **v, size_t n, const char *app, const char *key)
     strlcpy_(k.key, key, sizeof(k.key));
     hit = bsearch(&kp, v, n, sizeof(*v), cmp_key);
     return hit != NULL ? *hit : NULL;
+}
+
+static int
+cmp_room(const void *a, const void *b)
+{
+    const struct audit_row *x = *(const struct audit_row *const *)a;
+    const struct audit_row *y = *(const struct audit_row *const *)b;
+    int c = strcmp(x->app_code, y->app_code);
+
+    return c != 0 ? c : strcmp(x->room_id, y->room_id);
+}
+
+/* True when the log row of debit d's gift was purged: its room's oldest
+ * logged version (rooms[0..n), sorted by cmp_room) is past the gift's, or
+ * the room has no log rows left. A debit that does not record its gift
+ * (written before digests were kept) is never taken as purged. */
+static bool
+gift_purged(struct audit_row **rooms, size_t n, const struct audit_row *d)
+{
+    struct audit_row **hit;
+    const struct audit_row *kp = d;
+
+    if (d->version <= 0 || d->room_id[0] == '\0')
+        return false;
+    hit = bsearch(&kp, rooms, n, sizeof(*rooms), cmp_room);
+    return hit == NULL || (*hit)->version > d->version;
+}
+
+/* True when debit d pays gift g itself: the debit records g's room, version
+ * and request digest (a debit written before digests were kept is taken as
+ * g's, matched by uid and amount alone). */
+static bool
+own_debit(const struct audit_row *g, const struct audit_row *d)
+{
+    char digest[65];
+
+    if (d->version <= 0)
+        return true;
+    wallet_request_digest(g->request, digest);
+    return d->version == g->version && strcmp(d->room_id, g->room_id) == 0 &&
+           strcmp(d->digest, digest) == 0;
 }
 
 /* The sender and value of a logged SendGift request; false when it does not parse. */
@@ -87,10 +132,10 @@ static int
 audit_ledger(struct store *store, const struct conf_wallet *cfg, const char *app, FILE *out,
              size_t *offences)
 {
-    struct audit_row *rows = NULL, **gifts, **debits;
+    struct audit_row *rows = NULL, **gifts, **debits, **rooms;
     struct sums *sums = NULL;
-    size_t n = 0, ng = 0, nd = 0, ns = 0, scap = 0;
-    char what[200];
+    size_t n = 0, ng = 0, nd = 0, nr = 0, ns = 0, scap = 0, npurged = 0;
+    char what[320];
     int rc;
 
     if ((rc = store_wallet_audit_rows(store, app, &rows, &n)) != 0) {
@@ -99,10 +144,16 @@ audit_ledger(struct store *store, const struct conf_wallet *cfg, const char *app
     }
     gifts = xcalloc(n ? n : 1, sizeof(*gifts));
     debits = xcalloc(n ? n : 1, sizeof(*debits));
+    rooms = xcalloc(n ? n : 1, sizeof(*rooms));
     for (size_t i = 0; i < n; i++) {
         struct audit_row *r = &rows[i];
-        struct sums *s = sums_of(&sums, &ns, &scap, r->app_code);
+        struct sums *s;
 
+        if (r->kind == 'M') {
+            rooms[nr++] = r;
+            continue;
+        }
+        s = sums_of(&sums, &ns, &scap, r->app_code);
         if (r->kind == 'G') {
             gifts[ng++] = r;
         } else if (r->kind == 'A') {
@@ -120,6 +171,7 @@ audit_ledger(struct store *store, const struct conf_wallet *cfg, const char *app
     }
     qsort(gifts, ng, sizeof(*gifts), cmp_key);
     qsort(debits, nd, sizeof(*debits), cmp_key);
+    qsort(rooms, nr, sizeof(*rooms), cmp_room);
     for (size_t i = 0; i < n; i++) /* a refunded debit does not stand */
         if (rows[i].kind == 'L' && rows[i].uid == -1) {
             const struct audit_row *d = find(debits, nd, rows[i].app_code, rows[i].key);
@@ -134,15 +186,28 @@ audit_ledger(struct store *store, const struct conf_wallet *cfg, const char *app
             offend(out, offences, g->app_code, g->key, "gift request does not parse");
         } else if (d == NULL || d->kind != 'L') {
             offend(out, offences, g->app_code, g->key, "committed gift without its debit");
+        } else if (!own_debit(g, d)) {
+            /* the debit under this command_id pays another gift (an earlier one whose log
+             * row was purged): this one is unpaid */
+            snprintf(what, sizeof(what),
+                     "committed gift (room %s version %lld) without its own debit: the debit "
+                     "pays room %s version %lld",
+                     g->room_id, (long long)g->version, d->room_id, (long long)d->version);
+            offend(out, offences, g->app_code, g->key, what);
         } else if (d->uid != uid || d->amount != amount) {
             snprintf(what, sizeof(what), "gift of %lld by uid %lld, debit of %lld from uid %lld",
                      (long long)amount, (long long)uid, (long long)d->amount, (long long)d->uid);
             offend(out, offences, g->app_code, g->key, what);
         }
     }
-    for (size_t i = 0; i < nd; i++)
-        if (debits[i]->kind == 'L' && find(gifts, ng, debits[i]->app_code, debits[i]->key) == NULL)
+    for (size_t i = 0; i < nd; i++) {
+        if (debits[i]->kind != 'L' || find(gifts, ng, debits[i]->app_code, debits[i]->key) != NULL)
+            continue;
+        if (gift_purged(rooms, nr, debits[i]))
+            npurged++; /* paid by a gift whose log row is past the retention */
+        else
             offend(out, offences, debits[i]->app_code, debits[i]->key, "debit without its gift");
+    }
     for (size_t i = 0; i < ns; i++) {
         __int128 have = sums[i].balances + sums[i].debits;
         __int128 want = (__int128)sums[i].accounts * cfg->initial_balance + sums[i].topups;
@@ -153,8 +218,10 @@ audit_ledger(struct store *store, const struct conf_wallet *cfg, const char *app
             offend(out, offences, sums[i].app, "", what);
         }
     }
-    fprintf(out, "ledger: %zu gifts, %zu debits, %zu apps\n", ng, nd, ns);
+    fprintf(out, "ledger: %zu gifts, %zu debits (%zu of purged gifts), %zu apps\n", ng, nd, npurged,
+            ns);
     free(gifts);
+    free(rooms);
     free(debits);
     free(sums);
     audit_rows_free(rows, n);

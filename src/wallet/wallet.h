@@ -48,8 +48,9 @@ struct wallet_ops {
     /* Remote only (NULL otherwise): takes g->amount from g->uid for this gift, before its commit.
      * Returns 0 (and *balance_after; also for a repeated identical request),
      * ROOMD_EFUNDS (nothing taken), ROOMD_EREUSED (the key belongs to
-     * another request, or was cancelled), ROOMD_EUNAVAIL (outcome unknown:
-     * the caller settles WALLET_REFUSED). */
+     * another request, or was cancelled), ROOMD_EEXPIRED (this very request
+     * was confirmed before: its gift committed; nothing held now),
+     * ROOMD_EUNAVAIL (outcome unknown: the caller settles WALLET_REFUSED). */
     int (*hold)(struct wallet *w, const struct wallet_gift *g, int64_t *balance_after);
     /* Remote only, after hold() returned anything but EFUNDS/EREUSED: ends
      * the hold. REFUSED cancels it (left to the reconciler when the wallet

@@ -36,6 +36,7 @@ emb_attach(struct wallet *w, const struct wallet_gift *g, struct wallet_debit *d
     d->ref_id = g->command_id;
     d->uid = g->uid;
     d->amount = g->amount;
+    memcpy(d->digest, g->digest, sizeof(d->digest));
     d->initial_balance = e->initial_balance;
 }
 

@@ -167,11 +167,15 @@ grpc_hold(struct wallet *w, const struct wallet_gift *gift, int64_t *balance_aft
     switch (r.status) {
     case GRPC_PEER_OK:
         rep = wallet__v1__try_reply__unpack(NULL, r.len, r.body);
+        rc = 0;
         if (rep != NULL) {
             *balance_after = rep->balance_after;
+            /* this very request was confirmed before: its gift committed,
+             * and the command log (checked before the Try) no longer has it */
+            if (rep->replay && rep->state != NULL && strcmp(rep->state, "confirmed") == 0)
+                rc = ROOMD_EEXPIRED;
             wallet__v1__try_reply__free_unpacked(rep, NULL);
         }
-        rc = 0;
         break;
     case GRPC_PEER_FAILED_PRECONDITION:
         /* "insufficient_balance", or "cancelled": this key ended before */
@@ -187,7 +191,7 @@ grpc_hold(struct wallet *w, const struct wallet_gift *gift, int64_t *balance_aft
         rc = ROOMD_EUNAVAIL;
     }
     free(r.body);
-    if (rc == ROOMD_EFUNDS || rc == ROOMD_EREUSED)
+    if (rc == ROOMD_EFUNDS || rc == ROOMD_EREUSED || rc == ROOMD_EEXPIRED)
         flight_remove(g, gift->app, gift->command_id); /* nothing held by us */
     return rc;
 }

@@ -17,8 +17,12 @@ TMP = tempfile.mkdtemp(prefix="roomd-checkcfg-")
 
 # what the shipped configs name: their secrets' variables, ./var under the working dir
 ENV = dict(os.environ, ROOMD_MYSQL_PASSWORD="pw", TIM_SECRET_KEY="k3y-never-printed",
-           ROOMD_JWT_SECRET="j" * 32, ROOMD_ADMIN_TOKEN="admin-never-printed")
+           ROOMD_JWT_SECRET="j" * 32, ROOMD_ADMIN_TOKEN="admin-never-printed-" + "a" * 16)
 os.makedirs(os.path.join(TMP, "var"), exist_ok=True)
+os.makedirs(os.path.join(TMP, "tls"), exist_ok=True)  # grpc.tls of docker.yaml and cloud.yaml
+for _name in ("grpc.crt", "grpc.key"):
+    with open(os.path.join(TMP, "tls", _name), "w") as _f:
+        _f.write("-----BEGIN PLACEHOLDER-----\n")
 
 
 def check(path, *args, env=None):
@@ -164,7 +168,8 @@ def test_files_checked():
     assert rc == 1 and "cluster.tls_ca_file" not in out, out
     # every file there: ok; an HS256 secret variable unset: named
     present = {n: write(n, "x\n") for n in ("http.crt", "http.key", "admin.crt", "admin.key",
-                                            "admin.token", "jwt.pem", "cluster-ca.pem")}
+                                            "jwt.pem", "cluster-ca.pem")}
+    present["admin.token"] = write("admin.token", "t" * 32 + "\n")  # >= 32 bytes
     ok = merge(cfg, {
         "http": {"tls": {"cert_file": present["http.crt"], "key_file": present["http.key"]}},
         "admin": {"tls": {"cert_file": present["admin.crt"], "key_file": present["admin.key"]},

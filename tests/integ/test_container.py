@@ -21,6 +21,10 @@ import yaml
 from roomd_test import BUILD, SOURCE, run
 
 TMP = tempfile.mkdtemp(prefix="roomd-container-")
+os.makedirs(os.path.join(TMP, "tls"), exist_ok=True)  # docker.yaml's grpc.tls (./tls/grpc.*)
+for _name in ("grpc.crt", "grpc.key"):
+    with open(os.path.join(TMP, "tls", _name), "w") as _f:
+        _f.write("-----BEGIN PLACEHOLDER-----\n")
 COMPOSE = os.path.join(SOURCE, "deploy", "compose", "compose.yaml")
 ENTRY = os.path.join(SOURCE, "deploy", "container", "entrypoint.sh")
 ENTRY_VARS = {"ROOMD_NODE_ID", "ROOMD_ADVERTISE_HOST"}

@@ -42,12 +42,18 @@ def test_smuggling_refused():
             "Content-Length not a number": b"Content-Length: +%d\r\n" % n,
             "Content-Length with Transfer-Encoding":
                 b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % n,
+            # libmicrohttpd decodes "chunked" alone: this one waited for the body timeout
+            "Transfer-Encoding identity, chunked": b"Transfer-Encoding: identity, chunked\r\n",
         }
         for what, framing in cases.items():
             req = (b"POST /v1/rooms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
                    framing + b"\r\n" + body)
+            t0 = time.time()
             got = raw(rd, req)
             assert status_of(got) == 400, (what, got[:200])
+            assert time.time() - t0 < 3, (what, "answered late")
+            if what != "Content-Length not a number":  # libmicrohttpd's own 400: see docs/http.md
+                assert got.count(b"HTTP/1.1 ") == 1, (what, got[:400])  # one header block
         st, _, js = rd.http("GET", f"/v1/rooms/{rid}")
         assert st == 404, ("a smuggled create executed", js)
         m = hu.metrics(rd)
@@ -146,8 +152,8 @@ def test_flood_admin_still_reachable():
     socks = []
     try:
         socks = hold(rd, 8)
-        # the public listener is full: a new client gets nothing
-        assert not served(rd), "the flood did not fill the public listener (test is not testing)"
+        # the public listener is at its limit (idle sockets no longer starve it: fair eviction,
+        # tests/integ/test_http_slots.py); the admin listener is apart from it anyway
         st, _, js = rd.admin("GET", "/readyz", timeout=5)
         assert st == 200 and js["status"] == "ready", (st, js)
         st, _, _ = rd.admin("GET", "/metrics", timeout=5)

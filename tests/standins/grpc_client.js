@@ -13,8 +13,10 @@
 //         "bad_request": {field_violations: [...]} | null, "status_code": n | null}
 // error_info / bad_request are decoded from the grpc-status-details-bin trailer
 // (proto/rpc_status.proto); status_code is the code inside it.
-// Usage: node grpc_client.js --target HOST:PORT [--proto-dir DIR] < calls.json
+// Usage: node grpc_client.js --target HOST:PORT [--proto-dir DIR] [--ca PEM] < calls.json
+// (--ca: TLS, the server's certificate verified against PEM)
 'use strict';
+const fs = require('fs');
 const path = require('path');
 const protobuf = require('protobufjs');
 const { arg, protoDir, loadProto, grpc } = require('./grpc_standin');
@@ -31,7 +33,10 @@ const BadRequest = statusRoot.lookupType('google.rpc.BadRequest');
 const clients = {};
 function client(service) {
   if (!clients[service]) {
-    clients[service] = new roomd[service](target, grpc.credentials.createInsecure());
+    const ca = arg('ca');
+    const creds = ca ? grpc.credentials.createSsl(fs.readFileSync(ca))
+      : grpc.credentials.createInsecure();
+    clients[service] = new roomd[service](target, creds);
   }
   return clients[service];
 }

@@ -80,7 +80,7 @@ function tryHold(call, cb) {
       return cb(err(grpc.status.ABORTED, 'idempotency_key_reused'));
     }
     if (h.state === 'cancelled') return cb(err(grpc.status.FAILED_PRECONDITION, 'cancelled'));
-    return cb(null, { balance_after: String(bal), replay: true });
+    return cb(null, { balance_after: String(bal), replay: true, state: h.state });
   }
   if (bal < amount) return cb(err(grpc.status.FAILED_PRECONDITION, 'insufficient_balance'));
   const hold = {
@@ -92,7 +92,7 @@ function tryHold(call, cb) {
     { op: 'balance', key: `${r.app_code}/${r.uid}`, balance: String(bal - amount) },
     { op: 'hold', key, hold },
   ]);
-  cb(null, { balance_after: String(bal - amount), replay: false });
+  cb(null, { balance_after: String(bal - amount), replay: false, state: 'held' });
 }
 
 function resolve(method, want) {

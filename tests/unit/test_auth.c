@@ -53,7 +53,7 @@ open_jwt(const char *issuer)
     free(c->admin.token_env);
     c->admin.token_env = strdup("TEST_AUTH_ADMIN");
     setenv("TEST_AUTH_SECRET", SECRET, 1);
-    setenv("TEST_AUTH_ADMIN", "the-admin-token", 1);
+    setenv("TEST_AUTH_ADMIN", "the-admin-token-of-32-bytes-at-least", 1);
     assert_int_equal(auth_open(&a, c, err, sizeof(err)), 0);
     conf_free(c);
     return a;
@@ -158,10 +158,12 @@ test_admin_token(void **state)
 {
     struct auth *a = open_jwt("");
 
-    assert_int_equal(auth_admin_ok(a, "Bearer the-admin-token"), AUTH_OK);
+    assert_int_equal(auth_admin_ok(a, "Bearer the-admin-token-of-32-bytes-at-least"), AUTH_OK);
     assert_int_equal(auth_admin_ok(a, "Bearer the-admin-tokeN"), AUTH_BAD_ADMIN_TOKEN);
-    assert_int_equal(auth_admin_ok(a, "Bearer the-admin-token2"), AUTH_BAD_ADMIN_TOKEN);
-    assert_int_equal(auth_admin_ok(a, "the-admin-token"), AUTH_BAD_ADMIN_TOKEN);
+    assert_int_equal(auth_admin_ok(a, "Bearer the-admin-token-of-32-bytes-at-least2"),
+                     AUTH_BAD_ADMIN_TOKEN);
+    assert_int_equal(auth_admin_ok(a, "the-admin-token-of-32-bytes-at-least"),
+                     AUTH_BAD_ADMIN_TOKEN);
     assert_int_equal(auth_admin_ok(a, NULL), AUTH_MISSING);
     auth_close(a);
 }

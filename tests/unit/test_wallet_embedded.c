@@ -97,6 +97,35 @@ t_unknown_driver(void **state)
     assert_non_null(strstr(err, "wallet.driver"));
 }
 
+/* A debit row under a command_id whose log row was purged never pays a
+ * second gift: the same request (digest) is EEXPIRED, another EREUSED; a
+ * row from before digests were kept matches by uid and amount. */
+static void
+t_debit_rule_after_purge(void **state)
+{
+    struct wallet_debit d = {.app = "a", .ref_id = "c1", .uid = 5, .amount = 100};
+
+    (void)state;
+    memset(d.digest, 'a', 64);
+    assert_int_equal(wallet_debit_rule(&d, true, 5, 100, d.digest, false, 1000),
+                     WALLET_DEBIT_REFUSED);
+    assert_int_equal(d.rc, ROOMD_EEXPIRED);
+    assert_int_equal(wallet_debit_rule(&d, true, 5, 100, "bbbb", false, 1000),
+                     WALLET_DEBIT_REFUSED);
+    assert_int_equal(d.rc, ROOMD_EREUSED);
+    assert_int_equal(wallet_debit_rule(&d, true, 5, 100, "", false, 1000), WALLET_DEBIT_REFUSED);
+    assert_int_equal(d.rc, ROOMD_EEXPIRED);
+    assert_int_equal(wallet_debit_rule(&d, true, 6, 100, "", false, 1000), WALLET_DEBIT_REFUSED);
+    assert_int_equal(d.rc, ROOMD_EREUSED);
+    /* a refunded debit (older versions) is charged again; no row: charged */
+    assert_int_equal(wallet_debit_rule(&d, true, 5, 100, d.digest, true, 1000),
+                     WALLET_DEBIT_CHARGE);
+    assert_int_equal(d.balance_after, 900);
+    assert_int_equal(wallet_debit_rule(&d, false, 0, 0, NULL, false, 1000), WALLET_DEBIT_CHARGE);
+    assert_int_equal(roomd_err_http_status(ROOMD_EEXPIRED), 410);
+    assert_string_equal(roomd_err_code(ROOMD_EEXPIRED), "command_id_expired");
+}
+
 int
 main(void)
 {
@@ -104,6 +133,7 @@ main(void)
         cmocka_unit_test(t_attach_topup_balance),
         cmocka_unit_test(t_digest),
         cmocka_unit_test(t_unknown_driver),
+        cmocka_unit_test(t_debit_rule_after_purge),
     };
 
     return cmocka_run_group_tests_name("wallet_embedded", tests, NULL, NULL);

@@ -89,6 +89,7 @@ enum sid {
     S_ACCTS_LOCK,
     S_LEDGER_GETS,
     S_LOG_PURGE,
+    S_WRITE_PROBE,
     S_OWNER_ROOMS,
     S_OWNER_LOCK,
     S_GIFT_GET,

@@ -64,6 +64,21 @@ mys_purge_chunks(struct mstore *s, const struct mys_sql *sql, int64_t before, in
     return rc;
 }
 
+MYS_SQL(WRITE_PROBE, "INSERT INTO store_probe (id, at_ms) VALUES (1, ?)"
+                     " ON DUPLICATE KEY UPDATE at_ms = VALUES(at_ms)");
+
+static int
+probe_fn(struct conn *c, void *arg)
+{
+    return mys_exec(c, &SQL_WRITE_PROBE, NULL, "i", *(int64_t *)arg);
+}
+
+int
+mys_write_probe(struct store *s, int64_t now_ms)
+{
+    return mys_run((struct mstore *)s, probe_fn, &now_ms);
+}
+
 int
 mys_command_log_purge(struct store *s, int64_t before_ms, int limit, size_t *purged)
 {

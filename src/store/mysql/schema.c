@@ -155,14 +155,26 @@ static const char *const migration_4[] = {
     NULL,
 };
 
+/* 5: a debit row records the gift it pays (issue 25): the room, the gift's
+ * room version and its request digest, so that a command_id whose log row
+ * was purged never commits a second gift on that debit (wallet_debit_rule)
+ * and the audit matches every gift to its own debit. "" / 0: written
+ * before. */
+static const char *const migration_5[] = {
+    "ALTER TABLE wallet_ledger ADD COLUMN IF NOT EXISTS room_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS request_digest VARBINARY(64) NOT NULL DEFAULT ''",
+    /* and the readiness write probe's row (store_write_probe) */
+    "CREATE TABLE IF NOT EXISTS store_probe (id INT NOT NULL PRIMARY KEY, at_ms BIGINT NOT "
+    "NULL)" TABLE_OPTS,
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
-    {1, migration_1},
-    {2, migration_2},
-    {3, migration_3},
-    {4, migration_4},
+    {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

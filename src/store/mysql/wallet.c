@@ -39,14 +39,16 @@ MYS_SQL(ACCTS_ADD,
 MYS_SQL(ACCTS_LOCK,
         "SELECT uid, balance FROM wallet_accounts WHERE app_code=? AND uid IN (" MYS_IN_LIST
         ") FOR UPDATE");
-MYS_SQL(LEDGER_GETS, "SELECT ref_id, kind, uid, amount FROM wallet_ledger WHERE app_code=? AND"
+MYS_SQL(LEDGER_GETS, "SELECT ref_id, kind, uid, amount, request_digest FROM wallet_ledger"
+                     " WHERE app_code=? AND"
                      " ref_id IN (" MYS_IN_LIST ") AND kind IN ('debit', 'refund')");
 MYS_SQL(LEDGER_GET, "SELECT uid, amount FROM wallet_ledger"
                     " WHERE app_code=? AND ref_id=? AND kind=?");
 MYS_SQL(LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
-                       " created_at_ms) VALUES (?,?,?,?,?,?)");
-MYS_SQL(LEDGER_UPDATE, "UPDATE wallet_ledger SET uid=?, amount=?, created_at_ms=?"
-                       " WHERE app_code=? AND ref_id=? AND kind=?");
+                       " created_at_ms, room_id, version, request_digest)"
+                       " VALUES (?,?,?,?,?,?,?,?,?)");
+MYS_SQL(LEDGER_UPDATE, "UPDATE wallet_ledger SET uid=?, amount=?, created_at_ms=?, room_id=?,"
+                       " version=?, request_digest=? WHERE app_code=? AND ref_id=? AND kind=?");
 MYS_SQL(LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code=? AND ref_id=? AND kind=?");
 
 struct wallet_ctx {
@@ -118,17 +120,22 @@ ledger_get(struct conn *c, const char *app, const char *ref_id, const char *kind
     return rc;
 }
 
-/* Writes ledger row (ref_id, kind) with &SQL_LEDGER_INSERT, _UPDATE or _DELETE. */
+/* Writes ledger row (ref_id, kind) with &SQL_LEDGER_INSERT, _UPDATE or
+ * _DELETE; a debit records its gift d (NULL: a top-up). */
 static int
 ledger_write(struct conn *c, const struct mys_sql *id, const char *app, const char *ref_id,
-             const char *kind, int64_t uid, int64_t amount)
+             const char *kind, int64_t uid, int64_t amount, const struct wallet_debit *d)
 {
-    int64_t now = clock_wall_ms();
+    int64_t now = clock_wall_ms(), version = d != NULL ? d->version : 0;
+    const char *room = d != NULL && d->room_id != NULL ? d->room_id : "";
+    const char *digest = d != NULL ? d->digest : "";
 
     if (id == &SQL_LEDGER_UPDATE)
-        return mys_exec(c, id, NULL, "iiisss", uid, amount, now, app, ref_id, kind);
+        return mys_exec(c, id, NULL, "iiisissss", uid, amount, now, room, version, digest, app,
+                        ref_id, kind);
     if (id == &SQL_LEDGER_INSERT)
-        return mys_exec(c, id, NULL, "ssiisi", app, ref_id, uid, amount, kind, now);
+        return mys_exec(c, id, NULL, "ssiisisis", app, ref_id, uid, amount, kind, now, room,
+                        version, digest);
     return mys_exec(c, id, NULL, "sss", app, ref_id, kind);
 }
 
@@ -146,6 +153,7 @@ struct account {
 struct held {
     bool debit, refund;
     int64_t uid, amount; /* of the debit row */
+    char digest[65];     /* of the debit row ("" written before digests were kept) */
 };
 
 static int
@@ -245,7 +253,7 @@ read_ledger(struct conn *c, struct wallet_debit *const *items, size_t n, struct 
         PARAMS_INIT(&p);
         p_str(&p, items[from]->app);
         p_in_str(&p, refs, k);
-        if ((rc = mys_st_query(c, &SQL_LEDGER_GETS, &p, &r, "ssii")) != 0)
+        if ((rc = mys_st_query(c, &SQL_LEDGER_GETS, &p, &r, "ssiis")) != 0)
             return rc;
         while ((rc = mys_st_fetch(c, &r)) == 1)
             for (size_t j = from; j < i; j++) {
@@ -257,6 +265,7 @@ read_ledger(struct conn *c, struct wallet_debit *const *items, size_t n, struct 
                     held[j].debit = true;
                     held[j].uid = r_i64(&r, 2);
                     held[j].amount = r_i64(&r, 3);
+                    strlcpy_(held[j].digest, r_str(&r, 4), sizeof(held[j].digest));
                 }
             }
         mys_rows_done(&r);
@@ -283,7 +292,7 @@ write_charges(struct conn *c, struct wallet_debit *const *items, const bool *cha
         nins += charge[i] && !held[i].debit;
     for (size_t i = 0; i < na; i++)
         nadd += accts[i].balance != accts[i].locked;
-    mys_bulk_init(&ins, "ssiisi", nins);
+    mys_bulk_init(&ins, "ssiisisis", nins);
     mys_bulk_init(&add, "siii", nadd);
     nins = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -292,9 +301,10 @@ write_charges(struct conn *c, struct wallet_debit *const *items, const bool *cha
         if (!charge[i])
             continue;
         if (held[i].refund)
-            rc = ledger_write(c, &SQL_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0);
+            rc = ledger_write(c, &SQL_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0, NULL);
         if (rc == 0 && held[i].debit)
-            rc = ledger_write(c, &SQL_LEDGER_UPDATE, d->app, d->ref_id, "debit", d->uid, d->amount);
+            rc = ledger_write(c, &SQL_LEDGER_UPDATE, d->app, d->ref_id, "debit", d->uid, d->amount,
+                              d);
         if (held[i].debit)
             continue;
         bk_str(&ins, 0, nins, d->app);
@@ -302,7 +312,10 @@ write_charges(struct conn *c, struct wallet_debit *const *items, const bool *cha
         bk_i64(&ins, 2, nins, d->uid);
         bk_i64(&ins, 3, nins, d->amount);
         bk_str(&ins, 4, nins, "debit");
-        bk_i64(&ins, 5, nins++, now);
+        bk_i64(&ins, 5, nins, now);
+        bk_str(&ins, 6, nins, d->room_id != NULL ? d->room_id : "");
+        bk_i64(&ins, 7, nins, d->version);
+        bk_str(&ins, 8, nins++, d->digest);
     }
     nadd = 0;
     for (size_t i = 0; i < na; i++)
@@ -357,13 +370,14 @@ mys_gift_debits(struct conn *c, struct wallet_debit *const *items, size_t n)
         struct wallet_debit *d = items[i];
 
         if (d->amount < 0) { /* refused before any read: its account is not locked */
-            wallet_debit_rule(d, false, 0, 0, false, 0);
+            wallet_debit_rule(d, false, 0, 0, NULL, false, 0);
             continue;
         }
         struct account *a = account_find(accts, na, d->app, d->uid);
-        enum wallet_debit_step step = wallet_debit_rule(d, held[i].debit, held[i].uid,
-                                                        held[i].amount, held[i].refund, a->balance);
-        if (step != WALLET_DEBIT_CHARGE) /* refused, or paid before */
+        enum wallet_debit_step step =
+            wallet_debit_rule(d, held[i].debit, held[i].uid, held[i].amount, held[i].digest,
+                              held[i].refund, a->balance);
+        if (step != WALLET_DEBIT_CHARGE) /* refused */
             continue;
         charge[i] = true;
         a->balance = d->balance_after;
@@ -396,8 +410,8 @@ topup_fn(struct conn *c, void *arg)
             store_set_errmsg("amount: the balance would pass %lld", (long long)INT64_MAX);
             return ROOMD_ERANGE;
         }
-        if ((rc = ledger_write(c, &SQL_LEDGER_INSERT, x->app, x->ref_id, "topup", x->uid,
-                               x->amount)) != 0 ||
+        if ((rc = ledger_write(c, &SQL_LEDGER_INSERT, x->app, x->ref_id, "topup", x->uid, x->amount,
+                               NULL)) != 0 ||
             (rc = account_add(c, x->app, x->uid, x->amount)) != 0)
             return rc;
     }
@@ -442,22 +456,27 @@ mys_wallet_balance(struct store *s, const char *app, int64_t uid, int64_t initia
     return rc;
 }
 
-MYS_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+MYS_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request, room_id, version, '', 0"
+                 " FROM room_command_log"
                  " WHERE command_type='SendGift' AND (?='' OR app_code=?)"
-                 " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+                 " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL, room_id,"
+                 " version, request_digest, created_at_ms"
                  " FROM wallet_ledger WHERE ?='' OR app_code=?"
-                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
-                 " FROM wallet_accounts WHERE ?='' OR app_code=?");
+                 " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL, '', 0, '', 0"
+                 " FROM wallet_accounts WHERE ?='' OR app_code=?"
+                 " UNION ALL SELECT 'M', app_code, '', '', 0, 0, NULL, room_id, MIN(version), '', 0"
+                 " FROM room_command_log WHERE ?='' OR app_code=? GROUP BY app_code, room_id");
 
-/* The audit's three tables in one statement: one read snapshot. */
+/* The audit's three tables (and each room's oldest logged version) in one
+ * statement: one read snapshot. */
 int
 mys_wallet_audit_rows(struct store *s, const char *app, struct audit_row **rows, size_t *n)
 {
-    struct all_ctx x = {&SQL_W_AUDIT,     "ssssiis", {.n = 0}, sizeof(**rows),
-                        store_audit_cols, NULL,      0};
+    struct all_ctx x = {&SQL_W_AUDIT,     "ssssiissisi", {.n = 0}, sizeof(**rows),
+                        store_audit_cols, NULL,          0};
     int rc;
 
-    for (int i = 0; i < 6; i++) /* the app filter of each table */
+    for (int i = 0; i < 8; i++) /* the app filter of each table */
         p_str(&x.p, app);
     rc = mys_read_all((struct mstore *)s, &x);
     *rows = x.rows;

@@ -87,6 +87,7 @@ enum stmt_id {
     ST_CLAIM_IDS,
     ST_ROOM_BUSY,
     ST_LOG_PURGE,
+    ST_WRITE_PROBE,
     ST_OWNER_ROOMS,
     ST_GIFT_GET,
     ST_GIFT_VERSION,

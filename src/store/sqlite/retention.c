@@ -29,6 +29,20 @@ sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int
     return rc;
 }
 
+SQ_SQL(WRITE_PROBE, "INSERT INTO store_probe (id, at_ms) VALUES (1, ?1)"
+                    " ON CONFLICT (id) DO UPDATE SET at_ms = excluded.at_ms");
+
+int
+sq_write_probe(struct store *st, int64_t now_ms)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_writer_get(s);
+    int rc = sq_step_write(c, sq_bound(c, &SQL_WRITE_PROBE, "i", now_ms), "write probe");
+
+    sq_writer_put(s, c);
+    return rc;
+}
+
 int
 sq_command_log_purge(struct store *st, int64_t before_ms, int limit, size_t *purged)
 {

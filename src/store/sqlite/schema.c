@@ -76,6 +76,16 @@ static const char *const migrations[] = {
     " app_code TEXT NOT NULL, gift_id TEXT NOT NULL, unit_price INTEGER NOT NULL,"
     " energy_per_unit INTEGER NOT NULL, enabled INTEGER NOT NULL, version INTEGER NOT NULL,"
     " updated_at_ms INTEGER NOT NULL, PRIMARY KEY (app_code, gift_id)) WITHOUT ROWID;",
+    /* 6: a debit row records the gift it pays (issue 25): the room, the
+     * gift's room version and its request digest, so that a command_id
+     * whose log row was purged never commits a second gift on that debit
+     * (wallet_debit_rule) and the audit matches every gift to its own debit.
+     * "" / 0: written before. */
+    "ALTER TABLE wallet_ledger ADD COLUMN room_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE wallet_ledger ADD COLUMN version INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE wallet_ledger ADD COLUMN request_digest TEXT NOT NULL DEFAULT '';"
+    /* and the readiness write probe's row (store_write_probe) */
+    "CREATE TABLE store_probe (id INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL);",
 };
 
 #define NMIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -15,13 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-SQ_SQL(W_LEDGER_GET, "SELECT uid, amount FROM wallet_ledger WHERE app_code = ?1"
+SQ_SQL(W_LEDGER_GET, "SELECT uid, amount, request_digest FROM wallet_ledger WHERE app_code = ?1"
                      " AND ref_id = ?2 AND kind = ?3");
 SQ_SQL(W_LEDGER_INSERT, "INSERT INTO wallet_ledger (app_code, ref_id, uid, amount, kind,"
-                        " created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+                        " created_at_ms, room_id, version, request_digest)"
+                        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
 SQ_SQL(W_LEDGER_DELETE, "DELETE FROM wallet_ledger WHERE app_code = ?1 AND ref_id = ?2"
                         " AND kind = ?3");
-SQ_SQL(W_LEDGER_UPDATE, "UPDATE wallet_ledger SET amount = ?4, uid = ?3, created_at_ms = ?6"
+SQ_SQL(W_LEDGER_UPDATE, "UPDATE wallet_ledger SET amount = ?4, uid = ?3, created_at_ms = ?6,"
+                        " room_id = ?7, version = ?8, request_digest = ?9"
                         " WHERE app_code = ?1 AND ref_id = ?2 AND kind = ?5");
 SQ_SQL(W_BALANCE, "SELECT balance FROM wallet_accounts WHERE app_code = ?1 AND uid = ?2");
 SQ_SQL(W_SET_BALANCE, "INSERT INTO wallet_accounts (app_code, uid, balance, updated_at_ms)"
@@ -47,30 +49,39 @@ w_set_balance(struct conn *c, const char *app, int64_t uid, int64_t balance, int
     return sq_step_write(c, q, "wallet set balance");
 }
 
-/* Looks up ledger row (app, ref, kind): 1 found (uid, amount set), 0 not, <0 error. */
+/* Looks up ledger row (app, ref, kind): 1 found (uid, amount and, when not
+ * NULL, its request digest into digest[65] set), 0 not, <0 error. */
 static int
 w_ledger_get(struct conn *c, const char *app, const char *ref, const char *kind, int64_t *uid,
-             int64_t *amount)
+             int64_t *amount, char *digest)
 {
     sqlite3_stmt *q = sq_bound(c, &SQL_W_LEDGER_GET, "sss", app, ref, kind);
     int rc;
 
     if ((rc = sq_step_one(c, q, "wallet ledger")) == 1) {
+        const unsigned char *t = sqlite3_column_text(q, 2);
+
         *uid = sqlite3_column_int64(q, 0);
         *amount = sqlite3_column_int64(q, 1);
+        if (digest != NULL)
+            strlcpy_(digest, t != NULL ? (const char *)t : "", 65);
     }
     done(q);
     return rc;
 }
 
-/* Writes ledger row (app, ref, kind) with stmt id (insert, update or delete). */
+/* Writes ledger row (app, ref, kind) with stmt id (insert, update or
+ * delete); a debit records its gift d (NULL: a top-up). */
 static int
 w_ledger_write(struct conn *c, const struct sq_sql *id, const char *app, const char *ref,
-               const char *kind, int64_t uid, int64_t amount, int64_t now)
+               const char *kind, int64_t uid, int64_t amount, int64_t now,
+               const struct wallet_debit *d)
 {
     sqlite3_stmt *q = id == &SQL_W_LEDGER_DELETE
                           ? sq_bound(c, id, "sss", app, ref, kind)
-                          : sq_bound(c, id, "ssiisi", app, ref, uid, amount, kind, now);
+                          : sq_bound(c, id, "ssiisisis", app, ref, uid, amount, kind, now,
+                                     d != NULL && d->room_id != NULL ? d->room_id : "",
+                                     d != NULL ? d->version : 0, d != NULL ? d->digest : "");
 
     return sq_step_write(c, q, "wallet ledger write");
 }
@@ -85,27 +96,25 @@ int
 sq_gift_debit(struct conn *c, struct wallet_debit *d, int64_t now, int *fatal)
 {
     int64_t luid = 0, lamount = 0, bal = 0, ruid, ramount;
+    char ldigest[65] = "";
     int rc, have_debit, have_refund;
 
-    if ((rc = have_debit = w_ledger_get(c, d->app, d->ref_id, "debit", &luid, &lamount)) < 0)
+    if ((rc = have_debit = w_ledger_get(c, d->app, d->ref_id, "debit", &luid, &lamount, ldigest)) <
+        0)
         return *fatal = rc;
-    if ((rc = have_refund = w_ledger_get(c, d->app, d->ref_id, "refund", &ruid, &ramount)) < 0)
+    if ((rc = have_refund = w_ledger_get(c, d->app, d->ref_id, "refund", &ruid, &ramount, NULL)) <
+        0)
         return *fatal = rc;
     if ((rc = w_balance(c, d->app, d->uid, d->initial_balance, &bal)) != 0)
         return *fatal = rc;
-    switch (wallet_debit_rule(d, have_debit, luid, lamount, have_refund, bal)) {
-    case WALLET_DEBIT_REFUSED:
+    if (wallet_debit_rule(d, have_debit, luid, lamount, ldigest, have_refund, bal) ==
+        WALLET_DEBIT_REFUSED)
         return d->rc;
-    case WALLET_DEBIT_STANDS: /* paid before: charge nothing */
-        return 0;
-    case WALLET_DEBIT_CHARGE:
-        break;
-    }
-    if (have_refund &&
-        (rc = w_ledger_write(c, &SQL_W_LEDGER_DELETE, d->app, d->ref_id, "refund", 0, 0, now)) != 0)
+    if (have_refund && (rc = w_ledger_write(c, &SQL_W_LEDGER_DELETE, d->app, d->ref_id, "refund", 0,
+                                            0, now, NULL)) != 0)
         return *fatal = rc;
     rc = w_ledger_write(c, have_debit ? &SQL_W_LEDGER_UPDATE : &SQL_W_LEDGER_INSERT, d->app,
-                        d->ref_id, "debit", d->uid, d->amount, now);
+                        d->ref_id, "debit", d->uid, d->amount, now, d);
     if (rc != 0 || (rc = w_set_balance(c, d->app, d->uid, d->balance_after, now)) != 0)
         return *fatal = rc;
     return 0;
@@ -128,7 +137,7 @@ sq_wallet_topup(struct store *st, const char *app, int64_t uid, int64_t amount, 
     }
     if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) != 0)
         goto out;
-    if ((rc = found = w_ledger_get(c, app, ref_id, "topup", &luid, &lamount)) < 0)
+    if ((rc = found = w_ledger_get(c, app, ref_id, "topup", &luid, &lamount, NULL)) < 0)
         goto out;
     if ((rc = w_balance(c, app, found ? luid : uid, initial_balance, &bal)) != 0)
         goto out;
@@ -138,8 +147,8 @@ sq_wallet_topup(struct store *st, const char *app, int64_t uid, int64_t amount, 
             rc = ROOMD_ERANGE;
             goto out;
         }
-        if ((rc = w_ledger_write(c, &SQL_W_LEDGER_INSERT, app, ref_id, "topup", uid, amount,
-                                 now)) != 0)
+        if ((rc = w_ledger_write(c, &SQL_W_LEDGER_INSERT, app, ref_id, "topup", uid, amount, now,
+                                 NULL)) != 0)
             goto out;
         if ((rc = w_set_balance(c, app, uid, bal, now)) != 0)
             goto out;
@@ -163,14 +172,20 @@ sq_wallet_balance(struct store *st, const char *app, int64_t uid, int64_t initia
     return rc;
 }
 
-SQ_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request FROM room_command_log"
+SQ_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request, room_id, version, '', 0"
+                " FROM room_command_log"
                 " WHERE command_type = 'SendGift' AND (?1 = '' OR app_code = ?1)"
-                " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL"
+                " UNION ALL SELECT 'L', app_code, ref_id, kind, uid, amount, NULL, room_id,"
+                " version, request_digest, created_at_ms"
                 " FROM wallet_ledger WHERE ?1 = '' OR app_code = ?1"
-                " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL"
-                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1");
+                " UNION ALL SELECT 'A', app_code, '', '', uid, balance, NULL, '', 0, '', 0"
+                " FROM wallet_accounts WHERE ?1 = '' OR app_code = ?1"
+                " UNION ALL SELECT 'M', app_code, '', '', 0, 0, NULL, room_id, MIN(version), '', 0"
+                " FROM room_command_log WHERE ?1 = '' OR app_code = ?1"
+                " GROUP BY app_code, room_id");
 
-/* The audit's three tables in one statement: one read snapshot. */
+/* The audit's three tables (and each room's oldest logged version) in one
+ * statement: one read snapshot. */
 int
 sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows, size_t *n)
 {
