@@ -260,7 +260,7 @@ const struct key conf_keys[] = {
      .doc = "connect to the broker (rocketmq.driver: NATS JetStream or RocketMQ)"},
     {"rocketmq.driver", K_CHOICE, F(rocketmq.driver), "auto", ONE_OF(mq_drivers),
      .doc = "jetstream (NATS JetStream), rocketmq (RocketMQ remoting protocol, docs/rocketmq.md) "
-            "or auto: jetstream when every name server is a nats:// or tls:// URL, else rocketmq"},
+            "or auto: jetstream when a name server is a nats:// or tls:// URL, else rocketmq"},
     {"rocketmq.name_servers", K_STRLIST, L(rocketmq.name_servers, rocketmq.nname_servers), "",
      .doc = "jetstream: NATS URLs (nats://host:port); rocketmq: name servers host:port, tried "
             "in turn; at least one when enabled (rocketmq: or name_server_domain)"},
@@ -890,11 +890,11 @@ conf_rocketmq_driver(const struct conf_rocketmq *mq)
         return mq->driver;
     for (int i = 0; i < mq->nname_servers; i++) {
         const char *u = mq->name_servers[i] ? mq->name_servers[i] : "";
-        if (strncmp(u, "nats://", 7) != 0 && strncmp(u, "tls://", 6) != 0)
-            return CONF_MQ_ROCKETMQ;
+        if (strncmp(u, "nats://", 7) == 0 || strncmp(u, "tls://", 6) == 0)
+            return CONF_MQ_JETSTREAM; /* a NATS list (its other entries checked as URLs) */
     }
-    return mq->nname_servers == 0 && !empty(mq->name_server_domain) ? CONF_MQ_ROCKETMQ
-                                                                     : CONF_MQ_JETSTREAM;
+    return mq->nname_servers > 0 || !empty(mq->name_server_domain) ? CONF_MQ_ROCKETMQ
+                                                                    : CONF_MQ_JETSTREAM;
 }
 
 /* "host:port" with a port 1..65535 (a leading http:// allowed, as the
