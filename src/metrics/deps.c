@@ -58,6 +58,11 @@ collect(void *arg, struct metrics_text *t)
         line(t, "redis", redis_up(d));
     if (d->bus != NULL)
         line(t, "broker", bus_connected(d->bus));
+    if (d->bus != NULL) { /* the rocketmq driver's gauge: rocketmq/client.c */
+        metrics_family(t, "roomd_broker_up", "gauge",
+                       "1 when the broker's last call was answered (label driver).");
+        metrics_count(t, "roomd_broker_up", "driver=\"jetstream\"", bus_connected(d->bus));
+    }
     if (d->conf->tencent_im.enabled && d->outbox != NULL)
         line(t, "im", outbox_sink_up(d->outbox, "tim") != 0);
     if (d->conf->activity.enabled && d->outbox != NULL)

@@ -9,6 +9,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
+#include "metrics/metrics.h"
 #include "rocketmq/remoting.h"
 
 #include <ctype.h>
@@ -774,6 +775,39 @@ heartbeat_main(void *arg)
     return NULL;
 }
 
+/* ==== metrics ==== */
+
+/* roomd_broker_* with driver="rocketmq" (docs/rocketmq.md), computed when
+ * /metrics is scraped. */
+static void
+collect(void *arg, struct metrics_text *t)
+{
+    struct rmq_client *c = arg;
+    struct rmq_stats st;
+    char why[8];
+
+    rmq_stats_get(c, &st);
+    metrics_family(t, "roomd_broker_up", "gauge",
+                   "1 when the broker's last call was answered (label driver).");
+    metrics_count(t, "roomd_broker_up", "driver=\"rocketmq\"",
+                  rmq_ready(c, why, sizeof(why)) == 0 ? 1 : 0);
+    metrics_family(t, "roomd_broker_sends_total", "counter",
+                   "sends to the broker by result: ok (SEND_OK), failed (an error answer), "
+                   "unavailable (no answer, or the signature refused)");
+    metrics_count(t, "roomd_broker_sends_total", "driver=\"rocketmq\",result=\"ok\"", st.sends_ok);
+    metrics_count(t, "roomd_broker_sends_total", "driver=\"rocketmq\",result=\"failed\"",
+                  st.sends_failed);
+    metrics_count(t, "roomd_broker_sends_total", "driver=\"rocketmq\",result=\"unavailable\"",
+                  st.sends_unavailable);
+    metrics_family(t, "roomd_broker_reconnects_total", "counter",
+                   "connections to a name server or broker opened again after a break");
+    metrics_count(t, "roomd_broker_reconnects_total", "driver=\"rocketmq\"", st.reconnects);
+    metrics_family(t, "roomd_broker_route_refreshes_total", "counter",
+                   "topic routes fetched from the name servers");
+    metrics_count(t, "roomd_broker_route_refreshes_total", "driver=\"rocketmq\"",
+                  st.route_refreshes);
+}
+
 /* ==== open / close ==== */
 
 int
@@ -823,6 +857,7 @@ rmq_client_open(struct rmq_client **out, const struct conf_rocketmq *cfg, const 
     }
     if (pthread_create(&c->hb, NULL, heartbeat_main, c) == 0)
         c->hb_started = true;
+    metrics_add_collector(collect, c);
     *out = c;
     return 0;
 }
@@ -832,6 +867,7 @@ rmq_client_close(struct rmq_client *c)
 {
     if (c == NULL)
         return;
+    metrics_remove_collector(collect, c); /* a no-op when it was never added */
     pthread_mutex_lock(&c->hb_mu);
     c->stopping = true;
     pthread_cond_broadcast(&c->hb_cv);

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
 from roomd_test import ROOMD, Roomd, listing, merge, run, wait_until  # noqa: E402
 from bus_util import envelope  # noqa: E402
-from http_util import room_name  # noqa: E402
+from http_util import metrics, room_name  # noqa: E402
 from standins import free_port  # noqa: E402
 from rocketmq_util import RocketStandin, alions_available, alions_consume  # noqa: E402
 from test_bus_roomd import Events, all_delivered, outbox, standard_commands  # noqa: E402
@@ -94,6 +94,9 @@ def test_mq_every_event_once():
                 seqs = [s for _, _, s in ms]
                 assert seqs == sorted(seqs), (room, ms)  # commit order on the queue
             assert len({ms[0][0] for ms in by_room.values()}) > 1, by_room  # rooms spread
+            mt = metrics(r)
+            assert mt['roomd_broker_up{driver="rocketmq"}'] == 1, mt
+            assert mt['roomd_broker_sends_total{driver="rocketmq",result="ok"}'] >= len(rows)
             # ali-ons, an independent client, consumes the same events
             rc, dl, err = alions_consume(b.name_servers, "G_interop", TOPIC, "*",
                                          len(ev.ids()), 30, namespace=ns)
@@ -152,6 +155,9 @@ def test_broker_down_commands_succeed_then_sent():
             assert any("bus" in (v[3] or "") for v in rows.values()), rows
             st, _, health = r.http("GET", "/readyz")
             assert "broker" in str(health), health
+            mt = metrics(r)
+            assert mt['roomd_broker_up{driver="rocketmq"}'] == 0, mt
+            assert mt['roomd_broker_sends_total{driver="rocketmq",result="unavailable"}'] > 0, mt
             b.start()
             wait_until(lambda: all_delivered(r), timeout=30, what="delivered after the broker")
             assert set(messages_by_key(b, TOPIC)) == set(ev.ids())
