@@ -37,11 +37,11 @@
 #include "publish/sink.h"
 #include "publish/sink_activity.h"
 #include "publish/sink_bus.h"
-#include "rocketmq/client.h"
-#include "rocketmq/sink.h"
 #include "publish/sink_tim.h"
 #include "publish/sink_wallet.h"
 #include "publish/tim_client.h"
+#include "rocketmq/client.h"
+#include "rocketmq/sink.h"
 #include "room/service.h"
 #include "rpc/server.h"
 #include "store/group_commit.h"
@@ -211,6 +211,8 @@ open_sinks(const struct conf *c, struct bus *bus, struct rmq_client *rmq, struct
         sink_rmq_open(&sinks[n++], rmq, &c->rocketmq);
     if (bus && c->rocketmq.rocket_launch.enabled)
         sink_rocket_open(&sinks[n++], bus);
+    if (rmq && c->rocketmq.rocket_launch.enabled)
+        sink_rmq_rocket_open(&sinks[n++], rmq, &c->rocketmq);
     /* the remote wallet's Confirm of each committed gift (docs/wallet.md) */
     if (wallet != NULL && wallet_is_grpc(wallet))
         sink_wallet_open(&sinks[n++], wallet);
@@ -299,8 +301,8 @@ main(int argc, char **argv)
     struct bus *bus = NULL;
     struct rmq_client *rmq = NULL; /* or RocketMQ's remoting protocol: the sink only */
     if (conf->rocketmq.enabled && conf_rocketmq_driver(&conf->rocketmq) == CONF_MQ_ROCKETMQ) {
-        const char *check = conf->rocketmq.room_outbox.enabled ? conf->rocketmq.room_outbox.topic
-                                                               : NULL;
+        const char *check =
+            conf->rocketmq.room_outbox.enabled ? conf->rocketmq.room_outbox.topic : NULL;
         or_die(rmq_client_open(&rmq, &conf->rocketmq, conf->app.node_id, check, err, sizeof(err)),
                "", err);
     } else if (conf->rocketmq.enabled) {

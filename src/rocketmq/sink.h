@@ -20,4 +20,13 @@ struct conf_rocketmq;
  * names of cfg (borrowed likewise). Returns 0 and *out. Thread: main. */
 int sink_rmq_open(struct sink **out, struct rmq_client *c, const struct conf_rocketmq *cfg);
 
+/* The rocket wake-up sink (bit SINK_BIT_ROCKET, name "rocket"): each
+ * RoomRocketIgnited row becomes a RocketLaunchWakeup on
+ * rocketmq.rocket_launch.topic (TAGS wakeup, KEYS "rocket-<app>-<room>-
+ * <rocket_id>", producer group rocket_launch.producer_group) delivered at
+ * launch_at_ms: a timer message (TIMER_DELIVER_MS) on a 5.x broker, else
+ * the longest 4.x delay level not later than launch_at_ms (the consumer
+ * waits the rest). Same ownership and threads as sink_rmq_open. */
+int sink_rmq_rocket_open(struct sink **out, struct rmq_client *c, const struct conf_rocketmq *cfg);
+
 #endif

@@ -15,7 +15,12 @@ test_rocketmq_standin), never against a real broker.
 4. ACL: the right keys deliver (every request signed); a bad secret_key stops start-up with
    an error naming rocketmq.secret_key (the secret never printed); with the broker down at
    start-up, the first sends fail naming the key and nothing is marked delivered.
-5. --check-config: the seed's rocketmq block (host:port name servers, namespace, keys)
+5. rocket wake-ups: each ignition is a RocketLaunchWakeup on hyapp_room_rocket_launch
+   delivered at launch_at_ms: a timer message on a 5.x broker (ali-ons receives it within
+   1 s of launch_at_ms: the broker's timer precision), the longest delay level not later on
+   a 4.x one (received before launch_at_ms + 1 s; the consumer waits the rest); roomd's own
+   timer launches the rocket on time.
+6. --check-config: the seed's rocketmq block (host:port name servers, namespace, keys)
    passes; a URL where a host:port belongs is refused naming rocketmq.name_servers.
 
 Run: python3 tests/integ/test_rocketmq_roomd.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)"""
@@ -32,7 +37,8 @@ from bus_util import envelope  # noqa: E402
 from http_util import metrics, room_name  # noqa: E402
 from standins import free_port  # noqa: E402
 from rocketmq_util import RocketStandin, alions_available, alions_consume  # noqa: E402
-from test_bus_roomd import Events, all_delivered, outbox, standard_commands  # noqa: E402
+from bus_util import pb_fields  # noqa: E402
+from test_bus_roomd import Events, all_delivered, ignite, outbox, standard_commands  # noqa: E402
 
 TOPIC = "hyapp_room_outbox"
 
@@ -216,6 +222,56 @@ def test_acl_keys():
 
 # ---- 5 ----
 
+ROCKET = "hyapp_room_rocket_launch"
+
+
+def _rocket_case(tmp, v4):
+    b = RocketStandin(tmp, topics=[TOPIC, ROCKET], v4=v4,
+                      levels="1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h").start()
+    cfg = rmq_cfg(b, extra={"rocketmq": {"rocket_launch": {"enabled": True}},
+                            "room": {"rocket": {"thresholds": [100, 5000], "countdown": "4s"}}})
+    r = Roomd(cfg, tmp=tmp).start()
+    try:
+        room = room_name()
+        launch_at, rocket_id, level = ignite(Events(r), room)
+        rc, got, err = alions_consume(b.name_servers, "G_rocket_check", ROCKET, "wakeup", 1, 15)
+        assert rc == 0 and len(got) == 1, (got, err[-2000:])
+        d = got[0]
+        wk = pb_fields(d["body"])
+        assert wk[2].decode() == room and wk[3].decode() == rocket_id and wk[5] == launch_at, wk
+        assert d["keys"] == f"rocket-hyapp-{room}-{rocket_id}", d
+        early = launch_at - d["at"]
+        print(f"  v4={v4}: the wake-up came {early} ms before launch_at_ms")
+        sched = b.stats(["SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"])["messages"]
+        if v4:  # the longest delay level not later: 4 s -> level 2 (5 s) is later, so 1 (1 s)
+            assert [m["props"]["DELAY"] for m in sched["SCHEDULE_TOPIC_XXXX"]] == ["1"], sched
+            assert 0 <= early <= 3500, early
+        else:   # a timer message, rounded down to the broker's 1 s precision
+            assert len(sched["rmq_sys_wheel_timer"]) == 1 and not sched["SCHEDULE_TOPIC_XXXX"]
+            assert -1000 <= early <= 1000, early
+        # roomd launches it (its own timer: the rocket-open group runs on jetstream)
+        def launched():
+            return [envelope(m["body"]) for m in messages_by_key(b, TOPIC).values()
+                    if m["props"]["TAGS"] == "RoomRocketLaunched"]
+        got = wait_until(launched, timeout=15, what="launched")
+        assert len(got) == 1 and got[0]["room_id"] == room, got
+        late = pb_fields(got[0]["payload"]).get(3, 0) - launch_at
+        assert 0 <= late <= 1000, late
+    finally:
+        r.stop()
+        b.stop()
+
+
+def test_rocket_wakeups_delayed():
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "v5"))
+        os.makedirs(os.path.join(tmp, "v4"))
+        _rocket_case(os.path.join(tmp, "v5"), v4=False)
+        _rocket_case(os.path.join(tmp, "v4"), v4=True)
+
+
+# ---- 6 ----
+
 SEED_BLOCK = """
 rocketmq:
   enabled: true
@@ -277,5 +333,5 @@ if __name__ == "__main__":
         print("FAIL: ali-ons not installed in tests/standins (npm ci there)")
         sys.exit(1)
     run([test_mq_every_event_once, test_dual_log_sink_and_broker,
-         test_broker_down_commands_succeed_then_sent, test_acl_keys,
+         test_broker_down_commands_succeed_then_sent, test_acl_keys, test_rocket_wakeups_delayed,
          test_seed_config_block_checks])

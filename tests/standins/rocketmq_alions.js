@@ -65,7 +65,7 @@ async function consume(nameSrv, group, topic, tags, count, seconds, rest) {
   c.on('error', e => { if (process.env.ONS_DEBUG) console.error(String(e)); });
   c.subscribe(topic, tags, async msg => {
     const again = retryBelow < 0 || msg.reconsumeTimes < retryBelow;
-    console.log(JSON.stringify({ topic: msg.topic, tags: msg.tags, keys: msg.keys,
+    console.log(JSON.stringify({ at: Date.now(), topic: msg.topic, tags: msg.tags, keys: msg.keys,
       body: msg.body.toString('base64'), reconsumeTimes: msg.reconsumeTimes,
       queueId: msg.queueId, queueOffset: msg.queueOffset, retry: again,
       properties: msg.properties }));

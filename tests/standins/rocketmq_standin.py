@@ -80,6 +80,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 DEFAULT_TOPIC = "TBW102"
 
+SERVER_VERSION = 479
 DEBUG = os.environ.get("RMQ_STANDIN_DEBUG", "") not in ("", "0")
 STORE_IP = bytes([127, 0, 0, 1])
 
@@ -192,7 +193,7 @@ def encode_frame(cmd, body=b""):
 
 def response(req, code, remark=None, ext=None):
     cmd = {"code": code, "flag": 1, "language": "JAVA", "opaque": req.get("opaque", 0),
-           "serializeTypeCurrentRPC": "JSON", "version": 479,
+           "serializeTypeCurrentRPC": "JSON", "version": SERVER_VERSION,
            "extFields": {k: ext_str(v) for k, v in (ext or {}).items()}}
     if remark is not None:
         cmd["remark"] = remark
@@ -218,6 +219,7 @@ class Store:
         self.default_queues = queues
         self.levels = levels
         self.timer_enabled = timer_enabled
+        self.v4 = False
         self.topics = {DEFAULT_TOPIC: queues}  # name -> queue count
         self.queues = {}                         # (topic, qid) -> [msg]
         self.by_phys = {}                        # commitLogOffset -> msg
@@ -302,7 +304,8 @@ class Store:
         """A message with DELAY or TIMER_* waits in its schedule topic first
         (HookUtils.handleScheduleMessage); returns (msg, code, remark)."""
         level = int(props.get("DELAY", "0") or 0)
-        timer = any(k in props for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"))
+        timer = not self.v4 and any(k in props for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
+                                                         "TIMER_DELAY_MS"))
         if level > 0 and not topic.startswith("%DLQ%"):
             for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"):
                 props.pop(k, None)
@@ -386,6 +389,9 @@ class Broker:
         self.args = args
         self.store = Store(args.data, args.queues, parse_levels(args.delay_levels),
                            not args.no_timer)
+        self.store.v4 = args.v4
+        global SERVER_VERSION
+        SERVER_VERSION = 409 if args.v4 else 479  # MQVersion V4_9_8 / V5_3_3
         for t in args.topic or []:
             with self.store.lock:
                 self.store.ensure_topic(t)
@@ -806,6 +812,9 @@ def main():
     ap.add_argument("--acl", default="")
     ap.add_argument("--delay-levels", default=DEFAULT_LEVELS)
     ap.add_argument("--no-timer", action="store_true")
+    ap.add_argument("--v4", action="store_true",
+                    help="a 4.x broker: answers with version V4_9_8 and knows no timer "
+                         "messages (TIMER_* properties are stored as plain properties)")
     ap.add_argument("--http-port", type=int, default=0)
     args = ap.parse_args()
     broker = Broker(args)

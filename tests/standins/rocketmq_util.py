@@ -29,7 +29,7 @@ def alions_available():
 
 class RocketStandin:
     def __init__(self, tmp, topics=(), queues=4, acl=None, levels=TEST_LEVELS, timer=True,
-                 namesrvs=1):
+                 namesrvs=1, v4=False):
         self.tmp = tmp
         self.ns_ports = [free_port() for _ in range(namesrvs)]
         self.broker_port = free_port()
@@ -44,6 +44,8 @@ class RocketStandin:
             self.args += ["--acl", acl]
         if not timer:
             self.args.append("--no-timer")
+        if v4:
+            self.args.append("--v4")
         self.proc = None
 
     @property
