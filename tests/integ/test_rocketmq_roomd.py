@@ -11,7 +11,8 @@ test_rocketmq_standin), never against a real broker.
 2. dual: the log sink and the broker both get every event once.
 3. broker down for longer than max_retry_count x max_backoff: commands succeed at once,
    rows stay retryable with retry_count 0 (an outage burns no attempt), none fails; the
-   broker comes back: every row delivered, each event once.
+   broker comes back: every row delivered, each event once; again across a kill -9 of the
+   broker (its data dir kept) with commands meanwhile.
 4. ACL: the right keys deliver (every request signed); a bad secret_key stops start-up with
    an error naming rocketmq.secret_key (the secret never printed); with the broker down at
    start-up, the first sends fail naming the key and nothing is marked delivered.
@@ -168,6 +169,14 @@ def test_broker_down_commands_succeed_then_sent():
             wait_until(lambda: all_delivered(r), timeout=30, what="delivered after the broker")
             assert set(messages_by_key(b, TOPIC)) == set(ev.ids())
             assert all(v[1] == 0 for v in outbox(r).values())
+            # kill -9 of the broker (its data dir kept): roomd reconnects, sends the rest
+            b.kill()
+            ev2 = standard_commands(r, room_name())
+            time.sleep(0.5)
+            b.start()
+            wait_until(lambda: all_delivered(r), timeout=30, what="delivered after a restart")
+            assert set(messages_by_key(b, TOPIC)) == set(ev.ids()) | set(ev2.ids())
+            assert metrics(r)['roomd_broker_reconnects_total{driver="rocketmq"}'] >= 1
         finally:
             r.stop()
             b.stop()
