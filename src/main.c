@@ -41,6 +41,7 @@
 #include "publish/sink_wallet.h"
 #include "publish/tim_client.h"
 #include "rocketmq/client.h"
+#include "rocketmq/consumer.h"
 #include "rocketmq/sink.h"
 #include "room/service.h"
 #include "rpc/server.h"
@@ -332,7 +333,7 @@ main(int argc, char **argv)
         .lease = lease,
         .projection = proj,
         .outbox = outbox,
-        .rocket_timer = !(bus != NULL && conf->rocketmq.rocket_launch.enabled),
+        .rocket_timer = !((bus != NULL || rmq != NULL) && conf->rocketmq.rocket_launch.enabled),
         .projection_rebuild = true, /* in the background, docs/nodes.md */
     };
     /* CreateRoom's synchronous IM create_group when tencent_im.enabled */
@@ -364,6 +365,13 @@ main(int argc, char **argv)
     if (bus && consume_roles_start(&consumers, conf, bus, rooms, consume_roles_configured(conf),
                                    err, sizeof(err)) != 0)
         fatalx("rocketmq consumers: %s", err);
+    struct consume_driver rmq_driver; /* the same groups on RocketMQ (docs/rocketmq.md) */
+    if (rmq) {
+        rmq_consume_driver(&rmq_driver, rmq);
+        if (consume_roles_start_on(&consumers, conf, &rmq_driver, rooms,
+                                   consume_roles_configured(conf), err, sizeof(err)) != 0)
+            fatalx("rocketmq consumers: %s", err);
+    }
 
     struct auth *auth = NULL;
     or_die(auth_open(&auth, conf, err, sizeof(err)), "", err);

@@ -957,12 +957,6 @@ validate_cross(const struct conf *c, struct vctx *v)
             else if (rmq && !rmq_host_port(mq->name_servers[i]))
                 bad(v, "rocketmq.name_servers",
                     "driver rocketmq: every entry is a name server host:port (9876 by default)");
-        if (rmq && (mq->room_outbox.tencent_im_consumer_enabled ||
-                    mq->room_outbox.activity_consumer_enabled ||
-                    mq->room_outbox.notice_consumer_enabled))
-            bad(v, "rocketmq.driver",
-                "rocketmq: the consumer groups run on jetstream only for now (docs/rocketmq.md); "
-                "the rocketmq driver produces hyapp_room_outbox and the rocket wake-ups");
         for (int i = 0; i < mq->nconsumer_retry_delays; i++)
             if (mq->consumer_retry_delays_ms[i] <= 0)
                 bad(v, "rocketmq.consumer_retry_delays_ms", "every delay must be > 0");

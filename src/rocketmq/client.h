@@ -107,4 +107,78 @@ struct rmq_stats {
 };
 void rmq_stats_get(struct rmq_client *c, struct rmq_stats *out);
 
+/* ==== the consumer side (rocketmq/consumer.c) ==== */
+
+/* One message queue: wire topic, broker, queue id and its master's address. */
+struct rmq_mq {
+    char topic[256];
+    char broker[128];
+    char addr[128];
+    int qid;
+};
+
+/* Registers a clustering consumer group (configured names) subscribed to
+ * topic and %RETRY%<group> ("*"), sent with every heartbeat from now on. */
+void rmq_add_consumer(struct rmq_client *c, const char *group, const char *topic);
+/* Heartbeats every known master now (after rmq_add_consumer). Blocks up to
+ * send_timeout per broker. */
+void rmq_heartbeat_now(struct rmq_client *c);
+/* This process' clientID (borrowed). */
+const char *rmq_client_id(const struct rmq_client *c);
+
+/* The readable queues of topic (configured name), fetched from the name
+ * servers now, sorted by broker then queue id: *out (free()) and *n.
+ * Returns 0, ROOMD_EUNAVAIL or ROOMD_ERETRY with err. Blocks. */
+int rmq_read_queues(struct rmq_client *c, const char *topic, int64_t deadline_mono_ms,
+                    struct rmq_mq **out, int *n, char *err, size_t errlen);
+/* GET_CONSUMER_LIST_BY_GROUP at addr: *ids (each and the array free()) and
+ * *n. Returns 0, ROOMD_EUNAVAIL, ROOMD_EINVAL (signature) or ROOMD_ERETRY. */
+int rmq_consumer_ids(struct rmq_client *c, const char *addr, const char *group,
+                     int64_t deadline_mono_ms, char ***ids, int *n, char *err, size_t errlen);
+/* QUERY_CONSUMER_OFFSET: *offset, -1 when the broker has none (22). */
+int rmq_query_offset(struct rmq_client *c, const struct rmq_mq *mq, const char *group,
+                     int64_t deadline_mono_ms, int64_t *offset, char *err, size_t errlen);
+/* UPDATE_CONSUMER_OFFSET (answered). */
+int rmq_update_offset(struct rmq_client *c, const struct rmq_mq *mq, const char *group,
+                      int64_t offset, int64_t deadline_mono_ms, char *err, size_t errlen);
+
+/* One pulled message (MessageDecoder); body and props point into the
+ * rmq_pulled's raw buffer. */
+struct rmq_message_ext {
+    char *topic;
+    int queue_id;
+    int64_t queue_offset;
+    int64_t commit_offset;
+    int reconsume;
+    int sys_flag;
+    const uint8_t *body;
+    size_t len;
+    const char *props; /* name 0x01 value 0x02 ... */
+    size_t props_len;
+};
+struct rmq_pulled {
+    int code; /* 0 found, 19 none, 20 filtered, 21 offset moved */
+    int64_t next_begin;
+    struct rmq_message_ext *msgs;
+    int n;
+    uint8_t *raw;
+};
+/* PULL_MESSAGE without suspend, subscription "*". Returns 0 and *out (any
+ * of the four codes; rmq_pulled_free it), ROOMD_EUNAVAIL or ROOMD_ERETRY. */
+int rmq_pull(struct rmq_client *c, const struct rmq_mq *mq, const char *group, int64_t offset,
+             int max, int64_t deadline_mono_ms, struct rmq_pulled *out, char *err, size_t errlen);
+void rmq_pulled_free(struct rmq_pulled *p);
+/* The property name of m into buf (NULL when absent). */
+const char *rmq_prop(const struct rmq_message_ext *m, const char *name, char *buf, size_t len);
+/* CONSUMER_SEND_MSG_BACK of m: delay_level > 0 -> %RETRY%<group> after
+ * that level, -1 -> %DLQ%<group>; max_reconsume is the broker's DLQ limit.
+ * Returns 0, ROOMD_EUNAVAIL or ROOMD_ERETRY with err. */
+int rmq_send_back(struct rmq_client *c, const struct rmq_mq *mq, const char *group,
+                  const struct rmq_message_ext *m, int delay_level, int max_reconsume,
+                  int64_t deadline_mono_ms, char *err, size_t errlen);
+/* The smallest default delay level lasting at least delay_ms (18 = 2 h). */
+int rmq_delay_level_at_least(int64_t delay_ms);
+/* The longest default delay level not later than delay_ms (at least 1). */
+int rmq_delay_level_not_later(int64_t delay_ms);
+
 #endif
