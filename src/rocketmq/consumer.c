@@ -259,6 +259,8 @@ allocate(struct rmq_group *g, const char *topic, struct rmq_mq **want, size_t *n
     }
     rc = rmq_consumer_ids(g->c, qs[0].addr, g->h.group, clock_mono_ms() + 3000, &ids, &nid, e,
                           sizeof(e));
+    if (rc == ROOMD_ERETRY)
+        rmq_heartbeat_now(g->c); /* "no consumer for this group": not registered yet */
     if (rc == 0) {
         qsort(ids, (size_t)nid, sizeof(*ids), cmp_str);
         int idx = -1;

@@ -11,6 +11,7 @@ the RocketMQ stand-in (never a real broker).
    launch_at_ms (the timer message, then the group's short wait); a wake-up ali-ons produces
    for a rocket the room never had is consumed, refused by the Room Cell (permanent) and
    dead-lettered to %DLQ%hyapp-room-rocket-open; nothing else launches.
+4. tools/roomd_consumer runs a group on the rocketmq driver.
 
 Run: python3 tests/integ/test_rocketmq_consumers.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)"""
 import os
@@ -24,8 +25,8 @@ from roomd_test import Roomd, listing, run, wait_until  # noqa: E402
 from bus_util import envelope, pb_encode, pb_fields  # noqa: E402
 from http_util import room_name  # noqa: E402
 from rocketmq_util import RocketStandin, alions_available, alions_produce  # noqa: E402
-from test_bus_roomd import (Events, all_delivered, db_rows, group_db, ignite,  # noqa: E402
-                            outbox, totals)
+from test_bus_roomd import (Events, db_rows, group_db, ignite, outbox,  # noqa: E402
+                            start_consumer, stop_proc, totals)
 from test_rocketmq_roomd import ROCKET, TOPIC, messages_by_key, rmq_cfg  # noqa: E402
 
 G_IM, G_ACT, G_ROCKET = "hyapp-room-im-bridge", "hyapp-activity-room-outbox", \
@@ -159,9 +160,28 @@ def test_rocket_open_group_on_time():
             b.stop()
 
 
+def test_roomd_consumer_tool_on_rocketmq():
+    """tools/roomd_consumer runs the activity group on the rocketmq driver too."""
+    with tempfile.TemporaryDirectory() as tmp:
+        b = RocketStandin(tmp, topics=[TOPIC]).start()
+        r = Roomd(rmq_cfg(b, extra=group_extra(tmp, {})), tmp=tmp).start()
+        cons = start_consumer(r, "activity")
+        try:
+            room = room_name()
+            ev = Events(r).room(room)
+            ev.gift(room, 2, 10)
+            db = group_db(tmp, G_ACT)
+            wait_until(lambda: os.path.exists(db) and totals(db) == [(2, 20)], timeout=30,
+                       what="roomd_consumer counted the gift")
+        finally:
+            stop_proc(cons)
+            r.stop()
+            b.stop()
+
+
 if __name__ == "__main__":
     if not listing() and not alions_available():
         print("FAIL: ali-ons not installed in tests/standins (npm ci there)")
         sys.exit(1)
     run([test_activity_group_offsets_and_restart, test_im_bridge_retry_then_dlq,
-         test_rocket_open_group_on_time])
+         test_rocket_open_group_on_time, test_roomd_consumer_tool_on_rocketmq])
