@@ -5,7 +5,7 @@
 #include "rocketmq/consumer.h"
 
 #include "consume/group.h"
-#include "consume/inbox.h"
+#include "store/inbox.h"
 #include "consume/roles.h"
 #include "core/clock.h"
 #include "core/err.h"
