@@ -52,8 +52,9 @@ def test_activity_group_offsets_and_restart():
         b = RocketStandin(tmp, topics=[TOPIC]).start()
         cfg = rmq_cfg(b, extra=group_extra(tmp, {
             "rocketmq": {"room_outbox": {"activity_consumer_enabled": True}}}))
-        r = Roomd(cfg, tmp=tmp).start()
+        r = Roomd(cfg, tmp=tmp)
         try:
+            r.start()
             room = room_name()
             ev = Events(r).room(room)
             for i in range(4):
@@ -126,8 +127,9 @@ def test_rocket_open_group_on_time():
         cfg = rmq_cfg(b, extra=group_extra(tmp, {
             "rocketmq": {"rocket_launch": {"enabled": True}},
             "room": {"rocket": {"thresholds": [100, 5000], "countdown": "3s"}}}))
-        r = Roomd(cfg, tmp=tmp).start()
+        r = Roomd(cfg, tmp=tmp)
         try:
+            r.start()
             room = room_name()
             launch_at, rocket_id, level = ignite(Events(r), room)
 
@@ -164,9 +166,11 @@ def test_roomd_consumer_tool_on_rocketmq():
     """tools/roomd_consumer runs the activity group on the rocketmq driver too."""
     with tempfile.TemporaryDirectory() as tmp:
         b = RocketStandin(tmp, topics=[TOPIC]).start()
-        r = Roomd(rmq_cfg(b, extra=group_extra(tmp, {})), tmp=tmp).start()
-        cons = start_consumer(r, "activity")
+        r = Roomd(rmq_cfg(b, extra=group_extra(tmp, {})), tmp=tmp)
+        cons = None
         try:
+            r.start()
+            cons = start_consumer(r, "activity")
             room = room_name()
             ev = Events(r).room(room)
             ev.gift(room, 2, 10)

@@ -75,8 +75,9 @@ def test_mq_every_event_once():
     with tempfile.TemporaryDirectory() as tmp:
         ns = "t1"
         b = RocketStandin(tmp).start()
-        r = Roomd(rmq_cfg(b, ns, dead_first=True), tmp=tmp).start()
+        r = Roomd(rmq_cfg(b, ns, dead_first=True), tmp=tmp)
         try:
+            r.start()
             rooms = [room_name() for _ in range(6)]
             ev = standard_commands(r, rooms[0])
             for room in rooms[1:]:
@@ -128,8 +129,9 @@ def test_mq_every_event_once():
 def test_dual_log_sink_and_broker():
     with tempfile.TemporaryDirectory() as tmp:
         b = RocketStandin(tmp, topics=[TOPIC]).start()
-        r = Roomd(rmq_cfg(b, extra={"outbox_worker": {"publish_mode": "dual"}}), tmp=tmp).start()
+        r = Roomd(rmq_cfg(b, extra={"outbox_worker": {"publish_mode": "dual"}}), tmp=tmp)
         try:
+            r.start()
             ev = standard_commands(r, room_name())
             rows = wait_until(lambda: all_delivered(r), timeout=30, what="all rows delivered")
             assert all(v[2] & 9 == 9 for v in rows.values()), rows  # log + bus sinks done
@@ -188,8 +190,9 @@ def test_acl_keys():
     with tempfile.TemporaryDirectory() as tmp:
         b = RocketStandin(tmp, topics=[TOPIC], acl="AKroomd:SKroomd-right").start()
         good = {"rocketmq": {"access_key": "AKroomd", "secret_key": "SKroomd-right"}}
-        r = Roomd(rmq_cfg(b, extra=good), tmp=tmp).start()
+        r = Roomd(rmq_cfg(b, extra=good), tmp=tmp)
         try:
+            r.start()
             ev = standard_commands(r, room_name())
             wait_until(lambda: all_delivered(r), timeout=30, what="delivered, signed")
             assert set(messages_by_key(b, TOPIC)) == set(ev.ids())
@@ -209,8 +212,9 @@ def test_acl_keys():
         b.stop()
         tmp3 = os.path.join(tmp, "bad-later")
         os.makedirs(tmp3)
-        r3 = Roomd(rmq_cfg(b, extra=bad), tmp=tmp3).start()
+        r3 = Roomd(rmq_cfg(b, extra=bad), tmp=tmp3)
         try:
+            r3.start()
             b.start()
             before = len(b.stats([TOPIC])["messages"][TOPIC])
             standard_commands(r3, room_name())
@@ -239,8 +243,9 @@ def _rocket_case(tmp, v4):
                       levels="1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h").start()
     cfg = rmq_cfg(b, extra={"rocketmq": {"rocket_launch": {"enabled": True}},
                             "room": {"rocket": {"thresholds": [100, 5000], "countdown": "4s"}}})
-    r = Roomd(cfg, tmp=tmp).start()
+    r = Roomd(cfg, tmp=tmp)
     try:
+        r.start()
         room = room_name()
         launch_at, rocket_id, level = ignite(Events(r), room)
         rc, got, err = alions_consume(b.name_servers, "G_rocket_check", ROCKET, "wakeup", 1, 15)
