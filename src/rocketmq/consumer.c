@@ -5,7 +5,6 @@
 #include "rocketmq/consumer.h"
 
 #include "consume/group.h"
-#include "store/inbox.h"
 #include "consume/roles.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -14,6 +13,7 @@
 #include "core/xmalloc.h"
 #include "rocketmq/client.h"
 #include "room_events.pb-c.h"
+#include "store/inbox.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -48,9 +48,12 @@ struct rmq_group {
     size_t nas, capas;
     pthread_mutex_t stats_mu;
     struct consume_stats stats;
+    int64_t hold_ms; /* of the last HOLD verdict */
 };
 
-enum verdict { SETTLED, AGAIN, STOP };
+/* SETTLED: go on past it; HOLD: this queue waits hold_ms for it (the
+ * others go on); STOP: this queue waits a retry delay for it. */
+enum verdict { SETTLED, HOLD, STOP };
 
 static void
 count(struct rmq_group *g, uint64_t *field)
@@ -83,7 +86,7 @@ dead_letter(struct rmq_group *g, struct assigned *a, const struct rmq_message_ex
     return SETTLED;
 }
 
-/* See m again after delay_ms without a failure: in place when short, else
+/* See m again after delay_ms without a failure: its queue waits when short, else
  * through %RETRY% at the longest delay level not later (then again). */
 static enum verdict
 later(struct rmq_group *g, struct assigned *a, const struct rmq_message_ext *m, int64_t delay_ms,
@@ -93,8 +96,8 @@ later(struct rmq_group *g, struct assigned *a, const struct rmq_message_ext *m, 
 
     count(g, counter);
     if (delay_ms <= IN_PLACE_MAX_MS) {
-        bg_thread_sleep(&g->th, delay_ms > 0 ? delay_ms : 1);
-        return AGAIN;
+        g->hold_ms = delay_ms > 0 ? delay_ms : 1; /* its queue waits; the others go on */
+        return HOLD;
     }
     int level = rmq_delay_level_not_later(delay_ms);
     if (rmq_send_back(g->c, &a->mq, g->h.group, m, level, BROKER_MAX_RECONSUME,
@@ -363,9 +366,11 @@ pull_one(struct rmq_group *g, struct assigned *a)
     if (p.code == RMQ_SUCCESS) {
         got = p.n > 0;
         for (int i = 0; i < p.n && !bg_thread_stopping(&g->th); i++) {
-            enum verdict v;
-            while ((v = process(g, a, &p.msgs[i])) == AGAIN && !bg_thread_stopping(&g->th))
-                ;
+            enum verdict v = process(g, a, &p.msgs[i]);
+            if (v == HOLD) {
+                a->retry_at = clock_mono_ms() + g->hold_ms; /* pulled again from here */
+                break;
+            }
             if (v != SETTLED) {
                 a->retry_at = clock_mono_ms() + consume_retry_delay_ms(&g->o, 1);
                 break;
@@ -400,8 +405,13 @@ group_main(void *arg)
         bool got = false;
         for (size_t i = 0; i < g->nas && !bg_thread_stopping(&g->th); i++)
             got = pull_one(g, &g->as[i]) || got;
-        if (!got)
-            bg_thread_sleep(&g->th, 50);
+        if (!got) { /* idle: until the next queue's hold ends, 50 ms at most */
+            int64_t wait = 50, now = clock_mono_ms();
+            for (size_t i = 0; i < g->nas; i++)
+                if (g->as[i].retry_at > now && g->as[i].retry_at - now < wait)
+                    wait = g->as[i].retry_at - now;
+            bg_thread_sleep(&g->th, wait > 0 ? wait : 1);
+        }
     }
     for (size_t i = 0; i < g->nas; i++)
         commit(g, &g->as[i]);

@@ -14,8 +14,9 @@
  *     least the kit's delay (consumer_retry_delays_ms) -> %RETRY%<group>;
  *     after consumer_max_reconsume_times failures (the inbox counts them):
  *     send-back with delay level -1 -> %DLQ%<group>, inbox dead;
- *   - "see it again later" (holds, another node's claim): waits in place
- *     up to 1.5 s, else send-back with the longest delay level not later.
+ *   - "see it again later" (holds, another node's claim): its queue waits
+ *     (pulled again from that message; the group's other queues go on) up
+ *     to 1.5 s, else send-back with the longest delay level not later.
  * The same inbox dedupe (event_id) and room_seq rule as on JetStream.
  */
 #ifndef ROOMD_RMQ_CONSUMER_H

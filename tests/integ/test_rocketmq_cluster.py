@@ -6,18 +6,24 @@ rocketmq driver against one RocketMQ stand-in (never a real broker):
    (wake-ups as timer messages, the rocket-open group rebalanced over the 3 nodes' members).
 2. kill -9 of a node under load: no acknowledged command lost, the dead node's rooms taken
    over, its rockets launched by the other nodes' group members (its queues rebalanced).
-3. every event once at the broker: each outbox row delivered, each event_id once in the topic.
+3. the IM bridge group in every node: a room's events reach IM in commit order (room_seq)
+   across a kill -9 of the broker (its data dir kept) with commands meanwhile, each once.
+4. every event once at the broker: each outbox row delivered, each event_id once in the topic.
 
 Run: python3 tests/integ/test_rocketmq_cluster.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)"""
+import json
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
 from roomd_test import listing, need, run, wait_until  # noqa: E402
 from cluster_util import MYSQL_PORT, REDIS_PORT, Cluster, mysql_q  # noqa: E402
 from rocketmq_util import RocketStandin  # noqa: E402
+from standins import ImStandin, TEST_SECRET  # noqa: E402
+import http_util as hu  # noqa: E402
 from test_cluster import all_delivered, kill_node_under_load, rockets_on_time  # noqa: E402
 from test_rocketmq_roomd import ROCKET, TOPIC, messages_by_key  # noqa: E402
 
@@ -27,11 +33,14 @@ TMP = tempfile.mkdtemp(prefix="roomd-rmq-cluster-")
 class RmqCluster(Cluster):
     """Cluster with the stand-in instead of the NATS cluster."""
 
-    def __init__(self, tmp, b):
+    def __init__(self, tmp, b, im):
         super().__init__(tmp, extra={"rocketmq": {"driver": "rocketmq",
                                                   "name_servers": b.name_servers,
-                                                  "namespace": ""}})
-        self.b = b
+                                                  "namespace": "",
+                                                  "room_outbox": {
+                                                      "tencent_im_consumer_enabled": True}},
+                                     "tencent_im": im.conf()})
+        self.b, self.im = b, im
 
     def start(self):
         mysql_q(f"CREATE DATABASE {self.db} CHARACTER SET utf8mb4")
@@ -44,9 +53,10 @@ class RmqCluster(Cluster):
             with open(r.cfg_path, "w") as f:
                 json.dump(r.cfg, f, indent=1)
             self.nodes.append(r)
-        self.nodes[0].start()
+        env = {"TIM_TEST_SECRET": TEST_SECRET}
+        self.nodes[0].start(env=env)
         for r in self.nodes[1:]:
-            r.start()
+            r.start(env=env)
         return self
 
     def stop(self):
@@ -62,6 +72,41 @@ class RmqCluster(Cluster):
             pass
 
 
+def im_order_across_broker_restart(cl):
+    room = hu.room_name("imo")
+    live = [r for r in cl.nodes if r.proc is not None]
+    assert hu.create(live[0], room)[0] == 201
+
+    def cmds(k0, n):
+        for k in range(k0, k0 + n):
+            rd = live[k % len(live)]
+            st = (hu.join if k % 2 == 0 else hu.leave)(rd, room, 500 + k // 2)[0]
+            assert st == 200, st
+    cmds(0, 10)
+    cl.b.kill()
+    cmds(10, 6)
+    time.sleep(0.5)
+    cl.b.start()
+    cmds(16, 6)
+    seq = {e: int(s) for e, s in cl.mysql(
+        f"SELECT event_id, room_seq FROM room_outbox WHERE room_id = '{room}'")}
+
+    def arrived():
+        out = []
+        for m in cl.im.messages():
+            if not m.get("Data"):
+                continue
+            eid = json.loads(m["Data"]).get("event_id")
+            if eid in seq:
+                out.append(seq[eid])
+        return out
+    got = wait_until(lambda: (lambda a: a if len(set(a)) == len(seq) else None)(arrived()),
+                     timeout=60, step=0.3, what="every event of the room at IM")
+    assert len(got) == len(set(got)), f"an event twice at IM: {got}"
+    assert got == sorted(got), f"out of commit order at IM: {got}"
+    print(f"  {len(got)} events of one room at IM in room_seq order across a broker kill -9")
+
+
 def every_event_once(cl):
     wait_until(lambda: all_delivered(cl), timeout=30, what="every row delivered")
     ids = {e for (e,) in cl.mysql("SELECT event_id FROM room_outbox")}
@@ -70,7 +115,7 @@ def every_event_once(cl):
     print(f"  {len(ids)} events, each once on {TOPIC}")
 
 
-TESTS = [rockets_on_time, kill_node_under_load, every_event_once]
+TESTS = [rockets_on_time, kill_node_under_load, im_order_across_broker_restart, every_event_once]
 
 
 def bound(cl, f):
@@ -86,14 +131,17 @@ def main():
     need("127.0.0.1", MYSQL_PORT, "mariadbd (scripts/servers.sh)")
     need("127.0.0.1", REDIS_PORT, "redis-server (scripts/servers.sh)")
     b = RocketStandin(TMP, topics=[TOPIC, ROCKET])
-    cl = RmqCluster(TMP, b)
+    im = ImStandin(TMP)
+    cl = RmqCluster(TMP, b, im)
     try:
         b.start()
+        im.start()
         cl.start()
         run([bound(cl, f) for f in TESTS], fixture="topology")
     finally:
         cl.stop()
         b.stop()
+        im.stop()
 
 
 if __name__ == "__main__":
