@@ -419,6 +419,8 @@ main(int argc, char **argv)
 
     struct metrics_deps *deps =
         metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
+    if (rmq != NULL)
+        metrics_deps_set_broker(deps, rmq_ready, rmq);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);

@@ -104,6 +104,7 @@ def test_mq_every_event_once():
             assert len({ms[0][0] for ms in by_room.values()}) > 1, by_room  # rooms spread
             mt = metrics(r)
             assert mt['roomd_broker_up{driver="rocketmq"}'] == 1, mt
+            assert mt['roomd_dependency_up{dependency="broker"}'] == 1, mt
             assert mt['roomd_broker_sends_total{driver="rocketmq",result="ok"}'] >= len(rows)
             # ali-ons, an independent client, consumes the same events
             rc, dl, err = alions_consume(b.name_servers, "G_interop", TOPIC, "*",
@@ -166,6 +167,7 @@ def test_broker_down_commands_succeed_then_sent():
             assert "broker" in str(health), health
             mt = metrics(r)
             assert mt['roomd_broker_up{driver="rocketmq"}'] == 0, mt
+            assert mt['roomd_dependency_up{dependency="broker"}'] == 0, mt  # the alert's input
             assert mt['roomd_broker_sends_total{driver="rocketmq",result="unavailable"}'] > 0, mt
             b.start()
             wait_until(lambda: all_delivered(r), timeout=30, what="delivered after the broker")
