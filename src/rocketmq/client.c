@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client.c: the RocketMQ client (client.h). Read top-down: names, signing,
  * connections, name servers and routes, heartbeats, sending.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client.h: roomd's RocketMQ client (the rocketmq driver, docs/rocketmq.md;
  * protocol in design/rocketmq.md). One struct rmq_client per process is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * consumer.c: a consumer group on RocketMQ (consumer.h). Read top-down:
  * the verdicts of one message (process), rebalancing, the pull loop.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * consumer.h: a consumer group on the rocketmq driver, running the kit's
  * handlers (consume/handlers.h) and inbox (consume/inbox.h) with the

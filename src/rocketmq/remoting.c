@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remoting.c: RocketMQ remoting commands and one connection (remoting.h).
  * The header is written as JSON the way the Java client's fastjson writes

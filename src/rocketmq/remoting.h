@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remoting.h: RocketMQ's remoting protocol (design/rocketmq.md §1): one
  * command per TCP frame

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink.c: the mq sink on the rocketmq driver (sink.h). One synchronous
  * SEND_MESSAGE_V2 per event from the calling worker thread; the outbox's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink.h: the mq sink on the rocketmq driver (sink.h's interface, bit
  * SINK_BIT_BUS, name "bus", as the JetStream one: publish modes, circuits

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_rocketmq_cluster: the production topology of test_cluster (3 roomd nodes, MySQL store,
 Redis lease and projection, forwarding, mq mode, the rocket-open group in every node) on the
 rocketmq driver against one RocketMQ stand-in (never a real broker):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_rocketmq_consumers: the consumer groups inside roomd on the rocketmq driver, against
 the RocketMQ stand-in (never a real broker).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_rocketmq_roomd: roomd's mq sink on the rocketmq driver, a real roomd process against
 the RocketMQ stand-in (tests/standins/rocketmq_standin.py, itself checked with ali-ons in
 test_rocketmq_standin), never against a real broker.

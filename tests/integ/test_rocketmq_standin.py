@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_rocketmq_standin: the RocketMQ stand-in broker checked with an independent client.
 
 ali-ons (npm, a Node client of RocketMQ's remoting protocol) produces and consumes through

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // rocketmq_alions.js: the npm package ali-ons (an independent Node client of
 // RocketMQ's remoting protocol) as a producer and a clustering push consumer,
 // to check the stand-in broker (rocketmq_standin.py) and roomd's producer.

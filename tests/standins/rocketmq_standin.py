@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in RocketMQ name server + broker, speaking the remoting protocol.
 
 No RocketMQ broker can be installed here (it is Java, from Maven), so roomd's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rocketmq_util: the RocketMQ stand-in (rocketmq_standin.py) and ali-ons (rocketmq_alions.js)
 as the Python tests drive them.
 
