@@ -29,6 +29,10 @@
 #define GAP_HOLD_MS 250
 #define BROKER_MAX_RECONSUME 10000 /* the kit decides dead letters, never the broker */
 #define PURGE_EVERY_MS (10LL * 60 * 1000)
+/* Pulls without long polling: an idle group waits 20 ms, doubling to 200 ms,
+ * between rounds (at most 5 pulls a second per queue while idle). */
+#define IDLE_MIN_MS 20
+#define IDLE_MAX_MS 200
 
 struct assigned {
     struct rmq_mq mq;
@@ -392,6 +396,8 @@ group_main(void *arg)
     struct rmq_group *g = arg;
     int64_t next_rebalance = 0, next_purge = 0;
 
+    int64_t idle_ms = IDLE_MIN_MS;
+
     rmq_heartbeat_now(g->c);
     while (!bg_thread_stopping(&g->th)) {
         if (clock_mono_ms() >= next_rebalance) {
@@ -406,8 +412,9 @@ group_main(void *arg)
         bool got = false;
         for (size_t i = 0; i < g->nas && !bg_thread_stopping(&g->th); i++)
             got = pull_one(g, &g->as[i]) || got;
-        if (!got) { /* idle: until the next queue's hold ends, 50 ms at most */
-            int64_t wait = 50, now = clock_mono_ms();
+        idle_ms = got ? IDLE_MIN_MS : (idle_ms * 2 > IDLE_MAX_MS ? IDLE_MAX_MS : idle_ms * 2);
+        if (!got) { /* idle: until the next queue's hold ends, idle_ms at most */
+            int64_t wait = idle_ms, now = clock_mono_ms();
             for (size_t i = 0; i < g->nas; i++)
                 if (g->as[i].retry_at > now && g->as[i].retry_at - now < wait)
                     wait = g->as[i].retry_at - now;
