@@ -8,7 +8,8 @@ test_rocketmq_standin), never against a real broker.
    through TBW102's route), KEYS = event_id, TAGS = event_type, body = the envelope; a room's
    events on one queue in room_seq order, rooms spread over the queues; a dead first name
    server is skipped; a restart sends nothing again; ali-ons consumes the same events
-   (keys, tags, body decoded as roomd.v1.RoomOutboxEvent).
+   (keys, tags, body decoded as roomd.v1.RoomOutboxEvent). With no name_servers, the name
+   server address service of name_server_domain gives them.
 2. dual: the log sink and the broker both get every event once.
 3. broker down for longer than max_retry_count x max_backoff: commands succeed at once,
    rows stay retryable with retry_count 0 (an outage burns no attempt), none fails; the
@@ -121,6 +122,24 @@ def test_mq_every_event_once():
             r.start()
             time.sleep(1.0)
             assert len(b.stats([wire(ns, TOPIC)])["messages"][wire(ns, TOPIC)]) == len(ev.ids())
+        finally:
+            r.stop()
+            b.stop()
+
+
+def test_name_server_domain():
+    """No name_servers: the address service of name_server_domain gives them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        b = RocketStandin(tmp, topics=[TOPIC], http=True).start()
+        cfg = rmq_cfg(b)
+        cfg["rocketmq"]["name_servers"] = []
+        cfg["rocketmq"]["name_server_domain"] = f"127.0.0.1:{b.http_port}"
+        r = Roomd(cfg, tmp=tmp)
+        try:
+            r.start()
+            ev = standard_commands(r, room_name())
+            wait_until(lambda: all_delivered(r), timeout=30, what="delivered via the domain")
+            assert set(messages_by_key(b, TOPIC)) == set(ev.ids())
         finally:
             r.stop()
             b.stop()
@@ -352,6 +371,6 @@ if __name__ == "__main__":
     if not listing() and not alions_available():
         print("FAIL: ali-ons not installed in tests/standins (npm ci there)")
         sys.exit(1)
-    run([test_mq_every_event_once, test_dual_log_sink_and_broker,
+    run([test_mq_every_event_once, test_name_server_domain, test_dual_log_sink_and_broker,
          test_broker_down_commands_succeed_then_sent, test_acl_keys, test_rocket_wakeups_delayed,
          test_seed_config_block_checks])

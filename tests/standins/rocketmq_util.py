@@ -30,7 +30,7 @@ def alions_available():
 
 class RocketStandin:
     def __init__(self, tmp, topics=(), queues=4, acl=None, levels=TEST_LEVELS, timer=True,
-                 namesrvs=1, v4=False):
+                 namesrvs=1, v4=False, http=False):
         self.tmp = tmp
         self.ns_ports = [free_port() for _ in range(namesrvs)]
         self.broker_port = free_port()
@@ -47,6 +47,9 @@ class RocketStandin:
             self.args.append("--no-timer")
         if v4:
             self.args.append("--v4")
+        self.http_port = free_port() if http else 0
+        if http:  # the name server address service: GET /rocketmq/nsaddr
+            self.args += ["--http-port", str(self.http_port)]
         self.proc = None
 
     @property
