@@ -1090,6 +1090,7 @@ rmq_send(struct rmq_client *c, const char *producer_group, const struct rmq_msg 
         const char *remark = resp->remark ? resp->remark : "";
         if (acl_refused(resp)) {
             acl_error(err, errlen);
+            note_answer(c, false, err); /* readiness names the key too */
             rc = ROOMD_EUNAVAIL;
             rmq_cmd_free(resp);
             break; /* a configuration fault: no other try does better */

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -408,7 +409,7 @@ connect_to(const char *addr, int64_t timeout_ms, int *fdp, char *err, size_t err
         if (r == 0) {
             fcntl(fd, F_SETFL, fl);
             int one = 1;
-            setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
             struct timeval tv = {.tv_sec = 5};
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
             *fdp = fd;
