@@ -15,7 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "standins"))
-from roomd_test import listing, run  # noqa: E402
+from roomd_test import listing, run, wait_until  # noqa: E402
 from rocketmq_util import (RocketStandin, alions_available, alions_consume,  # noqa: E402
                            alions_produce, request)
 
@@ -51,10 +51,13 @@ def test_retry_then_dlq():
             rc, sent, err = alions_produce(b.name_servers, "T_check",
                                            [{"tags": "P", "keys": ["poison"], "body": b"bad"}])
             assert rc == 0, err
-            rc, got, err = alions_consume(b.name_servers, "G_check_p", "T_check", "P", 99, 7,
-                                          retry=-1, max_reconsume=2)
+            rc, got, err = alions_consume(b.name_servers, "G_check_p", "T_check", "P", 99, 30,
+                                          retry=-1, max_reconsume=2, until=2)
             assert [d["reconsumeTimes"] for d in got] == [0, 1, 2], got
             assert got[1]["properties"]["RETRY_TOPIC"] == "T_check", got[1]
+            # the last failure's send-back puts it in the DLQ
+            wait_until(lambda: b.stats(["%DLQ%G_check_p"])["messages"]["%DLQ%G_check_p"],
+                       timeout=10, what="the dead letter")
             st = b.stats(["%RETRY%G_check_p", "%DLQ%G_check_p"])
             retry = st["messages"]["%RETRY%G_check_p"]
             assert [m["reconsume"] for m in retry] == [1, 2], retry

@@ -7,11 +7,11 @@
 //   node rocketmq_alions.js produce <nameSrv> <topic> <json [{tags,keys,body(base64)}...]>
 //        -> one JSON line per message: {msgId, queueId, queueOffset, sendStatus}
 //   node rocketmq_alions.js consume <nameSrv> <group> <topic> <tags> <count> <seconds>
-//        [retry=N] [maxReconsume=M]
+//        [retry=N] [maxReconsume=M] [until=R]
 //        -> consumes until count messages were handled or seconds passed; a message is
 //           failed (thrown: reconsume later) while its reconsumeTimes < N (N = -1: always);
 //           prints one JSON line per delivery {topic, tags, keys, body, reconsumeTimes,
-//           queueId, queueOffset}
+//           queueId, queueOffset}; until=R also ends at a delivery with reconsumeTimes >= R
 //   Options from the environment: ONS_ACCESS_KEY / ONS_SECRET_KEY (ACL),
 //   ONS_NAMESPACE. Exit 1 with the error on stderr when a send fails.
 'use strict';
@@ -71,6 +71,7 @@ async function consume(nameSrv, group, topic, tags, count, seconds, rest) {
       queueId: msg.queueId, queueOffset: msg.queueOffset, retry: again,
       properties: msg.properties }));
     // thrown, not ACTION_RETRY: ali-ons drops the value its %RETRY% handler's wrapper gets
+    if (opt.until !== undefined && msg.reconsumeTimes >= Number(opt.until)) done();
     if (again) throw new Error('scripted failure (reconsume later)');
     if (++handled >= count) done();
     return undefined;

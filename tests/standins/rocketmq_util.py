@@ -128,13 +128,15 @@ def alions_produce(name_servers, topic, msgs, **keys):
 
 
 def alions_consume(name_servers, group, topic, tags, count, seconds, retry=0, max_reconsume=16,
-                   **keys):
+                   until=None, **keys):
     """Consumes with an ali-ons clustering push consumer until count messages were handled
-    (a delivery with reconsumeTimes < retry fails; retry -1: every one) or seconds passed;
+    (a delivery with reconsumeTimes < retry fails; retry -1: every one), a delivery with
+    reconsumeTimes >= until came, or seconds passed;
     returns (rc, [deliveries: topic tags keys body(bytes) reconsumeTimes ...], stderr)."""
     p = subprocess.run(["node", os.path.join(HERE, "rocketmq_alions.js"), "consume",
                         ",".join(name_servers), group, topic, tags, str(count), str(seconds),
-                        f"retry={retry}", f"maxReconsume={max_reconsume}"],
+                        f"retry={retry}", f"maxReconsume={max_reconsume}"] +
+                       ([f"until={until}"] if until is not None else []),
                        capture_output=True, text=True, timeout=seconds + 60,
                        env=_node_env(**keys))
     out = []
