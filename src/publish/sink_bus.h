@@ -51,7 +51,5 @@ struct rocket_wakeup {
 int rocket_wakeup_build(const struct outbox_row *row, struct rocket_wakeup *out, char *err,
                         size_t errlen);
 void rocket_wakeup_free(struct rocket_wakeup *w);
-/* The rocket sinks' accepts(): RoomRocketIgnited rows. */
-bool rocket_wakeup_accepts(struct sink *s, const struct outbox_event *ev);
 
 #endif

@@ -64,13 +64,6 @@ rocket_wakeup_free(struct rocket_wakeup *w)
     memset(w, 0, sizeof(*w));
 }
 
-bool
-rocket_wakeup_accepts(struct sink *s, const struct outbox_event *ev)
-{
-    (void)s;
-    return sink_bit_carries(SINK_BIT_ROCKET, ev->row->event_type);
-}
-
 static int
 rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms, char *err,
                size_t errlen)
@@ -101,6 +94,6 @@ rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_m
 int
 sink_rocket_open(struct sink **out, struct bus *bus)
 {
-    *out = sink_bus_new(bus, "rocket", SINK_BIT_ROCKET, rocket_wakeup_accepts, rocket_publish);
+    *out = sink_bus_new(bus, "rocket", SINK_BIT_ROCKET, sink_accepts_carried, rocket_publish);
     return 0;
 }

@@ -119,7 +119,7 @@ sink_rmq_rocket_open(struct sink **out, struct rmq_client *c, const struct conf_
 {
     struct sink_rmq *sr = xcalloc(1, sizeof(*sr));
 
-    sink_init(&sr->base, "rocket", SINK_BIT_ROCKET, rocket_wakeup_accepts, rmq_rocket_publish,
+    sink_init(&sr->base, "rocket", SINK_BIT_ROCKET, sink_accepts_carried, rmq_rocket_publish,
               sink_free, true);
     sr->base.probe = rmq_sink_probe;
     sr->base.peer = c;
