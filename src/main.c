@@ -32,6 +32,7 @@
 #include "http/server.h"
 #include "lease/lease.h"
 #include "metrics/deps.h"
+#include "metrics/ha.h"
 #include "outbox/outbox.h"
 #include "projection/projection.h"
 #include "publish/bus.h"
@@ -422,6 +423,7 @@ main(int argc, char **argv)
         metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
     if (rmq != NULL)
         metrics_deps_set_broker(deps, rmq_ready, rmq);
+    metrics_ha_open(store);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);
@@ -430,6 +432,7 @@ main(int argc, char **argv)
     http_create_limit_close();
     admin_close(admin);
     metrics_deps_close(deps);
+    metrics_ha_close(store);
     auth_close(auth);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     wallet_reconcile_stop(reconciler);

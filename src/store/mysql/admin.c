@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "store/store.h"
 
 #include <errmsg.h>
 #include <inttypes.h>
@@ -31,6 +32,7 @@ struct my_admin {
     bool readonly;
     char *host, *user, *password, *database;
     unsigned int port, connect_s;
+    struct conf_mysql servers; /* hosts (owned) of store.mysql.hosts, or host/port */
 };
 
 /* A growing statement text. */
@@ -133,8 +135,14 @@ connect_db(struct my_admin *a)
     mysql_optionsv(a->db, MYSQL_OPT_CONNECT_TIMEOUT, &a->connect_s);
     mysql_optionsv(a->db, MYSQL_OPT_RECONNECT, &off);
     mysql_optionsv(a->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (!mysql_real_connect(a->db, a->host, a->user, a->password, a->database, a->port, NULL,
-                            CLIENT_FOUND_ROWS))
+    /* store.mysql.hosts: the first server that answers */
+    bool up = false;
+    char host[256];
+    unsigned int port;
+    for (int i = 0; !up && store_mysql_server(&a->servers, i, host, sizeof(host), &port) > 0; i++)
+        up = mysql_real_connect(a->db, host, a->user, a->password, a->database, port, NULL,
+                                CLIENT_FOUND_ROWS) != NULL;
+    if (!up)
         return fail(a, "connect");
     const char *setup = a->readonly ? "SET SESSION TRANSACTION READ ONLY"
                                     : "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
@@ -260,6 +268,8 @@ my_close(struct admin_store *s)
         memset(a->password, 0, strlen(a->password));
     free(a->password);
     free(a->host);
+    for (int i = 0; i < a->servers.nhosts; i++)
+        free(a->servers.hosts[i]);
     free(a->user);
     free(a->database);
     pthread_mutex_destroy(&a->mu);
@@ -286,6 +296,11 @@ my_open(struct admin_store **out, const struct conf_store *cs, bool readonly, ch
     pthread_mutex_init(&a->mu, NULL);
     a->readonly = readonly;
     a->host = xstrdup(mc->host && mc->host[0] ? mc->host : "127.0.0.1");
+    a->port = mc->port > 0 ? (unsigned int)mc->port : 3306;
+    a->servers.host = a->host;
+    a->servers.port = (int)a->port;
+    for (int i = 0; i < mc->nhosts; i++)
+        a->servers.hosts[a->servers.nhosts++] = xstrdup(mc->hosts[i]);
     a->user = xstrdup(mc->user ? mc->user : "root");
     a->password = xstrdup(pw);
     a->database = xstrdup(mc->database);

@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "store/store.h"
 
 #include <errmsg.h>
 #include <inttypes.h>
@@ -73,6 +74,7 @@ struct my_inbox {
     MYSQL *db; /* NULL until connected, again after a loss */
     char *host, *socket, *user, *password, *database;
     unsigned int port, connect_s, read_s, write_s;
+    struct conf_mysql servers; /* hosts (owned) of store.mysql.hosts, or host/port */
     char group[64];
     char owner[128]; /* "<node>/<8 hex>": this handle's claims */
     int64_t claim_ms;
@@ -193,8 +195,15 @@ my_connect(struct my_inbox *m)
     mysql_optionsv(m->db, MYSQL_OPT_WRITE_TIMEOUT, &m->write_s);
     mysql_optionsv(m->db, MYSQL_OPT_RECONNECT, &off);
     mysql_optionsv(m->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (!mysql_real_connect(m->db, m->host, m->user, m->password, m->database, m->port, m->socket,
-                            CLIENT_FOUND_ROWS)) {
+    /* store.mysql.hosts: the first server that answers */
+    bool up = false;
+    char host[256];
+    unsigned int port;
+    for (int i = 0; !up && store_mysql_server(&m->servers, i, host, sizeof(host), &port) > 0; i++)
+        up =
+            mysql_real_connect(m->db, m->socket ? m->host : host, m->user, m->password, m->database,
+                               m->socket ? m->port : port, m->socket, CLIENT_FOUND_ROWS) != NULL;
+    if (!up) {
         snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql connect %s:%u/%s: %s (%u)",
                  m->socket ? m->socket : m->host, m->port, m->database, mysql_error(m->db),
                  mysql_errno(m->db));
@@ -315,6 +324,8 @@ my_close(struct consume_inbox *ib)
 
     my_drop(m);
     free(m->host);
+    for (int i = 0; i < m->servers.nhosts; i++)
+        free(m->servers.hosts[i]);
     free(m->socket);
     free(m->user);
     if (m->password)
@@ -375,6 +386,10 @@ my_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, s
         m->host = xstrdup(mc->host && *mc->host ? mc->host : "127.0.0.1");
     }
     m->port = mc->port > 0 ? (unsigned int)mc->port : 3306;
+    m->servers.host = m->host;
+    m->servers.port = (int)m->port;
+    for (int i = 0; i < mc->nhosts; i++)
+        m->servers.hosts[m->servers.nhosts++] = xstrdup(mc->hosts[i]);
     m->user = xstrdup(mc->user ? mc->user : "root");
     m->password = xstrdup(pw);
     m->database = xstrdup(mc->database ? mc->database : "roomd");
