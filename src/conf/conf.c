@@ -58,6 +58,7 @@ static const char *const lease_drivers[] = {"local", "redis", NULL};
 static const char *const proj_drivers[] = {"memory", "redis", NULL};
 static const char *const publish_modes[] = {"direct", "mq", "dual", NULL}; /* enum publish_mode */
 static const char *const inbox_drivers[] = {"auto", "sqlite", "mysql", NULL}; /* inbox.h */
+static const char *const mq_drivers[] = {"auto", "jetstream", "rocketmq", NULL}; /* conf.h */
 static const char *const strategies[] = {"exponential_backoff", NULL};
 static const char *const orderings[] = {"per_room", "none", NULL}; /* enum outbox_ordering */
 static const char *const group_types[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
@@ -299,19 +300,27 @@ const struct key conf_keys[] = {
      .doc = "room list and presence: memory (one node) or redis (shared; needs redis.enabled)"},
 
     {"rocketmq.enabled", K_BOOL, F(rocketmq.enabled), "false",
-     .doc = "connect to the broker (NATS JetStream)"},
+     .doc = "connect to the broker (rocketmq.driver: NATS JetStream or RocketMQ)"},
+    {"rocketmq.driver", K_CHOICE, F(rocketmq.driver), "auto", ONE_OF(mq_drivers),
+     .doc = "jetstream (NATS JetStream), rocketmq (RocketMQ remoting protocol, docs/rocketmq.md) "
+            "or auto: jetstream when a name server is a nats:// or tls:// URL, else rocketmq"},
     {"rocketmq.name_servers", K_STRLIST, L(rocketmq.name_servers, rocketmq.nname_servers), "",
-     .doc = "NATS URLs (nats://host:port); at least one when enabled"},
+     .doc = "jetstream: NATS URLs (nats://host:port); rocketmq: name servers host:port, tried "
+            "in turn; at least one when enabled (rocketmq: or name_server_domain)"},
     {"rocketmq.name_server_domain", K_STR, F(rocketmq.name_server_domain), "",
-     .doc = "the seed's name; unused by NATS"},
-    {"rocketmq.access_key", K_STR, F(rocketmq.access_key), "", .doc = "NATS user"},
-    {"rocketmq.secret_key", K_STR, F(rocketmq.secret_key), "", .doc = "NATS password"},
+     .doc = "rocketmq: the name server address service (GET http://<domain>[:8080]/rocketmq/"
+            "nsaddr -> host:port;host:port) when name_servers is empty; unused by NATS"},
+    {"rocketmq.access_key", K_STR, F(rocketmq.access_key), "",
+     .doc = "jetstream: NATS user; rocketmq: the ACL AccessKey (every request signed)"},
+    {"rocketmq.secret_key", K_STR, F(rocketmq.secret_key), "",
+     .doc = "jetstream: NATS password; rocketmq: the ACL SecretKey (HMAC-SHA1 signing key)"},
     {"rocketmq.namespace", K_STR, F(rocketmq.namespace_), "",
-     .doc = "subject and stream prefix; \"\" = none"},
+     .doc = "jetstream: subject and stream prefix; rocketmq: the namespace, applied to topics "
+            "and groups as RocketMQ clients do (ns%topic, %RETRY%ns%group); \"\" = none"},
     {"rocketmq.send_timeout", K_DUR, F(rocketmq.send_timeout_ms), "3s", GT(0), .when = MQ_ON,
-     .doc = "wait this long for the broker's ack of one publish"},
+     .doc = "wait this long for the broker's ack of one publish (rocketmq: one send)"},
     {"rocketmq.retry", K_INT, F(rocketmq.retry), "2", GE(0), .when = MQ_ON,
-     .doc = "publish retries within one outbox attempt"},
+     .doc = "publish retries within one outbox attempt (rocketmq: retryTimesWhenSendFailed)"},
     {"rocketmq.stream_replicas", K_INT, F(rocketmq.stream_replicas), "1", RANGE(1, 5),
      .when = MQ_ON, .doc = "JetStream stream replicas"},
     {"rocketmq.stream_max_age", K_DUR, F(rocketmq.stream_max_age_ms), "72h", GE(0), .when = MQ_ON,
@@ -930,6 +939,35 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
     pair(v, "grpc.tls.cert_file", c->grpc.tls_cert_file, "grpc.tls.key_file", c->grpc.tls_key_file);
 }
 
+int
+conf_rocketmq_driver(const struct conf_rocketmq *mq)
+{
+    if (mq->driver == CONF_MQ_JETSTREAM || mq->driver == CONF_MQ_ROCKETMQ)
+        return mq->driver;
+    for (int i = 0; i < mq->nname_servers; i++) {
+        const char *u = mq->name_servers[i] ? mq->name_servers[i] : "";
+        if (strncmp(u, "nats://", 7) == 0 || strncmp(u, "tls://", 6) == 0)
+            return CONF_MQ_JETSTREAM; /* a NATS list (its other entries checked as URLs) */
+    }
+    return mq->nname_servers > 0 || !empty(mq->name_server_domain) ? CONF_MQ_ROCKETMQ
+                                                                    : CONF_MQ_JETSTREAM;
+}
+
+/* "host:port" with a port 1..65535 (a leading http:// allowed, as the
+ * RocketMQ clients strip it). */
+static bool
+rmq_host_port(const char *s)
+{
+    if (strncmp(s, "http://", 7) == 0)
+        s += 7;
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon == s || strchr(s, '/') != NULL)
+        return false;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    return colon[1] != '\0' && *end == '\0' && port > 0 && port < 65536;
+}
+
 /* The rules that read more than one key (or every entry of a list). */
 static void
 validate_cross(const struct conf *c, struct vctx *v)
@@ -973,13 +1011,19 @@ validate_cross(const struct conf *c, struct vctx *v)
             bad(v, "store.mysql.hosts", "entries must be host:port, got \"%s\"",
                 c->store.mysql.hosts[i]);
 
-    /* rocketmq (NATS JetStream) */
+    /* rocketmq (NATS JetStream, or RocketMQ: docs/rocketmq.md) */
+    bool rmq = conf_rocketmq_driver(mq) == CONF_MQ_ROCKETMQ;
     if (mq->enabled) {
-        if (mq->nname_servers < 1)
-            bad(v, "rocketmq.name_servers", "needs at least one NATS URL when rocketmq.enabled");
+        if (mq->nname_servers < 1 && !(rmq && !empty(mq->name_server_domain)))
+            bad(v, "rocketmq.name_servers",
+                rmq ? "needs at least one name server host:port (or rocketmq.name_server_domain)"
+                    : "needs at least one NATS URL when rocketmq.enabled");
         for (int i = 0; i < mq->nname_servers; i++)
             if (empty(mq->name_servers[i]))
                 bad(v, "rocketmq.name_servers", "entries must not be empty");
+            else if (rmq && !rmq_host_port(mq->name_servers[i]))
+                bad(v, "rocketmq.name_servers",
+                    "driver rocketmq: every entry is a name server host:port (9876 by default)");
         for (int i = 0; i < mq->nconsumer_retry_delays; i++)
             if (mq->consumer_retry_delays_ms[i] <= 0)
                 bad(v, "rocketmq.consumer_retry_delays_ms", "every delay must be > 0");

@@ -199,14 +199,20 @@ struct conf_rocketmq_rocket {
     int consumer_max_reconsume_times;
 };
 
-/* The seed's rocketmq section, served by NATS JetStream (ARCHITECTURE §7). */
+/* rocketmq.driver (conf_rocketmq_driver resolves auto). */
+enum conf_mq_driver { CONF_MQ_AUTO = 0, CONF_MQ_JETSTREAM = 1, CONF_MQ_ROCKETMQ = 2 };
+
+/* The seed's rocketmq section, served by NATS JetStream (ARCHITECTURE §7)
+ * or by RocketMQ's remoting protocol (src/rocketmq, docs/rocketmq.md). */
 struct conf_rocketmq {
     bool enabled;
-    char *name_servers[CONF_MAX_LIST]; /* NATS URLs: "nats://127.0.0.1:4222" */
+    int driver; /* enum conf_mq_driver as configured */
+    char *name_servers[CONF_MAX_LIST]; /* NATS URLs "nats://127.0.0.1:4222", or RocketMQ
+                                        * name servers "127.0.0.1:9876" */
     int nname_servers;
     char *name_server_domain;
-    char *access_key; /* NATS user */
-    char *secret_key; /* NATS password */
+    char *access_key; /* NATS user / RocketMQ ACL AccessKey */
+    char *secret_key; /* NATS password / RocketMQ ACL SecretKey */
     char *namespace_; /* subject prefix; "" = none */
     int64_t send_timeout_ms;
     int retry;
@@ -339,6 +345,12 @@ void conf_write_doc(FILE *out);
 
 /* Parses "500ms", "3s", "5m", "1h", "2h30m"; returns 0 or -1. */
 int conf_parse_duration(const char *s, int64_t *out_ms);
+
+/* The broker driver of mq: rocketmq.driver when set, else JetStream when
+ * every name server is a nats:// or tls:// URL (today's configs) and
+ * RocketMQ otherwise (the seed's host:port name servers). Returns
+ * CONF_MQ_JETSTREAM or CONF_MQ_ROCKETMQ. Thread: any. */
+int conf_rocketmq_driver(const struct conf_rocketmq *mq);
 
 void conf_free(struct conf *c);
 

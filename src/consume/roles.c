@@ -22,7 +22,8 @@
 #define NROLES 4
 
 struct consume_roles {
-    struct consume_group *g[NROLES]; /* index = bit number of the role */
+    void *g[NROLES]; /* index = bit number of the role; the driver's groups */
+    struct consume_driver d;
     struct consume_handler h[NROLES];
     bool im_bridge_open;
     bool metrics; /* collect_metrics is registered */
@@ -43,7 +44,7 @@ collect_metrics(void *arg, struct metrics_text *t)
         struct consume_stats st;
         if (r->g[i] == NULL)
             continue;
-        consume_group_stats(r->g[i], &st);
+        r->d.stats(r->g[i], &st);
         snprintf(labels, sizeof(labels), "group=\"%s\"", r->h[i].group);
         metrics_count(t, "roomd_consumer_inbox_purged_unsettled_total", labels,
                       st.purged_unsettled);
@@ -97,6 +98,27 @@ opts_of(struct consume_opts *o, const struct conf *c, int max_reconsume)
     o->owner = c->app.node_id;
 }
 
+/* The JetStream driver: the consumer kit of consume/group.c on a bus. */
+static int
+js_start(void **g, void *conn, const char *topic, const struct consume_handler *h,
+         const struct consume_opts *o, char *err, size_t errlen)
+{
+    (void)topic; /* the stream is h->stream */
+    return consume_group_start((struct consume_group **)g, conn, h, o, err, errlen);
+}
+
+static void
+js_stop(void *g)
+{
+    consume_group_stop(g);
+}
+
+static void
+js_stats(void *g, struct consume_stats *out)
+{
+    consume_group_stats(g, out);
+}
+
 int
 consume_group_inbox_open(struct consume_inbox **out, const struct conf *c, const char *group,
                          char *err, size_t errlen)
@@ -125,11 +147,22 @@ int
 consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus *bus,
                     struct room_service *rooms, unsigned roles, char *err, size_t errlen)
 {
+    struct consume_driver d = {.start = js_start, .stop = js_stop, .stats = js_stats, .conn = bus};
+
+    return consume_roles_start_on(out, c, &d, rooms, roles, err, errlen);
+}
+
+int
+consume_roles_start_on(struct consume_roles **out, const struct conf *c,
+                       const struct consume_driver *d, struct room_service *rooms, unsigned roles,
+                       char *err, size_t errlen)
+{
     const struct conf_rocketmq *mq = &c->rocketmq;
     struct consume_roles *r = xcalloc(1, sizeof(*r));
     int rc = 0;
 
     *out = NULL;
+    r->d = *d;
     for (int i = 0; i < NROLES && rc == 0; i++) {
         unsigned bit = 1u << i;
         struct consume_handler *h = &r->h[i];
@@ -164,8 +197,10 @@ consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus
             consume_rocket_open_handler(h, mq->rocket_launch.consumer_group, rooms);
             break;
         }
+        const char *topic =
+            bit == CONSUME_ROLE_ROCKET_OPEN ? mq->rocket_launch.topic : mq->room_outbox.topic;
         if (rc == 0)
-            rc = consume_group_start(&r->g[i], bus, h, &o, err, errlen);
+            rc = r->d.start(&r->g[i], r->d.conn, topic, h, &o, err, errlen);
     }
     if (rc != 0) {
         consume_roles_stop(r);
@@ -184,7 +219,8 @@ consume_roles_stop(struct consume_roles *r)
     if (r->metrics)
         metrics_remove_collector(collect_metrics, r);
     for (int i = 0; i < NROLES; i++)
-        consume_group_stop(r->g[i]);
+        if (r->g[i] != NULL)
+            r->d.stop(r->g[i]);
     if (r->im_bridge_open)
         consume_im_bridge_release(&r->h[0]);
     consume_notice_sender_close(&r->notice_sender);

@@ -22,6 +22,8 @@ struct metrics_deps {
     struct bus *bus;
     struct outbox *outbox;
     bool redis_on;
+    int (*broker_ready)(void *arg, char *why, size_t whylen); /* the rocketmq driver's */
+    void *broker_arg;
     struct redis_conn redis; /* collect runs under the registry lock: one caller */
 };
 
@@ -58,6 +60,15 @@ collect(void *arg, struct metrics_text *t)
         line(t, "redis", redis_up(d));
     if (d->bus != NULL)
         line(t, "broker", bus_connected(d->bus));
+    else if (d->broker_ready != NULL) {
+        char why[256];
+        line(t, "broker", d->broker_ready(d->broker_arg, why, sizeof(why)) == 0);
+    }
+    if (d->bus != NULL) { /* the rocketmq driver's gauge: rocketmq/client.c */
+        metrics_family(t, "roomd_broker_up", "gauge",
+                       "1 when the broker's last call was answered (label driver).");
+        metrics_count(t, "roomd_broker_up", "driver=\"jetstream\"", bus_connected(d->bus));
+    }
     if (d->conf->tencent_im.enabled && d->outbox != NULL)
         line(t, "im", outbox_sink_up(d->outbox, "tim") != 0);
     if (d->conf->activity.enabled && d->outbox != NULL)
@@ -80,6 +91,13 @@ metrics_deps_open(const struct conf *conf, metrics_store_up_fn store_up, void *s
         conf->redis.enabled && redis_conn_init(&d->redis, &conf->redis, err, sizeof(err)) == 0;
     metrics_add_collector(collect, d); /* none when the table is full: then no deps metrics */
     return d;
+}
+
+void
+metrics_deps_set_broker(struct metrics_deps *d, int (*ready)(void *, char *, size_t), void *arg)
+{
+    d->broker_arg = arg;
+    d->broker_ready = ready;
 }
 
 void

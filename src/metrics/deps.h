@@ -6,13 +6,16 @@
  *             and that answer is not stale (read from the cache the
  *             readiness ticker fills: a scrape never queries the store)
  *   redis     a PING on a connection of its own answered (redis.enabled)
- *   broker    the NATS connection is up (rocketmq.enabled)
+ *   broker    the NATS connection is up (rocketmq.enabled), or on the rocketmq
+ *             driver the broker's last call was answered (metrics_deps_set_broker)
  *   im        the Tencent IM sink's last call was answered (tencent_im.enabled)
  *   activity  the activity sink's last call was answered (activity.enabled)
  * A dependency not configured has no line.
  */
 #ifndef ROOMD_METRICS_DEPS_H
 #define ROOMD_METRICS_DEPS_H
+
+#include <stddef.h>
 
 #include <stdbool.h>
 
@@ -30,6 +33,10 @@ typedef bool (*metrics_store_up_fn)(void *arg);
  * metrics_deps_close. Returns the handle. Thread: main. */
 struct metrics_deps *metrics_deps_open(const struct conf *conf, metrics_store_up_fn store_up,
                                        void *store_arg, struct bus *bus, struct outbox *outbox);
+/* The broker line from ready(arg) (0 = up) when there is no bus: the
+ * rocketmq driver's rmq_ready. Call before the first scrape. Thread: main. */
+void metrics_deps_set_broker(struct metrics_deps *d, int (*ready)(void *, char *, size_t),
+                             void *arg);
 /* Removes the collector and frees. NULL is a no-op. Thread: main. */
 void metrics_deps_close(struct metrics_deps *d);
 
