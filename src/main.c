@@ -368,6 +368,8 @@ main(int argc, char **argv)
         node_health_add(&health, "broker", false, bus_ready, bus);
     if (outbox != NULL)
         node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
+    if (consumers != NULL) /* the groups' downstreams (IM of the bridge and notice groups) */
+        node_health_add(&health, "consumers", false, consume_roles_ready, consumers);
     hd.health = &health;
     /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
     struct admin *admin = NULL;
@@ -385,6 +387,8 @@ main(int argc, char **argv)
              mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
 
     struct metrics_deps *deps = metrics_deps_open(conf, store, bus, outbox);
+    if (consumers != NULL)
+        metrics_deps_set_consumers(deps, consume_roles_downstream_up, consumers);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);

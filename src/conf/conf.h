@@ -209,6 +209,9 @@ struct conf_rocketmq {
     int64_t consumer_retry_delays_ms[CONF_MAX_LIST];
     int nconsumer_retry_delays;
     int64_t consumer_ack_wait_ms; /* AckWait of the group consumers; 0 = 30s */
+    int consumer_circuit_failures;     /* transport failures in a row opening a group's circuit */
+    int64_t consumer_circuit_probe_ms; /* an open group circuit lets one call through this often */
+    int64_t dlq_max_age_ms;            /* the dead-letter stream keeps messages this long */
     struct conf_rocketmq_outbox room_outbox;
     struct conf_rocketmq_rocket rocket_launch;
 };
