@@ -686,6 +686,11 @@ read_position(struct consume_group *g)
     struct bus_consumer_pos p;
     char err[256];
     int rc = bus_consumer_pos(g->bus, g->h.stream, g->h.group, &p, err, sizeof(err));
+    uint64_t dlq_all = 0, dlq_mine = 0;
+    int64_t dlq_first = 0;
+    char e2[256];
+    int drc = bus_stream_oldest(g->bus, BUS_STREAM_DLQ, g->h.group, &dlq_all, &dlq_mine, &dlq_first,
+                                e2, sizeof(e2));
 
     pthread_mutex_lock(&g->stats_mu);
     g->stats.pos_ok = rc == 0;
@@ -694,6 +699,12 @@ read_position(struct consume_group *g)
         g->stats.ack_pending = p.ack_pending;
         g->stats.redelivered_pending = p.redelivered;
         g->stats.oldest_unacked_ms = g->stats.lag > 0 ? p.oldest_unacked_ms : 0;
+    }
+    g->stats.dlq_ok = drc == 0;
+    if (drc == 0) {
+        g->stats.dlq_msgs = dlq_all;
+        g->stats.dlq_group_msgs = dlq_mine;
+        g->stats.dlq_oldest_ms = dlq_first;
     }
     pthread_mutex_unlock(&g->stats_mu);
     if (rc != 0)

@@ -237,6 +237,12 @@ struct consume_stats {
     uint64_t ack_pending;
     uint64_t redelivered_pending;
     int64_t oldest_unacked_ms; /* wall ms; 0: nothing unacknowledged */
+    /* the dead-letter stream (same refresh): this group's dead letters, all
+     * of them, and when the oldest one was stored (wall ms; 0: none) */
+    bool dlq_ok;
+    uint64_t dlq_group_msgs;
+    uint64_t dlq_msgs;
+    int64_t dlq_oldest_ms;
 };
 void consume_group_stats(struct consume_group *g, struct consume_stats *out);
 

@@ -26,7 +26,39 @@ struct consume_roles {
     bool im_bridge_open;
     bool metrics; /* collect_metrics is registered */
     struct consume_notice_sender notice_sender;
+    const struct conf *conf;
 };
+
+/* The dead-letter stream: per group, and the oldest one against the
+ * retention (rocketmq.dlq_max_age) so that an alert fires before it expires. */
+static void
+collect_dlq(struct consume_roles *r, const struct consume_stats *st, struct metrics_text *t)
+{
+    char labels[200];
+    int any = -1;
+    int64_t now = clock_wall_ms();
+
+    metrics_family(t, "roomd_consumer_dlq_messages", "gauge",
+                   "Dead letters of the group waiting on the dead-letter stream, by group.");
+    for (int i = 0; i < NROLES; i++)
+        if (r->g[i] != NULL && st[i].dlq_ok) {
+            snprintf(labels, sizeof(labels), "group=\"%s\"", r->h[i].group);
+            metrics_count(t, "roomd_consumer_dlq_messages", labels, st[i].dlq_group_msgs);
+            if (any < 0)
+                any = i;
+        }
+    metrics_family(t, "roomd_consumer_dlq_oldest_age_seconds", "gauge",
+                   "Age of the oldest message on the dead-letter stream (0: none).");
+    metrics_family(t, "roomd_consumer_dlq_max_age_seconds", "gauge",
+                   "The dead-letter stream's retention, rocketmq.dlq_max_age (0: unlimited).");
+    if (any < 0)
+        return;
+    int64_t first = st[any].dlq_oldest_ms;
+    metrics_value(t, "roomd_consumer_dlq_oldest_age_seconds", "",
+                  first > 0 && now > first ? (double)(now - first) / 1000.0 : 0.0);
+    metrics_value(t, "roomd_consumer_dlq_max_age_seconds", "",
+                  (double)r->conf->rocketmq.dlq_max_age_ms / 1000.0);
+}
 
 /* Writes one counter family over the groups: each group's value of field. */
 #define FAMILY(t, r, name, help, field)                                                            \
@@ -134,6 +166,7 @@ collect_metrics(void *arg, struct metrics_text *t)
                          : 0.0;
         metrics_value(t, "roomd_consumer_oldest_unacked_age_seconds", labels, age);
     }
+    collect_dlq(r, st, t);
 }
 
 int
@@ -236,6 +269,7 @@ consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus
     struct consume_roles *r = xcalloc(1, sizeof(*r));
     int rc = 0;
 
+    r->conf = c;
     *out = NULL;
     for (int i = 0; i < NROLES && rc == 0; i++) {
         unsigned bit = 1u << i;

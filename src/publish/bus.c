@@ -523,21 +523,29 @@ bus_consumer_pos(struct bus *b, enum bus_stream which, const char *durable,
 }
 
 int
-bus_stream_oldest(struct bus *b, enum bus_stream which, uint64_t *msgs, int64_t *first_ms,
-                  char *err, size_t errlen)
+bus_stream_oldest(struct bus *b, enum bus_stream which, const char *token, uint64_t *msgs,
+                  uint64_t *token_msgs, int64_t *first_ms, char *err, size_t errlen)
 {
     jsStreamInfo *si = NULL;
     jsOptions jo;
     jsErrCode jerr = 0;
+    char subject[256] = "";
 
     *msgs = 0;
+    *token_msgs = 0;
     *first_ms = 0;
+    if (token != NULL && bus_subject(b, which, token, subject, sizeof(subject)) != 0) {
+        snprintf(err, errlen, "no subject for %s", token);
+        return ROOMD_EINVAL;
+    }
     if (!bus_connected(b)) {
         snprintf(err, errlen, "broker not connected");
         return ROOMD_EUNAVAIL;
     }
     jsOptions_Init(&jo);
     jo.Wait = bus_api_wait_ms(b);
+    if (*subject)
+        jo.Stream.Info.SubjectsFilter = subject;
     natsStatus s = js_GetStreamInfo(&si, b->js, b->stream[which], &jo, &jerr);
     if (s != NATS_OK) {
         snprintf(err, errlen, "stream %s: %s (jerr %d)", b->stream[which], natsStatus_GetText(s),
@@ -545,6 +553,9 @@ bus_stream_oldest(struct bus *b, enum bus_stream which, uint64_t *msgs, int64_t 
         return bus_status_rc(s, jerr);
     }
     *msgs = si->State.Msgs;
+    for (int i = 0; si->State.Subjects != NULL && i < si->State.Subjects->Count; i++)
+        if (strcmp(si->State.Subjects->List[i].Subject, subject) == 0)
+            *token_msgs = si->State.Subjects->List[i].Msgs;
     if (si->State.Msgs > 0)
         *first_ms = si->State.FirstTime / NS_PER_MS;
     jsStreamInfo_Destroy(si);

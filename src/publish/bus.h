@@ -94,11 +94,12 @@ struct bus_consumer_pos {
 int bus_consumer_pos(struct bus *b, enum bus_stream which, const char *durable,
                      struct bus_consumer_pos *out, char *err, size_t errlen);
 
-/* The messages stream which holds and when its first one was stored (wall
- * ms; 0 when empty). Returns 0 or an error with err. Thread: any. Blocks up
- * to one JetStream API wait. */
-int bus_stream_oldest(struct bus *b, enum bus_stream which, uint64_t *msgs, int64_t *first_ms,
-                      char *err, size_t errlen);
+/* The messages stream which holds, when its first one was stored (wall
+ * ms; 0 when empty) and, with token, how many are on "<prefix>.<token>"
+ * (else 0). Returns 0 or an error with err. Thread: any. Blocks up to one
+ * JetStream API wait. */
+int bus_stream_oldest(struct bus *b, enum bus_stream which, const char *token, uint64_t *msgs,
+                      uint64_t *token_msgs, int64_t *first_ms, char *err, size_t errlen);
 
 /* The JetStream context and connection (owned by b; valid while a
  * reference is held). Thread-safe nats.c objects. */
