@@ -146,10 +146,11 @@ void handle_presence(const struct http_deps *d, const struct http_request *req,
  * parameters) or req is no POST; else false with the 415 in resp. Thread:
  * any; does not block. */
 bool http_write_is_json(const struct http_request *req, struct http_response *resp);
-/* True when req carries what the admin listener needs (the admin token);
- * else false with the 401 in resp (counted). */
+/* True when req carries what the admin listener needs (the admin token or a
+ * named one of admin.tokens; a read-only one for a GET/HEAD only), with the
+ * caller in *p (p->admin_name); else false with the 401/403 in resp (counted). */
 bool http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
-                             struct http_response *resp);
+                             struct auth_principal *p, struct http_response *resp);
 
 /* The admin API and console (handlers_admin.c, admin/http.h) on the admin
  * listener: true when path (decoded) is theirs and resp is filled. API
