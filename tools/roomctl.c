@@ -18,6 +18,7 @@
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/version.h"
 #include "core/xmalloc.h"
 #include "publish/bus.h"
@@ -566,6 +567,16 @@ print_json(struct ctl *c, json_t *j)
     free(s);
 }
 
+/* Prints j (a new reference, NULL: nothing) as print_json does and drops it. */
+static void
+emit_json(json_t *j)
+{
+    if (j == NULL)
+        return;
+    print_json(NULL, j);
+    json_decref(j);
+}
+
 static int
 do_dlq_list(struct ctl *c, int argc, char **argv)
 {
@@ -651,7 +662,12 @@ do_wallet_balance(struct ctl *c, int argc, char **argv)
                               c->conf->wallet.initial_balance, &bal);
     if (rc != 0)
         return store_fail("wallet balance", rc);
-    printf("%" PRId64 "\n", bal);
+    if (c->json)
+        emit_json(json_pack("{s:s, s:I, s:I}", "app",
+                            c->app ? c->app : c->conf->app.default_app_code, "uid", (json_int_t)uid,
+                            "balance", (json_int_t)bal));
+    else
+        printf("%" PRId64 "\n", bal);
     return 0;
 }
 
@@ -671,7 +687,12 @@ do_wallet_topup(struct ctl *c, int argc, char **argv)
                             argv[2], c->conf->wallet.initial_balance, &bal);
     if (rc != 0)
         return store_fail("wallet topup", rc);
-    printf("%" PRId64 "\n", bal);
+    if (c->json)
+        emit_json(json_pack("{s:s, s:I, s:I, s:s}", "app",
+                            c->app ? c->app : c->conf->app.default_app_code, "uid", (json_int_t)uid,
+                            "balance", (json_int_t)bal, "ref", argv[2]));
+    else
+        printf("%" PRId64 "\n", bal);
     return 0;
 }
 
@@ -693,21 +714,41 @@ do_wallet_audit(struct ctl *c, int argc, char **argv)
         fprintf(stderr, "roomctl: %s\n", err);
         return 2;
     }
-    rc = wallet_audit(c->store, &c->conf->wallet, w, app != NULL ? app : "", stdout, &offences);
+    /* with --json the offending lines go into the answer instead */
+    char *lines = NULL;
+    size_t lines_len = 0;
+    FILE *out = c->json ? open_memstream(&lines, &lines_len) : stdout;
+    rc = wallet_audit(c->store, &c->conf->wallet, w, app != NULL ? app : "", out, &offences);
     wallet_close(w);
+    if (c->json)
+        fclose(out);
     if (rc != 0) {
+        free(lines);
         store_fail("wallet audit", rc);
         return EXIT_USAGE; /* could not check: neither holds nor fails */
     }
-    printf("%s: %zu offence%s\n", offences == 0 ? "ok" : "FAILED", offences,
-           offences == 1 ? "" : "s");
+    if (c->json) {
+        json_t *arr = json_array();
+        for (char *save = NULL, *l = strtok_r(lines, "\n", &save); l != NULL;
+             l = strtok_r(NULL, "\n", &save))
+            json_array_append_new(arr, json_string(l));
+        emit_json(json_pack("{s:b, s:I, s:o}", "ok", offences == 0, "offences",
+                            (json_int_t)offences, "lines", arr));
+    } else {
+        printf("%s: %zu offence%s\n", offences == 0 ? "ok" : "FAILED", offences,
+               offences == 1 ? "" : "s");
+    }
+    free(lines);
     return offences == 0 ? 0 : 1;
 }
 
 static int
 do_migrate(struct ctl *c, int argc, char **argv)
 {
-    printf("schema up to date (%s)\n", c->conf->store.driver);
+    if (c->json)
+        emit_json(json_pack("{s:b, s:s}", "up_to_date", 1, "driver", c->conf->store.driver));
+    else
+        printf("schema up to date (%s)\n", c->conf->store.driver);
     return 0;
 }
 
@@ -802,12 +843,15 @@ usage(FILE *out, int status)
             "  -c CONFIG   the roomd config naming the store (default %s)\n"
             "  --url URL   use roomd's admin API instead (token: --token-file or "
             "$ROOMD_ADMIN_TOKEN)\n"
-            "  --json      print the API's JSON\ncommands:\n",
+            "  --json      print JSON (the API's for the admin commands)\n"
+            "  --verbose   the store's and broker's log lines on stderr (else none)\n"
+            "  COMMAND --help   the command's usage\ncommands:\n",
             ROOMD_DEFAULT_CONFIG);
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %s\n", commands[i].usage);
-    fprintf(out, "exit status: 0 done, 1 failed (config, store, server, not found, refused),\n"
-                 "             2 usage error (also a 400 from the server)\n");
+    fprintf(out, "exit status: 0 done, 1 failed (config, store, server, not found, refused;\n"
+                 "             wallet audit: the invariant fails), 2 usage error (also a 400\n"
+                 "             from the server; wallet audit: could not check)\n");
     exit(status);
 }
 
@@ -841,7 +885,9 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         O_REPAIR,
         O_CHUNK,
         O_SAMPLE,
-        O_GROUP
+        O_GROUP,
+        O_HELP,
+        O_JSON
     };
     static const char *const filter_keys[] = {
         "status", "sink",          "event_id",       "event_type",   "room_id",      "app",
@@ -866,6 +912,8 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         {"chunk", required_argument, NULL, O_CHUNK},
         {"sample", required_argument, NULL, O_SAMPLE},
         {"group", required_argument, NULL, O_GROUP},
+        {"help", no_argument, NULL, O_HELP},
+        {"json", no_argument, NULL, O_JSON},
         {NULL, 0, NULL, 0},
     };
     int ch;
@@ -875,7 +923,18 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     opterr = 0;
     c->chunk = 0;
     c->sample = -1;
-    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (ch == O_HELP || ch == 'h') { /* every command: its usage on stdout, exit 0 */
+            printf("usage: roomctl [global options] %s\n"
+                   "global options: -c CONFIG, --url URL, --token-file FILE, --json, --verbose\n"
+                   "exit status: 0 done, 1 failed, 2 usage error (roomctl --help)\n",
+                   cmd->usage);
+            exit(0);
+        }
+        if (ch == O_JSON) { /* --json after the command too */
+            c->json = true;
+            continue;
+        }
         unsigned want = ch == O_FILTER + 5 && (cmd->opts & OPT_APP) ? OPT_APP
                         : ch >= O_FILTER && ch < O_PAGE             ? OPT_FILTER
                         : ch == O_PAGE                              ? OPT_PAGE
@@ -988,19 +1047,17 @@ int
 main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"url", required_argument, NULL, 'u'},
-        {"token-file", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},     {"url", required_argument, NULL, 'u'},
+        {"token-file", required_argument, NULL, 't'}, {"json", no_argument, NULL, 'j'},
+        {"verbose", no_argument, NULL, 'v'},          {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},          {NULL, 0, NULL, 0},
     };
     struct ctl c = {.config = ROOMD_DEFAULT_CONFIG};
     const char *token_file = NULL;
     int ch, nwords = 0, rc;
+    bool verbose = false;
 
-    while ((ch = getopt_long(argc, argv, "+c:hV", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+c:hvV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             c.config = optarg;
@@ -1014,6 +1071,9 @@ main(int argc, char **argv)
         case 'j':
             c.json = true;
             break;
+        case 'v':
+            verbose = true;
+            break;
         case 'h':
             usage(stdout, 0);
         case 'V':
@@ -1025,6 +1085,10 @@ main(int argc, char **argv)
     }
     argc -= optind;
     argv += optind;
+    /* the store's, broker's and admin module's log lines: stderr with
+     * --verbose, else nowhere (roomctl prints its own errors) */
+    if (log_open(verbose ? NULL : "/dev/null", verbose ? LOG_DEBUG : LOG_ERROR) != 0)
+        return EXIT_FAILED;
     if (argc == 0)
         usage(stderr, EXIT_USAGE);
     const struct ctl_cmd *cmd = match(argc, argv, &nwords);

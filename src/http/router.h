@@ -18,6 +18,8 @@
 #include "room/command.h"
 
 #define HTTP_MAX_HEADERS 4
+/* The longest X-Request-Id taken (http/server.c; docs/http.md). */
+#define HTTP_REQUEST_ID_MAX 64
 
 /* Looks up a query-string argument (URL-decoded) of the request behind ctx;
  * NULL when absent. server.c implements it with MHD_GET_ARGUMENT_KIND. */

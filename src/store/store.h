@@ -101,7 +101,11 @@ struct mutation {
     int64_t version;          /* new room version; version-1 must be the current one */
     int64_t created_at_ms;    /* the command's clock; replay uses it */
     int64_t fence_token;      /* lease token; 0 with the local lease */
-    bool create;              /* first command of the room: INSERT rooms */
+    /* The request that carried the command (X-Request-Id, W3C traceparent;
+     * "" when none): kept in the log row to join logs and events to it. */
+    char request_id[65];
+    char traceparent[56];
+    bool create; /* first command of the room: INSERT rooms */
     /* create: the owner (meta.owner_uid) may hold at most this many open
      * rooms of the app, this one included (room.max_rooms_per_owner),
      * counted inside the commit (race-free across nodes); 0 = no limit */
@@ -182,6 +186,9 @@ struct outbox_row {
     char event_type[32];
     int64_t room_version;
     int64_t room_seq; /* gap-free per room, 1, 2, ...; 0 for rows older than it */
+    /* the command's request (mutation.request_id, traceparent); "" when none */
+    char request_id[65];
+    char traceparent[56];
     uint8_t *payload;
     size_t payload_len;
     enum outbox_status status;

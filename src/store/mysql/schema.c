@@ -138,6 +138,17 @@ static const char *const migration_3[] = {
     NULL,
 };
 
+/* 4: the request that carried a command (X-Request-Id, traceparent; issue 29). */
+static const char *const migration_4[] = {
+    "ALTER TABLE room_command_log"
+    " ADD COLUMN IF NOT EXISTS request_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS traceparent VARBINARY(55) NOT NULL DEFAULT ''",
+    "ALTER TABLE room_outbox"
+    " ADD COLUMN IF NOT EXISTS request_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS traceparent VARBINARY(55) NOT NULL DEFAULT ''",
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
@@ -145,6 +156,7 @@ static const struct migration {
     {1, migration_1},
     {2, migration_2},
     {3, migration_3},
+    {4, migration_4},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

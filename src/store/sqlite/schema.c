@@ -69,6 +69,11 @@ static const char *const migrations[] = {
     "ALTER TABLE room_outbox ADD COLUMN room_seq INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX room_outbox_room ON room_outbox (app_code, room_id, due_at_ms, id)"
     " WHERE due_at_ms IS NOT NULL;",
+    /* 5: the request that carried a command (X-Request-Id, traceparent; issue 29) */
+    "ALTER TABLE room_command_log ADD COLUMN request_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE room_command_log ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE room_outbox ADD COLUMN request_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE room_outbox ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';",
 };
 
 #define NMIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
