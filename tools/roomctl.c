@@ -60,6 +60,7 @@ enum need {
 #define OPT_REPLAY (1u << 3) /* --dry-run --repair --chunk --sample */
 #define OPT_APP (1u << 4)    /* --app (wallet) */
 #define OPT_GROUP (1u << 5)  /* --group (dlq) */
+#define OPT_DLQ (1u << 6)    /* the dead-letter filter: --group --event-type --room --reason ... */
 
 struct ctl {
     const char *config;
@@ -618,10 +619,78 @@ do_dlq_show(struct ctl *c, int argc, char **argv)
     return dlq_one(c, argv[0], false);
 }
 
+static int parse_i64(const char *s, const char *what, int64_t *out);
+
+/* Prints a bulk answer: what matched and what was done. */
+static void
+print_bulk(struct ctl *c, json_t *j)
+{
+    printf("%s%s: %" PRId64 " matched, %" PRId64 " done, %" PRId64 " failed", jstr(j, "action"),
+           json_is_true(json_object_get(j, "dry_run")) ? " (dry run)" : "", jint(j, "matched"),
+           jint(j, "done"), jint(j, "failed"));
+    if (json_is_integer(json_object_get(j, "audit_id")))
+        printf(", audit %" PRId64, jint(j, "audit_id"));
+    printf("\n");
+    json_t *sample = json_pack("{s:O}", "messages", json_object_get(j, "sample"));
+    print_dlq(c, sample);
+    json_decref(sample);
+}
+
+/* dlq replay | discard | purge by filter (the command's options), or with
+ * argv[0] (replay) one dead letter. */
+static int
+dlq_bulk(struct ctl *c, const char *action, int argc, char **argv)
+{
+    struct admin_reply r;
+    char path[64];
+
+    if (argc == 1 && strcmp(action, "replay") == 0 && !c->has_filter && c->nkv == 0)
+        return dlq_one(c, argv[0], true);
+    if (argc != 0) {
+        fprintf(stderr, "roomctl: dlq %s: SEQ or a filter, not both\n", action);
+        return EXIT_USAGE;
+    }
+    json_t *f = json_object();
+    for (int i = 0; i < c->nkv; i++) {
+        int64_t ms;
+        bool is_time = strncmp(c->k[i], "created_", 8) == 0;
+        if (is_time && parse_i64(c->v[i], c->k[i], &ms) != 0) {
+            json_decref(f);
+            return EXIT_USAGE;
+        }
+        json_object_set_new(f, c->k[i], is_time ? json_integer(ms) : json_string(c->v[i]));
+    }
+    json_t *b = json_pack("{s:o, s:b}", "filter", f, "dry_run", c->dry_run);
+    if (c->chunk > 0)
+        json_object_set_new(b, "chunk", json_integer(c->chunk));
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    if (c->url) {
+        snprintf(path, sizeof(path), "/admin/v1/dlq/%s", action);
+        api(c, "POST", path, false, body, &r);
+    } else {
+        admin_dlq_bulk(c->adm, "roomctl", action, body, strlen(body), &r);
+    }
+    free(body);
+    return finish(c, &r, print_bulk);
+}
+
 static int
 do_dlq_replay(struct ctl *c, int argc, char **argv)
 {
-    return dlq_one(c, argv[0], true);
+    return dlq_bulk(c, "replay", argc, argv);
+}
+
+static int
+do_dlq_discard(struct ctl *c, int argc, char **argv)
+{
+    return dlq_bulk(c, "discard", argc, argv);
+}
+
+static int
+do_dlq_purge(struct ctl *c, int argc, char **argv)
+{
+    return dlq_bulk(c, "purge", argc, argv);
 }
 
 /* ==== wallet and migrate (the room store) ==== */
@@ -754,6 +823,9 @@ do_migrate(struct ctl *c, int argc, char **argv)
 
 /* ==== the command table ==== */
 
+#define DLQ_FILTER_USAGE                                                                           \
+    "[--group G] [--event-type T] [--room R] [--reason R] [--error TEXT] [--created-after MS]"     \
+    " [--created-before MS]"
 #define FILTER_USAGE                                                                               \
     "[--status S] [--sink K] [--event-id ID] [--event-type T] [--room R] [--app A]"                \
     " [--error TEXT] [--created-after MS] [--created-before MS] [--failed-after MS]"               \
@@ -805,7 +877,27 @@ static const struct ctl_cmd commands[] = {
      do_dlq_list,
      "dlq list [--group G] [--after SEQ] [--limit N]   consumer groups' dead letters"},
     {{"dlq", "show"}, 1, 1, NEED_BUS, 0, do_dlq_show, "dlq show SEQ"},
-    {{"dlq", "replay"}, 1, 1, NEED_BUS, 0, do_dlq_replay, "dlq replay SEQ    into its group"},
+    {{"dlq", "replay"},
+     0,
+     1,
+     NEED_BUS,
+     OPT_DLQ | OPT_REPLAY,
+     do_dlq_replay,
+     "dlq replay SEQ | " DLQ_FILTER_USAGE " [--dry-run] [--chunk N]   into their group"},
+    {{"dlq", "discard"},
+     0,
+     0,
+     NEED_BUS,
+     OPT_DLQ | OPT_REPLAY,
+     do_dlq_discard,
+     "dlq discard " DLQ_FILTER_USAGE " [--dry-run] [--chunk N]   delete for good"},
+    {{"dlq", "purge"},
+     0,
+     0,
+     NEED_BUS,
+     OPT_DLQ | OPT_REPLAY,
+     do_dlq_purge,
+     "dlq purge --group G [--created-before MS] [--dry-run]   a group's dead letters"},
     {{"wallet", "balance"},
      1,
      1,
@@ -890,8 +982,8 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         O_JSON
     };
     static const char *const filter_keys[] = {
-        "status", "sink",          "event_id",       "event_type",   "room_id",      "app",
-        "error",  "created_after", "created_before", "failed_after", "failed_before"};
+        "status", "sink",          "event_id",       "event_type",   "room_id",       "app",
+        "error",  "created_after", "created_before", "failed_after", "failed_before", "reason"};
     static const struct option opts[] = {
         {"status", required_argument, NULL, O_FILTER + 0},
         {"sink", required_argument, NULL, O_FILTER + 1},
@@ -904,6 +996,7 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         {"created-before", required_argument, NULL, O_FILTER + 8},
         {"failed-after", required_argument, NULL, O_FILTER + 9},
         {"failed-before", required_argument, NULL, O_FILTER + 10},
+        {"reason", required_argument, NULL, O_FILTER + 11},
         {"after", required_argument, NULL, O_PAGE},
         {"limit", required_argument, NULL, O_PAGE + 1},
         {"before", required_argument, NULL, O_BEFORE},
@@ -935,20 +1028,28 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             c->json = true;
             continue;
         }
-        unsigned want = ch == O_FILTER + 5 && (cmd->opts & OPT_APP) ? OPT_APP
-                        : ch >= O_FILTER && ch < O_PAGE             ? OPT_FILTER
-                        : ch == O_PAGE                              ? OPT_PAGE
-                        : ch == O_PAGE + 1                          ? (OPT_PAGE | OPT_BEFORE)
-                        : ch == O_BEFORE                            ? OPT_BEFORE
-                        : ch >= O_DRY && ch <= O_SAMPLE             ? OPT_REPLAY
-                        : ch == O_GROUP                             ? OPT_GROUP
-                                                                    : 0;
+        /* the dead-letter filter's keys (dlq replay/discard/purge) */
+        bool dlq_key = ch == O_GROUP || ch == O_FILTER + 3 || ch == O_FILTER + 4 ||
+                       ch == O_FILTER + 6 || ch == O_FILTER + 7 || ch == O_FILTER + 8 ||
+                       ch == O_FILTER + 11;
+        unsigned want = dlq_key && (cmd->opts & OPT_DLQ)              ? OPT_DLQ
+                        : ch == O_FILTER + 5 && (cmd->opts & OPT_APP) ? OPT_APP
+                        : ch >= O_FILTER && ch < O_PAGE               ? OPT_FILTER
+                        : ch == O_PAGE                                ? OPT_PAGE
+                        : ch == O_PAGE + 1                            ? (OPT_PAGE | OPT_BEFORE)
+                        : ch == O_BEFORE                              ? OPT_BEFORE
+                        : ch >= O_DRY && ch <= O_SAMPLE               ? OPT_REPLAY
+                        : ch == O_GROUP                               ? OPT_GROUP
+                                                                      : 0;
         if (ch == '?' || ch == ':' || (cmd->opts & want) == 0 || c->nkv >= MAX_KV - 1) {
             fprintf(stderr, "roomctl: %s: bad option %s\nusage: roomctl %s\n", cmd->words[0],
                     argv[optind - 1], cmd->usage);
             return -1;
         }
-        if (want == OPT_APP) {
+        if (want == OPT_DLQ) {
+            c->k[c->nkv] = ch == O_GROUP ? "group" : filter_keys[ch - O_FILTER];
+            c->v[c->nkv++] = optarg;
+        } else if (want == OPT_APP) {
             c->app = optarg;
         } else if (ch >= O_FILTER && ch < O_PAGE) {
             c->k[c->nkv] = filter_keys[ch - O_FILTER];

@@ -83,5 +83,11 @@ void admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_
 void admin_dlq_show(struct admin *a, uint64_t seq, struct admin_reply *r);
 /* Replays dead letter seq into its group (see admin/dlq.c), audited as actor. */
 void admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r);
+/* Bulk replay | discard | purge (action) of the dead letters body's filter
+ * selects ({"filter":{group, event_type, room_id, reason, error,
+ * created_after, created_before}, "dry_run", "chunk"}; admin/dlq_bulk.c),
+ * audited as actor. Thread: any; blocks on the broker and the store. */
+void admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const char *body,
+                    size_t len, struct admin_reply *r);
 
 #endif

@@ -33,6 +33,13 @@ admin_set_bus(struct admin *a, struct bus *bus)
     a->bus = bus;
 }
 
+const char *
+admin_dlq_header(natsMsg *m, const char *name)
+{
+    const char *v = NULL;
+    return natsMsgHeader_Get(m, name, &v) == NATS_OK && v != NULL ? v : "";
+}
+
 static const char *
 header(natsMsg *m, const char *name)
 {
@@ -41,8 +48,8 @@ header(natsMsg *m, const char *name)
 }
 
 /* The message as the API shows it; full adds the decoded event. */
-static json_t *
-message_json(natsMsg *m, uint64_t seq, bool full)
+json_t *
+admin_dlq_message_json(natsMsg *m, uint64_t seq, bool full)
 {
     const char *data = natsMsg_GetData(m);
     int len = natsMsg_GetDataLength(m);
@@ -151,7 +158,7 @@ admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply
                       &jerr) != NATS_OK)
             continue; /* deleted (replayed) */
         if (group == NULL || *group == '\0' || strcmp(header(m, "Roomd-Group"), group) == 0)
-            json_array_append_new(arr, message_json(m, seq, false));
+            json_array_append_new(arr, admin_dlq_message_json(m, seq, false));
         natsMsg_Destroy(m);
         if (json_array_size(arr) == (size_t)limit) {
             next = seq;
@@ -171,7 +178,7 @@ admin_dlq_show(struct admin *a, uint64_t seq, struct admin_reply *r)
 
     if (!have_bus(a, r) || (m = get_msg(a, seq, r)) == NULL)
         return;
-    admin_reply_ok(r, message_json(m, seq, true));
+    admin_reply_ok(r, admin_dlq_message_json(m, seq, true));
     natsMsg_Destroy(m);
 }
 
@@ -206,37 +213,27 @@ inbox_forget(struct admin *a, const char *group, const char *key, char *why, siz
     return rc;
 }
 
-void
-admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r)
+int
+admin_dlq_replay_msg(struct admin *a, natsMsg *m, uint64_t seq, bool *deleted, char *why,
+                     size_t whylen)
 {
-    char why[512], msg_id[128], e[256];
-    natsMsg *m, *out = NULL;
+    char msg_id[128], e[256];
+    natsMsg *out = NULL;
     jsErrCode jerr = 0;
-    int64_t audit = 0;
-
-    if (a->readonly) {
-        admin_reply_error(r, 405, "read_only", NULL, "this handle is read-only");
-        return;
-    }
-    if (!have_bus(a, r) || (m = get_msg(a, seq, r)) == NULL)
-        return;
-    char *group = xstrdup(header(m, "Roomd-Group")), *key = xstrdup(header(m, "Roomd-Key"));
+    const char *group = header(m, "Roomd-Group"), *key = header(m, "Roomd-Key");
     const char *subject = header(m, "Roomd-Subject");
     const char *rocket = bus_subject_prefix(a->bus, BUS_STREAM_ROCKET);
     enum bus_stream home = rocket && strncmp(subject, rocket, strlen(rocket)) == 0
                                ? BUS_STREAM_ROCKET
                                : BUS_STREAM_OUTBOX;
-    json_t *shown = message_json(m, seq, false);
 
+    *deleted = false;
     if (*key == '\0' || *subject == '\0') {
-        admin_reply_error(r, 409, "not_replayable", "seq",
-                          "dead letter %" PRIu64 " was undecodable: no key to replay", seq);
-        goto out;
+        snprintf(why, whylen, "dead letter %" PRIu64 " was undecodable: no key to replay", seq);
+        return ROOMD_EPERM;
     }
-    if (inbox_forget(a, group, key, why, sizeof(why)) != 0) {
-        admin_reply_error(r, 409, "not_replayable", "seq", "%s", why);
-        goto out;
-    }
+    if (inbox_forget(a, group, key, why, whylen) != 0)
+        return ROOMD_EPERM;
     snprintf(msg_id, sizeof(msg_id), "replay-%s-%" PRIu64, group, seq);
     snprintf(e, sizeof(e), "cannot build the message");
     int rc =
@@ -246,11 +243,40 @@ admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_
             : ROOMD_ERETRY;
     natsMsg_Destroy(out);
     if (rc != 0) {
-        admin_reply_error(r, 503, "unavailable", NULL, "broker: republish: %s", e);
+        snprintf(why, whylen, "broker: republish: %s", e);
+        return ROOMD_EUNAVAIL;
+    }
+    *deleted = js_DeleteMsg(bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), seq, NULL,
+                            &jerr) == NATS_OK;
+    return 0;
+}
+
+void
+admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r)
+{
+    char why[512];
+    natsMsg *m;
+    int64_t audit = 0;
+    bool deleted = false;
+
+    if (a->readonly) {
+        admin_reply_error(r, 405, "read_only", NULL, "this handle is read-only");
+        return;
+    }
+    if (!have_bus(a, r) || (m = get_msg(a, seq, r)) == NULL)
+        return;
+    char *group = xstrdup(header(m, "Roomd-Group")), *key = xstrdup(header(m, "Roomd-Key"));
+    json_t *shown = admin_dlq_message_json(m, seq, false);
+    int rc = admin_dlq_replay_msg(a, m, seq, &deleted, why, sizeof(why));
+
+    if (rc == ROOMD_EPERM) {
+        admin_reply_error(r, 409, "not_replayable", "seq", "%s", why);
         goto out;
     }
-    natsStatus s =
-        js_DeleteMsg(bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), seq, NULL, &jerr);
+    if (rc != 0) {
+        admin_reply_error(r, 503, "unavailable", NULL, "%s", why);
+        goto out;
+    }
     struct admin_audit_row row = {.outbox_id = (int64_t)seq};
     snprintf(row.event_id, sizeof(row.event_id), "%s",
              json_string_value(json_object_get(shown, "event_id")));
@@ -266,7 +292,7 @@ admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_
     }
     json_object_set_new(shown, "replayed", json_true());
     json_object_set_new(shown, "audit_id", json_integer(audit));
-    json_object_set_new(shown, "dead_letter_deleted", json_boolean(s == NATS_OK));
+    json_object_set_new(shown, "dead_letter_deleted", json_boolean(deleted));
     admin_reply_ok(r, shown);
     shown = NULL;
 out:

@@ -61,6 +61,9 @@ enum admin_kind {
     A_DLQ_LIST,
     A_DLQ_SHOW,
     A_DLQ_REPLAY,
+    A_DLQ_BULK_REPLAY,
+    A_DLQ_DISCARD,
+    A_DLQ_PURGE,
 };
 
 /*
@@ -88,6 +91,9 @@ static const struct admin_route {
     {"GET", API "dlq", A_DLQ_LIST, NULL},
     {"GET", API "dlq/{seq}", A_DLQ_SHOW, "seq"},
     {"POST", API "dlq/{seq}/replay", A_DLQ_REPLAY, "seq"},
+    {"POST", API "dlq/replay", A_DLQ_BULK_REPLAY, NULL},
+    {"POST", API "dlq/discard", A_DLQ_DISCARD, NULL},
+    {"POST", API "dlq/purge", A_DLQ_PURGE, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -179,6 +185,15 @@ dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lo
         break;
     case A_DLQ_REPLAY:
         admin_dlq_replay(a, actor, (uint64_t)id, &out->r);
+        break;
+    case A_DLQ_BULK_REPLAY:
+    case A_DLQ_DISCARD:
+    case A_DLQ_PURGE:
+        admin_dlq_bulk(a, actor,
+                       r->kind == A_DLQ_BULK_REPLAY ? "replay"
+                       : r->kind == A_DLQ_DISCARD   ? "discard"
+                                                    : "purge",
+                       body, len, &out->r);
         break;
     case A_CONSOLE:
         break;

@@ -187,7 +187,13 @@ def test_admin_listener():
                    ("POST", "/admin/v1/outbox/replay", {"filter": {"status": "failed"}}),
                    ("GET", "/admin/v1/audit", None), ("GET", "/admin/v1/audit/1", None),
                    ("GET", "/admin/v1/dlq", None), ("GET", "/admin/v1/dlq/1", None),
-                   ("POST", "/admin/v1/dlq/1/replay", {})]
+                   ("POST", "/admin/v1/dlq/1/replay", {}),
+                ("POST", "/admin/v1/dlq/replay", {"filter": {"group": "g"}}),
+                ("POST", "/admin/v1/dlq/discard", {"filter": {"group": "g"}}),
+                ("POST", "/admin/v1/dlq/purge", {"filter": {"group": "g"}}),
+                   ("POST", "/admin/v1/dlq/replay", {"filter": {"group": "g"}}),
+                   ("POST", "/admin/v1/dlq/discard", {"filter": {"group": "g"}}),
+                   ("POST", "/admin/v1/dlq/purge", {"filter": {"group": "g"}})]
     bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
     for method, path, body in admin_paths:
         for name, h in (("no token", {"Authorization": ""}), ("user token", user),

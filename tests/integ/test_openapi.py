@@ -93,6 +93,9 @@ def admin_answers(rd, rid):
     for path in ("/admin/v1/dlq", "/admin/v1/dlq/1"):
         a.append(adm("GET", path))  # 404: rocketmq.enabled is false
     a.append(adm("POST", "/admin/v1/dlq/1/replay", {}))
+    for action in ("replay", "discard", "purge"):  # 404: rocketmq.enabled is false
+        a.append(adm("POST", f"/admin/v1/dlq/{action}", {"filter": {"group": "g"},
+                                                          "dry_run": True}))
     for path in ("/console", "/console/", "/console/console.js", "/console/console.css",
                  "/console/nope.js"):
         a.append(adm("GET", path))
