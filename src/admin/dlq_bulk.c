@@ -1,30 +1,27 @@
 /*
  * admin/dlq_bulk.c: the consumer groups' dead letters in bulk (docs/admin.md
- * "Consumer dead letters"): replay, discard or purge every dead letter a
- * filter selects, dry run first. The dead letters are read from the
+ * "Consumer dead letters"): replay or discard every dead letter a filter
+ * selects, dry run first (dlq.c's purge takes a whole group). The dead letters are read from the
  * JetStream stream <ns>hyapp_dlq in sequence order, chunk by chunk
- * (`chunk` messages fetched, matched and acted on, then the next); a replay
- * goes through the single replay of dlq.c (the group's inbox forgets the
- * key, the bytes go back to their subject), a discard or purge deletes the
- * dead letter from the stream (given up for good: the inbox keeps the key
- * dead, so a redelivery changes nothing). Each run is one audit entry
- * (action dlq_replay_bulk / dlq_discard / dlq_purge, the filter, one row per
- * dead letter acted on: its stream seq and event_id).
+ * (`chunk` messages fetched, matched and acted on, then the next), each
+ * replayed or discarded as the single operations of dlq.c do it (through
+ * the group's inbox). Each run is one audit entry (action dlq_replay_bulk /
+ * dlq_discard_bulk, the filter, one row per dead letter acted on: its
+ * stream seq and event_id).
  *
  * Filter: group (exact), event_type, room_id (the envelope's), reason (the
  * kit's Roomd-Reason: permanent, max_reconsume, undecodable, no_verdict),
  * error (a substring of Roomd-Error), created_after / created_before (ms,
- * when the dead letter was stored). purge needs a group (a whole group's
- * dead letters, up to created_before when given).
+ * when the dead letter was stored).
  */
 #include "admin/internal.h"
 
-#include "admin/store.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
 #include "publish/bus.h"
 #include "room_events.pb-c.h"
+#include "store/admin.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -132,7 +129,7 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
     json_error_t je;
     json_t *in = json_loadb(body != NULL ? body : "", len, 0, &je);
     struct dlq_filter f;
-    bool replay = strcmp(action, "replay") == 0, purge = strcmp(action, "purge") == 0;
+    bool replay = strcmp(action, "replay") == 0;
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
     struct admin_audit_row *rows = NULL;
@@ -162,11 +159,6 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
     int64_t chunk = chunkj ? json_integer_value(chunkj) : BULK_CHUNK_DEFAULT;
     if (!filter_of(json_object_get(in, "filter"), &f, r))
         goto out;
-    if (purge && (f.group == NULL || *f.group == '\0')) {
-        admin_reply_error(r, 400, "invalid_argument", "group",
-                          "purge: filter.group is required (a whole group's dead letters)");
-        goto out;
-    }
     if (!dry_run && a->readonly) {
         admin_reply_error(r, 405, "read_only", NULL, "this handle is read-only");
         goto out;
@@ -185,7 +177,6 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
         for (uint64_t q = seq; q < seq + (uint64_t)chunk && q <= last; q++) {
             natsMsg *m = NULL;
             char event_id[40], why[512];
-            bool deleted = false;
             if (js_GetMsg(&m, bus_js(a->bus), stream, q, NULL, &jerr) != NATS_OK)
                 continue; /* deleted already */
             if (!matches(m, &f, event_id, sizeof(event_id))) {
@@ -196,15 +187,8 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
             if (json_array_size(sample) < BULK_SAMPLE)
                 json_array_append_new(sample, admin_dlq_message_json(m, q, false));
             int rc = 0;
-            if (!dry_run) {
-                if (replay) {
-                    rc = admin_dlq_replay_msg(a, m, q, &deleted, why, sizeof(why));
-                } else {
-                    s = js_DeleteMsg(bus_js(a->bus), stream, q, NULL, &jerr);
-                    rc = s == NATS_OK ? 0 : ROOMD_EUNAVAIL;
-                    snprintf(why, sizeof(why), "broker: delete: %s", natsStatus_GetText(s));
-                }
-            }
+            if (!dry_run)
+                rc = admin_dlq_act(a, actor, q, replay, why, sizeof(why));
             if (rc != 0) {
                 failed++;
                 if (json_array_size(errors) < BULK_SAMPLE)
@@ -226,8 +210,7 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
     sample = errors = NULL;
     json_object_set_new(o, "done", json_integer(dry_run ? 0 : (json_int_t)nrows));
     if (!dry_run) {
-        static const char *const names[] = {"dlq_replay_bulk", "dlq_discard", "dlq_purge"};
-        const char *name = names[replay ? 0 : purge ? 2 : 1];
+        const char *name = replay ? "dlq_replay_bulk" : "dlq_discard_bulk";
         json_t *fj = json_object_get(in, "filter");
         char *filter = fj ? json_dumps(fj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         int64_t audit = 0;

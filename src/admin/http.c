@@ -61,9 +61,10 @@ enum admin_kind {
     A_DLQ_LIST,
     A_DLQ_SHOW,
     A_DLQ_REPLAY,
-    A_DLQ_BULK_REPLAY,
     A_DLQ_DISCARD,
     A_DLQ_PURGE,
+    A_DLQ_BULK_REPLAY,
+    A_DLQ_BULK_DISCARD,
 };
 
 /*
@@ -91,8 +92,9 @@ static const struct admin_route {
     {"GET", API "dlq", A_DLQ_LIST, NULL},
     {"GET", API "dlq/{seq}", A_DLQ_SHOW, "seq"},
     {"POST", API "dlq/{seq}/replay", A_DLQ_REPLAY, "seq"},
+    {"POST", API "dlq/{seq}/discard", A_DLQ_DISCARD, "seq"},
     {"POST", API "dlq/replay", A_DLQ_BULK_REPLAY, NULL},
-    {"POST", API "dlq/discard", A_DLQ_DISCARD, NULL},
+    {"POST", API "dlq/discard", A_DLQ_BULK_DISCARD, NULL},
     {"POST", API "dlq/purge", A_DLQ_PURGE, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -186,14 +188,16 @@ dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lo
     case A_DLQ_REPLAY:
         admin_dlq_replay(a, actor, (uint64_t)id, &out->r);
         break;
-    case A_DLQ_BULK_REPLAY:
     case A_DLQ_DISCARD:
+        admin_dlq_discard(a, actor, (uint64_t)id, &out->r);
+        break;
     case A_DLQ_PURGE:
-        admin_dlq_bulk(a, actor,
-                       r->kind == A_DLQ_BULK_REPLAY ? "replay"
-                       : r->kind == A_DLQ_DISCARD   ? "discard"
-                                                    : "purge",
-                       body, len, &out->r);
+        admin_dlq_purge(a, actor, body, len, &out->r);
+        break;
+    case A_DLQ_BULK_REPLAY:
+    case A_DLQ_BULK_DISCARD:
+        admin_dlq_bulk(a, actor, r->kind == A_DLQ_BULK_REPLAY ? "replay" : "discard", body, len,
+                       &out->r);
         break;
     case A_CONSOLE:
         break;

@@ -138,8 +138,24 @@ static const char *const migration_3[] = {
     NULL,
 };
 
-/* 4: the request that carried a command (X-Request-Id, traceparent; issue 29). */
+/* 4: the gift catalog (issue 30): SendGift's unit price and rocket energy
+ * per unit, per app, versioned (store.h, store_gift_*). */
 static const char *const migration_4[] = {
+    "CREATE TABLE IF NOT EXISTS gift_catalog ("
+    " app_code VARBINARY(64) NOT NULL,"
+    " gift_id VARBINARY(64) NOT NULL,"
+    " unit_price BIGINT NOT NULL,"
+    " energy_per_unit BIGINT NOT NULL,"
+    " enabled TINYINT NOT NULL,"
+    " version BIGINT NOT NULL,"
+    " updated_at_ms BIGINT NOT NULL,"
+    " PRIMARY KEY (app_code, gift_id)"
+    ")" TABLE_OPTS,
+    NULL,
+};
+
+/* 5: the request that carried a command (X-Request-Id, traceparent; issue 29). */
+static const char *const migration_5[] = {
     "ALTER TABLE room_command_log"
     " ADD COLUMN IF NOT EXISTS request_id VARBINARY(64) NOT NULL DEFAULT '',"
     " ADD COLUMN IF NOT EXISTS traceparent VARBINARY(55) NOT NULL DEFAULT ''",
@@ -153,10 +169,7 @@ static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
-    {1, migration_1},
-    {2, migration_2},
-    {3, migration_3},
-    {4, migration_4},
+    {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

@@ -69,7 +69,13 @@ static const char *const migrations[] = {
     "ALTER TABLE room_outbox ADD COLUMN room_seq INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX room_outbox_room ON room_outbox (app_code, room_id, due_at_ms, id)"
     " WHERE due_at_ms IS NOT NULL;",
-    /* 5: the request that carried a command (X-Request-Id, traceparent; issue 29) */
+    /* 5: the gift catalog (issue 30): SendGift's unit price and rocket
+     * energy per unit, per app, versioned (store.h, store_gift_*). */
+    "CREATE TABLE gift_catalog ("
+    " app_code TEXT NOT NULL, gift_id TEXT NOT NULL, unit_price INTEGER NOT NULL,"
+    " energy_per_unit INTEGER NOT NULL, enabled INTEGER NOT NULL, version INTEGER NOT NULL,"
+    " updated_at_ms INTEGER NOT NULL, PRIMARY KEY (app_code, gift_id)) WITHOUT ROWID;",
+    /* 6: the request that carried a command (X-Request-Id, traceparent; issue 29) */
     "ALTER TABLE room_command_log ADD COLUMN request_id TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE room_command_log ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE room_outbox ADD COLUMN request_id TEXT NOT NULL DEFAULT '';"
