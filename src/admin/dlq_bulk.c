@@ -5,8 +5,8 @@
  * JetStream stream <ns>hyapp_dlq in sequence order, chunk by chunk
  * (`chunk` messages fetched, matched and acted on, then the next), each
  * replayed or discarded as the single operations of dlq.c do it (through
- * the group's inbox). Each run is one audit entry (action dlq_replay_bulk /
- * dlq_discard_bulk, the filter, one row per dead letter acted on: its
+ * the group's inbox). Each run is one audit entry (action dlq_replay_all /
+ * dlq_discard_all, the filter, one row per dead letter acted on: its
  * stream seq and event_id).
  *
  * Filter: group (exact), event_type, room_id (the envelope's), reason (the
@@ -210,7 +210,7 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
     sample = errors = NULL;
     json_object_set_new(o, "done", json_integer(dry_run ? 0 : (json_int_t)nrows));
     if (!dry_run) {
-        const char *name = replay ? "dlq_replay_bulk" : "dlq_discard_bulk";
+        const char *name = replay ? "dlq_replay_all" : "dlq_discard_all";
         json_t *fj = json_object_get(in, "filter");
         char *filter = fj ? json_dumps(fj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         int64_t audit = 0;

@@ -140,7 +140,7 @@ def test_dlq_bulk_replay_discard_purge():
                        == [("done",)], timeout=20, what="the group handled a replayed message")
         assert ctl_json(cfg, "dlq", "list")["messages"] == []
         audit = ctl_json(cfg, "audit", "list")["audits"][0]
-        assert audit["action"] == "dlq_replay_bulk" and audit["actor"] == "roomctl", audit
+        assert audit["action"] == "dlq_replay_all" and audit["actor"] == "roomctl", audit
         assert audit["count"] == 2 and audit["filter"]["event_type"] == "RoomUserJoined", audit
 
         # two more dead letters, discarded by filter
@@ -158,7 +158,8 @@ def test_dlq_bulk_replay_discard_purge():
         for m in two:
             assert db_rows(group_db(tmp, G_IM), f"SELECT state FROM inbox WHERE key = "
                                                 f"'{m['event_id']}'") == [("dead",)]
-        assert ctl_json(cfg, "audit", "list")["audits"][0]["action"] == "dlq_discard_bulk"
+        top = ctl_json(cfg, "audit", "list")["audits"][0]
+        assert top["action"] == "dlq_discard_all" and top["count"] == 2, top
 
         # one more, purged by group
         r.post(f"/v1/rooms/{failing_room(r)}/join", {"command_id": "bulk-j9", "uid": 9})
