@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/dlq.c: the consumer groups' dead letters (docs/bus.md): the messages
  * of the JetStream stream <ns>hyapp_dlq, one subject per group, each the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/dlq_bulk.c: the consumer groups' dead letters in bulk (docs/admin.md
  * "Consumer dead letters"): replay or discard every dead letter a filter

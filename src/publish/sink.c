@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink.c: the members every sink sets (sink_init, see sink.h). */
 #include "publish/sink.h"
 

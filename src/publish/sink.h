@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink.h: one interface for every place an outbox event is delivered to.
  * One file per sink: sink_log.c (event JSON lines to a file), sink_tim.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_activity.c: the direct activity-service sink: each publish() is one
  * unary call /activity.v1.RoomEventService/Consume with the packed

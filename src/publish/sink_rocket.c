@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_rocket.c: the rocket launch wake-up sink. For each RoomRocketIgnited
  * row it publishes a roomd.v1.RocketLaunchWakeup (app_code, room_id,

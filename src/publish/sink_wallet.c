@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_wallet.c: Confirm of a committed gift's hold (wallet.driver: grpc).
  * The RoomGiftSent row is written in the gift's own transaction, so a

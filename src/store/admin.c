@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store/admin.c: the admin store's dispatch (see store/admin.h). */
 #include "store/admin.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/admin.h: the admin module's store role, over the same database as
  * the room store (store/store.h): what an operator reads and changes in

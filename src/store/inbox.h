@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inbox.h: a consumer group's inbox, the kit's (group.h) record of which
  * keys (event_ids) the group has settled and of the handler's own effect

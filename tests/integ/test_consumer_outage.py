@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Consumer groups through an IM outage (issue 29, docs/bus.md "Outages"): two roomd nodes of the
 production shape (cluster_util: MariaDB, Redis, a 3-server nats-server cluster; publish_mode mq,
 the IM bridge group in both nodes, its inbox the shared MySQL table consumer_inbox).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_metrics_store_hang: /metrics never waits on the store (docs/metrics.md).
 
 roomd on a private mariadbd (test_mysql_procs.PrivateMariadb: stopping the suite's server would

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request ids across the forwarding hop (issue 29, docs/http.md "Request ids"): two roomd nodes
 of the production shape (cluster_util: MariaDB, Redis leases, cluster.forward, publish_mode mq).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_roomctl_cli: roomctl's conventions (issue 29, docs/admin.md "roomctl"): `COMMAND --help`
 exits 0 with the command's usage on stdout for every command `roomctl --help` lists; --json on
 every command it can run here (before or after the command) prints JSON; no log line on

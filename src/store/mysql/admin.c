@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/admin.c: the admin store on the room store's MySQL/MariaDB
  * database (store/admin.h), through one connection of its own (reconnected

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/inbox.c: the shared inbox (inbox.h) in the store's MySQL/MariaDB
  * database, so that every node running a group sees one inbox:

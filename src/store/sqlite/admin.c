@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/admin.c: the admin store on the SQLite file of the room store
  * (store/admin.h), through a connection of its own: read-only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/inbox.c: the one-node inbox (inbox.h), a SQLite database per group
  * "<rocketmq.consumer_store_dir>/<group>.db" holding
