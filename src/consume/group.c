@@ -555,8 +555,11 @@ process(struct consume_group *g, natsMsg *msg)
     }
     circuit_note(g, !transport_failure(rc), m.err);
     if (transport_failure(rc)) {
-        /* An outage: the event is not at fault; it comes back, no failure. */
-        inbox_release(g->inbox, key);
+        /* An outage: the event is not at fault; it comes back, no failure.
+         * A claim not given back expires (claim_ms) and its takeover counts. */
+        if (inbox_release(g->inbox, key) != 0)
+            log_warn("consume", "inbox release failed: the claim expires instead",
+                     "group=%s key=%s error=\"%s\"", g->h.group, key, inbox_errmsg(g->inbox));
         outage_later(g, msg, seq, &g->stats.outages);
         log_info("consume", "downstream unreachable, redelivery without an attempt",
                  "group=%s key=%s delay_ms=%" PRId64 " error=\"%s\"", g->h.group, key,

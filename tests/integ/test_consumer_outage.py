@@ -135,7 +135,9 @@ def outage_then_poison(cl, im):
     assert js_stream_count(cl.nc(), cl.ns + "hyapp_dlq") == 0
     fails = int(cl.mysql(f"SELECT COALESCE(SUM(failures), 0) FROM consumer_inbox"
                          f" WHERE group_name = '{G}'")[0][0])
-    assert fails == 0, f"the outage cost {fails} reconsume attempts"
+    assert fails == 0, (f"the outage cost {fails} reconsume attempts",
+                        cl.mysql(f"SELECT event_id, failures, last_error FROM consumer_inbox"
+                                 f" WHERE group_name = '{G}' AND failures > 0"))
     assert m_sum(cl, f'roomd_consumer_retried_total{{group="{G}",reason="failure"}}') == 0
     outages = m_sum(cl, f'roomd_consumer_retried_total{{group="{G}",reason="outage"}}')
     skipped = m_sum(cl, f'roomd_consumer_retried_total{{group="{G}",reason="circuit_open"}}')
