@@ -12,9 +12,9 @@ case "$mode" in build | test) ;; *) echo "usage: $0 [build|test]" >&2; exit 2 ;;
 PKGS="build-essential cmake pkg-config python3 python3-cryptography curl ca-certificates openssl \
  libmicrohttpd-dev libjansson-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler libgrpc-dev \
  libcurl4-openssl-dev libssl-dev zlib1g-dev libmariadb-dev libhiredis-dev libnats-dev \
- libcmocka-dev libsqlite3-dev sqlite3 mariadb-server redis-server nats-server \
+ libcmocka-dev libsqlite3-dev sqlite3 mariadb-server galera-4 rsync redis-server redis-sentinel nats-server \
  libjwt-dev libsystemd-dev libgnutls28-dev clang libclang-rt-14-dev chromium prometheus"
-TEST_ONLY="mariadb-server redis-server nats-server libcmocka-dev clang libclang-rt-14-dev chromium \
+TEST_ONLY="mariadb-server galera-4 rsync redis-server redis-sentinel nats-server libcmocka-dev clang libclang-rt-14-dev chromium \
  prometheus debhelper lintian fakeroot strace golang-go golang-github-nats-io-go-nats-dev golang-google-protobuf-dev \
  protobuf-compiler"
 if [ "$mode" = build ]; then

@@ -32,6 +32,7 @@
 #include "http/server.h"
 #include "lease/lease.h"
 #include "metrics/deps.h"
+#include "metrics/ha.h"
 #include "outbox/outbox.h"
 #include "projection/projection.h"
 #include "publish/bus.h"
@@ -399,6 +400,7 @@ main(int argc, char **argv)
         metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
     if (consumers != NULL)
         metrics_deps_set_consumers(deps, consume_roles_downstream_up, consumers);
+    metrics_ha_open(store);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);
@@ -407,6 +409,7 @@ main(int argc, char **argv)
     http_create_limit_close();
     admin_close(admin);
     metrics_deps_close(deps);
+    metrics_ha_close(store);
     auth_close(auth);
     consume_roles_stop(consumers); /* before the rooms it launches rockets in */
     wallet_reconcile_stop(reconciler);

@@ -151,6 +151,16 @@ const struct key conf_keys[] = {
      .note = "with store.driver mysql", .doc = "MySQL/MariaDB server host"},
     {"store.mysql.port", K_INT, F(store.mysql.port), "3306", RANGE(1, 65535), .when = MYSQL_ON,
      .doc = "MySQL/MariaDB server port"},
+    {"store.mysql.hosts", K_STRLIST, L(store.mysql.hosts, store.mysql.nhosts), "",
+     .doc = "servers \"host:port\" of a Galera cluster, tried in order; the pool uses the first "
+            "that answers and is ready and moves on a loss (docs/ha.md); [] = host and port"},
+    {"store.mysql.failover_timeout", K_DUR, F(store.mysql.failover_timeout_ms), "5s", GE(0),
+     .when = MYSQL_ON,
+     .doc = "with store.mysql.hosts: how long a call waits for a usable server before 503"},
+    {"store.mysql.wsrep_sync_wait", K_INT, F(store.mysql.wsrep_sync_wait), "1", RANGE(0, 15),
+     .when = MYSQL_ON,
+     .doc = "on Galera: the sessions' wsrep_sync_wait (1: reads see every earlier commit of the "
+            "cluster; 0 = off)"},
     {"store.mysql.user", K_STR, F(store.mysql.user), "roomd", NONEMPTY, .when = MYSQL_ON,
      .note = "with store.driver mysql", .doc = "MySQL user"},
     {"store.mysql.password", K_STR, F(store.mysql.password), "",
@@ -240,6 +250,11 @@ const struct key conf_keys[] = {
     {"redis.password", K_STR, F(redis.password), "", .doc = "Redis AUTH password; \"\" = none"},
     {"redis.db", K_INT, F(redis.db), "0", GE(0), .when = "redis.enabled",
      .doc = "Redis database number"},
+    {"redis.sentinel.addrs", K_STRLIST, L(redis.sentinel_addrs, redis.nsentinel_addrs), "",
+     .doc = "Redis Sentinels \"host:port\": the master is found through them and followed "
+            "after a failover (docs/ha.md); [] = redis.addr"},
+    {"redis.sentinel.master_name", K_STR, F(redis.sentinel_master_name), "",
+     .doc = "the master's name in the sentinels (sentinel monitor NAME ...)"},
     {"redis.key_prefix", K_STR, F(redis.key_prefix), "roomd:", .doc = "prefix of every Redis key"},
     {"redis.connect_timeout", K_DUR, F(redis.connect_timeout_ms), "500ms", GT(0),
      .when = "redis.enabled", .doc = "connect timeout"},
@@ -1018,6 +1033,17 @@ validate_cross(const struct conf *c, struct vctx *v)
         bad(v, "projection.driver", "redis needs redis.enabled: true");
     if (c->rocketmq.consumer_inbox == 2 && strcmp(c->store.driver, "mysql") != 0)
         bad(v, "rocketmq.consumer_inbox", "mysql needs store.driver: mysql");
+
+    for (int i = 0; i < c->redis.nsentinel_addrs; i++)
+        if (!host_port_ok(c->redis.sentinel_addrs[i]))
+            bad(v, "redis.sentinel.addrs", "entries must be host:port, got \"%s\"",
+                c->redis.sentinel_addrs[i]);
+    if (c->redis.nsentinel_addrs > 0 && empty(c->redis.sentinel_master_name))
+        bad(v, "redis.sentinel.master_name", "must be set with redis.sentinel.addrs");
+    for (int i = 0; i < c->store.mysql.nhosts; i++)
+        if (!host_port_ok(c->store.mysql.hosts[i]))
+            bad(v, "store.mysql.hosts", "entries must be host:port, got \"%s\"",
+                c->store.mysql.hosts[i]);
 
     /* rocketmq (NATS JetStream) */
     if (mq->enabled) {

@@ -100,6 +100,10 @@ struct conf_sqlite {
 struct conf_mysql {
     char *host;
     int port;
+    char *hosts[CONF_MAX_LIST]; /* "h1:3306", ...: a Galera cluster (failover.c) */
+    int nhosts;
+    int64_t failover_timeout_ms; /* wait this long for a usable server before 503 */
+    int wsrep_sync_wait;         /* the session's wsrep_sync_wait on Galera */
     char *user;
     char *password; /* or password_env names an environment variable */
     char *password_env;
@@ -158,6 +162,9 @@ struct conf_redis {
     char *password;
     int db;
     char *key_prefix; /* "roomd:" */
+    char *sentinel_addrs[CONF_MAX_LIST]; /* "host:port" of Redis Sentinels; none = addr */
+    int nsentinel_addrs;
+    char *sentinel_master_name;
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
 };

@@ -207,7 +207,15 @@ http_ready_reply(struct http_ready *r, bool details, struct http_response *resp)
     if (reason)
         json_object_set_new(j, "reason", json_string(reason));
     if (details) {
+        char server[300];
+        uint64_t moves;
+
         json_object_set_new(j, "checked_ms_ago", json_integer(r->checked ? age_ms : -1));
+        if (store_server_info(r->store, server, sizeof(server), &moves) == 0) {
+            /* which database server this node uses (store.mysql.hosts, docs/ha.md) */
+            json_object_set_new(j, "store_server", json_string(server));
+            json_object_set_new(j, "store_failovers", json_integer((json_int_t)moves));
+        }
         if (r->error[0] != '\0')
             json_object_set_new(j, "error", json_string(r->error));
         if (r->have_counts)

@@ -94,6 +94,9 @@ struct sink {
  * event), publish, close and no_json; the optional batch members are left as
  * they are (NULL in a sink from xcalloc). Returns s, still the caller's.
  * Thread: the opener's. Never blocks. */
+/* An accepts for a sink limited to one event type: true for the rows that
+ * carry s->bit (sink_bit_carries, core/sink_bits.h). Thread: any; pure. */
+bool sink_accepts_carried(struct sink *s, const struct outbox_event *ev);
 struct sink *sink_init(struct sink *s, const char *name, uint32_t bit,
                        bool (*accepts)(struct sink *, const struct outbox_event *),
                        int (*publish)(struct sink *, const struct outbox_event *, int64_t, char *,

@@ -11,8 +11,8 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
-#include "publish/sink.h"
 #include "peer/grpc_peer.h"
+#include "publish/sink.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,11 +11,18 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define RETRY_MS 200
+
+/* The master last reached through the sentinels, for metrics (any connection). */
+static pthread_mutex_t master_mu = PTHREAD_MUTEX_INITIALIZER;
+static char master_addr[280];
+static uint64_t master_changes;
+static int sentinel_on;
 
 static struct timeval
 tv_ms(int64_t ms)
@@ -30,6 +37,20 @@ redis_conn_init(struct redis_conn *rc, const struct conf_redis *cr, char *err, s
     const char *colon = strrchr(cr->addr ? cr->addr : "", ':');
 
     memset(rc, 0, sizeof(*rc));
+    if (cr->nsentinel_addrs > 0) {
+        if (cr->sentinel_master_name == NULL || cr->sentinel_master_name[0] == '\0') {
+            snprintf(err, errlen,
+                     "redis.sentinel.master_name: must be set with "
+                     "redis.sentinel.addrs");
+            return ROOMD_EINVAL;
+        }
+        for (int i = 0; i < cr->nsentinel_addrs && i < REDIS_MAX_SENTINELS; i++)
+            rc->sentinels[rc->nsentinels++] = xstrdup(cr->sentinel_addrs[i]);
+        rc->master_name = xstrdup(cr->sentinel_master_name);
+        pthread_mutex_lock(&master_mu);
+        sentinel_on = 1;
+        pthread_mutex_unlock(&master_mu);
+    }
     if (colon == NULL || colon == cr->addr || (size_t)(colon - cr->addr) >= sizeof(rc->host)) {
         snprintf(err, errlen, "redis.addr: must be host:port, got \"%s\"",
                  cr->addr ? cr->addr : "");
@@ -126,6 +147,85 @@ hello(struct redis_conn *rc, const char *cmd, const char *arg, int64_t now)
     return ok ? 0 : -1;
 }
 
+/* Asks the sentinels, in order, for the master's address; the first answer
+ * goes into rc->host/port. Returns 0, or -1 with rc->errstr set. */
+static int
+ask_sentinels(struct redis_conn *rc)
+{
+    for (int i = 0; i < rc->nsentinels; i++) {
+        const char *colon = strrchr(rc->sentinels[i], ':');
+        char host[256];
+        redisContext *sc;
+        redisReply *r;
+
+        if (colon == NULL || (size_t)(colon - rc->sentinels[i]) >= sizeof(host))
+            continue;
+        memcpy(host, rc->sentinels[i], (size_t)(colon - rc->sentinels[i]));
+        host[colon - rc->sentinels[i]] = '\0';
+        sc = redisConnectWithTimeout(host, atoi(colon + 1), tv_ms(rc->connect_timeout_ms));
+        if (sc == NULL || sc->err) {
+            snprintf(rc->errstr, sizeof(rc->errstr), "sentinel %s: %s", rc->sentinels[i],
+                     sc ? sc->errstr : "no context");
+            if (sc)
+                redisFree(sc);
+            continue;
+        }
+        redisSetTimeout(sc, tv_ms(rc->command_timeout_ms));
+        r = redisCommand(sc, "SENTINEL get-master-addr-by-name %s", rc->master_name);
+        if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < sizeof(rc->host)) {
+            char addr[sizeof(master_addr)];
+
+            memcpy(rc->host, r->element[0]->str, r->element[0]->len);
+            rc->host[r->element[0]->len] = '\0';
+            rc->port = atoi(r->element[1]->str);
+            snprintf(addr, sizeof(addr), "%s:%d", rc->host, rc->port);
+            pthread_mutex_lock(&master_mu);
+            if (master_addr[0] != '\0' && strcmp(master_addr, addr) != 0)
+                master_changes++;
+            memcpy(master_addr, addr, sizeof(addr));
+            pthread_mutex_unlock(&master_mu);
+            freeReplyObject(r);
+            redisFree(sc);
+            return 0;
+        }
+        snprintf(rc->errstr, sizeof(rc->errstr), "sentinel %s: no master named %s",
+                 rc->sentinels[i], rc->master_name);
+        freeReplyObject(r);
+        redisFree(sc);
+    }
+    return -1;
+}
+
+/* True when the server on rc->ctx says it is a master (ROLE). */
+static int
+is_master(struct redis_conn *rc)
+{
+    const char *av[] = {"ROLE"};
+    redisReply *r = raw(rc, 1, av, NULL, NULL);
+    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+
+    if (r != NULL && !ok)
+        drop(rc, "not a master (a failover in progress)");
+    freeReplyObject(r);
+    return ok;
+}
+
+int
+redis_sentinel_master(char *addr, size_t len, uint64_t *changes)
+{
+    int on;
+
+    pthread_mutex_lock(&master_mu);
+    on = sentinel_on;
+    snprintf(addr, len, "%s", master_addr);
+    *changes = master_changes;
+    pthread_mutex_unlock(&master_mu);
+    return on;
+}
+
 static int
 connect_now(struct redis_conn *rc)
 {
@@ -134,6 +234,10 @@ connect_now(struct redis_conn *rc)
 
     if (now < rc->next_try_ms)
         return -1;
+    if (rc->nsentinels > 0 && ask_sentinels(rc) != 0) {
+        rc->next_try_ms = now + RETRY_MS;
+        return -1;
+    }
     rc->ctx = redisConnectWithTimeout(rc->host, rc->port, tv_ms(rc->connect_timeout_ms));
     if (rc->ctx == NULL || rc->ctx->err) {
         drop(rc, rc->ctx ? rc->ctx->errstr : "cannot allocate a redis context");
@@ -146,7 +250,24 @@ connect_now(struct redis_conn *rc)
     snprintf(db, sizeof(db), "%d", rc->db);
     if (rc->db != 0 && hello(rc, "SELECT", db, now) != 0)
         return -1;
+    if (rc->nsentinels > 0 && !is_master(rc)) {
+        rc->next_try_ms = now + RETRY_MS / 4;
+        return -1;
+    }
     return 0;
+}
+
+/* A READONLY error: the server was demoted (a failover); drop the
+ * connection so the next command asks the sentinels again. Returns 1 when
+ * r was such a reply (freed). */
+static int
+demoted(struct redis_conn *rc, redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "READONLY", 8) != 0)
+        return 0;
+    freeReplyObject(r);
+    drop(rc, "READONLY: the server is a replica now");
+    return 1;
 }
 
 redisReply *
@@ -164,6 +285,8 @@ redis_conn_argv(struct redis_conn *rc, int argc, const char **argv, const size_t
             return NULL;
         r = raw(rc, argc, argv, lens, NULL);
     }
+    if (demoted(rc, r))
+        r = NULL;
     if (r == NULL)
         rc->next_try_ms = clock_mono_ms() + RETRY_MS;
     return r;
@@ -178,8 +301,22 @@ redis_conn_pipeline(struct redis_conn *rc, size_t n, const struct redis_cmd *cmd
         out[i] = NULL;
     if (rc->ctx == NULL && connect_now(rc) != 0)
         return -1;
-    if (raw_pipeline(rc, n, cmds, out, &stale) == 0)
-        return 0;
+    if (raw_pipeline(rc, n, cmds, out, &stale) == 0) {
+        int ro = 0;
+
+        for (size_t i = 0; i < n; i++)
+            ro |= out[i] != NULL && out[i]->type == REDIS_REPLY_ERROR &&
+                  strncmp(out[i]->str, "READONLY", 8) == 0;
+        if (!ro)
+            return 0;
+        for (size_t i = 0; i < n; i++) {
+            freeReplyObject(out[i]);
+            out[i] = NULL;
+        }
+        drop(rc, "READONLY: the server is a replica now");
+        rc->next_try_ms = clock_mono_ms() + RETRY_MS;
+        return -1;
+    }
     /* A connection that broke while idle (server restarted): one fresh try. */
     if (stale && connect_now(rc) == 0 && raw_pipeline(rc, n, cmds, out, NULL) == 0)
         return 0;
@@ -201,4 +338,9 @@ redis_conn_close(struct redis_conn *rc)
     rc->ctx = NULL;
     free(rc->password);
     rc->password = NULL;
+    for (int i = 0; i < rc->nsentinels; i++)
+        free(rc->sentinels[i]);
+    rc->nsentinels = 0;
+    free(rc->master_name);
+    rc->master_name = NULL;
 }

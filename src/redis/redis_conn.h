@@ -5,6 +5,11 @@
  * every command is bounded by redis.command_timeout, AUTH and SELECT on connect.
  * After a failure the connection is dropped; the next command reconnects (at most
  * one attempt per RETRY interval so a dead Redis costs callers nothing).
+ * With redis.sentinel.addrs, every connect first asks the sentinels (in order, the
+ * first that answers) for the master of redis.sentinel.master_name, and checks with
+ * ROLE that the server it reaches is a master; a READONLY error (the server was
+ * demoted by a failover) drops the connection, so the next command finds the new
+ * master (docs/ha.md).
  *
  * Thread: NOT thread-safe; each owner serializes its calls (a mutex or one thread).
  */
@@ -18,10 +23,15 @@
 
 struct conf_redis;
 
+#define REDIS_MAX_SENTINELS 16
+
 struct redis_conn {
     redisContext *ctx; /* NULL while disconnected */
-    char host[256];
+    char host[256];    /* redis.addr, or the master the sentinels named last */
     int port;
+    char *sentinels[REDIS_MAX_SENTINELS]; /* "host:port" (owned); none = redis.addr */
+    int nsentinels;
+    char *master_name;
     char *password;
     int db;
     int64_t connect_timeout_ms;
@@ -59,5 +69,11 @@ int redis_conn_pipeline(struct redis_conn *rc, size_t n, const struct redis_cmd 
                         redisReply **out);
 
 void redis_conn_close(struct redis_conn *rc);
+
+/* With Sentinel: the master this process reached last ("host:port" into
+ * addr, "" before the first) and how often that address changed (a
+ * failover followed). Returns 1 with Sentinel configured, else 0. Thread:
+ * any; takes a process-wide mutex briefly. */
+int redis_sentinel_master(char *addr, size_t len, uint64_t *changes);
 
 #endif

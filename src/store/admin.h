@@ -161,6 +161,23 @@ void admin_summary_add(const struct admin_cols *c, struct admin_summary *out);
     "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
     " updated_at_ms, finished_at_ms"
 
+/* The operations of every admin store backend, written once: X(op) each;
+ * a backend names its functions <prefix>_<op> and builds its table from
+ * this list (mysql/admin.c, sqlite/admin.c). */
+#define ADMIN_STORE_OPS(X)                                                                         \
+    X(open)                                                                                        \
+    X(close)                                                                                       \
+    X(summary)                                                                                     \
+    X(search)                                                                                      \
+    X(count)                                                                                       \
+    X(get)                                                                                         \
+    X(audit_begin)                                                                                 \
+    X(replay_chunk)                                                                                \
+    X(audit_record)                                                                                \
+    X(audit_list)                                                                                  \
+    X(audit_get)                                                                                   \
+    X(audit_rows)
+
 /* The backends (one table of these per backend). */
 struct admin_store_ops {
     int (*open)(struct admin_store **out, const struct conf_store *cs, bool readonly, char *err,

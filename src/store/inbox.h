@@ -168,6 +168,25 @@ bool inbox_shared(const struct consume_inbox *ib);
 int inbox_exec(struct consume_inbox *ib, const struct consume_sql *q,
                const struct consume_arg *args, int nargs, char *out, size_t outlen);
 
+/* The operations of struct inbox_ops, written once: X(op) each; a backend
+ * names its functions <prefix>_<op> and builds its table from this list. */
+#define INBOX_OPS(X)                                                                               \
+    X(open)                                                                                        \
+    X(close)                                                                                       \
+    X(claim)                                                                                       \
+    X(mark_get)                                                                                    \
+    X(done)                                                                                        \
+    X(release)                                                                                     \
+    X(fail)                                                                                        \
+    X(dead)                                                                                        \
+    X(purge)                                                                                       \
+    X(tx_begin)                                                                                    \
+    X(tx_commit_done)                                                                              \
+    X(tx_rollback)                                                                                 \
+    X(exec)                                                                                        \
+    X(state)                                                                                       \
+    X(forget_dead)
+
 /* The backends (sqlite/inbox.c, mysql/inbox.c) behind the functions above;
  * private to them and inbox.c. */
 struct inbox_ops {

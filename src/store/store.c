@@ -277,6 +277,14 @@ store_close(struct store *s)
 }
 
 int
+store_server_info(struct store *s, char *host, size_t len, uint64_t *failovers)
+{
+    if (s->ops->server_info == NULL)
+        return ROOMD_ENOTFOUND;
+    return s->ops->server_info(s, host, len, failovers);
+}
+
+int
 store_find_command(struct store *s, const char *app, const char *command_id,
                    struct command_record *out)
 {

@@ -62,6 +62,7 @@
 #include <stdint.h>
 
 struct conf_store;
+struct conf_mysql;
 
 #define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
 #define STORE_GIFT_VALUE_MAX                                                                       \
@@ -442,6 +443,8 @@ struct store_ops {
     const char *name;
     int (*open)(struct store **out, const struct conf_store *cs, char *err, size_t errlen);
     void (*close)(struct store *s);
+    /* optional (NULL: one embedded database): the server in use, failovers */
+    int (*server_info)(struct store *s, char *host, size_t len, uint64_t *failovers);
     STORE_OPS(STORE_OP_MEMBER)
 };
 #undef STORE_OP_MEMBER
@@ -462,6 +465,19 @@ extern const struct store_ops store_mysql_ops;
 int store_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen);
 /* Closes s; store_close(NULL) is a no-op. No call may be in flight. */
 void store_close(struct store *s);
+
+/* The database server s uses now ("host:port") into host (len bytes) and how
+ * often it moved to another since open (store.mysql.hosts, docs/ha.md).
+ * Returns 0, or ROOMD_ENOTFOUND for a backend without servers (SQLite). Any
+ * thread; does not block on the database. */
+int store_server_info(struct store *s, char *host, size_t len, uint64_t *failovers);
+
+/* Server i (0-based) of store.mysql.hosts, or host/port when the list is
+ * empty, as host (hostlen bytes) and *port, for the process' other MySQL
+ * connections (try each in turn: the first that answers). Returns the number
+ * of servers, or 0 when i is past the last. Thread: any; does not block. */
+int store_mysql_server(const struct conf_mysql *mc, int i, char *host, size_t hostlen,
+                       unsigned int *port);
 
 /* Detail text of the calling thread's last failed store call (thread-local). */
 const char *store_errmsg(void);

@@ -75,6 +75,10 @@ BAD = [
      "auth.mode none"),
     ("giftbad.yaml", "room:\n  gift_catalog: maybe\n", "room.gift_catalog: must be one of"),
     ("im.yaml", "tencent_im:\n  enabled: true\n", "tencent_im.sdk_app_id: must be > 0"),
+    ("hosts.yaml", "store:\n  driver: mysql\n  mysql:\n    hosts: [\"db1\", \"db2:3306\"]\n",
+     "store.mysql.hosts: entries must be host:port, got \"db1\""),
+    ("sentinel.yaml", "redis:\n  enabled: true\n  sentinel:\n    addrs: [\"s1:26379\"]\n",
+     "redis.sentinel.master_name: must be set with redis.sentinel.addrs"),
 ]
 
 

@@ -989,6 +989,41 @@ test_unreachable_fails_fast(void **state)
     cf->store.mysql.port = port;
 }
 
+/* store.mysql.hosts: a dead first server is skipped (the pool uses the
+ * first that answers, counted as a move); with none answering, store_open
+ * gives up after failover_timeout, not before. */
+static void
+test_hosts_first_that_answers(void **state)
+{
+    struct store *s = NULL;
+    char err[256] = "", good[64], dead[] = "127.0.0.1:1", host[300];
+    uint64_t moves = 9;
+    struct conf_mysql saved = cf->store.mysql;
+
+    snprintf(good, sizeof(good), "127.0.0.1:%d", cf->store.mysql.port);
+    cf->store.mysql.hosts[0] = dead;
+    cf->store.mysql.hosts[1] = good;
+    cf->store.mysql.nhosts = 2;
+    cf->store.mysql.failover_timeout_ms = 2000;
+    assert_int_equal(store_open(&s, &cf->store, err, sizeof(err)), 0);
+    assert_int_equal(store_server_info(s, host, sizeof(host), &moves), 0);
+    assert_string_equal(host, good);
+    assert_int_equal(moves, 1);
+    struct mut x;
+    mk(&x, "hf", "h1", 1, 1);
+    assert_int_equal(save1(s, &x), 0);
+    store_close(s);
+
+    s = NULL;
+    cf->store.mysql.hosts[1] = dead;
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(store_open(&s, &cf->store, err, sizeof(err)), ROOMD_EUNAVAIL);
+    int64_t took = clock_mono_ms() - t0;
+    assert_null(s);
+    assert_true(took >= 1800 && took < 6000);
+    cf->store.mysql = saved;
+}
+
 /* The tests of the MySQL backend alone (after the shared suite). */
 static const struct CMUnitTest mysql_only[] = {
     cmocka_unit_test(test_concurrent_open_migrates_once),
@@ -1006,6 +1041,7 @@ static const struct CMUnitTest mysql_only[] = {
     cmocka_unit_test_setup(test_lock_wait_timeout_retried, setup),
     cmocka_unit_test_setup(test_tx_connections_keep_no_transaction, setup),
     cmocka_unit_test(test_unreachable_fails_fast),
+    cmocka_unit_test_setup(test_hosts_first_that_answers, setup),
 };
 
 int

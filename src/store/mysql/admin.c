@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "store/store.h"
 
 #include <errmsg.h>
 #include <inttypes.h>
@@ -31,6 +32,7 @@ struct my_admin {
     bool readonly;
     char *host, *user, *password, *database;
     unsigned int port, connect_s;
+    struct conf_mysql servers; /* hosts (owned) of store.mysql.hosts, or host/port */
 };
 
 /* A growing statement text. */
@@ -106,17 +108,18 @@ put_filter(struct my_admin *a, struct sql *q, const struct admin_filter *f)
     return 0;
 }
 
+/* Records the failure of what, classified as the backend classifies every
+ * server error (mys_classify, conn.c): EUNAVAIL when the connection is gone
+ * or a lock wait / deadlock may pass, else EIO. */
 static int
 fail(struct my_admin *a, const char *what)
 {
     unsigned int e = a->db ? mysql_errno(a->db) : CR_SERVER_GONE_ERROR;
+    enum errclass k = mys_classify(e);
 
     snprintf(a->super.errmsg, sizeof(a->super.errmsg), "mysql %s: %s (%u)", what,
              a->db ? mysql_error(a->db) : "not connected", e);
-    return e == CR_SERVER_GONE_ERROR || e == CR_SERVER_LOST || e == CR_CONNECTION_ERROR ||
-                   e == CR_CONN_HOST_ERROR || e == 1205 || e == 1213
-               ? ROOMD_EUNAVAIL
-               : ROOMD_EIO;
+    return k == EC_LOST || k == EC_RETRY ? ROOMD_EUNAVAIL : ROOMD_EIO;
 }
 
 static int
@@ -132,8 +135,14 @@ connect_db(struct my_admin *a)
     mysql_optionsv(a->db, MYSQL_OPT_CONNECT_TIMEOUT, &a->connect_s);
     mysql_optionsv(a->db, MYSQL_OPT_RECONNECT, &off);
     mysql_optionsv(a->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (!mysql_real_connect(a->db, a->host, a->user, a->password, a->database, a->port, NULL,
-                            CLIENT_FOUND_ROWS))
+    /* store.mysql.hosts: the first server that answers */
+    bool up = false;
+    char host[256];
+    unsigned int port;
+    for (int i = 0; !up && store_mysql_server(&a->servers, i, host, sizeof(host), &port) > 0; i++)
+        up = mysql_real_connect(a->db, host, a->user, a->password, a->database, port, NULL,
+                                CLIENT_FOUND_ROWS) != NULL;
+    if (!up)
         return fail(a, "connect");
     const char *setup = a->readonly ? "SET SESSION TRANSACTION READ ONLY"
                                     : "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
@@ -259,6 +268,8 @@ my_close(struct admin_store *s)
         memset(a->password, 0, strlen(a->password));
     free(a->password);
     free(a->host);
+    for (int i = 0; i < a->servers.nhosts; i++)
+        free(a->servers.hosts[i]);
     free(a->user);
     free(a->database);
     pthread_mutex_destroy(&a->mu);
@@ -285,6 +296,11 @@ my_open(struct admin_store **out, const struct conf_store *cs, bool readonly, ch
     pthread_mutex_init(&a->mu, NULL);
     a->readonly = readonly;
     a->host = xstrdup(mc->host && mc->host[0] ? mc->host : "127.0.0.1");
+    a->port = mc->port > 0 ? (unsigned int)mc->port : 3306;
+    a->servers.host = a->host;
+    a->servers.port = (int)a->port;
+    for (int i = 0; i < mc->nhosts; i++)
+        a->servers.hosts[a->servers.nhosts++] = xstrdup(mc->hosts[i]);
     a->user = xstrdup(mc->user ? mc->user : "root");
     a->password = xstrdup(pw);
     a->database = xstrdup(mc->database);
@@ -557,8 +573,6 @@ my_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     struct my_admin *a = (struct my_admin *)s;
     int rc;
 
-    *done = 0;
-    *finished = false;
     pthread_mutex_lock(&a->mu);
     if ((rc = run(a, "START TRANSACTION")) == 0) {
         rc = chunk_tx(a, id, f, repair, limit, now_ms, done, finished);
@@ -691,17 +705,6 @@ my_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
     return rc;
 }
 
-const struct admin_store_ops admin_store_mysql_ops = {
-    .open = my_open,
-    .close = my_close,
-    .summary = my_summary,
-    .search = my_search,
-    .count = my_count,
-    .get = my_get,
-    .audit_begin = my_audit_begin,
-    .replay_chunk = my_replay_chunk,
-    .audit_record = my_audit_record,
-    .audit_list = my_audit_list,
-    .audit_get = my_audit_get,
-    .audit_rows = my_audit_rows,
-};
+#define MY_OP(op) .op = my_##op,
+const struct admin_store_ops admin_store_mysql_ops = {ADMIN_STORE_OPS(MY_OP)};
+#undef MY_OP

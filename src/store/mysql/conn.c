@@ -63,6 +63,8 @@ mys_classify(unsigned int e)
     case ER_SERVER_SHUTDOWN:
     case ER_OPTION_PREVENTS_STATEMENT: /* read-only: a failover; a new connection may help */
     case 4031:                         /* MySQL 8: disconnected for inactivity */
+    case ER_UNKNOWN_COM_ERROR:         /* Galera: "WSREP has not yet prepared node" */
+    case ER_ERROR_DURING_COMMIT:       /* Galera: the node left the cluster mid-commit */
         return EC_LOST;
     case ER_LOCK_DEADLOCK:
     case ER_LOCK_WAIT_TIMEOUT:
@@ -155,9 +157,10 @@ mys_q_int(struct conn *c, const char *sql, int64_t *out)
 
 /* Connects c with timeouts, utf8mb4, READ COMMITTED and no auto-reconnect
  * (a silent reconnect would mys_run the rest of a transaction on a new session). */
-static int
-conn_connect(struct mstore *s, struct conn *c)
+int
+mys_conn_open(struct mstore *s, struct conn *c, int idx)
 {
+    const struct mys_host *h = &s->hosts[idx];
     my_bool off = 0;
     unsigned long caps = 0, ext = 0;
     unsigned int status = 0;
@@ -172,11 +175,11 @@ conn_connect(struct mstore *s, struct conn *c)
     mysql_optionsv(c->db, MYSQL_OPT_WRITE_TIMEOUT, &s->write_s);
     mysql_optionsv(c->db, MYSQL_OPT_RECONNECT, &off);
     mysql_optionsv(c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (!mysql_real_connect(c->db, s->host, s->user, s->password, s->database, s->port, s->socket,
+    if (!mysql_real_connect(c->db, h->host, s->user, s->password, s->database, h->port, s->socket,
                             CLIENT_FOUND_ROWS)) {
         c->err = mysql_errno(c->db);
         snprintf(c->errmsg, sizeof(c->errmsg), "connect %s:%u/%s: %s (%u)",
-                 s->socket ? s->socket : s->host, s->port, s->database, mysql_error(c->db), c->err);
+                 s->socket ? s->socket : h->host, h->port, s->database, mysql_error(c->db), c->err);
         store_set_errmsg("mysql %s", c->errmsg);
         mysql_close(c->db);
         c->db = NULL;
@@ -192,7 +195,13 @@ conn_connect(struct mstore *s, struct conn *c)
     if ((rc = mys_q_exec(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")) != 0 ||
         (rc = mys_q_exec(c, "SET SESSION sql_mode='STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION'")) !=
             0 ||
-        (rc = mys_q_exec(c, sql)) != 0) {
+        (rc = mys_q_exec(c, sql)) != 0 || (rc = mys_fo_check(s, c)) != 0) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->down)
+            log_warn("store", "mysql server not usable", "host=%s port=%u err=\"%s\"", h->host,
+                     h->port, c->errmsg);
+        s->down = true;
+        pthread_mutex_unlock(&s->mu);
         conn_drop(c);
         c->err = 0;
         return ROOMD_EUNAVAIL;
@@ -211,7 +220,7 @@ conn_connect(struct mstore *s, struct conn *c)
 #endif
     pthread_mutex_lock(&s->mu);
     if (s->down)
-        log_info("store", "mysql reachable again", "host=%s port=%u", s->host, s->port);
+        log_info("store", "mysql reachable again", "host=%s port=%u", h->host, h->port);
     s->down = false;
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -596,8 +605,10 @@ sleep_ms(int64_t ms)
  * Runs fn on a pooled connection in autocommit off (tx) or on. fn opens and
  * commits its own transaction (tx_begin/mys_tx_commit) or, not tx, runs
  * single statements; it must reset its outputs when it starts, since it may
- * run again. On a lost connection (2006, 2013, 1927, ...) the connection is
- * closed, reopened, its statements re-prepared and fn run once more; on a
+ * run again. On a lost connection (2006, 2013, 1927, ...; a Galera node not
+ * ready) the connection is closed, reopened (on another server of
+ * store.mysql.hosts first, failover.c), its statements re-prepared and fn
+ * run once more (its unique keys keep a rerun commit from applying twice); on a
  * deadlock or lock wait timeout fn runs again up to deadlock_retries times.
  * Anything else is returned as is.
  */
@@ -605,12 +616,14 @@ static int
 run(struct mstore *s, bool tx, mys_txn_fn fn, void *arg)
 {
     struct conn *c;
-    int rc, lost_left = 1, retry_left = s->deadlock_retries;
+    int rc, lost_left = 1, retry_left = s->deadlock_retries, failed = -1;
 
     if ((rc = pool_get(s, tx, &c)) != 0)
         return rc;
+    if (c->db != NULL && mys_fo_stale(s, c))
+        conn_drop(c); /* the pool moved to another server (failover.c) */
     for (int attempt = 1;; attempt++) {
-        if (c->db == NULL && (rc = conn_connect(s, c)) != 0)
+        if (c->db == NULL && (rc = mys_fo_connect(s, c, failed)) != 0)
             break;
         c->err = 0;
         if ((rc = conn_mode(c, tx)) == 0)
@@ -631,6 +644,7 @@ run(struct mstore *s, bool tx, mys_txn_fn fn, void *arg)
         enum errclass ec = mys_classify(c->err);
         if (ec == EC_LOST) {
             conn_drop(c);
+            failed = c->host; /* the next connect tries the other servers first */
             if (lost_left-- > 0) {
                 log_warn("store", "mysql connection lost, reconnecting", "err=\"%s\"", c->errmsg);
                 continue;
@@ -730,7 +744,8 @@ my_close(struct store *st)
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->claim_mu);
     pthread_cond_destroy(&s->cv);
-    free(s->host);
+    for (int i = 0; i < s->nhosts; i++)
+        free(s->hosts[i].host);
     free(s->socket);
     free(s->user);
     if (s->password != NULL)
@@ -769,13 +784,13 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
 
     s = xcalloc(1, sizeof(*s));
     s->super.ops = &store_mysql_ops;
-    if (mc->host != NULL && mc->host[0] == '/') { /* a unix socket path */
+    if (mc->nhosts == 0 && mc->host != NULL && mc->host[0] == '/') /* a unix socket path */
         s->socket = xstrdup(mc->host);
-        s->host = xstrdup("localhost");
-    } else {
-        s->host = xstrdup(mc->host && mc->host[0] ? mc->host : "127.0.0.1");
-    }
-    s->port = mc->port > 0 ? (unsigned int)mc->port : 3306;
+    if ((rc = mys_hosts_parse(s, mc->hosts, mc->nhosts, s->socket ? "localhost" : mc->host,
+                              mc->port, err, errlen)) != 0)
+        goto fail_early;
+    s->failover_ms = mc->failover_timeout_ms;
+    s->wsrep_sync_wait = mc->wsrep_sync_wait;
     s->user = xstrdup(mc->user ? mc->user : "root");
     s->password = xstrdup(pw);
     s->database = xstrdup(mc->database);
@@ -797,22 +812,33 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     clock_cond_init(&s->cv);
 
     /* The first connection, kept in the pool, runs the migrations. */
-    if ((rc = conn_connect(s, &s->conns[0])) != 0) {
+    if ((rc = mys_fo_connect(s, &s->conns[0], -1)) != 0) {
         snprintf(err, errlen, "store.mysql: %s", s->conns[0].errmsg);
         goto fail;
     }
     if ((rc = mys_migrate(s, &s->conns[0], err, errlen)) != 0)
         goto fail;
-    log_info("store", "mysql store open", "host=%s port=%u database=%s pool=%d bulk=%d", s->host,
-             s->port, s->database, s->nconns, (int)s->conns[0].bulk);
+    log_info("store", "mysql store open",
+             "host=%s port=%u database=%s pool=%d bulk=%d servers=%d galera=%d",
+             s->hosts[s->cur].host, s->hosts[s->cur].port, s->database, s->nconns,
+             (int)s->conns[0].bulk, s->nhosts, (int)s->conns[0].galera);
     *out = &s->super;
     return 0;
 fail:
     my_close(&s->super);
     return rc;
+fail_early:
+    free(s->socket);
+    for (int i = 0; i < s->nhosts; i++)
+        free(s->hosts[i].host);
+    free(s);
+    return rc;
 }
 
 #define MYS_OP(op) .op = mys_##op,
-const struct store_ops store_mysql_ops = {
-    .name = "mysql", .open = my_open, .close = my_close, STORE_OPS(MYS_OP)};
+const struct store_ops store_mysql_ops = {.name = "mysql",
+                                          .open = my_open,
+                                          .close = my_close,
+                                          .server_info = mys_server_info,
+                                          STORE_OPS(MYS_OP)};
 #undef MYS_OP

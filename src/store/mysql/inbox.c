@@ -26,6 +26,7 @@
  * mysql_real_escape_string for the connection's utf8mb4.
  */
 #include "store/inbox.h"
+#include "store/mysql/internal.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"
@@ -33,6 +34,7 @@
 #include "core/log.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "store/store.h"
 
 #include <errmsg.h>
 #include <inttypes.h>
@@ -72,6 +74,7 @@ struct my_inbox {
     MYSQL *db; /* NULL until connected, again after a loss */
     char *host, *socket, *user, *password, *database;
     unsigned int port, connect_s, read_s, write_s;
+    struct conf_mysql servers; /* hosts (owned) of store.mysql.hosts, or host/port */
     char group[64];
     char owner[128]; /* "<node>/<8 hex>": this handle's claims */
     int64_t claim_ms;
@@ -129,19 +132,22 @@ my_drop(struct my_inbox *m)
     m->super.in_tx = false;
 }
 
-/* Records the failure of what; a lost connection is dropped (reconnected
- * by the next call). Returns EUNAVAIL (connection), ERETRY (deadlock or
- * lock wait) or EIO. */
+/* Records the failure of what, classified as the backend classifies every
+ * server error (mys_classify, conn.c); a lost connection is dropped
+ * (reconnected by the next call). Returns EUNAVAIL (connection), ERETRY
+ * (deadlock or lock wait) or EIO. */
 static int
-my_fail(struct my_inbox *m, const char *what)
+my_error(struct my_inbox *m, const char *what)
 {
     unsigned int e = m->db ? mysql_errno(m->db) : 0;
+    enum errclass k = mys_classify(e);
 
     snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql %s: %s (%u)", what,
              m->db ? mysql_error(m->db) : "not connected", e);
-    if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT)
+    if (k == EC_RETRY)
         return ROOMD_ERETRY;
-    if (e == 0 || e >= CR_MIN_ERROR) { /* client side: the connection is unusable */
+    /* lost, or any other client-side error: the connection is unusable */
+    if (k == EC_LOST || e == 0 || e >= CR_MIN_ERROR) {
         my_drop(m);
         return ROOMD_EUNAVAIL;
     }
@@ -159,11 +165,11 @@ my_query(struct my_inbox *m, const char *sql, MYSQL_RES **res)
         return ROOMD_EUNAVAIL;
     }
     if (mysql_real_query(m->db, sql, strlen(sql)) != 0)
-        return my_fail(m, "query");
+        return my_error(m, "query");
     if (res) {
         *res = mysql_store_result(m->db);
         if (*res == NULL && mysql_field_count(m->db) > 0)
-            return my_fail(m, "result");
+            return my_error(m, "result");
     } else {
         MYSQL_RES *r = mysql_store_result(m->db);
         if (r)
@@ -189,8 +195,15 @@ my_connect(struct my_inbox *m)
     mysql_optionsv(m->db, MYSQL_OPT_WRITE_TIMEOUT, &m->write_s);
     mysql_optionsv(m->db, MYSQL_OPT_RECONNECT, &off);
     mysql_optionsv(m->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (!mysql_real_connect(m->db, m->host, m->user, m->password, m->database, m->port, m->socket,
-                            CLIENT_FOUND_ROWS)) {
+    /* store.mysql.hosts: the first server that answers */
+    bool up = false;
+    char host[256];
+    unsigned int port;
+    for (int i = 0; !up && store_mysql_server(&m->servers, i, host, sizeof(host), &port) > 0; i++)
+        up =
+            mysql_real_connect(m->db, m->socket ? m->host : host, m->user, m->password, m->database,
+                               m->socket ? m->port : port, m->socket, CLIENT_FOUND_ROWS) != NULL;
+    if (!up) {
         snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql connect %s:%u/%s: %s (%u)",
                  m->socket ? m->socket : m->host, m->port, m->database, mysql_error(m->db),
                  mysql_errno(m->db));
@@ -311,6 +324,8 @@ my_close(struct consume_inbox *ib)
 
     my_drop(m);
     free(m->host);
+    for (int i = 0; i < m->servers.nhosts; i++)
+        free(m->servers.hosts[i]);
     free(m->socket);
     free(m->user);
     if (m->password)
@@ -371,6 +386,10 @@ my_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, s
         m->host = xstrdup(mc->host && *mc->host ? mc->host : "127.0.0.1");
     }
     m->port = mc->port > 0 ? (unsigned int)mc->port : 3306;
+    m->servers.host = m->host;
+    m->servers.port = (int)m->port;
+    for (int i = 0; i < mc->nhosts; i++)
+        m->servers.hosts[m->servers.nhosts++] = xstrdup(mc->hosts[i]);
     m->user = xstrdup(mc->user ? mc->user : "root");
     m->password = xstrdup(pw);
     m->database = xstrdup(mc->database ? mc->database : "roomd");
@@ -541,7 +560,7 @@ my_release(struct consume_inbox *ib, const char *key)
 }
 
 static int
-my_fail_key(struct consume_inbox *ib, const char *key, const char *why, int *failures)
+my_fail(struct consume_inbox *ib, const char *key, const char *why, int *failures)
 {
     struct my_inbox *m = MY(ib);
     struct row r;
@@ -689,21 +708,6 @@ my_forget_dead(struct consume_inbox *ib, const char *key, bool *forgotten)
     return rc;
 }
 
-const struct inbox_ops inbox_mysql_ops = {
-    .name = "mysql",
-    .open = my_open,
-    .close = my_close,
-    .claim = my_claim,
-    .mark_get = my_mark_get,
-    .done = my_done,
-    .release = my_release,
-    .fail = my_fail_key,
-    .dead = my_dead,
-    .purge = my_purge,
-    .tx_begin = my_tx_begin,
-    .tx_commit_done = my_tx_commit_done,
-    .tx_rollback = my_tx_rollback,
-    .exec = my_exec,
-    .state = my_state,
-    .forget_dead = my_forget_dead,
-};
+#define MY_OP(op) .op = my_##op,
+const struct inbox_ops inbox_mysql_ops = {.name = "mysql", INBOX_OPS(MY_OP)};
+#undef MY_OP

@@ -16,6 +16,8 @@
  *   wallet.c   the gifts' debits (inside their save), topup, balance
  *   rooms.c    rockets_pending, rooms_list
  *   gifts.c    gift_get, gift_put, gift_list (the gift catalog)
+ *   failover.c store.mysql.hosts: which server the pool uses, the move to
+ *              the next on a loss, Galera readiness and causal reads
  *
  * An operation is a function fn(struct conn *, void *ctx) run by mys_run on
  * a pooled connection: it resets its outputs first (it may run again after a
@@ -113,14 +115,32 @@ struct conn {
     bool bulk;               /* the server takes array binding (MariaDB) */
     bool tx;                 /* autocommit off (mys_run_tx): a statement starts a transaction */
     bool in_txn;
+    bool galera;      /* the server runs wsrep (failover.c) */
+    int host;         /* index in mstore.hosts of the server it is connected to */
+    uint64_t gen;     /* mstore.gen when it connected: another means the pool moved */
     unsigned int err; /* MySQL errno of the last failure; 0 = ours */
     char errmsg[320];
 };
 
+#define MYS_MAX_HOSTS 16 /* CONF_MAX_LIST */
+
+struct mys_host {
+    char *host;
+    unsigned int port;
+};
+
 struct mstore {
     struct store super;
-    char *host, *socket, *user, *password, *database;
-    unsigned int port;
+    char *socket, *user, *password, *database;
+    /* failover.c: the servers (store.mysql.hosts, or host/port), the one in
+     * use and the moves; cur, gen and failovers under mu */
+    struct mys_host hosts[MYS_MAX_HOSTS];
+    int nhosts;
+    int cur;
+    uint64_t gen;
+    uint64_t failovers;
+    int64_t failover_ms;
+    int wsrep_sync_wait;
     unsigned int connect_s, read_s, write_s, lock_wait_s;
     int64_t checkout_wait_ms;
     int deadlock_retries;
@@ -403,6 +423,36 @@ int mys_one_fn(struct conn *c, void *arg);
 /* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
  * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */
 int mys_read_all(struct mstore *s, struct all_ctx *x);
+
+/* conn.c: connects c to server idx of s->hosts (timeouts, session settings,
+ * mys_fo_check). Returns 0, or ROOMD_EUNAVAIL with c->db NULL and c->errmsg
+ * set. Thread: c's holder; blocks up to connect_timeout (+ read_timeout). */
+int mys_conn_open(struct mstore *s, struct conn *c, int idx);
+
+/* failover.c */
+/* Connects c to the server the pool uses or, when that fails (failed: the
+ * index of the server c just lost, -1 none), to the first of the list that
+ * answers and is ready, the failed one last, retrying rounds for
+ * s->failover_ms (one round with one server); a server other than the
+ * current one becomes the pool's (every other connection reconnects at its
+ * next use). Returns 0, or ROOMD_EUNAVAIL. Thread: c's holder; blocks. */
+int mys_fo_connect(struct mstore *s, struct conn *c, int failed);
+/* True when the pool moved since c connected (close it and reconnect).
+ * Thread: c's holder; takes s->mu briefly. */
+bool mys_fo_stale(struct mstore *s, const struct conn *c);
+/* On a fresh connection: ROOMD_EUNAVAIL when it is a Galera node that is not
+ * ready (wsrep_ready OFF or not Primary), else 0 after setting the session's
+ * wsrep_sync_wait on Galera. Thread: c's holder; one round trip (two on
+ * Galera). */
+int mys_fo_check(struct mstore *s, struct conn *c);
+/* Fills s->hosts from store.mysql.hosts (n entries "host:port") or, n 0,
+ * from host and port. Returns 0 or ROOMD_EINVAL with err naming the entry.
+ * Thread: main (open). */
+int mys_hosts_parse(struct mstore *s, char *const *list, int n, const char *host, int port,
+                    char *err, size_t errlen);
+/* The server in use as "host:port" into host, and the moves so far. Returns
+ * 0. Thread: any; takes s->mu briefly. */
+int mys_server_info(struct store *st, char *host, size_t len, uint64_t *failovers);
 
 /* schema.c */
 int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);
