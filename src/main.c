@@ -406,6 +406,8 @@ main(int argc, char **argv)
         node_health_add(&health, "broker", false, rmq_ready, rmq);
     if (outbox != NULL)
         node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
+    if (consumers != NULL) /* the groups' downstreams (IM of the bridge and notice groups) */
+        node_health_add(&health, "consumers", false, consume_roles_ready, consumers);
     hd.health = &health;
     /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
     struct admin *admin = NULL;
@@ -426,6 +428,8 @@ main(int argc, char **argv)
         metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
     if (rmq != NULL)
         metrics_deps_set_broker(deps, rmq_ready, rmq);
+    if (consumers != NULL)
+        metrics_deps_set_consumers(deps, consume_roles_downstream_up, consumers);
     metrics_ha_open(store);
     daemon_ready("serving");
 

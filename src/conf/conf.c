@@ -127,6 +127,9 @@ const struct key conf_keys[] = {
     {"admin.token_env", K_STR, F(admin.token_env), "",
      .doc = "environment variable holding the admin bearer token (required off loopback)"},
     {"admin.token_file", K_STR, F(admin.token_file), "", .doc = "or a file holding it"},
+    {"admin.tokens", K_STRLIST, L(admin.tokens, admin.ntokens), "",
+     .doc = "named admin credentials, each {name, role: read | operate (default), token_env | "
+            "token_file}; audits and admin log lines name the caller; read may only GET"},
     {"admin.max_connections", K_INT, F(admin.max_connections), "64", GE(1),
      .doc = "concurrent admin connections (apart from http.max_connections)"},
     {"admin.max_connections_per_ip", K_INT, F(admin.max_connections_per_ip), "16", GE(0),
@@ -339,6 +342,15 @@ const struct key conf_keys[] = {
      .doc = "redelivery delay after the k-th failure, ms (the last repeats; RocketMQ's levels)"},
     {"rocketmq.consumer_ack_wait", K_DUR, F(rocketmq.consumer_ack_wait_ms), "30s", GT(0),
      .when = MQ_ON, .doc = "AckWait of the group consumers"},
+    {"rocketmq.consumer_circuit_failures", K_INT, F(rocketmq.consumer_circuit_failures), "5", GE(1),
+     .when = MQ_ON,
+     .doc = "transport failures in a row (downstream unreachable, rate-limited) that open a "
+            "consumer group's circuit; outages never count toward consumer_max_reconsume_times"},
+    {"rocketmq.consumer_circuit_probe_every", K_DUR, F(rocketmq.consumer_circuit_probe_ms), "1s",
+     GT(0), .when = MQ_ON,
+     .doc = "an open consumer group circuit lets one message (or a probe) through this often"},
+    {"rocketmq.dlq_max_age", K_DUR, F(rocketmq.dlq_max_age_ms), "336h", GE(0), .when = MQ_ON,
+     .note = "(0 = unlimited)", .doc = "the dead-letter stream keeps messages this long"},
     {"rocketmq.room_outbox.enabled", K_BOOL, F(rocketmq.room_outbox.enabled), "false",
      .doc = "publish outbox events to the broker (needed by publish_mode mq and dual)"},
     {"rocketmq.room_outbox.topic", K_STR, F(rocketmq.room_outbox.topic), "hyapp_room_outbox",
@@ -620,6 +632,32 @@ type_name(const struct key *k, char *buf, size_t len)
     return "?";
 }
 
+/* A mapping entry of a string list (admin.tokens) as "key=value key=value":
+ * scalar keys and values without spaces, '=' or quotes. */
+static int
+flatten(struct loader *ld, const yaml_node_t *e, const char *path, char *out, size_t outlen)
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (yaml_node_pair_t *p = e->data.mapping.pairs.start; p < e->data.mapping.pairs.top; p++) {
+        yaml_node_t *kn = yaml_document_get_node(ld->doc, p->key);
+        yaml_node_t *vn = yaml_document_get_node(ld->doc, p->value);
+        if (kn->type != YAML_SCALAR_NODE || vn->type != YAML_SCALAR_NODE)
+            return fail_at(ld, e, path, "an entry's keys and values must be scalars");
+        const char *kv[2] = {scalar(kn), scalar(vn)};
+        for (int i = 0; i < 2; i++)
+            if (*kv[i] == '\0' || strpbrk(kv[i], " \t=\"'") != NULL)
+                return fail_at(ld, i ? vn : kn, path, "\"%s\": no spaces, '=' or quotes here",
+                               kv[i]);
+        len += (size_t)snprintf(out + len, len < outlen ? outlen - len : 0, "%s%s=%s",
+                                len ? " " : "", kv[0], kv[1]);
+        if (len >= outlen)
+            return fail_at(ld, e, path, "entry too long");
+    }
+    return 0;
+}
+
 static int
 set_list(struct loader *ld, const struct key *k, const yaml_node_t *n, const char *path)
 {
@@ -638,6 +676,14 @@ set_list(struct loader *ld, const struct key *k, const yaml_node_t *n, const cha
         yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
         if (i >= conf_list_max(k))
             return fail_at(ld, e, path, "too many entries (at most %d)", conf_list_max(k));
+        char flat[1024];
+        if (e->type == YAML_MAPPING_NODE && k->type == K_STRLIST) {
+            if (flatten(ld, e, path, flat, sizeof(flat)) != 0)
+                return ROOMD_EINVAL;
+            if (conf_list_append(ld->c, k, flat) != 0)
+                return fail_at(ld, e, path, "cannot store the entry");
+            continue;
+        }
         if (e->type != YAML_SCALAR_NODE)
             return fail_at(ld, e, path, "expected %s", type_name(k, tn, sizeof(tn)));
         if (conf_list_append(ld->c, k, scalar(e)) != 0)
@@ -886,6 +932,50 @@ pair(struct vctx *v, const char *a_key, const char *a, const char *b_key, const 
         bad(v, empty(a) ? a_key : b_key, "set both %s and %s, or neither", a_key, b_key);
 }
 
+int
+conf_admin_token_parse(const char *entry, struct conf_admin_token *out, char *err, size_t errlen)
+{
+    char buf[1024];
+    char *save = NULL;
+
+    memset(out, 0, sizeof(*out));
+    snprintf(buf, sizeof(buf), "%s", entry);
+    for (char *w = strtok_r(buf, " ", &save); w != NULL; w = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(w, '=');
+        if (eq == NULL) {
+            snprintf(err, errlen, "want {name, role, token_env | token_file}, got \"%.40s\"", w);
+            return ROOMD_EINVAL;
+        }
+        *eq++ = '\0';
+        if (strcmp(w, "name") == 0)
+            snprintf(out->name, sizeof(out->name), "%s", eq);
+        else if (strcmp(w, "role") == 0 && (strcmp(eq, "read") == 0 || strcmp(eq, "operate") == 0))
+            out->read_only = strcmp(eq, "read") == 0;
+        else if (strcmp(w, "role") == 0) {
+            snprintf(err, errlen, "role: read or operate, not \"%.40s\"", eq);
+            return ROOMD_EINVAL;
+        } else if (strcmp(w, "token_env") == 0)
+            snprintf(out->token_env, sizeof(out->token_env), "%s", eq);
+        else if (strcmp(w, "token_file") == 0)
+            snprintf(out->token_file, sizeof(out->token_file), "%s", eq);
+        else {
+            snprintf(err, errlen, "unknown key \"%.40s\" (name, role, token_env, token_file)", w);
+            return ROOMD_EINVAL;
+        }
+    }
+    if (out->name[0] == '\0' ||
+        strspn(out->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                          "0123456789_.-") != strlen(out->name)) {
+        snprintf(err, errlen, "name: want [A-Za-z0-9_.-]{1,63}");
+        return ROOMD_EINVAL;
+    }
+    if ((out->token_env[0] == '\0') == (out->token_file[0] == '\0')) {
+        snprintf(err, errlen, "%s: set one of token_env, token_file", out->name);
+        return ROOMD_EINVAL;
+    }
+    return 0;
+}
+
 /* auth.* and admin.* (docs/auth.md). */
 static void
 validate_auth_admin(const struct conf *c, struct vctx *v)
@@ -920,13 +1010,26 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
     if (strcmp(ad->listen, c->http.listen) == 0)
         bad(v, "admin.listen", "must differ from http.listen");
     not_both(v, "admin.token_env", ad->token_env, "admin.token_file", ad->token_file);
-    if (empty(ad->token_env) && empty(ad->token_file) && !conf_listen_is_loopback(ad->listen))
+    for (int i = 0; i < ad->ntokens; i++) {
+        struct conf_admin_token t, u;
+        char e[256];
+        if (conf_admin_token_parse(ad->tokens[i], &t, e, sizeof(e)) != 0) {
+            bad(v, "admin.tokens", "entry %d: %s", i + 1, e);
+            break;
+        }
+        for (int j = 0; j < i; j++)
+            if (conf_admin_token_parse(ad->tokens[j], &u, e, sizeof(e)) == 0 &&
+                strcmp(u.name, t.name) == 0)
+                bad(v, "admin.tokens", "entry %d: name \"%s\" used twice", i + 1, t.name);
+    }
+    if (empty(ad->token_env) && empty(ad->token_file) && ad->ntokens == 0 &&
+        !conf_listen_is_loopback(ad->listen))
         bad(v, "admin.token_env",
             "admin.listen \"%s\" is not loopback: set admin.token_env or admin.token_file",
             ad->listen);
     /* gRPC's RoomInternalService checks the admin token, as admin.listen does */
-    if (empty(ad->token_env) && empty(ad->token_file) && !empty(c->grpc.listen) &&
-        !conf_listen_is_loopback(c->grpc.listen))
+    if (empty(ad->token_env) && empty(ad->token_file) && ad->ntokens == 0 &&
+        !empty(c->grpc.listen) && !conf_listen_is_loopback(c->grpc.listen))
         bad(v, "admin.token_env",
             "grpc.listen \"%s\" is not loopback: set admin.token_env or admin.token_file "
             "(RoomInternalService checks it)",

@@ -68,7 +68,25 @@ struct conf_admin {
     /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
     char *advertise_addr;
     int64_t auth_backoff_ms; /* a failed admin authentication's first wait, doubling; 0 = off */
+    /* admin.tokens: named credentials, one entry each, a YAML mapping kept as
+     * "name=N role=R token_env=V" (or token_file=F); conf_admin_token_parse */
+    char *tokens[CONF_MAX_LIST];
+    int ntokens;
 };
+
+/* One entry of admin.tokens. Strings point into a copy the parser made in buf. */
+struct conf_admin_token {
+    char name[64];
+    bool read_only; /* role read: GET/HEAD only; operate (default): everything */
+    char token_env[128];
+    char token_file[512];
+};
+
+/* Parses an admin.tokens entry ("name=alice role=read token_env=X"). Returns
+ * 0, or ROOMD_EINVAL with err saying what is wrong (never a secret: the entry
+ * holds only names). Thread: any. */
+int conf_admin_token_parse(const char *entry, struct conf_admin_token *out, char *err,
+                           size_t errlen);
 
 struct conf_grpc {
     char *listen; /* "127.0.0.1:9090"; "" = no gRPC API */
@@ -230,7 +248,10 @@ struct conf_rocketmq {
     int consumer_inbox;
     int64_t consumer_retry_delays_ms[CONF_MAX_LIST];
     int nconsumer_retry_delays;
-    int64_t consumer_ack_wait_ms; /* AckWait of the group consumers; 0 = 30s */
+    int64_t consumer_ack_wait_ms;      /* AckWait of the group consumers; 0 = 30s */
+    int consumer_circuit_failures;     /* transport failures in a row opening a group's circuit */
+    int64_t consumer_circuit_probe_ms; /* an open group circuit lets one call through this often */
+    int64_t dlq_max_age_ms;            /* the dead-letter stream keeps messages this long */
     struct conf_rocketmq_outbox room_outbox;
     struct conf_rocketmq_rocket rocket_launch;
 };

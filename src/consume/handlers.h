@@ -31,6 +31,8 @@ typedef int (*consume_c2c_send)(void *arg, const char *app_code, int64_t to_uid,
 
 struct consume_notice_sender {
     consume_c2c_send send; /* NULL: IM disabled, notices recorded "skipped" */
+    /* the circuit's probe of IM (consume_handler.probe; arg is this arg) */
+    int (*probe)(void *arg, int64_t deadline_mono_ms, char *err, size_t errlen);
     void *arg;
     int64_t budget_ms; /* the longest one send may take */
 };

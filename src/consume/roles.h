@@ -39,6 +39,16 @@ unsigned consume_role_parse(const char *name);
 int consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus *bus,
                         struct room_service *rooms, unsigned roles, char *err, size_t errlen);
 
+/* 1 when every running group calling downstream ("im") had its last call
+ * answered and its circuit closed, 0 when one did not, -1 when no group
+ * calls it (or r is NULL). Thread: any; never blocks. */
+int consume_roles_downstream_up(void *r, const char *downstream);
+
+/* A readiness check (cluster/health.h) over the groups' downstreams: 0, or
+ * ROOMD_EUNAVAIL with why naming each one not answering ("im unreachable
+ * (hyapp-room-im-bridge, circuit open): ..."). arg is the roles. Thread:
+ * any; never blocks. */
+int consume_roles_ready(void *arg, char *why, size_t whylen);
 /*
  * Opens the inbox of group (a group name, as in a dead letter's
  * Roomd-Group) the way this config's groups open theirs (driver, directory,

@@ -8,6 +8,8 @@
  */
 #include "http/router.h"
 
+#include "core/log.h"
+
 #include "admin/http.h"
 #include "auth/throttle.h"
 #include "conf/conf.h"
@@ -305,6 +307,7 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
     memset(p, 0, sizeof(*p));
     if (d->auth == NULL) {
         p->anyone = true;
+        snprintf(p->admin_name, sizeof(p->admin_name), "admin");
         return true;
     }
     if (req->listener == HTTP_ADMIN) {
@@ -319,9 +322,12 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
             http_response_header(resp, "Retry-After", s);
             return false;
         }
-        r = auth_admin_ok(d->auth, req->authorization);
+        r = auth_admin_check(d->auth, req->authorization, p);
         auth_throttle_result(d->admin_throttle, req->peer, r == AUTH_OK);
-        p->anyone = r == AUTH_OK;
+        /* admin.tokens role read: reads only (no replay, discard, purge, top-up) */
+        if (r == AUTH_OK && p->admin_read_only && strcmp(req->method, "GET") != 0 &&
+            strcmp(req->method, "HEAD") != 0)
+            r = AUTH_READ_ONLY;
     } else {
         r = auth_verify_bearer(d->auth, req->authorization, p);
     }
@@ -332,11 +338,9 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
 
 bool
 http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
-                        struct http_response *resp)
+                        struct auth_principal *p, struct http_response *resp)
 {
-    struct auth_principal p;
-
-    return authenticate(d, req, &p, resp);
+    return authenticate(d, req, p, resp);
 }
 
 static void
@@ -415,6 +419,10 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
     default:
         break;
     }
+    /* an admin write (top-up, a forwarded launch) names its caller in the log */
+    if (req->listener == HTTP_ADMIN && strcmp(req->method, "GET") != 0)
+        log_info("admin", "admin call", "caller=%s method=%s path=%s status=%d", p.admin_name,
+                 req->method, req->path, resp->status);
 }
 
 /*

@@ -24,6 +24,8 @@ struct metrics_deps {
     bool redis_on;
     int (*broker_ready)(void *arg, char *why, size_t whylen); /* the rocketmq driver's */
     void *broker_arg;
+    int (*consumers_up)(void *arg, const char *downstream); /* NULL: no consumer groups */
+    void *consumers;
     struct redis_conn redis; /* collect runs under the registry lock: one caller */
 };
 
@@ -69,8 +71,13 @@ collect(void *arg, struct metrics_text *t)
                        "1 when the broker's last call was answered (label driver).");
         metrics_count(t, "roomd_broker_up", "driver=\"jetstream\"", bus_connected(d->bus));
     }
-    if (d->conf->tencent_im.enabled && d->outbox != NULL)
-        line(t, "im", outbox_sink_up(d->outbox, "tim") != 0);
+    if (d->conf->tencent_im.enabled) {
+        /* the direct sink's last call and the consumer groups' (bridge, notice) */
+        int sink = d->outbox != NULL ? outbox_sink_up(d->outbox, "tim") : -1;
+        int groups = d->consumers_up ? d->consumers_up(d->consumers, "im") : -1;
+        if (sink >= 0 || groups >= 0)
+            line(t, "im", sink != 0 && groups != 0);
+    }
     if (d->conf->activity.enabled && d->outbox != NULL)
         line(t, "activity", outbox_sink_up(d->outbox, "activity") != 0);
 }
@@ -98,6 +105,14 @@ metrics_deps_set_broker(struct metrics_deps *d, int (*ready)(void *, char *, siz
 {
     d->broker_arg = arg;
     d->broker_ready = ready;
+}
+
+void
+metrics_deps_set_consumers(struct metrics_deps *d, int (*up)(void *arg, const char *downstream),
+                           void *arg)
+{
+    d->consumers = arg;
+    d->consumers_up = up;
 }
 
 void

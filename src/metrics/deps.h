@@ -8,7 +8,9 @@
  *   redis     a PING on a connection of its own answered (redis.enabled)
  *   broker    the NATS connection is up (rocketmq.enabled), or on the rocketmq
  *             driver the broker's last call was answered (metrics_deps_set_broker)
- *   im        the Tencent IM sink's last call was answered (tencent_im.enabled)
+ *   im        the Tencent IM sink's last call was answered, and so were those
+ *             of the consumer groups calling IM (bridge, notice), their
+ *             circuits closed (tencent_im.enabled)
  *   activity  the activity sink's last call was answered (activity.enabled)
  * A dependency not configured has no line.
  */
@@ -37,6 +39,11 @@ struct metrics_deps *metrics_deps_open(const struct conf *conf, metrics_store_up
  * rocketmq driver's rmq_ready. Call before the first scrape. Thread: main. */
 void metrics_deps_set_broker(struct metrics_deps *d, int (*ready)(void *, char *, size_t),
                              void *arg);
+/* The consumer groups' view of a downstream for the im line: up(arg, "im")
+ * returns 1 up, 0 down, -1 no group calls it (consume_roles_downstream_up).
+ * Call before the first scrape. Thread: main. */
+void metrics_deps_set_consumers(struct metrics_deps *d,
+                                int (*up)(void *arg, const char *downstream), void *arg);
 /* Removes the collector and frees. NULL is a no-op. Thread: main. */
 void metrics_deps_close(struct metrics_deps *d);
 

@@ -499,6 +499,9 @@ rmq_group_stats(struct rmq_group *g, struct consume_stats *out)
     pthread_mutex_lock(&g->stats_mu);
     *out = g->stats;
     pthread_mutex_unlock(&g->stats_mu);
+    /* no downstream health on this driver yet (docs/rocketmq.md): never
+     * reported down, so readiness and the im gauge follow the outbox's sinks */
+    out->downstream_up = true;
 }
 
 /* ==== the driver of consume/roles.h ==== */

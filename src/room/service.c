@@ -248,6 +248,9 @@ make_mutation(struct mutation *m, const struct room_cmd *cmd, const struct room_
     m->version = s->version;
     m->created_at_ms = now;
     m->fence_token = fence_token;
+    /* the request this thread serves (http/server.c's log context) */
+    strlcpy_(m->request_id, log_request_id(), sizeof(m->request_id));
+    strlcpy_(m->traceparent, log_traceparent(), sizeof(m->traceparent));
     m->create = cmd->type == CMD_CREATE_ROOM;
     m->meta.owner_uid = s->owner_uid;
     m->meta.title = s->title;

@@ -65,9 +65,10 @@
 struct conf_store;
 struct conf_mysql;
 
-#define STORE_ID_MAX 64                   /* app_code, room_id, command_id: at most 63 bytes */
-#define STORE_GIFT_VALUE_MAX 1000000000LL /* a gift's unit_price and energy_per_unit: at most 1e9  \
-                                           */
+#define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
+#define STORE_GIFT_VALUE_MAX                                                                       \
+    1000000000LL /* a gift's unit_price and energy_per_unit: at most 1e9                           \
+                  */
 
 enum outbox_status {
     OUTBOX_PENDING = 0,
@@ -122,7 +123,11 @@ struct mutation {
     int64_t version;          /* new room version; version-1 must be the current one */
     int64_t created_at_ms;    /* the command's clock; replay uses it */
     int64_t fence_token;      /* lease token; 0 with the local lease */
-    bool create;              /* first command of the room: INSERT rooms */
+    /* The request that carried the command (X-Request-Id, W3C traceparent;
+     * "" when none): kept in the log row to join logs and events to it. */
+    char request_id[65];
+    char traceparent[56];
+    bool create; /* first command of the room: INSERT rooms */
     /* create: the owner (meta.owner_uid) may hold at most this many open
      * rooms of the app, this one included (room.max_rooms_per_owner),
      * counted inside the commit (race-free across nodes); 0 = no limit */
@@ -203,6 +208,9 @@ struct outbox_row {
     char event_type[32];
     int64_t room_version;
     int64_t room_seq; /* gap-free per room, 1, 2, ...; 0 for rows older than it */
+    /* the command's request (mutation.request_id, traceparent); "" when none */
+    char request_id[65];
+    char traceparent[56];
     uint8_t *payload;
     size_t payload_len;
     enum outbox_status status;
@@ -228,7 +236,9 @@ void outbox_rows_free(struct outbox_row *rows, size_t n);
 #define STORE_OUTBOX_COLS                                                                          \
     "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
     " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
-    " last_error, created_at_ms, delivered_at_ms, room_seq"
+    " last_error, created_at_ms, delivered_at_ms, room_seq, request_id, traceparent"
+/* The columns of STORE_OUTBOX_COLS: a statement's own columns come after them. */
+#define STORE_OUTBOX_NCOLS 20
 #define STORE_OUTBOX_COPY "app_code, room_id, room_version, event_type, payload, room_seq"
 
 /* The outcome of one delivery attempt, written fenced by locked_by. */

@@ -54,6 +54,14 @@ def test_harness_json_config_ok():
 
 
 BAD = [
+    ("tokrole.yaml", "admin:\n  tokens:\n    - {name: ro, role: reader, token_env: X}\n",
+     "admin.tokens: entry 1: role: read or operate, not \"reader\""),
+    ("tokboth.yaml", "admin:\n  tokens:\n    - {name: ro, token_env: X, token_file: /f}\n",
+     "admin.tokens: entry 1: ro: set one of token_env, token_file"),
+    ("tokdup.yaml", "admin:\n  tokens:\n    - {name: a, token_env: X}\n"
+     "    - {name: a, token_env: Y}\n", "admin.tokens: entry 2: name \"a\" used twice"),
+    ("tokspace.yaml", "admin:\n  tokens:\n    - {name: a b, token_env: X}\n",
+     "admin.tokens: \"a b\": no spaces"),
     ("poll0.yaml", "outbox_worker:\n  poll_interval: 0s\n",
      ":2:18: outbox_worker.poll_interval: must be > 0"),
     ("batch0.yaml", "outbox_worker:\n  batch_size: 0\n", "outbox_worker.batch_size: must be > 0"),

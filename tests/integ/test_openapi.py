@@ -96,6 +96,9 @@ def admin_answers(rd, rid):
     a.append(adm("POST", "/admin/v1/dlq/1/replay", {}))
     a.append(adm("POST", "/admin/v1/dlq/1/discard", {}))
     a.append(adm("POST", "/admin/v1/dlq/purge", {"group": "hyapp-room-im-bridge"}))
+    for action in ("replay", "discard"):  # 404: rocketmq.enabled is false
+        a.append(adm("POST", f"/admin/v1/dlq/{action}", {"filter": {"group": "g"},
+                                                          "dry_run": True}))
     for path in ("/console", "/console/", "/console/console.js", "/console/console.css",
                  "/console/nope.js"):
         a.append(adm("GET", path))

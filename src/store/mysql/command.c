@@ -33,8 +33,8 @@ MYS_SQL(LOG_TAIL, "SELECT " CMD_COLS " FROM room_command_log"
                   " WHERE app_code=? AND room_id=? AND version>? AND version<=?"
                   " ORDER BY version");
 MYS_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
-                    " command_type, request, response, created_at_ms)"
-                    " VALUES (?,?,?,?,?,?,?,?)");
+                    " command_type, request, response, created_at_ms, request_id, traceparent)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?)");
 MYS_SQL(ROOM_INSERT,
         "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
         " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
@@ -75,8 +75,8 @@ MYS_SQL(ROOM_UPSERT,
 MYS_SQL(OUTBOX_INSERT,
         "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
         " command_id, event_type, payload, status, retry_count, sinks_done,"
-        " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
-        " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)");
+        " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq,"
+        " request_id, traceparent) VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?,?,?)");
 /* The hand-off under ordering per_room, for up to MYS_IN rooms of one app,
  * in one round trip (a UNION ALL of two reads, told apart by the third
  * column):
@@ -202,9 +202,11 @@ fill_log(struct bulk *k, size_t row, const struct mutation *m)
     bk_str(k, 5, row, m->request ? m->request : "");
     bk_str(k, 6, row, m->response ? m->response : "");
     bk_i64(k, 7, row, m->created_at_ms);
+    bk_str(k, 8, row, m->request_id);
+    bk_str(k, 9, row, m->traceparent);
 }
 
-#define LOG_TYPES "ssissssi"
+#define LOG_TYPES "ssissssiss"
 
 /* Binds the room columns that SQL_ROOM_INSERT and SQL_ROOM_UPDATE share, in
  * their common order (owner_uid .. rocket_launch_at_ms, "isiissii"), from
@@ -279,9 +281,11 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
     bk_i64(k, 11, row, m->created_at_ms);
     bk_i64(k, 12, row, m->created_at_ms);
     bk_i64(k, 13, row, e->room_seq);
+    bk_str(k, 14, row, m->request_id);
+    bk_str(k, 15, row, m->traceparent);
 }
 
-#define OUTBOX_INSERT_TYPES "sssissbssiiiii"
+#define OUTBOX_INSERT_TYPES "sssissbssiiiiiss"
 
 /* True when m hands its rows off under ordering per_room (only if its room
  * has no undelivered row). */

@@ -17,7 +17,9 @@
 #include <string.h>
 
 #define OUTBOX_COLS STORE_OUTBOX_COLS
-#define OUTBOX_TYPES "isssssibsiiiisbiii"
+#define OUTBOX_TYPES "isssssibsiiiisbiiiss"
+/* The columns of OUTBOX_COLS: a statement's own columns come after them. */
+#define OUTBOX_NCOLS STORE_OUTBOX_NCOLS
 
 /* The claim follows ix_outbox_due exactly (range on due_at_ms, ordered by
  * (due_at_ms, id)): no filesort, so SKIP LOCKED locks only the rows it
@@ -129,6 +131,10 @@ read_outbox(const struct rows *r, void *dst)
     o->created_at_ms = r_i64(r, 15);
     o->delivered_at_ms = r_i64(r, 16);
     o->room_seq = r_i64(r, 17);
+    if (r_str(r, 18) != NULL)
+        strlcpy_(o->request_id, r_str(r, 18), sizeof(o->request_id));
+    if (r_str(r, 19) != NULL)
+        strlcpy_(o->traceparent, r_str(r, 19), sizeof(o->traceparent));
 }
 
 /* Reads every row of r into a growing array (*rows, *n). */
@@ -284,8 +290,8 @@ read_runs(struct conn *c, struct claim_ctx *x, int64_t **seen)
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             cd = xgrow(cd, n, &cap, sizeof(*cd));
             read_outbox(&r, &cd[n].row);
-            cd[n].seen = r_i64(&r, 18);
-            cd[n++].due = r_i64(&r, 19);
+            cd[n].seen = r_i64(&r, OUTBOX_NCOLS);
+            cd[n++].due = r_i64(&r, OUTBOX_NCOLS + 1);
         }
     mys_rows_done(&r);
     if (n > 1)

@@ -170,11 +170,23 @@ static const char *const migration_5[] = {
     NULL,
 };
 
+/* 6: the request that carried a command (X-Request-Id, traceparent; issue 29). */
+static const char *const migration_6[] = {
+    "ALTER TABLE room_command_log"
+    " ADD COLUMN IF NOT EXISTS request_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS traceparent VARBINARY(55) NOT NULL DEFAULT ''",
+    "ALTER TABLE room_outbox"
+    " ADD COLUMN IF NOT EXISTS request_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS traceparent VARBINARY(55) NOT NULL DEFAULT ''",
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
     {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
+    {6, migration_6},
 };
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))

@@ -14,6 +14,8 @@
 #include <string.h>
 
 #define OUTBOX_COLS STORE_OUTBOX_COLS
+/* The columns of OUTBOX_COLS: a statement's own columns come after them. */
+#define OUTBOX_NCOLS STORE_OUTBOX_NCOLS
 
 SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
               " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
@@ -23,7 +25,7 @@ SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered): the due
  * rows whose room has no row waiting (locked, or retryable not yet due:
  * due_at_ms > ?1), in claim order (?2 limit), each with its room's count of
- * undelivered rows (column 18); then, for a room whose undelivered rows are
+ * undelivered rows (column OUTBOX_NCOLS); then, for a room whose undelivered rows are
  * not all among them, its undelivered rows in id order from its head, with
  * due_at_ms (?3 limit, over room_outbox_room; its ORDER BY id needs a
  * temporary b-tree per query: issue 13, run for every room this query took
@@ -99,6 +101,8 @@ read_row(sqlite3_stmt *q, void *dst)
     r->created_at_ms = sqlite3_column_int64(q, 15);
     r->delivered_at_ms = sqlite3_column_int64(q, 16);
     r->room_seq = sqlite3_column_int64(q, 17);
+    col_copy(q, 18, r->request_id, sizeof(r->request_id));
+    col_copy(q, 19, r->traceparent, sizeof(r->traceparent));
 }
 
 /* Steps q to the end, appending each row to *rows. */
@@ -129,7 +133,8 @@ read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size
 
     if (q == NULL)
         return ROOMD_EIO;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW && sqlite3_column_int64(q, 18) <= now_ms) {
+    while ((step = sqlite3_step(q)) == SQLITE_ROW &&
+           sqlite3_column_int64(q, OUTBOX_NCOLS) <= now_ms) {
         *rows = xgrow(*rows, *n, cap, sizeof(**rows));
         read_row(q, &(*rows)[(*n)++]);
     }
@@ -192,7 +197,7 @@ read_candidates(struct conn *c, int64_t now_ms, int limit, struct outbox_row **c
         *crows = xgrow(*crows, *nc, &cap, sizeof(**crows));
         read_row(q, &(*crows)[(*nc)++]);
         undelivered = xgrow(undelivered, nu, &ucap, sizeof(*undelivered));
-        undelivered[nu++] = sqlite3_column_int64(q, 18);
+        undelivered[nu++] = sqlite3_column_int64(q, OUTBOX_NCOLS);
     }
     done(q);
     if (step != SQLITE_DONE) {

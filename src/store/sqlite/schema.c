@@ -86,6 +86,11 @@ static const char *const migrations[] = {
     "ALTER TABLE wallet_ledger ADD COLUMN request_digest TEXT NOT NULL DEFAULT '';"
     /* and the readiness write probe's row (store_write_probe) */
     "CREATE TABLE store_probe (id INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL);",
+    /* 7: the request that carried a command (X-Request-Id, traceparent; issue 29) */
+    "ALTER TABLE room_command_log ADD COLUMN request_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE room_command_log ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE room_outbox ADD COLUMN request_id TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE room_outbox ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';",
 };
 
 #define NMIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
