@@ -31,6 +31,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -130,6 +131,8 @@ struct mstore {
      * this process's workers claim one after another, each snapshot after
      * the previous claim's commit, so their claims never pick the same rooms. */
     pthread_mutex_t claim_mu;
+    /* wall ms of the last mys_outbox_reconcile before a claim (outbox.c) */
+    _Atomic int64_t reconciled_ms;
 };
 
 enum errclass {
@@ -391,6 +394,12 @@ int mys_one_fn(struct conn *c, void *arg);
 /* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
  * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */
 int mys_read_all(struct mstore *s, struct all_ctx *x);
+
+/* outbox.c: derives due_at_ms from the seed's columns for every row whose
+ * due_at_ms is missing or contradicts its status (rows of another writer;
+ * docs/migrate.md), on c in autocommit. Returns 0 and *fixed (rows
+ * changed) or the failure. Thread: c's holder; blocks on the server. */
+int mys_outbox_reconcile_on(struct conn *c, uint64_t *fixed);
 
 /* schema.c */
 int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);
