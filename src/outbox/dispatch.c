@@ -81,15 +81,53 @@ outage(struct slot *sl, const struct sink *s, const char *why)
         sl->rc = ROOMD_ERETRY;
 }
 
-/* Records what sink k answered (prc, reason serr) for sl, and feeds its circuit. */
+/*
+ * Poison versus outage (seed 重试和死信, issue 26): whether sink k's peer
+ * answers while a call to it begun at started_ms (clock_mono_ms) got no
+ * answer (a timeout, a transport failure). It does when it answered another
+ * call since (another event, a probe), else when its probe answers now
+ * (sink.h probe; asked once per call: *peer caches it, -1 not asked yet).
+ * Then the event itself is at fault and its failure counts as an attempt,
+ * so an event that fails alone reaches failed after max_retry_count; in an
+ * outage nothing answers and no attempt is counted. Blocks up to
+ * publish_timeout on the probe.
+ */
+static bool
+peer_answers(struct outbox *ob, size_t k, int64_t started_ms, int *peer)
+{
+    struct sink *s = ob->sinks[k];
+    char err[SINK_ERR_LEN] = "";
+
+    if (circuit_answered_since(ob, k, started_ms))
+        return true;
+    if (*peer < 0) {
+        *peer = s->probe != NULL && s->probe(s, clock_mono_ms() + ob->cfg.publish_timeout_ms, err,
+                                             sizeof(err)) != ROOMD_EUNAVAIL;
+        if (*peer)
+            circuit_note(ob, k, true);
+    }
+    return *peer > 0;
+}
+
+/* Records what sink k answered (prc, reason serr) for sl to the call begun
+ * at started_ms, and feeds its circuit (peer: peer_answers' cache). */
 static void
-sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *serr)
+sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *serr,
+             int64_t started_ms, int *peer)
 {
     const struct sink *s = ob->sinks[k];
 
     note_call(sl, s, sink_call_of(prc));
     circuit_note(ob, k, prc != ROOMD_EUNAVAIL);
-    if (prc == ROOMD_EUNAVAIL) {
+    if (prc == ROOMD_EUNAVAIL && peer_answers(ob, k, started_ms, peer)) {
+        char why[SINK_ERR_LEN + 64];
+
+        snprintf(why, sizeof(why), "%s (the sink answers other calls: counted)",
+                 *serr ? serr : roomd_strerror(prc));
+        append_error(sl->err, s->name, why);
+        sl->rc = ROOMD_ERETRY;
+        sl->counted = true;
+    } else if (prc == ROOMD_EUNAVAIL) {
         outage(sl, s, *serr ? serr : roomd_strerror(prc));
     } else if (prc == 0) {
         sl->done |= s->bit;
@@ -129,7 +167,10 @@ publish_one(struct outbox *ob, size_t k, struct slot *sl, int64_t deadline)
         outage(sl, s, "circuit open: the sink did not answer lately");
         return;
     }
-    sink_outcome(ob, k, sl, s->publish(s, &sl->ev, deadline, serr, sizeof(serr)), serr);
+    int64_t started = clock_mono_ms();
+    int peer = -1;
+    int prc = s->publish(s, &sl->ev, deadline, serr, sizeof(serr));
+    sink_outcome(ob, k, sl, prc, serr, started, &peer);
 }
 
 /*
@@ -146,7 +187,7 @@ batch_call_begin(struct outbox *ob, size_t ks, struct slot *sl, size_t lo, size_
     struct sink *s = ob->sinks[ks];
     size_t n = hi - lo;
 
-    *bc = (struct batch_call){.ks = ks};
+    *bc = (struct batch_call){.ks = ks, .started_ms = clock_mono_ms()};
     bc->evs = xcalloc(n, sizeof(*bc->evs));
     bc->idx = xcalloc(n, sizeof(*bc->idx));
     bc->rcs = xcalloc(n, sizeof(*bc->rcs));
@@ -179,12 +220,14 @@ static void
 batch_call_end(struct outbox *ob, struct slot *sl, struct batch_call *bc)
 {
     struct sink *s = ob->sinks[bc->ks];
+    int peer = -1; /* one probe for the call's rows at most */
 
     if (bc->handle != NULL)
         s->publish_finish(s, bc->handle);
     for (size_t j = 0; j < bc->k; j++) {
         bc->errs[(j + 1) * SINK_ERR_LEN - 1] = '\0';
-        sink_outcome(ob, bc->ks, &sl[bc->idx[j]], bc->rcs[j], bc->errs + j * SINK_ERR_LEN);
+        sink_outcome(ob, bc->ks, &sl[bc->idx[j]], bc->rcs[j], bc->errs + j * SINK_ERR_LEN,
+                     bc->started_ms, &peer);
     }
     free(bc->errs);
     free(bc->rcs);

@@ -62,6 +62,7 @@ struct sink_circuit {
     int64_t probe_at_ms; /* clock_mono_ms */
     uint64_t opened;     /* times it opened */
     uint64_t skipped;    /* calls not made while open */
+    int64_t answered_ms; /* clock_mono_ms of the last answered call (0: none) */
 };
 
 /* ordering per_room, room affinity (handoff.c; docs/outbox.md): a room
@@ -144,6 +145,8 @@ bool circuit_admit(struct outbox *ob, size_t k);
 void circuit_note(struct outbox *ob, size_t k, bool answered);
 void circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out);
 bool circuit_all_probed(struct outbox *ob);
+/* True when sink k answered a call (any answer) after since_ms (clock_mono_ms). */
+bool circuit_answered_since(struct outbox *ob, size_t k, int64_t since_ms);
 
 /* Sets handoff_by ("<node>/h") and the queue's capacity from
  * cfg.handoff_queue (-1: max(1024, 4 * workers * batch_size)). Called by
@@ -268,8 +271,9 @@ struct batch_call {
     size_t *idx;
     int *rcs;
     char *errs;
-    size_t k;     /* events in the call */
-    void *handle; /* publish_start's, while the answers are outstanding */
+    size_t k;           /* events in the call */
+    void *handle;       /* publish_start's, while the answers are outstanding */
+    int64_t started_ms; /* clock_mono_ms of the call (peer_answers) */
 };
 
 /*

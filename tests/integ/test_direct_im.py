@@ -178,14 +178,46 @@ def test_retry_makes_no_second_message():
         cmd(r, "/v1/rooms/r4/join", {"uid": 10})
         rt.wait_until(lambda: all_delivered(r), timeout=15, what="join delivered")
         joined = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"][0]
-        # the first attempt timed out: an outage (no answer), retried without an attempt
-        assert joined["retry_count"] == 0, joined
+        # the first attempt timed out while IM answers its probe: the event's own failure,
+        # counted as an attempt (issue 26: poison that times out), then retried
+        assert joined["retry_count"] == 1, joined
         sends = [c for c in im.calls("send_group_msg")
                  if joined["event_id"] in (c["body"]["MsgBody"][0]["MsgContent"]["Data"])]
         assert len(sends) >= 2, sends
         assert len({c["body"]["Random"] for c in sends}) == 1, "same Random on the retry"
         assert any(c["dup"] for c in sends), "IM discarded the retry as a duplicate"
         assert len(im.messages(joined["event_id"])) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_poison_timeout_fails_alone():
+    """Poison that times out (issue 26): IM hangs on one event's content only (its probe and
+    the other events answer), so each timeout of that event counts as an attempt: it reaches
+    failed after max_retry_count, and under per-room order its room's later event proceeds.
+    (An outage, where nothing answers, still costs no attempt: test_im_down_long_no_failed_rows.)"""
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    r = start(tmp, im, im_timeout="400ms",
+              outbox={"max_retry_count": 3, "ordering": "per_room", "publish_timeout": "1s",
+                      "initial_backoff": "100ms", "max_backoff": "200ms"})
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "r9", "owner_uid": 7, "title": "poison"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="RoomCreated delivered")
+        im.control(slow={"api": "send_group_msg", "ms": 1500, "count": 1000, "match": "4242"})
+        cmd(r, "/v1/rooms/r9/join", {"uid": 4242})
+        cmd(r, "/v1/rooms/r9/join", {"uid": 77})
+
+        def settled():
+            js = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"]
+            return len(js) == 2 and js[0]["status"] == "failed" and \
+                js[1]["status"] == "delivered" and js
+        js = rt.wait_until(settled, timeout=30, what="the poison failed, the next delivered")
+        assert js[0]["retry_count"] == 3, js[0]
+        assert "counted" in js[0]["last_error"], js[0]
+        assert len(im.messages(js[1]["event_id"])) == 1
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
@@ -414,6 +446,7 @@ def test_dual_im_down_then_back():
 
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
-            test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
+            test_retry_makes_no_second_message, test_poison_timeout_fails_alone,
+            test_permanent_error_fails_at_once,
             test_public_group_membership, test_im_outage_public_membership_in_order,
             test_im_rate_limits, test_dual_im_down_then_back])

@@ -17,6 +17,8 @@ Test endpoints (same port):
   POST /_control    {"fail": {"api": "send_group_msg"|"*", "code": 80001, "count": 1}}
                     {"http_status": {"api": .., "status": 502, "count": 1}}
                     {"slow": {"api": .., "ms": 3000, "count": 1}}  (do the work, answer late)
+                    any of them with "match": "text": only calls whose JSON body contains
+                    text (one event's content: poison that times out)
                     {"limits": {"per_api": 200, "per_group": 40}}  IM's frequency control: more
                     than per_api calls of one API, or per_group send_group_msg to one group,
                     within the last second answer 60007 / 10023 (0 = off, the default)
@@ -111,10 +113,12 @@ def verify_usersig(sig, key, sdkappid, identifier, now):
     return None
 
 
-def take(kind, api):
-    """Pops the first scripted entry of kind for api (or "*")."""
+def take(kind, api, body=None):
+    """Pops the first scripted entry of kind for api (or "*") whose "match" text, if any, is
+    in the call's JSON body."""
+    text = json.dumps(body, ensure_ascii=False) if body is not None else ""
     for e in SCRIPT[kind]:
-        if e.get("api") in (api, "*"):
+        if e.get("api") in (api, "*") and e.get("match", "") in text:
             e["count"] = e.get("count", 1) - 1
             if e["count"] <= 0:
                 SCRIPT[kind].remove(e)
@@ -379,7 +383,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             rec["code"] = resp["ErrorCode"]
             STATE["calls"].append(rec)
             save()
-            s = take("slow", rec["api"])
+            s = take("slow", rec["api"], body)
             if s is not None:
                 delay = s["ms"] / 1000.0
         if delay:
