@@ -125,19 +125,24 @@ sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *
         snprintf(why, sizeof(why), "%s (the sink answers other calls: counted)",
                  *serr ? serr : roomd_strerror(prc));
         append_error(sl->err, s->name, why);
-        sl->rc = ROOMD_ERETRY;
+        if (sl->rc != ROOMD_EPERM)
+            sl->rc = ROOMD_ERETRY;
         sl->counted = true;
     } else if (prc == ROOMD_EUNAVAIL) {
         outage(sl, s, *serr ? serr : roomd_strerror(prc));
     } else if (prc == 0) {
         sl->done |= s->bit;
     } else if (prc == ROOMD_EPERM) {
+        /* a sink refused for good: that sink is failed for the row, the
+         * other sinks are still called (dual mode: each sink's delivery is
+         * independent; the row is a dead letter naming the refusal, its
+         * sinks_done the sinks that delivered it) */
         append_error(sl->err, s->name, serr);
         sl->rc = ROOMD_EPERM;
-        sl->finished = true; /* a sink refused for good: the rest are not called */
     } else {
         append_error(sl->err, s->name, *serr ? serr : roomd_strerror(prc));
-        sl->rc = ROOMD_ERETRY;
+        if (sl->rc != ROOMD_EPERM)
+            sl->rc = ROOMD_ERETRY;
         sl->counted = true;
     }
 }

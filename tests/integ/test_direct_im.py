@@ -444,9 +444,55 @@ def test_dual_im_down_then_back():
         nc.close()
 
 
+def test_dual_im_refusal_broker_receives():
+    """publish_mode dual, per-room order (issue 26): IM refuses one event's content for good
+    (80001); that sink is failed for the row (a dead letter naming it) but the broker still
+    receives it, and the room's later event reaches both sinks."""
+    nats_port = rt.env_port("ROOMD_NATS_PORT", 4333)
+    rt.need("127.0.0.1", nats_port, "nats-server")
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    port = rt.free_port()
+    r = rt.Roomd({"tencent_im": im.conf(),
+                  "outbox_worker": {"publish_mode": "dual", "max_retry_count": 5,
+                                    "initial_backoff": "100ms", "max_backoff": "500ms",
+                                    "publish_timeout": "5s", "lock_timeout": "10s",
+                                    "ordering": "per_room"},
+                  "rocketmq": {"enabled": True,
+                               "name_servers": [f"nats://127.0.0.1:{nats_port}"],
+                               "room_outbox": {"enabled": True,
+                                               "topic": f"direct_dualp_{port}"}}},
+                 tmp=tmp, port=port).start(env=ENV)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "d2", "owner_uid": 7, "title": "dual"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="RoomCreated delivered")
+        im.control(fail={"api": "send_group_msg", "code": 80001, "info": "content security",
+                         "count": 100, "match": "4343"})
+        cmd(r, "/v1/rooms/d2/join", {"uid": 4343})
+        cmd(r, "/v1/rooms/d2/join", {"uid": 78})
+
+        def settled():
+            js = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"]
+            return len(js) == 2 and js[0]["status"] == "failed" and \
+                js[1]["status"] == "delivered" and js
+        js = rt.wait_until(settled, timeout=20, what="the refused row failed, the next delivered")
+        assert js[0]["sinks_done"] & 8 and not js[0]["sinks_done"] & 2, js[0]  # bus, not IM
+        assert "80001" in js[0]["last_error"], js[0]
+        assert js[1]["sinks_done"] & 8 and js[1]["sinks_done"] & 2, js[1]
+        assert len(im.messages(js[1]["event_id"])) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+        nc = Nats(nats_port)
+        js_delete_stream(nc, f"direct_dualp_{port}")
+        nc.close()
+
+
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
             test_retry_makes_no_second_message, test_poison_timeout_fails_alone,
             test_permanent_error_fails_at_once,
             test_public_group_membership, test_im_outage_public_membership_in_order,
-            test_im_rate_limits, test_dual_im_down_then_back])
+            test_im_rate_limits, test_dual_im_down_then_back,
+            test_dual_im_refusal_broker_receives])

@@ -350,7 +350,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             why = verify_usersig(q.get("usersig", ""), ARGS.secret, ARGS.sdkappid,
                                  ARGS.admin, now)
             rec["sig_ok"] = why is None
-            st = take("http_status", rec["api"])
+            st = take("http_status", rec["api"], body)
             if st is not None:
                 rec["code"] = -st["status"]
                 STATE["calls"].append(rec)
@@ -370,7 +370,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             elif not isinstance(body, dict):
                 resp = fail(60003, "body is not a JSON object")
             else:
-                f = take("fail", rec["api"])
+                f = take("fail", rec["api"], body)
                 limited = over_limit(rec["api"], body, now) if f is None else None
                 if limited is not None:
                     resp = limited
