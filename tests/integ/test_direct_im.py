@@ -224,6 +224,42 @@ def test_poison_timeout_fails_alone():
         im.stop()
 
 
+def test_create_room_im_hanging():
+    """CreateRoom while IM's create_group hangs (issue 26): the synchronous group creation goes
+    through the IM circuit and timeout; once circuit_failures calls went unanswered it is
+    skipped (counted in roomd_im_create_skipped_total, logged): CreateRoom p99 < 50 ms; the
+    outbox's RoomCreated EnsureGroup creates the groups once IM answers again."""
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    r = start(tmp, im, im_timeout="300ms",
+              outbox={"max_retry_count": 50, "circuit_failures": 2, "circuit_probe_every": "5s",
+                      "initial_backoff": "100ms", "max_backoff": "300ms"})
+    try:
+        im.control(slow={"api": "create_group", "ms": 3000, "count": 10000})
+        lat = []
+        for i in range(22):
+            t0 = time.monotonic()
+            cmd(r, "/v1/rooms", {"room_id": f"h{i}", "owner_uid": 7, "title": "hang"})
+            lat.append(time.monotonic() - t0)
+        assert lat[0] >= 0.25, lat[:3]  # the first ones wait for IM's timeout
+        after = sorted(lat[4:])  # the circuit opened after the first two
+        p99 = after[int(0.99 * (len(after) - 1))]
+        assert p99 < 0.05, (p99, after)
+        m = metrics(r)
+        assert m.get("roomd_im_create_skipped_total", 0) >= 18, m.get("roomd_im_create_skipped_total")
+        with open(r.log_path) as f:
+            assert "synchronous group creation skipped" in f.read()
+        im.control(reset=True)
+        rt.wait_until(lambda: all_delivered(r), timeout=60, what="RoomCreated rows delivered")
+        groups = im.state_now()["groups"]
+        for i in range(22):
+            assert f"hyapp_h{i}" in groups, i
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+
+
 def test_permanent_error_fails_at_once():
     tmp = tempfile.mkdtemp(prefix="direct-im-")
     im = ImStandin(tmp).start()
@@ -492,6 +528,7 @@ def test_dual_im_refusal_broker_receives():
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
             test_retry_makes_no_second_message, test_poison_timeout_fails_alone,
+            test_create_room_im_hanging,
             test_permanent_error_fails_at_once,
             test_public_group_membership, test_im_outage_public_membership_in_order,
             test_im_rate_limits, test_dual_im_down_then_back,
