@@ -11,6 +11,7 @@
 #include "conf/conf.h"
 #include "core/backoff.h"
 #include "core/clock.h"
+#include "core/crash.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -309,6 +310,8 @@ claim(struct worker *w, struct flight *done, size_t *n)
     if (*n == 0) {
         free(rows);
         rows = NULL;
+    } else {
+        test_crash("after_claim");
     }
     return rows;
 }

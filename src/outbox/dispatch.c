@@ -14,6 +14,7 @@
 #include "conf/conf.h"
 #include "core/backoff.h"
 #include "core/clock.h"
+#include "core/crash.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -537,4 +538,5 @@ flight_land(struct outbox *ob, struct flight *f)
     }
     if (f->rooms != NULL)
         handoff_landed(ob, f->rooms, f->sl, f->n);
+    test_crash("after_answer");
 }

@@ -23,6 +23,7 @@
 #include "conf/conf.h"
 #include "core/backoff.h"
 #include "core/clock.h"
+#include "core/crash.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -184,6 +185,8 @@ worker_main(void *arg)
             gather_flush(ob, &g); /* the gathered ones before the claim's */
             b.rows = claim(w, done, &b.n);
             done = NULL;
+        } else if (b.n > 0) {
+            test_crash("after_claim"); /* handed-off rows: claimed at their insert */
         }
         struct flight *next = b.n > 0 ? flight_start(ob, &b) : NULL;
         if (next == NULL)

@@ -6,6 +6,7 @@
  */
 #include "store/mysql/internal.h"
 
+#include "core/crash.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -700,7 +701,9 @@ complete_in_tx(struct conn *c, struct complete_ctx *x)
     for (size_t i = 0; i < x->n; i++)
         x->res[i].rc = 0;
     if (x->n > 1) {
-        if ((rc = complete_grouped(c, x, &aff)) != 0 || aff == x->n)
+        if ((rc = complete_grouped(c, x, &aff)) == 0 && aff == x->n)
+            test_crash("in_complete"); /* written, not committed */
+        if (rc != 0 || aff == x->n)
             return rc;
         mys_tx_rollback(c);
         if ((rc = mys_tx_begin(c)) != 0)
@@ -715,6 +718,8 @@ complete_in_tx(struct conn *c, struct complete_ctx *x)
             return rc;
         x->res[i].rc = aff == 1 ? 0 : ROOMD_ESTALE;
     }
+    if (x->n > 0)
+        test_crash("in_complete"); /* written, not committed */
     return 0;
 }
 

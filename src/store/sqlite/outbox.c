@@ -5,6 +5,7 @@
  */
 #include "store/sqlite/internal.h"
 
+#include "core/crash.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -367,6 +368,8 @@ complete_in_tx(struct conn *c, struct outbox_result *res, size_t n)
             return rc;
         r->rc = sqlite3_changes(c->db) == 1 ? 0 : ROOMD_ESTALE;
     }
+    if (n > 0)
+        test_crash("in_complete"); /* written, not committed */
     return 0;
 }
 
