@@ -299,6 +299,8 @@ claim(struct worker *w, struct flight *done, size_t *n)
     w->next_claim_ms = next;
     ob->stats.claims++;
     ob->stats.claimed_rows += *n;
+    if (*n > ob->stats.claim_max)
+        ob->stats.claim_max = *n;
     ob->stats.claim_us += claim_us;
     pthread_mutex_unlock(&ob->pool.mu);
     if (w->deep)

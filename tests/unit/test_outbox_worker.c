@@ -1142,6 +1142,36 @@ test_deep_claim_split(void **state)
 }
 
 /*
+ * The seed's batch_size (每轮最大抢占条数) caps every claim with the default
+ * claim_batches 1, also through a deep backlog (issue 26).
+ */
+static void
+test_claim_capped_by_batch_size(void **state)
+{
+    enum { ROOMS = 7, PER = 5, N = ROOMS * PER };
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->poll_interval_ms = 10000;
+    c->batch_size = 10;
+    c->claim_batches = 1;
+    char ids[N][37];
+    for (int r = 0; r < ROOMS; r++)
+        insert_events(PER, "RoomGiftSent", NULL, 0, &ids[r * PER]);
+    struct tsink *t = tsink_window_new("bus", SINK_BIT_BUS, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    struct outbox_stats st;
+
+    for (int i = 0; i < N; i++)
+        assert_true(wait_status(ids[i], OUTBOX_DELIVERED, 5000));
+    outbox_stats(ob, &st);
+    outbox_close(ob);
+    assert_int_equal(st.claimed_rows, N);
+    assert_int_equal(st.claim_max, 10);
+    assert_true(st.claims >= 4);
+    assert_int_equal(batch_calls_within(t, 10), N);
+    tsink_free(t);
+}
+
+/*
  * ordering per_room across the sink calls of one deep claim: a room's 30
  * rows, batch 10: the first claim takes e0..e9, the deep one e10..e29 in
  * two calls. e19, the last row of the first call, is answered "not now":
@@ -1435,6 +1465,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_batch_sink_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_capped_by_batch_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_holds_across_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_kill9, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
