@@ -136,6 +136,10 @@ struct mutation {
      * none. Out: debit->rc and balance_after, debit_us its time. */
     struct wallet_debit *debit;
     int64_t debit_us;
+    /* Out (room_command_timing, seed 阶段耗时日志): the command log row's
+     * insert, where the idempotency check happens (its unique key), and the
+     * snapshot's write, µs; a batch's shared statement is split evenly. */
+    int64_t log_us, snapshot_us;
     /* Out: result of this mutation, set by store_save. 0 committed;
      * ROOMD_EREUSED its command_id already exists (look it up), or the
      * ledger holds another debit under it; ROOMD_EFUNDS its debit was refused
