@@ -11,6 +11,8 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
+#include "publish/sink.h"
+#include "publish/sink_activity.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@ struct consume_roles {
     bool im_bridge_open;
     bool metrics; /* collect_metrics is registered */
     struct consume_notice_sender notice_sender;
+    struct sink *activity_service; /* activity.enabled: the activity group's calls */
 };
 
 /* The groups' inbox retention: keys purged before they were settled (their
@@ -124,7 +127,11 @@ consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus
                 consume_notice_handler(h, mq->room_outbox.notice_consumer_group, &r->notice_sender);
             break;
         case CONSUME_ROLE_ACTIVITY:
-            consume_activity_handler(h, mq->room_outbox.activity_consumer_group);
+            if (c->activity.enabled)
+                rc = sink_activity_open(&r->activity_service, &c->activity, err, errlen);
+            if (rc == 0)
+                consume_activity_handler(h, mq->room_outbox.activity_consumer_group,
+                                         r->activity_service);
             break;
         case CONSUME_ROLE_ROCKET_OPEN:
             if (rooms == NULL) {
@@ -162,5 +169,7 @@ consume_roles_stop(struct consume_roles *r)
     if (r->im_bridge_open)
         consume_im_bridge_release(&r->h[0]);
     consume_notice_sender_close(&r->notice_sender);
+    if (r->activity_service != NULL)
+        r->activity_service->close(r->activity_service);
     free(r);
 }
