@@ -27,8 +27,8 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "room_service.pb-c.h"
-#include "rpc/grpc_peer.h"
-#include "rpc/pbjson.h"
+#include "peer/grpc_peer.h"
+#include "peer/pbjson.h"
 #include "store/store.h"
 
 #include <curl/curl.h>

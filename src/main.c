@@ -174,6 +174,14 @@ reload(void *arg)
     conf_free(c);
 }
 
+/* metrics/deps.h's store probe: the readiness cache (arg), never the store. */
+static bool
+store_up(void *arg)
+{
+    int64_t age_ms;
+    return http_ready_store_up(arg, &age_ms);
+}
+
 /* Builds the sinks of the publish mode (seed: 发布模式); bus is the JetStream
  * connection or NULL; wallet the remote wallet's Confirm (any mode) or NULL.
  * Returns the count. */
@@ -389,7 +397,8 @@ main(int argc, char **argv)
              conf->http.listen, conf->admin.listen, conf->auth.mode, conf->store.driver,
              mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
 
-    struct metrics_deps *deps = metrics_deps_open(conf, store, bus, outbox);
+    struct metrics_deps *deps =
+        metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
     daemon_ready("serving");
 
     daemon_wait(&sigs, reload, &rctx);

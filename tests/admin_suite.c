@@ -4,7 +4,7 @@
 #include "store_suite.h"
 
 #include "admin/admin.h"
-#include "admin/store.h"
+#include "store/admin.h"
 #include "conf/conf.h"
 #include "core/xmalloc.h"
 #include "publish/sink.h"
@@ -212,6 +212,9 @@ t_summary_list_show(void **state)
     assert_int_equal(jint(logs, "undelivered"), 3); /* r3, r4, r5 */
     assert_int_equal(jint(logs, "failed"), 1);
     assert_true(json_real_value(json_object_get(logs, "oldest_undelivered_s")) > 0);
+    /* failed rows apart: r3's dead letter (T0+3) is older than r4/r5 (T0+4) */
+    assert_true(json_real_value(json_object_get(logs, "oldest_failed_s")) >
+                json_real_value(json_object_get(logs, "oldest_undelivered_s")));
     json_decref(s);
 
     struct kv q = {.n = 2, .k = {"status", "error"}, .v = {"failed", "curl 7"}};

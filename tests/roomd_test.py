@@ -80,6 +80,9 @@ def base_config(tmp, port, admin_port=None):
                   "sqlite": {"path": os.path.join(tmp, "roomd.db"), "synchronous": "full"}},
         "room": {"snapshot_every_n": 5, "idle_evict_after": "10m", "seat_count": 8,
                  "max_creates_per_minute": 0,  # tests create many rooms per owner
+                 # gifts name their price (auth.mode none); under jwt Roomd makes it
+                 # required and a test seeds the catalog (http_util.put_gift)
+                 "gift_catalog": "off",
                  "rocket": {"thresholds": [1000, 5000], "countdown": "2s"}},
         "wallet": {"driver": "embedded", "initial_balance": 100000, "allow_topup": True},
         "outbox_worker": {"enabled": True, "publish_mode": "direct", "poll_interval": "200ms",
@@ -95,6 +98,9 @@ class Roomd:
         self.tmp = tmp or tempfile.mkdtemp(prefix="roomd-it-")
         self.port = port or free_port()
         self.cfg = merge(base_config(self.tmp, self.port), overrides or {})
+        if (self.cfg.get("auth", {}).get("mode") == "jwt"
+                and "gift_catalog" not in (overrides or {}).get("room", {})):
+            self.cfg["room"]["gift_catalog"] = "required"  # off is refused under jwt
         self.admin_port = int(self.cfg["admin"]["listen"].rpartition(":")[2])
         self.admin_token = None  # set it when the config names admin.token_env/_file
         self.tls_ca = None  # set it to a CA file: http() then speaks https to a TLS listener

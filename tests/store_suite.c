@@ -2231,6 +2231,70 @@ t_concurrent_claim(void **state)
     store_close(st2);
 }
 
+/* The gift catalog: create (version 1), change (version + 1), the
+ * conditional put refused on a stale version with nothing written, values
+ * out of range refused, per app, listed in (app, gift_id) order. */
+static void
+t_gift_catalog(void **state)
+{
+    struct fixture *f = *state;
+    struct gift_item g, got, *rows;
+    size_t n;
+
+    assert_int_equal(store_gift_get(f->st, "a1", "rose", &got), ROOMD_ENOTFOUND);
+    memset(&g, 0, sizeof(g));
+    strcpy(g.app_code, "a1");
+    strcpy(g.gift_id, "rose");
+    g.unit_price = 1000;
+    g.energy_per_unit = 500;
+    g.enabled = 1;
+    assert_int_equal(store_gift_put(f->st, &g, 0), 0);
+    assert_int_equal(g.version, 1);
+    assert_true(g.updated_at_ms > 0);
+    assert_int_equal(store_gift_get(f->st, "a1", "rose", &got), 0);
+    assert_int_equal(got.unit_price, 1000);
+    assert_int_equal(got.energy_per_unit, 500);
+    assert_int_equal(got.enabled, 1);
+    assert_int_equal(got.version, 1);
+    /* a change raises the version; a put on a stale version changes nothing */
+    g.unit_price = 2000;
+    g.enabled = 0;
+    assert_int_equal(store_gift_put(f->st, &g, -1), 0);
+    assert_int_equal(g.version, 2);
+    g.unit_price = 1;
+    assert_int_equal(store_gift_put(f->st, &g, 1), ROOMD_ECONFLICT);
+    assert_int_equal(g.version, 2);
+    assert_int_equal(store_gift_get(f->st, "a1", "rose", &got), 0);
+    assert_int_equal(got.unit_price, 2000);
+    assert_int_equal(got.enabled, 0);
+    assert_int_equal(got.version, 2);
+    g.unit_price = 0;
+    assert_int_equal(store_gift_put(f->st, &g, -1), ROOMD_EINVAL);
+    g.unit_price = 5;
+    g.energy_per_unit = STORE_GIFT_VALUE_MAX + 1;
+    assert_int_equal(store_gift_put(f->st, &g, -1), ROOMD_EINVAL);
+    /* per app: another app's rose is its own */
+    assert_int_equal(store_gift_get(f->st, "a2", "rose", &got), ROOMD_ENOTFOUND);
+    strcpy(g.app_code, "a2");
+    g.energy_per_unit = 0;
+    g.enabled = 1;
+    assert_int_equal(store_gift_put(f->st, &g, 0), 0);
+    strcpy(g.app_code, "a1");
+    strcpy(g.gift_id, "car");
+    assert_int_equal(store_gift_put(f->st, &g, 0), 0);
+    assert_int_equal(store_gift_list(f->st, "a1", &rows, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(rows[0].gift_id, "car");
+    assert_string_equal(rows[1].gift_id, "rose");
+    assert_int_equal(rows[1].version, 2);
+    free(rows);
+    assert_int_equal(store_gift_list(f->st, "", &rows, &n), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(rows[2].app_code, "a2");
+    assert_int_equal(rows[2].energy_per_unit, 0);
+    free(rows);
+}
+
 int
 store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
                 int (*reset)(struct store *s))
@@ -2269,6 +2333,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_owner_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_owner_limit_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(t_rockets, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_gift_catalog, setup, teardown),
         cmocka_unit_test_setup_teardown(t_concurrent_claim, setup, teardown),
     };
 

@@ -50,6 +50,7 @@ enum need {
     NEED_ADMIN_RW, /* the admin store read-write (replays) */
     NEED_STORE,    /* the room store (wallet, migrate: may create it) */
     NEED_BUS,      /* the admin store read-write and the broker (consumer dead letters) */
+    NEED_GIFTS,    /* the admin API with --url (GET/POST /v1/gifts), else the room store */
 };
 
 /* Option groups a command accepts. */
@@ -138,6 +139,11 @@ api(struct ctl *c, const char *method, const char *path, bool query, const char 
     if (c->token[0]) {
         snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
         hdr = curl_slist_append(hdr, auth);
+    }
+    if (c->app != NULL) { /* --app of the gifts commands */
+        char app[96];
+        snprintf(app, sizeof(app), "X-App-Code: %.64s", c->app);
+        hdr = curl_slist_append(hdr, app);
     }
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
@@ -578,10 +584,14 @@ do_dlq_list(struct ctl *c, int argc, char **argv)
     return finish(c, &r, print_dlq);
 }
 
-/* show (replay false) or replay dead letter argv[0]. */
+/* What dlq_one does with one dead letter. */
+enum dlq_verb { DLQ_SHOW, DLQ_REPLAY, DLQ_DISCARD };
+
+/* verb on dead letter arg (its stream sequence). */
 static int
-dlq_one(struct ctl *c, const char *arg, bool replay)
+dlq_one(struct ctl *c, const char *arg, enum dlq_verb verb)
 {
+    static const char *const tail[] = {"", "/replay", "/discard"};
     struct admin_reply r;
     char path[96], *end;
     long long seq = strtoll(arg, &end, 10);
@@ -591,10 +601,12 @@ dlq_one(struct ctl *c, const char *arg, bool replay)
         return EXIT_USAGE;
     }
     if (c->url) {
-        snprintf(path, sizeof(path), "/admin/v1/dlq/%lld%s", seq, replay ? "/replay" : "");
-        api(c, replay ? "POST" : "GET", path, false, replay ? "{}" : NULL, &r);
-    } else if (replay) {
+        snprintf(path, sizeof(path), "/admin/v1/dlq/%lld%s", seq, tail[verb]);
+        api(c, verb == DLQ_SHOW ? "GET" : "POST", path, false, verb == DLQ_SHOW ? NULL : "{}", &r);
+    } else if (verb == DLQ_REPLAY) {
         admin_dlq_replay(c->adm, "roomctl", (uint64_t)seq, &r);
+    } else if (verb == DLQ_DISCARD) {
+        admin_dlq_discard(c->adm, "roomctl", (uint64_t)seq, &r);
     } else {
         admin_dlq_show(c->adm, (uint64_t)seq, &r);
     }
@@ -604,13 +616,40 @@ dlq_one(struct ctl *c, const char *arg, bool replay)
 static int
 do_dlq_show(struct ctl *c, int argc, char **argv)
 {
-    return dlq_one(c, argv[0], false);
+    return dlq_one(c, argv[0], DLQ_SHOW);
 }
 
 static int
 do_dlq_replay(struct ctl *c, int argc, char **argv)
 {
-    return dlq_one(c, argv[0], true);
+    return dlq_one(c, argv[0], DLQ_REPLAY);
+}
+
+static int
+do_dlq_discard(struct ctl *c, int argc, char **argv)
+{
+    return dlq_one(c, argv[0], DLQ_DISCARD);
+}
+
+static int
+do_dlq_purge(struct ctl *c, int argc, char **argv)
+{
+    const char *group = kv_get(c, "group");
+    struct admin_reply r;
+
+    if (group == NULL || *group == '\0') {
+        fprintf(stderr, "roomctl: dlq purge: --group G is required\n");
+        return EXIT_USAGE;
+    }
+    json_t *b = json_pack("{s:s}", "group", group);
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    if (c->url)
+        api(c, "POST", "/admin/v1/dlq/purge", false, body, &r);
+    else
+        admin_dlq_purge(c->adm, "roomctl", body, strlen(body), &r);
+    free(body);
+    return finish(c, &r, print_json);
 }
 
 /* ==== wallet and migrate (the room store) ==== */
@@ -711,6 +750,186 @@ do_migrate(struct ctl *c, int argc, char **argv)
     return 0;
 }
 
+/* ==== gifts: the gift catalog SendGift charges (docs/room.md) ==== */
+
+static json_t *
+gift_object(const struct gift_item *g)
+{
+    return json_pack("{s:s, s:I, s:I, s:b, s:I, s:I}", "gift_id", g->gift_id, "unit_price",
+                     (json_int_t)g->unit_price, "energy_per_unit", (json_int_t)g->energy_per_unit,
+                     "enabled", g->enabled != 0, "version", (json_int_t)g->version, "updated_at_ms",
+                     (json_int_t)g->updated_at_ms);
+}
+
+/* r as the admin API answers: 200 with o (taken), or the store's failure. */
+static void
+local_reply(struct admin_reply *r, int rc, json_t *o)
+{
+    memset(r, 0, sizeof(*r));
+    r->status = rc == 0 ? 200 : rc == ROOMD_EINVAL ? 400 : rc == ROOMD_ECONFLICT ? 409 : 503;
+    if (rc != 0) {
+        json_decref(o);
+        o = json_pack("{s:{s:s, s:s}}", "error", "code",
+                      rc == ROOMD_EINVAL ? "invalid_argument" : roomd_err_code(rc), "message",
+                      store_errmsg());
+    }
+    r->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+}
+
+static const char *
+gifts_app(struct ctl *c)
+{
+    return c->app != NULL ? c->app : c->conf->app.default_app_code;
+}
+
+static void
+gifts_list_reply(struct ctl *c, struct admin_reply *r)
+{
+    struct gift_item *rows = NULL;
+    size_t n = 0;
+    json_t *arr = json_array();
+    int rc;
+
+    if (c->url) {
+        api(c, "GET", "/v1/gifts", false, NULL, r);
+        json_decref(arr);
+        return;
+    }
+    rc = store_gift_list(c->store, gifts_app(c), &rows, &n);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, gift_object(&rows[i]));
+    free(rows);
+    local_reply(r, rc, json_pack("{s:s, s:o}", "app_code", gifts_app(c), "gifts", arr));
+}
+
+static void
+print_gifts(struct ctl *c, json_t *j)
+{
+    json_t *gifts = json_object_get(j, "gifts"), *g;
+    size_t i;
+
+    (void)c;
+    printf("%-24s %12s %15s %-8s %8s %s\n", "GIFT_ID", "UNIT_PRICE", "ENERGY_PER_UNIT", "ENABLED",
+           "VERSION", "UPDATED");
+    json_array_foreach(gifts, i, g)
+    {
+        char t[32];
+        fmt_time(jint(g, "updated_at_ms"), t, sizeof(t));
+        printf("%-24s %12" PRId64 " %15" PRId64 " %-8s %8" PRId64 " %s\n", jstr(g, "gift_id"),
+               jint(g, "unit_price"), jint(g, "energy_per_unit"),
+               json_is_true(json_object_get(g, "enabled")) ? "yes" : "no", jint(g, "version"), t);
+    }
+}
+
+static void
+print_gift(struct ctl *c, json_t *j)
+{
+    (void)c;
+    printf("%s: unit_price %" PRId64 ", energy_per_unit %" PRId64 ", %s, version %" PRId64 "\n",
+           jstr(j, "gift_id"), jint(j, "unit_price"), jint(j, "energy_per_unit"),
+           json_is_true(json_object_get(j, "enabled")) ? "enabled" : "disabled",
+           jint(j, "version"));
+}
+
+static int
+do_gifts_list(struct ctl *c, int argc, char **argv)
+{
+    struct admin_reply r;
+
+    gifts_list_reply(c, &r);
+    return finish(c, &r, print_gifts);
+}
+
+/* Writes g (conditional on expect >= 0) through the API or the store. */
+static int
+gift_write(struct ctl *c, struct gift_item *g, int64_t expect)
+{
+    struct admin_reply r;
+    json_t *o = json_pack("{s:s, s:I, s:I, s:b}", "gift_id", g->gift_id, "unit_price",
+                          (json_int_t)g->unit_price, "energy_per_unit",
+                          (json_int_t)g->energy_per_unit, "enabled", g->enabled != 0);
+
+    if (expect >= 0)
+        json_object_set_new(o, "version", json_integer(expect));
+    if (c->url) {
+        char *body = json_dumps(o, JSON_COMPACT);
+        api(c, "POST", "/v1/gifts", false, body, &r);
+        free(body);
+        json_decref(o);
+    } else {
+        json_decref(o);
+        strlcpy_(g->app_code, gifts_app(c), sizeof(g->app_code));
+        int rc = store_gift_put(c->store, g, expect);
+        local_reply(&r, rc, rc == 0 ? gift_object(g) : NULL);
+    }
+    return finish(c, &r, print_gift);
+}
+
+/* gifts set GIFT_ID UNIT_PRICE [ENERGY_PER_UNIT]: created or changed, enabled. */
+static int
+do_gifts_set(struct ctl *c, int argc, char **argv)
+{
+    struct gift_item g;
+
+    memset(&g, 0, sizeof(g));
+    strlcpy_(g.gift_id, argv[0], sizeof(g.gift_id));
+    if (parse_i64(argv[1], "UNIT_PRICE", &g.unit_price) != 0)
+        return EXIT_USAGE;
+    g.energy_per_unit = g.unit_price;
+    if (argc > 2 && parse_i64(argv[2], "ENERGY_PER_UNIT", &g.energy_per_unit) != 0)
+        return EXIT_USAGE;
+    g.enabled = 1;
+    return gift_write(c, &g, -1);
+}
+
+/* gifts enable|disable GIFT_ID: the gift as listed, with enabled changed,
+ * conditional on the version read (a concurrent change: 409, nothing written). */
+static int
+gifts_toggle(struct ctl *c, const char *id, bool enabled)
+{
+    struct admin_reply r;
+    struct gift_item g;
+    json_t *j, *x;
+    size_t i;
+    int64_t version = -1;
+
+    memset(&g, 0, sizeof(g));
+    gifts_list_reply(c, &r);
+    if (r.status != 200)
+        return finish(c, &r, print_gifts);
+    j = json_loads(r.body, 0, NULL);
+    admin_reply_clear(&r);
+    json_array_foreach(json_object_get(j, "gifts"), i, x)
+    {
+        if (strcmp(jstr(x, "gift_id"), id) != 0)
+            continue;
+        strlcpy_(g.gift_id, id, sizeof(g.gift_id));
+        g.unit_price = jint(x, "unit_price");
+        g.energy_per_unit = jint(x, "energy_per_unit");
+        version = jint(x, "version");
+    }
+    json_decref(j);
+    if (version < 0) {
+        fprintf(stderr, "roomctl: gifts: no gift %s in the catalog\n", id);
+        return EXIT_FAILED;
+    }
+    g.enabled = enabled;
+    return gift_write(c, &g, version);
+}
+
+static int
+do_gifts_enable(struct ctl *c, int argc, char **argv)
+{
+    return gifts_toggle(c, argv[0], true);
+}
+
+static int
+do_gifts_disable(struct ctl *c, int argc, char **argv)
+{
+    return gifts_toggle(c, argv[0], false);
+}
+
 /* ==== the command table ==== */
 
 #define FILTER_USAGE                                                                               \
@@ -765,6 +984,20 @@ static const struct ctl_cmd commands[] = {
      "dlq list [--group G] [--after SEQ] [--limit N]   consumer groups' dead letters"},
     {{"dlq", "show"}, 1, 1, NEED_BUS, 0, do_dlq_show, "dlq show SEQ"},
     {{"dlq", "replay"}, 1, 1, NEED_BUS, 0, do_dlq_replay, "dlq replay SEQ    into its group"},
+    {{"dlq", "discard"},
+     1,
+     1,
+     NEED_BUS,
+     0,
+     do_dlq_discard,
+     "dlq discard SEQ   its key stays settled"},
+    {{"dlq", "purge"},
+     0,
+     0,
+     NEED_BUS,
+     OPT_GROUP,
+     do_dlq_purge,
+     "dlq purge --group G   discard every dead letter of group G"},
     {{"wallet", "balance"},
      1,
      1,
@@ -786,6 +1019,16 @@ static const struct ctl_cmd commands[] = {
      OPT_APP,
      do_wallet_audit,
      "wallet audit [--app APP]   the money invariant: exit 0 holds, 1 fails"},
+    {{"gifts", "list"}, 0, 0, NEED_GIFTS, OPT_APP, do_gifts_list, "gifts list [--app APP]"},
+    {{"gifts", "set"},
+     2,
+     3,
+     NEED_GIFTS,
+     OPT_APP,
+     do_gifts_set,
+     "gifts set GIFT_ID UNIT_PRICE [ENERGY_PER_UNIT] [--app APP]   create or change, enabled"},
+    {{"gifts", "enable"}, 1, 1, NEED_GIFTS, OPT_APP, do_gifts_enable, "gifts enable GIFT_ID"},
+    {{"gifts", "disable"}, 1, 1, NEED_GIFTS, OPT_APP, do_gifts_disable, "gifts disable GIFT_ID"},
     {{"migrate"}, 0, 0, NEED_STORE, 0, do_migrate, "migrate    create or upgrade the schema"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -949,13 +1192,13 @@ open_backend(struct ctl *c, const struct ctl_cmd *cmd)
     int rc;
 
     if (c->url != NULL && cmd->need != NEED_STORE)
-        return 0;
+        return 0; /* NEED_GIFTS too: the admin API */
     if (conf_load(c->config, &c->conf, err, sizeof(err)) != 0) {
         fprintf(stderr, "roomctl: config: %s\n", err);
         return EXIT_FAILED;
     }
-    if (cmd->need == NEED_STORE) {
-        bool reads = cmd->run == do_wallet_balance;
+    if (cmd->need == NEED_STORE || cmd->need == NEED_GIFTS) {
+        bool reads = cmd->run == do_wallet_balance || cmd->run == do_gifts_list;
         if (reads && strcmp(c->conf->store.driver, "sqlite") == 0 &&
             access(c->conf->store.sqlite.path, F_OK) != 0) {
             fprintf(stderr, "roomctl: store.sqlite.path: %s does not exist\n",

@@ -1,12 +1,11 @@
 /*
  * admin/admin.c: the operator's operations (admin/admin.h) over the admin
- * store (admin/store.h). Read top-down: replies, rows as JSON, then one
+ * store (store/admin.h). Read top-down: replies, rows as JSON, then one
  * function per operation; the bulk replay last.
  */
 #include "admin/admin.h"
 
 #include "admin/internal.h"
-#include "admin/store.h"
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -14,6 +13,7 @@
 #include "core/xmalloc.h"
 #include "outbox/outbox.h"
 #include "publish/sink.h"
+#include "store/admin.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -215,11 +215,14 @@ admin_summary(struct admin *a, struct admin_reply *r)
         const char *name = sink_bit_name(bit);
         if (*name == '\0' || !(a->sinks & bit))
             continue;
+        /* failed rows apart: the undelivered age is of the rows a claim may
+         * still take, the failed age of the dead letters */
         json_object_set_new(sinks, name,
-                            json_pack("{s:I, s:I, s:f}", "undelivered", (json_int_t)s.lacking[b],
-                                      "failed", (json_int_t)s.failed_lacking[b],
-                                      "oldest_undelivered_s",
-                                      age_s(now, s.oldest.oldest_missing_ms[b])));
+                            json_pack("{s:I, s:I, s:f, s:f}", "undelivered",
+                                      (json_int_t)s.lacking[b], "failed",
+                                      (json_int_t)s.failed_lacking[b], "oldest_undelivered_s",
+                                      age_s(now, s.oldest.oldest_missing_ms[b]), "oldest_failed_s",
+                                      age_s(now, s.oldest_failed_ms[b])));
     }
     admin_reply_ok(r,
                    json_pack("{s:o, s:o, s:f}", "by_status", by_status, "sinks", sinks,

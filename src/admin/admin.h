@@ -5,14 +5,15 @@
  * query lookup or a JSON body and answers a status and a JSON body:
  *
  *   admin_summary      counts by status and by sink, oldest undelivered per sink
- *   admin_list         rows matching a filter (admin/filter.h), keyset pages
+ *   admin_list         rows matching a filter (store/filter.h), keyset pages
  *   admin_show         one row in full: decoded event, per-sink state
  *   admin_replay       bulk replay (or repair) by filter: dry_run gives the
  *                      count and a sample; a replay is audited and chunked,
  *                      and resumes after a crash (admin_resume)
  *   admin_audits       the audit log; admin_audit one entry with its rows
  *   admin_dlq_*        the consumer groups' dead letters (JetStream
- *                      <ns>hyapp_dlq): list, show, replay into their group
+ *                      <ns>hyapp_dlq): list, show, replay into their group,
+ *                      discard one, purge a group's
  *
  * Bad input answers 400 {"error":{"code":"invalid_argument","field":..}} and
  * changes nothing. Thread: any; calls block on the store.
@@ -20,7 +21,7 @@
 #ifndef ROOMD_ADMIN_H
 #define ROOMD_ADMIN_H
 
-#include "admin/filter.h"
+#include "store/filter.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -38,7 +39,7 @@ struct admin_reply {
 void admin_reply_clear(struct admin_reply *r);
 
 /*
- * Opens the admin store over conf's store (admin/store.h; readonly: nothing
+ * Opens the admin store over conf's store (store/admin.h; readonly: nothing
  * is created or written, replays are refused 405). outbox (may be NULL) is
  * woken after replays so the rows go out at once. Returns 0 and *out, or an
  * error with err naming the key. Thread: main.
@@ -83,5 +84,12 @@ void admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_
 void admin_dlq_show(struct admin *a, uint64_t seq, struct admin_reply *r);
 /* Replays dead letter seq into its group (see admin/dlq.c), audited as actor. */
 void admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r);
+/* Discards dead letter seq: its key stays settled in the group's inbox, the
+ * dead letter is deleted (see admin/dlq.c), audited as actor. */
+void admin_dlq_discard(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r);
+/* body {"group": G}: discards every dead letter of group G (keys in flight
+ * again are skipped and counted), audited as one entry. */
+void admin_dlq_purge(struct admin *a, const char *actor, const char *body, size_t len,
+                     struct admin_reply *r);
 
 #endif

@@ -61,6 +61,8 @@ enum admin_kind {
     A_DLQ_LIST,
     A_DLQ_SHOW,
     A_DLQ_REPLAY,
+    A_DLQ_DISCARD,
+    A_DLQ_PURGE,
 };
 
 /*
@@ -88,6 +90,8 @@ static const struct admin_route {
     {"GET", API "dlq", A_DLQ_LIST, NULL},
     {"GET", API "dlq/{seq}", A_DLQ_SHOW, "seq"},
     {"POST", API "dlq/{seq}/replay", A_DLQ_REPLAY, "seq"},
+    {"POST", API "dlq/{seq}/discard", A_DLQ_DISCARD, "seq"},
+    {"POST", API "dlq/purge", A_DLQ_PURGE, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -179,6 +183,12 @@ dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lo
         break;
     case A_DLQ_REPLAY:
         admin_dlq_replay(a, actor, (uint64_t)id, &out->r);
+        break;
+    case A_DLQ_DISCARD:
+        admin_dlq_discard(a, actor, (uint64_t)id, &out->r);
+        break;
+    case A_DLQ_PURGE:
+        admin_dlq_purge(a, actor, body, len, &out->r);
         break;
     case A_CONSOLE:
         break;

@@ -13,6 +13,8 @@
  *   GET  /admin/v1/dlq?group&after&limit   admin_dlq_list
  *   GET  /admin/v1/dlq/{seq}             admin_dlq_show
  *   POST /admin/v1/dlq/{seq}/replay      admin_dlq_replay
+ *   POST /admin/v1/dlq/{seq}/discard     admin_dlq_discard
+ *   POST /admin/v1/dlq/purge             admin_dlq_purge (body: {"group": G})
  *   GET  /console/ , /console/{file}     the console's files (compiled in; no data in
  *                                        them, so they need no token; the page sends
  *                                        the token with each API call)

@@ -59,6 +59,7 @@ static const char *const strategies[] = {"exponential_backoff", NULL};
 static const char *const orderings[] = {"per_room", "none", NULL}; /* enum outbox_ordering */
 static const char *const group_types[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
 static const char *const auth_modes[] = {"none", "jwt", NULL};
+static const char *const gift_catalogs[] = {"required", "off", NULL};
 
 #define MYSQL_ON "store.driver=mysql"
 #define MQ_ON "rocketmq.enabled"
@@ -206,6 +207,11 @@ const struct key conf_keys[] = {
      "1000, 5000, 20000", .doc = "energy igniting each rocket level (> 0, increasing)"},
     {"room.rocket.countdown", K_DUR, F(room.rocket.countdown_ms), "1m", GT(0),
      .doc = "ignition -> launch"},
+    {"room.gift_catalog", K_STR, F(room.gift_catalog), "required", ONE_OF(gift_catalogs),
+     .doc = "required: SendGift takes unit price and rocket energy from the gift catalog in the "
+            "store (docs/room.md, Gift catalog; a request naming another unit_price: 409 "
+            "price_changed); off: the request's unit_price is taken as is (development: only "
+            "with auth.mode none)"},
 
     {"wallet.driver", K_STR, F(wallet.driver), "embedded", ONE_OF(wallet_drivers),
      .doc = "embedded: the ledger lives in the store; grpc: a wallet service (docs/wallet.md)"},
@@ -882,6 +888,9 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
             bad(v, "auth.mode", "none needs every listener on loopback; grpc.listen is \"%s\"",
                 c->grpc.listen);
     }
+    if (strcmp(c->room.gift_catalog, "off") == 0 && strcmp(a->mode, "none") != 0)
+        bad(v, "room.gift_catalog",
+            "off lets a caller choose the price of its gifts: only allowed with auth.mode none");
     not_both(v, "auth.jwt.hs256_secret_env", a->hs256_secret_env, "auth.jwt.hs256_secret_file",
              a->hs256_secret_file);
     if (strcmp(a->mode, "jwt") == 0 && !hs && empty(a->public_key_file))

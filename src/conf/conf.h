@@ -121,6 +121,7 @@ struct conf_room {
     int max_creates_per_minute; /* CreateRoom per owner per minute (429 above); 0 = no limit */
     int max_rooms_per_owner;    /* open rooms per (app, owner_uid) (429 above); 0 = no limit */
     struct conf_rocket rocket;
+    char *gift_catalog; /* "required": SendGift priced by the store's catalog | "off" (auth none) */
 };
 
 struct conf_wallet {
@@ -202,7 +203,7 @@ struct conf_rocketmq {
      * message is redelivered after consumer_retry_delays[k] (k = failures-1,
      * the last entry repeats; none = RocketMQ's 10s 30s 1m 2m ... 2h). */
     char *consumer_store_dir;
-    /* Where the groups' inboxes live (enum inbox_driver of consume/inbox.h):
+    /* Where the groups' inboxes live (enum inbox_driver of store/inbox.h):
      * 0 auto (mysql when store.driver is mysql), 1 sqlite (per node, in
      * consumer_store_dir), 2 mysql (the store's database, shared by nodes). */
     int consumer_inbox;

@@ -8,7 +8,7 @@
  * outage or "not now" is redelivered, a refusal is a dead letter.
  * As an example beside it (and alone without activity.enabled) it keeps
  * per-room gift totals (RoomGiftSent) and the rocket launches
- * (RoomRocketLaunched) in the group's inbox database (consume/inbox.h: the
+ * (RoomRocketLaunched) in the group's inbox database (store/inbox.h: the
  * shared MySQL database when the store is MySQL, so the figures are per app
  * whichever node consumed), in the same transaction as the inbox row, so a
  * redelivered event never counts twice, on any node.

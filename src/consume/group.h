@@ -3,7 +3,7 @@
  * pull consumer (durable name = group name) worked by one thread that
  * Fetches small batches, calls the group's handler per message, and
  * acknowledges by the handler's verdict. Each group has an inbox
- * (consume/inbox.h: dedupe by event_id, the handler's own tables) so that a
+ * (store/inbox.h: dedupe by event_id, the handler's own tables) so that a
  * group's effects and its dedupe record can commit in one transaction:
  * per node a SQLite file "<rocketmq.consumer_store_dir>/<group>.db", or,
  * when the store is MySQL (rocketmq.consumer_inbox auto|mysql), the shared
@@ -65,7 +65,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "consume/inbox.h"
+#include "store/inbox.h"
 #include "publish/bus.h"
 
 struct conf_rocketmq;

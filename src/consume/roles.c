@@ -7,6 +7,7 @@
 #include "conf/conf.h"
 #include "consume/group.h"
 #include "consume/handlers.h"
+#include "store/inbox.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -96,6 +97,30 @@ opts_of(struct consume_opts *o, const struct conf *c, int max_reconsume)
     consume_opts_from_conf(o, &c->rocketmq, max_reconsume);
     o->store = &c->store;
     o->owner = c->app.node_id;
+}
+
+int
+consume_group_inbox_open(struct consume_inbox **out, const struct conf *c, const char *group,
+                         char *err, size_t errlen)
+{
+    struct consume_opts o;
+    size_t n = strspn(group, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-");
+
+    *out = NULL;
+    if (*group == '\0' || *group == '.' || group[n] != '\0' || n > 63) {
+        snprintf(err, errlen, "not a consumer group name: \"%.64s\"", group);
+        return ROOMD_EINVAL;
+    }
+    opts_of(&o, c, 0);
+    struct inbox_config ic = {
+        .group = group,
+        .driver = o.inbox,
+        .store_dir = o.store_dir,
+        .store = o.store,
+        .owner = o.owner,
+        .existing = true,
+    };
+    return inbox_open(out, &ic, err, errlen);
 }
 
 int

@@ -38,6 +38,22 @@ unsigned consume_role_parse(const char *name);
 int consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus *bus,
                         struct room_service *rooms, unsigned roles, char *err, size_t errlen);
 
+/*
+ * Opens the inbox of group (a group name, as in a dead letter's
+ * Roomd-Group) the way this config's groups open theirs (driver, directory,
+ * database: consume/group.h), with inbox_config.existing: nothing is
+ * created, and a SQLite inbox that is not on this machine answers
+ * ROOMD_ENOTFOUND. For the dead-letter operations (admin/dlq.c) on any
+ * node, beside the running group's own handle. Returns 0 and *out (the
+ * caller closes it with inbox_close), or ROOMD_EINVAL (a group name other
+ * than [A-Za-z0-9._-], or a config error) / ROOMD_ENOTFOUND / ROOMD_EIO /
+ * ROOMD_EUNAVAIL with err. Thread: any (the handle is the caller's).
+ * Blocks on the database.
+ */
+struct consume_inbox;
+int consume_group_inbox_open(struct consume_inbox **out, const struct conf *c, const char *group,
+                             char *err, size_t errlen);
+
 /* Stops every group (see consume_group_stop). NULL is a no-op. */
 void consume_roles_stop(struct consume_roles *r);
 

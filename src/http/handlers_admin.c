@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-/* The query lookup of admin/filter.h over the request's query string. */
+/* The query lookup of store/filter.h over the request's query string. */
 static const char *
 query(void *ctx, const char *key)
 {

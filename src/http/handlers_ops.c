@@ -54,9 +54,20 @@ collect(void *arg, struct metrics_text *t)
     const struct http_deps *d = arg;
 
     struct outbox_counts oc;
+    int64_t age_ms;
 
     if (http_ready_counts(d->ready, &oc)) /* refreshed in the background: no scan here */
         outbox_metrics_rows(&oc, t);
+    http_ready_store_up(d->ready, &age_ms);
+    if (age_ms >= 0) {
+        metrics_family(t, "roomd_outbox_store_figures_age_seconds", "gauge",
+                       "Seconds since the readiness check last answered: the age of the "
+                       "store-wide figures (roomd_outbox_rows, the oldest undelivered ages, "
+                       "roomd_dependency_up{dependency=\"store\"}); a scrape never queries "
+                       "the store.");
+        metrics_value(t, "roomd_outbox_store_figures_age_seconds", "scope=\"store\"",
+                      (double)age_ms / 1000.0);
+    }
     if (d->gc != NULL) {
         uint64_t batches = 0, muts = 0;
         group_commit_stats(d->gc, &batches, &muts);

@@ -154,6 +154,23 @@ http_ready_counts(struct http_ready *r, struct outbox_counts *oc)
     return have;
 }
 
+bool
+http_ready_store_up(struct http_ready *r, int64_t *age_ms)
+{
+    int64_t now = clock_mono_us() / 1000;
+    bool up;
+
+    *age_ms = -1;
+    if (r == NULL)
+        return false;
+    pthread_mutex_lock(&r->mu);
+    if (r->checked)
+        *age_ms = now - r->checked_mono_ms;
+    up = r->checked && r->ok && *age_ms <= STALE_INTERVALS * r->gap_ms;
+    pthread_mutex_unlock(&r->mu);
+    return up;
+}
+
 void
 http_ready_reply(struct http_ready *r, bool details, struct http_response *resp)
 {

@@ -25,6 +25,8 @@ enum route_kind {
     R_WALLET_GET,
     R_LIST_ROOMS,
     R_PRESENCE,
+    R_GIFTS_LIST,
+    R_GIFT_PUT,
 };
 
 /* Where a route is served: elsewhere it answers 404 as if unknown. */
@@ -60,6 +62,8 @@ static const struct route {
     {"GET", "/metrics", R_METRICS, 0, ON_ADMIN},
     {"POST", "/v1/wallet/topup", R_WALLET_TOPUP, 0, ON_ADMIN},
     {"GET", "/v1/wallet/{uid}", R_WALLET_GET, 0, ON_BOTH},
+    {"GET", "/v1/gifts", R_GIFTS_LIST, 0, ON_BOTH},
+    {"POST", "/v1/gifts", R_GIFT_PUT, 0, ON_ADMIN},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -387,6 +391,12 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         break;
     case R_PRESENCE:
         handle_presence(d, req, &p, app, toolong ? "" : cap, resp);
+        break;
+    case R_GIFTS_LIST:
+        handle_gifts_list(d, req, app, resp);
+        break;
+    case R_GIFT_PUT:
+        handle_gift_put(d, req, app, resp);
         break;
     default:
         break;

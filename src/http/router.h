@@ -90,6 +90,13 @@ void http_ready_stop(struct http_ready *r);
 /* The outbox counts of the last successful check into *oc; false when none
  * yet (or r is NULL). Thread: any; never blocks on the store. */
 bool http_ready_counts(struct http_ready *r, struct outbox_counts *oc);
+/* The store as the last check found it: true when that check answered and
+ * the next one is not late (stale, see ready.c); *age_ms the time since the
+ * last check answered (-1: none yet). The /metrics figures of the store
+ * (roomd_dependency_up{dependency="store"}, the outbox rows and ages) come
+ * from here, so a scrape never waits for a hung store. Thread: any; never
+ * blocks on the store. */
+bool http_ready_store_up(struct http_ready *r, int64_t *age_ms);
 /* Fills resp with 200 {"status":"ready"} or 503 {"status":"unavailable",
  * "reason":word}; details adds the counts and the store error (admin). */
 void http_ready_reply(struct http_ready *r, bool details, struct http_response *resp);
@@ -141,6 +148,13 @@ void handle_list_rooms(const struct http_deps *d, const struct http_request *req
                        struct http_response *resp);
 void handle_presence(const struct http_deps *d, const struct http_request *req,
                      const struct auth_principal *p, const char *app, const char *uid,
+                     struct http_response *resp);
+/* The gift catalog (handlers_gifts.c): GET /v1/gifts, the app's catalog;
+ * POST /v1/gifts (admin listener), create or change one gift. Thread: any;
+ * block on the store. */
+void handle_gifts_list(const struct http_deps *d, const struct http_request *req, const char *app,
+                       struct http_response *resp);
+void handle_gift_put(const struct http_deps *d, const struct http_request *req, const char *app,
                      struct http_response *resp);
 /* True when a POST req carries Content-Type application/json (any
  * parameters) or req is no POST; else false with the 415 in resp. Thread:

@@ -689,6 +689,12 @@ http_server_bind(struct http_server **out, const struct conf *conf, char *err, s
     return 0;
 }
 
+struct http_ready *
+http_server_ready(struct http_server *srv)
+{
+    return srv->deps.ready;
+}
+
 int
 http_server_start(struct http_server *srv, const struct http_deps *d, char *err, size_t errlen)
 {

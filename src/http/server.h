@@ -55,6 +55,9 @@ int http_server_bind(struct http_server **out, const struct conf *conf, char *er
  * borrowed. Returns 0, or an error code with err; on error the caller still
  * closes srv. Thread: main; does not block. */
 int http_server_start(struct http_server *srv, const struct http_deps *d, char *err, size_t errlen);
+/* The readiness cache srv's refresh fills (NULL before http_server_start),
+ * borrowed until http_server_close. Thread: any. */
+struct http_ready *http_server_ready(struct http_server *srv);
 /* Stops accepting, waits for in-flight requests, frees (a server bound but
  * never started: closes its sockets). NULL is a no-op. */
 void http_server_close(struct http_server *srv);

@@ -7,7 +7,6 @@
 #include "outbox/outbox.h"
 #include "publish/bus.h"
 #include "redis/redis_conn.h"
-#include "store/store.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -17,7 +16,8 @@
 
 struct metrics_deps {
     const struct conf *conf;
-    struct store *store;
+    metrics_store_up_fn store_up;
+    void *store_arg;
     struct bus *bus;
     struct outbox *outbox;
     bool redis_on;
@@ -49,11 +49,10 @@ static void
 collect(void *arg, struct metrics_text *t)
 {
     struct metrics_deps *d = arg;
-    struct outbox_counts oc;
 
     metrics_family(t, "roomd_dependency_up", "gauge",
                    "1 when roomd reaches the dependency, 0 when not.");
-    line(t, "store", store_outbox_counts(d->store, &oc) == 0);
+    line(t, "store", d->store_up(d->store_arg));
     if (d->redis_on)
         line(t, "redis", redis_up(d));
     if (d->bus != NULL)
@@ -65,14 +64,15 @@ collect(void *arg, struct metrics_text *t)
 }
 
 struct metrics_deps *
-metrics_deps_open(const struct conf *conf, struct store *store, struct bus *bus,
-                  struct outbox *outbox)
+metrics_deps_open(const struct conf *conf, metrics_store_up_fn store_up, void *store_arg,
+                  struct bus *bus, struct outbox *outbox)
 {
     struct metrics_deps *d = xcalloc(1, sizeof(*d));
     char err[256];
 
     d->conf = conf;
-    d->store = store;
+    d->store_up = store_up;
+    d->store_arg = store_arg;
     d->bus = bus;
     d->outbox = outbox;
     d->redis_on =

@@ -22,19 +22,8 @@
 
 struct outbox_row;
 
-/* Stable bit per sink, stored in room_outbox.sinks_done. Never renumber. */
-#define SINK_BIT_LOG (1u << 0)
-#define SINK_BIT_TIM (1u << 1)
-#define SINK_BIT_ACTIVITY (1u << 2)
-#define SINK_BIT_BUS (1u << 3)
-#define SINK_BIT_ROCKET (1u << 4)
-#define SINK_BIT_WALLET (1u << 5)
-
-/* The sink name of a bit ("log", "tim", "activity", "bus", "rocket"; ""
- * for another), and back (0 for an unknown name). The names are the sinks'
- * struct sink.name. Thread: any. */
-const char *sink_bit_name(uint32_t bit);
-uint32_t sink_bit_parse(const char *name);
+/* The sinks_done bits, their names and event limits: core/sink_bits.h. */
+#include "core/sink_bits.h"
 
 /* One event as the sinks see it, built once per row by the worker.
  * Everything is borrowed for the duration of publish(). */

@@ -1,7 +1,7 @@
 /*
  * sink_activity.c: the direct activity-service sink: each publish() is one
  * unary call /activity.v1.RoomEventService/Consume with the packed
- * envelope, on one channel for the process (rpc/grpc_peer.c keeps it
+ * envelope, on one channel for the process (peer/grpc_peer.c keeps it
  * connected and makes calls fail fast while the service is down).
  */
 #include "publish/sink_activity.h"
@@ -11,7 +11,7 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "publish/sink.h"
-#include "rpc/grpc_peer.h"
+#include "peer/grpc_peer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -24,7 +24,7 @@ static bool
 wallet_accepts(struct sink *s, const struct outbox_event *ev)
 {
     (void)s;
-    return strcmp(ev->row->event_type, "RoomGiftSent") == 0;
+    return sink_bit_carries(SINK_BIT_WALLET, ev->row->event_type);
 }
 
 static int

@@ -11,7 +11,7 @@
 #include "publish/sink.h"
 #include "publish/tim_client.h"
 #include "room_events.pb-c.h"
-#include "rpc/pbjson.h"
+#include "peer/pbjson.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -114,19 +114,38 @@ take_rules(struct room_state *s, const struct room_cmd *cmd, const struct conf_r
     s->has_rules = true;
 }
 
+void
+room_cmd_price(struct room_cmd *cmd, const struct gift_item *g)
+{
+    cmd->priced = true;
+    cmd->catalog.unit_price = g->unit_price;
+    cmd->catalog.energy_per_unit = g->energy_per_unit;
+    cmd->catalog.version = g->version;
+    cmd->unit_price = g->unit_price;
+    cmd->energy_per_unit = g->energy_per_unit;
+}
+
 char *
 room_logged_request(const struct room_cmd *cmd, const struct room_state *before,
                     const struct room_state *after)
 {
     json_t *o;
     char *text;
+    bool rules = after->has_rules && (before == NULL || !before->has_rules ||
+                                      !room_rules_equal(&before->rules, &after->rules));
 
-    if (!after->has_rules ||
-        (before != NULL && before->has_rules && room_rules_equal(&before->rules, &after->rules)))
+    if (!rules && !cmd->priced)
         return xstrdup(cmd->request);
     if ((o = json_loads(cmd->request, 0, NULL)) == NULL)
         abort(); /* cmd->request is our own canonical JSON */
-    json_object_set_new(o, "rules", room_rules_to_json(&after->rules));
+    if (rules)
+        json_object_set_new(o, "rules", room_rules_to_json(&after->rules));
+    if (cmd->priced)
+        json_object_set_new(o, "catalog",
+                            json_pack("{s:I, s:I, s:I}", "energy_per_unit",
+                                      (json_int_t)cmd->catalog.energy_per_unit, "unit_price",
+                                      (json_int_t)cmd->catalog.unit_price, "version",
+                                      (json_int_t)cmd->catalog.version));
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(o);
     if (text == NULL)

@@ -1,8 +1,8 @@
 /*
  * cmd_gift.c: SendGift. Sender and receiver must be members. The value
- * count*unit_price adds to the room's gift total and charges the rocket
- * (cmd_rocket.c); the wallet debit happens in service.c, not here, so a
- * replay never charges. gift_total and the rocket energy saturate at
+ * count*unit_price adds to the room's gift total, count*energy_per_unit
+ * charges the rocket (cmd_rocket.c; the catalog's energy, else the value); the wallet debit happens
+ * in service.c, not here, so a replay never charges. gift_total and the rocket energy saturate at
  * INT64_MAX (docs/room.md) instead of wrapping. Events: RoomGiftSent, then RoomRocketIgnited when
  * this gift reached the level's threshold.
  */
@@ -18,6 +18,7 @@ cmd_gift_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
 {
     Roomd__V1__RoomGiftSent m = ROOMD__V1__ROOM_GIFT_SENT__INIT;
     int64_t total = cmd->count * cmd->unit_price;
+    int64_t energy = cmd->count * cmd->energy_per_unit; /* <= 9999e9 */
     bool ignited;
     int r;
 
@@ -27,7 +28,7 @@ cmd_gift_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
         return apply_fail(e, ROOMD_ECONFLICT, "not_member", "to_uid %lld is not a member",
                           (long long)cmd->to_uid);
     s->gift_total = i64_add_sat(s->gift_total, total); /* documented: saturates */
-    ignited = rocket_add_energy(s, total, now_ms, rc);
+    ignited = rocket_add_energy(s, energy, now_ms, rc);
 
     m.uid = cmd->uid;
     m.to_uid = cmd->to_uid;

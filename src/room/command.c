@@ -4,6 +4,21 @@
  * error naming the field) and the canonical request JSON that the command
  * log stores, idempotency compares, and a replay parses again.
  * The apply steps live in cmd_*.c, dispatched by apply.c.
+ *
+ * How to add a command (this file owns the list of commands):
+ *  1. command.h: its enum room_cmd_type value (before CMD_COUNT_) and any
+ *     new field of struct room_cmd; here: its name in cmd_names, its
+ *     fields in fields_of, their checks in the parse switch.
+ *  2. cmd_<name>.c: its apply step (pure: state, command, now -> state +
+ *     events), declared in apply.h, dispatched in apply.c; its events in
+ *     proto/room_events.proto; the file in CMakeLists.txt.
+ *  3. The routes: http/router.c (path, listener), the acting uid in
+ *     http/handlers_room.c, proto/room_service.proto + rpc/server.c COMMAND().
+ *  4. service.c needs no change unless the command has an effect outside
+ *     the store (then a stage of its own, see its head comment).
+ *  5. Tests: tests/unit/test_room_apply.c + test_room_replay.c (the replay
+ *     reproduces it), the endpoint x caller matrix (tests/integ/
+ *     test_http_auth.py, test_grpc.py); docs/room.md, docs/openapi.yaml.
  */
 #include "room/command.h"
 
@@ -239,10 +254,14 @@ parse_fields(json_t *o, struct room_cmd *cmd, struct cmd_error *e)
             (rc = get_uid(o, "to_uid", &cmd->to_uid, e)) != 0 ||
             (rc = get_id(o, "gift_id", STORE_ID_MAX - 1, 1, cmd->gift_id, sizeof(cmd->gift_id),
                          e)) != 0 ||
-            (rc = get_int(o, "count", 1, GIFT_COUNT_MAX, 1, &cmd->count, e)) != 0 ||
-            (rc = get_int(o, "unit_price", 1, GIFT_PRICE_MAX, 1, &cmd->unit_price, e)) != 0)
+            (rc = get_int(o, "count", 1, GIFT_COUNT_MAX, 1, &cmd->count, e)) != 0)
             return rc;
-        return 0; /* count * unit_price <= 9999e9: no overflow */
+        /* optional: the price the client saw (the catalog's must equal it) */
+        if ((rc = get_int(o, "unit_price", 1, GIFT_PRICE_MAX, 0, &cmd->unit_price, e)) < 0)
+            return rc;
+        cmd->price_named = rc == 0;
+        cmd->energy_per_unit = cmd->unit_price; /* until the catalog prices it */
+        return 0;                               /* count * unit_price <= 9999e9: no overflow */
     case CMD_KICK_USER:
         if ((rc = get_uid(o, "operator_uid", &cmd->operator_uid, e)) != 0 ||
             (rc = get_uid(o, "uid", &cmd->uid, e)) != 0)
@@ -316,7 +335,8 @@ canonical_request(const struct room_cmd *cmd)
         INT("to_uid", cmd->to_uid);
         ID("gift_id", cmd->gift_id);
         INT("count", cmd->count);
-        INT("unit_price", cmd->unit_price);
+        if (cmd->price_named)
+            INT("unit_price", cmd->unit_price);
         break;
     case CMD_KICK_USER:
         INT("operator_uid", cmd->operator_uid);
@@ -489,6 +509,19 @@ parse_object(enum room_cmd_type type, const char *app, const char *path_room_id,
         cmd->has_rules = true;
         json_object_del(o, "rules");
     }
+    if (from_log && (v = json_object_get(o, "catalog")) != NULL) {
+        json_int_t price, energy, version;
+        if (type != CMD_SEND_GIFT || json_unpack(v, "{s:I, s:I, s:I}", "energy_per_unit", &energy,
+                                                 "unit_price", &price, "version", &version) != 0) {
+            rc = fail(e, "catalog", "the recorded catalog price does not parse");
+            goto out;
+        }
+        cmd->catalog.unit_price = price;
+        cmd->catalog.energy_per_unit = energy;
+        cmd->catalog.version = version;
+        cmd->priced = true;
+        json_object_del(o, "catalog");
+    }
     cmd->from_log = from_log;
     json_object_foreach(o, key, v)
     {
@@ -530,6 +563,13 @@ parse_object(enum room_cmd_type type, const char *app, const char *path_room_id,
     }
     if ((rc = parse_fields(o, cmd, e)) != 0 || (rc = reserved_id_ok(cmd, from_log, e)) != 0)
         goto out;
+    if (cmd->priced) { /* a replay applies the price the live command applied */
+        cmd->unit_price = cmd->catalog.unit_price;
+        cmd->energy_per_unit = cmd->catalog.energy_per_unit;
+    } else if (from_log && type == CMD_SEND_GIFT && !cmd->price_named) {
+        rc = fail(e, "unit_price", "a logged gift has neither unit_price nor catalog");
+        goto out;
+    }
     cmd->request = canonical_request(cmd);
     rc = 0;
 out:

@@ -56,7 +56,14 @@ struct room_cmd {
     char title[ROOM_TITLE_MAX + 1];
     char gift_id[STORE_ID_MAX];
     int64_t count;
-    int64_t unit_price;
+    int64_t unit_price;      /* gift: the price applied (the request's, then the catalog's) */
+    int64_t energy_per_unit; /* gift: rocket energy per unit (= unit_price without a catalog) */
+    bool price_named;        /* gift: the request named unit_price (optional with the catalog) */
+    bool priced;             /* gift: priced by the catalog (room_cmd_price; "catalog" in the
+                              * log row, which a replay applies again) */
+    struct {
+        int64_t unit_price, energy_per_unit, version; /* the catalog row it was priced by */
+    } catalog;
     char reason[256];
     char rocket_id[STORE_ID_MAX]; /* launch */
     int level;                    /* launch */
@@ -161,10 +168,16 @@ struct apply_error {
 int room_apply(struct room_state *s, const struct room_cmd *cmd, int64_t now_ms,
                const struct conf_room *rc, struct room_events *ev, struct apply_error *e);
 
+/* Prices gift cmd by its catalog row (unit price, energy, version): what
+ * room_apply then applies and room_logged_request records ("catalog").
+ * Thread: any (pure). */
+void room_cmd_price(struct room_cmd *cmd, const struct gift_item *g);
+
 /* The request the command log stores for cmd, which turned before (NULL:
  * no room yet) into after with room_apply: cmd->request, plus "rules" (as
  * room_rules_to_json) when the command gave the room rules it did not
- * have. Returns a malloc'd string. Thread: any (pure). */
+ * have, plus "catalog" ({"energy_per_unit","unit_price","version"}) when
+ * the catalog priced it. Returns a malloc'd string. Thread: any (pure). */
 char *room_logged_request(const struct room_cmd *cmd, const struct room_state *before,
                           const struct room_state *after);
 

@@ -1,15 +1,26 @@
 /*
- * service.c: the COMMAND PATH (ARCHITECTURE §2). room_service_execute()
- * reads top-down in the order a command goes: lease + cell -> clone +
- * room_apply -> wallet debit (SendGift) -> SaveMutation (group commit;
- * snapshot when due; the outbox rows handed off to this process's outbox
- * workers) -> swap -> projection -> outbox wake -> rocket timer -> the
- * room_command_timing line. The idempotency check is the commit itself: the
- * command log's unique (app, command_id) key claims the id atomically, and a
- * commit refused by it (EREUSED) is answered from the log, the applied clone
- * thrown away as for any failed commit; a refusal before the commit looks
- * the log up first (logged_meanwhile). cell.c owns the cells, apply.c and
- * cmd_*.c the rules, rocket_timer.c the in-process wake-ups.
+ * service.c: the COMMAND PATH (ARCHITECTURE §2). room_service_execute_from()
+ * runs one command through named stages, each a function below with a
+ * one-line contract, in this order:
+ *   parse + authorize   in the caller (room_cmd_parse*, auth_may_act_as;
+ *                       http/handlers_room.c, rpc/server.c)
+ *   stage_turn          route/forward + cell turn: lease + cell (cell.c), or
+ *                       the request sent to the room's owner
+ *   stage_price         SendGift: unit price + energy from the gift catalog
+ *   stage_apply         clone + room_apply (apply.c, cmd_*.c own the rules)
+ *   stage_wallet_hold   SendGift: the remote wallet's Try
+ *   stage_mutation      log row, outbox rows (room_seq), meta, snapshot, debit
+ *   stage_commit        SaveMutation through the group committer; the outbox
+ *                       hand-off (outbox/handoff.h)
+ *   stage_swap          committed: the clone swapped in, projection, rocket timer
+ *   stage_answer        hold settled, turn released, create hook, timing line
+ * Idempotency is no stage of its own: the command log's unique (app,
+ * command_id) key claims the id atomically in the commit, and a commit
+ * refused by it (EREUSED) is answered from the log (answer_reused), the
+ * applied clone thrown away as for any failed commit; a refusal before the
+ * commit looks the log up first (logged_meanwhile). A stage returning false
+ * has filled the reply; stage_answer always runs. rocket_timer.c owns the
+ * in-process wake-ups.
  */
 #include "room/service.h"
 
@@ -130,6 +141,7 @@ same_request(const struct room_cmd *cmd, const char *stored)
     if ((o = json_loads(stored, 0, NULL)) == NULL)
         return false;
     json_object_del(o, "rules");
+    json_object_del(o, "catalog");
     if (cmd->room_id_generated)
         json_object_set_new(o, "room_id", json_string(cmd->room_id));
     text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
@@ -383,177 +395,347 @@ forward_to_owner(struct room_service *svc, const char *app, const struct room_or
     return true;
 }
 
-void
-room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struct room_reply *reply)
+/* ---- the stages ---------------------------------------------------------------------- */
+
+/* One command on its way through the stages: what each stage leaves the
+ * next. Owned by room_service_execute_from's frame; stage_answer frees it. */
+struct exec {
+    struct room_service *svc;
+    const struct conf *conf;
+    const struct room_cmd *cmd;
+    const struct room_origin *origin;
+    struct room_reply *reply;
+    struct room_cmd priced; /* SendGift priced by the catalog (cmd points here then) */
+    struct timing tm;
+    struct cell *c;           /* our turn on the room; NULL = none taken */
+    struct room_state *clone; /* the applied clone; NULL once swapped in */
+    struct room_events ev;    /* the events room_apply produced */
+    int64_t now;              /* the command's time (never before the room's last) */
+    struct wallet_gift gift;  /* SendGift with a wallet: the amount and its key */
+    struct wallet_debit debit;
+    bool held;          /* a wallet hold is open: stage_answer settles it */
+    int64_t held_at_ms; /* when the hold was taken (mono) */
+    struct mutation m;
+    struct outbox_new *obx;
+    char *state_json, *snapshot_json, *response, *logged_request;
+    bool drop;    /* release the cell dropping its state (reload next time) */
+    bool created; /* a CreateRoom committed: run the create hook */
+};
+
+/* Route + cell turn: takes the room's turn (lease + cell, state loaded), or
+ * forwards the request to the room's owner. False: *reply is the answer. */
+static bool
+stage_turn(struct exec *x)
 {
-    room_service_execute_from(svc, cmd, NULL, reply);
+    struct room_reply *r = x->reply;
+    int rc = cell_acquire(x->svc->cells, x->cmd->app_code, x->cmd->room_id, &x->c, r->owner,
+                          sizeof(r->owner), &x->tm.lease_us);
+
+    if (rc == 0)
+        return true;
+    x->c = NULL;
+    if (rc == ROOMD_ENOTOWNER &&
+        forward_to_owner(x->svc, x->cmd->app_code, x->origin, r, &x->tm.forward_us)) {
+        strlcpy_(x->tm.result, "forwarded", sizeof(x->tm.result));
+        x->tm.forwarded = true;
+        return false;
+    }
+    store_fail_reply(r, &x->tm, rc, "room load");
+    return false;
 }
 
-void
-room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
-                          const struct room_origin *origin, struct room_reply *reply)
+/* Adds key: v (taken) to the "error" object of r's error body. */
+static void
+error_add(struct room_reply *r, const char *key, json_t *v)
 {
-    const struct conf *conf = svc->d.conf;
-    struct timing tm;
-    struct command_record rec;
-    struct cell *c = NULL;
-    struct room_state *clone = NULL;
-    struct room_events ev = {0};
-    struct apply_error ae;
-    struct mutation m;
-    struct outbox_new *obx = NULL;
-    char *state_json = NULL, *snapshot_json = NULL, *response = NULL, *logged_request = NULL,
-         msg[320];
-    bool held = false, drop = false, created = false, snapshot_due;
-    struct wallet_gift gift;
-    struct wallet_debit debit;
-    int64_t now, t, balance, held_at_ms = 0;
+    json_t *o = json_loads(r->body, 0, NULL);
+
+    json_object_set_new(json_object_get(o, "error"), key, v);
+    free(r->body);
+    r->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (r->body == NULL)
+        abort();
+}
+
+/* The 409 price_changed answer: the catalog's price and version beside the code. */
+static void
+price_changed_reply(struct exec *x, const struct gift_item *g)
+{
+    char msg[320];
+
+    snprintf(msg, sizeof(msg),
+             "gift %s costs %lld now (catalog version %lld), the request named %lld: nothing "
+             "was charged; show the new price and send again",
+             g->gift_id, (long long)g->unit_price, (long long)g->version,
+             (long long)x->cmd->unit_price);
+    fail_reply(x->reply, &x->tm, 409, "price_changed", msg);
+    error_add(x->reply, "unit_price", json_integer(g->unit_price));
+    error_add(x->reply, "catalog_version", json_integer(g->version));
+}
+
+/* Price (SendGift): unit price and rocket energy from the gift catalog
+ * (room.gift_catalog required), refusing an unknown or disabled gift and a
+ * request naming another unit_price (409 price_changed); with the catalog
+ * off the request's unit_price, which it must name. A refusal looks the log
+ * up first (a retry after a price change answers what it committed).
+ * False: *reply is the answer. */
+static bool
+stage_price(struct exec *x)
+{
+    const struct room_cmd *cmd = x->cmd;
+    struct gift_item g;
+    char msg[320];
     int rc;
 
-    memset(&tm, 0, sizeof(tm));
-    memset(&rec, 0, sizeof(rec));
-    memset(reply, 0, sizeof(*reply));
-    tm.t0 = clock_mono_us();
-    strlcpy_(tm.result, "ok", sizeof(tm.result));
-
-    /* 1. idempotency: no lookup here. The commit (step 5) claims the
-     * command_id with the log's unique key; a command refused before it
-     * looks the log up (logged_meanwhile), so a retry is answered from the
-     * log either way, with one statement less per new command. */
-
-    /* 2. lease + cell: our turn on the room, state loaded */
-    rc = cell_acquire(svc->cells, cmd->app_code, cmd->room_id, &c, reply->owner,
-                      sizeof(reply->owner), &tm.lease_us);
-    if (rc != 0) {
-        c = NULL;
-        if (rc == ROOMD_ENOTOWNER &&
-            forward_to_owner(svc, cmd->app_code, origin, reply, &tm.forward_us)) {
-            strlcpy_(tm.result, "forwarded", sizeof(tm.result));
-            tm.forwarded = true;
-            goto out;
-        }
-        store_fail_reply(reply, &tm, rc, "room load");
-        goto out;
+    if (cmd->type != CMD_SEND_GIFT)
+        return true;
+    if (strcmp(x->conf->room.gift_catalog, "off") == 0) {
+        if (cmd->price_named || logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+            return cmd->price_named;
+        fail_reply(x->reply, &x->tm, 400, "invalid_argument",
+                   "unit_price: is required while room.gift_catalog is off");
+        error_add(x->reply, "field", json_string("unit_price"));
+        return false;
     }
-
-    /* 3. apply to a clone */
-    if (cmd->type == CMD_CREATE_ROOM) {
-        if (c->state != NULL) {
-            if (logged_meanwhile(svc, cmd, reply, &tm))
-                goto out;
-            snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
-            fail_reply(reply, &tm, 409, "room_exists", msg);
-            goto out;
-        }
-        clone = room_state_new(cmd->app_code, cmd->room_id);
+    rc = store_gift_get(x->svc->d.store, cmd->app_code, cmd->gift_id, &g);
+    if (rc != 0 && rc != ROOMD_ENOTFOUND) {
+        store_fail_reply(x->reply, &x->tm, rc, "gift catalog");
+        return false;
+    }
+    if (rc == 0 && g.enabled && (!cmd->price_named || cmd->unit_price == g.unit_price)) {
+        x->priced = *cmd; /* shallow: request stays the caller's */
+        room_cmd_price(&x->priced, &g);
+        x->cmd = &x->priced;
+        return true;
+    }
+    if (logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+        return false;
+    if (rc == ROOMD_ENOTFOUND || !g.enabled) {
+        snprintf(msg, sizeof(msg), "gift_id %s is %s in app %s's gift catalog", cmd->gift_id,
+                 rc == 0 ? "disabled" : "not", cmd->app_code);
+        fail_reply(x->reply, &x->tm, rc == 0 ? 409 : 404,
+                   rc == 0 ? "gift_disabled" : "gift_not_found", msg);
     } else {
-        if (c->state == NULL) {
-            if (logged_meanwhile(svc, cmd, reply, &tm))
-                goto out;
-            snprintf(msg, sizeof(msg), "room %s does not exist", cmd->room_id);
-            fail_reply(reply, &tm, 404, "not_found", msg);
-            goto out;
-        }
-        clone = room_state_clone(c->state);
+        price_changed_reply(x, &g);
     }
+    return false;
+}
+
+/* Apply: the command on a clone of the room (room_apply), refused when the
+ * room's existence or the rules say no. False: *reply is the answer. */
+static bool
+stage_apply(struct exec *x)
+{
+    const struct room_cmd *cmd = x->cmd;
+    const struct room_state *s = x->c->state;
+    struct apply_error ae;
+    char msg[160];
+    int rc;
+
+    if ((cmd->type == CMD_CREATE_ROOM) != (s == NULL)) {
+        if (logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+            return false;
+        snprintf(msg, sizeof(msg), "room %s %s", cmd->room_id,
+                 s != NULL ? "already exists" : "does not exist");
+        fail_reply(x->reply, &x->tm, s != NULL ? 409 : 404, s != NULL ? "room_exists" : "not_found",
+                   msg);
+        return false;
+    }
+    x->clone = s == NULL ? room_state_new(cmd->app_code, cmd->room_id) : room_state_clone(s);
     /* the room's clock never runs backwards, even when the wall clock does */
-    now = clock_wall_ms();
-    if (c->state != NULL && now < c->state->updated_at_ms)
-        now = c->state->updated_at_ms;
-    rc = room_apply(clone, cmd, now, &conf->room, &ev, &ae);
+    x->now = clock_wall_ms();
+    if (s != NULL && x->now < s->updated_at_ms)
+        x->now = s->updated_at_ms;
+    rc = room_apply(x->clone, cmd, x->now, &x->conf->room, &x->ev, &ae);
+    if (rc == 0)
+        return true;
+    if (logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+        return false;
+    if (cmd->type == CMD_LAUNCH_ROCKET && strcmp(ae.code, "rocket_stale") == 0) {
+        json_t *o = json_pack("{s:b, s:s}", "launched", 0, "reason", ae.message);
+        x->reply->status = 200;
+        x->reply->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+        json_decref(o);
+        strlcpy_(x->tm.result, "rocket_stale", sizeof(x->tm.result));
+    } else {
+        fail_reply(x->reply, &x->tm, roomd_err_http_status(rc), ae.code, ae.message);
+    }
+    return false;
+}
+
+/* Wallet hold: SendGift's amount, keyed by (app, command_id) and bound to
+ * this request; a remote wallet's Try happens here (the embedded ledger's
+ * debit is a statement of the commit). False: *reply is the answer. */
+static bool
+stage_wallet_hold(struct exec *x)
+{
+    struct room_service *svc = x->svc;
+    const struct room_cmd *cmd = x->cmd;
+    int64_t t, balance;
+    char msg[320];
+    int rc;
+
+    if (cmd->type != CMD_SEND_GIFT || svc->d.wallet == NULL)
+        return true;
+    wallet_gift_init(&x->gift, cmd->app_code, cmd->room_id, cmd->command_id, cmd->uid,
+                     cmd->count * cmd->unit_price, cmd->request);
+    if (svc->d.wallet->ops->hold == NULL)
+        return true;
+    /* the Try is an effect outside the store: a retry of a committed gift
+     * is answered from the log before it, not after */
+    if (logged_meanwhile(svc, cmd, x->reply, &x->tm))
+        return false;
+    crash_point("before_try");
+    t = clock_mono_us();
+    x->held_at_ms = clock_mono_ms();
+    rc = svc->d.wallet->ops->hold(svc->d.wallet, &x->gift, &balance);
+    x->tm.wallet_us = clock_mono_us() - t;
+    if (rc == ROOMD_EFUNDS) {
+        snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld", (long long)cmd->uid,
+                 (long long)x->gift.amount);
+        fail_reply(x->reply, &x->tm, 402, "insufficient_balance", msg);
+        return false;
+    }
+    if (rc == ROOMD_EREUSED) {
+        if (logged_meanwhile(svc, cmd, x->reply, &x->tm))
+            return false;
+        snprintf(msg, sizeof(msg),
+                 "command_id %s is held by the wallet for a different request, or was "
+                 "cancelled after a failed attempt: send the gift with a new command_id",
+                 cmd->command_id);
+        fail_reply(x->reply, &x->tm, 409, "idempotency_key_reused", msg);
+        return false;
+    }
+    x->held = true; /* from here on, every way out settles the hold */
     if (rc != 0) {
-        if (logged_meanwhile(svc, cmd, reply, &tm))
-            goto out;
-        if (cmd->type == CMD_LAUNCH_ROCKET && strcmp(ae.code, "rocket_stale") == 0) {
-            json_t *o = json_pack("{s:b, s:s}", "launched", 0, "reason", ae.message);
-            reply->status = 200;
-            reply->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
-            json_decref(o);
-            strlcpy_(tm.result, "rocket_stale", sizeof(tm.result));
-        } else {
-            fail_reply(reply, &tm, roomd_err_http_status(rc), ae.code, ae.message);
-        }
-        goto out;
+        snprintf(msg, sizeof(msg), "wallet: %s", roomd_strerror(rc));
+        fail_reply(x->reply, &x->tm, 503, "unavailable", msg);
+        return false; /* settled REFUSED: Cancel, whatever the Try did */
     }
+    crash_point("after_try");
+    return true;
+}
 
-    /* 4. SendGift: the sender's wallet holds the amount, keyed by
-     * (app, command_id) and bound to this request */
-    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL)
-        wallet_gift_init(&gift, cmd->app_code, cmd->room_id, cmd->command_id, cmd->uid,
-                         cmd->count * cmd->unit_price, cmd->request);
-    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL && svc->d.wallet->ops->hold != NULL) {
-        /* the Try is an effect outside the store: a retry of a committed
-         * gift is answered from the log before it, not after */
-        if (logged_meanwhile(svc, cmd, reply, &tm))
-            goto out;
-        crash_point("before_try");
-        t = clock_mono_us();
-        held_at_ms = clock_mono_ms();
-        rc = svc->d.wallet->ops->hold(svc->d.wallet, &gift, &balance);
-        tm.wallet_us = clock_mono_us() - t;
-        if (rc == ROOMD_EFUNDS) {
-            snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld", (long long)cmd->uid,
-                     (long long)gift.amount);
-            fail_reply(reply, &tm, 402, "insufficient_balance", msg);
-            goto out;
-        }
-        if (rc == ROOMD_EREUSED) {
-            if (logged_meanwhile(svc, cmd, reply, &tm))
-                goto out;
-            snprintf(msg, sizeof(msg),
-                     "command_id %s is held by the wallet for a different request, or was "
-                     "cancelled after a failed attempt: send the gift with a new command_id",
-                     cmd->command_id);
-            fail_reply(reply, &tm, 409, "idempotency_key_reused", msg);
-            goto out;
-        }
-        held = true; /* from here on, every way out settles the hold */
-        if (rc != 0) {
-            snprintf(msg, sizeof(msg), "wallet: %s", roomd_strerror(rc));
-            fail_reply(reply, &tm, 503, "unavailable", msg);
-            goto out; /* settled REFUSED: Cancel, whatever the Try did */
-        }
-        crash_point("after_try");
-    }
+/* Builds what the commit writes into x->m: the log row and its response,
+ * the outbox rows (gap-free room_seq), the room's meta row, the snapshot
+ * when due, the embedded ledger's debit. Cannot fail. */
+static void
+stage_mutation(struct exec *x)
+{
+    const struct conf *conf = x->conf;
+    const struct room_cmd *cmd = x->cmd;
+    struct cell *c = x->c;
+    struct mutation *m = &x->m;
+    int64_t t;
 
-    /* 5. SaveMutation: log row + outbox rows + room meta (+ snapshot), one transaction */
-    obx = xcalloc(ev.n ? ev.n : 1, sizeof(*obx));
-    for (size_t i = 0; i < ev.n; i++) {
-        uuid_v7(now, obx[i].event_id);
-        obx[i].event_type = ev.v[i].type;
-        obx[i].payload = ev.v[i].payload;
-        obx[i].payload_len = ev.v[i].payload_len;
-        obx[i].room_seq = c->event_seq + 1 + (int64_t)i; /* gap-free: fenced with the version */
+    x->obx = xcalloc(x->ev.n ? x->ev.n : 1, sizeof(*x->obx));
+    for (size_t i = 0; i < x->ev.n; i++) {
+        uuid_v7(x->now, x->obx[i].event_id);
+        x->obx[i].event_type = x->ev.v[i].type;
+        x->obx[i].payload = x->ev.v[i].payload;
+        x->obx[i].payload_len = x->ev.v[i].payload_len;
+        x->obx[i].room_seq = c->event_seq + 1 + (int64_t)i; /* gap-free: fenced with the version */
     }
     /* the snapshot, when due, is written inside the commit (its row's time is
      * in save_mutation_ms); the response carries the room's summary (no
      * member or ban list), since every response is stored in the log and is
      * what an idempotent replay answers */
-    snapshot_due =
-        conf->room.snapshot_every_n > 0 && clone->version % conf->room.snapshot_every_n == 0;
-    if (snapshot_due) {
+    if (conf->room.snapshot_every_n > 0 && x->clone->version % conf->room.snapshot_every_n == 0) {
         t = clock_mono_us();
-        snapshot_json = room_state_to_json(clone);
-        tm.snapshot_us = clock_mono_us() - t;
+        x->snapshot_json = room_state_to_json(x->clone);
+        x->tm.snapshot_us = clock_mono_us() - t;
     }
-    state_json = room_state_to_json_summary(clone);
-    response = build_response(cmd, clone, obx, ev.n, state_json);
-
-    logged_request = room_logged_request(cmd, c->state, clone);
-    make_mutation(&m, cmd, clone, now, c->lease_token, response);
-    if (m.create)
-        m.max_owner_rooms = conf->room.max_rooms_per_owner;
-    m.request = logged_request; /* with "rules" when the room took the configured rules */
-    m.events = obx;
-    m.nevents = ev.n;
-    m.meta.event_seq = c->event_seq + (int64_t)ev.n;
-    m.snapshot = snapshot_json;
-    m.snapshots_keep = conf->room.snapshots_keep;
+    x->state_json = room_state_to_json_summary(x->clone);
+    x->response = build_response(cmd, x->clone, x->obx, x->ev.n, x->state_json);
+    x->logged_request = room_logged_request(cmd, c->state, x->clone);
+    make_mutation(m, cmd, x->clone, x->now, c->lease_token, x->response);
+    if (m->create)
+        m->max_owner_rooms = conf->room.max_rooms_per_owner;
+    m->request = x->logged_request; /* with "rules" when the room took the configured rules */
+    m->events = x->obx;
+    m->nevents = x->ev.n;
+    m->meta.event_seq = c->event_seq + (int64_t)x->ev.n;
+    m->snapshot = x->snapshot_json;
+    m->snapshots_keep = conf->room.snapshots_keep;
     /* the embedded ledger: the debit is a statement of this very commit */
-    if (cmd->type == CMD_SEND_GIFT && svc->d.wallet != NULL && svc->d.wallet->ops->attach != NULL) {
-        svc->d.wallet->ops->attach(svc->d.wallet, &gift, &debit);
-        m.debit = &debit;
+    if (cmd->type == CMD_SEND_GIFT && x->svc->d.wallet != NULL &&
+        x->svc->d.wallet->ops->attach != NULL) {
+        x->svc->d.wallet->ops->attach(x->svc->d.wallet, &x->gift, &x->debit);
+        m->debit = &x->debit;
     }
+}
+
+/* Idempotency after the commit's unique key refused the command_id (a retry
+ * of a committed command, a concurrent twin, or another request under the
+ * same id): answers from the log. Nothing of this attempt stands. */
+static void
+answer_reused(struct exec *x)
+{
+    const struct room_cmd *cmd = x->cmd;
+    struct command_record rec;
+    char msg[256];
+    int64_t t = clock_mono_us();
+    int lr;
+
+    memset(&rec, 0, sizeof(rec));
+    lr = store_find_command(x->svc->d.store, cmd->app_code, cmd->command_id, &rec);
+    x->tm.idempotency_us += clock_mono_us() - t;
+    if (lr == ROOMD_ENOTFOUND) { /* the ledger holds another debit under this id */
+        snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
+                 cmd->command_id);
+        fail_reply(x->reply, &x->tm, 409, "idempotency_key_reused", msg);
+    } else if (lr != 0) {
+        store_fail_reply(x->reply, &x->tm, lr, "idempotency check");
+    } else {
+        answer_logged(x->reply, &x->tm, cmd, &rec); /* ours only when it is this very gift */
+    }
+    command_record_clear(&rec);
+}
+
+/* The answer to a commit that returned rc != 0: the refusal it stands for
+ * (reused id, funds, the owner's room limit, a room created meanwhile, the
+ * fence, the store). Marks the cell for reload when its state may be stale. */
+static void
+commit_refused(struct exec *x, int rc)
+{
+    const struct room_cmd *cmd = x->cmd;
+    char msg[320];
+
+    if (rc == ROOMD_EREUSED) {
+        answer_reused(x);
+    } else if (rc == ROOMD_EFUNDS) { /* the debit was refused: rolled back alone */
+        snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
+                 (long long)x->debit.amount, (long long)x->debit.balance_after);
+        fail_reply(x->reply, &x->tm, 402, "insufficient_balance", msg);
+    } else if (rc == ROOMD_ELIMIT) { /* the owner's open rooms, counted in the commit */
+        snprintf(msg, sizeof(msg),
+                 "owner_uid %lld already holds room.max_rooms_per_owner (%d) open rooms: close "
+                 "one first",
+                 (long long)cmd->owner_uid, x->conf->room.max_rooms_per_owner);
+        fail_reply(x->reply, &x->tm, 429, "too_many_rooms", msg);
+        x->reply->retry_after = ROOM_TOO_MANY_RETRY_S;
+    } else if (rc == ROOMD_EEXIST) {
+        snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
+        fail_reply(x->reply, &x->tm, 409, "room_exists", msg);
+        x->drop = true; /* someone else created it: reload */
+    } else {
+        x->drop = rc == ROOMD_EFENCED; /* another owner committed: reload next time */
+        log_warn("room", "commit failed", "app=%s room=%s command_id=%s rc=%s err=\"%s\"",
+                 cmd->app_code, cmd->room_id, cmd->command_id, roomd_strerror(rc), store_errmsg());
+        store_fail_reply(x->reply, &x->tm, rc, "commit");
+    }
+}
+
+/* Commit (SaveMutation): log row + outbox rows + room meta (+ snapshot, +
+ * debit) in one transaction through the group committer; the command_id's
+ * unique key is the idempotency check. False: *reply is the answer. */
+static bool
+stage_commit(struct exec *x)
+{
+    struct room_service *svc = x->svc;
+    int64_t t;
+    int rc;
 
 #ifdef ROOMD_TESTING
     /* fault injection: hold the command between its lease check and its
@@ -564,137 +746,141 @@ room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
         nanosleep(&ts, NULL);
     }
 #endif
+    /* a hold older than half of wallet.reconcile_after may meet the
+     * reconciler's Cancel: give it up rather than commit an unpaid gift */
+    if (x->held && clock_mono_ms() - x->held_at_ms > x->conf->wallet.reconcile_after_ms / 2) {
+        fail_reply(x->reply, &x->tm, 503, "unavailable", "wallet: the hold is too old to commit");
+        return false;
+    }
     /* the outbox hand-off: when this process's outbox queue has room, the
      * rows are inserted already claimed by it and go to its workers right
      * after the commit, with no claim query; else a worker is woken to claim
      * them now, not at its next poll (outbox/handoff.h, docs/outbox.md) */
-    /* a hold older than half of wallet.reconcile_after may meet the
-     * reconciler's Cancel: give it up rather than commit an unpaid gift */
-    if (held && clock_mono_ms() - held_at_ms > conf->wallet.reconcile_after_ms / 2) {
-        fail_reply(reply, &tm, 503, "unavailable", "wallet: the hold is too old to commit");
-        goto out;
-    }
-    outbox_handoff_begin(svc->d.outbox, &m);
+    outbox_handoff_begin(svc->d.outbox, &x->m);
     crash_point("before_commit");
     t = clock_mono_us();
-    rc = commit(svc, &m);
-    tm.save_us = clock_mono_us() - t;
-    tm.idempotency_us += m.log_us;   /* the check is the log row's unique key, in the commit */
-    tm.snapshot_us += m.snapshot_us; /* built above, persisted in the commit */
-    if (m.debit != NULL)
-        tm.wallet_us = m.debit_us; /* inside save_mutation_ms */
+    rc = commit(svc, &x->m);
+    x->tm.save_us = clock_mono_us() - t;
+    x->tm.idempotency_us += x->m.log_us; /* the check is the log row's unique key, in the commit */
+    x->tm.snapshot_us += x->m.snapshot_us; /* built before, persisted in the commit */
+    if (x->m.debit != NULL)
+        x->tm.wallet_us = x->m.debit_us; /* inside save_mutation_ms */
     if (rc == 0)
         crash_point("after_commit");
-    outbox_handoff_end(svc->d.outbox, &m, rc);
-    if (rc == ROOMD_EREUSED) {
-        /* the command_id is in the log already: a retry of a committed
-         * command, a concurrent twin, or another request under the same id.
-         * Nothing of this attempt stands: the clone is dropped below (out),
-         * the hand-off was cancelled, the savepoint rolled back. */
-        t = clock_mono_us();
-        int lr = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
-        tm.idempotency_us += clock_mono_us() - t;
-        if (lr == ROOMD_ENOTFOUND) { /* the ledger holds another debit under this id */
-            snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
-                     cmd->command_id);
-            fail_reply(reply, &tm, 409, "idempotency_key_reused", msg);
-            goto out;
-        }
-        if (lr != 0) {
-            store_fail_reply(reply, &tm, lr, "idempotency check");
-            goto out;
-        }
-        answer_logged(reply, &tm, cmd, &rec);
-        goto out; /* settled from the log: ours only when it is this very gift */
-    }
-    if (rc == ROOMD_EFUNDS) { /* the debit was refused: rolled back alone, nothing written */
-        snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
-                 (long long)debit.amount, (long long)debit.balance_after);
-        fail_reply(reply, &tm, 402, "insufficient_balance", msg);
-        goto out;
-    }
-    if (rc == ROOMD_ELIMIT) { /* the owner's open rooms, counted in the commit */
-        snprintf(msg, sizeof(msg),
-                 "owner_uid %lld already holds room.max_rooms_per_owner (%d) open rooms: close "
-                 "one first",
-                 (long long)cmd->owner_uid, conf->room.max_rooms_per_owner);
-        fail_reply(reply, &tm, 429, "too_many_rooms", msg);
-        reply->retry_after = ROOM_TOO_MANY_RETRY_S;
-        goto out;
-    }
-    if (rc != 0) {
-        if (rc == ROOMD_EEXIST) {
-            snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
-            fail_reply(reply, &tm, 409, "room_exists", msg);
-            drop = true; /* someone else created it: reload */
-        } else {
-            drop = rc == ROOMD_EFENCED; /* another owner committed: reload next time */
-            log_warn("room", "commit failed", "app=%s room=%s command_id=%s rc=%s err=\"%s\"",
-                     cmd->app_code, cmd->room_id, cmd->command_id, roomd_strerror(rc),
-                     store_errmsg());
-            store_fail_reply(reply, &tm, rc, "commit");
-        }
-        goto out;
-    }
+    outbox_handoff_end(svc->d.outbox, &x->m, rc);
+    if (rc != 0)
+        commit_refused(x, rc); /* the clone is dropped by stage_answer */
+    return rc == 0;
+}
 
-    /* 6. committed: swap the clone in */
-    if (held) {
-        svc->d.wallet->ops->settle(svc->d.wallet, &gift, WALLET_COMMITTED);
-        held = false;
+/* Committed: settles the hold, swaps the clone in, updates the projection
+ * (best effort), schedules the rocket wake-up, and answers 200. */
+static void
+stage_swap(struct exec *x)
+{
+    struct room_service *svc = x->svc;
+    const struct room_cmd *cmd = x->cmd;
+    struct cell *c = x->c;
+    int64_t t;
+    int rc;
+
+    if (x->held) {
+        svc->d.wallet->ops->settle(svc->d.wallet, &x->gift, WALLET_COMMITTED);
+        x->held = false;
     }
     room_state_free(c->state);
-    c->state = clone;
-    clone = NULL;
-    c->event_seq = m.meta.event_seq;
-    async_sinks(conf, ev.n > 0, &tm);
-    created = cmd->type == CMD_CREATE_ROOM;
-
-    /* 7. projections, best effort */
+    c->state = x->clone;
+    x->clone = NULL;
+    c->event_seq = x->m.meta.event_seq;
+    async_sinks(x->conf, x->ev.n > 0, &x->tm);
+    x->created = cmd->type == CMD_CREATE_ROOM;
     if (svc->d.projection != NULL) {
         t = clock_mono_us();
         rc = room_state_update_projection(svc->d.projection, c->state);
-        tm.projection_us = clock_mono_us() - t;
+        x->tm.projection_us = clock_mono_us() - t;
         if (rc != 0)
             log_warn("room", "projection update failed", "app=%s room=%s rc=%s", cmd->app_code,
                      cmd->room_id, roomd_strerror(rc));
     }
-    /* 8. no broker: wake ourselves at launch_at_ms */
+    /* no broker: wake ourselves at launch_at_ms */
     if (svc->timer != NULL)
-        for (size_t i = 0; i < ev.n; i++)
-            if (strcmp(ev.v[i].type, "RoomRocketIgnited") == 0)
+        for (size_t i = 0; i < x->ev.n; i++)
+            if (strcmp(x->ev.v[i].type, "RoomRocketIgnited") == 0)
                 rocket_timer_schedule(svc->timer, cmd->app_code, cmd->room_id,
                                       c->state->rocket.rocket_id, c->state->rocket.level,
                                       c->state->rocket.launch_at_ms);
-    reply->status = 200;
-    reply->body = response;
-    response = NULL;
+    x->reply->status = 200;
+    x->reply->body = x->response;
+    x->response = NULL;
+}
 
-out:
+/* Answer: settles a hold left open (from the log), gives the room's turn
+ * back, runs CreateRoom's IM hook outside the turn, logs the timing line,
+ * frees the command's working state. *reply is final afterwards. */
+static void
+stage_answer(struct exec *x)
+{
+    struct room_service *svc = x->svc;
+    const struct room_cmd *cmd = x->cmd;
+    int64_t t;
+    int rc;
+
     /* a hold whose gift did not commit (here or, for a concurrent twin,
      * under the same key) is given back; the log tells which */
-    if (held)
-        svc->d.wallet->ops->settle(svc->d.wallet, &gift, gift_outcome(svc, cmd));
-    if (c != NULL)
-        cell_release(svc->cells, c, drop);
+    if (x->held)
+        svc->d.wallet->ops->settle(svc->d.wallet, &x->gift, gift_outcome(svc, cmd));
+    if (x->c != NULL)
+        cell_release(svc->cells, x->c, x->drop);
     /* CreateRoom: the synchronous IM group, outside the room's turn; never fails the command */
-    if (created && svc->d.create_hook != NULL) {
+    if (x->created && svc->d.create_hook != NULL) {
         t = clock_mono_us();
         rc = svc->d.create_hook(svc->d.create_hook_arg, cmd->app_code, cmd->room_id, cmd->title,
                                 cmd->owner_uid);
-        tm.im_us = clock_mono_us() - t;
+        x->tm.im_us = clock_mono_us() - t;
         if (rc != 0)
             log_warn("room", "create hook failed", "app=%s room=%s rc=%s", cmd->app_code,
                      cmd->room_id, roomd_strerror(rc));
     }
-    log_timing(cmd, reply, &tm);
-    room_state_free(clone);
-    room_events_clear(&ev);
-    command_record_clear(&rec);
-    free(obx);
-    free(state_json);
-    free(snapshot_json);
-    free(response);
-    free(logged_request);
+    log_timing(cmd, x->reply, &x->tm);
+    room_state_free(x->clone);
+    room_events_clear(&x->ev);
+    free(x->obx);
+    free(x->state_json);
+    free(x->snapshot_json);
+    free(x->response);
+    free(x->logged_request);
+}
+
+void
+room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struct room_reply *reply)
+{
+    room_service_execute_from(svc, cmd, NULL, reply);
+}
+
+/* The command path, top-down: parse and authorize happened in the caller
+ * (room_cmd_parse*, auth_may_act_as); idempotency has no stage of its own
+ * (the commit's unique key, logged_meanwhile before a refusal). */
+void
+room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
+                          const struct room_origin *origin, struct room_reply *reply)
+{
+    struct exec x;
+
+    memset(&x, 0, sizeof(x));
+    memset(reply, 0, sizeof(*reply));
+    x.svc = svc;
+    x.conf = svc->d.conf;
+    x.cmd = cmd;
+    x.origin = origin;
+    x.reply = reply;
+    x.tm.t0 = clock_mono_us();
+    strlcpy_(x.tm.result, "ok", sizeof(x.tm.result));
+    if (stage_turn(&x) && stage_price(&x) && stage_apply(&x) && stage_wallet_hold(&x)) {
+        stage_mutation(&x);
+        if (stage_commit(&x))
+            stage_swap(&x);
+    }
+    stage_answer(&x);
 }
 
 /* ---- reads, lifetime ----------------------------------------------------------------- */

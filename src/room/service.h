@@ -1,11 +1,11 @@
 /*
  * service.h: the COMMAND PATH entry point. room_service_execute() runs one
- * write command through the steps of ARCHITECTURE §2:
- *   lease + cell (cell.c) -> clone + room_apply -> wallet debit (SendGift)
- *   -> SaveMutation via group commit (its unique command_id key is the
- *   idempotency check: a duplicate is answered from the log)
- *   -> snapshot when due -> projections -> swap, wake outbox -> timing log
- * and builds the HTTP answer. Read it top-down in service.c.
+ * parsed and authorized write command through the stages of ARCHITECTURE §2
+ * (service.c names them): route/forward + cell turn -> apply on a clone ->
+ * wallet hold (SendGift) -> SaveMutation via group commit (its unique
+ * command_id key is the idempotency check: a duplicate is answered from the
+ * log) -> swap, projection, rocket timer -> answer + timing log.
+ * Read it top-down in service.c.
  */
 #ifndef ROOMD_ROOM_SERVICE_H
 #define ROOMD_ROOM_SERVICE_H

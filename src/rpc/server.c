@@ -17,8 +17,8 @@
 #include "metrics/metrics.h"
 #include "room/command.h"
 #include "room_service.pb-c.h"
-#include "rpc/grpc_peer.h"
-#include "rpc/pbjson.h"
+#include "peer/grpc_peer.h"
+#include "peer/pbjson.h"
 #include "rpc_status.pb-c.h"
 
 #include <grpc/byte_buffer.h>

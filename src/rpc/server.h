@@ -1,7 +1,7 @@
 /*
  * server.h: the gRPC API (docs/grpc.md) on gRPC core, beside HTTP. Each RPC
  * of proto/room_service.proto is the HTTP route of the same name: the server
- * turns the request message into that route's JSON body (rpc/pbjson.h) and
+ * turns the request message into that route's JSON body (peer/pbjson.h) and
  * metadata into its headers, runs it through the one router (http/router.h:
  * the same validation, idempotency, room service and metrics), and turns the
  * answer into the reply message or a gRPC status with details. A pool of

@@ -8,6 +8,7 @@
 
 #include "conf/conf.h"
 #include "core/err.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 
 #include <stdarg.h>
@@ -68,11 +69,12 @@ keep_oldest(int64_t *slot, int64_t ms)
 }
 
 void
-outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, int64_t oldest_ms)
+outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, const char *event_type,
+                     int64_t oldest_ms)
 {
     keep_oldest(&c->oldest_undelivered_ms, oldest_ms);
     for (int b = 0; b < OUTBOX_SINK_BITS; b++)
-        if (!(sinks_done & (1u << b)))
+        if (!(sinks_done & (1u << b)) && sink_bit_carries(1u << b, event_type))
             keep_oldest(&c->oldest_missing_ms[b], oldest_ms);
 }
 
@@ -384,6 +386,14 @@ const struct store_col store_audit_cols[] = {
     STORE_COL('c', struct audit_row, key),     STORE_COL('c', struct audit_row, ledger_kind),
     STORE_COL('i', struct audit_row, uid),     STORE_COL('i', struct audit_row, amount),
     STORE_COL('s', struct audit_row, request), {0}};
+const struct store_col store_gift_cols[] = {STORE_COL('c', struct gift_item, app_code),
+                                            STORE_COL('c', struct gift_item, gift_id),
+                                            STORE_COL('i', struct gift_item, unit_price),
+                                            STORE_COL('i', struct gift_item, energy_per_unit),
+                                            STORE_COL('d', struct gift_item, enabled),
+                                            STORE_COL('i', struct gift_item, version),
+                                            STORE_COL('i', struct gift_item, updated_at_ms),
+                                            {0}};
 
 void
 store_read_cols(const struct store_col *cols, store_col_fn *col, const void *row, void *dst,
@@ -489,6 +499,35 @@ int
 store_fence_room(struct store *s, const char *app, const char *room_id, int64_t token)
 {
     return s->ops->fence_room(s, app, room_id, token);
+}
+
+int
+store_gift_get(struct store *s, const char *app, const char *gift_id, struct gift_item *out)
+{
+    memset(out, 0, sizeof(*out));
+    return s->ops->gift_get(s, app, gift_id, out);
+}
+
+int
+store_gift_put(struct store *s, struct gift_item *g, int64_t expect_version)
+{
+    if (g->unit_price < 1 || g->unit_price > STORE_GIFT_VALUE_MAX || g->energy_per_unit < 0 ||
+        g->energy_per_unit > STORE_GIFT_VALUE_MAX || g->app_code[0] == '\0' ||
+        g->gift_id[0] == '\0') {
+        store_set_errmsg("gift: unit_price 1..%lld, energy_per_unit 0..%lld, app and id set",
+                         (long long)STORE_GIFT_VALUE_MAX, (long long)STORE_GIFT_VALUE_MAX);
+        return ROOMD_EINVAL;
+    }
+    g->enabled = g->enabled != 0;
+    return s->ops->gift_put(s, g, expect_version);
+}
+
+int
+store_gift_list(struct store *s, const char *app, struct gift_item **rows, size_t *n)
+{
+    *rows = NULL;
+    *n = 0;
+    return s->ops->gift_list(s, app != NULL ? app : "", rows, n);
 }
 
 #ifdef ROOMD_TESTING

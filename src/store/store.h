@@ -1,4 +1,18 @@
 /*
+ * How to add a store operation (every SQL statement of roomd is under
+ * src/store/; docs/store.md):
+ *   1. store.h: its function type store_<op>_fn, a line X(<op>) in
+ *      STORE_OPS, and the store_<op> wrapper's contract (returns, owns,
+ *      thread, blocks); store.c: the wrapper.
+ *   2. each backend: mys_<op> in mysql/<file>.c (an fn run by mys_run or
+ *      mys_run_tx on a pooled connection; its statement MYS_SQL(NAME, ..)
+ *      with a slot S_NAME in mysql/internal.h) and sq_<op> in
+ *      sqlite/<file>.c (SQ_SQL(NAME, ..), slot ST_NAME). Rows of room_outbox
+ *      by STORE_OUTBOX_COLS and the backend's one row reader.
+ *   3. a case in tests/store_suite.c (runs on both backends).
+ * An operator's query goes to admin.h's ops table, a consumer group's to
+ * inbox.h's, the same way (both backends, a test of each).
+ *
  * store.h: the SQL store, authority for room state and room_outbox.
  * One interface, one folder per backend: sqlite/ (embedded default) and
  * mysql/ (MariaDB Connector/C), each split into conn.c, schema.c, command.c,
@@ -27,6 +41,8 @@
  *   wallet_accounts(app_code, uid, balance, updated_at_ms)  PK (app_code, uid)
  *   wallet_ledger(app_code, ref_id, uid, amount, kind, created_at_ms)
  *         PK (app_code, ref_id, kind)  -- debit/refund/topup idempotency
+ *   gift_catalog(app_code, gift_id, unit_price, energy_per_unit, enabled,
+ *         version, updated_at_ms)   PK (app_code, gift_id) -- SendGift's prices
  *   schema_migrations(version, applied_at_ms)
  *
  * Statuses: pending, delivering, delivered, retryable, failed. Legacy
@@ -47,6 +63,9 @@
 struct conf_store;
 
 #define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
+#define STORE_GIFT_VALUE_MAX                                                                       \
+    1000000000LL /* a gift's unit_price and energy_per_unit: at most 1e9                           \
+                  */
 
 enum outbox_status {
     OUTBOX_PENDING = 0,
@@ -200,6 +219,20 @@ struct outbox_row {
 };
 void outbox_rows_free(struct outbox_row *rows, size_t n);
 
+/*
+ * The one room_outbox row shape. STORE_OUTBOX_COLS: the columns of a struct
+ * outbox_row in SELECT order, the same list in both backends for every read
+ * (the worker's claim, list/get, the admin store's search/get): column k
+ * is the k-th field read by each backend's row reader. STORE_OUTBOX_COPY:
+ * what a repair's new row copies from the original (INSERT ... SELECT; its
+ * event_id, command_id "repair:<event_id>", status and times are its own).
+ */
+#define STORE_OUTBOX_COLS                                                                          \
+    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
+    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
+    " last_error, created_at_ms, delivered_at_ms, room_seq"
+#define STORE_OUTBOX_COPY "app_code, room_id, room_version, event_type, payload, room_seq"
+
 /* The outcome of one delivery attempt, written fenced by locked_by. */
 struct outbox_result {
     int64_t id;
@@ -220,8 +253,9 @@ struct outbox_counts {
     /* created_at_ms of the oldest undelivered row (pending, delivering or
      * retryable: every row a claim may still take), 0 when none */
     int64_t oldest_undelivered_ms;
-    /* the same among the rows whose sinks_done lacks bit 1 << b: the oldest
-     * row sink b has not delivered yet (also when it waits for another sink) */
+    /* the same among the rows that carry sink bit 1 << b (sink_bit_carries)
+     * and whose sinks_done lacks it: the oldest row sink b has not delivered
+     * yet (also when it waits for another sink) */
     int64_t oldest_missing_ms[OUTBOX_SINK_BITS];
 };
 
@@ -256,6 +290,18 @@ struct wallet_debit {
     int64_t initial_balance; /* balance of a never-seen account */
     int rc;                  /* out: 0, ROOMD_EFUNDS, ROOMD_EINVAL, ROOMD_EREUSED */
     int64_t balance_after;   /* out: uid's balance after it (or as found when refused) */
+};
+
+/* One gift of an app's catalog (store_gift_*): what SendGift charges and
+ * the rocket energy it adds per unit when room.gift_catalog is required. */
+struct gift_item {
+    char app_code[STORE_ID_MAX];
+    char gift_id[STORE_ID_MAX];
+    int64_t unit_price;      /* what one unit costs, 1..1e9 */
+    int64_t energy_per_unit; /* rocket energy one unit adds, 0..1e9 */
+    int enabled;             /* 0: SendGift refuses it (409 gift_disabled) */
+    int64_t version;         /* 1 when created, +1 per change */
+    int64_t updated_at_ms;
 };
 
 /* One row the wallet audit reads (store_wallet_audit_rows). */
@@ -296,6 +342,9 @@ extern const struct store_col store_command_cols[];
 extern const struct store_col store_rocket_cols[];
 extern const struct store_col store_room_cols[];
 extern const struct store_col store_audit_cols[];
+/* The columns of a gift_item (app_code, gift_id, unit_price,
+ * energy_per_unit, enabled, version, updated_at_ms). */
+extern const struct store_col store_gift_cols[];
 
 /* Column k of a backend's current row: its text (NULL for SQL NULL) into
  * *text when text is not NULL, else its integer into *num. */
@@ -349,6 +398,11 @@ typedef int store_rooms_list_fn(struct store *s, const char *after_app, const ch
                                 bool open_only, int limit, struct room_row **rows, size_t *n);
 typedef int store_fence_room_fn(struct store *s, const char *app, const char *room_id,
                                 int64_t token);
+typedef int store_gift_get_fn(struct store *s, const char *app, const char *gift_id,
+                              struct gift_item *out);
+typedef int store_gift_put_fn(struct store *s, struct gift_item *g, int64_t expect_version);
+typedef int store_gift_list_fn(struct store *s, const char *app, struct gift_item **rows,
+                               size_t *n);
 
 /* The list of those operations, written once: X(op) for each. struct
  * store_ops has a member op of type store_<op>_fn *; a backend defines
@@ -372,7 +426,10 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
     X(wallet_audit_rows)                                                                           \
     X(rockets_pending)                                                                             \
     X(rooms_list)                                                                                  \
-    X(fence_room)
+    X(fence_room)                                                                                  \
+    X(gift_get)                                                                                    \
+    X(gift_put)                                                                                    \
+    X(gift_list)
 
 #define STORE_OP_MEMBER(op) store_##op##_fn *op;
 struct store_ops {
@@ -422,9 +479,19 @@ int store_check_owner_rooms(const struct mutation *m, int64_t open_rooms);
 enum outbox_status outbox_status_read(const char *name);
 /* Adds n rows of status name (a GROUP BY status row) to c. */
 void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
-/* Folds one group of undelivered rows (sinks_done, min created_at_ms) into
- * c's oldest_undelivered_ms and oldest_missing_ms (backends' counts query). */
-void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, int64_t oldest_ms);
+/* Folds one group of undelivered rows (a row of STORE_OUTBOX_OLDEST_SQL:
+ * sinks_done, event_type, min created_at_ms) into c's oldest_undelivered_ms
+ * and oldest_missing_ms: a sink's only when the rows carry it
+ * (sink_bit_carries: the rocket sink's are RoomRocketIgnited rows). */
+void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, const char *event_type,
+                          int64_t oldest_ms);
+/* The undelivered rows' groups for outbox_counts_oldest, the same query in
+ * both backends (store_outbox_counts, the admin summary); by the seed's
+ * statuses, so rows another writer left count before their due_at_ms is
+ * derived (docs/migrate.md). */
+#define STORE_OUTBOX_OLDEST_SQL                                                                    \
+    "SELECT sinks_done, event_type, MIN(created_at_ms) FROM room_outbox"                           \
+    " WHERE status IN ('pending', 'retryable', 'delivering') GROUP BY sinks_done, event_type"
 /* The length last_error is stored with: at most 1000 bytes, cut at a UTF-8
  * character boundary. */
 size_t outbox_last_error_len(const char *last_error);
@@ -626,6 +693,21 @@ int store_rooms_list(struct store *s, const char *after_app, const char *after_r
  * claimed it since), or EUNAVAIL/EIO.
  */
 int store_fence_room(struct store *s, const char *app, const char *room_id, int64_t token);
+
+/* The gift catalog (docs/room.md, Gift catalog). store_gift_get: 0 and
+ * *out, ROOMD_ENOTFOUND, or EUNAVAIL/EIO; one primary key read (SendGift's
+ * price, in the room's turn). */
+int store_gift_get(struct store *s, const char *app, const char *gift_id, struct gift_item *out);
+/* Creates or changes the gift g names (app_code, gift_id) with g's price,
+ * energy and enabled, in one transaction: its version becomes the stored
+ * one + 1 (1 when new), written back to g with updated_at_ms. expect_version
+ * >= 0 makes it conditional: the stored version (0 when absent) must equal
+ * it, else ROOMD_ECONFLICT with g->version set to the stored one and nothing
+ * written; -1 writes unconditionally. Values out of range: ROOMD_EINVAL. */
+int store_gift_put(struct store *s, struct gift_item *g, int64_t expect_version);
+/* The catalog of app ("" = every app) ordered by (app_code, gift_id):
+ * *rows malloc'd (free(), no pointers inside), *n rows. 0 or EUNAVAIL/EIO. */
+int store_gift_list(struct store *s, const char *app, struct gift_item **rows, size_t *n);
 
 #ifdef ROOMD_TESTING
 /* Fault injection: the next n store_save calls fail inside the transaction

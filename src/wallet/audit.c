@@ -46,8 +46,9 @@ gift_of(const char *request, int64_t *uid, int64_t *amount)
 {
     json_t *o = request != NULL ? json_loads(request, 0, NULL) : NULL;
     json_int_t u = 0, count = 0, price = 0;
-    bool ok = o != NULL && json_unpack(o, "{s:I, s:I, s:I}", "uid", &u, "count", &count,
-                                       "unit_price", &price) == 0;
+    json_t *cat = json_object_get(o, "catalog"); /* the catalog's price, when it priced it */
+    bool ok = o != NULL && json_unpack(o, "{s:I, s:I}", "uid", &u, "count", &count) == 0 &&
+              json_unpack(cat != NULL ? cat : o, "{s:I}", "unit_price", &price) == 0;
 
     json_decref(o);
     *uid = u;

@@ -62,9 +62,12 @@ wallet_request_digest(const char *request, char out[65])
     const char *text = request;
     json_t *o;
 
-    /* a logged request may carry the room's "rules" (room_logged_request) */
-    if (strstr(request, "\"rules\":") != NULL && (o = json_loads(request, 0, NULL)) != NULL) {
+    /* a logged request may carry the room's "rules" and the gift's
+     * "catalog" price (room_logged_request) */
+    if ((strstr(request, "\"rules\":") != NULL || strstr(request, "\"catalog\":") != NULL) &&
+        (o = json_loads(request, 0, NULL)) != NULL) {
         json_object_del(o, "rules");
+        json_object_del(o, "catalog");
         canon = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
         json_decref(o);
         if (canon == NULL)

@@ -3,7 +3,7 @@
  * Try, settle(REFUSED) is Cancel; Confirm is sent by the outbox
  * (sink_wallet.c) once the gift committed. Each key (app, command_id) this
  * process holds and has not settled is in the in-flight set, which the
- * reconciler skips. One channel (rpc/grpc_peer.c) for the process.
+ * reconciler skips. One channel (peer/grpc_peer.c) for the process.
  */
 #include "wallet/wallet_grpc.h"
 
@@ -12,7 +12,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
-#include "rpc/grpc_peer.h"
+#include "peer/grpc_peer.h"
 #include "wallet.pb-c.h"
 #include "wallet/wallet.h"
 

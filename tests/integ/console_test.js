@@ -15,6 +15,25 @@ const ROOM = process.env.CONSOLE_ROOM;
 const EXPECT = Number(process.env.CONSOLE_EXPECT);
 const SHOT = process.env.CONSOLE_SCREENSHOT;
 
+// CONSOLE_MODE=dlq (tests/integ/test_dlq_cluster.py): the consumer dead letters' table lists
+// CONSOLE_EXPECT messages; the replay button of the one with seq CONSOLE_SEQ replays it into its
+// group, the row leaves the table and the audit's newest entry is the dlq_replay.
+async function dlqReplay(page, out) {
+  const seq = process.env.CONSOLE_SEQ;
+  await page.waitForFunction((n) => document.querySelectorAll('#dlq tbody tr').length === n, EXPECT);
+  out.dlq_shown = await page.$$eval('#dlq tbody tr', (r) => r.map((t) => Number(t.dataset.seq)));
+  await page.click(`#dlq tbody tr[data-seq="${seq}"] button.dlq-replay`);
+  await page.waitForFunction((s) => !document.querySelector(`#dlq tbody tr[data-seq="${s}"]`), seq);
+  out.dlq_left = await page.$$eval('#dlq tbody tr', (r) => r.map((t) => Number(t.dataset.seq)));
+  await page.waitForFunction(() => {
+    const td = document.querySelector('#audit tbody tr:first-child td:nth-child(4)');
+    return td && td.textContent === 'dlq_replay';
+  });
+  const cells = await page.$$eval('#audit tbody tr:first-child td', (t) => t.map((x) => x.textContent));
+  out.audit = { id: Number(cells[0]), action: cells[3], filter: JSON.parse(cells[4]), count: Number(cells[5]) };
+  await page.screenshot({ path: SHOT, fullPage: true });
+}
+
 (async () => {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'roomd-chromium-'));
   const ctx = await chromium.launchPersistentContext(profile, {
@@ -34,6 +53,12 @@ const SHOT = process.env.CONSOLE_SCREENSHOT;
     await page.waitForFunction(() => document.querySelector('#status-line').textContent.includes('unauthenticated'));
     await page.fill('#token', TOKEN);
     await page.click('#save-token');
+    if (process.env.CONSOLE_MODE === 'dlq') {
+      await dlqReplay(page, out);
+      out.page_errors = errors;
+      console.log(JSON.stringify(out));
+      return;
+    }
     await page.waitForSelector('#status-counts tbody tr[data-status="failed"]');
     out.failed_shown = Number(await page.textContent('#status-counts tbody tr[data-status="failed"] td:nth-child(2)'));
 
@@ -53,6 +78,7 @@ const SHOT = process.env.CONSOLE_SCREENSHOT;
     const detail = JSON.parse(await page.textContent('#detail'));
     out.detail_status = detail.status;
     out.detail_event_id = detail.event && detail.event.event_id;
+    out.detail_room_seq = detail.event && detail.event.room_seq;
 
     // bulk replay behind the dry run: the dialog shows the count first
     await page.click('#replay-btn');

@@ -86,6 +86,18 @@ def gift(rd, room_id, uid, to_uid, count=1, unit_price=10, gift_id="rose", **kw)
                unit_price=unit_price, **kw)
 
 
+def put_gift(rd, gift_id="rose", unit_price=10, energy_per_unit=None, enabled=True, app=None,
+             version=None):
+    """Creates or changes a gift of the catalog (POST /v1/gifts, admin listener); returns
+    (status, headers, json)."""
+    body = {"gift_id": gift_id, "unit_price": unit_price, "enabled": enabled}
+    if energy_per_unit is not None:
+        body["energy_per_unit"] = energy_per_unit
+    if version is not None:
+        body["version"] = version
+    return rd.admin_post("/v1/gifts", body, headers=_app(app))
+
+
 def kick(rd, room_id, operator_uid, uid, **kw):
     return cmd(rd, room_id, "kick", operator_uid=operator_uid, uid=uid, **kw)
 

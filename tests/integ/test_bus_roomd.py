@@ -380,10 +380,11 @@ def test_three_groups_and_forced_redelivery():
 # ---- 6 ----
 
 @contextlib.contextmanager
-def im_dead_letters(prefix):
+def im_dead_letters(prefix, joins=2):
     """roomd with the IM bridge group (ImStandin, 1 s timeout): a room created while IM answers,
-    then IM answering 502 to everything and two joins, which the group dead-letters after its
-    reconsume times. Yields (tmp, ns, r, nc, im, failing: the two joins' event ids); stops all."""
+    then IM answering 502 to everything and `joins` joins, which the group dead-letters after
+    its reconsume times. Yields (tmp, ns, r, nc, im, failing: the joins' event ids); stops
+    all."""
     from standins import ImStandin, TEST_SECRET
     tmp, ns = tempfile.mkdtemp(prefix=prefix), new_ns()
     im = ImStandin(tmp).start()
@@ -398,8 +399,8 @@ def im_dead_letters(prefix):
         ev.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": prefix})
         wait_until(lambda: js_consumer_idle(nc, ns + "hyapp_room_outbox", G_IM), timeout=20)
         im.control(http_status={"api": "*", "status": 502, "count": 100000})
-        ev.do(f"/v1/rooms/{room}/join", {"uid": 5})
-        ev.do(f"/v1/rooms/{room}/join", {"uid": 6})
+        for k in range(joins):
+            ev.do(f"/v1/rooms/{room}/join", {"uid": 5 + k})
         yield tmp, ns, r, nc, im, ev.ids()[1:]
     finally:
         nc.close()

@@ -60,6 +60,11 @@ BAD = [
      ":2:3: outbox_worker.pol_interval: unknown key"),
     ("syntax.yaml", "app:\n  node_id: a\n   x: 1\n", ":3:"),
     ("seats.yaml", "room:\n  seat_count: 99\n", "room.seat_count: must be in 1..32"),
+    ("giftoff.yaml", "auth:\n  mode: jwt\n  jwt:\n    hs256_secret_env: ROOMD_TEST_S\n"
+     "room:\n  gift_catalog: off\n",
+     "room.gift_catalog: off lets a caller choose the price of its gifts: only allowed with "
+     "auth.mode none"),
+    ("giftbad.yaml", "room:\n  gift_catalog: maybe\n", "room.gift_catalog: must be one of"),
     ("im.yaml", "tencent_im:\n  enabled: true\n", "tencent_im.sdk_app_id: must be > 0"),
 ]
 
@@ -212,6 +217,7 @@ def test_files_checked():
         "admin": {"tls": {"cert_file": missing("admin.crt"), "key_file": missing("admin.key")},
                   "token_file": missing("admin.token")},
         "auth": {"mode": "jwt", "jwt": {"public_key_file": missing("jwt.pem")}},
+        "room": {"gift_catalog": "required"},
         "redis": {"enabled": True, "addr": "127.0.0.1:6379"},
         "lease": {"driver": "redis"},
         "cluster": {"forward": True, "tls_ca_file": missing("cluster-ca.pem")},

@@ -55,6 +55,7 @@ def ignite(rd, room):
     """Ignites room's rocket (threshold 100) on rd; returns launch_at_ms."""
     ok(hu.join(rd, room, 5), "join")
     ok(hu.join(rd, room, 6), "join")
+    ok(hu.put_gift(rd, "rose", 10), "the catalog's rose")  # jwt: room.gift_catalog required
     rk = ok(hu.gift(rd, room, 5, 6, count=10, unit_price=10), "gift")["room"]["rocket"]
     assert rk["status"] == "ignited", rk
     return rk["launch_at_ms"]

@@ -12,6 +12,7 @@ kept as an artefact (build dir: artifacts/console.png)."""
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -87,6 +88,12 @@ def test_console_filter_replay_audit():
     assert seen["failed_shown"] == 9, seen
     assert seen["rows"] == 3 and seen["rooms_ok"], seen
     assert seen["detail_status"] == "failed" and seen["detail_event_id"] in want, seen
+    # the row view's room_seq is the store's (one row shape: store.h STORE_OUTBOX_COLS)
+    con = sqlite3.connect(f"file:{rd.cfg['store']['sqlite']['path']}?mode=ro", uri=True, timeout=10)
+    (seq,), = con.execute("SELECT room_seq FROM room_outbox WHERE event_id = ?",
+                          (seen["detail_event_id"],)).fetchall()
+    con.close()
+    assert seq >= 1 and seen["detail_room_seq"] == seq, (seq, seen)
     assert seen["confirm_count"] == 3 and seen["confirm_sample"] == 3, seen
     assert seen["result"].startswith("replayed 3 rows"), seen
     a = seen["audit"]

@@ -501,6 +501,8 @@ def test_auth_matrix_every_rpc():
                                    "title": "t"}, md(ha.tok(owner))), "create")
         ok(call(rd, "JoinRoom", {"command_id": hu.cid(), "room_id": rid, "uid": owner},
                 md(ha.tok(owner))), "owner joins")
+        rd.admin_token = ha.ADMIN  # jwt: room.gift_catalog required, the rose at 10
+        hu.expect_ok(hu.put_gift(rd, "rose", 10), "the catalog's rose")
 
         def state():
             room = ok(call(rd, "GetRoom", {"room_id": rid}, service), "state")

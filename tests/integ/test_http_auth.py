@@ -35,6 +35,8 @@ def shared():
         _rd.admin_token = ADMIN
         _rd.start(env=ENV)
         atexit.register(_rd.stop)
+        # room.gift_catalog is required under jwt: the matrix's gift at its catalog price
+        hu.expect_ok(hu.put_gift(_rd, "rose", 10), "the catalog's rose")
     return _rd
 
 
@@ -143,7 +145,8 @@ def test_reads_matrix():
                          headers=tok(8)))
     # any valid token of the app reads rooms; presence and balance: the user or a service
     for path, per_user in ((f"/v1/rooms/{rid}", False), ("/v1/rooms?limit=5", False),
-                           ("/v1/users/8/presence", True), ("/v1/wallet/8", True)):
+                           ("/v1/users/8/presence", True), ("/v1/wallet/8", True),
+                           ("/v1/gifts", False)):
         for cname, h, want in callers(8):
             if cname == "other uid" and not per_user:
                 hu.expect_ok(rd.http("GET", path, headers=h), f"{path} / any user of the app")
@@ -175,8 +178,13 @@ def test_admin_listener():
                    ("POST", "/admin/v1/outbox/replay", {"filter": {"status": "failed"}}),
                    ("GET", "/admin/v1/audit", None), ("GET", "/admin/v1/audit/1", None),
                    ("GET", "/admin/v1/dlq", None), ("GET", "/admin/v1/dlq/1", None),
-                   ("POST", "/admin/v1/dlq/1/replay", {})]
+                   ("POST", "/admin/v1/dlq/1/replay", {}),
+                   ("POST", "/admin/v1/dlq/1/discard", {}),
+                   ("POST", "/admin/v1/dlq/purge", {"group": "hyapp-room-im-bridge"}),
+                   # the gift catalog's writes (reads: test_reads_matrix)
+                   ("POST", "/v1/gifts", {"gift_id": "rose", "unit_price": 1})]
     bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
+    catalog = rd.http("GET", "/v1/gifts", headers=user)[2]
     for method, path, body in admin_paths:
         for name, h in (("no token", {"Authorization": ""}), ("user token", user),
                         ("wrong token", jw.bearer(ADMIN + "x"))):
@@ -189,16 +197,19 @@ def test_admin_listener():
                 st, _, js = rd.http(method, path, body, headers=h)
                 assert st == 404, (path, st, js)
     assert rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"] == bal, "refused top-up"
+    assert rd.http("GET", "/v1/gifts", headers=user)[2] == catalog, "a refused gift change"
     # no refused admin call left an audit entry; the admin token reaches each admin route
     js = hu.expect_ok(rd.admin("GET", "/admin/v1/audit"))
     assert js["audits"] == [], js
-    for method, path, body in admin_paths[4:]:
+    for method, path, body in admin_paths[4:-1]:
         st, _, js = rd.admin(method, path, body)
         assert st in (200, 404), (path, st, js)  # 404: no such row / audit / dead letter
     # the console's files need no token (they hold no data); the public listener has none
     st, hd, page = rd.admin("GET", "/console/", headers={"Authorization": ""})
     assert st == 200 and hd["Content-Type"].startswith("text/html"), (st, hd)
     assert rd.http("GET", "/console/")[0] == 404
+    js = hu.expect_ok(hu.put_gift(rd, "tulip", 7), "the admin token changes the catalog")
+    assert js["unit_price"] == 7 and js["version"] == 1, js
     js = hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": 5,
                                                          "amount": 3}))
     assert js["balance"] == bal + 3, js

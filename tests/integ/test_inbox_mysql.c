@@ -1,5 +1,5 @@
 /*
- * test_inbox_mysql.c: the shared consumer inbox (src/consume/inbox_mysql.c)
+ * test_inbox_mysql.c: the shared consumer inbox (src/store/mysql/inbox.c)
  * on a real mariadbd (scripts/servers.sh), in a database of its own: two
  * handles (two "nodes") claiming the same keys at the same moment do each
  * effect once; an expired claim is taken over and its late owner cannot
@@ -13,7 +13,7 @@
 #include "helpers.h"
 
 #include "conf/conf.h"
-#include "consume/inbox.h"
+#include "store/inbox.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"

@@ -93,6 +93,8 @@ def admin_answers(rd, rid):
     for path in ("/admin/v1/dlq", "/admin/v1/dlq/1"):
         a.append(adm("GET", path))  # 404: rocketmq.enabled is false
     a.append(adm("POST", "/admin/v1/dlq/1/replay", {}))
+    a.append(adm("POST", "/admin/v1/dlq/1/discard", {}))
+    a.append(adm("POST", "/admin/v1/dlq/purge", {"group": "hyapp-room-im-bridge"}))
     for path in ("/console", "/console/", "/console/console.js", "/console/console.css",
                  "/console/nope.js"):
         a.append(adm("GET", path))
@@ -100,11 +102,20 @@ def admin_answers(rd, rid):
 
 
 def test_real_answers_match_the_document():
-    rd = Roomd()
+    rd = Roomd({"room": {"gift_catalog": "required"}})
     rd.start()
     try:
         rid = hu.room_name("oa")
         a = []
+        a.append(answer(rd, "POST", "/v1/gifts", {"gift_id": "rose", "unit_price": 5},
+                        admin=True))
+        a.append(answer(rd, "POST", "/v1/gifts", {"gift_id": "ring", "unit_price": 1000000,
+                                                  "energy_per_unit": 10, "version": 0},
+                        admin=True))
+        a.append(answer(rd, "POST", "/v1/gifts", {"gift_id": "ring", "unit_price": 1,
+                                                  "version": 0}, admin=True))  # 409
+        a.append(answer(rd, "POST", "/v1/gifts", {"gift_id": "ring"}, admin=True))  # 400
+        a.append(answer(rd, "GET", "/v1/gifts"))
         a.append(answer(rd, "POST", "/v1/rooms", {"command_id": hu.cid(), "room_id": rid,
                                                   "owner_uid": 1, "title": "OpenAPI"}))
         a.append(answer(rd, "POST", "/v1/rooms", {"command_id": hu.cid(), "room_id": rid,
@@ -122,7 +133,13 @@ def test_real_answers_match_the_document():
                          "count": 1, "unit_price": 5}))
         a.append(answer(rd, "POST", f"/v1/rooms/{rid}/gifts",
                         {"command_id": hu.cid(), "uid": 3, "to_uid": 2, "gift_id": "rose",
-                         "count": 9999, "unit_price": 1000000}))  # 402
+                         "count": 1, "unit_price": 4}))  # 409 price_changed
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/gifts",
+                        {"command_id": hu.cid(), "uid": 3, "to_uid": 2, "gift_id": "nope",
+                         "count": 1}))  # 404 gift_not_found
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/gifts",
+                        {"command_id": hu.cid(), "uid": 3, "to_uid": 2, "gift_id": "ring",
+                         "count": 9999}))  # 402
         a.append(answer(rd, "POST", f"/v1/rooms/{rid}/kick",
                         {"command_id": hu.cid(), "operator_uid": 1, "uid": 3, "reason": "x"}))
         a.append(answer(rd, "POST", f"/internal/v1/rooms/{rid}/rocket/launch",

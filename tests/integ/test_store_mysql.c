@@ -118,9 +118,9 @@ open_store(int pool)
 static int
 reset_tables(void)
 {
-    static const char *const tables[] = {"room_outbox",     "room_command_log", "room_snapshots",
-                                         "rooms",           "wallet_accounts",  "wallet_ledger",
-                                         "room_owner_locks"};
+    static const char *const tables[] = {
+        "room_outbox",     "room_command_log", "room_snapshots",   "rooms",
+        "wallet_accounts", "wallet_ledger",    "room_owner_locks", "gift_catalog"};
     char q[128];
 
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
@@ -233,8 +233,9 @@ test_concurrent_open_migrates_once(void **state)
     pthread_t t[4];
     struct open_arg a[4];
 
-    sql(admin, "DROP TABLE IF EXISTS schema_migrations, room_outbox, room_command_log, "
-               "room_snapshots, rooms, wallet_accounts, wallet_ledger, room_owner_locks");
+    sql(admin,
+        "DROP TABLE IF EXISTS schema_migrations, room_outbox, room_command_log, "
+        "room_snapshots, rooms, wallet_accounts, wallet_ledger, room_owner_locks, gift_catalog");
     cf->store.mysql.pool_size = 2;
     for (int i = 0; i < 4; i++)
         pthread_create(&t[i], NULL, open_thread, &a[i]);
@@ -243,8 +244,8 @@ test_concurrent_open_migrates_once(void **state)
         assert_int_equal(a[i].rc, 0);
         store_close(a[i].s);
     }
-    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM schema_migrations"), 4);
-    assert_int_equal(sql_int(admin, "SELECT MAX(version) FROM schema_migrations"), 4);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM schema_migrations"), 5);
+    assert_int_equal(sql_int(admin, "SELECT MAX(version) FROM schema_migrations"), 5);
     /* the owners' open rooms are counted on ix_rooms_owner (migration 2) */
     assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE "
                                     "TABLE_SCHEMA=DATABASE() AND TABLE_NAME='rooms' AND "

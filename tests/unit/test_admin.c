@@ -6,7 +6,7 @@
 #include "store_suite.h"
 
 #include "admin/admin.h"
-#include "admin/store.h"
+#include "store/admin.h"
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"

@@ -9,8 +9,10 @@
 #include "core/err.h"
 #include "core/thread.h"
 #include "core/tree.h"
+#include "core/sink_bits.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
+#include "store/store.h"
 
 #include <pthread.h>
 #include <search.h>
@@ -259,6 +261,57 @@ test_tree_name_cmp(void **state)
     assert_null(root);
 }
 
+/* Every sinks_done bit has a name that parses back to it (the wallet's
+ * too); no other bit has one; the limited sinks carry only their event. */
+static void
+test_sink_bits(void **state)
+{
+    (void)state;
+    int named = 0;
+    for (int b = 0; b < 32; b++) {
+        uint32_t bit = 1u << b;
+        const char *name = sink_bit_name(bit);
+        if (!(SINK_BITS_ALL & bit)) {
+            assert_string_equal(name, "");
+            continue;
+        }
+        assert_true(*name != '\0');
+        assert_int_equal(sink_bit_parse(name), bit);
+        assert_non_null(strstr(sink_bit_names(), name));
+        assert_true(b < OUTBOX_SINK_BITS); /* outbox_counts tracks it */
+        named++;
+    }
+    assert_int_equal(named, 6);
+    assert_string_equal(sink_bit_name(SINK_BIT_WALLET), "wallet");
+    assert_int_equal(sink_bit_parse("wallet"), SINK_BIT_WALLET);
+    assert_int_equal(sink_bit_parse(""), 0);
+    assert_int_equal(sink_bit_parse("fax"), 0);
+    assert_int_equal(sink_bit_parse(NULL), 0);
+    assert_true(sink_bit_carries(SINK_BIT_TIM, "RoomUserJoined"));
+    assert_false(sink_bit_carries(SINK_BIT_ROCKET, "RoomUserJoined"));
+    assert_true(sink_bit_carries(SINK_BIT_ROCKET, "RoomRocketIgnited"));
+    assert_false(sink_bit_carries(SINK_BIT_WALLET, "RoomUserJoined"));
+    assert_true(sink_bit_carries(SINK_BIT_WALLET, "RoomGiftSent"));
+}
+
+/* The per-sink oldest undelivered counts only rows carrying the sink: joins
+ * stuck on IM leave the rocket and wallet ages at 0. */
+static void
+test_counts_oldest_per_sink(void **state)
+{
+    (void)state;
+    struct outbox_counts c = {0};
+
+    outbox_counts_oldest(&c, SINK_BIT_LOG, "RoomUserJoined", 1000);
+    outbox_counts_oldest(&c, SINK_BIT_LOG | SINK_BIT_TIM, "RoomRocketIgnited", 2000);
+    outbox_counts_oldest(&c, SINK_BIT_LOG | SINK_BIT_TIM, "RoomGiftSent", 3000);
+    assert_int_equal(c.oldest_undelivered_ms, 1000);
+    assert_int_equal(c.oldest_missing_ms[1], 1000); /* tim: the join */
+    assert_int_equal(c.oldest_missing_ms[0], 0);    /* log delivered all */
+    assert_int_equal(c.oldest_missing_ms[4], 2000); /* rocket: its ignition only */
+    assert_int_equal(c.oldest_missing_ms[5], 3000); /* wallet: the gift only */
+}
+
 int
 main(void)
 {
@@ -273,6 +326,8 @@ main(void)
         cmocka_unit_test(test_driver_pick),
         cmocka_unit_test(test_xmemdup),
         cmocka_unit_test(test_tree_name_cmp),
+        cmocka_unit_test(test_sink_bits),
+        cmocka_unit_test(test_counts_oldest_per_sink),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -80,6 +80,11 @@ test_valid_commands(void **state)
            "\"unit_price\":1000000000}",
            "{\"command_id\":\"g\",\"count\":9999,\"gift_id\":\"rose\",\"room_id\":\"r1\","
            "\"to_uid\":3,\"type\":\"SendGift\",\"uid\":2,\"unit_price\":1000000000}");
+    /* unit_price is optional (the gift catalog prices it): absent, not in the request */
+    parses(CMD_SEND_GIFT, "r1",
+           "{\"command_id\":\"g\",\"uid\":2,\"to_uid\":3,\"gift_id\":\"rose\",\"count\":2}",
+           "{\"command_id\":\"g\",\"count\":2,\"gift_id\":\"rose\",\"room_id\":\"r1\","
+           "\"to_uid\":3,\"type\":\"SendGift\",\"uid\":2}");
     parses(CMD_KICK_USER, "r1", "{\"command_id\":\"k\",\"operator_uid\":1,\"uid\":2}",
            "{\"command_id\":\"k\",\"operator_uid\":1,\"reason\":\"\",\"room_id\":\"r1\","
            "\"type\":\"KickUser\",\"uid\":2}");
@@ -248,9 +253,6 @@ test_gift_fields(void **state)
             "{\"command_id\":\"g\",\"uid\":1,\"to_uid\":2,\"gift_id\":\"x\",\"count\":1,"
             "\"unit_price\":1000000001}",
             "unit_price", "unit_price: must be an integer in 1..1000000000");
-    refuses(CMD_SEND_GIFT,
-            "{\"command_id\":\"g\",\"uid\":1,\"to_uid\":2,\"gift_id\":\"x\",\"count\":1}",
-            "unit_price", "unit_price: is required");
     refuses(CMD_LAUNCH_ROCKET,
             "{\"command_id\":\"l\",\"rocket_id\":\"x\",\"level\":0,\"launch_at_ms\":1}", "level",
             "level:");

@@ -14,6 +14,7 @@
  *              counts, purge
  *   wallet.c   the gifts' debits (inside their save), topup, balance
  *   rooms.c    rockets_pending, rooms_list
+ *   gifts.c    gift_get, gift_put, gift_list (the gift catalog)
  *
  * An operation is a function fn(struct conn *, void *ctx) run by mys_run on
  * a pooled connection: it resets its outputs first (it may run again after a
@@ -88,6 +89,10 @@ enum sid {
     S_LOG_PURGE,
     S_OWNER_ROOMS,
     S_OWNER_LOCK,
+    S_GIFT_GET,
+    S_GIFT_VERSION,
+    S_GIFT_UPSERT,
+    S_GIFT_LIST,
     S_COUNT
 };
 
@@ -326,6 +331,12 @@ struct all_ctx {
     void *rows; /* out: malloc'd, the caller's on success */
     size_t n;
 };
+
+/* A failed row made pending again (a replay): the SET of every replay
+ * UPDATE of this backend (outbox.c's, admin.c's), the columns as a claim
+ * leaves them unset (NULL). */
+#define MYS_OUTBOX_REPLAY_SET                                                                      \
+    "status='pending', retry_count=0, next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL"
 
 /* conn.c */
 enum errclass mys_classify(unsigned int e);

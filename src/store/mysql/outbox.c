@@ -18,10 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OUTBOX_COLS                                                                                \
-    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload, status, "     \
-    "retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by, last_error, "            \
-    "created_at_ms, delivered_at_ms, room_seq"
+#define OUTBOX_COLS STORE_OUTBOX_COLS
 #define OUTBOX_TYPES "isssssibsiiiisbiii"
 
 /* The seed's columns are the truth for every row, whoever wrote it
@@ -113,15 +110,11 @@ MYS_SQL(LIST_ALL, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id>? ORDER BY i
 MYS_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox"
                      " WHERE status IN (?,?) AND id>? ORDER BY id LIMIT ?");
 MYS_SQL(GET, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id=?");
-MYS_SQL(REPLAY, "UPDATE room_outbox SET status='pending', retry_count=0,"
-                " next_retry_at_ms=NULL, lock_until_ms=NULL, locked_by=NULL, due_at_ms=?,"
-                " updated_at_ms=?"
+MYS_SQL(REPLAY, "UPDATE room_outbox SET " MYS_OUTBOX_REPLAY_SET ", due_at_ms=?, updated_at_ms=?"
                 " WHERE event_id=? AND status='failed'");
 MYS_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id=?");
 MYS_SQL(COUNTS, "SELECT status, COUNT(*) FROM room_outbox GROUP BY status");
-/* by the seed's statuses: rows another writer left count before their due_at_ms is derived */
-MYS_SQL(OLDEST, "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox"
-                " WHERE status IN ('pending','retryable','delivering') GROUP BY sinks_done");
+MYS_SQL(OLDEST, STORE_OUTBOX_OLDEST_SQL);
 MYS_SQL(PURGE, "DELETE FROM room_outbox WHERE delivered_at_ms<?"
                " AND status IN ('delivered','published') ORDER BY delivered_at_ms LIMIT ?");
 
@@ -893,10 +886,10 @@ counts_fn(struct conn *c, void *arg)
     if (rc < 0)
         goto out;
     mys_rows_done(&r);
-    if ((rc = mys_query(c, &SQL_OLDEST, &r, "ii", "")) != 0)
+    if ((rc = mys_query(c, &SQL_OLDEST, &r, "isi", "")) != 0)
         goto out;
     while ((rc = mys_st_fetch(c, &r)) == 1)
-        outbox_counts_oldest(o, (uint32_t)r_i64(&r, 0), r_i64(&r, 1));
+        outbox_counts_oldest(o, (uint32_t)r_i64(&r, 0), r_str(&r, 1), r_i64(&r, 2));
 out:
     mys_rows_done(&r);
     return rc;

@@ -140,9 +140,25 @@ static const char *const migration_3[] = {
     NULL,
 };
 
-/* 4: the seed's columns are the truth (issue 26, docs/migrate.md): the
- * reconcile of due_at_ms (outbox.c) ranges over (status, due_at_ms). */
+/* 4: the gift catalog (issue 30): SendGift's unit price and rocket energy
+ * per unit, per app, versioned (store.h, store_gift_*). */
 static const char *const migration_4[] = {
+    "CREATE TABLE IF NOT EXISTS gift_catalog ("
+    " app_code VARBINARY(64) NOT NULL,"
+    " gift_id VARBINARY(64) NOT NULL,"
+    " unit_price BIGINT NOT NULL,"
+    " energy_per_unit BIGINT NOT NULL,"
+    " enabled TINYINT NOT NULL,"
+    " version BIGINT NOT NULL,"
+    " updated_at_ms BIGINT NOT NULL,"
+    " PRIMARY KEY (app_code, gift_id)"
+    ")" TABLE_OPTS,
+    NULL,
+};
+
+/* 5: the seed's columns are the truth (issue 26, docs/migrate.md): the
+ * reconcile of due_at_ms (outbox.c) ranges over (status, due_at_ms). */
+static const char *const migration_5[] = {
     "ALTER TABLE room_outbox ADD KEY IF NOT EXISTS ix_outbox_status_due (status, due_at_ms)",
     NULL,
 };
@@ -151,10 +167,7 @@ static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
-    {1, migration_1},
-    {2, migration_2},
-    {3, migration_3},
-    {4, migration_4},
+    {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
 };
 
 /*

@@ -11,6 +11,7 @@
  *   outbox.c   claim, complete, list, get, replay, counts, purge
  *   wallet.c   a gift's debit (in save_one's savepoint), topup, balance
  *   rooms.c    rockets_pending, rooms_list
+ *   gifts.c    gift_get, gift_put, gift_list (the gift catalog)
  */
 #ifndef ROOMD_STORE_SQLITE_INTERNAL_H
 #define ROOMD_STORE_SQLITE_INTERNAL_H
@@ -20,6 +21,12 @@
 struct conf_sqlite;
 
 #include "core/xmalloc.h"
+
+/* A failed row made pending again (a replay): the SET of every replay
+ * UPDATE of this backend (outbox.c's, admin.c's); the columns are NOT NULL
+ * here, so a claim's unset values are 0 and ''. */
+#define SQ_OUTBOX_REPLAY_SET                                                                       \
+    "status = 'pending', retry_count = 0, next_retry_at_ms = 0, lock_until_ms = 0, locked_by = ''"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -81,6 +88,10 @@ enum stmt_id {
     ST_ROOM_BUSY,
     ST_LOG_PURGE,
     ST_OWNER_ROOMS,
+    ST_GIFT_GET,
+    ST_GIFT_VERSION,
+    ST_GIFT_UPSERT,
+    ST_GIFT_LIST,
     ST_RECONCILE_DUE,
     ST_RECONCILE_DONE,
     ST_COUNT_

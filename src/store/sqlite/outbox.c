@@ -15,10 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OUTBOX_COLS                                                                                \
-    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
-    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
-    " last_error, created_at_ms, delivered_at_ms, room_seq"
+#define OUTBOX_COLS STORE_OUTBOX_COLS
 
 /* The seed's columns are the truth for every row, whoever wrote it
  * (docs/migrate.md): due when pending, retryable with next_retry_at_ms
@@ -87,14 +84,11 @@ SQ_SQL(LIST_STATUS, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE id > ?1"
                     " AND status IN (?3, ?4)"
                     " ORDER BY id LIMIT ?2");
 SQ_SQL(GET, "SELECT " OUTBOX_COLS " FROM room_outbox WHERE event_id = ?1");
-SQ_SQL(REPLAY, "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
-               " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
+SQ_SQL(REPLAY, "UPDATE room_outbox SET " SQ_OUTBOX_REPLAY_SET ", due_at_ms = ?2,"
                " updated_at_ms = ?2 WHERE event_id = ?1 AND status = 'failed'");
 SQ_SQL(STATUS_OF, "SELECT status FROM room_outbox WHERE event_id = ?1");
 SQ_SQL(COUNTS, "SELECT status, count(*) FROM room_outbox GROUP BY status");
-/* by the seed's statuses: rows another writer left count before their due_at_ms is derived */
-SQ_SQL(OLDEST, "SELECT sinks_done, min(created_at_ms) FROM room_outbox"
-               " WHERE status IN ('pending', 'retryable', 'delivering') GROUP BY sinks_done");
+SQ_SQL(OLDEST, STORE_OUTBOX_OLDEST_SQL);
 SQ_SQL(PURGE, "DELETE FROM room_outbox WHERE id IN (SELECT id FROM room_outbox"
               " WHERE delivered_at_ms IS NOT NULL AND delivered_at_ms < ?1"
               " AND status IN ('delivered', 'published') ORDER BY delivered_at_ms, id"
@@ -582,7 +576,8 @@ sq_outbox_counts(struct store *st, struct outbox_counts *out)
     if ((q = sq_stmt(c, &SQL_OLDEST)) == NULL)
         goto out;
     while ((step = sqlite3_step(q)) == SQLITE_ROW)
-        outbox_counts_oldest(out, (uint32_t)sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1));
+        outbox_counts_oldest(out, (uint32_t)sqlite3_column_int64(q, 0),
+                             (const char *)sqlite3_column_text(q, 1), sqlite3_column_int64(q, 2));
     done(q);
     if (step != SQLITE_DONE) {
         rc = sq_fail(c->db, step, "counts oldest");

@@ -74,7 +74,13 @@ static const char *const migrations[] = {
     "ALTER TABLE room_outbox ADD COLUMN room_seq INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX room_outbox_room ON room_outbox (app_code, room_id, due_at_ms, id)"
     " WHERE due_at_ms IS NOT NULL;",
-    /* 5: the seed's columns are the truth (issue 26, docs/migrate.md): the
+    /* 5: the gift catalog (issue 30): SendGift's unit price and rocket
+     * energy per unit, per app, versioned (store.h, store_gift_*). */
+    "CREATE TABLE gift_catalog ("
+    " app_code TEXT NOT NULL, gift_id TEXT NOT NULL, unit_price INTEGER NOT NULL,"
+    " energy_per_unit INTEGER NOT NULL, enabled INTEGER NOT NULL, version INTEGER NOT NULL,"
+    " updated_at_ms INTEGER NOT NULL, PRIMARY KEY (app_code, gift_id)) WITHOUT ROWID;",
+    /* 6: the seed's columns are the truth (issue 26, docs/migrate.md): the
      * reconcile of due_at_ms (outbox.c) ranges over (status, due_at_ms). */
     "CREATE INDEX room_outbox_status_due ON room_outbox (status, due_at_ms);",
 };

@@ -1,7 +1,7 @@
-/* admin/filter.c: the operator's row filter (see filter.h). */
-#include "admin/filter.h"
+/* store/filter.c: the operator's row filter (see filter.h). */
+#include "store/filter.h"
 
-#include "publish/sink.h"
+#include "core/sink_bits.h"
 #include "store/store.h"
 
 #include <errno.h>
@@ -82,7 +82,7 @@ set_key(struct admin_filter *f, enum key k, const char *v, char *why, size_t len
         return 0;
     case K_SINK:
         if ((f->sink = sink_bit_parse(v)) == 0) {
-            snprintf(why, len, "sink: one of log, tim, activity, bus, rocket");
+            snprintf(why, len, "sink: one of %s", sink_bit_names());
             return -1;
         }
         return 0;
@@ -218,7 +218,7 @@ admin_filter_where(const struct admin_filter *f, char *sql, size_t len, struct a
         p[(*np)++] = (struct admin_param){.i = (v)};                                               \
     } while (0)
 
-    if (*np + 11 > ADMIN_MAX_PARAMS)
+    if (*np + 12 > ADMIN_MAX_PARAMS)
         return -1;
     if (f->status >= 0) {
         /* a literal: status names are ours, and the status index serves it */
@@ -230,6 +230,8 @@ admin_filter_where(const struct admin_filter *f, char *sql, size_t len, struct a
     }
     if (f->sink)
         INT(" AND (sinks_done & ?) = 0", (int64_t)f->sink);
+    if (sink_bit_event_type(f->sink) != NULL) /* only the rows that carry the sink */
+        TEXT(" AND event_type = ?", sink_bit_event_type(f->sink));
     if (f->event_id[0])
         TEXT(" AND event_id = ?", f->event_id);
     if (f->event_type[0])

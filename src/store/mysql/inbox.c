@@ -1,5 +1,5 @@
 /*
- * inbox_mysql.c: the shared inbox (inbox.h) in the store's MySQL/MariaDB
+ * mysql/inbox.c: the shared inbox (inbox.h) in the store's MySQL/MariaDB
  * database, so that every node running a group sees one inbox:
  *   consumer_inbox(group_name, event_id, app_code, state, owner,
  *                  claim_until_ms, failures, updated_ms, last_error)
@@ -24,7 +24,7 @@
  * Statements are text: integers printed, strings escaped by
  * mysql_real_escape_string for the connection's utf8mb4.
  */
-#include "consume/inbox.h"
+#include "store/inbox.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"
@@ -386,7 +386,7 @@ my_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, s
     snprintf(m->super.where, sizeof(m->super.where), "mysql %s:%u/%s consumer_inbox",
              m->socket ? m->socket : m->host, m->port, m->database);
 
-    int rc = my_schema(m, cfg->schema);
+    int rc = cfg->existing ? my_connect(m) : my_schema(m, cfg->schema);
     if (rc != 0) {
         snprintf(err, errlen, "store.mysql: consumer inbox of %s: %s", cfg->group, m->super.errmsg);
         my_close(&m->super);
@@ -663,6 +663,31 @@ my_exec(struct consume_inbox *ib, const struct consume_sql *q, const struct cons
     return rc;
 }
 
+static int
+my_state(struct consume_inbox *ib, const char *key, char *buf, size_t len)
+{
+    struct row r;
+    int rc =
+        my_row(MY(ib), "SELECT state FROM consumer_inbox WHERE group_name = ?1 AND event_id = ?2",
+               key, NULL, &r, NULL);
+
+    snprintf(buf, len, "%s", rc == 0 ? r.c[0] : "");
+    return rc;
+}
+
+static int
+my_forget_dead(struct consume_inbox *ib, const char *key, bool *forgotten)
+{
+    uint64_t n = 0;
+    int rc = my_row(MY(ib),
+                    "DELETE FROM consumer_inbox WHERE group_name = ?1 AND event_id = ?2"
+                    " AND state = 'dead'",
+                    key, NULL, NULL, &n);
+
+    *forgotten = rc == 0 && n > 0;
+    return rc;
+}
+
 const struct inbox_ops inbox_mysql_ops = {
     .name = "mysql",
     .open = my_open,
@@ -678,4 +703,6 @@ const struct inbox_ops inbox_mysql_ops = {
     .tx_commit_done = my_tx_commit_done,
     .tx_rollback = my_tx_rollback,
     .exec = my_exec,
+    .state = my_state,
+    .forget_dead = my_forget_dead,
 };

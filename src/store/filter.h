@@ -1,5 +1,5 @@
 /*
- * admin/filter.h: which room_outbox rows an operator means. One filter for
+ * store/filter.h: which room_outbox rows an operator means. One filter for
  * every admin operation (list, count, dry run, bulk replay), read from a
  * query string (GET /admin/v1/outbox?status=failed&sink=tim) or a JSON
  * object ({"filter":{"status":"failed","sink":"tim"}}) with the same keys,
@@ -13,8 +13,8 @@
  *   failed_after, failed_before     when a failed row failed (its updated_at_ms)
  * Thread: any; pure.
  */
-#ifndef ROOMD_ADMIN_FILTER_H
-#define ROOMD_ADMIN_FILTER_H
+#ifndef ROOMD_STORE_FILTER_H
+#define ROOMD_STORE_FILTER_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -62,7 +62,7 @@ struct admin_param {
     const char *s; /* borrowed from the filter */
 };
 
-#define ADMIN_MAX_PARAMS 14
+#define ADMIN_MAX_PARAMS 16
 
 /* Appends " AND ..." conditions with '?' placeholders to sql (len bytes) and
  * their values to p[*np..]. Returns 0, or -1 when sql is too small. */

@@ -8,8 +8,8 @@
  *   pbjson_to_wire:      an answer's JSON -> the packed bytes of a message
  * Thread: any (pure functions); nothing blocks.
  */
-#ifndef ROOMD_RPC_PBJSON_H
-#define ROOMD_RPC_PBJSON_H
+#ifndef ROOMD_PEER_PBJSON_H
+#define ROOMD_PEER_PBJSON_H
 
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>

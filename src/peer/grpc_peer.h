@@ -4,8 +4,8 @@
  * (publish/sink_activity.c) and the remote wallet (wallet/wallet_grpc.c).
  * Messages are opaque bytes here: callers pack and unpack them (protobuf-c).
  */
-#ifndef ROOMD_RPC_GRPC_PEER_H
-#define ROOMD_RPC_GRPC_PEER_H
+#ifndef ROOMD_PEER_GRPC_PEER_H
+#define ROOMD_PEER_GRPC_PEER_H
 
 #include <stddef.h>
 #include <stdint.h>

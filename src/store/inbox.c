@@ -1,7 +1,7 @@
 /*
  * inbox.c: picks the inbox backend (inbox.h) and dispatches to it.
  */
-#include "consume/inbox.h"
+#include "store/inbox.h"
 
 #include "conf/conf.h"
 #include "core/err.h"
@@ -158,4 +158,35 @@ inbox_exec(struct consume_inbox *ib, const struct consume_sql *q, const struct c
     if (out && outlen)
         *out = '\0';
     return ib->ops->exec(ib, q, args, nargs, out, outlen);
+}
+
+const char *
+inbox_state_name(enum inbox_state st)
+{
+    static const char *const names[] = {"absent", "received", "progress", "done", "dead"};
+    return st <= INBOX_DEAD ? names[st] : "?";
+}
+
+int
+inbox_state(struct consume_inbox *ib, const char *key, enum inbox_state *st)
+{
+    char buf[16] = "";
+    int rc = ib->ops->state(ib, key, buf, sizeof(buf));
+
+    *st = INBOX_ABSENT;
+    for (enum inbox_state k = INBOX_RECEIVED; rc == 0 && k <= INBOX_DEAD; k++)
+        if (strcmp(buf, inbox_state_name(k)) == 0)
+            *st = k;
+    return rc;
+}
+
+int
+inbox_forget_dead(struct consume_inbox *ib, const char *key, bool *forgotten)
+{
+    bool f = false;
+    int rc = ib->ops->forget_dead(ib, key, &f);
+
+    if (forgotten)
+        *forgotten = rc == 0 && f;
+    return rc;
 }

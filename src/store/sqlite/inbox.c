@@ -1,5 +1,5 @@
 /*
- * inbox_sqlite.c: the one-node inbox (inbox.h), a SQLite database per group
+ * sqlite/inbox.c: the one-node inbox (inbox.h), a SQLite database per group
  * "<rocketmq.consumer_store_dir>/<group>.db" holding
  *   inbox(key PRIMARY KEY, state received|done|dead, failures, updated_ms,
  *         last_error)
@@ -7,7 +7,7 @@
  * and the handler's tables. Only the group's thread uses it, so a claim
  * needs no owner: claiming is reading the row (and creating it received).
  */
-#include "consume/inbox.h"
+#include "store/inbox.h"
 
 #include "core/clock.h"
 #include "core/err.h"
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct sq_inbox {
     struct consume_inbox super;
@@ -138,6 +139,24 @@ sq_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, s
     const char *dir = cfg->store_dir && *cfg->store_dir ? cfg->store_dir : "./var/consumers";
 
     *out = NULL;
+    if (cfg->existing) {
+        snprintf(ib->where, sizeof(ib->where), "%s/%s.db", dir, cfg->group);
+        if (access(ib->where, F_OK) != 0) {
+            snprintf(err, errlen, "the inbox of group %s (%s) is not on this machine", cfg->group,
+                     ib->where);
+            free(s);
+            return ROOMD_ENOTFOUND;
+        }
+        if (sqlite3_open_v2(ib->where, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+            SQLITE_OK) {
+            snprintf(err, errlen, "%s: %s", ib->where, sqlite3_errmsg(s->db));
+            sq_close(ib);
+            return ROOMD_EIO;
+        }
+        sqlite3_busy_timeout(s->db, 5000);
+        *out = ib;
+        return 0;
+    }
     if (mkdir_p(dir) != 0) {
         snprintf(err, errlen, "rocketmq.consumer_store_dir: cannot create %s: %s", dir,
                  strerror(errno));
@@ -326,6 +345,22 @@ sq_exec(struct consume_inbox *ib, const struct consume_sql *q, const struct cons
     return sq_run(ib, q->sqlite, args, nargs, out, outlen, NULL);
 }
 
+static int
+sq_state(struct consume_inbox *ib, const char *key, char *buf, size_t len)
+{
+    return sq_key(ib, "SELECT state FROM inbox WHERE key = ?1", key, NULL, buf, len, NULL);
+}
+
+static int
+sq_forget_dead(struct consume_inbox *ib, const char *key, bool *forgotten)
+{
+    int rc =
+        sq_key(ib, "DELETE FROM inbox WHERE key = ?1 AND state = 'dead'", key, NULL, NULL, 0, NULL);
+
+    *forgotten = rc == 0 && sqlite3_changes(SQ(ib)->db) > 0;
+    return rc;
+}
+
 const struct inbox_ops inbox_sqlite_ops = {
     .name = "sqlite",
     .open = sq_open,
@@ -341,4 +376,6 @@ const struct inbox_ops inbox_sqlite_ops = {
     .tx_commit_done = sq_tx_commit_done,
     .tx_rollback = sq_tx_rollback,
     .exec = sq_exec,
+    .state = sq_state,
+    .forget_dead = sq_forget_dead,
 };

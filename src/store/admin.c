@@ -1,9 +1,10 @@
-/* admin/store.c: the admin store's dispatch (see admin/store.h). */
-#include "admin/store.h"
+/* store/admin.c: the admin store's dispatch (see store/admin.h). */
+#include "store/admin.h"
 
 #include "conf/conf.h"
 #include "core/driver.h"
 #include "core/err.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 
 #include <stdio.h>
@@ -58,6 +59,7 @@ admin_read_outbox_row(const struct admin_cols *c, void *dst)
     r->last_error = err ? xstrdup(err) : NULL;
     r->created_at_ms = c->i64(c->src, 15);
     r->delivered_at_ms = c->i64(c->src, 16);
+    r->room_seq = c->i64(c->src, 17);
 }
 
 void
@@ -91,14 +93,18 @@ admin_summary_add(const struct admin_cols *c, struct admin_summary *out)
 {
     enum outbox_status st = outbox_status_read(c->text(c->src, 0));
     uint32_t done = (uint32_t)c->i64(c->src, 1);
-    int64_t n = c->i64(c->src, 2);
+    const char *type = c->text(c->src, 2);
+    int64_t n = c->i64(c->src, 3), oldest = c->i64(c->src, 4);
 
     out->by_status[st] += n;
     for (int b = 0; st != OUTBOX_DELIVERED && b < OUTBOX_SINK_BITS; b++)
-        if (!(done & (1u << b))) {
+        if (!(done & (1u << b)) && sink_bit_carries(1u << b, type)) {
             out->lacking[b] += n;
-            if (st == OUTBOX_FAILED)
-                out->failed_lacking[b] += n;
+            if (st != OUTBOX_FAILED)
+                continue;
+            out->failed_lacking[b] += n;
+            if (out->oldest_failed_ms[b] == 0 || oldest < out->oldest_failed_ms[b])
+                out->oldest_failed_ms[b] = oldest;
         }
 }
 

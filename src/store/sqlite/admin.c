@@ -1,11 +1,12 @@
 /*
- * admin/store_sqlite.c: the admin store on the SQLite file of the room store
- * (admin/store.h), through a connection of its own: read-only
+ * sqlite/admin.c: the admin store on the SQLite file of the room store
+ * (store/admin.h), through a connection of its own: read-only
  * (SQLITE_OPEN_READONLY: nothing created or migrated) or read-write (never
  * SQLITE_OPEN_CREATE either: roomd creates the store). Writes run under
  * BEGIN IMMEDIATE, waiting store.sqlite.busy_timeout for roomd's writer.
  */
-#include "admin/store.h"
+#include "store/admin.h"
+#include "store/sqlite/internal.h"
 
 #include "conf/conf.h"
 #include "core/err.h"
@@ -238,11 +239,11 @@ sq_summary(struct admin_store *s, struct admin_summary *out)
     if (step != SQLITE_DONE)
         rc = fail(a, step, "summary");
     sqlite3_finalize(q);
-    if (rc == 0 && (q = prep(a, ADMIN_OLDEST_SQL)) == NULL)
+    if (rc == 0 && (q = prep(a, STORE_OUTBOX_OLDEST_SQL)) == NULL)
         rc = ROOMD_EIO;
     while (rc == 0 && (step = sqlite3_step(q)) == SQLITE_ROW)
         outbox_counts_oldest(&out->oldest, (uint32_t)sqlite3_column_int64(q, 0),
-                             sqlite3_column_int64(q, 1));
+                             (const char *)sqlite3_column_text(q, 1), sqlite3_column_int64(q, 2));
     if (rc == 0 && step != SQLITE_DONE)
         rc = fail(a, step, "summary oldest");
     sqlite3_finalize(q);
@@ -282,7 +283,7 @@ sq_search(struct admin_store *s, const struct admin_filter *f, int64_t after_id,
     int next, rc;
 
     LOCK(a);
-    sqlite3_stmt *q = prep_filtered(a, "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE id > ?",
+    sqlite3_stmt *q = prep_filtered(a, "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE id > ?",
                                     f, " ORDER BY id LIMIT ?", 1, &next);
     if (q != NULL) {
         sqlite3_bind_int64(q, 1, after_id);
@@ -321,7 +322,7 @@ sq_get(struct admin_store *s, const char *event_id, struct outbox_row *out)
     int rc;
 
     LOCK(a);
-    sqlite3_stmt *q = prep(a, "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE event_id = ?");
+    sqlite3_stmt *q = prep(a, "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE event_id = ?");
     if (q != NULL)
         sqlite3_bind_text(q, 1, event_id, -1, SQLITE_STATIC);
     rc = read_first(a, q, admin_read_outbox_row, out, "get");
@@ -387,18 +388,14 @@ replay_one(struct sq_admin *a, int64_t audit, int64_t id, const char *event_id, 
     const struct admin_param p[] = {{.is_text = true, .s = new_id}, {.i = now_ms}, {.i = id}};
     if (repair)
         rc = run_bound(a,
-                       "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
-                       " command_id, event_type, payload, status, retry_count, sinks_done,"
-                       " next_retry_at_ms, lock_until_ms, locked_by, last_error, due_at_ms,"
-                       " created_at_ms, updated_at_ms)"
-                       " SELECT ?1, app_code, room_id, room_version, 'repair:' || event_id,"
-                       " event_type, payload, 'pending', 0, 0, 0, 0, '', NULL, ?2, ?2, ?2"
-                       " FROM room_outbox WHERE id = ?3",
+                       "INSERT INTO room_outbox (event_id, command_id, " STORE_OUTBOX_COPY
+                       ", status, retry_count, sinks_done, due_at_ms, created_at_ms, updated_at_ms)"
+                       " SELECT ?1, 'repair:' || event_id, " STORE_OUTBOX_COPY
+                       ", 'pending', 0, 0, ?2, ?2, ?2 FROM room_outbox WHERE id = ?3",
                        p, 3, "replay row");
     else
         rc = run_bound(a,
-                       "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
-                       " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?2,"
+                       "UPDATE room_outbox SET " SQ_OUTBOX_REPLAY_SET ", due_at_ms = ?2,"
                        " updated_at_ms = ?2 WHERE id = ?3 AND status = 'failed'",
                        p, 3, "replay row");
     if (rc != 0)

@@ -1,12 +1,13 @@
 /*
- * admin/store_mysql.c: the admin store on the room store's MySQL/MariaDB
- * database (admin/store.h), through one connection of its own (reconnected
+ * mysql/admin.c: the admin store on the room store's MySQL/MariaDB
+ * database (store/admin.h), through one connection of its own (reconnected
  * once when the server went away). Statements are built as text: every
  * value is an integer or a string escaped by mysql_real_escape_string for the
  * connection's utf8mb4, substituted for the '?' of the shared SQL. Read-only
  * handles run SET SESSION TRANSACTION READ ONLY and create nothing.
  */
-#include "admin/store.h"
+#include "store/admin.h"
+#include "store/mysql/internal.h"
 
 #include "conf/conf.h"
 #include "core/err.h"
@@ -167,7 +168,7 @@ select_rows(struct my_admin *a, const char *q, MYSQL_RES **res)
     return *res != NULL ? 0 : fail(a, "result");
 }
 
-/* A fetched row and its lengths, for the shared readers (admin/store.c). */
+/* A fetched row and its lengths, for the shared readers (store/admin.c). */
 struct my_row {
     MYSQL_ROW row;
     const unsigned long *len;
@@ -328,9 +329,9 @@ my_summary(struct admin_store *s, struct admin_summary *out)
         mysql_free_result(res);
     res = NULL;
     if (rc == 0)
-        rc = select_rows(a, ADMIN_OLDEST_SQL, &res);
+        rc = select_rows(a, STORE_OUTBOX_OLDEST_SQL, &res);
     while (rc == 0 && (row = mysql_fetch_row(res)) != NULL)
-        outbox_counts_oldest(&out->oldest, (uint32_t)num(row, 0), num(row, 1));
+        outbox_counts_oldest(&out->oldest, (uint32_t)num(row, 0), row[1], num(row, 2));
     if (res != NULL)
         mysql_free_result(res);
     pthread_mutex_unlock(&a->mu);
@@ -347,8 +348,8 @@ my_search(struct admin_store *s, const struct admin_filter *f, int64_t after_id,
     int rc;
 
     pthread_mutex_lock(&a->mu);
-    put(&q, "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE id > ",
-        strlen("SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE id > "));
+    put(&q, "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE id > ",
+        strlen("SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE id > "));
     put_int(&q, after_id);
     if ((rc = put_filter(a, &q, f)) == 0) {
         put(&q, " ORDER BY id LIMIT ", 19);
@@ -389,7 +390,7 @@ my_get(struct admin_store *s, const char *event_id, struct outbox_row *out)
 {
     struct my_admin *a = (struct my_admin *)s;
     struct sql q = {0};
-    const char *head = "SELECT " ADMIN_OUTBOX_COLS " FROM room_outbox WHERE event_id = ";
+    const char *head = "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE event_id = ";
     int rc;
 
     pthread_mutex_lock(&a->mu);
@@ -498,20 +499,16 @@ chunk_tx(struct my_admin *a, int64_t audit, const struct admin_filter *f, bool r
             p[1] = p[2] = p[3] = (struct admin_param){.i = now_ms};
             p[4] = (struct admin_param){.i = ids[i].id};
             rc = stmt(a,
-                      "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
-                      " command_id, event_type, payload, status, retry_count, sinks_done,"
-                      " next_retry_at_ms, lock_until_ms, locked_by, last_error, due_at_ms,"
-                      " created_at_ms, updated_at_ms)"
-                      " SELECT ?, app_code, room_id, room_version, CONCAT('repair:', event_id),"
-                      " event_type, payload, 'pending', 0, 0, 0, 0, '', NULL, ?, ?, ?"
-                      " FROM room_outbox WHERE id = ?",
+                      "INSERT INTO room_outbox (event_id, command_id, " STORE_OUTBOX_COPY
+                      ", status, retry_count, sinks_done, due_at_ms, created_at_ms, updated_at_ms)"
+                      " SELECT ?, CONCAT('repair:', event_id), " STORE_OUTBOX_COPY
+                      ", 'pending', 0, 0, ?, ?, ? FROM room_outbox WHERE id = ?",
                       p, 5);
         } else {
             p[0] = p[1] = (struct admin_param){.i = now_ms};
             p[2] = (struct admin_param){.i = ids[i].id};
             rc = stmt(a,
-                      "UPDATE room_outbox SET status = 'pending', retry_count = 0,"
-                      " next_retry_at_ms = 0, lock_until_ms = 0, locked_by = '', due_at_ms = ?,"
+                      "UPDATE room_outbox SET " MYS_OUTBOX_REPLAY_SET ", due_at_ms = ?,"
                       " updated_at_ms = ? WHERE id = ? AND status = 'failed'",
                       p, 3);
         }

@@ -7,7 +7,7 @@
  * while the peer is down instead of holding the caller until the deadline.
  * Each call is one batch on its own completion queue.
  */
-#include "rpc/grpc_peer.h"
+#include "peer/grpc_peer.h"
 
 #include "core/clock.h"
 #include "core/err.h"

@@ -5,7 +5,7 @@
  * no message struct is built for an answer. Repeated scalars are written
  * unpacked, which every proto3 parser accepts.
  */
-#include "rpc/pbjson.h"
+#include "peer/pbjson.h"
 
 #include "core/xmalloc.h"
 

@@ -1,8 +1,8 @@
 /*
- * admin/store.h: the admin module's store role, over the same database as
+ * store/admin.h: the admin module's store role, over the same database as
  * the room store (store/store.h): what an operator reads and changes in
  * room_outbox, and the audit of every bulk replay. One interface, two
- * backends (admin/store_sqlite.c, admin/store_mysql.c), each with a
+ * backends (sqlite/admin.c, mysql/admin.c), each with a
  * connection of its own.
  *
  * Opened read-only (roomctl's inspection) it never creates, migrates or
@@ -20,10 +20,10 @@
  * Thread: any; one call at a time per handle (a mutex inside). Calls block
  * on the database. Errors: ROOMD_E* with admin_store_errmsg(s).
  */
-#ifndef ROOMD_ADMIN_STORE_H
-#define ROOMD_ADMIN_STORE_H
+#ifndef ROOMD_STORE_ADMIN_H
+#define ROOMD_STORE_ADMIN_H
 
-#include "admin/filter.h"
+#include "store/filter.h"
 #include "store/store.h"
 
 #include <stdbool.h>
@@ -36,19 +36,20 @@ struct admin_store;
 /* The outbox by status and by sink. */
 struct admin_summary {
     int64_t by_status[5]; /* enum outbox_status */
-    /* per sinks_done bit: rows not delivered (any status but delivered) that
-     * lack it, and of those the failed ones */
+    /* per sinks_done bit, among the rows that carry the sink
+     * (sink_bit_carries): rows not delivered (any status but delivered) that
+     * lack it, of those the failed ones, and the oldest failed one's
+     * created_at_ms (0: none; failed rows are no part of the undelivered
+     * age below) */
     int64_t lacking[OUTBOX_SINK_BITS];
     int64_t failed_lacking[OUTBOX_SINK_BITS];
+    int64_t oldest_failed_ms[OUTBOX_SINK_BITS];
     /* oldest_undelivered_ms and oldest_missing_ms of the claimable rows
      * (outbox_counts_oldest; the status counts are in by_status) */
     struct outbox_counts oldest;
 };
 
-/* The summary's second query, the same for both backends. */
-#define ADMIN_OLDEST_SQL                                                                           \
-    "SELECT sinks_done, MIN(created_at_ms) FROM room_outbox WHERE due_at_ms IS NOT NULL"           \
-    " GROUP BY sinks_done"
+/* The summary's second query: STORE_OUTBOX_OLDEST_SQL (store.h). */
 
 /* One audit entry (admin_store_audit_list). filter is malloc'd JSON. */
 struct admin_audit {
@@ -128,7 +129,7 @@ struct admin_cols {
 /* The row readers: each reads the row c into dst, a record of its kind.
  * Thread: the caller of the backend's op (under its mutex). */
 typedef void (*admin_row_reader)(const struct admin_cols *c, void *dst);
-/* ADMIN_OUTBOX_COLS into a struct outbox_row (payload and last_error
+/* STORE_OUTBOX_COLS (store.h) into a struct outbox_row (payload and last_error
  * malloc'd). */
 void admin_read_outbox_row(const struct admin_cols *c, void *dst);
 /* ADMIN_AUDIT_COLS into a struct admin_audit (filter malloc'd). */
@@ -148,11 +149,13 @@ struct admin_rows {
 };
 /* Appends the row c to x through x->read. Never fails (OOM aborts). */
 void admin_rows_add(struct admin_rows *x, const struct admin_cols *c);
-/* Adds one row of ADMIN_SUMMARY_SQL (status, sinks_done, count) to out:
- * its count by status, and by each sink bit the rows lack. */
+/* Adds one row of ADMIN_SUMMARY_SQL (status, sinks_done, event_type, count,
+ * oldest) to out: its count by status, and by each sink bit the rows carry
+ * and lack. */
 void admin_summary_add(const struct admin_cols *c, struct admin_summary *out);
 #define ADMIN_SUMMARY_SQL                                                                          \
-    "SELECT status, sinks_done, COUNT(*) FROM room_outbox GROUP BY status, sinks_done"
+    "SELECT status, sinks_done, event_type, COUNT(*), MIN(created_at_ms) FROM room_outbox"         \
+    " GROUP BY status, sinks_done, event_type"
 #define ADMIN_AUDIT_COLS                                                                           \
     "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
     " updated_at_ms, finished_at_ms"
@@ -192,12 +195,8 @@ struct admin_store {
 extern const struct admin_store_ops admin_store_sqlite_ops;
 extern const struct admin_store_ops admin_store_mysql_ops;
 
-/* The DDL and statements both backends share (admin/store.c). */
+/* The DDL and statements both backends share (store/admin.c). */
 extern const char *const admin_store_ddl[]; /* NULL-terminated, "%s" = the backend's id type */
-#define ADMIN_OUTBOX_COLS                                                                          \
-    "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
-    " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
-    " last_error, created_at_ms, delivered_at_ms"
 /* The rows of a replay chunk: failed, after the cursor, up to max_id (the
  * filter, with not_repaired, adds the rest). */
 #define ADMIN_REPLAYABLE " status = 'failed' AND id > ? AND id <= ?"

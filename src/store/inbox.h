@@ -2,8 +2,8 @@
  * inbox.h: a consumer group's inbox, the kit's (group.h) record of which
  * keys (event_ids) the group has settled and of the handler's own effect
  * state. One interface, one file per backend:
- *   inbox_sqlite.c  "<rocketmq.consumer_store_dir>/<group>.db", one node
- *   inbox_mysql.c   the store's MySQL/MariaDB database, shared by every node
+ *   sqlite/inbox.c  "<rocketmq.consumer_store_dir>/<group>.db", one node
+ *   mysql/inbox.c   the store's MySQL/MariaDB database, shared by every node
  * chosen by rocketmq.consumer_inbox (auto: mysql when store.driver is
  * mysql, else sqlite).
  *
@@ -23,8 +23,8 @@
  * Every call blocks on the database. Errors are ROOMD_E* with the text in
  * inbox_errmsg().
  */
-#ifndef ROOMD_CONSUME_INBOX_H
-#define ROOMD_CONSUME_INBOX_H
+#ifndef ROOMD_STORE_INBOX_H
+#define ROOMD_STORE_INBOX_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -61,6 +61,11 @@ struct inbox_config {
     /* The handler's tables, NULL-terminated (NULL: none), created when
      * absent. */
     const struct consume_sql *const *schema;
+    /* Only an inbox that exists already, nothing created (the dead-letter
+     * operations of another process: admin/dlq.c): sqlite answers
+     * ROOMD_ENOTFOUND when <group>.db is not on this machine; mysql
+     * connects without creating tables. */
+    bool existing;
 };
 
 /* Opens (creating tables) the inbox cfg names. Returns 0 and *out, or
@@ -121,6 +126,29 @@ int inbox_dead(struct consume_inbox *ib, const char *key, const char *why);
  * deleted. Returns 0 or an error. */
 int inbox_purge(struct consume_inbox *ib, int64_t before_ms, int64_t *unsettled);
 
+/*
+ * The dead-letter operations (admin/dlq.c), on any node and with either
+ * backend, through a handle opened for them (consume_group_inbox_open,
+ * roles.h), beside the group's own. Each call is one statement, outside a
+ * transaction; a caller doing many keys (bulk) calls them once a key.
+ */
+enum inbox_state {
+    INBOX_ABSENT,   /* no row: never seen, or purged by retention */
+    INBOX_RECEIVED, /* seen, not settled (failed attempts wait for redelivery) */
+    INBOX_PROGRESS, /* claimed by a node now (mysql only) */
+    INBOX_DONE,
+    INBOX_DEAD,
+};
+/* "absent" "received" "progress" "done" "dead" (static). */
+const char *inbox_state_name(enum inbox_state st);
+/* Reads key's state into *st. Returns 0 or an error (*st INBOX_ABSENT). */
+int inbox_state(struct consume_inbox *ib, const char *key, enum inbox_state *st);
+/* Replay: deletes key's row when it is dead, so the message sent back into
+ * the group is claimed afresh and handled; a key in any other state is left
+ * alone. *forgotten (NULL: not wanted) = a dead row was deleted. Returns 0
+ * or an error. (Discard keeps the key dead: inbox_dead with the reason.) */
+int inbox_forget_dead(struct consume_inbox *ib, const char *key, bool *forgotten);
+
 /* The handler's transaction: begins and re-checks our claim on key
  * (ROOMD_ESTALE, rolled back, when it was taken over); commit_done marks
  * key done, raises mark as inbox_done does (NULL: none) and commits (rolled
@@ -139,7 +167,7 @@ bool inbox_shared(const struct consume_inbox *ib);
 int inbox_exec(struct consume_inbox *ib, const struct consume_sql *q,
                const struct consume_arg *args, int nargs, char *out, size_t outlen);
 
-/* The backends (inbox_sqlite.c, inbox_mysql.c) behind the functions above;
+/* The backends (sqlite/inbox.c, mysql/inbox.c) behind the functions above;
  * private to them and inbox.c. */
 struct inbox_ops {
     const char *name;
@@ -159,6 +187,9 @@ struct inbox_ops {
     void (*tx_rollback)(struct consume_inbox *ib);
     int (*exec)(struct consume_inbox *ib, const struct consume_sql *q,
                 const struct consume_arg *args, int nargs, char *out, size_t outlen);
+    /* state: the row's state text ("" when absent) into buf */
+    int (*state)(struct consume_inbox *ib, const char *key, char *buf, size_t len);
+    int (*forget_dead)(struct consume_inbox *ib, const char *key, bool *forgotten);
 };
 
 /* The part of every handle the functions above read. */
