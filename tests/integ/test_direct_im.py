@@ -224,6 +224,9 @@ def test_poison_timeout_fails_alone():
         im.stop()
 
 
+N_HANG = 60
+
+
 def test_create_room_im_hanging():
     """CreateRoom while IM's create_group hangs (issue 26): the synchronous group creation goes
     through the IM circuit and timeout; once circuit_failures calls went unanswered it is
@@ -237,22 +240,29 @@ def test_create_room_im_hanging():
     try:
         im.control(slow={"api": "create_group", "ms": 3000, "count": 10000})
         lat = []
-        for i in range(22):
+        for i in range(N_HANG):
             t0 = time.monotonic()
             cmd(r, "/v1/rooms", {"room_id": f"h{i}", "owner_uid": 7, "title": "hang"})
             lat.append(time.monotonic() - t0)
         assert lat[0] >= 0.25, lat[:3]  # the first ones wait for IM's timeout
-        after = sorted(lat[4:])  # the circuit opened after the first two
-        p99 = after[int(0.99 * (len(after) - 1))]
-        assert p99 < 0.05, (p99, after)
+        # the circuit opened after the first two: roomd's own figure (room_command_timing,
+        # free of the client's scheduling on a shared machine) p99 < 50 ms, IM not called
+        after = [j for j in timing(r, "CreateRoom")][4:]
+        assert len(after) == N_HANG - 4, len(after)
+        tot = sorted(j["total_ms"] for j in after)
+        p99 = tot[int(0.99 * (len(tot) - 1))]
+        assert p99 < 50, (p99, tot[-5:])
+        assert all(j["tencent_im_ms"] < 1 for j in after), after[:2]  # skipped: no call
+        assert sorted(lat[4:])[len(lat[4:]) // 2] < 0.05, lat  # the client's median too
         m = metrics(r)
-        assert m.get("roomd_im_create_skipped_total", 0) >= 18, m.get("roomd_im_create_skipped_total")
+        assert m.get("roomd_im_create_skipped_total", 0) >= N_HANG - 4, \
+            m.get("roomd_im_create_skipped_total")
         with open(r.log_path) as f:
             assert "synchronous group creation skipped" in f.read()
         im.control(reset=True)
         rt.wait_until(lambda: all_delivered(r), timeout=60, what="RoomCreated rows delivered")
         groups = im.state_now()["groups"]
-        for i in range(22):
+        for i in range(N_HANG):
             assert f"hyapp_h{i}" in groups, i
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
