@@ -252,7 +252,10 @@ def test_create_room_im_hanging():
         tot = sorted(j["total_ms"] for j in after)
         p99 = tot[int(0.99 * (len(tot) - 1))]
         assert p99 < 50, (p99, tot[-5:])
-        assert all(j["tencent_im_ms"] < 1 for j in after), after[:2]  # skipped: no call
+        # skipped: no call, but for the one probe per circuit_probe_every (5 s) a loaded
+        # machine may reach
+        slow = [j for j in after if j["tencent_im_ms"] >= 1]
+        assert len(slow) <= 1 + int(sum(lat) / 5), slow[:2]
         assert sorted(lat[4:])[len(lat[4:]) // 2] < 0.05, lat  # the client's median too
         m = metrics(r)
         assert m.get("roomd_im_create_skipped_total", 0) >= N_HANG - 4, \
