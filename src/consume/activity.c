@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * activity.c: hyapp-activity-room-outbox (seed: activity-service 消费房间事实).
  * With activity.enabled, every room fact goes to the activity service's gRPC
