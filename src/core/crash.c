@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * crash.c: fault injection for tests (crash.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * crash.h: fault injection for tests (ROOMD_TESTING builds only; a no-op in
  * release builds, where the environment is never read). test_crash("point")

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * claim.c: the OUTBOX PATH's store side (seed 数据状态): a worker's claim of
  * due rows (with a landed batch's completion in the same transaction when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dispatch.c: the OUTBOX PATH's publish of one batch (seed 发布模式, 重试和死信):
  * each claimed or handed-off row's event built once (event.c), sent to the

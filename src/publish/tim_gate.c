@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_gate.c: CreateRoom's synchronous IM group creation behind a circuit
  * (tim_gate.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_gate.h: CreateRoom's synchronous IM group creation behind a circuit
  * (issue 26; seed 阶段耗时日志 tencent_im_ms). The room service's create hook

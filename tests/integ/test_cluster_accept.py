@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_cluster_accept: the seed's acceptance rows (验收) on three nodes (issue 26): the
 production topology of cluster_util (3 roomd nodes, MariaDB, Redis lease, a 3-server NATS
 JetStream cluster) in publish_mode dual, with the IM stand-in and the activity stand-in

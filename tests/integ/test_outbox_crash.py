@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_outbox_crash: kill -9 at each step of the outbox worker under load, on both stores
 (issue 26; the fault-injection hook ROOMD_TEST_OUTBOX_CRASH=point:N of ROOMD_TESTING builds,
 src/core/crash.h).

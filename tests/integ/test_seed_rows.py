@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_seed_rows: the seed's columns are the truth for every room_outbox row, whoever wrote
 it (issue 26, docs/migrate.md), on both stores (SQLite, MariaDB).
 
