@@ -95,6 +95,9 @@ def crash_run(st, point):
         t.start()
     try:
         rd.proc.wait(30)
+    except Exception:
+        rd.kill()  # the hook never fired: leave no roomd behind
+        raise
     finally:
         stop.set()
         for t in threads:
