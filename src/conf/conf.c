@@ -402,10 +402,12 @@ const struct key conf_keys[] = {
     {"outbox_worker.poll_interval", K_DUR, F(outbox_worker.poll_interval_ms), "1s", GT(0),
      .note = "(avoids a busy loop)", .doc = "time between claims when idle"},
     {"outbox_worker.batch_size", K_INT, F(outbox_worker.batch_size), "100", GT(0),
-     .doc = "rows claimed at once, and the most rows of one sink call"},
-    {"outbox_worker.claim_batches", K_INT, F(outbox_worker.claim_batches), "3", GE(1),
-     .doc = "a claim after one that brought batch_size rows (a deep backlog) takes up to this "
-            "many batches, each sink call still at most batch_size rows"},
+     .doc = "the most rows one claim takes (with claim_batches 1), and the most rows of one sink "
+            "call"},
+    {"outbox_worker.claim_batches", K_INT, F(outbox_worker.claim_batches), "1", GE(1),
+     .doc = "a multiple of batch_size: a claim after one that brought batch_size rows (a deep "
+            "backlog) takes up to claim_batches x batch_size rows, each sink call still at most "
+            "batch_size; 1 (the default): batch_size caps every claim, as the seed says"},
     {"outbox_worker.publish_timeout", K_DUR, F(outbox_worker.publish_timeout_ms), "3s", GT(0),
      .doc = "one publish attempt"},
     {"outbox_worker.retry_strategy", K_STR, F(outbox_worker.retry_strategy), "exponential_backoff",
@@ -759,6 +761,42 @@ static void bad(struct vctx *v, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Records the first failure: "[FILE[:LINE:COL]: ]path: problem". */
+static void bad(struct vctx *v, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool topics_collide(const char *a, const char *b);
+
+/* Topics and consumer groups that collide (issue 26): the rocket wake-ups'
+ * topic beside the outbox's (its group would read, and dead-letter, every
+ * room event), and one consumer group name for two roles (they would share
+ * one position and each see only part of the events). */
+static void
+validate_mq_names(const struct conf_rocketmq *mq, struct vctx *v)
+{
+    const struct {
+        const char *key, *name;
+    } groups[] = {
+        {"rocketmq.room_outbox.tencent_im_consumer_group",
+         mq->room_outbox.tencent_im_consumer_group},
+        {"rocketmq.room_outbox.activity_consumer_group", mq->room_outbox.activity_consumer_group},
+        {"rocketmq.room_outbox.notice_consumer_group", mq->room_outbox.notice_consumer_group},
+        {"rocketmq.rocket_launch.consumer_group", mq->rocket_launch.consumer_group},
+    };
+
+    if (mq->room_outbox.enabled && mq->rocket_launch.enabled && mq->room_outbox.topic != NULL &&
+        mq->rocket_launch.topic != NULL &&
+        topics_collide(mq->room_outbox.topic, mq->rocket_launch.topic))
+        bad(v, "rocketmq.rocket_launch.topic",
+            "\"%s\" collides with rocketmq.room_outbox.topic \"%s\": the wake-ups' group would "
+            "read every room event; give them distinct topics",
+            mq->rocket_launch.topic, mq->room_outbox.topic);
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        for (size_t j = i + 1; j < sizeof(groups) / sizeof(groups[0]); j++)
+            if (groups[i].name != NULL && groups[j].name != NULL && *groups[i].name &&
+                strcmp(groups[i].name, groups[j].name) == 0)
+                bad(v, groups[j].key, "\"%s\" is also %s: each consumer role needs its own group",
+                    groups[j].name, groups[i].key);
+}
+
 static void
 bad(struct vctx *v, const char *path, const char *fmt, ...)
 {
@@ -1152,6 +1190,8 @@ validate_cross(const struct conf *c, struct vctx *v)
             "IM call; use mq with the bridge, or dual without it)");
     if (mq->rocket_launch.enabled && !mq->enabled)
         bad(v, "rocketmq.rocket_launch.enabled", "needs rocketmq.enabled: true");
+    if (mq->enabled)
+        validate_mq_names(mq, v);
 
     /* outbox_worker (seed 配置规则) */
     if (ob->publish_mode == PUBLISH_MQ || ob->publish_mode == PUBLISH_DUAL) {
@@ -1177,7 +1217,18 @@ validate_cross(const struct conf *c, struct vctx *v)
     validate_auth_admin(c, v);
 }
 
-/* Every row's rule in table order, then the cross-key rules; v keeps the first failure. */
+/* True when topics a and b would share messages: equal, or one a subject
+ * prefix of the other ("t" and "t.x": the JetStream driver's subjects are
+ * "<topic>.<...>"). */
+static bool
+topics_collide(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+
+    if (la > lb)
+        return topics_collide(b, a);
+    return strncmp(a, b, la) == 0 && (b[la] == '\0' || b[la] == '.');
+}
 static void
 validate(const struct conf *c, struct vctx *v)
 {

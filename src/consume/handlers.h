@@ -19,8 +19,11 @@
 struct conf;
 struct room_service;
 
-/* Fills h for the activity group named group (NULL = the default name). */
-void consume_activity_handler(struct consume_handler *h, const char *group);
+/* Fills h for the activity group named group (NULL = the default name).
+ * service (borrowed, NULL = none): the activity service's room event entry
+ * (sink_activity_open), called for every event before it is settled. */
+struct sink;
+void consume_activity_handler(struct consume_handler *h, const char *group, struct sink *service);
 
 /* Sends one C2C private notice; the notice group's effect. to_uid gets
  * text; notice_id (the event_id) must make a resend a duplicate at the IM

@@ -14,6 +14,8 @@
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
 #include "store/inbox.h"
+#include "publish/sink.h"
+#include "publish/sink_activity.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@ struct consume_roles {
     bool metrics; /* collect_metrics is registered */
     struct consume_notice_sender notice_sender;
     const struct conf *conf;
+    struct sink *activity_service; /* activity.enabled: the activity group's calls */
 };
 
 /* The dead-letter stream: per group, and the oldest one against the
@@ -350,7 +353,11 @@ consume_roles_start_on(struct consume_roles **out, const struct conf *c,
                 consume_notice_handler(h, mq->room_outbox.notice_consumer_group, &r->notice_sender);
             break;
         case CONSUME_ROLE_ACTIVITY:
-            consume_activity_handler(h, mq->room_outbox.activity_consumer_group);
+            if (c->activity.enabled)
+                rc = sink_activity_open(&r->activity_service, &c->activity, err, errlen);
+            if (rc == 0)
+                consume_activity_handler(h, mq->room_outbox.activity_consumer_group,
+                                         r->activity_service);
             break;
         case CONSUME_ROLE_ROCKET_OPEN:
             if (rooms == NULL) {
@@ -391,5 +398,7 @@ consume_roles_stop(struct consume_roles *r)
     if (r->im_bridge_open)
         consume_im_bridge_release(&r->h[0]);
     consume_notice_sender_close(&r->notice_sender);
+    if (r->activity_service != NULL)
+        r->activity_service->close(r->activity_service);
     free(r);
 }

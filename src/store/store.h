@@ -162,6 +162,10 @@ struct mutation {
      * none. Out: debit->rc and balance_after, debit_us its time. */
     struct wallet_debit *debit;
     int64_t debit_us;
+    /* Out (room_command_timing, seed 阶段耗时日志): the command log row's
+     * insert, where the idempotency check happens (its unique key), and the
+     * snapshot's write, µs; a batch's shared statement is split evenly. */
+    int64_t log_us, snapshot_us;
     /* Out: result of this mutation, set by store_save. 0 committed;
      * ROOMD_EREUSED its command_id already exists (look it up), or the
      * ledger holds another debit under it; ROOMD_EFUNDS its debit was refused
@@ -525,10 +529,12 @@ void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
 void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, const char *event_type,
                           int64_t oldest_ms);
 /* The undelivered rows' groups for outbox_counts_oldest, the same query in
- * both backends (store_outbox_counts, the admin summary). */
+ * both backends (store_outbox_counts, the admin summary); by the seed's
+ * statuses, so rows another writer left count before their due_at_ms is
+ * derived (docs/migrate.md). */
 #define STORE_OUTBOX_OLDEST_SQL                                                                    \
     "SELECT sinks_done, event_type, MIN(created_at_ms) FROM room_outbox"                           \
-    " WHERE due_at_ms IS NOT NULL GROUP BY sinks_done, event_type"
+    " WHERE status IN ('pending', 'retryable', 'delivering') GROUP BY sinks_done, event_type"
 /* The length last_error is stored with: at most 1000 bytes, cut at a UTF-8
  * character boundary. */
 size_t outbox_last_error_len(const char *last_error);

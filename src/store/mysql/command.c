@@ -638,8 +638,11 @@ save_fast(struct conn *c, struct save_ctx *x)
     for (size_t i = 0, e0 = 0; i < x->n; e0 += x->muts[i++]->nevents)
         for (size_t e = 0; e < x->muts[i]->nevents; e++)
             fill_outbox(&ob, e0 + e, x->muts[i], &x->muts[i]->events[e]);
+    int64_t t_log = clock_mono_us();
     if ((rc = mys_st_bulk(c, &SQL_LOG_INSERT, &log, NULL)) != 0)
         goto fault;
+    for (size_t i = 0; i < x->n; i++)
+        x->muts[i]->log_us = (clock_mono_us() - t_log) / (int64_t)x->n;
     if ((rc = fail_hook(x)) != 0)
         goto out;
     if ((rc = mys_st_bulk(c, &SQL_ROOM_INSERT, &ins, NULL)) != 0)
@@ -662,9 +665,12 @@ save_fast(struct conn *c, struct save_ctx *x)
                 c->err = 0; /* a broken rule: save_slow refuses that create alone */
             goto fault;
         }
-    for (size_t i = 0; i < x->n; i++)
+    for (size_t i = 0; i < x->n; i++) {
+        int64_t t_snap = clock_mono_us();
         if (x->muts[i]->snapshot != NULL && (rc = save_snapshot(c, x->muts[i])) != 0)
             goto fault;
+        x->muts[i]->snapshot_us = x->muts[i]->snapshot != NULL ? clock_mono_us() - t_snap : 0;
+    }
     if ((rc = claimed_ids(c, x->muts, x->n, lone_id)) != 0)
         goto fault;
     rc = mys_tx_commit(c);
@@ -743,7 +749,9 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
         return rc;
 
+    int64_t t_log = clock_mono_us();
     rc = exec_one(c, &SQL_LOG_INSERT, LOG_TYPES, m, fill_log, NULL);
+    m->log_us = clock_mono_us() - t_log;
     if (rc != 0) {
         bool reused = strstr(c->errmsg, "uq_cmdlog_command") != NULL;
 
@@ -792,8 +800,10 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
         if (aff != 1)
             return ROOMD_EFENCED;
     }
+    int64_t t_snap = clock_mono_us();
     if (m->snapshot != NULL && (rc = save_snapshot(c, m)) != 0)
         return mutation_outcome(c, rc, ROOMD_ECONFLICT, fatal);
+    m->snapshot_us = m->snapshot != NULL ? clock_mono_us() - t_snap : 0;
     return 0;
 }
 

@@ -237,10 +237,12 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         return rc;
 
     /* Command log: the idempotency key and the version fence. */
+    int64_t t_log = clock_mono_us();
     q = sq_bound(c, &SQL_LOG_INSERT, "ssissssiss", m->app_code, m->room_id, m->version,
                  m->command_id, m->command_type, m->request, m->response, m->created_at_ms,
                  m->request_id, m->traceparent);
     rc = sq_step_write(c, q, "save command log");
+    m->log_us = clock_mono_us() - t_log;
     if (rc == ROOMD_ECONFLICT) {
         /* Which unique key? The command_id one means EREUSED. */
         q = sq_bound(c, &SQL_LOG_EXISTS, "ss", m->app_code, m->command_id);
@@ -323,6 +325,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 
     /* The snapshot, and pruning beyond snapshots_keep. */
     if (m->snapshot != NULL) {
+        int64_t t_snap = clock_mono_us();
         q = sq_bound(c, &SQL_SNAP_INSERT, "ssisi", m->app_code, m->room_id, m->version, m->snapshot,
                      m->created_at_ms);
         if ((rc = sq_step_write(c, q, "save snapshot")) != 0)
@@ -331,6 +334,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
                      (m->snapshots_keep > 1 ? m->snapshots_keep : 1) - 1);
         if ((rc = sq_step_write(c, q, "prune snapshots")) != 0)
             return *fatal = rc;
+        m->snapshot_us = clock_mono_us() - t_snap;
     }
     return 0;
 }
