@@ -146,7 +146,7 @@ def test_reads_matrix():
     # any valid token of the app reads rooms; presence and balance: the user or a service
     for path, per_user in ((f"/v1/rooms/{rid}", False), ("/v1/rooms?limit=5", False),
                            ("/v1/users/8/presence", True), ("/v1/wallet/8", True),
-                           ("/v1/gifts", False)):
+                           ("/v1/gifts", False), (f"/v1/rooms/{rid}/events?after_seq=0", False)):
         for cname, h, want in callers(8):
             if cname == "other uid" and not per_user:
                 hu.expect_ok(rd.http("GET", path, headers=h), f"{path} / any user of the app")

@@ -125,8 +125,8 @@ t_sqlite_schema(void **state)
     sqlite3_stmt *q = NULL;
     bool uses_index = false;
 
-    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 5);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 5);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 6);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 6);
     /* journal_mode is persistent in the file */
     sqlite3_stmt *jm = NULL;
     assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &jm, NULL), SQLITE_OK);
@@ -172,7 +172,7 @@ t_sqlite_schema(void **state)
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     room_load_clear(&l);
     db = raw_open(f->conf);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 5);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 6);
     sqlite3_close(db);
 }
 
@@ -203,14 +203,15 @@ t_sqlite_migrate_legacy(void **state)
     raw_exec(db, "DROP INDEX room_outbox_status; DELETE FROM schema_migrations WHERE version > 1;"
                  "DROP INDEX rooms_owner; DROP INDEX room_outbox_room;"
                  "ALTER TABLE rooms DROP COLUMN event_seq;"
-                 "ALTER TABLE room_outbox DROP COLUMN room_seq; DROP TABLE gift_catalog;"
+                 "DROP INDEX room_outbox_seq; ALTER TABLE room_outbox DROP COLUMN room_seq; DROP "
+                 "TABLE gift_catalog;"
                  "UPDATE room_outbox SET status = 'published', due_at_ms = NULL,"
                  " delivered_at_ms = 5 WHERE id = 1");
     sqlite3_close(db);
 
     f->st = store_suite_open(f->conf);
     db = raw_open(f->conf);
-    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 5);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 6);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
                                  " AND name = 'room_outbox_status'"),
                      1);

@@ -91,6 +91,9 @@ enum stmt_id {
     ST_GIFT_VERSION,
     ST_GIFT_UPSERT,
     ST_GIFT_LIST,
+    ST_EV_HEAD,
+    ST_EV_ROWS,
+    ST_EV_OLDEST,
     ST_COUNT_
 };
 

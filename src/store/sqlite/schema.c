@@ -75,6 +75,8 @@ static const char *const migrations[] = {
     " app_code TEXT NOT NULL, gift_id TEXT NOT NULL, unit_price INTEGER NOT NULL,"
     " energy_per_unit INTEGER NOT NULL, enabled INTEGER NOT NULL, version INTEGER NOT NULL,"
     " updated_at_ms INTEGER NOT NULL, PRIMARY KEY (app_code, gift_id)) WITHOUT ROWID;",
+    /* 6: exact catch-up (issue 30): a room's events by room_seq (store_room_events). */
+    "CREATE INDEX IF NOT EXISTS room_outbox_seq ON room_outbox (app_code, room_id, room_seq);",
 };
 
 #define NMIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
