@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench.h: what the store benches share. Each bench_*.c is a program of its
  * own (no common library), so these are static inline, included where used:

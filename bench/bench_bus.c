@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_bus.c: the outbox -> JetStream path, beside the raw nats.c rate of
  * the same messages, in one run (figures, no assertions; bench/README.md):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_commands.c: load generator for the command path (issue 2's speed goal).
  *

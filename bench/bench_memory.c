@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_memory.c: what a room costs in memory (issue 13), figures only.
  * room_service_execute in this process (SQLite in DIR, synchronous normal,

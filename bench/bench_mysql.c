@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_mysql.c: the MySQL store against a real server, figures only.
  *   1. group: 64 threads each committing commands (command log row + 1 outbox

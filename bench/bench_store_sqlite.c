@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_store_sqlite.c: what group commit buys on SQLite. Writes the same
  * mutations (command log row + 2 outbox rows + a new rooms row) three ways

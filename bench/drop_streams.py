@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """drop_streams.py PORT PREFIX: deletes the JetStream streams whose names start with PREFIX
 on the nats-server at 127.0.0.1:PORT (a bench pass's namespace, "bench_<pid>_"), so that runs
 leave no streams behind on a shared server. Prints how many it deleted. Uses the tests' NATS

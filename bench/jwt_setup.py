@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """jwt_setup.py ALG DIR: for the JWT passes of bench/run.sh. Writes DIR/auth.yaml (the auth
 section for ALG: HS256 with a secret file, ES256 with a PEM public key) and prints a service
 token (scope room:service, app hyapp, valid 1 h) that every bench request carries."""

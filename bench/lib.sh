@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # bench/lib.sh: what run.sh and profile.sh share (sourced; sh). Needs $tmp (a scratch
 # directory), $build (the build directory) and $nats_port.
 answers() { python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; }

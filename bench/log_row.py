@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """log_row.py BUILD [BASELINE_BUILD]: bytes per command-log row in a 150-member room (issue 11).
 
 Starts BUILD/roomd on a fresh SQLite file, creates a room, joins 150 users, then runs 100

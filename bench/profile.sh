@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # profile.sh BUILD_DIR STORE CLIENTS [record]: roomd's cost per command, from the kernel's
 # counters rather than the wall clock (which a shared machine makes noisy). Starts roomd
 # (STORE sqlite: a fresh file, synchronous=FULL; mysql: a fresh database on the mariadbd at

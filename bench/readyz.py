@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """readyz.py BUILD: /readyz and /metrics against a big outbox (issue 11), on SQLite.
 
 Fills a fresh store with BENCH_OUTBOX_ROWS (default 3,000,000) delivered outbox rows, then

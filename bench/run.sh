@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # run.sh BUILD_DIR: the production-path benchmark (issues 2, 5 and 13; bench/README.md).
 # Figures, not assertions. Every figure is printed beside the baseline it is judged by,
 # measured in the same run, and the ratio, in one table at the end.

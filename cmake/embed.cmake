@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # embed.cmake: writes OUT, a C file defining admin_console_files[] (admin/http.h)
 # with every file of DIR as a byte array, so roomd serves the console without
 # reading anything at run time. Run by CMake (cmake -P) whenever a file changes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // console.js: the roomd operator console. Framework-free: it calls the admin API
 // (/admin/v1/...) with the token typed in the header, and writes every value with
 // textContent (never as HTML).

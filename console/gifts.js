@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gifts.js: the console's gift catalog view (docs/room.md, Gift catalog): the app's gifts
 // with their price, rocket energy, enabled and version (GET /v1/gifts), a form to create or
 // change one (POST /v1/gifts, conditional on the version shown: a concurrent change is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_auth.c: the Authorization path: auth_verify_bearer (header shape,
  * libjwt decode + HS256 verify, claims), auth_admin_ok, and the router's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_command.c: the command parser and apply. Byte 0 picks the command
  * type, the rest is the JSON body: room_cmd_parse, then (when it validates)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_conf.c: the YAML loader and every validation rule, through conf_load_buffer. */
 #include "conf/conf.h"
 

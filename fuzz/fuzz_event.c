@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_event.c: event decode. Byte 0 picks the event type, the rest is the
  * row's protobuf payload: outbox_event_build decodes it into the envelope and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_snapshot.c: the snapshot parser (room_state_from_json: a stored snapshot read back). */
 #include "room/state.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_tim.c: the IM client's answer parsing and the IM sink's decision. The
  * client's HTTP exchange (struct tim_exchange) is replaced by one that hands

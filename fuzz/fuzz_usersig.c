@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_usersig.c: UserSig decode (base64 with * - _, inflate, JSON) and verify. */
 #include "publish/tim_usersig.h"
 

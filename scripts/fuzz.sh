@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # fuzz.sh BUILD_DIR SECONDS: runs every fuzz_* program of BUILD_DIR for SECONDS each, starting
 # from its checked-in seeds in fuzz/corpus/<name>/ (read-only: new inputs go to a temp dir).
 # A crash, leak or timeout fails (exit 1) and leaves the input in $FUZZ_ARTIFACTS (default

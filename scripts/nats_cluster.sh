@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # nats_cluster.sh start|stop|kill|restart DIR [N]: a 3-server nats-server cluster with
 # JetStream (R3 streams need three servers), all on 127.0.0.1, for the cluster tests.
 #   start DIR           needs ROOMD_NATS_CLUSTER_PORTS="c1 c2 c3 r1 r2 r3": three client

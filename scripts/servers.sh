@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # servers.sh start|stop|env DIR: the real servers the tests talk to, on 127.0.0.1 and
 # non-default ports, with their data under DIR (the build tree). Started once per
 # `make test`, stopped afterwards. apt never starts them (policy-rc.d), so we do.

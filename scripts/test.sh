@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test.sh BUILD_DIR: starts the test servers once, runs every ctest entry, stops them.
 # CI=true makes a test that cannot reach its server fail instead of skipping.
 set -eu

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c: roomd. Loads and validates the config, binds every listener (HTTP,
  * admin, gRPC: a port in use fails the start before anything else opened),

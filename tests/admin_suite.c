@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin_suite.c: the admin conformance suite (see admin_suite.h). */
 #include "admin_suite.h"
 #include "helpers.h"

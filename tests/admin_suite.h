@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin_suite.h: the admin module's conformance suite (tests/admin_suite.c),
  * run on SQLite (tests/unit/test_admin.c) and on MariaDB

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cases.c: one test function per run (helpers.h th_run_group). The program's
  * argv is read by a constructor (glibc passes argc/argv to it), so the test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* helpers.c: shared test setup (see helpers.h). */
 #include "helpers.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * helpers.h: what the C tests share: a fresh temp directory, a default conf
  * pointing at it, and the test servers' addresses from the environment

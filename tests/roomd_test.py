@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """roomd_test: what the Python integration tests share.
 
 Roomd(cfg_overrides) writes a config (JSON is YAML) into a fresh temp dir, starts the

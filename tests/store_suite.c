@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_suite.c: the store conformance suite (see store_suite.h). Written
  * against store.h only, so every backend passes the same tests. Times are

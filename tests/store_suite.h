@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_suite.h: ONE conformance suite for the store interface (store.h),
  * run by every backend's test program: tests/unit/test_store_sqlite.c and the

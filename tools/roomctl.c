@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * roomctl.c: the operator CLI (roomctl(8), docs/admin.md). One command from a
  * table, as OpenSMTPD's smtpctl does. The outbox and audit commands are the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * roomd_consumer.c: runs consumer groups of hyapp_room_outbox as a process
  * of their own, from the same YAML as roomd (its rocketmq and tencent_im

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/admin.c: the operator's operations (admin/admin.h) over the admin
  * store (store/admin.h). Read top-down: replies, rows as JSON, then one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/admin.h: the operator's operations on the outbox (docs/admin.md),
  * the same for every front end: the admin HTTP API and console of roomd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/dlq.c: the consumer groups' dead letters (docs/bus.md): the messages
  * of the JetStream stream <ns>hyapp_dlq, one subject per group, each the
@@ -18,9 +19,7 @@
  */
 #include "admin/internal.h"
 
-#include "store/admin.h"
 #include "conf/conf.h"
-#include "store/inbox.h"
 #include "consume/roles.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -28,6 +27,8 @@
 #include "outbox/outbox.h"
 #include "publish/bus.h"
 #include "room_events.pb-c.h"
+#include "store/admin.h"
+#include "store/inbox.h"
 #include "store/store.h"
 
 #include <inttypes.h>
@@ -132,34 +133,60 @@ get_msg(struct admin *a, uint64_t seq, struct admin_reply *r)
     return NULL;
 }
 
-void
-admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *r)
+/* The DLQ stream's first and last sequence (0, 0: empty). False with a 503
+ * in r. */
+static bool
+dlq_range(struct admin *a, uint64_t *first, uint64_t *last, struct admin_reply *r)
 {
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
+    natsStatus s =
+        js_GetStreamInfo(&si, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), NULL, &jerr);
+
+    if (s != NATS_OK) {
+        reply_nats(r, "stream info", s, jerr);
+        return false;
+    }
+    *first = si->State.FirstSeq;
+    *last = si->State.LastSeq;
+    jsStreamInfo_Destroy(si);
+    return true;
+}
+
+/* Dead letter seq when group (NULL or "": any) is its group, else NULL (also
+ * when deleted: replayed or discarded). */
+static natsMsg *
+dlq_msg_of(struct admin *a, uint64_t seq, const char *group)
+{
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+
+    if (js_GetMsg(&m, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), seq, NULL, &jerr) !=
+        NATS_OK)
+        return NULL;
+    if (group == NULL || *group == '\0' || strcmp(header(m, "Roomd-Group"), group) == 0)
+        return m;
+    natsMsg_Destroy(m);
+    return NULL;
+}
+
+void
+admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *r)
+{
     int64_t after, limit;
+    uint64_t first, last;
     const char *group = q ? q(ctx, "group") : NULL;
 
     if (!have_bus(a, r) || !admin_query_int(q, ctx, "after", 0, INT64_MAX, 0, &after, r) ||
-        !admin_query_int(q, ctx, "limit", 1, 500, 50, &limit, r))
+        !admin_query_int(q, ctx, "limit", 1, 500, 50, &limit, r) || !dlq_range(a, &first, &last, r))
         return;
-    natsStatus s =
-        js_GetStreamInfo(&si, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), NULL, &jerr);
-    if (s != NATS_OK) {
-        reply_nats(r, "stream info", s, jerr);
-        return;
-    }
-    uint64_t first = si->State.FirstSeq, last = si->State.LastSeq;
-    jsStreamInfo_Destroy(si);
     json_t *arr = json_array();
     uint64_t seq = (uint64_t)after + 1 > first ? (uint64_t)after + 1 : first, next = 0;
     for (; seq <= last && first > 0; seq++) {
-        natsMsg *m = NULL;
-        if (js_GetMsg(&m, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), seq, NULL,
-                      &jerr) != NATS_OK)
-            continue; /* deleted (replayed) */
-        if (group == NULL || *group == '\0' || strcmp(header(m, "Roomd-Group"), group) == 0)
-            json_array_append_new(arr, message_json(m, seq, false));
+        natsMsg *m = dlq_msg_of(a, seq, group);
+        if (m == NULL)
+            continue;
+        json_array_append_new(arr, message_json(m, seq, false));
         natsMsg_Destroy(m);
         if (json_array_size(arr) == (size_t)limit) {
             next = seq;
@@ -423,28 +450,18 @@ admin_dlq_discard(struct admin *a, const char *actor, uint64_t seq, struct admin
 static void
 purge_group(struct admin *a, const char *actor, const char *group, struct admin_reply *r)
 {
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
     struct admin_audit_row *rows = NULL;
     size_t n = 0, cap = 0;
     int64_t id = 0, skipped = 0;
-    natsStatus s =
-        js_GetStreamInfo(&si, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), NULL, &jerr);
-    if (s != NATS_OK) {
-        reply_nats(r, "stream info", s, jerr);
+    uint64_t first, last;
+
+    if (!dlq_range(a, &first, &last, r))
         return;
-    }
-    uint64_t first = si->State.FirstSeq, last = si->State.LastSeq;
-    jsStreamInfo_Destroy(si);
     for (uint64_t seq = first; first > 0 && seq <= last; seq++) {
-        natsMsg *m = NULL;
-        if (js_GetMsg(&m, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), seq, NULL,
-                      &jerr) != NATS_OK)
-            continue; /* deleted */
-        bool mine = strcmp(header(m, "Roomd-Group"), group) == 0;
-        natsMsg_Destroy(m);
-        if (!mine)
+        natsMsg *m = dlq_msg_of(a, seq, group);
+        if (m == NULL)
             continue;
+        natsMsg_Destroy(m);
         struct dead_letter d;
         enum inbox_state st;
         struct admin_reply one = {0};

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin/http.c: the admin routes and the console files (see admin/http.h). */
 #include "admin/http.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/http.h: the admin API and the web console as HTTP routes, for the
  * admin listener (admin.listen; http/router.c calls admin_http_route after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin/internal.h: what the files of src/admin share (not for other
  * modules): the handle and the reply helpers of admin.c, used by dlq.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.c: the verifier of auth.h. auth_open loads the keys once;
  * auth_verify_bearer checks the header's shape, lets libjwt verify the

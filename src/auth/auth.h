@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.h: who is calling (docs/auth.md). One verifier per process, shared by
  * every entry point (the HTTP listeners today, a gRPC server later):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * forward.c: sending a request to the room's owner (forward.h). One pool of
  * libcurl handles serves every owner: a handle keeps the connections it

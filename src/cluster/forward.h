@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * forward.h: any node takes any command (docs/cluster.md). A node that does
  * not own a room sends the request, unchanged, to the owner named by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* health.c: the /readyz verdict of this node (health.h). */
 #include "cluster/health.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * health.h: what GET /readyz says about this node (docs/cluster.md). main.c
  * adds one check per dependency: those the command path needs (the lease's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check.c: what `roomd --check-config` checks beyond conf_load's rules: that
  * what the config names outside itself exists on this machine. Secrets named

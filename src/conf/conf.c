@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conf.c: YAML -> struct conf (conf.h). keys[] below holds ONE row per key:
  * its dotted path, type, field (offsetof into struct conf), default (written

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conf.h: roomd's configuration, loaded once from YAML (configs/ (YAML), the
  * seed's shape) and validated before anything starts. Every rule of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * doc.c: the key reference of docs/conf.md, written from the key table
  * (`roomd --print-config-doc`; test_conf checks the checked-in doc matches).

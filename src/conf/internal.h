@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conf/internal.h: what the files of src/conf share (not for other modules):
  * the row of the key table (conf.c keys[]), the table itself, and the value

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * value.c: the text of one value -> its field in struct conf, by the row's
  * type (conf/internal.h): durations, booleans, integers, enums, lists. Used

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * activity.c: hyapp-activity-room-outbox, a reference activity consumer.
  * Keeps per-room gift totals (RoomGiftSent) and the rocket launches

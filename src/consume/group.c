@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * group.c: the consumer kit (see group.h for the contract and the inbox).
  * Read top-down: options, the handler's view of the inbox (inbox.h), the

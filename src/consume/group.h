@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * group.h: the consumer kit. One consumer group = one durable JetStream
  * pull consumer (durable name = group name) worked by one thread that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers.h: the consumer groups roomd ships, each a struct consume_handler
  * for the kit in group.h:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * im_glue.c: the IM side of two consumer groups, through the Tencent IM
  * client of the direct publishers (publish/tim_client.h):

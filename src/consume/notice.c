@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * notice.c: hyapp-notice-room-outbox. For the facts that notify one user
  * privately (RoomUserKicked), writes notice_delivery_events (idempotent by

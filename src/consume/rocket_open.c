@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rocket_open.c: hyapp-room-rocket-open. Each wake-up
  * (roomd.v1.RocketLaunchWakeup, published by sink_rocket.c) is held with

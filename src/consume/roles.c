@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * roles.c: starts and stops the configured consumer groups (roles.h). The
  * handlers are in activity.c, notice.c, im_bridge.c and rocket_open.c.

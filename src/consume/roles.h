@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * roles.h: which consumer groups a process runs. roomd runs the groups its
  * config switches on (rocketmq.room_outbox.tencent_im_consumer_enabled,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wakeup.c: the rocket wake-up's inbox key, shared by the rocket open group
  * (rocket_open.c) and the tests. The message itself is built by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* backoff.c: exponential backoff with equal jitter (see backoff.h). */
 #include "core/backoff.h"
 

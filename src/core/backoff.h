@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backoff.h: exponential backoff with jitter for outbox retries.
  * delay(n) = min(max, initial * 2^(n-1)), then "equal jitter": a uniform

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * checked.h: integer arithmetic that never wraps. Money and counters add
  * through these: a caller either refuses the operation (i64_add_ok false:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* clock.c: wall and monotonic milliseconds (see clock.h). */
 #include "core/clock.h"
 

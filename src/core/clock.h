@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.h: time in integer milliseconds. Wall time (unix ms) is what the
  * store, events and the rocket use; monotonic time measures durations.

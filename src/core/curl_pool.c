@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * curl_pool.c: see curl_pool.h. curl_global_init/cleanup are reference
  * counted here so every pool user shares one global state.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * curl_pool.h: idle libcurl easy handles kept for reuse. Each handle keeps
  * its own connection cache, so a handle taken again reuses a keep-alive

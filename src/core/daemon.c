@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.c: process start-up, the service manager and the signal wait (see daemon.h). */
 #include "core/daemon.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * daemon.h: what a roomd process (roomd, roomd_consumer) does first and
  * last around serving: the log, the signals, the service manager.

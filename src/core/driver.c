@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* driver.c: the "<area>.driver" lookup (see driver.h). */
 #include "core/driver.h"
 

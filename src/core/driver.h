@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.h: the lookup behind every "<area>.driver" config key (lease,
  * projection, wallet, the admin store): which of a fixed list of names the

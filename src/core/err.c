@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* err.c: text, HTTP status and JSON code of each ROOMD_E* (see err.h). */
 #include "core/err.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * err.h: roomd's error codes. Every fallible function returns 0 or one of
  * these negative codes; detail text lives on the object that failed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* file.c: file_read_text (file.h). */
 #include "core/file.h"
 

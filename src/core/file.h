@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * file.h: reading a small text file that a config key names (a PEM key or
  * certificate), with errors that name the key.

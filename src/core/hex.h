@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hex.h: bytes as lowercase hexadecimal (digests, ids). Thread: any; never
  * blocks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.c: the JSON lines logger (see log.h). */
 #include "core/log.h"
 

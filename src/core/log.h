@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.h: one log format, JSON lines. Every record is one JSON object on one
  * line, built with jansson (values escaped) and written with a single

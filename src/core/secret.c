@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * secret.c: secret_load (secret.h): one place that reads a secret from an
  * environment variable or a file, so every secret has the same rules.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * secret.h: reading a secret that the configuration names by an environment
  * variable ("*_env" keys) or a file ("*_file" keys): the Tencent IM key, the

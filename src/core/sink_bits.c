@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink_bits.c: the table of the sinks_done bits (sink_bits.h). */
 #include "core/sink_bits.h"
 

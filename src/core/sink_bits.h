@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_bits.h: the sinks_done bits of room_outbox (one per sink of
  * publish/sink.h), the one table of them: each bit's sink name and the one

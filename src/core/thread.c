@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* thread.c: the background thread lifecycle of thread.h. */
 #include "core/thread.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * thread.h: one owner for a background thread's lifecycle (the shape of
  * Redis src/bio.c and libuv src/threadpool.c): start, a stop flag, a wake

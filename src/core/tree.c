@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tree.c: the name comparator of tree.h. */
 #include "core/tree.h"
 

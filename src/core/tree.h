@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tree.h: the comparator of a tsearch(3) tree keyed by a name: the held
  * leases (lease_redis.c) and the parked projection updates

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* uuid.c: UUIDv7 generation (see uuid.h). */
 #include "core/uuid.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * uuid.h: UUIDv7 (RFC 9562): 48-bit unix ms, then random bits, so event ids
  * sort by creation time (to the millisecond; ids of the same millisecond are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* version.c: the build's version and commit (version.h). */
 #include "core/version.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* xmalloc.c: abort-on-OOM allocation helpers (see xmalloc.h). */
 #include "core/xmalloc.h"
 

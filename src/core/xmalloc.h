@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * xmalloc.h: allocation that aborts on out-of-memory (as Redis' zmalloc and
  * h2o_mem_alloc do), so callers never handle NULL from these.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers_admin.c: the admin API and the web console on the admin listener
  * (admin/http.h holds the routes): the router calls handle_admin first for

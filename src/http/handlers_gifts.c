@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers_gifts.c: the gift catalog over HTTP (docs/room.md, Gift
  * catalog): GET /v1/gifts (both listeners: what a client shows and must

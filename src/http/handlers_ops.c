@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers_ops.c: the operational endpoints (/healthz, /readyz from the
  * readiness cache of ready.c, /metrics and the collector feeding it with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers_projection.c: the read models of projection.h over HTTP:
  *   GET /v1/rooms?cursor=N&limit=M     the room list, ranked, paged

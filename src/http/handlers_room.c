@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers_room.c: the room handlers, kept thin: HTTP -> room_cmd_parse ->
  * room_service_execute -> reply (room/service.h builds the JSON answer).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ratelimit.c: the CreateRoom rate limit (router.h, http_create_allowed):
  * room.max_creates_per_minute per (app, owner_uid), in fixed one-minute

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ratelimit.h: where the CreateRoom rate limit (router.h,
  * http_create_allowed) counts. With redis.enabled, in Redis, so that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ready.c: readiness from a cache (router.h, struct http_ready). A ticker
  * thread asks the store for the outbox counts every every_ms, or every 10 x

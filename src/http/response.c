@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * response.c: building struct http_response (router.h): JSON bodies, the
  * error shape {"error":{"code":..,"message":..}} of ARCHITECTURE §6, and

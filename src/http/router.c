@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * router.c: maps (method, path) to the handlers of ARCHITECTURE §6. The
  * table below is the whole API; read it first. X-App-Code and room_id path

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * router.h: the seam between server.c (libmicrohttpd: connections, bodies,
  * limits) and the handlers. server.c builds a struct http_request once the

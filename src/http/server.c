@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.c: the libmicrohttpd side of the HTTP API (server.h): two daemons,
  * the public listener (http.*) and the admin listener (admin.*), each with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.h: the inbound HTTP API (ARCHITECTURE §6) on libmicrohttpd, one
  * thread per connection (commands block on their cell and on group commit;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ticker.c: ticker.h on core/thread.h's bg_thread (start, stop flag, a
  * monotonic timed wait, join): the loop is "call fn, sleep every_ms".

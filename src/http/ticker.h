@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ticker.h: a thread calling fn(arg) every every_ms until stopped: the
  * readiness refresh (ready.c) and the slow-client watchdog (server.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease.c: picks the lease backend named by lease.driver (see lease.h). */
 #include "lease/lease.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lease.h: which node owns a room's cell. lease_local.c (one node: always
  * granted, token 0) and lease_redis.c (SET NX PX with a fencing token, renewed

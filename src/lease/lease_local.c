@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lease_local.c: the single-node lease. This process owns every room it
  * touches; the token is always 0, so the store's fence reduces to the unique

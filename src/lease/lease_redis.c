@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lease_redis.c: room ownership across nodes (lease.h) on one Redis.
  *   key   <prefix>lease:<app>:<room>        value "<token> <instance> <addr> <admin>", PX ttl

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deps.c: the dependency up gauges (see deps.h). */
 #include "metrics/deps.h"
 

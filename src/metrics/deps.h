@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * deps.h: roomd_dependency_up{dependency}, one gauge per outside part roomd
  * uses, computed when /metrics is scraped:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.c: the registry of metrics.h. Command counters are a fixed table
  * [command][http status] of atomics; the histogram keeps per-bucket counts

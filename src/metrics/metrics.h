@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.h: a small process-wide metrics registry rendered as Prometheus
  * text (GET /metrics, http/handlers_ops.c), and the one exposition helper

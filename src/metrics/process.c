@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * process.c: the process metrics every Prometheus client library exports,
  * under their standard names (process_cpu_seconds_total,

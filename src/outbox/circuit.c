@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * circuit.c: one circuit breaker per sink (internal.h). Outages cost no
  * attempts (docs/outbox.md): a sink that did not answer (ROOMD_EUNAVAIL)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * event.c: what the sinks receive for one room_outbox row: the packed
  * roomd.v1.RoomOutboxEvent envelope and its JSON form, whose "payload" is the

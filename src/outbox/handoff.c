@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handoff.c: the in-process hand-off of handoff.h: a bounded ring of rows
  * committed already claimed by "<node>/h", which the workers (worker.c,

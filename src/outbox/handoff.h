@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * outbox/handoff.h: the in-process hand-off (docs/outbox.md). A command's
  * outbox rows go from the commit straight to this process's workers,

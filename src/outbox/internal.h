@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * outbox/internal.h: private to src/outbox (as libuv's src/unix/internal.h).
  * The state the worker loop (worker.c), the hand-off queue (handoff.c) and

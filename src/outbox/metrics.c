@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.c: every roomd_outbox_* line of GET /metrics, written with the
  * exposition helper of metrics/metrics.h: the workers' counters and the

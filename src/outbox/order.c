@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * order.c: outbox_worker.ordering per_room inside one batch (docs/outbox.md,
  * "Per-room order"): the batch's rooms numbered once, and a row held (no

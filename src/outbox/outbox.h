@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * outbox.h: the OUTBOX PATH. A pool of worker threads that claim
  * room_outbox rows (store_outbox_claim), build each event's envelope, publish

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * retention.c: the purge thread for delivered room_outbox rows and old
  * command log rows (see retention.h). Every purge_interval it deletes rows

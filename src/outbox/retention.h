@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * retention.h: purges delivered room_outbox rows older than
  * store.retention_delivered_ms and room_command_log rows older than

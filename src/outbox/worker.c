@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker.c: the OUTBOX PATH (ARCHITECTURE §2; seed 数据状态, 重试和死信).
  * cfg->workers threads each loop: take rows the command path handed off

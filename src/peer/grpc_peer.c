@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc_peer.c: a gRPC core channel with a connectivity watcher, and unary
  * calls on it (grpc_peer.h). gRPC core moves I/O only while a thread sits in

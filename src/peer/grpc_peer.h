@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc_peer.h: one gRPC channel to a peer and unary calls on it, over gRPC
  * core (DEPENDENCIES.md §5). Shared by the activity sink

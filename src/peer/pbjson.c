@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pbjson.c: see pbjson.h. from_message reads a message unpacked by
  * protobuf-c through its field descriptors (offset, quantifier for oneofs);

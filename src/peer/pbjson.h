@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pbjson.h: protobuf <-> JSON by field name, driven by protobuf-c
  * descriptors, so the gRPC server (rpc/server.c) speaks the JSON the room

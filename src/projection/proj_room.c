@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proj_room.c: copying and clearing a struct proj_room, and the JSON both
  * backends answer (proj_room.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proj_room.h: helpers on struct proj_room (projection.h: the list entry
  * and the member uids for presence), internal to src/projection. Shared by

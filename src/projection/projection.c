@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* projection.c: picks the projection backend named by projection.driver
  * (projection_memory.c, projection_redis.c) and rebuilds one from a source
  * of room states. Read projection.h first. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * projection.h: read models kept beside the authority, best effort: the
  * room list (by online count and recent gifts) and user presence (which room

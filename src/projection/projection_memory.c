@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * projection_memory.c: the one-node projection (projection.h): the room list
  * and presence in this process, two tsearch trees behind one mutex. Same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * projection_redis.c: the room list and presence in Redis, shared by every
  * node (projection.h). Keys, with P = <redis.key_prefix>proj:<app>:

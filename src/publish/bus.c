@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bus.c: the JetStream connection shared by the mq sink, the rocket sink
  * and the consumer groups (see bus.h for the names it derives). Connects

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bus.h: roomd's connection to the broker, NATS JetStream (ARCHITECTURE §7,
  * design/jetstream.md). One struct bus per process is shared, by reference

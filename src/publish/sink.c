@@ -1,7 +1,16 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink.c: the members every sink sets (sink_init, see sink.h). */
 #include "publish/sink.h"
 
+#include "store/store.h"
+
 #include <stdlib.h>
+
+bool
+sink_accepts_carried(struct sink *s, const struct outbox_event *ev)
+{
+    return sink_bit_carries(s->bit, ev->row->event_type);
+}
 
 struct sink *
 sink_init(struct sink *s, const char *name, uint32_t bit,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink.h: one interface for every place an outbox event is delivered to.
  * One file per sink: sink_log.c (event JSON lines to a file), sink_tim.c
@@ -93,6 +94,9 @@ struct sink {
  * event), publish, close and no_json; the optional batch members are left as
  * they are (NULL in a sink from xcalloc). Returns s, still the caller's.
  * Thread: the opener's. Never blocks. */
+/* An accepts for a sink limited to one event type: true for the rows that
+ * carry s->bit (sink_bit_carries, core/sink_bits.h). Thread: any; pure. */
+bool sink_accepts_carried(struct sink *s, const struct outbox_event *ev);
 struct sink *sink_init(struct sink *s, const char *name, uint32_t bit,
                        bool (*accepts)(struct sink *, const struct outbox_event *),
                        int (*publish)(struct sink *, const struct outbox_event *, int64_t, char *,

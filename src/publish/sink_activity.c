@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_activity.c: the direct activity-service sink: each publish() is one
  * unary call /activity.v1.RoomEventService/Consume with the packed
@@ -10,8 +11,8 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
-#include "publish/sink.h"
 #include "peer/grpc_peer.h"
+#include "publish/sink.h"
 
 #include <stdio.h>
 #include <stdlib.h>

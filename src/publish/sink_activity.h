@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_activity.h: the direct activity-service sink (SINK_BIT_ACTIVITY): a
  * gRPC unary call /activity.v1.RoomEventService/Consume with the packed

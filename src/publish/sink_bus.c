@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_bus.c: the mq-mode sink. Publishes each event's packed envelope
  * (roomd.v1.RoomOutboxEvent) to "<ns><topic>.<event_type>" on the outbox

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_bus.h: the JetStream sinks of the mq/dual modes (sink_bus.c) and of
  * the rocket launch wake-ups (sink_rocket.c). Both publish through a shared

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_log.c: the log sink. Appends each event's JSON as one line to a file
  * (O_APPEND, one write(2) per line under a mutex), so a local run shows what

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_rocket.c: the rocket launch wake-up sink. For each RoomRocketIgnited
  * row it publishes a roomd.v1.RocketLaunchWakeup (app_code, room_id,
@@ -19,13 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static bool
-rocket_accepts(struct sink *s, const struct outbox_event *ev)
-{
-    (void)s;
-    return sink_bit_carries(SINK_BIT_ROCKET, ev->row->event_type);
-}
 
 static int
 rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms, char *err,
@@ -78,6 +72,6 @@ out:
 int
 sink_rocket_open(struct sink **out, struct bus *bus)
 {
-    *out = sink_bus_new(bus, "rocket", SINK_BIT_ROCKET, rocket_accepts, rocket_publish);
+    *out = sink_bus_new(bus, "rocket", SINK_BIT_ROCKET, sink_accepts_carried, rocket_publish);
     return 0;
 }

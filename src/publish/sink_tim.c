@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_tim.c: the direct Tencent IM sink. A thin wrapper: publish() is
  * tim_client_deliver_event() (tim_events.c), whose 0 / ROOMD_ERETRY /

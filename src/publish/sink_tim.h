@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_tim.h: the direct Tencent IM sink (SINK_BIT_TIM). CreateRoom's
  * synchronous group creation is tim_create_hook (tim_client.h). The IM actions themselves are

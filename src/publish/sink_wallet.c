@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_wallet.c: Confirm of a committed gift's hold (wallet.driver: grpc).
  * The RoomGiftSent row is written in the gift's own transaction, so a
@@ -20,13 +21,6 @@ struct sink_wallet {
     struct wallet *w; /* borrowed */
 };
 
-static bool
-wallet_accepts(struct sink *s, const struct outbox_event *ev)
-{
-    (void)s;
-    return sink_bit_carries(SINK_BIT_WALLET, ev->row->event_type);
-}
-
 static int
 wallet_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, char *err,
                size_t errlen)
@@ -44,7 +38,7 @@ sink_wallet_open(struct sink **out, struct wallet *w)
 
     sw->w = w;
     /* no_json: reads the row only */
-    *out = sink_init(&sw->base, "wallet", SINK_BIT_WALLET, wallet_accepts, wallet_publish,
+    *out = sink_init(&sw->base, "wallet", SINK_BIT_WALLET, sink_accepts_carried, wallet_publish,
                      sink_free, true);
     return 0;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sink_wallet.h: the remote wallet's Confirm as an outbox side effect
  * (SINK_BIT_WALLET): each committed RoomGiftSent row is confirmed once it

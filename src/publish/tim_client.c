@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_client.c: the Tencent IM REST transport (tim_client.h): the HTTP
  * exchange (libcurl handles from a small pool, keep-alive per handle, behind

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_client.h: a Tencent Cloud IM REST client (shared/design/tencent-im-rest.md)
  * over libcurl, and the IM actions of one room event. Used by the direct IM

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_events.c: the Tencent IM actions of one room event (tim_client_deliver),
  * shared by the direct IM sink and the broker's IM bridge, and CreateRoom's

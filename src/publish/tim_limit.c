@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_limit.c: the IM token buckets (tim_limit.h). A bucket is the time of
  * its next free slot (µs, monotonic): taking a slot moves it 1/rate later.

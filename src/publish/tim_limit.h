@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_limit.h: Tencent IM's downstream limits as token buckets (docs/direct.md):
  * tencent_im.rate_limit_per_s calls per second per API and

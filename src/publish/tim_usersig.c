@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_usersig.c: UserSig v2 (tim_usersig.h). HMAC-SHA256 via OpenSSL HMAC(),
  * zlib compress2 / inflate, base64 with "+", "/", "=" replaced by "*", "-",

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tim_usersig.h: Tencent IM UserSig v2 (TLS-Sig-API v2, HMAC-SHA256), as
  * shared/design/tencent-im-rest.md §2 specifies: generation, verification

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_conn.c: the self-reconnecting hiredis connection of redis_conn.h, its
  * own module below lease/ and projection/ (its users: lease/lease_redis.c and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis/redis_conn.h: one hiredis 0.14 connection that reconnects by itself, shared by
  * lease_redis.c and projection_redis.c. Connects lazily with redis.connect_timeout,

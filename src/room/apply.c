@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * apply.c: room_apply(), the one pure step shared by the live path and the
  * replay: the checks common to all commands (room exists, not closed), the

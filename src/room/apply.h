@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * apply.h: private to src/room. What the per-command apply steps
  * (cmd_*.c) share with the dispatcher (apply.c): the refusal helper, event

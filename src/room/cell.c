@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cell.c: the Room Cells (see cell.h): the map, the FIFO ticket lock of
  * each cell, loading a room (lease, snapshot + replay of the log tail,

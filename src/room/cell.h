@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cell.h: private to src/room. The Room Cells: one in-memory owner of each
  * room's state, found by (app_code, room_id) in a map. Each cell is a FIFO

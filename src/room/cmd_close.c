@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_close.c: CloseRoom, by the owner only (409 forbidden). Everyone
  * leaves and every seat is freed; an ignited rocket is dropped (it will

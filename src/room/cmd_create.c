@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_create.c: CreateRoom. The room starts open, empty (the owner joins
  * like anyone else), with seat_count seats and a fresh rocket of the day.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_gift.c: SendGift. Sender and receiver must be members. The value
  * count*unit_price adds to the room's gift total, count*energy_per_unit

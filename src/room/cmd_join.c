@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_join.c: JoinRoom. Refused when already a member (409 already_member:
  * a repeated join is a client bug or a retry with a new command_id, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_kick.c: KickUser, by the owner only (409 forbidden), of a member
  * other than the owner. The user loses the seat and membership and cannot

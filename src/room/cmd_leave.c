@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_leave.c: LeaveRoom. A member on a seat leaves the seat too.
  * Events: RoomMicChanged (on_mic=false, when seated), RoomUserLeft.

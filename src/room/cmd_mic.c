@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_mic.c: MicUp and MicDown. Only members take seats; a member holds at
  * most one seat. MicUp with a seat takes that seat (409 seat_taken), without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_rocket.c: the room rocket (ARCHITECTURE §5). Gifts charge the current
  * level; reaching thresholds[level-1] ignites it (RoomRocketIgnited, with a

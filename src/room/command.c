@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * command.c: command names, and room_cmd_parse(): strict validation of a
  * command body (every field typed and bounded, unknown fields refused, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * command.h: room write commands as data, and room_apply(), the one pure
  * function that turns (state, command, now) into a new state plus events.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rebuild.c: the projection rebuild from the store (rebuild.h).
  *

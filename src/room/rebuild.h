@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rebuild.h: private to src/room. Keeps the projection (projection.h)
  * complete: a background thread asks the projection every second whether it

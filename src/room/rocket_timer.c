@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rocket_timer.c: the in-process rocket launch timer (see rocket_timer.h).
  * One thread sleeps until the earliest launch_at_ms (at most a second at a

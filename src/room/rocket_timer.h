@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rocket_timer.h: private to src/room. The in-process rocket launch timer
  * used while no broker carries the delayed wake-up: a thread and a min-heap

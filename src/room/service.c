@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * service.c: the COMMAND PATH (ARCHITECTURE §2). room_service_execute_from()
  * runs one command through named stages, each a function below with a

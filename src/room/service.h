@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * service.h: the COMMAND PATH entry point. room_service_execute() runs one
  * parsed and authorized write command through the stages of ARCHITECTURE §2

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * state.c: RoomState lifetime (new/clone/free), its JSON form (the snapshot
  * and the "room" object of responses) and small lookup helpers. The JSON is

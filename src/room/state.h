@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * state.h: RoomState, the authoritative in-memory state of one room, owned
  * by its cell (cell.c). Commands mutate a clone (room_state_clone), and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * text.h: private to src/room. A growing text buffer for the JSON the
  * command path writes directly (the room state, a command's response, its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.c: the gRPC API (server.h). Read top-down:
  *   methods[]      the RPCs and the HTTP route each one is

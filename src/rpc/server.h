@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.h: the gRPC API (docs/grpc.md) on gRPC core, beside HTTP. Each RPC
  * of proto/room_service.proto is the HTTP route of the same name: the server

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store/admin.c: the admin store's dispatch (see store/admin.h). */
 #include "store/admin.h"
 
@@ -207,6 +208,8 @@ int
 admin_store_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
                          bool repair, int limit, int64_t now_ms, int64_t *done, bool *finished)
 {
+    *done = 0;
+    *finished = false;
     return s->ops->replay_chunk(s, id, f, repair, limit, now_ms, done, finished);
 }
 

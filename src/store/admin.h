@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/admin.h: the admin module's store role, over the same database as
  * the room store (store/store.h): what an operator reads and changes in
@@ -159,6 +160,23 @@ void admin_summary_add(const struct admin_cols *c, struct admin_summary *out);
 #define ADMIN_AUDIT_COLS                                                                           \
     "id, actor, action, filter, state, max_id, cursor_id, count, created_at_ms,"                   \
     " updated_at_ms, finished_at_ms"
+
+/* The operations of every admin store backend, written once: X(op) each;
+ * a backend names its functions <prefix>_<op> and builds its table from
+ * this list (mysql/admin.c, sqlite/admin.c). */
+#define ADMIN_STORE_OPS(X)                                                                         \
+    X(open)                                                                                        \
+    X(close)                                                                                       \
+    X(summary)                                                                                     \
+    X(search)                                                                                      \
+    X(count)                                                                                       \
+    X(get)                                                                                         \
+    X(audit_begin)                                                                                 \
+    X(replay_chunk)                                                                                \
+    X(audit_record)                                                                                \
+    X(audit_list)                                                                                  \
+    X(audit_get)                                                                                   \
+    X(audit_rows)
 
 /* The backends (one table of these per backend). */
 struct admin_store_ops {

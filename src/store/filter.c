@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store/filter.c: the operator's row filter (see filter.h). */
 #include "store/filter.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store/filter.h: which room_outbox rows an operator means. One filter for
  * every admin operation (list, count, dry run, bulk replay), read from a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * group_commit.c: the group committer of group_commit.h, without a thread of
  * its own. Callers append a waiter to a FIFO. When fewer than max_leaders

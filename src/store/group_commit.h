@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * group_commit.h: group commit in front of store_save. Callers queue a
  * mutation and block; one of them (a leader, on its own thread: no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inbox.c: picks the inbox backend (inbox.h) and dispatches to it.
  */

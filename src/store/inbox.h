@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inbox.h: a consumer group's inbox, the kit's (group.h) record of which
  * keys (event_ids) the group has settled and of the handler's own effect
@@ -166,6 +167,25 @@ bool inbox_shared(const struct consume_inbox *ib);
  * ROOMD_EUNAVAIL. */
 int inbox_exec(struct consume_inbox *ib, const struct consume_sql *q,
                const struct consume_arg *args, int nargs, char *out, size_t outlen);
+
+/* The operations of struct inbox_ops, written once: X(op) each; a backend
+ * names its functions <prefix>_<op> and builds its table from this list. */
+#define INBOX_OPS(X)                                                                               \
+    X(open)                                                                                        \
+    X(close)                                                                                       \
+    X(claim)                                                                                       \
+    X(mark_get)                                                                                    \
+    X(done)                                                                                        \
+    X(release)                                                                                     \
+    X(fail)                                                                                        \
+    X(dead)                                                                                        \
+    X(purge)                                                                                       \
+    X(tx_begin)                                                                                    \
+    X(tx_commit_done)                                                                              \
+    X(tx_rollback)                                                                                 \
+    X(exec)                                                                                        \
+    X(state)                                                                                       \
+    X(forget_dead)
 
 /* The backends (sqlite/inbox.c, mysql/inbox.c) behind the functions above;
  * private to them and inbox.c. */

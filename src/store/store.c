@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.c: backend selection and the parts every backend shares: status
  * names and counts, the checks of a mutation, the last_error cut, freeing

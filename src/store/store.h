@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * How to add a store operation (every SQL statement of roomd is under
  * src/store/; docs/store.md):

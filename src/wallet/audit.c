@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * audit.c: the money invariant (audit.h). Reads the committed gifts, the
  * ledger and the accounts in one store snapshot (store_wallet_audit_rows)

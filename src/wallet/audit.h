@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * audit.h: the money invariant, checked from the store (and the remote
  * wallet's unresolved holds): `roomctl wallet audit [--app A]`. Read audit.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reconcile.c: the reconciler of the remote wallet (reconcile.h): a pass
  * asks the wallet for its holds older than reconcile_after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reconcile.h: the remote wallet's reconciler (wallet.driver: grpc). A hold
  * older than wallet.reconcile_after is resolved against the command log:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wallet.c: picks the wallet implementation named by wallet.driver
  * ("embedded": wallet_embedded.c, the ledger in the store; "grpc":

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wallet.h: the wallet a SendGift is paid from. One interface, one file per
  * implementation: wallet_embedded.c keeps balances in the store's wallet

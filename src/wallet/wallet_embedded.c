@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wallet_embedded.c: the wallet kept in the store's wallet_accounts and
  * wallet_ledger tables. A gift's debit is not a call of its own: attach()

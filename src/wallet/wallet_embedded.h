@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wallet_embedded.h: the embedded wallet (wallet_embedded.c), the ledger in
  * the store's wallet tables. Opened through wallet_open (wallet.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wallet_grpc.c: the remote wallet over gRPC (wallet_grpc.h). hold() is
  * Try, settle(REFUSED) is Cancel; Confirm is sent by the outbox

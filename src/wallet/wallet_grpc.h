@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wallet_grpc.h: the remote wallet (wallet.driver: grpc), a client of
  * /wallet.v1.WalletService (proto/wallet.proto, docs/wallet.md). Opened

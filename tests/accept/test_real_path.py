@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_real_path: the seed's acceptance row "real path" (真实链路): create / join / mic /
 sendGift / leave over HTTP against a real roomd each log exactly one room_command_timing JSON
 line carrying every field of ARCHITECTURE §9 with the right types, and the log sink receives

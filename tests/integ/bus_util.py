@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bus_util: what the broker tests share, written from the protocol docs and independent of
 roomd's C code, so the tests check roomd against a second implementation:
 

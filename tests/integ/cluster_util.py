@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cluster_util: the production topology on one machine, for tests/integ/test_cluster.py.
 
 Cluster(tmp) starts, all on 127.0.0.1 and on ports picked at run time:

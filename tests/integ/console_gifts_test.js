@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // console_gifts_test.js: drives the console's gift catalog view (console/gifts.js) in headless
 // Chromium, as tests/integ/test_console_gifts.py asks: log in with the admin token, see the
 // seeded gift, change its price through the form, disable it with its row's button, then try a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // console_test.js: drives roomd's web console in headless Chromium (playwright-core and
 // Debian's /usr/bin/chromium), as tests/integ/test_console.py asks: log in with the admin
 // token, filter the dead letters of one room, open a row, replay them behind the dry-run

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """http_util: small helpers the HTTP command tests share (on top of roomd_test.Roomd).
 
 Every helper talks to a real roomd over HTTP; nothing here fakes the server.

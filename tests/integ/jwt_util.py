@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """jwt_util: minting JWTs for the auth tests (HS256 with hmac, ES256/RS256 with the
 `cryptography` package), and the tampered shapes the endpoint x caller matrix sends."""
 import base64

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """roomctl_util: running the built roomctl from a test (test_roomctl_admin, test_dlq_admin)."""
 import json
 import os

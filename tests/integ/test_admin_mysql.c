@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_admin_mysql.c: the admin suite (tests/admin_suite.c) on a real
  * mariadbd (scripts/servers.sh), in a database of its own, emptied before
  * each test. */

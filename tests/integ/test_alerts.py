@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_alerts: deploy/prometheus/alerts.yml passes `promtool check rules` and its unit
 tests (`promtool test rules alerts_test.yml`: stuck vs busy vs idle, dead letters growing,
 lag SLO burn, a dependency down, roomd down); every roomd_* / process_* metric that the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_bus_kit.c: the JetStream pieces against a real nats-server: the mq
  * sink (exactly one stream message per event_id, Duplicate acks), the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_bus_roomd: the broker modes end to end, a real roomd process against a real
 nats-server (the shared one of scripts/servers.sh, or a PRIVATE one for broker-down), the
 consumer groups inside roomd and in tools/roomd_consumer, and the IM stand-in.

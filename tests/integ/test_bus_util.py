@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_bus_util: the tests' own NATS client (bus_util) against the shared nats-server, so the
 broker tests that read streams back through it can trust what it returns.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_check_config: `roomd --check-config FILE` on the shipped configs and on broken
 files: exit 0 and "FILE: ok" for good ones, exit 1 and a message naming the key (with
 its line) for bad ones, and `roomd -c BAD` refuses to start the same way. Beyond the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The production topology (issue 12, docs/cluster.md): three roomd nodes on one MariaDB
 database and one Redis, a 3-server nats-server cluster with JetStream and R3 streams, all on
 127.0.0.1 (ports picked at run time; mariadbd and redis-server from scripts/servers.sh, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rockets on time across nodes under auth.mode jwt (issue 11, docs/auth.md "Between nodes").
 
 Two roomd nodes of the cluster_util topology (Redis lease, cluster.forward, mq rocket wake-ups)

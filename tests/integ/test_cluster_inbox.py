@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Consumer groups on several nodes (issue 12, docs/bus.md "Several nodes"): the three outbox
 consumer groups (IM bridge, notice, activity) run in all three roomd nodes of the production
 topology (cluster_util: one MariaDB database, one Redis, a 3-server nats-server cluster with R3

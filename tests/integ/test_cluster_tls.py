@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Forwarding between nodes over TLS (issue 11 x issue 12, docs/cluster.md "TLS between nodes").
 
 Two roomd nodes of the cluster_util topology (Redis lease, cluster.forward, mq rocket wake-ups,

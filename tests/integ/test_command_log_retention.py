@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The command log purge (store.retention.command_log_max_age, docs/store.md) in a running roomd
 on SQLite: rows past the age and at or below the room's oldest kept snapshot are deleted, the
 room loads the same after a restart, a purged command_id counts as a new command and a kept one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_console: roomd's web console in headless Chromium (tests/integ/console_test.js,
 playwright-core driving Debian's /usr/bin/chromium), against a real roomd.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_console_gifts: the console's gift catalog view (console/gifts.js) in headless Chromium
 (tests/integ/console_gifts_test.js), against a real roomd: the seeded gift is shown, a price
 changed through the form and a disable by the row's button reach the store (the API agrees),

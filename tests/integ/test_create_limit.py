@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_create_limit.py: room.max_creates_per_minute across nodes (the CreateRoom rate limit
 counts in Redis when redis.enabled; docs/http.md).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_daemon: the daemon conventions of a real roomd process.
 
 --version/--help on stdout with exit 0; the log is JSON lines only and honours

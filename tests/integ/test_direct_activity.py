@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_direct_activity.py: a real roomd in publish_mode direct against the activity-service
 gRPC stand-in (tests/standins/activity_standin.js, @grpc/grpc-js, a separate process).
 The seed's acceptance row "activity down: commands succeed; rows retried; delivered after

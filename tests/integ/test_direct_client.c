@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_direct_client.c: the IM client and the room-event IM actions
  * (publish/tim_client.c, tim_events.c) and the activity sink

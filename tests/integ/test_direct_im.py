@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_direct_im.py: a real roomd in publish_mode direct against the Tencent IM stand-in
 (tests/standins/im_standin.py, HTTPS, a separate process). The seed's acceptance rows:
 IM down -> commands succeed, rows retryable (an outage costs no attempt, never failed); IM back before that -> delivered;

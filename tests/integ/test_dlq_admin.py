@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_dlq_admin: the consumer groups' dead letters through roomctl, with the SQLite inbox on
 one node (the MySQL inbox on two nodes: test_dlq_cluster.py).
 

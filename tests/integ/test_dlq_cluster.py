@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_dlq_cluster: consumer dead letters with the MySQL inbox on two roomd nodes sharing one
 MariaDB database (cluster_util: Redis lease, a 3-server NATS cluster), the production shape
 (rocketmq.consumer_inbox auto -> mysql, docs/admin.md "Consumer dead letters").

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_gift_catalog: SendGift is priced by the gift catalog in the store (issue 30), against a
 real roomd under auth.mode jwt (a user token acting as itself).
 - the catalog's price 1000: a gift naming unit_price 1 is refused 409 price_changed (the

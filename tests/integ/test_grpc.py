@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_grpc: the gRPC API (docs/grpc.md, proto/room_service.proto) against a real roomd
 process serving HTTP and gRPC, called by a real gRPC client (tests/standins/grpc_client.js on
 @grpc/grpc-js, a separate process). Every RPC's happy path, each status code with its details

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http_auth: auth.mode jwt and the admin listener against a real roomd.
 
 The endpoint x caller matrix: every route of the public and the admin listener called with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http_commands: the command path over HTTP against a real roomd process (SQLite files,
 log sink on). Every command's happy path and each rejection of ARCHITECTURE §6, idempotency
 (also across a restart), no outbox row for a failed command, GET snapshots, concurrency,

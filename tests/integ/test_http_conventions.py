@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http_conventions: the HTTP conventions clients expect, against a real roomd process:
 Idempotency-Key as the command_id (a body command_id that differs is 400), CreateRoom 201 with
 Location, HEAD on every GET route, writes refused without Content-Type: application/json (415),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http_hardening: the listener against a hostile client, on a real roomd.
 
 Request smuggling (two Content-Lengths, a non-numeric one, Content-Length with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http_projection: GET /v1/rooms (the ranked, paged room list) and
 GET /v1/users/{uid}/presence against a real roomd on the default (memory) projection, the
 validation of their parameters, 503 when a Redis projection cannot answer, and the rebuild of

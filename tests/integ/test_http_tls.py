@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http_tls: http.tls.* and admin.tls.* through libmicrohttpd's GnuTLS: a self-signed
 certificate (openssl CLI) on both listeners; HTTPS answers, plain HTTP to the TLS port does
 not, and a certificate without its key is refused at start naming the key."""

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_inbox_mysql.c: the shared consumer inbox (src/store/mysql/inbox.c)
  * on a real mariadbd (scripts/servers.sh), in a database of its own: two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_lease_redis.c: the Redis lease (src/lease/lease_redis.c) against a real
  * redis-server: the shared test server (:6390, scripts/servers.sh) for

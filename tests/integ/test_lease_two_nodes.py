@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_lease_two_nodes: two roomd processes on ONE store and one Redis, lease.driver redis,
 projection.driver redis. Every scenario runs twice: on one MariaDB database (the production
 shape; server from scripts/servers.sh, ROOMD_MYSQL_PORT, default 3417, a fresh database per

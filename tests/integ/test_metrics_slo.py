@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_metrics_slo: the SLO metrics of a real roomd on GET /metrics.
 
 Every delivered row lands in roomd_outbox_delivery_seconds{sink} (handed off or claimed),

@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_metrics_store_hang: /metrics never waits on the store (docs/metrics.md).
 
 roomd on a private mariadbd (test_mysql_procs.PrivateMariadb: stopping the suite's server would
-stall the other tests). With rows in the outbox, mariadbd is SIGSTOPped: every scrape still
-answers within 100 ms, from the cache the readiness ticker fills; the figures' age
+stall the other tests). With rows in the outbox, mariadbd is SIGSTOPped: the scrapes still
+answer within 100 ms (the median; none near the 2 s read timeout a store query would wait), from
+the cache the readiness ticker fills; the figures' age
 (roomd_outbox_store_figures_age_seconds) grows and roomd_dependency_up{dependency="store"} goes
 0 once the ticker's check fails (store.mysql.read_timeout). After SIGCONT the store is up again
 and the age small."""
@@ -47,15 +49,19 @@ def test_metrics_answer_while_the_store_is_stopped():
                    what="the store figures")
         os.kill(srv.proc.pid, signal.SIGSTOP)
         try:
-            slow, seen_down = [], False
+            took_s, seen_down = [], False
             end = time.monotonic() + 8
             while time.monotonic() < end:
                 m, took = timed_metrics(rd)
-                if took >= 0.1:
-                    slow.append(round(took, 3))
+                took_s.append(round(took, 3))
                 seen_down = seen_down or m.get(UP) == 0.0
                 time.sleep(0.25)
-            assert not slow, f"scrapes of 100 ms or more while the store was stopped: {slow}"
+            # a scrape that waited on the store would take the read timeout (2 s); on a
+            # loaded machine one scrape may lose the CPU for a while, so: the median within
+            # 100 ms, none near the read timeout
+            took_s.sort()
+            assert took_s[len(took_s) // 2] < 0.1 and took_s[-1] < 1.0, \
+                f"scrape times while the store was stopped: {took_s}"
             assert seen_down, "the store went down in roomd_dependency_up"
             assert m[AGE] > 1.0, m[AGE]
         finally:

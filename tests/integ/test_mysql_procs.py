@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_mysql_procs: roomd processes on ONE MariaDB database (store.driver mysql).
 
 1. three processes deliver 10,000 events: a backlog written by a fourth process (worker

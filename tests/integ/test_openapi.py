@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_openapi: docs/openapi.yaml is a valid OpenAPI 3.1 document (@seriousme/openapi-schema-
 validator from npm, pinned by tests/standins/package-lock.json, run by
 tests/standins/openapi_check.js), describes exactly the router's routes (roomd --print-routes),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_outbox_roomctl: the dead-letter path end to end with a real roomd and roomctl.
 
 roomd's log sink writes to /dev/full, so every write fails (ENOSPC) and the events of real

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_outbox_row_shape: one room_outbox row shape wherever a row is read or written
 (STORE_OUTBOX_COLS / STORE_OUTBOX_COPY in src/store/store.h), on both backends.
 

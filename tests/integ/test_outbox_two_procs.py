@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_outbox_two_procs: two roomd processes on ONE SQLite file, each with the log sink
 writing to its own file, many commands against both at once.
 

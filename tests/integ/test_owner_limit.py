@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_owner_limit.py: room.max_rooms_per_owner over HTTP (issue 11).
 
 SQLite: the owner's creates past the limit answer 429 too_many_rooms with Retry-After, change

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_projection.c: the room list and presence projections. One suite runs
  * on both drivers: memory, and redis against the real test redis-server

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_readme: the README's walk-through runs top to bottom. The first ```sh block of
 "## Using it" is run by bash, as written, against a fresh roomd started on
 configs/local.yaml (its port and ./var moved to a temp dir); every curl's HTTP status is

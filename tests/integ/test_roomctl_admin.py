@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_roomctl_admin: roomctl's operator commands against a real roomd's store.
 
 roomd's log sink writes to /dev/full, so real commands leave failed rows. roomctl then

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_sink_gauges: per-sink backlog and age count only the rows that carry the sink
 (core/sink_bits.h: the rocket sink carries RoomRocketIgnited only, the wallet's Confirm
 RoomGiftSent only).

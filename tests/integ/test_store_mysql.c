@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_store_mysql.c: the store conformance suite (tests/store_suite.c, the
  * same one SQLite passes) on a real mariadbd (scripts/servers.sh, :3417),

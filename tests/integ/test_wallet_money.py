@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_wallet_money: money is exact (issue 10), with a real roomd, real stores and the wallet
 service stand-in (tests/standins/wallet_standin.js: real gRPC, its own durable ledger).
 

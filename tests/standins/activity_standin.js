@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // activity_standin.js: the activity-service stand-in for roomd's tests. A real gRPC server
 // (@grpc/grpc-js + @grpc/proto-loader, installed by scripts/deps.sh into ./node_modules)
 // implementing activity.v1.RoomEventService/Consume from proto/activity.proto.

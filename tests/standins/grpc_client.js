@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // grpc_client.js: a real gRPC client (@grpc/grpc-js + @grpc/proto-loader) of roomd's
 // proto/room_service.proto for the tests (tests/integ/test_grpc.py) and the benchmark.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // grpc_standin.js: what the gRPC stand-ins (activity_standin.js, wallet_standin.js) and the
 // gRPC test client (grpc_client.js) share: command-line arguments, loading one proto file of
 // proto/ with @grpc/proto-loader, serving a gRPC service on 127.0.0.1, and the plain HTTP control

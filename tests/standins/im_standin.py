@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """im_standin.py: a Tencent Cloud IM REST stand-in for roomd's tests (HTTPS, stdlib only).
 
 Follows shared/design/tencent-im-rest.md: POST /v4/{service}/{command}?sdkappid=&identifier=

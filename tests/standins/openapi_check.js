@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // openapi_check.js: validates an OpenAPI 3.1 document with @seriousme/openapi-schema-validator
 // (the maintained validator pinned by package-lock.json) and lists what it describes, for
 // tests/integ/test_openapi.py. With --answers FILE (a JSON array of {path, method, status,

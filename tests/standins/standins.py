@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """standins.py: start, stop and script the stand-ins from Python tests.
 
 ImStandin: im_standin.py (HTTPS, a self-signed cert made here with the openssl CLI).

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // wallet_standin.js: a wallet service for roomd's tests (wallet.driver: grpc). A real gRPC
 // server (@grpc/grpc-js + @grpc/proto-loader) implementing wallet.v1.WalletService from
 // proto/wallet.proto as docs/wallet.md specifies, with its own durable ledger: every change is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_admin.c: the admin suite (tests/admin_suite.c) on SQLite, then what
  * only SQLite shows: a read-only handle never creates a missing file, and
  * reads a store roomd left in WAL mode. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_auth.c: src/auth (the verifier every entry point shares) and
  * core/secret.c's redaction, without a server: HS256 tokens minted with

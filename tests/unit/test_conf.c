@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_conf.c: the config loader (src/conf/conf.c): defaults are valid, every
  * file in configs/ loads, every rule refuses a bad value with the key named

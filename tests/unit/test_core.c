@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_core.c: core utilities: error table, backoff bounds, UUIDv7, UTC days,
  * background threads, the driver-by-name lookup, xmemdup, the name-keyed
  * tree comparator. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_group_commit.c: group commit on a real SQLite file: 16 threads commit
  * many mutations on distinct rooms; every one commits, batches are fewer than

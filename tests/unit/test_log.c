@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_log.c: the JSON lines logger: every record one valid JSON object,
  * values escaped, "k=v" tails split into fields, the level honoured (also
  * for log_fields records) and changed at run time, reopen after rotation. */

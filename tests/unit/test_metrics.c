@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_metrics.c: the metrics registry (src/metrics/metrics.c): command
  * counters by status, the cumulative latency histogram, collectors added and

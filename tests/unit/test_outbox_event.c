@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_outbox_event.c: outbox/event.c (the RoomOutboxEvent envelope and its
  * JSON with the payload decoded from the descriptor event_type names; poison

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_outbox_worker.c: the outbox worker (src/outbox/worker.c) and the
  * retention purge against a real SQLite store in a temp dir, with scriptable

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_room_apply.c: room_apply for every command, each rejection, and the
  * rocket (ignition, stale and duplicate launches, the UTC-day reset), with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_room_parse.c: room_cmd_parse validation (each field typed and
  * bounded, unknown fields refused, the error naming the field) and the

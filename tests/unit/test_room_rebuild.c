@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_room_rebuild.c: the projection rebuild from the store (src/room/rebuild.c)
  * on a real SQLite store filled through the room service: several apps, more

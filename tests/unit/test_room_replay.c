@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_room_replay.c: snapshot + replay reproduces the state exactly. A long
  * random-ish command sequence (fixed seed: joins, leaves, mics, gifts that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_room_service.c: the command path end to end on a real SQLite store
  * (a file in a temp dir), real group commit, embedded wallet and local

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_room_text.c: the command path's text buffer (src/room/text.c):
  * text_printf writes the conversions the command path uses as printf does,

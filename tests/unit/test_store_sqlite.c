@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_store_sqlite.c: the store conformance suite (tests/store_suite.c) on
  * fresh SQLite files, plus what only SQLite shows: snapshot pruning in the

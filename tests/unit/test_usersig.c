@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_usersig.c: UserSig v2 (publish/tim_usersig.c) against the vector of
  * shared/design/tencent-im-rest.md §2 (decode the doc's full usersig, check

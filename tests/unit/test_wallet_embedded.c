@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_wallet_embedded.c: the wallet front (wallet.c) and the embedded
  * wallet on a real SQLite file: a gift's debit is attached to its mutation

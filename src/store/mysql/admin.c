@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/admin.c: the admin store on the room store's MySQL/MariaDB
  * database (store/admin.h), through one connection of its own (reconnected
@@ -105,17 +106,18 @@ put_filter(struct my_admin *a, struct sql *q, const struct admin_filter *f)
     return 0;
 }
 
+/* Records the failure of what, classified as the backend classifies every
+ * server error (mys_classify, conn.c): EUNAVAIL when the connection is gone
+ * or a lock wait / deadlock may pass, else EIO. */
 static int
 fail(struct my_admin *a, const char *what)
 {
     unsigned int e = a->db ? mysql_errno(a->db) : CR_SERVER_GONE_ERROR;
+    enum errclass k = mys_classify(e);
 
     snprintf(a->super.errmsg, sizeof(a->super.errmsg), "mysql %s: %s (%u)", what,
              a->db ? mysql_error(a->db) : "not connected", e);
-    return e == CR_SERVER_GONE_ERROR || e == CR_SERVER_LOST || e == CR_CONNECTION_ERROR ||
-                   e == CR_CONN_HOST_ERROR || e == 1205 || e == 1213
-               ? ROOMD_EUNAVAIL
-               : ROOMD_EIO;
+    return k == EC_LOST || k == EC_RETRY ? ROOMD_EUNAVAIL : ROOMD_EIO;
 }
 
 static int
@@ -556,8 +558,6 @@ my_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     struct my_admin *a = (struct my_admin *)s;
     int rc;
 
-    *done = 0;
-    *finished = false;
     pthread_mutex_lock(&a->mu);
     if ((rc = run(a, "START TRANSACTION")) == 0) {
         rc = chunk_tx(a, id, f, repair, limit, now_ms, done, finished);
@@ -690,17 +690,6 @@ my_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
     return rc;
 }
 
-const struct admin_store_ops admin_store_mysql_ops = {
-    .open = my_open,
-    .close = my_close,
-    .summary = my_summary,
-    .search = my_search,
-    .count = my_count,
-    .get = my_get,
-    .audit_begin = my_audit_begin,
-    .replay_chunk = my_replay_chunk,
-    .audit_record = my_audit_record,
-    .audit_list = my_audit_list,
-    .audit_get = my_audit_get,
-    .audit_rows = my_audit_rows,
-};
+#define MY_OP(op) .op = my_##op,
+const struct admin_store_ops admin_store_mysql_ops = {ADMIN_STORE_OPS(MY_OP)};
+#undef MY_OP

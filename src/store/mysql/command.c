@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/command.c: the command path: find_command, load_room (room head,
  * then snapshot and log tail up to it), save (a group-commit batch: the fast

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/conn.c: the connection pool with reconnect (no silent auto-reconnect),
  * MySQL errors classified (lost, retry, duplicate), the per-connection

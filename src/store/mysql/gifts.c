@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/gifts.c: the gift catalog (store.h, store_gift_*): one row per
  * (app_code, gift_id), its version raised by every change.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/inbox.c: the shared inbox (inbox.h) in the store's MySQL/MariaDB
  * database, so that every node running a group sees one inbox:
@@ -25,6 +26,7 @@
  * mysql_real_escape_string for the connection's utf8mb4.
  */
 #include "store/inbox.h"
+#include "store/mysql/internal.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"
@@ -128,19 +130,22 @@ my_drop(struct my_inbox *m)
     m->super.in_tx = false;
 }
 
-/* Records the failure of what; a lost connection is dropped (reconnected
- * by the next call). Returns EUNAVAIL (connection), ERETRY (deadlock or
- * lock wait) or EIO. */
+/* Records the failure of what, classified as the backend classifies every
+ * server error (mys_classify, conn.c); a lost connection is dropped
+ * (reconnected by the next call). Returns EUNAVAIL (connection), ERETRY
+ * (deadlock or lock wait) or EIO. */
 static int
-my_fail(struct my_inbox *m, const char *what)
+my_error(struct my_inbox *m, const char *what)
 {
     unsigned int e = m->db ? mysql_errno(m->db) : 0;
+    enum errclass k = mys_classify(e);
 
     snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql %s: %s (%u)", what,
              m->db ? mysql_error(m->db) : "not connected", e);
-    if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT)
+    if (k == EC_RETRY)
         return ROOMD_ERETRY;
-    if (e == 0 || e >= CR_MIN_ERROR) { /* client side: the connection is unusable */
+    /* lost, or any other client-side error: the connection is unusable */
+    if (k == EC_LOST || e == 0 || e >= CR_MIN_ERROR) {
         my_drop(m);
         return ROOMD_EUNAVAIL;
     }
@@ -158,11 +163,11 @@ my_query(struct my_inbox *m, const char *sql, MYSQL_RES **res)
         return ROOMD_EUNAVAIL;
     }
     if (mysql_real_query(m->db, sql, strlen(sql)) != 0)
-        return my_fail(m, "query");
+        return my_error(m, "query");
     if (res) {
         *res = mysql_store_result(m->db);
         if (*res == NULL && mysql_field_count(m->db) > 0)
-            return my_fail(m, "result");
+            return my_error(m, "result");
     } else {
         MYSQL_RES *r = mysql_store_result(m->db);
         if (r)
@@ -540,7 +545,7 @@ my_release(struct consume_inbox *ib, const char *key)
 }
 
 static int
-my_fail_key(struct consume_inbox *ib, const char *key, const char *why, int *failures)
+my_fail(struct consume_inbox *ib, const char *key, const char *why, int *failures)
 {
     struct my_inbox *m = MY(ib);
     struct row r;
@@ -688,21 +693,6 @@ my_forget_dead(struct consume_inbox *ib, const char *key, bool *forgotten)
     return rc;
 }
 
-const struct inbox_ops inbox_mysql_ops = {
-    .name = "mysql",
-    .open = my_open,
-    .close = my_close,
-    .claim = my_claim,
-    .mark_get = my_mark_get,
-    .done = my_done,
-    .release = my_release,
-    .fail = my_fail_key,
-    .dead = my_dead,
-    .purge = my_purge,
-    .tx_begin = my_tx_begin,
-    .tx_commit_done = my_tx_commit_done,
-    .tx_rollback = my_tx_rollback,
-    .exec = my_exec,
-    .state = my_state,
-    .forget_dead = my_forget_dead,
-};
+#define MY_OP(op) .op = my_##op,
+const struct inbox_ops inbox_mysql_ops = {.name = "mysql", INBOX_OPS(MY_OP)};
+#undef MY_OP

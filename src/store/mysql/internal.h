@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/internal.h: private to the MySQL/MariaDB backend of store.h (the
  * files of src/store/mysql/, MariaDB Connector/C), as libuv's

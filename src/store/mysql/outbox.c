@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/outbox.c: room_outbox: the claim (SELECT ... FOR UPDATE SKIP LOCKED
  * over ix_outbox_due, then UPDATEs by id list; ordered: one snapshot, fenced

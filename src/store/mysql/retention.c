@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/retention.c: purging the command log (store_command_log_purge,
  * store.h) in chunks of PURGE_CHUNK, each its own short autocommit statement:

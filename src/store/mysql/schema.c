@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/schema.c: the schema as versioned migrations, applied at open under
  * GET_LOCK so that several processes starting at once migrate once.

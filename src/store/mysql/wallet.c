@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mysql/wallet.c: the embedded wallet: balances in wallet_accounts (locked
  * FOR UPDATE) and an idempotent ledger, one row per (ref_id, kind): the

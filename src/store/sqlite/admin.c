@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/admin.c: the admin store on the SQLite file of the room store
  * (store/admin.h), through a connection of its own: read-only
@@ -486,8 +487,6 @@ sq_replay_chunk(struct admin_store *s, int64_t id, const struct admin_filter *f,
     struct sq_admin *a = (struct sq_admin *)s;
     int rc;
 
-    *done = 0;
-    *finished = false;
     LOCK(a);
     if ((rc = exec(a, "BEGIN IMMEDIATE")) == 0)
         rc = tx_end(a, chunk_tx(a, id, f, repair, limit, now_ms, done, finished));
@@ -614,17 +613,6 @@ sq_audit_rows(struct admin_store *s, int64_t id, int64_t after, int limit,
     return rc;
 }
 
-const struct admin_store_ops admin_store_sqlite_ops = {
-    .open = sq_open,
-    .close = sq_close,
-    .summary = sq_summary,
-    .search = sq_search,
-    .count = sq_count,
-    .get = sq_get,
-    .audit_begin = sq_audit_begin,
-    .replay_chunk = sq_replay_chunk,
-    .audit_record = sq_audit_record,
-    .audit_list = sq_audit_list,
-    .audit_get = sq_audit_get,
-    .audit_rows = sq_audit_rows,
-};
+#define SQ_OP(op) .op = sq_##op,
+const struct admin_store_ops admin_store_sqlite_ops = {ADMIN_STORE_OPS(SQ_OP)};
+#undef SQ_OP

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/command.c: the command path: find_command (idempotency lookup),
  * load_room (snapshot + log tail in one read transaction), save (a group-commit

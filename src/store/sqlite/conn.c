@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/conn.c: opening the SQLite file (WAL and pragmas), the writer connection
  * behind a mutex and the reader pool, the per-connection statement cache,

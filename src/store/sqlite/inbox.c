@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/inbox.c: the one-node inbox (inbox.h), a SQLite database per group
  * "<rocketmq.consumer_store_dir>/<group>.db" holding
@@ -29,7 +30,7 @@ struct sq_inbox {
 #define SQ(ib) ((struct sq_inbox *)(ib))
 
 static int
-sq_fail(struct consume_inbox *ib, const char *what)
+sq_error(struct consume_inbox *ib, const char *what)
 {
     snprintf(ib->errmsg, sizeof(ib->errmsg), "%s: %s", what, sqlite3_errmsg(SQ(ib)->db));
     return ROOMD_EIO;
@@ -58,7 +59,7 @@ sq_run(struct consume_inbox *ib, const char *sql, const struct consume_arg *args
     int rc = 0;
 
     if (sqlite3_prepare_v2(SQ(ib)->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return sq_fail(ib, "prepare");
+        return sq_error(ib, "prepare");
     for (int i = 0; i < nargs; i++) {
         if (args[i].type == 'i')
             sqlite3_bind_int64(st, i + 1, args[i].i);
@@ -73,7 +74,7 @@ sq_run(struct consume_inbox *ib, const char *sql, const struct consume_arg *args
         if (num)
             *num = sqlite3_column_int(st, 1);
     } else if (step != SQLITE_DONE) {
-        rc = sq_fail(ib, "step");
+        rc = sq_error(ib, "step");
     }
     sqlite3_finalize(st);
     return rc;
@@ -269,7 +270,7 @@ sq_release(struct consume_inbox *ib, const char *key)
 }
 
 static int
-sq_fail_key(struct consume_inbox *ib, const char *key, const char *why, int *failures)
+sq_fail(struct consume_inbox *ib, const char *key, const char *why, int *failures)
 {
     char n[24] = "";
     int rc = sq_key(ib,
@@ -361,21 +362,6 @@ sq_forget_dead(struct consume_inbox *ib, const char *key, bool *forgotten)
     return rc;
 }
 
-const struct inbox_ops inbox_sqlite_ops = {
-    .name = "sqlite",
-    .open = sq_open,
-    .close = sq_close,
-    .claim = sq_claim,
-    .mark_get = sq_mark_get,
-    .done = sq_done,
-    .release = sq_release,
-    .fail = sq_fail_key,
-    .dead = sq_dead,
-    .purge = sq_purge,
-    .tx_begin = sq_tx_begin,
-    .tx_commit_done = sq_tx_commit_done,
-    .tx_rollback = sq_tx_rollback,
-    .exec = sq_exec,
-    .state = sq_state,
-    .forget_dead = sq_forget_dead,
-};
+#define SQ_OP(op) .op = sq_##op,
+const struct inbox_ops inbox_sqlite_ops = {.name = "sqlite", INBOX_OPS(SQ_OP)};
+#undef SQ_OP

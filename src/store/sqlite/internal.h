@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/internal.h: private to the SQLite backend of store.h (the files of src/store/sqlite/),
  * as libuv's src/unix/internal.h. The handle (WAL, one writer connection

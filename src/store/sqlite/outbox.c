@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/outbox.c: room_outbox: the claim (UPDATE ... RETURNING over the
  * due_at_ms index, under BEGIN IMMEDIATE), complete (fenced by locked_by),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/retention.c: purging the command log (store_command_log_purge,
  * store.h). One DELETE of up to limit rows, its own short transaction: rows

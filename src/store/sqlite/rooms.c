@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/rooms.c: rooms read in bulk: ignited rockets (launch timer rebuild)
  * and the keyset-paged rooms list (projection rebuilds).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/schema.c: the schema and its migrations (migration i+1 is
  * migrations[i]; never edit one, add one), applied at open.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sqlite/wallet.c: the embedded wallet: balances in wallet_accounts and one
  * ledger row per (ref_id, kind): a gift's debit (inside the gift's own
