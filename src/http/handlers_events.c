@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handlers_events.c: exact catch-up, GET /v1/rooms/{id}/events?after_seq=N&limit=M
  * (docs/room.md, Catch-up): the room's events with room_seq > N in room_seq

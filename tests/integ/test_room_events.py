@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_room_events: exact catch-up, GET /v1/rooms/{id}/events?after_seq=N&limit=M (issue 30),
 against a real roomd.
 - a client reading from after_seq 0 in pages while commands run gets every event once, in
