@@ -498,28 +498,43 @@ scope_has_service(const char *scope)
     return false;
 }
 
-/* sub = a positive decimal uid, app = an app code. */
+/* True when s is 1..63 characters of [A-Za-z0-9_.:-] (a service's name). */
+static bool
+service_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n >= 1 && n < 64 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-") == n;
+}
+
+/* sub = a positive decimal uid (a service token: or its service's name,
+ * [A-Za-z0-9_.:-]{1,63}, uid 0), app = an app code. */
 static enum auth_reason
 read_identity(jwt_t *j, struct auth_principal *p)
 {
     const char *sub = jwt_get_grant(j, "sub");
     const char *app = jwt_get_grant(j, "app");
-    char *end;
-    long long uid;
+    char *end = NULL;
+    long long uid = 0;
 
-    if (sub == NULL || sub[0] < '1' || sub[0] > '9' || app == NULL || app[0] == '\0' ||
-        strlen(app) >= sizeof(p->app))
+    if (sub == NULL || app == NULL || app[0] == '\0' || strlen(app) >= sizeof(p->app))
         return AUTH_BAD_CLAIMS;
+    p->service = scope_has_service(jwt_get_grant(j, "scope"));
     errno = 0;
-    uid = strtoll(sub, &end, 10);
-    if (errno != 0 || *end != '\0' || uid <= 0)
-        return AUTH_BAD_CLAIMS;
+    if (sub[0] >= '1' && sub[0] <= '9')
+        uid = strtoll(sub, &end, 10);
+    if (uid <= 0 || errno != 0 || *end != '\0') {
+        if (!p->service || !service_name_ok(sub))
+            return AUTH_BAD_CLAIMS; /* a user token's sub is its uid */
+        uid = 0;
+    }
     for (const char *c = app; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
             return AUTH_BAD_CLAIMS;
     p->uid = uid;
+    strlcpy_(p->sub, sub, sizeof(p->sub));
     strlcpy_(p->app, app, sizeof(p->app));
-    p->service = scope_has_service(jwt_get_grant(j, "scope"));
     return AUTH_OK;
 }
 

@@ -52,7 +52,9 @@ enum auth_reason {
 /* The caller behind a verified token. */
 struct auth_principal {
     char app[64]; /* the token's app claim; "" for anyone */
-    int64_t uid;  /* sub; 0 for anyone */
+    int64_t uid;  /* sub; 0 for anyone, and for a service token whose sub names the
+                   * service ("gateway") rather than a uid */
+    char sub[64]; /* the token's sub as given ("" for anyone): a service's name is logged */
     bool service; /* scope holds "room:service": may act for any uid of app */
     bool anyone;  /* auth.mode none: may act as anyone of any app */
     /* the admin listener: the caller's name ("admin" for admin.token_env /

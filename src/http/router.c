@@ -31,6 +31,7 @@ enum route_kind {
     R_PRESENCE,
     R_GIFTS_LIST,
     R_GIFT_PUT,
+    R_ROOM_EVENTS,
 };
 
 /* Where a route is served: elsewhere it answers 404 as if unknown. */
@@ -60,6 +61,7 @@ static const struct route {
     {"POST", "/internal/v1/rooms/{room_id}/rocket/launch", R_COMMAND, CMD_LAUNCH_ROCKET, ON_ADMIN},
     {"GET", "/v1/rooms", R_LIST_ROOMS, 0, ON_PUBLIC},
     {"GET", "/v1/rooms/{room_id}", R_GET_ROOM, 0, ON_PUBLIC},
+    {"GET", "/v1/rooms/{room_id}/events", R_ROOM_EVENTS, 0, ON_PUBLIC},
     {"GET", "/v1/users/{uid}/presence", R_PRESENCE, 0, ON_PUBLIC},
     {"GET", "/healthz", R_HEALTHZ, 0, ON_BOTH},
     {"GET", "/readyz", R_READYZ, 0, ON_BOTH},
@@ -415,6 +417,9 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         break;
     case R_GIFT_PUT:
         handle_gift_put(d, req, app, resp);
+        break;
+    case R_ROOM_EVENTS:
+        handle_room_events(d, req, app, cap, resp);
         break;
     default:
         break;

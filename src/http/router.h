@@ -153,6 +153,10 @@ void handle_list_rooms(const struct http_deps *d, const struct http_request *req
 void handle_presence(const struct http_deps *d, const struct http_request *req,
                      const struct auth_principal *p, const char *app, const char *uid,
                      struct http_response *resp);
+/* GET /v1/rooms/{id}/events?after_seq=&limit= (handlers_events.c): the
+ * room's events after a room_seq, from the store. Thread: any; blocks. */
+void handle_room_events(const struct http_deps *d, const struct http_request *req, const char *app,
+                        const char *room_id, struct http_response *resp);
 /* The gift catalog (handlers_gifts.c): GET /v1/gifts, the app's catalog;
  * POST /v1/gifts (admin listener), create or change one gift. Thread: any;
  * block on the store. */

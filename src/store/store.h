@@ -426,6 +426,9 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
 typedef int store_gift_get_fn(struct store *s, const char *app, const char *gift_id,
                               struct gift_item *out);
 typedef int store_gift_put_fn(struct store *s, struct gift_item *g, int64_t expect_version);
+typedef int store_room_events_fn(struct store *s, const char *app, const char *room_id,
+                                 int64_t after_seq, int limit, struct outbox_row **rows, size_t *n,
+                                 int64_t *oldest_seq, int64_t *latest_seq);
 typedef int store_gift_list_fn(struct store *s, const char *app, struct gift_item **rows,
                                size_t *n);
 
@@ -455,7 +458,8 @@ typedef int store_gift_list_fn(struct store *s, const char *app, struct gift_ite
     X(fence_room)                                                                                  \
     X(gift_get)                                                                                    \
     X(gift_put)                                                                                    \
-    X(gift_list)
+    X(gift_list)                                                                                   \
+    X(room_events)
 
 #define STORE_OP_MEMBER(op) store_##op##_fn *op;
 struct store_ops {
@@ -744,6 +748,20 @@ int store_rooms_list(struct store *s, const char *after_app, const char *after_r
  * claimed it since), or EUNAVAIL/EIO.
  */
 int store_fence_room(struct store *s, const char *app, const char *room_id, int64_t token);
+
+/*
+ * Exact catch-up (GET /v1/rooms/{id}/events): up to limit room_outbox rows
+ * of (app, room_id) with room_seq > after_seq in (room_seq, id) order (a
+ * repair's copy repeats its original's room_seq: the caller keeps the
+ * first), *rows an array of *n (outbox_rows_free). *oldest_seq: the room's
+ * lowest room_seq still stored (0: none; retention purges delivered rows);
+ * *latest_seq: rooms.event_seq, the room_seq of its last event (-1: no
+ * such room). Reads a range of the (app_code, room_id, room_seq) index.
+ * 0 or EUNAVAIL/EIO. Thread: any; blocks.
+ */
+int store_room_events(struct store *s, const char *app, const char *room_id, int64_t after_seq,
+                      int limit, struct outbox_row **rows, size_t *n, int64_t *oldest_seq,
+                      int64_t *latest_seq);
 
 /* The gift catalog (docs/room.md, Gift catalog). store_gift_get: 0 and
  * *out, ROOMD_ENOTFOUND, or EUNAVAIL/EIO; one primary key read (SendGift's

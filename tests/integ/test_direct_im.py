@@ -85,10 +85,14 @@ def test_happy_path():
         cmd(r, "/v1/rooms/r1/leave", {"uid": 8})
         rt.wait_until(lambda: all_delivered(r), timeout=20, what="all rows delivered")
         rs = rows(r)
+        seqs = []
         for x in rs:
             ms = im.messages(x["event_id"])
             assert len(ms) == 1, (x, ms)  # exactly one IM message per event
             assert x["sinks_done"] & 2, x   # SINK_BIT_TIM
+            seqs.append(json.loads(ms[0]["Data"])["room_seq"])
+        # every group message carries its room_seq: a client sees a gap (docs/room.md)
+        assert seqs == list(range(1, len(rs) + 1)), seqs
         calls = im.calls()
         assert calls and all(c["sig_ok"] for c in calls), "every UserSig verified"
         # The hook created the group; the RoomCreated row found it (10025 + get_group_info).

@@ -159,7 +159,7 @@ def test_reads_matrix():
     # any valid token of the app reads rooms; presence and balance: the user or a service
     for path, per_user in ((f"/v1/rooms/{rid}", False), ("/v1/rooms?limit=5", False),
                            ("/v1/users/8/presence", True), ("/v1/wallet/8", True),
-                           ("/v1/gifts", False)):
+                           ("/v1/gifts", False), (f"/v1/rooms/{rid}/events?after_seq=0", False)):
         for cname, h, want in callers(8):
             if cname == "other uid" and not per_user:
                 hu.expect_ok(rd.http("GET", path, headers=h), f"{path} / any user of the app")
@@ -174,6 +174,28 @@ def test_reads_matrix():
     assert st == 404, (st, js)  # otherapp has no such room
     st, _, js = rd.http("GET", "/v1/wallet/8", headers=tok(8, app="app2"))
     assert st == 200 and js["app_code"] == "app2", (st, js)
+
+
+def test_service_name_sub():
+    """A service token may carry its service's name as sub (sub "gateway"): it acts for any
+    uid of its app and the log names it; a user token's sub must be its uid."""
+    rd = shared()
+    gw = jw.bearer(jw.hs256(SECRET, jw.claims("gateway", "hyapp", scope="room:service")))
+    rid = hu.room_name("svc")
+    hu.expect_ok(rd.post("/v1/rooms", {"command_id": hu.cid(), "room_id": rid, "owner_uid": 41,
+                                       "title": "t"}, headers=gw), "create by the gateway")
+    hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": 42},
+                         headers=gw), "join for 42")
+    hu.expect_ok(rd.http("GET", "/v1/wallet/42", headers=gw), "a per-user read")
+    lines = [x for x in rd.log_lines() if "service command" in x and "gateway" in x]
+    assert any(rid in x for x in lines), lines[-3:]
+    for name, sub, scope in (("user token, named sub", "gateway", None),
+                             ("service, bad name", "gate way", "room:service"),
+                             ("service, empty sub", "", "room:service")):
+        h = jw.bearer(jw.hs256(SECRET, jw.claims(sub, "hyapp", scope=scope)))
+        st, _, js = rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": 43},
+                            headers=h)
+        assert st == 401, (name, st, js)
 
 
 def test_admin_listener():
@@ -397,6 +419,7 @@ def test_zz_stop():
 
 if __name__ == "__main__":
     run([test_commands_matrix_user_itself, test_commands_matrix_service, test_reads_matrix,
+         test_service_name_sub,
          test_admin_listener, test_named_admin_tokens, test_refusals_counted_and_never_logged,
          test_public_key_algs,
          test_key_rotation_on_sighup, test_none_refused_off_loopback, test_zz_stop],

@@ -126,8 +126,8 @@ t_sqlite_schema(void **state)
     sqlite3_stmt *q = NULL;
     bool uses_index = false;
 
-    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 8);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 8);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 9);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 9);
     /* journal_mode is persistent in the file */
     sqlite3_stmt *jm = NULL;
     assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &jm, NULL), SQLITE_OK);
@@ -173,7 +173,7 @@ t_sqlite_schema(void **state)
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     room_load_clear(&l);
     db = raw_open(f->conf);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 8);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 9);
     sqlite3_close(db);
 }
 
@@ -205,6 +205,7 @@ t_sqlite_migrate_legacy(void **state)
                  "DROP INDEX rooms_owner; DROP INDEX room_outbox_room;"
                  "DROP INDEX room_outbox_status_due;"
                  "ALTER TABLE rooms DROP COLUMN event_seq;"
+                 "DROP INDEX room_outbox_seq;"
                  "ALTER TABLE room_outbox DROP COLUMN room_seq;"
                  "ALTER TABLE wallet_ledger DROP COLUMN room_id;"
                  "ALTER TABLE wallet_ledger DROP COLUMN version;"
@@ -221,7 +222,7 @@ t_sqlite_migrate_legacy(void **state)
 
     f->st = store_suite_open(f->conf);
     db = raw_open(f->conf);
-    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 8);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 9);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
                                  " AND name = 'room_outbox_status'"),
                      1);

@@ -97,6 +97,9 @@ enum sid {
     S_GIFT_VERSION,
     S_GIFT_UPSERT,
     S_GIFT_LIST,
+    S_EV_HEAD,
+    S_EV_ROWS,
+    S_EV_OLDEST,
     S_COUNT
 };
 

@@ -915,3 +915,68 @@ mys_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t
      * ix_outbox_delivered, so no lock is held for long */
     return mys_purge_chunks((struct mstore *)s, &SQL_PURGE, delivered_before_ms, limit, purged);
 }
+
+MYS_SQL(EV_HEAD, "SELECT event_seq FROM rooms WHERE app_code=? AND room_id=?");
+MYS_SQL(EV_ROWS, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_seq)"
+                 " WHERE app_code=? AND room_id=? AND room_seq>? ORDER BY room_seq, id LIMIT ?");
+MYS_SQL(EV_OLDEST, "SELECT COALESCE(MIN(room_seq), 0) FROM room_outbox FORCE INDEX (ix_outbox_seq)"
+                   " WHERE app_code=? AND room_id=? AND room_seq>0");
+
+struct events_ctx {
+    const char *app, *room_id;
+    int64_t after, limit;
+    struct outbox_row *rows;
+    size_t n;
+    int64_t oldest, latest;
+};
+
+/* The head first: rows committed after it only raise what the caller sees. */
+static int
+events_fn(struct conn *c, void *arg)
+{
+    struct events_ctx *x = arg;
+    struct rows r;
+    int rc;
+
+    outbox_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    x->oldest = 0;
+    x->latest = -1;
+    rc = mys_query_one(c, &SQL_EV_HEAD, &r, "i", "ss", x->app, x->room_id);
+    if (rc == 1)
+        x->latest = r_i64(&r, 0);
+    mys_rows_done(&r);
+    if (rc <= 0)
+        return rc;
+    rc = mys_query_one(c, &SQL_EV_OLDEST, &r, "i", "ss", x->app, x->room_id);
+    if (rc == 1)
+        x->oldest = r_i64(&r, 0);
+    mys_rows_done(&r);
+    if (rc < 0)
+        return rc;
+    rc = mys_query(c, &SQL_EV_ROWS, &r, OUTBOX_TYPES, "ssii", x->app, x->room_id, x->after,
+                   x->limit);
+    if (rc == 0)
+        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_room_events(struct store *s, const char *app, const char *room_id, int64_t after_seq, int limit,
+                struct outbox_row **rows, size_t *n, int64_t *oldest_seq, int64_t *latest_seq)
+{
+    struct events_ctx x = {app, room_id, after_seq, limit, NULL, 0, 0, -1};
+    int rc = mys_run((struct mstore *)s, events_fn, &x);
+
+    if (rc != 0) {
+        outbox_rows_free(x.rows, x.n);
+        return rc;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    *oldest_seq = x.oldest;
+    *latest_seq = x.latest;
+    return 0;
+}

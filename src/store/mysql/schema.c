@@ -190,12 +190,18 @@ static const char *const migration_7[] = {
     NULL,
 };
 
+/* 8: exact catch-up (issue 30): a room's events by room_seq (store_room_events). */
+static const char *const migration_8[] = {
+    "ALTER TABLE room_outbox ADD KEY IF NOT EXISTS ix_outbox_seq (app_code, room_id, room_seq)",
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
     {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
-    {6, migration_6}, {7, migration_7},
+    {6, migration_6}, {7, migration_7}, {8, migration_8},
 };
 
 /*

@@ -96,6 +96,9 @@ enum stmt_id {
     ST_GIFT_LIST,
     ST_RECONCILE_DUE,
     ST_RECONCILE_DONE,
+    ST_EV_HEAD,
+    ST_EV_ROWS,
+    ST_EV_OLDEST,
     ST_COUNT_
 };
 

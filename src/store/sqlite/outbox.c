@@ -600,3 +600,44 @@ sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t
 {
     return sq_purge_rows(st, &SQL_PURGE, delivered_before_ms, limit, purged, "purge");
 }
+
+SQ_SQL(EV_HEAD, "SELECT event_seq FROM rooms WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(EV_ROWS, "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE app_code = ?1"
+                " AND room_id = ?2 AND room_seq > ?3 ORDER BY room_seq, id LIMIT ?4");
+SQ_SQL(EV_OLDEST, "SELECT coalesce(min(room_seq), 0) FROM room_outbox WHERE app_code = ?1"
+                  " AND room_id = ?2 AND room_seq > 0");
+
+/* The three reads in one read transaction: one snapshot. */
+int
+sq_room_events(struct store *st, const char *app, const char *room_id, int64_t after_seq, int limit,
+               struct outbox_row **rows, size_t *n, int64_t *oldest_seq, int64_t *latest_seq)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q;
+    int rc;
+
+    if ((rc = sq_run(c, &SQL_BEGIN)) != 0)
+        goto out;
+    rc = sq_step_i64(c, sq_bound(c, &SQL_EV_HEAD, "ss", app, room_id), latest_seq, "events head");
+    if (rc <= 0) { /* no room (0), or the failure */
+        *latest_seq = -1;
+        goto out;
+    }
+    rc = sq_step_i64(c, sq_bound(c, &SQL_EV_OLDEST, "ss", app, room_id), oldest_seq,
+                     "events oldest");
+    if (rc < 0)
+        goto out;
+    q = sq_bound(c, &SQL_EV_ROWS, "ssid", app, room_id, after_seq, limit);
+    rc = q != NULL ? read_rows(c, q, rows, n, "events") : ROOMD_EIO;
+out:
+    sq_rollback(c); /* a read: nothing to keep */
+    sq_reader_put(s, c);
+    if (rc < 0) {
+        outbox_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+        return rc;
+    }
+    return 0;
+}

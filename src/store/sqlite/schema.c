@@ -99,6 +99,8 @@ static const char *const migrations[] = {
     /* 8: the seed's columns are the truth (issue 26, docs/migrate.md): the
      * reconcile of due_at_ms (outbox.c) ranges over (status, due_at_ms). */
     "CREATE INDEX room_outbox_status_due ON room_outbox (status, due_at_ms);",
+    /* 9: exact catch-up (issue 30): a room's events by room_seq (store_room_events). */
+    "CREATE INDEX IF NOT EXISTS room_outbox_seq ON room_outbox (app_code, room_id, room_seq);",
 };
 
 /*
