@@ -83,6 +83,7 @@ refresh(void *arg)
     if (r->checked && t0 - r->checked_mono_ms < r->gap_ms)
         return;
     rc = store_outbox_counts(r->store, &oc);
+    bool counted = rc == 0; /* the figures hold even when a write below fails */
     char msg[sizeof(r->error)] = "", *hj = NULL;
     if (rc != 0) {
         snprintf(msg, sizeof(msg), "%s: %s", roomd_strerror(rc), store_errmsg());
@@ -112,9 +113,11 @@ refresh(void *arg)
     r->ok = rc == 0;
     r->checked_mono_ms = t0 + took;
     r->gap_ms = took * 10 > r->every_ms ? took * 10 : r->every_ms;
-    if (rc == 0) {
+    if (counted) {
         r->oc = oc;
         r->have_counts = true;
+    }
+    if (rc == 0) {
         r->error[0] = '\0';
     } else {
         secret_redact(msg, r->error, sizeof(r->error));

@@ -67,8 +67,11 @@ def test_queried_metrics_exist():
                                          "title": "t"})
         assert st == 201
         lag = 'roomd_consumer_lag{group="hyapp-activity-room-outbox"} 0'
-        text = wait_until(lambda: (lambda t: t if lag in t.splitlines() else None)(
-            rd.admin("GET", "/metrics")[2]), timeout=20, step=0.5, what="the group's lag 0")
+        # and the store-wide figures, which come from the readiness ticker's cache
+        text = wait_until(lambda: (lambda t: t if lag in t.splitlines() and
+                                   "# TYPE roomd_outbox_rows " in t else None)(
+            rd.admin("GET", "/metrics")[2]), timeout=20, step=0.5,
+            what="the group's lag 0 and the cached store figures")
     finally:
         assert rd.stop() == 0
         try:
