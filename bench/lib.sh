@@ -69,14 +69,19 @@ stop_roomd() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 # the load generator share the cores, so a rate is bounded by their CPU per command summed).
 # port_pid PORT: the pid listening on 127.0.0.1:PORT, or "" (ss, iproute2).
 port_pid() { ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1; }
-# cpu_ticks PID: user + system clock ticks of PID so far (0 for "" or a process gone).
-cpu_ticks() { [ -n "$1" ] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# cpu_ticks "PID..": user + system clock ticks of the PIDs so far, summed (0 for "" or a process
+# gone; the galera part passes its three nodes' mariadbd as one STORE_PID list).
+cpu_ticks() {
+    t=0
+    for p in $1; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+    echo $t
+}
 # children_s FILE: CPU seconds of this shell's waited-for children, from `times >FILE` (its
 # second line; run in this shell, as a command substitution's subshell has no such children).
 children_s() { tail -1 "$1" | awk '{split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2]}'; }
 # machine_ticks: "busy total" ticks of every core (/proc/stat; idle and iowait are not busy).
 machine_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
-# cpu_begin STORE_PID BROKER_PID / cpu_end FILE: around a foreground load against roomd ($pid);
+# cpu_begin STORE_PIDS BROKER_PID / cpu_end FILE: around a foreground load against roomd ($pid);
 # cpu_end appends to FILE (a bench_commands output, whose ops= it reads, plus $rooms creates)
 #   cpu    per_command_us roomd=R store=S broker=B client=C all=A machine_busy=P%
 # (S and B 0 when not running; C is the load generator's own CPU, waited for).

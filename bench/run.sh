@@ -18,6 +18,11 @@
 #            the CPU per command of roomd, mariadbd, nats-server and the load generator at
 #            64 clients against the cores' time per command at 2x raw (every 64-client pass
 #            prints its "cpu" line).
+#   galera   when galera-4's provider and mariadbd are installed: a private 3-node Galera
+#            cluster (scripts/galera.sh, loopback ports picked at run time), roomd with
+#            store.mysql.hosts listing the three nodes, the 64-client HTTP pass (mode as the
+#            MariaDB part's) beside the single-server MariaDB pass of this run: rate, p50,
+#            p99, mariadbd CPU per command (summed over the three nodes); then the cluster stops.
 #   relay    bench_bus relay (outbox -> JetStream, 2 and 4 workers) beside the raw nats.c
 #            async publish rate, on SQLite and (BENCH_STORE=mysql) on MariaDB.
 #   memory   bench_memory: heap per idle cached room, per evicted room, per active
@@ -29,14 +34,14 @@
 # first, same pass, as its baseline) and the direct pass with auth.mode jwt (HS256, ES256:
 # issue 11).
 # BENCH_SECONDS (10), BENCH_ROOMS (256), BENCH_RELAY_N (40000), BENCH_PARTS
-# (sqlite,mysql,relay,memory,readyz,logrow: which parts run), ROOMD_NATS_PORT (4333),
+# (sqlite,mysql,galera,relay,memory,readyz,logrow: which parts run), ROOMD_NATS_PORT (4333),
 # ROOMD_MYSQL_PORT (3417).
 set -eu
 build=${1:-build}
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
 relay_n=${BENCH_RELAY_N:-40000}
-parts=${BENCH_PARTS:-sqlite,mysql,relay,memory,readyz,logrow}
+parts=${BENCH_PARTS:-sqlite,mysql,galera,relay,memory,readyz,logrow}
 nats_port=${ROOMD_NATS_PORT:-4333}
 mysql_port=${ROOMD_MYSQL_PORT:-3417}
 tmp=$(mktemp -d /tmp/roomd-bench-XXXXXX)
@@ -44,9 +49,14 @@ table="$tmp/table"
 pid=
 mysqld_pid=
 mysql_db="roomd_bench_$$"
+galera_dir=
 : >"$table"
 cleanup() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    if [ -n "$galera_dir" ]; then
+        "$(dirname "$0")/../scripts/galera.sh" stop "$galera_dir" || true
+        rm -rf "$galera_dir"
+    fi
     if [ -n "$mysqld_pid" ]; then
         kill "$mysqld_pid" 2>/dev/null; wait "$mysqld_pid" 2>/dev/null
     elif [ "$mysql_up" = yes ]; then
@@ -200,6 +210,49 @@ if want mysql && [ $mysql_up = yes ]; then
     done
 elif want mysql; then
     echo "== (no mariadbd on 127.0.0.1:$mysql_port and none could be started: the MariaDB pass is skipped)"
+fi
+
+# ---- Galera: the same 64-client pass on a private 3-node cluster ----
+galera_provider=${ROOMD_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
+if want galera && [ -f "$galera_provider" ] && command -v mariadbd >/dev/null; then
+    # its own directory, 755: the nodes run as the mysql user, who cannot enter $tmp (0700)
+    galera_dir=$(mktemp -d /tmp/roomd-bench-galera-XXXXXX)
+    chmod 755 "$galera_dir"
+    gports=""
+    for i in $(seq 12); do gports="$gports $(free_port)"; done
+    echo "== starting a 3-node Galera cluster on 127.0.0.1 (scripts/galera.sh, data in $galera_dir)"
+    if ROOMD_GALERA_PORTS="${gports# }" "$(dirname "$0")/../scripts/galera.sh" start "$galera_dir"; then
+        set -- $gports
+        g1=$1 g2=$2 g3=$3
+        gmode=direct
+        [ $nats = yes ] && gmode=mq
+        start_roomd galera "{driver: mysql, mysql: {hosts: [\"127.0.0.1:$g1\", \"127.0.0.1:$g2\", \"127.0.0.1:$g3\"],
+  user: root, database: roomd_test, pool_size: 8}}" $gmode
+        [ $gmode = mq ] && broker_pid=$(port_pid "$nats_port")
+        echo "== roomd $gmode on Galera (3 nodes, writes through the first) over HTTP, 64 clients ($rooms rooms, ${secs}s)"
+        cpu_begin "$(port_pid "$g1") $(port_pid "$g2") $(port_pid "$g3")" "${broker_pid:-}"
+        "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "mysql://root@127.0.0.1:$g1/roomd_test" | tee "$tmp/galera-64"
+        cpu_end "$tmp/galera-64"
+        broker_pid=
+        stop_roomd
+        # the single server's pass of this run (the mysql part), when it ran
+        single=$tmp/mysql-64
+        [ -f "$single" ] || single=/dev/null
+        one() { v=$(field "$1" "$single"); echo "${v:--}"; }
+        row "Galera x3 $gmode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/galera-64")" "one MariaDB, same pass" "$(one rate)"
+        row "Galera x3 $gmode, 64 clients, p50 (ms)" "$(field p50 "$tmp/galera-64")" "one MariaDB, same pass, p50" "$(one p50)"
+        row "Galera x3 $gmode, 64 clients, p99 (ms)" "$(field p99 "$tmp/galera-64")" "one MariaDB, same pass, p99" "$(one p99)"
+        row "Galera x3 $gmode, CPU per command, 3 mariadbd (us)" "$(field store "$tmp/galera-64")" "one MariaDB, its mariadbd" "$(one store)"
+        row "Galera x3 $gmode, CPU per command, roomd (us)" "$(field roomd "$tmp/galera-64")" "one MariaDB, same pass, roomd" "$(one roomd)"
+        row "Galera x3 $gmode, CPU per command, all (us)" "$(field all "$tmp/galera-64")" "one MariaDB, same pass, all" "$(one all)"
+    else
+        echo "== (the Galera cluster did not start: the galera pass is skipped)"
+    fi
+    "$(dirname "$0")/../scripts/galera.sh" stop "$galera_dir" || true
+    rm -rf "$galera_dir"
+    galera_dir=
+elif want galera; then
+    echo "== (no Galera provider at $galera_provider or no mariadbd: the galera pass is skipped)"
 fi
 
 # ---- relay: outbox -> JetStream ----
