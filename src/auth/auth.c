@@ -203,7 +203,7 @@ load_admin_token(struct auth *a, const struct conf_admin *c, char *err, size_t e
     }
     if ((c->token_env == NULL || c->token_env[0] == '\0') &&
         (c->token_file == NULL || c->token_file[0] == '\0'))
-        return 0; /* conf.c allowed it: a loopback admin.listen, or named tokens only */
+        return 0; /* conf/validate.c allowed it: a loopback admin.listen, or named tokens only */
     rc = secret_load("admin.token_env", c->token_env, "admin.token_file", c->token_file, buf,
                      sizeof(buf), err, errlen);
     if (rc != 0)

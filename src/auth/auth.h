@@ -8,7 +8,7 @@
  *   auth_admin_ok(a, "Bearer <token>")          the operator token of admin.*
  *   auth_admin_check(a, "Bearer <token>", &p)   ... and which one (admin.tokens)
  *
- * auth.mode none accepts every request as an "anyone" principal (conf.c only
+ * auth.mode none accepts every request as an "anyone" principal (conf/validate.c only
  * allows it when every listener binds loopback); auth.mode jwt verifies the
  * token with libjwt: HS256 with a shared secret, or RS256/ES256 with a PEM
  * public key; exp (required), nbf, iss and aud are checked. The token is never
@@ -112,7 +112,7 @@ enum auth_reason auth_may_act_as(const struct auth_principal *p, const char *app
 
 /* AUTH_OK when the admin listener may be used with this Authorization value:
  * it carries the admin token (constant-time compare), or no admin token is
- * configured (conf.c allows that only on a loopback admin.listen). Else
+ * configured (conf/validate.c allows that only on a loopback admin.listen). Else
  * AUTH_MISSING or AUTH_BAD_ADMIN_TOKEN. */
 enum auth_reason auth_admin_ok(const struct auth *a, const char *authorization);
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conf/internal.h: what the files of src/conf share (not for other modules):
- * the row of the key table (conf.c keys[]), the table itself, and the value
- * helpers of value.c. Everything here is pure: any thread, no blocking.
+ * the row of the key table, the table itself (keys.c), the YAML positions the
+ * loader (conf.c) hands to the validation (validate.c), and the value helpers
+ * of value.c. Everything here is pure: any thread, no blocking.
  */
 #ifndef ROOMD_CONF_INTERNAL_H
 #define ROOMD_CONF_INTERNAL_H
@@ -12,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CONF_MAX_KEYS 256 /* rows keys[] may hold (a test checks) */
+#define CONF_MAX_KEYS 256 /* rows conf_keys[] may hold (a test checks) */
 
 enum ktype {
     K_STR,       /* char * */
@@ -52,9 +53,32 @@ struct key {
     const char *doc;
 };
 
-/* The key table (conf.c): one row per key, in the documented order. */
+/* The key table (keys.c): one row per key, in the documented order. */
 extern const struct key conf_keys[];
 extern const size_t conf_nkeys;
+
+/* keys.c: index of the row whose path is path, or -1. */
+int conf_key_index(const char *path);
+
+/* Where a key's value stood in the YAML, by row index. */
+struct conf_mark {
+    int set;
+    size_t line, col; /* 0-based, as libyaml gives them */
+};
+
+/* validate.c: checks c's rules (each row's, then those that span keys);
+ * returns 0, or ROOMD_EINVAL with the first failure in err, prefixed
+ * "FILE:LINE:COL: " (file and marks[] set; marks may be NULL) or "FILE: "
+ * (file set) or nothing. */
+int conf_validate_at(const struct conf *c, const char *file, const struct conf_mark *marks,
+                     char *err, size_t errlen);
+
+/* A NULL or empty string. */
+static inline int
+conf_empty(const char *s)
+{
+    return s == NULL || *s == '\0';
+}
 
 /* value.c: stores scalar text s into row k of c (not the list types);
  * returns 0, or -1 when s is not a value of k's type. */

@@ -2,7 +2,7 @@
 /*
  * value.c: the text of one value -> its field in struct conf, by the row's
  * type (conf/internal.h): durations, booleans, integers, enums, lists. Used
- * for the defaults of keys[] and for the values of a YAML file alike.
+ * for the defaults of conf_keys[] and for the values of a YAML file alike.
  */
 #include "conf/internal.h"
 

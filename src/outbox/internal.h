@@ -310,7 +310,7 @@ struct flight {
  * claim, on stop, and as soon as outbox_worker.complete_gather passed
  * since the first one landed or GATHER_ROWS_PER_BATCH x batch_size rows
  * wait (complete_gather 0: each on its own, at once). complete_gather <
- * lock_timeout - publish_timeout (conf.c), and before waiting for another
+ * lock_timeout - publish_timeout (conf/validate.c), and before waiting for another
  * batch's answers the worker writes them when their earliest lock would
  * not outlast that wait (gather_before_land), so the write comes before
  * the rows' lock expires.

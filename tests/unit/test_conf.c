@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_conf.c: the config loader (src/conf/conf.c): defaults are valid, every
- * file in configs/ loads, every rule refuses a bad value with the key named
- * (table-driven, one YAML snippet per rule), durations, unknown keys, wrong
- * types, syntax errors with their line, JSON (flow style) input.
+ * test_conf.c: the config loader (src/conf/: keys.c, conf.c, validate.c):
+ * defaults are valid, every file in configs/ loads, every rule refuses a bad
+ * value with the key named (table-driven, one YAML snippet per rule),
+ * durations, unknown keys, wrong types, syntax errors with their line, JSON
+ * (flow style) input.
  */
 #include "helpers.h"
 
