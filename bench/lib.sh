@@ -51,7 +51,15 @@ $auth
 YAML
     "$bin" -c "$tmp/$name.yaml" &
     pid=$!
-    for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && return 0; sleep 0.1; done
+    for i in $(seq 100); do
+        if curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; then
+            # the gift catalog prices SendGift (room.gift_catalog required): the benches' rose at 1
+            curl -sf -H 'Content-Type: application/json' "http://127.0.0.1:$admin_port/v1/gifts" \
+                -d '{"gift_id":"rose","unit_price":1}' >/dev/null
+            return 0
+        fi
+        sleep 0.1
+    done
     echo "roomd ($name) did not start" >&2; cat "$tmp/roomd-$name.log" >&2; exit 1
 }
 stop_roomd() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }

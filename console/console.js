@@ -96,8 +96,10 @@ async function loadRows(append) {
   $('#row-count').textContent = tb.children.length + ' rows shown';
 }
 
+let shownEventId = null;
 async function show(eventId) {
   const r = await api('GET', '/admin/v1/outbox/' + encodeURIComponent(eventId));
+  shownEventId = eventId;
   $('#detail').textContent = JSON.stringify(r, null, 2);
 }
 
@@ -145,6 +147,7 @@ async function replayGo() {
   const r = await api('POST', '/admin/v1/outbox/replay', body);
   $('#replay-result').textContent = (r.repair ? 'repaired ' : 'replayed ') + r.replayed + ' rows (audit #' + r.audit_id + ')';
   await refresh();
+  if (shownEventId) await show(shownEventId); // the row pane shows the row after the action
 }
 
 async function loadDlq() {
@@ -172,11 +175,128 @@ async function loadDlq() {
         } catch (e) { say(e.message, true); }
       });
       td.appendChild(b);
+      const d = document.createElement('button');
+      d.textContent = 'discard';
+      d.className = 'dlq-discard';
+      d.addEventListener('click', async (ev) => {
+        ev.stopPropagation();
+        if (!window.confirm('Discard dead letter ' + m.seq + ' of ' + m.group + ' for good?')) return;
+        try {
+          await api('POST', '/admin/v1/dlq/' + m.seq + '/discard', {});
+          say('dead letter ' + m.seq + ' discarded');
+          await loadDlq();
+          await loadAudit();
+        } catch (e) { say(e.message, true); }
+      });
+      td.appendChild(d);
       tb.appendChild(tr);
     }
   } catch (e) {
     $('#dlq-note').textContent = e.message;
   }
+}
+
+// ---- live views: /metrics (Prometheus text) and /readyz of this node ----
+
+// {name: [{labels: {..}, value}]} of a Prometheus text exposition.
+function parseMetrics(text) {
+  const out = {};
+  for (const line of text.split('\n')) {
+    if (!line || line[0] === '#') continue;
+    const m = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$/);
+    if (!m) continue;
+    const labels = {};
+    if (m[3]) for (const kv of m[3].matchAll(/([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"/g)) labels[kv[1]] = kv[2];
+    (out[m[1]] = out[m[1]] || []).push({ labels, value: Number(m[4]) });
+  }
+  return out;
+}
+
+function sum(ms, name, pred) {
+  return (ms[name] || []).filter((x) => !pred || pred(x.labels)).reduce((a, x) => a + x.value, 0);
+}
+
+async function fetchText(path) {
+  const headers = token ? { Authorization: 'Bearer ' + token } : {};
+  const r = await fetch(path, { headers });
+  if (!r.ok) throw new Error(path + ': HTTP ' + r.status);
+  return r.text();
+}
+
+// One hour of samples, kept in this browser (one per poll).
+const HISTORY_MS = 3600 * 1000;
+const history = [];
+let lastDelivered = null;
+
+function sparkline(svg, key) {
+  const pts = history.filter((h) => h[key] !== null);
+  svg.replaceChildren();
+  if (pts.length < 2) return;
+  const t0 = Date.now() - HISTORY_MS;
+  const max = Math.max(1, ...pts.map((p) => p[key]));
+  const d = pts.map((p) => ((p.t - t0) / HISTORY_MS * 300).toFixed(1) + ',' + (58 - p[key] / max * 56).toFixed(1)).join(' ');
+  const pl = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
+  pl.setAttribute('points', d);
+  pl.setAttribute('class', 'line');
+  svg.appendChild(pl);
+}
+
+async function loadMetrics() {
+  const ms = parseMetrics(await fetchText('/metrics'));
+  const now = Date.now();
+  const backlog = sum(ms, 'roomd_outbox_rows', (l) => l.scope !== 'store' && ['pending', 'retryable', 'delivering'].includes(l.status));
+  const oldest = sum(ms, 'roomd_outbox_oldest_undelivered_seconds', (l) => l.scope !== 'store');
+  const delivered = sum(ms, 'roomd_outbox_delivery_seconds_count');
+  const lag = sum(ms, 'roomd_consumer_lag');
+  let rate = null;
+  const prev = history.length ? history[history.length - 1] : null;
+  if (lastDelivered !== null && prev) rate = Math.max(0, (delivered - lastDelivered) / ((now - prev.t) / 1000));
+  lastDelivered = delivered;
+  history.push({ t: now, backlog, oldest, rate, lag });
+  while (history.length && history[0].t < now - HISTORY_MS) history.shift();
+  for (const [key, id, v] of [['backlog', 'backlog', backlog], ['oldest', 'oldest', oldest], ['rate', 'rate', rate], ['lag', 'lag', lag]]) {
+    sparkline($('#c-' + id), key);
+    $('#c-' + id + '-now').textContent = v === null ? '-' : (Number.isInteger(v) ? String(v) : v.toFixed(2));
+  }
+  // the consumer groups of this node
+  const tb = $('#groups tbody');
+  tb.replaceChildren();
+  const groups = [...new Set((ms.roomd_consumer_handled_total || []).map((x) => x.labels.group))];
+  $('#groups-note').textContent = groups.length ? '' : 'no consumer group runs on this node';
+  for (const g of groups) {
+    const of = (l) => l.group === g;
+    const open = sum(ms, 'roomd_consumer_circuit_open', of);
+    const tr = document.createElement('tr');
+    tr.dataset.group = g;
+    cell(tr, g); cell(tr, sum(ms, 'roomd_consumer_lag', of)); cell(tr, sum(ms, 'roomd_consumer_ack_pending', of));
+    cell(tr, sum(ms, 'roomd_consumer_oldest_unacked_age_seconds', of).toFixed(1));
+    cell(tr, sum(ms, 'roomd_consumer_handled_total', of));
+    cell(tr, sum(ms, 'roomd_consumer_retried_total', (l) => of(l) && l.reason === 'failure'));
+    cell(tr, sum(ms, 'roomd_consumer_retried_total', (l) => of(l) && (l.reason === 'outage' || l.reason === 'circuit_open')));
+    cell(tr, sum(ms, 'roomd_consumer_dead_letters_total', of));
+    cell(tr, (ms.roomd_consumer_circuit_open || []).some((x) => x.labels.group === g) ? (open ? 'open' : 'closed') : '-', open ? 'bad' : '');
+    tb.appendChild(tr);
+  }
+}
+
+async function loadNode() {
+  const r = await fetch('/readyz', { headers: token ? { Authorization: 'Bearer ' + token } : {} });
+  const j = await r.json();
+  $('#node-status').textContent = j.status;
+  $('#node-status').className = j.status === 'ready' ? 'good' : 'bad';
+  const tb = $('#node-checks tbody');
+  tb.replaceChildren();
+  for (const [k, v] of Object.entries(j.checks || {})) {
+    const tr = document.createElement('tr');
+    tr.dataset.check = k;
+    cell(tr, k); cell(tr, v, v === 'ok' ? 'good' : 'bad');
+    tb.appendChild(tr);
+  }
+}
+
+let updatedAt = 0;
+function tick() {
+  $('#updated').textContent = updatedAt ? 'updated ' + Math.round((Date.now() - updatedAt) / 1000) + ' s ago' : 'not loaded yet';
 }
 
 async function refresh() {
@@ -185,11 +305,31 @@ async function refresh() {
     await loadRows(false);
     await loadAudit();
     await loadDlq();
+    await loadMetrics();
+    await loadNode();
+    updatedAt = Date.now();
+    tick();
     say('loaded ' + new Date().toISOString());
   } catch (e) {
     say(e.message, true);
   }
 }
+
+// Auto-refresh: the live views every 5 s (the filtered rows stay as filtered).
+async function poll() {
+  if (!$('#auto-refresh').checked || !token && updatedAt === 0) return;
+  try {
+    await loadSummary();
+    await loadDlq();
+    await loadMetrics();
+    await loadNode();
+    updatedAt = Date.now();
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+setInterval(tick, 1000);
+setInterval(poll, 5000);
 
 $('#token').value = token;
 $('#token-form').addEventListener('submit', (ev) => {

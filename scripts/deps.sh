@@ -49,12 +49,12 @@ if [ -n "$missing" ]; then
 fi
 [ "$mode" = test ] || exit 0
 # Test tooling (tests only): the gRPC stand-in and client, the OpenAPI validator, playwright-core
-# (the console test in headless Chromium); the versions pinned by tests/standins/package-lock.json.
+# (the console test in headless Chromium), ali-ons (the RocketMQ client checking the stand-in); the versions pinned by tests/standins/package-lock.json.
 here=$(cd "$(dirname "$0")/.." && pwd)
 nm="$here/tests/standins/node_modules"
 if [ -f "$here/tests/standins/package.json" ] && { [ ! -d "$nm/@grpc/grpc-js" ] ||
     [ ! -d "$nm/protobufjs" ] || [ ! -d "$nm/@seriousme/openapi-schema-validator" ] ||
-    [ ! -d "$nm/playwright-core" ]; }; then
+    [ ! -d "$nm/playwright-core" ] || [ ! -d "$nm/ali-ons" ]; }; then
     (cd "$here/tests/standins" && locked /tmp/npm.lock npm ci --no-audit --no-fund --silent)
 fi
 # the Node example consumer (examples/consumer-node, run by test_consumer_examples)

@@ -43,6 +43,10 @@
 #include "publish/sink_tim.h"
 #include "publish/sink_wallet.h"
 #include "publish/tim_client.h"
+#include "rocketmq/client.h"
+#include "rocketmq/consumer.h"
+#include "rocketmq/sink.h"
+#include "publish/tim_gate.h"
 #include "room/service.h"
 #include "rpc/server.h"
 #include "store/group_commit.h"
@@ -188,7 +192,8 @@ store_up(void *arg)
  * connection or NULL; wallet the remote wallet's Confirm (any mode) or NULL.
  * Returns the count. */
 static size_t
-open_sinks(const struct conf *c, struct bus *bus, struct wallet *wallet, struct sink **sinks)
+open_sinks(const struct conf *c, struct bus *bus, struct rmq_client *rmq, struct wallet *wallet,
+           struct sink **sinks)
 {
     size_t n = 0;
     char err[512];
@@ -213,8 +218,14 @@ open_sinks(const struct conf *c, struct bus *bus, struct wallet *wallet, struct 
     if (bus && (ob->publish_mode == PUBLISH_MQ || ob->publish_mode == PUBLISH_DUAL) &&
         c->rocketmq.room_outbox.enabled)
         sink_bus_open(&sinks[n++], bus);
+    /* the same sink on the rocketmq driver (docs/rocketmq.md) */
+    if (rmq && (ob->publish_mode == PUBLISH_MQ || ob->publish_mode == PUBLISH_DUAL) &&
+        c->rocketmq.room_outbox.enabled)
+        sink_rmq_open(&sinks[n++], rmq, &c->rocketmq);
     if (bus && c->rocketmq.rocket_launch.enabled)
         sink_rocket_open(&sinks[n++], bus);
+    if (rmq && c->rocketmq.rocket_launch.enabled)
+        sink_rmq_rocket_open(&sinks[n++], rmq, &c->rocketmq);
     /* the remote wallet's Confirm of each committed gift (docs/wallet.md) */
     if (wallet != NULL && wallet_is_grpc(wallet))
         sink_wallet_open(&sinks[n++], wallet);
@@ -301,7 +312,13 @@ main(int argc, char **argv)
 
     /* the JetStream connection, shared by the bus and rocket sinks and the consumer groups */
     struct bus *bus = NULL;
-    if (conf->rocketmq.enabled) {
+    struct rmq_client *rmq = NULL; /* or RocketMQ's remoting protocol: the sink only */
+    if (conf->rocketmq.enabled && conf_rocketmq_driver(&conf->rocketmq) == CONF_MQ_ROCKETMQ) {
+        const char *check =
+            conf->rocketmq.room_outbox.enabled ? conf->rocketmq.room_outbox.topic : NULL;
+        or_die(rmq_client_open(&rmq, &conf->rocketmq, conf->app.node_id, check, err, sizeof(err)),
+               "", err);
+    } else if (conf->rocketmq.enabled) {
         char *name = xasprintf("roomd/%s", conf->app.node_id);
         or_die(bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)), "rocketmq: ", err);
         free(name);
@@ -311,7 +328,7 @@ main(int argc, char **argv)
     struct reload_ctx rctx = {.path = path};
     if (conf->outbox_worker.enabled) {
         struct sink *sinks[MAX_SINKS];
-        size_t nsinks = open_sinks(conf, bus, wallet, sinks);
+        size_t nsinks = open_sinks(conf, bus, rmq, wallet, sinks);
         for (size_t i = 0; i < nsinks; i++)
             if (sinks[i]->bit == SINK_BIT_LOG)
                 rctx.log_sink = sinks[i];
@@ -328,15 +345,19 @@ main(int argc, char **argv)
         .lease = lease,
         .projection = proj,
         .outbox = outbox,
-        .rocket_timer = !(conf->rocketmq.enabled && conf->rocketmq.rocket_launch.enabled),
+        .rocket_timer = !((bus != NULL || rmq != NULL) && conf->rocketmq.rocket_launch.enabled),
         .projection_rebuild = true, /* in the background, docs/nodes.md */
     };
     /* CreateRoom's synchronous IM create_group when tencent_im.enabled */
     struct tim_client *tim = NULL;
+    struct tim_gate *gate = NULL;
     if (conf->tencent_im.enabled) {
         or_die(tim_client_open(&tim, &conf->tencent_im, err, sizeof(err)), "tencent_im: ", err);
-        rd.create_hook = tim_create_hook;
-        rd.create_hook_arg = tim;
+        /* behind a circuit: skipped while IM does not answer (issue 26) */
+        gate = tim_gate_open(tim, conf->outbox_worker.circuit_failures,
+                             conf->outbox_worker.circuit_probe_ms);
+        rd.create_hook = tim_gate_hook;
+        rd.create_hook_arg = gate;
     }
     /* any node takes any command: forward to the room's owner (docs/cluster.md) */
     struct cluster_forward *fwd = NULL;
@@ -360,6 +381,13 @@ main(int argc, char **argv)
     if (bus && consume_roles_start(&consumers, conf, bus, rooms, consume_roles_configured(conf),
                                    err, sizeof(err)) != 0)
         fatalx("rocketmq consumers: %s", err);
+    struct consume_driver rmq_driver; /* the same groups on RocketMQ (docs/rocketmq.md) */
+    if (rmq) {
+        rmq_consume_driver(&rmq_driver, rmq);
+        if (consume_roles_start_on(&consumers, conf, &rmq_driver, rooms,
+                                   consume_roles_configured(conf), err, sizeof(err)) != 0)
+            fatalx("rocketmq consumers: %s", err);
+    }
 
     struct auth *auth = NULL;
     or_die(auth_open(&auth, conf, err, sizeof(err)), "", err);
@@ -379,8 +407,12 @@ main(int argc, char **argv)
         node_health_add(&health, "lease", true, lease_ready, lease);
     if (bus != NULL)
         node_health_add(&health, "broker", false, bus_ready, bus);
+    if (rmq != NULL)
+        node_health_add(&health, "broker", false, rmq_ready, rmq);
     if (outbox != NULL)
         node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
+    if (consumers != NULL) /* the groups' downstreams (IM of the bridge and notice groups) */
+        node_health_add(&health, "consumers", false, consume_roles_ready, consumers);
     hd.health = &health;
     /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
     struct admin *admin = NULL;
@@ -399,6 +431,10 @@ main(int argc, char **argv)
 
     struct metrics_deps *deps =
         metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
+    if (rmq != NULL)
+        metrics_deps_set_broker(deps, rmq_ready, rmq);
+    if (consumers != NULL)
+        metrics_deps_set_consumers(deps, consume_roles_downstream_up, consumers);
     metrics_ha_open(store);
     daemon_ready("serving");
 
@@ -415,9 +451,11 @@ main(int argc, char **argv)
     wallet_reconcile_stop(reconciler);
     room_service_close(rooms);
     cluster_forward_close(fwd);
+    tim_gate_close(gate);
     tim_client_close(tim);
     outbox_close(outbox);
     bus_unref(bus); /* after the sinks (outbox_close) dropped theirs */
+    rmq_client_close(rmq);
     projection_close(proj);
     lease_close(lease);
     wallet_close(wallet);

@@ -19,6 +19,7 @@
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/version.h"
 #include "core/xmalloc.h"
 #include "publish/bus.h"
@@ -61,6 +62,7 @@ enum need {
 #define OPT_REPLAY (1u << 3) /* --dry-run --repair --chunk --sample */
 #define OPT_APP (1u << 4)    /* --app (wallet) */
 #define OPT_GROUP (1u << 5)  /* --group (dlq) */
+#define OPT_DLQ (1u << 6)    /* the dead-letter filter: --group --event-type --room --reason ... */
 
 struct ctl {
     const char *config;
@@ -573,6 +575,16 @@ print_json(struct ctl *c, json_t *j)
     free(s);
 }
 
+/* Prints j (a new reference, NULL: nothing) as print_json does and drops it. */
+static void
+emit_json(json_t *j)
+{
+    if (j == NULL)
+        return;
+    print_json(NULL, j);
+    json_decref(j);
+}
+
 static int
 do_dlq_list(struct ctl *c, int argc, char **argv)
 {
@@ -620,16 +632,72 @@ do_dlq_show(struct ctl *c, int argc, char **argv)
     return dlq_one(c, argv[0], DLQ_SHOW);
 }
 
+static int parse_i64(const char *s, const char *what, int64_t *out);
+
+/* Prints a bulk answer: what matched and what was done. */
+static void
+print_bulk(struct ctl *c, json_t *j)
+{
+    printf("%s%s: %" PRId64 " matched, %" PRId64 " done, %" PRId64 " failed", jstr(j, "action"),
+           json_is_true(json_object_get(j, "dry_run")) ? " (dry run)" : "", jint(j, "matched"),
+           jint(j, "done"), jint(j, "failed"));
+    if (json_is_integer(json_object_get(j, "audit_id")))
+        printf(", audit %" PRId64, jint(j, "audit_id"));
+    printf("\n");
+    json_t *sample = json_pack("{s:O}", "messages", json_object_get(j, "sample"));
+    print_dlq(c, sample);
+    json_decref(sample);
+}
+
+/* dlq replay | discard | purge by filter (the command's options), or with
+ * argv[0] (replay) one dead letter. */
+static int
+dlq_bulk(struct ctl *c, const char *action, int argc, char **argv)
+{
+    struct admin_reply r;
+    char path[64];
+
+    if (argc == 1 && !c->has_filter && c->nkv == 0)
+        return dlq_one(c, argv[0], strcmp(action, "replay") == 0 ? DLQ_REPLAY : DLQ_DISCARD);
+    if (argc != 0) {
+        fprintf(stderr, "roomctl: dlq %s: SEQ or a filter, not both\n", action);
+        return EXIT_USAGE;
+    }
+    json_t *f = json_object();
+    for (int i = 0; i < c->nkv; i++) {
+        int64_t ms;
+        bool is_time = strncmp(c->k[i], "created_", 8) == 0;
+        if (is_time && parse_i64(c->v[i], c->k[i], &ms) != 0) {
+            json_decref(f);
+            return EXIT_USAGE;
+        }
+        json_object_set_new(f, c->k[i], is_time ? json_integer(ms) : json_string(c->v[i]));
+    }
+    json_t *b = json_pack("{s:o, s:b}", "filter", f, "dry_run", c->dry_run);
+    if (c->chunk > 0)
+        json_object_set_new(b, "chunk", json_integer(c->chunk));
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    if (c->url) {
+        snprintf(path, sizeof(path), "/admin/v1/dlq/%s", action);
+        api(c, "POST", path, false, body, &r);
+    } else {
+        admin_dlq_bulk(c->adm, "roomctl", action, body, strlen(body), &r);
+    }
+    free(body);
+    return finish(c, &r, print_bulk);
+}
+
 static int
 do_dlq_replay(struct ctl *c, int argc, char **argv)
 {
-    return dlq_one(c, argv[0], DLQ_REPLAY);
+    return dlq_bulk(c, "replay", argc, argv);
 }
 
 static int
 do_dlq_discard(struct ctl *c, int argc, char **argv)
 {
-    return dlq_one(c, argv[0], DLQ_DISCARD);
+    return dlq_bulk(c, "discard", argc, argv);
 }
 
 static int
@@ -691,7 +759,12 @@ do_wallet_balance(struct ctl *c, int argc, char **argv)
                               c->conf->wallet.initial_balance, &bal);
     if (rc != 0)
         return store_fail("wallet balance", rc);
-    printf("%" PRId64 "\n", bal);
+    if (c->json)
+        emit_json(json_pack("{s:s, s:I, s:I}", "app",
+                            c->app ? c->app : c->conf->app.default_app_code, "uid", (json_int_t)uid,
+                            "balance", (json_int_t)bal));
+    else
+        printf("%" PRId64 "\n", bal);
     return 0;
 }
 
@@ -711,7 +784,12 @@ do_wallet_topup(struct ctl *c, int argc, char **argv)
                             argv[2], c->conf->wallet.initial_balance, &bal);
     if (rc != 0)
         return store_fail("wallet topup", rc);
-    printf("%" PRId64 "\n", bal);
+    if (c->json)
+        emit_json(json_pack("{s:s, s:I, s:I, s:s}", "app",
+                            c->app ? c->app : c->conf->app.default_app_code, "uid", (json_int_t)uid,
+                            "balance", (json_int_t)bal, "ref", argv[2]));
+    else
+        printf("%" PRId64 "\n", bal);
     return 0;
 }
 
@@ -733,21 +811,41 @@ do_wallet_audit(struct ctl *c, int argc, char **argv)
         fprintf(stderr, "roomctl: %s\n", err);
         return 2;
     }
-    rc = wallet_audit(c->store, &c->conf->wallet, w, app != NULL ? app : "", stdout, &offences);
+    /* with --json the offending lines go into the answer instead */
+    char *lines = NULL;
+    size_t lines_len = 0;
+    FILE *out = c->json ? open_memstream(&lines, &lines_len) : stdout;
+    rc = wallet_audit(c->store, &c->conf->wallet, w, app != NULL ? app : "", out, &offences);
     wallet_close(w);
+    if (c->json)
+        fclose(out);
     if (rc != 0) {
+        free(lines);
         store_fail("wallet audit", rc);
         return EXIT_USAGE; /* could not check: neither holds nor fails */
     }
-    printf("%s: %zu offence%s\n", offences == 0 ? "ok" : "FAILED", offences,
-           offences == 1 ? "" : "s");
+    if (c->json) {
+        json_t *arr = json_array();
+        for (char *save = NULL, *l = strtok_r(lines, "\n", &save); l != NULL;
+             l = strtok_r(NULL, "\n", &save))
+            json_array_append_new(arr, json_string(l));
+        emit_json(json_pack("{s:b, s:I, s:o}", "ok", offences == 0, "offences",
+                            (json_int_t)offences, "lines", arr));
+    } else {
+        printf("%s: %zu offence%s\n", offences == 0 ? "ok" : "FAILED", offences,
+               offences == 1 ? "" : "s");
+    }
+    free(lines);
     return offences == 0 ? 0 : 1;
 }
 
 static int
 do_migrate(struct ctl *c, int argc, char **argv)
 {
-    printf("schema up to date (%s)\n", c->conf->store.driver);
+    if (c->json)
+        emit_json(json_pack("{s:b, s:s}", "up_to_date", 1, "driver", c->conf->store.driver));
+    else
+        printf("schema up to date (%s)\n", c->conf->store.driver);
     return 0;
 }
 
@@ -933,6 +1031,9 @@ do_gifts_disable(struct ctl *c, int argc, char **argv)
 
 /* ==== the command table ==== */
 
+#define DLQ_FILTER_USAGE                                                                           \
+    "[--group G] [--event-type T] [--room R] [--reason R] [--error TEXT] [--created-after MS]"     \
+    " [--created-before MS]"
 #define FILTER_USAGE                                                                               \
     "[--status S] [--sink K] [--event-id ID] [--event-type T] [--room R] [--app A]"                \
     " [--error TEXT] [--created-after MS] [--created-before MS] [--failed-after MS]"               \
@@ -984,14 +1085,20 @@ static const struct ctl_cmd commands[] = {
      do_dlq_list,
      "dlq list [--group G] [--after SEQ] [--limit N]   consumer groups' dead letters"},
     {{"dlq", "show"}, 1, 1, NEED_BUS, 0, do_dlq_show, "dlq show SEQ"},
-    {{"dlq", "replay"}, 1, 1, NEED_BUS, 0, do_dlq_replay, "dlq replay SEQ    into its group"},
-    {{"dlq", "discard"},
-     1,
+    {{"dlq", "replay"},
+     0,
      1,
      NEED_BUS,
+     OPT_DLQ | OPT_REPLAY,
+     do_dlq_replay,
+     "dlq replay SEQ | " DLQ_FILTER_USAGE " [--dry-run] [--chunk N]   into their group"},
+    {{"dlq", "discard"},
      0,
+     1,
+     NEED_BUS,
+     OPT_DLQ | OPT_REPLAY,
      do_dlq_discard,
-     "dlq discard SEQ   its key stays settled"},
+     "dlq discard SEQ | " DLQ_FILTER_USAGE " [--dry-run] [--chunk N]   keys stay settled"},
     {{"dlq", "purge"},
      0,
      0,
@@ -1046,12 +1153,15 @@ usage(FILE *out, int status)
             "  -c CONFIG   the roomd config naming the store (default %s)\n"
             "  --url URL   use roomd's admin API instead (token: --token-file or "
             "$ROOMD_ADMIN_TOKEN)\n"
-            "  --json      print the API's JSON\ncommands:\n",
+            "  --json      print JSON (the API's for the admin commands)\n"
+            "  --verbose   the store's and broker's log lines on stderr (else none)\n"
+            "  COMMAND --help   the command's usage\ncommands:\n",
             ROOMD_DEFAULT_CONFIG);
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %s\n", commands[i].usage);
-    fprintf(out, "exit status: 0 done, 1 failed (config, store, server, not found, refused),\n"
-                 "             2 usage error (also a 400 from the server)\n");
+    fprintf(out, "exit status: 0 done, 1 failed (config, store, server, not found, refused;\n"
+                 "             wallet audit: the invariant fails), 2 usage error (also a 400\n"
+                 "             from the server; wallet audit: could not check)\n");
     exit(status);
 }
 
@@ -1085,11 +1195,13 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         O_REPAIR,
         O_CHUNK,
         O_SAMPLE,
-        O_GROUP
+        O_GROUP,
+        O_HELP,
+        O_JSON
     };
     static const char *const filter_keys[] = {
-        "status", "sink",          "event_id",       "event_type",   "room_id",      "app",
-        "error",  "created_after", "created_before", "failed_after", "failed_before"};
+        "status", "sink",          "event_id",       "event_type",   "room_id",       "app",
+        "error",  "created_after", "created_before", "failed_after", "failed_before", "reason"};
     static const struct option opts[] = {
         {"status", required_argument, NULL, O_FILTER + 0},
         {"sink", required_argument, NULL, O_FILTER + 1},
@@ -1102,6 +1214,7 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         {"created-before", required_argument, NULL, O_FILTER + 8},
         {"failed-after", required_argument, NULL, O_FILTER + 9},
         {"failed-before", required_argument, NULL, O_FILTER + 10},
+        {"reason", required_argument, NULL, O_FILTER + 11},
         {"after", required_argument, NULL, O_PAGE},
         {"limit", required_argument, NULL, O_PAGE + 1},
         {"before", required_argument, NULL, O_BEFORE},
@@ -1110,6 +1223,8 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         {"chunk", required_argument, NULL, O_CHUNK},
         {"sample", required_argument, NULL, O_SAMPLE},
         {"group", required_argument, NULL, O_GROUP},
+        {"help", no_argument, NULL, O_HELP},
+        {"json", no_argument, NULL, O_JSON},
         {NULL, 0, NULL, 0},
     };
     int ch;
@@ -1119,21 +1234,40 @@ command_options(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     opterr = 0;
     c->chunk = 0;
     c->sample = -1;
-    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        unsigned want = ch == O_FILTER + 5 && (cmd->opts & OPT_APP) ? OPT_APP
-                        : ch >= O_FILTER && ch < O_PAGE             ? OPT_FILTER
-                        : ch == O_PAGE                              ? OPT_PAGE
-                        : ch == O_PAGE + 1                          ? (OPT_PAGE | OPT_BEFORE)
-                        : ch == O_BEFORE                            ? OPT_BEFORE
-                        : ch >= O_DRY && ch <= O_SAMPLE             ? OPT_REPLAY
-                        : ch == O_GROUP                             ? OPT_GROUP
-                                                                    : 0;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (ch == O_HELP || ch == 'h') { /* every command: its usage on stdout, exit 0 */
+            printf("usage: roomctl [global options] %s\n"
+                   "global options: -c CONFIG, --url URL, --token-file FILE, --json, --verbose\n"
+                   "exit status: 0 done, 1 failed, 2 usage error (roomctl --help)\n",
+                   cmd->usage);
+            exit(0);
+        }
+        if (ch == O_JSON) { /* --json after the command too */
+            c->json = true;
+            continue;
+        }
+        /* the dead-letter filter's keys (dlq replay/discard/purge) */
+        bool dlq_key = ch == O_GROUP || ch == O_FILTER + 3 || ch == O_FILTER + 4 ||
+                       ch == O_FILTER + 6 || ch == O_FILTER + 7 || ch == O_FILTER + 8 ||
+                       ch == O_FILTER + 11;
+        unsigned want = dlq_key && (cmd->opts & OPT_DLQ)              ? OPT_DLQ
+                        : ch == O_FILTER + 5 && (cmd->opts & OPT_APP) ? OPT_APP
+                        : ch >= O_FILTER && ch < O_PAGE               ? OPT_FILTER
+                        : ch == O_PAGE                                ? OPT_PAGE
+                        : ch == O_PAGE + 1                            ? (OPT_PAGE | OPT_BEFORE)
+                        : ch == O_BEFORE                              ? OPT_BEFORE
+                        : ch >= O_DRY && ch <= O_SAMPLE               ? OPT_REPLAY
+                        : ch == O_GROUP                               ? OPT_GROUP
+                                                                      : 0;
         if (ch == '?' || ch == ':' || (cmd->opts & want) == 0 || c->nkv >= MAX_KV - 1) {
             fprintf(stderr, "roomctl: %s: bad option %s\nusage: roomctl %s\n", cmd->words[0],
                     argv[optind - 1], cmd->usage);
             return -1;
         }
-        if (want == OPT_APP) {
+        if (want == OPT_DLQ) {
+            c->k[c->nkv] = ch == O_GROUP ? "group" : filter_keys[ch - O_FILTER];
+            c->v[c->nkv++] = optarg;
+        } else if (want == OPT_APP) {
             c->app = optarg;
         } else if (ch >= O_FILTER && ch < O_PAGE) {
             c->k[c->nkv] = filter_keys[ch - O_FILTER];
@@ -1232,19 +1366,17 @@ int
 main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"url", required_argument, NULL, 'u'},
-        {"token-file", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},     {"url", required_argument, NULL, 'u'},
+        {"token-file", required_argument, NULL, 't'}, {"json", no_argument, NULL, 'j'},
+        {"verbose", no_argument, NULL, 'v'},          {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},          {NULL, 0, NULL, 0},
     };
     struct ctl c = {.config = ROOMD_DEFAULT_CONFIG};
     const char *token_file = NULL;
     int ch, nwords = 0, rc;
+    bool verbose = false;
 
-    while ((ch = getopt_long(argc, argv, "+c:hV", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+c:hvV", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             c.config = optarg;
@@ -1258,6 +1390,9 @@ main(int argc, char **argv)
         case 'j':
             c.json = true;
             break;
+        case 'v':
+            verbose = true;
+            break;
         case 'h':
             usage(stdout, 0);
         case 'V':
@@ -1269,6 +1404,10 @@ main(int argc, char **argv)
     }
     argc -= optind;
     argv += optind;
+    /* the store's, broker's and admin module's log lines: stderr with
+     * --verbose, else nowhere (roomctl prints its own errors) */
+    if (log_open(verbose ? NULL : "/dev/null", verbose ? LOG_DEBUG : LOG_ERROR) != 0)
+        return EXIT_FAILED;
     if (argc == 0)
         usage(stderr, EXIT_USAGE);
     const struct ctl_cmd *cmd = match(argc, argv, &nwords);

@@ -18,6 +18,8 @@
 #include "core/version.h"
 #include "core/xmalloc.h"
 #include "publish/bus.h"
+#include "rocketmq/client.h"
+#include "rocketmq/consumer.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -96,19 +98,30 @@ main(int argc, char **argv)
     daemon_start(conf->app.log_file, conf->app.log_level, &stopset);
 
     struct bus *bus = NULL;
-    char *name = xasprintf("roomd_consumer/%s", conf->app.node_id);
-    if (bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)) != 0)
-        fatalx("rocketmq: %s", err);
-    free(name);
+    struct rmq_client *rmq = NULL; /* rocketmq.driver rocketmq (docs/rocketmq.md) */
     struct consume_roles *r = NULL;
-    if (consume_roles_start(&r, conf, bus, NULL, roles, err, sizeof(err)) != 0)
-        fatalx("%s", err);
+    char *name = xasprintf("roomd_consumer/%s", conf->app.node_id);
+    if (conf_rocketmq_driver(&conf->rocketmq) == CONF_MQ_ROCKETMQ) {
+        struct consume_driver d;
+        if (rmq_client_open(&rmq, &conf->rocketmq, name, NULL, err, sizeof(err)) != 0)
+            fatalx("%s", err);
+        rmq_consume_driver(&d, rmq);
+        if (consume_roles_start_on(&r, conf, &d, NULL, roles, err, sizeof(err)) != 0)
+            fatalx("%s", err);
+    } else {
+        if (bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)) != 0)
+            fatalx("rocketmq: %s", err);
+        if (consume_roles_start(&r, conf, bus, NULL, roles, err, sizeof(err)) != 0)
+            fatalx("%s", err);
+    }
+    free(name);
     log_info("main", "roomd_consumer started", "roles=%u node=%s", roles, conf->app.node_id);
 
     daemon_ready("consuming");
     daemon_wait(&stopset, reopen_log, NULL);
     consume_roles_stop(r);
     bus_unref(bus);
+    rmq_client_close(rmq);
     log_info("main", "stopped", NULL);
     log_close();
     conf_free(conf);

@@ -92,5 +92,11 @@ void admin_dlq_discard(struct admin *a, const char *actor, uint64_t seq, struct 
  * again are skipped and counted), audited as one entry. */
 void admin_dlq_purge(struct admin *a, const char *actor, const char *body, size_t len,
                      struct admin_reply *r);
+/* Bulk replay | discard (action) of the dead letters body's filter
+ * selects ({"filter":{group, event_type, room_id, reason, error,
+ * created_after, created_before}, "dry_run", "chunk"}; admin/dlq_bulk.c),
+ * audited as actor. Thread: any; blocks on the broker and the store. */
+void admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const char *body,
+                    size_t len, struct admin_reply *r);
 
 #endif

@@ -509,3 +509,50 @@ admin_dlq_purge(struct admin *a, const char *actor, const char *body, size_t len
     purge_group(a, actor, group, r);
     json_decref(in);
 }
+
+/* ==== for the bulk operations (dlq_bulk.c) ==== */
+
+const char *
+admin_dlq_header(natsMsg *m, const char *name)
+{
+    return header(m, name);
+}
+
+json_t *
+admin_dlq_message_json(natsMsg *m, uint64_t seq, bool full)
+{
+    return message_json(m, seq, full);
+}
+
+int
+admin_dlq_act(struct admin *a, const char *actor, uint64_t seq, bool replay, char *why,
+              size_t whylen)
+{
+    struct admin_reply r = {0};
+    struct dead_letter d;
+    enum inbox_state st = INBOX_ABSENT;
+    int rc = ROOMD_EPERM;
+
+    if (!dl_get(a, seq, &d, &r))
+        goto out;
+    if (replay) {
+        if ((rc = inbox_state(d.inbox, d.key, &st)) != 0 ||
+            (rc = inbox_forget_dead(d.inbox, d.key, NULL)) != 0)
+            reply_inbox(&r, &d, rc);
+        else if ((rc = republish(a, &d, &r)) == 0)
+            dl_delete(a, &d);
+    } else {
+        rc = discard_one(a, actor, &d, &st, &r);
+    }
+    dl_free(&d);
+out:
+    if (rc != 0) {
+        json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+        snprintf(why, whylen, "%s", msg ? msg : "failed");
+        json_decref(j);
+    }
+    admin_reply_clear(&r);
+    return rc != 0 ? (rc < 0 ? rc : ROOMD_EPERM) : 0;
+}

@@ -64,6 +64,8 @@ enum admin_kind {
     A_DLQ_REPLAY,
     A_DLQ_DISCARD,
     A_DLQ_PURGE,
+    A_DLQ_BULK_REPLAY,
+    A_DLQ_BULK_DISCARD,
 };
 
 /*
@@ -92,6 +94,8 @@ static const struct admin_route {
     {"GET", API "dlq/{seq}", A_DLQ_SHOW, "seq"},
     {"POST", API "dlq/{seq}/replay", A_DLQ_REPLAY, "seq"},
     {"POST", API "dlq/{seq}/discard", A_DLQ_DISCARD, "seq"},
+    {"POST", API "dlq/replay", A_DLQ_BULK_REPLAY, NULL},
+    {"POST", API "dlq/discard", A_DLQ_BULK_DISCARD, NULL},
     {"POST", API "dlq/purge", A_DLQ_PURGE, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -190,6 +194,11 @@ dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lo
         break;
     case A_DLQ_PURGE:
         admin_dlq_purge(a, actor, body, len, &out->r);
+        break;
+    case A_DLQ_BULK_REPLAY:
+    case A_DLQ_BULK_DISCARD:
+        admin_dlq_bulk(a, actor, r->kind == A_DLQ_BULK_REPLAY ? "replay" : "discard", body, len,
+                       &out->r);
         break;
     case A_CONSOLE:
         break;

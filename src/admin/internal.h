@@ -41,4 +41,16 @@ bool admin_query_int(admin_lookup_fn q, void *ctx, const char *key, int64_t lo, 
 /* A row as the API shows it (new reference). */
 json_t *admin_row_json(const struct outbox_row *r);
 
+/* dlq.c, for dlq_bulk.c. A dead letter's header ("" when absent; borrowed
+ * from m); the message as the API shows it (new reference; full: the event
+ * decoded); replays (replay) or discards dead letter seq as the single
+ * operations do, without their audit entry. Returns 0, or an error with why
+ * (the single operation's message). Thread: any; blocks on the broker and
+ * the group's inbox. */
+typedef struct __natsMsg natsMsg;
+const char *admin_dlq_header(natsMsg *m, const char *name);
+json_t *admin_dlq_message_json(natsMsg *m, uint64_t seq, bool full);
+int admin_dlq_act(struct admin *a, const char *actor, uint64_t seq, bool replay, char *why,
+                  size_t whylen);
+
 #endif

@@ -78,6 +78,13 @@ struct auth {
     char *audience; /* "" = not checked */
     bool has_admin_token;
     unsigned char admin_digest[SHA256_DIGEST_LENGTH]; /* SHA-256 of the admin token */
+    /* admin.tokens: named credentials (digests only) */
+    struct {
+        char name[64];
+        bool read_only;
+        unsigned char digest[SHA256_DIGEST_LENGTH];
+    } named[CONF_MAX_LIST];
+    int nnamed;
     struct token_cache cache;
     atomic_uint_least64_t refused[LISTENER_COUNT_][AUTH_REASON_COUNT_];
 };
@@ -85,6 +92,7 @@ struct auth {
 static const char *const reason_names[AUTH_REASON_COUNT_] = {
     "ok",         "missing",      "malformed",  "bad_signature",   "expired",   "not_yet_valid",
     "bad_issuer", "bad_audience", "bad_claims", "bad_admin_token", "other_app", "other_uid",
+    "read_only",
 };
 static const char *const listener_names[LISTENER_COUNT_] = {"public", "admin"};
 
@@ -177,9 +185,25 @@ load_admin_token(struct auth *a, const struct conf_admin *c, char *err, size_t e
     char buf[SECRET_MAX];
     int rc;
 
+    for (int i = 0; i < c->ntokens && i < CONF_MAX_LIST; i++) {
+        struct conf_admin_token t;
+        char key[96];
+        if (conf_admin_token_parse(c->tokens[i], &t, err, errlen) != 0)
+            return ROOMD_EINVAL;
+        snprintf(key, sizeof(key), "admin.tokens[%s].token_env", t.name);
+        rc = secret_load(key, t.token_env, "admin.tokens token_file", t.token_file, buf,
+                         sizeof(buf), err, errlen);
+        if (rc != 0)
+            return rc;
+        snprintf(a->named[a->nnamed].name, sizeof(a->named[0].name), "%s", t.name);
+        a->named[a->nnamed].read_only = t.read_only;
+        SHA256((const unsigned char *)buf, strlen(buf), a->named[a->nnamed].digest);
+        a->nnamed++;
+        secret_wipe(buf, sizeof(buf));
+    }
     if ((c->token_env == NULL || c->token_env[0] == '\0') &&
         (c->token_file == NULL || c->token_file[0] == '\0'))
-        return 0; /* conf.c allowed it: a loopback admin.listen */
+        return 0; /* conf.c allowed it: a loopback admin.listen, or named tokens only */
     rc = secret_load("admin.token_env", c->token_env, "admin.token_file", c->token_file, buf,
                      sizeof(buf), err, errlen);
     if (rc != 0)
@@ -208,9 +232,9 @@ collect(void *arg, struct metrics_text *t)
     metrics_family(t, name, "counter", "Requests refused 401/403 by reason.");
     for (int l = 0; l < LISTENER_COUNT_; l++)
         for (int r = 1; r < AUTH_REASON_COUNT_; r++) {
-            /* the admin listener checks its token only; the public one never does */
-            if ((l == LISTENER_ADMIN) != (r == AUTH_MISSING || r == AUTH_BAD_ADMIN_TOKEN) &&
-                r != AUTH_MISSING)
+            /* the admin listener checks its tokens only; the public one never does */
+            bool admin_only = r == AUTH_BAD_ADMIN_TOKEN || r == AUTH_READ_ONLY;
+            if ((l == LISTENER_ADMIN) != (r == AUTH_MISSING || admin_only) && r != AUTH_MISSING)
                 continue;
             snprintf(labels, sizeof(labels), "listener=\"%s\",status=\"%d\",reason=\"%s\"",
                      listener_names[l], auth_reason_status((enum auth_reason)r), reason_names[r]);
@@ -474,28 +498,43 @@ scope_has_service(const char *scope)
     return false;
 }
 
-/* sub = a positive decimal uid, app = an app code. */
+/* True when s is 1..63 characters of [A-Za-z0-9_.:-] (a service's name). */
+static bool
+service_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n >= 1 && n < 64 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-") == n;
+}
+
+/* sub = a positive decimal uid (a service token: or its service's name,
+ * [A-Za-z0-9_.:-]{1,63}, uid 0), app = an app code. */
 static enum auth_reason
 read_identity(jwt_t *j, struct auth_principal *p)
 {
     const char *sub = jwt_get_grant(j, "sub");
     const char *app = jwt_get_grant(j, "app");
-    char *end;
-    long long uid;
+    char *end = NULL;
+    long long uid = 0;
 
-    if (sub == NULL || sub[0] < '1' || sub[0] > '9' || app == NULL || app[0] == '\0' ||
-        strlen(app) >= sizeof(p->app))
+    if (sub == NULL || app == NULL || app[0] == '\0' || strlen(app) >= sizeof(p->app))
         return AUTH_BAD_CLAIMS;
+    p->service = scope_has_service(jwt_get_grant(j, "scope"));
     errno = 0;
-    uid = strtoll(sub, &end, 10);
-    if (errno != 0 || *end != '\0' || uid <= 0)
-        return AUTH_BAD_CLAIMS;
+    if (sub[0] >= '1' && sub[0] <= '9')
+        uid = strtoll(sub, &end, 10);
+    if (uid <= 0 || errno != 0 || *end != '\0') {
+        if (!p->service || !service_name_ok(sub))
+            return AUTH_BAD_CLAIMS; /* a user token's sub is its uid */
+        uid = 0;
+    }
     for (const char *c = app; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
             return AUTH_BAD_CLAIMS;
     p->uid = uid;
+    strlcpy_(p->sub, sub, sizeof(p->sub));
     strlcpy_(p->app, app, sizeof(p->app));
-    p->service = scope_has_service(jwt_get_grant(j, "scope"));
     return AUTH_OK;
 }
 
@@ -646,21 +685,47 @@ auth_may_act_as(const struct auth_principal *p, const char *app, int64_t uid)
 }
 
 enum auth_reason
-auth_admin_ok(const struct auth *a, const char *authorization)
+auth_admin_check(const struct auth *a, const char *authorization, struct auth_principal *p)
 {
     unsigned char got[SHA256_DIGEST_LENGTH];
     const char *t;
+    int who = -2; /* -1: the single token; >= 0: a named one */
 
-    if (!a->has_admin_token)
+    memset(p, 0, sizeof(*p));
+    p->anyone = true;
+    snprintf(p->admin_name, sizeof(p->admin_name), "admin");
+    if (!a->has_admin_token && a->nnamed == 0)
         return AUTH_OK;
     if (authorization == NULL || authorization[0] == '\0')
         return AUTH_MISSING;
     if (strncasecmp(authorization, "Bearer ", 7) != 0)
         return AUTH_BAD_ADMIN_TOKEN;
     t = authorization + 7;
-    /* digests of equal length: the compare time says nothing about the token */
+    /* digests of equal length, every one compared: the time says nothing
+     * about the token or which one matched */
     SHA256((const unsigned char *)t, strlen(t), got);
-    return CRYPTO_memcmp(got, a->admin_digest, sizeof(got)) == 0 ? AUTH_OK : AUTH_BAD_ADMIN_TOKEN;
+    if (a->has_admin_token && CRYPTO_memcmp(got, a->admin_digest, sizeof(got)) == 0)
+        who = -1;
+    for (int i = 0; i < a->nnamed; i++)
+        if (CRYPTO_memcmp(got, a->named[i].digest, sizeof(got)) == 0 && who == -2)
+            who = i;
+    if (who == -2) {
+        p->anyone = false;
+        return AUTH_BAD_ADMIN_TOKEN;
+    }
+    if (who >= 0) {
+        snprintf(p->admin_name, sizeof(p->admin_name), "%s", a->named[who].name);
+        p->admin_read_only = a->named[who].read_only;
+    }
+    return AUTH_OK;
+}
+
+enum auth_reason
+auth_admin_ok(const struct auth *a, const char *authorization)
+{
+    struct auth_principal p;
+
+    return auth_admin_check(a, authorization, &p);
 }
 
 void

@@ -6,6 +6,7 @@
  *   auth_verify_bearer(a, "Bearer <JWT>", &p)   token -> principal {app, uid, service}
  *   auth_may_act_as(&p, app, uid)               may p act as uid of app?
  *   auth_admin_ok(a, "Bearer <token>")          the operator token of admin.*
+ *   auth_admin_check(a, "Bearer <token>", &p)   ... and which one (admin.tokens)
  *
  * auth.mode none accepts every request as an "anyone" principal (conf.c only
  * allows it when every listener binds loopback); auth.mode jwt verifies the
@@ -44,15 +45,23 @@ enum auth_reason {
     AUTH_BAD_ADMIN_TOKEN, /* the admin listener: not the admin token */
     AUTH_OTHER_APP,       /* 403: the token's app is not the request's */
     AUTH_OTHER_UID,       /* 403: a user token acting as another uid */
+    AUTH_READ_ONLY,       /* 403: a read-only admin token (admin.tokens role read) writing */
     AUTH_REASON_COUNT_
 };
 
 /* The caller behind a verified token. */
 struct auth_principal {
     char app[64]; /* the token's app claim; "" for anyone */
-    int64_t uid;  /* sub; 0 for anyone */
+    int64_t uid;  /* sub; 0 for anyone, and for a service token whose sub names the
+                   * service ("gateway") rather than a uid */
+    char sub[64]; /* the token's sub as given ("" for anyone): a service's name is logged */
     bool service; /* scope holds "room:service": may act for any uid of app */
     bool anyone;  /* auth.mode none: may act as anyone of any app */
+    /* the admin listener: the caller's name ("admin" for admin.token_env /
+     * token_file, or with no admin token at all; else its admin.tokens name)
+     * and whether it may only read */
+    char admin_name[64];
+    bool admin_read_only;
 };
 
 /*
@@ -106,6 +115,13 @@ enum auth_reason auth_may_act_as(const struct auth_principal *p, const char *app
  * configured (conf.c allows that only on a loopback admin.listen). Else
  * AUTH_MISSING or AUTH_BAD_ADMIN_TOKEN. */
 enum auth_reason auth_admin_ok(const struct auth *a, const char *authorization);
+
+/* auth_admin_ok, and on AUTH_OK who called: p->admin_name and
+ * p->admin_read_only (the rest of *p is zeroed, anyone set). Every token,
+ * the single one and admin.tokens' named ones, is compared in constant time.
+ * Thread: any; never blocks. */
+enum auth_reason auth_admin_check(const struct auth *a, const char *authorization,
+                                  struct auth_principal *p);
 
 /* 401 for AUTH_MISSING..AUTH_BAD_ADMIN_TOKEN, 403 for the others, 200 for OK. */
 int auth_reason_status(enum auth_reason r);

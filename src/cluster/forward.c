@@ -228,6 +228,16 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
     }
     url = xasprintf("%s://%s%s", tls ? "https" : "http", owner_addr, o->path);
     hdrs = curl_slist_append(hdrs, f->hop);
+    /* the request's ids go on with it: the owner logs and stores the same ones */
+    char ids[160];
+    if (*log_request_id() != '\0') {
+        snprintf(ids, sizeof(ids), "X-Request-Id: %s", log_request_id());
+        hdrs = curl_slist_append(hdrs, ids);
+    }
+    if (*log_traceparent() != '\0') {
+        snprintf(ids, sizeof(ids), "traceparent: %s", log_traceparent());
+        hdrs = curl_slist_append(hdrs, ids);
+    }
     line = xasprintf("X-App-Code: %s", app);
     hdrs = curl_slist_append(hdrs, line);
     free(line);

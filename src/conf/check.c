@@ -187,7 +187,8 @@ conf_check_environment(const struct conf *c, char *err, size_t errlen)
             need_file(&p, "tencent_im.ca_file", im->ca_file);
     }
 
-    if (c->rocketmq.enabled)
+    /* the rocketmq driver's host:port name servers are checked by the rules (conf.c) */
+    if (c->rocketmq.enabled && conf_rocketmq_driver(&c->rocketmq) == CONF_MQ_JETSTREAM)
         for (int i = 0; i < c->rocketmq.nname_servers; i++)
             if (!url_ok(c->rocketmq.name_servers[i], nats_schemes))
                 add(&p, "rocketmq.name_servers", "\"%s\" is not a nats:// (or tls://) URL",

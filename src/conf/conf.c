@@ -58,6 +58,7 @@ static const char *const lease_drivers[] = {"local", "redis", NULL};
 static const char *const proj_drivers[] = {"memory", "redis", NULL};
 static const char *const publish_modes[] = {"direct", "mq", "dual", NULL}; /* enum publish_mode */
 static const char *const inbox_drivers[] = {"auto", "sqlite", "mysql", NULL}; /* inbox.h */
+static const char *const mq_drivers[] = {"auto", "jetstream", "rocketmq", NULL}; /* conf.h */
 static const char *const strategies[] = {"exponential_backoff", NULL};
 static const char *const orderings[] = {"per_room", "none", NULL}; /* enum outbox_ordering */
 static const char *const group_types[] = {"AVChatRoom", "Public", "ChatRoom", "Private", NULL};
@@ -129,6 +130,9 @@ const struct key conf_keys[] = {
     {"admin.token_env", K_STR, F(admin.token_env), "",
      .doc = "environment variable holding the admin bearer token (required off loopback)"},
     {"admin.token_file", K_STR, F(admin.token_file), "", .doc = "or a file holding it"},
+    {"admin.tokens", K_STRLIST, L(admin.tokens, admin.ntokens), "",
+     .doc = "named admin credentials, each {name, role: read | operate (default), token_env | "
+            "token_file}; audits and admin log lines name the caller; read may only GET"},
     {"admin.max_connections", K_INT, F(admin.max_connections), "64", GE(1),
      .doc = "concurrent admin connections (apart from http.max_connections)"},
     {"admin.max_connections_per_ip", K_INT, F(admin.max_connections_per_ip), "16", GE(0),
@@ -302,19 +306,27 @@ const struct key conf_keys[] = {
      .doc = "room list and presence: memory (one node) or redis (shared; needs redis.enabled)"},
 
     {"rocketmq.enabled", K_BOOL, F(rocketmq.enabled), "false",
-     .doc = "connect to the broker (NATS JetStream)"},
+     .doc = "connect to the broker (rocketmq.driver: NATS JetStream or RocketMQ)"},
+    {"rocketmq.driver", K_CHOICE, F(rocketmq.driver), "auto", ONE_OF(mq_drivers),
+     .doc = "jetstream (NATS JetStream), rocketmq (RocketMQ remoting protocol, docs/rocketmq.md) "
+            "or auto: jetstream when a name server is a nats:// or tls:// URL, else rocketmq"},
     {"rocketmq.name_servers", K_STRLIST, L(rocketmq.name_servers, rocketmq.nname_servers), "",
-     .doc = "NATS URLs (nats://host:port); at least one when enabled"},
+     .doc = "jetstream: NATS URLs (nats://host:port); rocketmq: name servers host:port, tried "
+            "in turn; at least one when enabled (rocketmq: or name_server_domain)"},
     {"rocketmq.name_server_domain", K_STR, F(rocketmq.name_server_domain), "",
-     .doc = "the seed's name; unused by NATS"},
-    {"rocketmq.access_key", K_STR, F(rocketmq.access_key), "", .doc = "NATS user"},
-    {"rocketmq.secret_key", K_STR, F(rocketmq.secret_key), "", .doc = "NATS password"},
+     .doc = "rocketmq: the name server address service (GET http://<domain>[:8080]/rocketmq/"
+            "nsaddr -> host:port;host:port) when name_servers is empty; unused by NATS"},
+    {"rocketmq.access_key", K_STR, F(rocketmq.access_key), "",
+     .doc = "jetstream: NATS user; rocketmq: the ACL AccessKey (every request signed)"},
+    {"rocketmq.secret_key", K_STR, F(rocketmq.secret_key), "",
+     .doc = "jetstream: NATS password; rocketmq: the ACL SecretKey (HMAC-SHA1 signing key)"},
     {"rocketmq.namespace", K_STR, F(rocketmq.namespace_), "",
-     .doc = "subject and stream prefix; \"\" = none"},
+     .doc = "jetstream: subject and stream prefix; rocketmq: the namespace, applied to topics "
+            "and groups as RocketMQ clients do (ns%topic, %RETRY%ns%group); \"\" = none"},
     {"rocketmq.send_timeout", K_DUR, F(rocketmq.send_timeout_ms), "3s", GT(0), .when = MQ_ON,
-     .doc = "wait this long for the broker's ack of one publish"},
+     .doc = "wait this long for the broker's ack of one publish (rocketmq: one send)"},
     {"rocketmq.retry", K_INT, F(rocketmq.retry), "2", GE(0), .when = MQ_ON,
-     .doc = "publish retries within one outbox attempt"},
+     .doc = "publish retries within one outbox attempt (rocketmq: retryTimesWhenSendFailed)"},
     {"rocketmq.stream_replicas", K_INT, F(rocketmq.stream_replicas), "1", RANGE(1, 5),
      .when = MQ_ON, .doc = "JetStream stream replicas"},
     {"rocketmq.stream_max_age", K_DUR, F(rocketmq.stream_max_age_ms), "72h", GE(0), .when = MQ_ON,
@@ -333,6 +345,15 @@ const struct key conf_keys[] = {
      .doc = "redelivery delay after the k-th failure, ms (the last repeats; RocketMQ's levels)"},
     {"rocketmq.consumer_ack_wait", K_DUR, F(rocketmq.consumer_ack_wait_ms), "30s", GT(0),
      .when = MQ_ON, .doc = "AckWait of the group consumers"},
+    {"rocketmq.consumer_circuit_failures", K_INT, F(rocketmq.consumer_circuit_failures), "5", GE(1),
+     .when = MQ_ON,
+     .doc = "transport failures in a row (downstream unreachable, rate-limited) that open a "
+            "consumer group's circuit; outages never count toward consumer_max_reconsume_times"},
+    {"rocketmq.consumer_circuit_probe_every", K_DUR, F(rocketmq.consumer_circuit_probe_ms), "1s",
+     GT(0), .when = MQ_ON,
+     .doc = "an open consumer group circuit lets one message (or a probe) through this often"},
+    {"rocketmq.dlq_max_age", K_DUR, F(rocketmq.dlq_max_age_ms), "336h", GE(0), .when = MQ_ON,
+     .note = "(0 = unlimited)", .doc = "the dead-letter stream keeps messages this long"},
     {"rocketmq.room_outbox.enabled", K_BOOL, F(rocketmq.room_outbox.enabled), "false",
      .doc = "publish outbox events to the broker (needed by publish_mode mq and dual)"},
     {"rocketmq.room_outbox.topic", K_STR, F(rocketmq.room_outbox.topic), "hyapp_room_outbox",
@@ -384,10 +405,12 @@ const struct key conf_keys[] = {
     {"outbox_worker.poll_interval", K_DUR, F(outbox_worker.poll_interval_ms), "1s", GT(0),
      .note = "(avoids a busy loop)", .doc = "time between claims when idle"},
     {"outbox_worker.batch_size", K_INT, F(outbox_worker.batch_size), "100", GT(0),
-     .doc = "rows claimed at once, and the most rows of one sink call"},
-    {"outbox_worker.claim_batches", K_INT, F(outbox_worker.claim_batches), "3", GE(1),
-     .doc = "a claim after one that brought batch_size rows (a deep backlog) takes up to this "
-            "many batches, each sink call still at most batch_size rows"},
+     .doc = "the most rows one claim takes (with claim_batches 1), and the most rows of one sink "
+            "call"},
+    {"outbox_worker.claim_batches", K_INT, F(outbox_worker.claim_batches), "1", GE(1),
+     .doc = "a multiple of batch_size: a claim after one that brought batch_size rows (a deep "
+            "backlog) takes up to claim_batches x batch_size rows, each sink call still at most "
+            "batch_size; 1 (the default): batch_size caps every claim, as the seed says"},
     {"outbox_worker.publish_timeout", K_DUR, F(outbox_worker.publish_timeout_ms), "3s", GT(0),
      .doc = "one publish attempt"},
     {"outbox_worker.retry_strategy", K_STR, F(outbox_worker.retry_strategy), "exponential_backoff",
@@ -614,6 +637,32 @@ type_name(const struct key *k, char *buf, size_t len)
     return "?";
 }
 
+/* A mapping entry of a string list (admin.tokens) as "key=value key=value":
+ * scalar keys and values without spaces, '=' or quotes. */
+static int
+flatten(struct loader *ld, const yaml_node_t *e, const char *path, char *out, size_t outlen)
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (yaml_node_pair_t *p = e->data.mapping.pairs.start; p < e->data.mapping.pairs.top; p++) {
+        yaml_node_t *kn = yaml_document_get_node(ld->doc, p->key);
+        yaml_node_t *vn = yaml_document_get_node(ld->doc, p->value);
+        if (kn->type != YAML_SCALAR_NODE || vn->type != YAML_SCALAR_NODE)
+            return fail_at(ld, e, path, "an entry's keys and values must be scalars");
+        const char *kv[2] = {scalar(kn), scalar(vn)};
+        for (int i = 0; i < 2; i++)
+            if (*kv[i] == '\0' || strpbrk(kv[i], " \t=\"'") != NULL)
+                return fail_at(ld, i ? vn : kn, path, "\"%s\": no spaces, '=' or quotes here",
+                               kv[i]);
+        len += (size_t)snprintf(out + len, len < outlen ? outlen - len : 0, "%s%s=%s",
+                                len ? " " : "", kv[0], kv[1]);
+        if (len >= outlen)
+            return fail_at(ld, e, path, "entry too long");
+    }
+    return 0;
+}
+
 static int
 set_list(struct loader *ld, const struct key *k, const yaml_node_t *n, const char *path)
 {
@@ -632,6 +681,14 @@ set_list(struct loader *ld, const struct key *k, const yaml_node_t *n, const cha
         yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
         if (i >= conf_list_max(k))
             return fail_at(ld, e, path, "too many entries (at most %d)", conf_list_max(k));
+        char flat[1024];
+        if (e->type == YAML_MAPPING_NODE && k->type == K_STRLIST) {
+            if (flatten(ld, e, path, flat, sizeof(flat)) != 0)
+                return ROOMD_EINVAL;
+            if (conf_list_append(ld->c, k, flat) != 0)
+                return fail_at(ld, e, path, "cannot store the entry");
+            continue;
+        }
         if (e->type != YAML_SCALAR_NODE)
             return fail_at(ld, e, path, "expected %s", type_name(k, tn, sizeof(tn)));
         if (conf_list_append(ld->c, k, scalar(e)) != 0)
@@ -707,6 +764,42 @@ static void bad(struct vctx *v, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Records the first failure: "[FILE[:LINE:COL]: ]path: problem". */
+static void bad(struct vctx *v, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool topics_collide(const char *a, const char *b);
+
+/* Topics and consumer groups that collide (issue 26): the rocket wake-ups'
+ * topic beside the outbox's (its group would read, and dead-letter, every
+ * room event), and one consumer group name for two roles (they would share
+ * one position and each see only part of the events). */
+static void
+validate_mq_names(const struct conf_rocketmq *mq, struct vctx *v)
+{
+    const struct {
+        const char *key, *name;
+    } groups[] = {
+        {"rocketmq.room_outbox.tencent_im_consumer_group",
+         mq->room_outbox.tencent_im_consumer_group},
+        {"rocketmq.room_outbox.activity_consumer_group", mq->room_outbox.activity_consumer_group},
+        {"rocketmq.room_outbox.notice_consumer_group", mq->room_outbox.notice_consumer_group},
+        {"rocketmq.rocket_launch.consumer_group", mq->rocket_launch.consumer_group},
+    };
+
+    if (mq->room_outbox.enabled && mq->rocket_launch.enabled && mq->room_outbox.topic != NULL &&
+        mq->rocket_launch.topic != NULL &&
+        topics_collide(mq->room_outbox.topic, mq->rocket_launch.topic))
+        bad(v, "rocketmq.rocket_launch.topic",
+            "\"%s\" collides with rocketmq.room_outbox.topic \"%s\": the wake-ups' group would "
+            "read every room event; give them distinct topics",
+            mq->rocket_launch.topic, mq->room_outbox.topic);
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        for (size_t j = i + 1; j < sizeof(groups) / sizeof(groups[0]); j++)
+            if (groups[i].name != NULL && groups[j].name != NULL && *groups[i].name &&
+                strcmp(groups[i].name, groups[j].name) == 0)
+                bad(v, groups[j].key, "\"%s\" is also %s: each consumer role needs its own group",
+                    groups[j].name, groups[i].key);
+}
+
 static void
 bad(struct vctx *v, const char *path, const char *fmt, ...)
 {
@@ -942,6 +1035,50 @@ pair(struct vctx *v, const char *a_key, const char *a, const char *b_key, const 
         bad(v, empty(a) ? a_key : b_key, "set both %s and %s, or neither", a_key, b_key);
 }
 
+int
+conf_admin_token_parse(const char *entry, struct conf_admin_token *out, char *err, size_t errlen)
+{
+    char buf[1024];
+    char *save = NULL;
+
+    memset(out, 0, sizeof(*out));
+    snprintf(buf, sizeof(buf), "%s", entry);
+    for (char *w = strtok_r(buf, " ", &save); w != NULL; w = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(w, '=');
+        if (eq == NULL) {
+            snprintf(err, errlen, "want {name, role, token_env | token_file}, got \"%.40s\"", w);
+            return ROOMD_EINVAL;
+        }
+        *eq++ = '\0';
+        if (strcmp(w, "name") == 0)
+            snprintf(out->name, sizeof(out->name), "%s", eq);
+        else if (strcmp(w, "role") == 0 && (strcmp(eq, "read") == 0 || strcmp(eq, "operate") == 0))
+            out->read_only = strcmp(eq, "read") == 0;
+        else if (strcmp(w, "role") == 0) {
+            snprintf(err, errlen, "role: read or operate, not \"%.40s\"", eq);
+            return ROOMD_EINVAL;
+        } else if (strcmp(w, "token_env") == 0)
+            snprintf(out->token_env, sizeof(out->token_env), "%s", eq);
+        else if (strcmp(w, "token_file") == 0)
+            snprintf(out->token_file, sizeof(out->token_file), "%s", eq);
+        else {
+            snprintf(err, errlen, "unknown key \"%.40s\" (name, role, token_env, token_file)", w);
+            return ROOMD_EINVAL;
+        }
+    }
+    if (out->name[0] == '\0' ||
+        strspn(out->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                          "0123456789_.-") != strlen(out->name)) {
+        snprintf(err, errlen, "name: want [A-Za-z0-9_.-]{1,63}");
+        return ROOMD_EINVAL;
+    }
+    if ((out->token_env[0] == '\0') == (out->token_file[0] == '\0')) {
+        snprintf(err, errlen, "%s: set one of token_env, token_file", out->name);
+        return ROOMD_EINVAL;
+    }
+    return 0;
+}
+
 /* auth.* and admin.* (docs/auth.md). */
 static void
 validate_auth_admin(const struct conf *c, struct vctx *v)
@@ -976,13 +1113,26 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
     if (strcmp(ad->listen, c->http.listen) == 0)
         bad(v, "admin.listen", "must differ from http.listen");
     not_both(v, "admin.token_env", ad->token_env, "admin.token_file", ad->token_file);
-    if (empty(ad->token_env) && empty(ad->token_file) && !conf_listen_is_loopback(ad->listen))
+    for (int i = 0; i < ad->ntokens; i++) {
+        struct conf_admin_token t, u;
+        char e[256];
+        if (conf_admin_token_parse(ad->tokens[i], &t, e, sizeof(e)) != 0) {
+            bad(v, "admin.tokens", "entry %d: %s", i + 1, e);
+            break;
+        }
+        for (int j = 0; j < i; j++)
+            if (conf_admin_token_parse(ad->tokens[j], &u, e, sizeof(e)) == 0 &&
+                strcmp(u.name, t.name) == 0)
+                bad(v, "admin.tokens", "entry %d: name \"%s\" used twice", i + 1, t.name);
+    }
+    if (empty(ad->token_env) && empty(ad->token_file) && ad->ntokens == 0 &&
+        !conf_listen_is_loopback(ad->listen))
         bad(v, "admin.token_env",
             "admin.listen \"%s\" is not loopback: set admin.token_env or admin.token_file",
             ad->listen);
     /* gRPC's RoomInternalService checks the admin token, as admin.listen does */
-    if (empty(ad->token_env) && empty(ad->token_file) && !empty(c->grpc.listen) &&
-        !conf_listen_is_loopback(c->grpc.listen))
+    if (empty(ad->token_env) && empty(ad->token_file) && ad->ntokens == 0 &&
+        !empty(c->grpc.listen) && !conf_listen_is_loopback(c->grpc.listen))
         bad(v, "admin.token_env",
             "grpc.listen \"%s\" is not loopback: set admin.token_env or admin.token_file "
             "(RoomInternalService checks it)",
@@ -993,6 +1143,35 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
     pair(v, "http.tls.cert_file", c->http.tls_cert_file, "http.tls.key_file", c->http.tls_key_file);
     pair(v, "admin.tls.cert_file", ad->tls_cert_file, "admin.tls.key_file", ad->tls_key_file);
     pair(v, "grpc.tls.cert_file", c->grpc.tls_cert_file, "grpc.tls.key_file", c->grpc.tls_key_file);
+}
+
+int
+conf_rocketmq_driver(const struct conf_rocketmq *mq)
+{
+    if (mq->driver == CONF_MQ_JETSTREAM || mq->driver == CONF_MQ_ROCKETMQ)
+        return mq->driver;
+    for (int i = 0; i < mq->nname_servers; i++) {
+        const char *u = mq->name_servers[i] ? mq->name_servers[i] : "";
+        if (strncmp(u, "nats://", 7) == 0 || strncmp(u, "tls://", 6) == 0)
+            return CONF_MQ_JETSTREAM; /* a NATS list (its other entries checked as URLs) */
+    }
+    return mq->nname_servers > 0 || !empty(mq->name_server_domain) ? CONF_MQ_ROCKETMQ
+                                                                    : CONF_MQ_JETSTREAM;
+}
+
+/* "host:port" with a port 1..65535 (a leading http:// allowed, as the
+ * RocketMQ clients strip it). */
+static bool
+rmq_host_port(const char *s)
+{
+    if (strncmp(s, "http://", 7) == 0)
+        s += 7;
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon == s || strchr(s, '/') != NULL)
+        return false;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    return colon[1] != '\0' && *end == '\0' && port > 0 && port < 65536;
 }
 
 /* The rules that read more than one key (or every entry of a list). */
@@ -1038,13 +1217,19 @@ validate_cross(const struct conf *c, struct vctx *v)
             bad(v, "store.mysql.hosts", "entries must be host:port, got \"%s\"",
                 c->store.mysql.hosts[i]);
 
-    /* rocketmq (NATS JetStream) */
+    /* rocketmq (NATS JetStream, or RocketMQ: docs/rocketmq.md) */
+    bool rmq = conf_rocketmq_driver(mq) == CONF_MQ_ROCKETMQ;
     if (mq->enabled) {
-        if (mq->nname_servers < 1)
-            bad(v, "rocketmq.name_servers", "needs at least one NATS URL when rocketmq.enabled");
+        if (mq->nname_servers < 1 && !(rmq && !empty(mq->name_server_domain)))
+            bad(v, "rocketmq.name_servers",
+                rmq ? "needs at least one name server host:port (or rocketmq.name_server_domain)"
+                    : "needs at least one NATS URL when rocketmq.enabled");
         for (int i = 0; i < mq->nname_servers; i++)
             if (empty(mq->name_servers[i]))
                 bad(v, "rocketmq.name_servers", "entries must not be empty");
+            else if (rmq && !rmq_host_port(mq->name_servers[i]))
+                bad(v, "rocketmq.name_servers",
+                    "driver rocketmq: every entry is a name server host:port (9876 by default)");
         for (int i = 0; i < mq->nconsumer_retry_delays; i++)
             if (mq->consumer_retry_delays_ms[i] <= 0)
                 bad(v, "rocketmq.consumer_retry_delays_ms", "every delay must be > 0");
@@ -1070,6 +1255,8 @@ validate_cross(const struct conf *c, struct vctx *v)
             "IM call; use mq with the bridge, or dual without it)");
     if (mq->rocket_launch.enabled && !mq->enabled)
         bad(v, "rocketmq.rocket_launch.enabled", "needs rocketmq.enabled: true");
+    if (mq->enabled)
+        validate_mq_names(mq, v);
 
     /* outbox_worker (seed 配置规则) */
     if (ob->publish_mode == PUBLISH_MQ || ob->publish_mode == PUBLISH_DUAL) {
@@ -1103,7 +1290,18 @@ validate_cross(const struct conf *c, struct vctx *v)
     validate_auth_admin(c, v);
 }
 
-/* Every row's rule in table order, then the cross-key rules; v keeps the first failure. */
+/* True when topics a and b would share messages: equal, or one a subject
+ * prefix of the other ("t" and "t.x": the JetStream driver's subjects are
+ * "<topic>.<...>"). */
+static bool
+topics_collide(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+
+    if (la > lb)
+        return topics_collide(b, a);
+    return strncmp(a, b, la) == 0 && (b[la] == '\0' || b[la] == '.');
+}
 static void
 validate(const struct conf *c, struct vctx *v)
 {

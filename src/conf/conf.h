@@ -70,7 +70,25 @@ struct conf_admin {
     /* where other nodes reach admin.listen (forwarded internal commands); "" = admin.listen */
     char *advertise_addr;
     int64_t auth_backoff_ms; /* a failed admin authentication's first wait, doubling; 0 = off */
+    /* admin.tokens: named credentials, one entry each, a YAML mapping kept as
+     * "name=N role=R token_env=V" (or token_file=F); conf_admin_token_parse */
+    char *tokens[CONF_MAX_LIST];
+    int ntokens;
 };
+
+/* One entry of admin.tokens. Strings point into a copy the parser made in buf. */
+struct conf_admin_token {
+    char name[64];
+    bool read_only; /* role read: GET/HEAD only; operate (default): everything */
+    char token_env[128];
+    char token_file[512];
+};
+
+/* Parses an admin.tokens entry ("name=alice role=read token_env=X"). Returns
+ * 0, or ROOMD_EINVAL with err saying what is wrong (never a secret: the entry
+ * holds only names). Thread: any. */
+int conf_admin_token_parse(const char *entry, struct conf_admin_token *out, char *err,
+                           size_t errlen);
 
 struct conf_grpc {
     char *listen; /* "127.0.0.1:9090"; "" = no gRPC API */
@@ -201,14 +219,20 @@ struct conf_rocketmq_rocket {
     int consumer_max_reconsume_times;
 };
 
-/* The seed's rocketmq section, served by NATS JetStream (ARCHITECTURE §7). */
+/* rocketmq.driver (conf_rocketmq_driver resolves auto). */
+enum conf_mq_driver { CONF_MQ_AUTO = 0, CONF_MQ_JETSTREAM = 1, CONF_MQ_ROCKETMQ = 2 };
+
+/* The seed's rocketmq section, served by NATS JetStream (ARCHITECTURE §7)
+ * or by RocketMQ's remoting protocol (src/rocketmq, docs/rocketmq.md). */
 struct conf_rocketmq {
     bool enabled;
-    char *name_servers[CONF_MAX_LIST]; /* NATS URLs: "nats://127.0.0.1:4222" */
+    int driver; /* enum conf_mq_driver as configured */
+    char *name_servers[CONF_MAX_LIST]; /* NATS URLs "nats://127.0.0.1:4222", or RocketMQ
+                                        * name servers "127.0.0.1:9876" */
     int nname_servers;
     char *name_server_domain;
-    char *access_key; /* NATS user */
-    char *secret_key; /* NATS password */
+    char *access_key; /* NATS user / RocketMQ ACL AccessKey */
+    char *secret_key; /* NATS password / RocketMQ ACL SecretKey */
     char *namespace_; /* subject prefix; "" = none */
     int64_t send_timeout_ms;
     int retry;
@@ -226,7 +250,10 @@ struct conf_rocketmq {
     int consumer_inbox;
     int64_t consumer_retry_delays_ms[CONF_MAX_LIST];
     int nconsumer_retry_delays;
-    int64_t consumer_ack_wait_ms; /* AckWait of the group consumers; 0 = 30s */
+    int64_t consumer_ack_wait_ms;      /* AckWait of the group consumers; 0 = 30s */
+    int consumer_circuit_failures;     /* transport failures in a row opening a group's circuit */
+    int64_t consumer_circuit_probe_ms; /* an open group circuit lets one call through this often */
+    int64_t dlq_max_age_ms;            /* the dead-letter stream keeps messages this long */
     struct conf_rocketmq_outbox room_outbox;
     struct conf_rocketmq_rocket rocket_launch;
 };
@@ -357,6 +384,12 @@ void conf_write_doc(FILE *out);
 
 /* Parses "500ms", "3s", "5m", "1h", "2h30m"; returns 0 or -1. */
 int conf_parse_duration(const char *s, int64_t *out_ms);
+
+/* The broker driver of mq: rocketmq.driver when set, else JetStream when
+ * every name server is a nats:// or tls:// URL (today's configs) and
+ * RocketMQ otherwise (the seed's host:port name servers). Returns
+ * CONF_MQ_JETSTREAM or CONF_MQ_ROCKETMQ. Thread: any. */
+int conf_rocketmq_driver(const struct conf_rocketmq *mq);
 
 void conf_free(struct conf *c);
 

@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * activity.c: hyapp-activity-room-outbox, a reference activity consumer.
- * Keeps per-room gift totals (RoomGiftSent) and the rocket launches
+ * activity.c: hyapp-activity-room-outbox (seed: activity-service 消费房间事实).
+ * With activity.enabled, every room fact goes to the activity service's gRPC
+ * room event entry, the same call as the direct sink (sink_activity.c:
+ * /activity.v1.RoomEventService/Consume), idempotent by event_id at both
+ * ends (the group's inbox settles an event_id once; the service answers
+ * ALREADY_EXISTS for one it had). Its answer is the group's verdict: an
+ * outage or "not now" is redelivered, a refusal is a dead letter.
+ * As an example beside it (and alone without activity.enabled) it keeps
+ * per-room gift totals (RoomGiftSent) and the rocket launches
  * (RoomRocketLaunched) in the group's inbox database (store/inbox.h: the
  * shared MySQL database when the store is MySQL, so the figures are per app
  * whichever node consumed), in the same transaction as the inbox row, so a
@@ -12,8 +19,10 @@
  */
 #include "consume/handlers.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "publish/sink.h"
 #include "room_events.pb-c.h"
 
 #include <stdio.h>
@@ -95,16 +104,30 @@ apply(struct consume_msg *m, const Roomd__V1__RoomOutboxEvent *ev)
     return 0; /* other facts: nothing to keep, still recorded as consumed */
 }
 
+/* The longest the service's call may take (the direct sink's
+ * publish_timeout's default). */
+#define SERVICE_TIMEOUT_MS 3000
+
 static int
 activity_handle(void *arg, struct consume_msg *m)
 {
+    struct sink *service = arg;
     Roomd__V1__RoomOutboxEvent *ev = roomd__v1__room_outbox_event__unpack(NULL, m->len, m->data);
     int rc;
 
-    (void)arg;
     if (ev == NULL) {
         snprintf(m->err, sizeof(m->err), "envelope does not decode");
         return ROOMD_EPERM;
+    }
+    if (service != NULL) {
+        struct outbox_event oe = {.envelope = m->data, .envelope_len = m->len};
+        char err[sizeof(m->err)] = "";
+
+        rc = service->publish(service, &oe, clock_mono_ms() + SERVICE_TIMEOUT_MS, err, sizeof(err));
+        if (rc != 0) {
+            snprintf(m->err, sizeof(m->err), "%s", *err ? err : roomd_strerror(rc));
+            goto out;
+        }
     }
     if ((rc = consume_tx_begin(m)) != 0)
         goto out;
@@ -122,9 +145,11 @@ out:
 }
 
 void
-consume_activity_handler(struct consume_handler *h, const char *group)
+consume_activity_handler(struct consume_handler *h, const char *group, struct sink *service)
 {
     memset(h, 0, sizeof(*h));
+    h->arg = service;
+    h->max_handle_ms = service != NULL ? SERVICE_TIMEOUT_MS : 0;
     h->group = group && *group ? group : "hyapp-activity-room-outbox";
     h->stream = BUS_STREAM_OUTBOX;
     h->schema = schema;

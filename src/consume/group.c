@@ -32,6 +32,16 @@
 /* A room_seq gap: deliveries held before handling anyway, and the hold. */
 #define CONSUME_GAP_HOLDS 8
 #define CONSUME_GAP_HOLD_MS 250
+/* The group's position at the broker (lag, oldest unacknowledged) is read this often. */
+#define CONSUME_POS_EVERY_MS 5000
+/* Outage Naks remembered per stream sequence (SQLite inbox: JetStream's
+ * delivery count stands in for the failures, less these). */
+#define OUTAGE_SLOTS 256
+
+const char *const consume_dead_reason_names[CONSUME_DEAD_REASONS_] = {"permanent", "max_reconsume",
+                                                                      "undecodable", "no_verdict"};
+const int64_t consume_proc_le_us[CONSUME_PROC_BUCKETS] = {
+    1000, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
 
 /* RocketMQ's reconsume levels 3..18 (10s 30s 1m 2m ... 2h). */
 static const int64_t rocketmq_delays_ms[] = {
@@ -49,6 +59,14 @@ struct consume_group {
     pthread_mutex_t stats_mu;
     struct consume_stats stats;
     int last_bind_rc;
+    /* the transport circuit (group.h), under stats_mu with the stats */
+    int circ_fails;
+    int64_t circ_probe_at_ms;
+    /* outage Naks by stream sequence (group thread only) */
+    struct {
+        uint64_t seq;
+        uint64_t naks;
+    } outage[OUTAGE_SLOTS];
 };
 
 /* ==== options ==== */
@@ -73,6 +91,8 @@ consume_opts_from_conf(struct consume_opts *o, const struct conf_rocketmq *c, in
     o->fetch_timeout_ms = 1000;
     int64_t age = c->stream_max_age_ms > 0 ? c->stream_max_age_ms : 72LL * 3600 * 1000;
     o->inbox_keep_ms = age + 24LL * 3600 * 1000; /* longer than any redelivery */
+    o->circuit_failures = c->consumer_circuit_failures > 0 ? c->consumer_circuit_failures : 5;
+    o->circuit_probe_ms = c->consumer_circuit_probe_ms > 0 ? c->consumer_circuit_probe_ms : 1000;
 }
 
 int64_t
@@ -189,6 +209,19 @@ count(struct consume_group *g, uint64_t *field)
     pthread_mutex_unlock(&g->stats_mu);
 }
 
+/* One run of the handler into the processing histogram. */
+static void
+observe(struct consume_group *g, int64_t us)
+{
+    pthread_mutex_lock(&g->stats_mu);
+    for (int i = 0; i < CONSUME_PROC_BUCKETS; i++)
+        if (us <= consume_proc_le_us[i])
+            g->stats.proc_cum[i]++;
+    g->stats.proc_count++;
+    g->stats.proc_sum_us += us;
+    pthread_mutex_unlock(&g->stats_mu);
+}
+
 static jsOptions *
 ack_opts(struct consume_group *g, jsOptions *jo)
 {
@@ -201,7 +234,7 @@ ack_opts(struct consume_group *g, jsOptions *jo)
  * then Terms it. On failure the message is Nak'ed to come back. */
 static void
 dead_letter(struct consume_group *g, natsMsg *msg, const char *key, uint64_t seq,
-            uint64_t delivered, const char *why)
+            uint64_t delivered, enum consume_dead_reason reason, const char *why)
 {
     char subject[256], seqs[32], dels[32], e[256];
     natsMsg *dm = NULL;
@@ -220,6 +253,7 @@ dead_letter(struct consume_group *g, natsMsg *msg, const char *key, uint64_t seq
         natsMsgHeader_Set(dm, "Roomd-Stream-Seq", seqs) == NATS_OK &&
         natsMsgHeader_Set(dm, "Roomd-Deliveries", dels) == NATS_OK &&
         natsMsgHeader_Set(dm, "Roomd-Key", key) == NATS_OK &&
+        natsMsgHeader_Set(dm, "Roomd-Reason", consume_dead_reason_names[reason]) == NATS_OK &&
         natsMsgHeader_Set(dm, "Roomd-Error", why && *why ? why : "-") == NATS_OK)
         rc = bus_publish_msg(g->bus, BUS_STREAM_DLQ, dm, msg_id,
                              clock_mono_ms() + bus_api_wait_ms(g->bus), NULL, NULL, e, sizeof(e));
@@ -235,10 +269,13 @@ dead_letter(struct consume_group *g, natsMsg *msg, const char *key, uint64_t seq
     if (*key && inbox_dead(g->inbox, key, why) != 0)
         log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
                  inbox_errmsg(g->inbox));
-    count(g, &g->stats.dead);
+    pthread_mutex_lock(&g->stats_mu);
+    g->stats.dead++;
+    g->stats.dead_by[reason]++;
+    pthread_mutex_unlock(&g->stats_mu);
     log_warn("consume", "message dead-lettered",
-             "group=%s key=%s stream_seq=%" PRIu64 " deliveries=%" PRIu64 " error=\"%s\"",
-             g->h.group, key, seq, delivered, why ? why : "");
+             "group=%s key=%s stream_seq=%" PRIu64 " deliveries=%" PRIu64 " reason=%s error=\"%s\"",
+             g->h.group, key, seq, delivered, consume_dead_reason_names[reason], why ? why : "");
 }
 
 /* Nak without counting a failure: see it again after delay_ms. */
@@ -249,6 +286,123 @@ later(struct consume_group *g, natsMsg *msg, int64_t delay_ms, uint64_t *counter
 
     natsMsg_NakWithDelay(msg, delay_ms, ack_opts(g, &jo));
     count(g, counter);
+}
+
+/* ==== outages: the transport circuit (group.h) ==== */
+
+/* True when rc says the downstream did not answer (or only with its rate
+ * limit): an outage, which costs the event no attempt. */
+static bool
+transport_failure(int rc)
+{
+    return rc == ROOMD_EUNAVAIL || rc == ROOMD_ETIMEDOUT || rc == ROOMD_ELIMIT;
+}
+
+/* The Nak delay of an outage: no sooner than the next probe. */
+static int64_t
+outage_delay_ms(const struct consume_group *g)
+{
+    int64_t d = consume_retry_delay_ms(&g->o, 1);
+
+    return d > g->o.circuit_probe_ms ? d : g->o.circuit_probe_ms;
+}
+
+/* True when the handler may be called: no downstream, the circuit closed,
+ * or open with its half-open probe due (this call is it). */
+static bool
+circuit_admit(struct consume_group *g)
+{
+    bool ok = true;
+    int64_t now = clock_mono_ms();
+
+    if (g->h.downstream == NULL)
+        return true;
+    pthread_mutex_lock(&g->stats_mu);
+    if (g->stats.circuit_open) {
+        ok = now >= g->circ_probe_at_ms;
+        if (ok)
+            g->circ_probe_at_ms = now + g->o.circuit_probe_ms;
+    }
+    pthread_mutex_unlock(&g->stats_mu);
+    return ok;
+}
+
+/* Notes one call of the downstream: answered (any verdict but a transport
+ * failure) closes the circuit; circuit_failures failures in a row open it. */
+static void
+circuit_note(struct consume_group *g, bool answered, const char *why)
+{
+    bool opened = false, closed = false;
+
+    if (g->h.downstream == NULL)
+        return;
+    pthread_mutex_lock(&g->stats_mu);
+    g->stats.downstream_up = answered;
+    if (answered) {
+        closed = g->stats.circuit_open;
+        g->stats.circuit_open = false;
+        g->circ_fails = 0;
+    } else {
+        snprintf(g->stats.downstream_err, sizeof(g->stats.downstream_err), "%s", why);
+        if (++g->circ_fails >= g->o.circuit_failures && !g->stats.circuit_open) {
+            g->stats.circuit_open = opened = true;
+            g->stats.circuit_opened++;
+            g->circ_probe_at_ms = clock_mono_ms() + g->o.circuit_probe_ms;
+        }
+    }
+    pthread_mutex_unlock(&g->stats_mu);
+    if (opened)
+        log_warn("consume", "downstream unreachable: circuit open, no attempts counted",
+                 "group=%s downstream=%s failures=%d probe_every_ms=%" PRId64 " error=\"%s\"",
+                 g->h.group, g->h.downstream, g->o.circuit_failures, g->o.circuit_probe_ms, why);
+    if (closed)
+        log_info("consume", "downstream answers again: circuit closed", "group=%s downstream=%s",
+                 g->h.group, g->h.downstream);
+}
+
+/* The group thread's probe of an open circuit no message probed in time. */
+static void
+circuit_probe(struct consume_group *g)
+{
+    char err[256] = "";
+    bool due;
+
+    if (g->h.downstream == NULL || g->h.probe == NULL)
+        return;
+    pthread_mutex_lock(&g->stats_mu);
+    due = g->stats.circuit_open && clock_mono_ms() >= g->circ_probe_at_ms;
+    if (due)
+        g->circ_probe_at_ms = clock_mono_ms() + g->o.circuit_probe_ms;
+    pthread_mutex_unlock(&g->stats_mu);
+    if (!due)
+        return;
+    int rc = g->h.probe(g->h.arg, clock_mono_ms() + g->o.circuit_probe_ms, err, sizeof(err));
+    circuit_note(g, rc != ROOMD_EUNAVAIL, err);
+}
+
+/* Outage Naks of stream sequence seq so far (add: one more now). */
+static uint64_t
+outage_naks(struct consume_group *g, uint64_t seq, bool add)
+{
+    size_t i = (size_t)(seq % OUTAGE_SLOTS);
+
+    if (g->outage[i].seq != seq) {
+        if (!add)
+            return 0;
+        g->outage[i].seq = seq;
+        g->outage[i].naks = 0;
+    }
+    if (add)
+        g->outage[i].naks++;
+    return g->outage[i].naks;
+}
+
+/* Nak of an outage: no failure counted (counter: outages or circuit_skipped). */
+static void
+outage_later(struct consume_group *g, natsMsg *msg, uint64_t seq, uint64_t *counter)
+{
+    outage_naks(g, seq, true);
+    later(g, msg, outage_delay_ms(g), counter);
 }
 
 /* Claims key in the inbox: true when this delivery is to be handled (with
@@ -266,6 +420,7 @@ claim(struct consume_group *g, natsMsg *msg, const char *key, const char *app, i
         log_warn("consume", "inbox read failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
                  inbox_errmsg(g->inbox));
         later(g, msg, consume_retry_delay_ms(&g->o, 1), &g->stats.retried);
+        count(g, &g->stats.retried_inbox);
         return false;
     }
     if (res == INBOX_SETTLED) {
@@ -337,10 +492,20 @@ process(struct consume_group *g, natsMsg *msg)
         delivered = meta->NumDelivered;
         jsMsgMetaData_Destroy(meta);
     }
+    if (delivered > 1)
+        count(g, &g->stats.redeliveries);
+    /* the downstream is known not to answer: no call, no attempt */
+    if (!circuit_admit(g)) {
+        outage_later(g, msg, seq, &g->stats.circuit_skipped);
+        return;
+    }
+    /* outage Naks are deliveries that were no attempts (this node's) */
+    uint64_t naks = outage_naks(g, seq, false);
+    delivered = delivered > naks ? delivered - naks : 1;
     rc = g->h.key ? g->h.key(g->h.arg, data, len, key, sizeof(key))
                   : envelope_ids(data, len, key, sizeof(key), &env);
     if (rc != 0) {
-        dead_letter(g, msg, "", seq, delivered, "undecodable message");
+        dead_letter(g, msg, "", seq, delivered, CONSUME_DEAD_UNDECODABLE, "undecodable message");
         return;
     }
     /* an outbox event: order and dedupe by its room's high-water mark */
@@ -353,7 +518,8 @@ process(struct consume_group *g, natsMsg *msg)
      * JetStream's delivery count stands in for them */
     uint64_t attempts = inbox_shared(g->inbox) ? (uint64_t)failures + 1 : delivered;
     if (!g->h.holds && attempts > (uint64_t)g->o.max_reconsume + 1 + CRASH_SLACK) {
-        dead_letter(g, msg, key, seq, delivered, "delivery limit reached without a verdict");
+        dead_letter(g, msg, key, seq, delivered, CONSUME_DEAD_NO_VERDICT,
+                    "delivery limit reached without a verdict");
         return;
     }
 
@@ -370,7 +536,9 @@ process(struct consume_group *g, natsMsg *msg)
         .inbox = g->inbox,
         .mark = {.app = env.app, .room = env.room, .seq = ordered ? env.room_seq : 0},
     };
+    int64_t t0 = clock_mono_us();
     rc = g->h.handle(g->h.arg, &m);
+    observe(g, clock_mono_us() - t0);
     if (inbox_in_tx(g->inbox)) {
         inbox_tx_rollback(g->inbox);
         if (rc == 0) {
@@ -383,6 +551,19 @@ process(struct consume_group *g, natsMsg *msg)
          * it; this delivery comes back to find that out. */
         log_info("consume", "claim taken over by another node", "group=%s key=%s", g->h.group, key);
         later(g, msg, g->o.ack_wait_ms, &g->stats.busy);
+        return;
+    }
+    circuit_note(g, !transport_failure(rc), m.err);
+    if (transport_failure(rc)) {
+        /* An outage: the event is not at fault; it comes back, no failure.
+         * A claim not given back expires (claim_ms) and its takeover counts. */
+        if (inbox_release(g->inbox, key) != 0)
+            log_warn("consume", "inbox release failed: the claim expires instead",
+                     "group=%s key=%s error=\"%s\"", g->h.group, key, inbox_errmsg(g->inbox));
+        outage_later(g, msg, seq, &g->stats.outages);
+        log_info("consume", "downstream unreachable, redelivery without an attempt",
+                 "group=%s key=%s delay_ms=%" PRId64 " error=\"%s\"", g->h.group, key,
+                 outage_delay_ms(g), m.err);
         return;
     }
     if (rc == 0 && m.hold_ms > 0) {
@@ -398,6 +579,7 @@ process(struct consume_group *g, natsMsg *msg)
             log_warn("consume", "inbox write failed after the effect, again shortly",
                      "group=%s key=%s error=\"%s\"", g->h.group, key, inbox_errmsg(g->inbox));
             later(g, msg, consume_retry_delay_ms(&g->o, 1), &g->stats.retried);
+            count(g, &g->stats.retried_inbox);
             return;
         }
         if (natsMsg_AckSync(msg, ack_opts(g, &jo), &jerr) != NATS_OK)
@@ -407,7 +589,8 @@ process(struct consume_group *g, natsMsg *msg)
         return;
     }
     if (!roomd_err_retryable(rc)) {
-        dead_letter(g, msg, key, seq, delivered, *m.err ? m.err : roomd_strerror(rc));
+        dead_letter(g, msg, key, seq, delivered, CONSUME_DEAD_PERMANENT,
+                    *m.err ? m.err : roomd_strerror(rc));
         return;
     }
     failures = 0;
@@ -417,7 +600,8 @@ process(struct consume_group *g, natsMsg *msg)
     if (!g->h.holds && !inbox_shared(g->inbox) && (uint64_t)failures < delivered)
         failures = (int)delivered; /* AckWait expiries count as failures too */
     if (failures > g->o.max_reconsume) {
-        dead_letter(g, msg, key, seq, delivered, *m.err ? m.err : roomd_strerror(rc));
+        dead_letter(g, msg, key, seq, delivered, CONSUME_DEAD_MAX_RECONSUME,
+                    *m.err ? m.err : roomd_strerror(rc));
         return;
     }
     int64_t delay = consume_retry_delay_ms(&g->o, failures);
@@ -499,11 +683,43 @@ purge_inbox(struct consume_group *g)
              (long long)g->o.inbox_keep_ms);
 }
 
+/* The group's lag and oldest unacknowledged message, from the broker. */
+static void
+read_position(struct consume_group *g)
+{
+    struct bus_consumer_pos p;
+    char err[256];
+    int rc = bus_consumer_pos(g->bus, g->h.stream, g->h.group, &p, err, sizeof(err));
+    uint64_t dlq_all = 0, dlq_mine = 0;
+    int64_t dlq_first = 0;
+    char e2[256];
+    int drc = bus_stream_oldest(g->bus, BUS_STREAM_DLQ, g->h.group, &dlq_all, &dlq_mine, &dlq_first,
+                                e2, sizeof(e2));
+
+    pthread_mutex_lock(&g->stats_mu);
+    g->stats.pos_ok = rc == 0;
+    if (rc == 0) {
+        g->stats.lag = p.last_seq > p.ack_floor ? p.last_seq - p.ack_floor : 0;
+        g->stats.ack_pending = p.ack_pending;
+        g->stats.redelivered_pending = p.redelivered;
+        g->stats.oldest_unacked_ms = g->stats.lag > 0 ? p.oldest_unacked_ms : 0;
+    }
+    g->stats.dlq_ok = drc == 0;
+    if (drc == 0) {
+        g->stats.dlq_msgs = dlq_all;
+        g->stats.dlq_group_msgs = dlq_mine;
+        g->stats.dlq_oldest_ms = dlq_first;
+    }
+    pthread_mutex_unlock(&g->stats_mu);
+    if (rc != 0)
+        log_debug("consume", "consumer position unknown", "group=%s error=\"%s\"", g->h.group, err);
+}
+
 static void *
 group_main(void *arg)
 {
     struct consume_group *g = arg;
-    int64_t backoff = 100, next_purge = 0;
+    int64_t backoff = 100, next_purge = 0, next_pos = 0;
     int errs = 0;
     char err[512];
 
@@ -528,6 +744,11 @@ group_main(void *arg)
             purge_inbox(g);
             next_purge = clock_mono_ms() + PURGE_EVERY_MS;
         }
+        if (clock_mono_ms() >= next_pos) {
+            read_position(g);
+            next_pos = clock_mono_ms() + CONSUME_POS_EVERY_MS;
+        }
+        circuit_probe(g);
         natsMsgList list = {0};
         jsErrCode jerr = 0;
         int64_t t0 = clock_mono_ms();
@@ -595,6 +816,11 @@ consume_group_start(struct consume_group **out, struct bus *bus, const struct co
     bus_ref(bus);
     g->bus = bus;
     pthread_mutex_init(&g->stats_mu, NULL);
+    g->stats.downstream_up = true;
+    if (g->o.circuit_failures <= 0)
+        g->o.circuit_failures = 5;
+    if (g->o.circuit_probe_ms <= 0)
+        g->o.circuit_probe_ms = 1000;
     bg_thread_init(&g->th);
     struct inbox_config ic = {
         .group = h->group,

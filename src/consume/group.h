@@ -38,6 +38,18 @@
  *                      failure (rocket holds)
  *   ROOMD_ESTALE    -> (consume_tx_begin) the claim expired and was taken
  *                      over: NakWithDelay(AckWait), not a failure
+ *   ROOMD_EUNAVAIL, ROOMD_ETIMEDOUT, ROOMD_ELIMIT
+ *                   -> a transport failure (the downstream did not answer,
+ *                      or answered with its rate limit): an outage, not the
+ *                      event's fault. Claim given back, NakWithDelay(the
+ *                      outage delay: max(circuit_probe, delays[0])), no
+ *                      failure counted, whatever its length. Like the
+ *                      outbox sinks (outbox/circuit.c): circuit_failures of
+ *                      them in a row open the group's circuit; while open
+ *                      the handler is not called (every message is Nak'ed
+ *                      with the outage delay at once) but one message, or
+ *                      the handler's probe() when none comes, goes through
+ *                      every circuit_probe (half-open); any answer closes it
  *   retryable rc    -> failures+1 (kept in the inbox: shared by the nodes);
  *                      NakWithDelay(delays[failures-1]), the last delay
  *                      repeating; when failures exceed max_reconsume: dead
@@ -117,6 +129,16 @@ struct consume_handler {
      * group's thread; may block (bounded by its own timeouts). */
     int (*handle)(void *arg, struct consume_msg *m);
     void *arg;
+    /* The remote service handle() calls ("im"), NULL: none (the effect is
+     * in the inbox's database). Names the group's circuit in the readiness
+     * checks and roomd_dependency_up (consume/roles.h). */
+    const char *downstream;
+    /* Optional: one cheap call the downstream must answer (an account
+     * check), made by the group's thread while the circuit is open and no
+     * message probed it, so that the circuit closes without traffic.
+     * Returns 0 when it answered (whatever it said), ROOMD_EUNAVAIL when
+     * not. Blocks at most until deadline_mono_ms. */
+    int (*probe)(void *arg, int64_t deadline_mono_ms, char *err, size_t errlen);
 };
 
 /* Tunables, from the rocketmq section by consume_opts_from_conf. */
@@ -137,6 +159,11 @@ struct consume_opts {
      * (outbox_worker.ordering per_room). Off: event_id dedupe only, since
      * an earlier event may then come long after a later one. */
     bool room_order;
+    /* The transport-failure circuit (verdicts above): failures in a row
+     * that open it (rocketmq.consumer_circuit_failures) and how often an
+     * open one lets a call through (rocketmq.consumer_circuit_probe_every). */
+    int circuit_failures;
+    int64_t circuit_probe_ms;
 };
 
 /* Fills o from c for a group allowed max_reconsume reconsumes. Defaults:
@@ -164,17 +191,59 @@ int consume_group_start(struct consume_group **out, struct bus *bus,
  * Unacknowledged messages come back after AckWait. Thread: main. */
 void consume_group_stop(struct consume_group *g);
 
-/* Counters since start. Thread: any. */
+/* Why a message was dead-lettered (roomd_consumer_dead_letters_total{reason}). */
+enum consume_dead_reason {
+    CONSUME_DEAD_PERMANENT = 0, /* the handler's permanent failure */
+    CONSUME_DEAD_MAX_RECONSUME, /* failed more than max_reconsume times */
+    CONSUME_DEAD_UNDECODABLE,   /* no key could be read */
+    CONSUME_DEAD_NO_VERDICT,    /* delivery limit reached without a verdict (crashes) */
+    CONSUME_DEAD_REASONS_
+};
+/* Static names of the reasons ("permanent", "max_reconsume", ...). */
+extern const char *const consume_dead_reason_names[CONSUME_DEAD_REASONS_];
+
+/* Upper bounds (µs) of roomd_consumer_processing_seconds. */
+#define CONSUME_PROC_BUCKETS 12
+extern const int64_t consume_proc_le_us[CONSUME_PROC_BUCKETS];
+
+/* Counters since start, and the group's position at the broker. Thread: any. */
 struct consume_stats {
     uint64_t handled;    /* handler returned 0 (done) */
     uint64_t duplicates; /* acked from the inbox without the handler */
     uint64_t held;
-    uint64_t busy; /* another node's claim: seen again after its expiry */
-    uint64_t retried;
+    uint64_t busy;    /* another node's claim: seen again after its expiry */
+    uint64_t retried; /* failures of the event, and inbox failures (below) */
     uint64_t dead;
     uint64_t fetch_errors;
     uint64_t purged_unsettled; /* inbox keys deleted by retention never done or dead */
     bool bound;                /* the pull subscription is up */
+    uint64_t retried_inbox;    /* of retried: the inbox could not be read or written */
+    uint64_t outages;          /* transport failures: Nak'ed, no failure counted */
+    uint64_t circuit_skipped;  /* Nak'ed by the open circuit without calling the handler */
+    uint64_t dead_by[CONSUME_DEAD_REASONS_];
+    uint64_t redeliveries; /* deliveries with JetStream's count > 1 */
+    /* the handler's run time: cumulative per consume_proc_le_us bucket */
+    uint64_t proc_cum[CONSUME_PROC_BUCKETS];
+    uint64_t proc_count;
+    int64_t proc_sum_us;
+    /* the downstream (h.downstream): circuit, and whether its last call answered */
+    bool circuit_open;
+    uint64_t circuit_opened;
+    bool downstream_up;
+    char downstream_err[160]; /* the last transport failure (no secrets) */
+    /* from the broker, refreshed by the group's thread (pos_ok: the last
+     * refresh worked): lag = the stream's last sequence - the ack floor */
+    bool pos_ok;
+    uint64_t lag;
+    uint64_t ack_pending;
+    uint64_t redelivered_pending;
+    int64_t oldest_unacked_ms; /* wall ms; 0: nothing unacknowledged */
+    /* the dead-letter stream (same refresh): this group's dead letters, all
+     * of them, and when the oldest one was stored (wall ms; 0: none) */
+    bool dlq_ok;
+    uint64_t dlq_group_msgs;
+    uint64_t dlq_msgs;
+    int64_t dlq_oldest_ms;
 };
 void consume_group_stats(struct consume_group *g, struct consume_stats *out);
 

@@ -19,8 +19,11 @@
 struct conf;
 struct room_service;
 
-/* Fills h for the activity group named group (NULL = the default name). */
-void consume_activity_handler(struct consume_handler *h, const char *group);
+/* Fills h for the activity group named group (NULL = the default name).
+ * service (borrowed, NULL = none): the activity service's room event entry
+ * (sink_activity_open), called for every event before it is settled. */
+struct sink;
+void consume_activity_handler(struct consume_handler *h, const char *group, struct sink *service);
 
 /* Sends one C2C private notice; the notice group's effect. to_uid gets
  * text; notice_id (the event_id) must make a resend a duplicate at the IM
@@ -31,6 +34,8 @@ typedef int (*consume_c2c_send)(void *arg, const char *app_code, int64_t to_uid,
 
 struct consume_notice_sender {
     consume_c2c_send send; /* NULL: IM disabled, notices recorded "skipped" */
+    /* the circuit's probe of IM (consume_handler.probe; arg is this arg) */
+    int (*probe)(void *arg, int64_t deadline_mono_ms, char *err, size_t errlen);
     void *arg;
     int64_t budget_ms; /* the longest one send may take */
 };

@@ -19,6 +19,7 @@
 #include "publish/tim_client.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,20 @@ im_ctx_close(struct im_ctx *x)
     free(x);
 }
 
+/* The groups' circuit probe (group.h): one account check, a read. Any IM
+ * answer, an error code too, is an answer. */
+static int
+im_probe(void *arg, int64_t deadline, char *err, size_t errlen)
+{
+    struct im_ctx *x = arg;
+    json_t *req = json_pack("{s:[{s:s}]}", "CheckItem", "UserID", "roomd_probe");
+    int rc = tim_client_call(x->tim, "im_open_login_svc/account_check", req, deadline, NULL, NULL,
+                             err, errlen);
+
+    json_decref(req);
+    return rc == ROOMD_EUNAVAIL ? ROOMD_EUNAVAIL : 0;
+}
+
 /* ==== notice: C2C ==== */
 
 static int
@@ -95,6 +110,7 @@ consume_notice_sender_open(struct consume_notice_sender *s, const struct conf *c
     if (x == NULL)
         return ROOMD_EINVAL;
     s->send = c2c_send;
+    s->probe = im_probe;
     s->arg = x;
     s->budget_ms = x->budget_ms;
     return 0;
@@ -133,6 +149,8 @@ consume_im_bridge_handler(struct consume_handler *h, const struct conf *c, char 
     h->handle = bridge_handle;
     h->max_handle_ms = x->budget_ms;
     h->arg = x;
+    h->downstream = "im";
+    h->probe = im_probe;
     return 0;
 }
 

@@ -138,6 +138,15 @@ out:
     return rc;
 }
 
+/* The circuit's probe: the sender's IM account check. */
+static int
+notice_probe(void *arg, int64_t deadline, char *err, size_t errlen)
+{
+    const struct consume_notice_sender *n = arg;
+
+    return n->probe ? n->probe(n->arg, deadline, err, errlen) : 0;
+}
+
 void
 consume_notice_handler(struct consume_handler *h, const char *group,
                        const struct consume_notice_sender *sender)
@@ -149,4 +158,8 @@ consume_notice_handler(struct consume_handler *h, const char *group,
     h->handle = notice_handle;
     h->max_handle_ms = sender->budget_ms;
     h->arg = (void *)sender;
+    if (sender->send != NULL) {
+        h->downstream = "im";
+        h->probe = notice_probe;
+    }
 }

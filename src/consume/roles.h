@@ -39,6 +39,16 @@ unsigned consume_role_parse(const char *name);
 int consume_roles_start(struct consume_roles **out, const struct conf *c, struct bus *bus,
                         struct room_service *rooms, unsigned roles, char *err, size_t errlen);
 
+/* 1 when every running group calling downstream ("im") had its last call
+ * answered and its circuit closed, 0 when one did not, -1 when no group
+ * calls it (or r is NULL). Thread: any; never blocks. */
+int consume_roles_downstream_up(void *r, const char *downstream);
+
+/* A readiness check (cluster/health.h) over the groups' downstreams: 0, or
+ * ROOMD_EUNAVAIL with why naming each one not answering ("im unreachable
+ * (hyapp-room-im-bridge, circuit open): ..."). arg is the roles. Thread:
+ * any; never blocks. */
+int consume_roles_ready(void *arg, char *why, size_t whylen);
 /*
  * Opens the inbox of group (a group name, as in a dead letter's
  * Roomd-Group) the way this config's groups open theirs (driver, directory,
@@ -57,5 +67,25 @@ int consume_group_inbox_open(struct consume_inbox **out, const struct conf *c, c
 
 /* Stops every group (see consume_group_stop). NULL is a no-op. */
 void consume_roles_stop(struct consume_roles *r);
+
+/* The transport the groups run over (the seam between the kit's handlers
+ * and a broker driver): JetStream's consumer kit (consume/group.c) for
+ * consume_roles_start, RocketMQ's (rocketmq/consumer.c) through
+ * consume_roles_start_on. start gets conn and the handler's topic
+ * (rocketmq.room_outbox.topic or rocket_launch.topic). */
+struct consume_handler;
+struct consume_opts;
+struct consume_stats;
+struct consume_driver {
+    int (*start)(void **g, void *conn, const char *topic, const struct consume_handler *h,
+                 const struct consume_opts *o, char *err, size_t errlen);
+    void (*stop)(void *g);
+    void (*stats)(void *g, struct consume_stats *out);
+    void *conn;
+};
+/* consume_roles_start over driver d (borrowed until stop). */
+int consume_roles_start_on(struct consume_roles **out, const struct conf *c,
+                           const struct consume_driver *d, struct room_service *rooms,
+                           unsigned roles, char *err, size_t errlen);
 
 #endif

@@ -328,6 +328,29 @@ emit(json_t *o)
     json_decref(o);
 }
 
+/* The request of this thread (log_set_request). */
+static _Thread_local char req_id[65];
+static _Thread_local char req_tp[64];
+
+void
+log_set_request(const char *request_id, const char *traceparent)
+{
+    snprintf(req_id, sizeof(req_id), "%s", request_id ? request_id : "");
+    snprintf(req_tp, sizeof(req_tp), "%s", traceparent ? traceparent : "");
+}
+
+const char *
+log_request_id(void)
+{
+    return req_id;
+}
+
+const char *
+log_traceparent(void)
+{
+    return req_tp;
+}
+
 static json_t *
 header(enum log_level lvl, const char *mod, const char *msg)
 {
@@ -339,6 +362,10 @@ header(enum log_level lvl, const char *mod, const char *msg)
     json_object_set_new(o, "level", json_string(log_level_name(lvl)));
     json_object_set_new(o, "mod", text(mod, strlen(mod)));
     json_object_set_new(o, "msg", text(msg, strlen(msg)));
+    if (req_id[0] != '\0')
+        json_object_set_new(o, "request_id", json_string(req_id));
+    if (req_tp[0] != '\0') /* "00-<trace-id>-<parent-id>-<flags>" */
+        json_object_set_new(o, "trace_id", json_stringn(req_tp + 3, 32));
     return o;
 }
 

@@ -69,6 +69,16 @@ void log_fields(enum log_level lvl, const char *mod, const char *msg, json_t *fi
  * ticker does); a kind's next record does it too. Thread: any. */
 void log_flush_suppressed(void);
 
+/* The request this thread works for (http/server.c sets it per request,
+ * clears it with NULLs): every record it writes meanwhile gets "request_id"
+ * and, when set, "trace_id" (the W3C traceparent's trace-id). Copied (at
+ * most 64 bytes each). Thread: the calling thread's own; never blocks. */
+void log_set_request(const char *request_id, const char *traceparent);
+/* This thread's request id and traceparent ("" when none): what a hop to
+ * another node passes on (cluster/forward.c). Thread: own. */
+const char *log_request_id(void);
+const char *log_traceparent(void);
+
 /* Before serving only: print "roomd: ..." to stderr and exit(1). */
 void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

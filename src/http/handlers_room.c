@@ -10,6 +10,7 @@
 
 #include "conf/conf.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
 #include "room/service.h"
@@ -151,6 +152,9 @@ handle_command(const struct http_deps *d, const struct http_request *req,
         http_refuse(d, req, ar, resp);
         goto out;
     }
+    if (p->service && p->uid == 0) /* a named service acted for the uid: its token's sub */
+        log_info("http", "service command", "service=%s app=%s room=%s command=%s command_id=%s",
+                 p->sub, app, cmd.room_id, room_cmd_name(type), cmd.command_id);
     if (type == CMD_CREATE_ROOM &&
         (retry = http_create_allowed(d->conf->room.max_creates_per_minute, app, cmd.owner_uid)) >
             0) {

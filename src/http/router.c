@@ -8,6 +8,8 @@
  */
 #include "http/router.h"
 
+#include "core/log.h"
+
 #include "admin/http.h"
 #include "auth/throttle.h"
 #include "conf/conf.h"
@@ -29,6 +31,7 @@ enum route_kind {
     R_PRESENCE,
     R_GIFTS_LIST,
     R_GIFT_PUT,
+    R_ROOM_EVENTS,
 };
 
 /* Where a route is served: elsewhere it answers 404 as if unknown. */
@@ -58,6 +61,7 @@ static const struct route {
     {"POST", "/internal/v1/rooms/{room_id}/rocket/launch", R_COMMAND, CMD_LAUNCH_ROCKET, ON_ADMIN},
     {"GET", "/v1/rooms", R_LIST_ROOMS, 0, ON_PUBLIC},
     {"GET", "/v1/rooms/{room_id}", R_GET_ROOM, 0, ON_PUBLIC},
+    {"GET", "/v1/rooms/{room_id}/events", R_ROOM_EVENTS, 0, ON_PUBLIC},
     {"GET", "/v1/users/{uid}/presence", R_PRESENCE, 0, ON_PUBLIC},
     {"GET", "/healthz", R_HEALTHZ, 0, ON_BOTH},
     {"GET", "/readyz", R_READYZ, 0, ON_BOTH},
@@ -305,6 +309,7 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
     memset(p, 0, sizeof(*p));
     if (d->auth == NULL) {
         p->anyone = true;
+        snprintf(p->admin_name, sizeof(p->admin_name), "admin");
         return true;
     }
     if (req->listener == HTTP_ADMIN) {
@@ -319,9 +324,12 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
             http_response_header(resp, "Retry-After", s);
             return false;
         }
-        r = auth_admin_ok(d->auth, req->authorization);
+        r = auth_admin_check(d->auth, req->authorization, p);
         auth_throttle_result(d->admin_throttle, req->peer, r == AUTH_OK);
-        p->anyone = r == AUTH_OK;
+        /* admin.tokens role read: reads only (no replay, discard, purge, top-up) */
+        if (r == AUTH_OK && p->admin_read_only && strcmp(req->method, "GET") != 0 &&
+            strcmp(req->method, "HEAD") != 0)
+            r = AUTH_READ_ONLY;
     } else {
         r = auth_verify_bearer(d->auth, req->authorization, p);
     }
@@ -332,11 +340,9 @@ authenticate(const struct http_deps *d, const struct http_request *req, struct a
 
 bool
 http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
-                        struct http_response *resp)
+                        struct auth_principal *p, struct http_response *resp)
 {
-    struct auth_principal p;
-
-    return authenticate(d, req, &p, resp);
+    return authenticate(d, req, p, resp);
 }
 
 static void
@@ -412,9 +418,16 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
     case R_GIFT_PUT:
         handle_gift_put(d, req, app, resp);
         break;
+    case R_ROOM_EVENTS:
+        handle_room_events(d, req, app, cap, resp);
+        break;
     default:
         break;
     }
+    /* an admin write (top-up, a forwarded launch) names its caller in the log */
+    if (req->listener == HTTP_ADMIN && strcmp(req->method, "GET") != 0)
+        log_info("admin", "admin call", "caller=%s method=%s path=%s status=%d", p.admin_name,
+                 req->method, req->path, resp->status);
 }
 
 /*

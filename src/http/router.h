@@ -19,6 +19,8 @@
 #include "room/command.h"
 
 #define HTTP_MAX_HEADERS 4
+/* The longest X-Request-Id taken (http/server.c; docs/http.md). */
+#define HTTP_REQUEST_ID_MAX 64
 
 /* Looks up a query-string argument (URL-decoded) of the request behind ctx;
  * NULL when absent. server.c implements it with MHD_GET_ARGUMENT_KIND. */
@@ -151,6 +153,10 @@ void handle_list_rooms(const struct http_deps *d, const struct http_request *req
 void handle_presence(const struct http_deps *d, const struct http_request *req,
                      const struct auth_principal *p, const char *app, const char *uid,
                      struct http_response *resp);
+/* GET /v1/rooms/{id}/events?after_seq=&limit= (handlers_events.c): the
+ * room's events after a room_seq, from the store. Thread: any; blocks. */
+void handle_room_events(const struct http_deps *d, const struct http_request *req, const char *app,
+                        const char *room_id, struct http_response *resp);
 /* The gift catalog (handlers_gifts.c): GET /v1/gifts, the app's catalog;
  * POST /v1/gifts (admin listener), create or change one gift. Thread: any;
  * block on the store. */
@@ -162,10 +168,11 @@ void handle_gift_put(const struct http_deps *d, const struct http_request *req, 
  * parameters) or req is no POST; else false with the 415 in resp. Thread:
  * any; does not block. */
 bool http_write_is_json(const struct http_request *req, struct http_response *resp);
-/* True when req carries what the admin listener needs (the admin token);
- * else false with the 401 in resp (counted). */
+/* True when req carries what the admin listener needs (the admin token or a
+ * named one of admin.tokens; a read-only one for a GET/HEAD only), with the
+ * caller in *p (p->admin_name); else false with the 401/403 in resp (counted). */
 bool http_authenticate_admin(const struct http_deps *d, const struct http_request *req,
-                             struct http_response *resp);
+                             struct auth_principal *p, struct http_response *resp);
 
 /* The admin API and console (handlers_admin.c, admin/http.h) on the admin
  * listener: true when path (decoded) is theirs and resp is filled. API

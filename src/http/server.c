@@ -41,6 +41,7 @@
 #include "core/err.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "http/router.h"
 #include "http/ticker.h"
@@ -379,6 +380,11 @@ send_response(struct MHD_Connection *c, struct http_response *resp)
                             resp->content_type ? resp->content_type : "application/json");
     for (int i = 0; i < resp->nheaders; i++)
         MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
+    /* the request's ids (log_set_request): echoed, for joining logs */
+    if (*log_request_id() != '\0')
+        MHD_add_response_header(r, "X-Request-Id", log_request_id());
+    if (*log_traceparent() != '\0')
+        MHD_add_response_header(r, "traceparent", log_traceparent());
     ret = MHD_queue_response(c, (unsigned int)resp->status, r);
     MHD_destroy_response(r);
     return ret;
@@ -630,6 +636,57 @@ on_headers(struct listener *l, struct MHD_Connection *c, struct req_state *rs)
     return MHD_YES;
 }
 
+/* X-Request-Id: [A-Za-z0-9._:-]{1,64}. */
+static bool
+request_id_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n >= 1 && n <= HTTP_REQUEST_ID_MAX &&
+           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") == n;
+}
+
+/* A W3C traceparent of version 00: "00-<32 hex>-<16 hex>-<2 hex>", lower
+ * case, trace-id and parent-id not all zeros. */
+static bool
+traceparent_ok(const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    if (strlen(s) != 55 || strncmp(s, "00-", 3) != 0 || s[35] != '-' || s[52] != '-')
+        return false;
+    if (strspn(s + 3, hex) != 32 || strspn(s + 36, hex) != 16 || strspn(s + 53, hex) != 2)
+        return false;
+    return strncmp(s + 3, "00000000000000000000000000000000", 32) != 0 &&
+           strncmp(s + 36, "0000000000000000", 16) != 0;
+}
+
+/* The request's ids into this thread's log context (log_set_request): a
+ * given X-Request-Id (false: it is malformed, a 400 for the caller) or a
+ * new UUIDv7; a well-formed traceparent is kept, another one dropped (W3C:
+ * a receiver restarts the trace rather than refuse the request). */
+static bool
+request_ids(struct MHD_Connection *c)
+{
+    const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    const char *tp = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "traceparent");
+    char gen[UUID_STR_LEN];
+
+    if (tp != NULL && !traceparent_ok(tp))
+        tp = NULL;
+    if (rid != NULL && !request_id_ok(rid)) {
+        uuid_v7(clock_wall_ms(), gen);
+        log_set_request(gen, tp);
+        return false;
+    }
+    if (rid == NULL || *rid == '\0') {
+        uuid_v7(clock_wall_ms(), gen);
+        rid = gen;
+    }
+    log_set_request(rid, tp);
+    return true;
+}
+
 /*
  * MHD calls this once when the headers are in (rs->started false), then once
  * per piece of body (*upload_data_size > 0), then once more with nothing
@@ -678,11 +735,16 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         .query = query_arg,
         .query_ctx = c,
     };
-    router_handle(&srv->deps, &req, &resp);
+    if (request_ids(c))
+        router_handle(&srv->deps, &req, &resp);
+    else
+        http_response_field_error(&resp, "invalid_argument", "X-Request-Id",
+                                  "X-Request-Id: want [A-Za-z0-9._:-]{1,64}");
     if (resp.status == 0)
         http_response_error(&resp, 500, "internal", "no response");
     ret = send_response(c, &resp);
     http_response_clear(&resp);
+    log_set_request(NULL, NULL);
     return ret;
 }
 

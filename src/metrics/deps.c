@@ -22,6 +22,10 @@ struct metrics_deps {
     struct bus *bus;
     struct outbox *outbox;
     bool redis_on;
+    int (*broker_ready)(void *arg, char *why, size_t whylen); /* the rocketmq driver's */
+    void *broker_arg;
+    int (*consumers_up)(void *arg, const char *downstream); /* NULL: no consumer groups */
+    void *consumers;
     struct redis_conn redis; /* collect runs under the registry lock: one caller */
 };
 
@@ -58,8 +62,22 @@ collect(void *arg, struct metrics_text *t)
         line(t, "redis", redis_up(d));
     if (d->bus != NULL)
         line(t, "broker", bus_connected(d->bus));
-    if (d->conf->tencent_im.enabled && d->outbox != NULL)
-        line(t, "im", outbox_sink_up(d->outbox, "tim") != 0);
+    else if (d->broker_ready != NULL) {
+        char why[256];
+        line(t, "broker", d->broker_ready(d->broker_arg, why, sizeof(why)) == 0);
+    }
+    if (d->bus != NULL) { /* the rocketmq driver's gauge: rocketmq/client.c */
+        metrics_family(t, "roomd_broker_up", "gauge",
+                       "1 when the broker's last call was answered (label driver).");
+        metrics_count(t, "roomd_broker_up", "driver=\"jetstream\"", bus_connected(d->bus));
+    }
+    if (d->conf->tencent_im.enabled) {
+        /* the direct sink's last call and the consumer groups' (bridge, notice) */
+        int sink = d->outbox != NULL ? outbox_sink_up(d->outbox, "tim") : -1;
+        int groups = d->consumers_up ? d->consumers_up(d->consumers, "im") : -1;
+        if (sink >= 0 || groups >= 0)
+            line(t, "im", sink != 0 && groups != 0);
+    }
     if (d->conf->activity.enabled && d->outbox != NULL)
         line(t, "activity", outbox_sink_up(d->outbox, "activity") != 0);
 }
@@ -80,6 +98,21 @@ metrics_deps_open(const struct conf *conf, metrics_store_up_fn store_up, void *s
         conf->redis.enabled && redis_conn_init(&d->redis, &conf->redis, err, sizeof(err)) == 0;
     metrics_add_collector(collect, d); /* none when the table is full: then no deps metrics */
     return d;
+}
+
+void
+metrics_deps_set_broker(struct metrics_deps *d, int (*ready)(void *, char *, size_t), void *arg)
+{
+    d->broker_arg = arg;
+    d->broker_ready = ready;
+}
+
+void
+metrics_deps_set_consumers(struct metrics_deps *d, int (*up)(void *arg, const char *downstream),
+                           void *arg)
+{
+    d->consumers = arg;
+    d->consumers_up = up;
 }
 
 void

@@ -141,6 +141,7 @@ circuit_note(struct outbox *ob, size_t k, bool answered)
             log_info("outbox", "sink answers again: circuit closed", "sink=%s", name);
         c->open = false;
         c->fails = 0;
+        c->answered_ms = clock_mono_ms();
     } else if (++c->fails >= ob->cfg.circuit_failures && !c->open) {
         c->open = true;
         c->opened++;
@@ -150,6 +151,17 @@ circuit_note(struct outbox *ob, size_t k, bool answered)
                  (long long)ob->cfg.circuit_probe_ms);
     }
     pthread_mutex_unlock(&ob->circ_mu);
+}
+
+bool
+circuit_answered_since(struct outbox *ob, size_t k, int64_t since_ms)
+{
+    bool yes;
+
+    pthread_mutex_lock(&ob->circ_mu);
+    yes = ob->circ[k].answered_ms > since_ms;
+    pthread_mutex_unlock(&ob->circ_mu);
+    return yes;
 }
 
 void

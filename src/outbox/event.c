@@ -226,6 +226,12 @@ outbox_event_build(const struct outbox_row *row, uint8_t **envelope, size_t *env
                     (json_int_t)row->room_version, "room_seq", (json_int_t)row->room_seq,
                     "event_type", row->event_type, "occurred_at_ms", (json_int_t)row->created_at_ms,
                     "command_id", row->command_id);
+    if (obj != NULL && row->request_id[0] != '\0') {
+        json_t *md = json_pack("{s:s}", "request_id", row->request_id);
+        if (row->traceparent[0] != '\0')
+            json_object_set_new(md, "traceparent", json_string(row->traceparent));
+        json_object_set_new(obj, "metadata", md);
+    }
     if (obj == NULL || json_object_set_new(obj, "payload", pj) != 0) {
         pj = NULL;
         goto out;
@@ -246,6 +252,22 @@ envelope:;
     ev.room_seq = row->room_seq;
     ev.payload.data = row->payload;
     ev.payload.len = row->payload_len;
+    /* the command's request ids (X-Request-Id, traceparent) */
+    Roomd__V1__RoomOutboxEvent__MetadataEntry md[2] = {
+        ROOMD__V1__ROOM_OUTBOX_EVENT__METADATA_ENTRY__INIT,
+        ROOMD__V1__ROOM_OUTBOX_EVENT__METADATA_ENTRY__INIT};
+    Roomd__V1__RoomOutboxEvent__MetadataEntry *mdp[2] = {&md[0], &md[1]};
+    if (row->request_id[0] != '\0') {
+        md[0].key = "request_id";
+        md[0].value = (char *)row->request_id;
+        ev.n_metadata = 1;
+        if (row->traceparent[0] != '\0') {
+            md[1].key = "traceparent";
+            md[1].value = (char *)row->traceparent;
+            ev.n_metadata = 2;
+        }
+        ev.metadata = mdp;
+    }
     size_t len = roomd__v1__room_outbox_event__get_packed_size(&ev);
     *envelope = xmalloc(len > 0 ? len : 1);
     *envelope_len = roomd__v1__room_outbox_event__pack(&ev, *envelope);

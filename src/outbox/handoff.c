@@ -237,6 +237,8 @@ push(struct outbox *ob, const struct mutation *m)
         strlcpy_(r->event_type, e->event_type, sizeof(r->event_type));
         r->room_version = m->version;
         r->room_seq = e->room_seq;
+        strlcpy_(r->request_id, m->request_id, sizeof(r->request_id));
+        strlcpy_(r->traceparent, m->traceparent, sizeof(r->traceparent));
         r->payload = xmalloc(e->payload_len ? e->payload_len : 1);
         if (e->payload_len)
             memcpy(r->payload, e->payload, e->payload_len);

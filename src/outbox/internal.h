@@ -63,6 +63,7 @@ struct sink_circuit {
     int64_t probe_at_ms; /* clock_mono_ms */
     uint64_t opened;     /* times it opened */
     uint64_t skipped;    /* calls not made while open */
+    int64_t answered_ms; /* clock_mono_ms of the last answered call (0: none) */
 };
 
 /* ordering per_room, room affinity (handoff.c; docs/outbox.md): a room
@@ -145,6 +146,8 @@ bool circuit_admit(struct outbox *ob, size_t k);
 void circuit_note(struct outbox *ob, size_t k, bool answered);
 void circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out);
 bool circuit_all_probed(struct outbox *ob);
+/* True when sink k answered a call (any answer) after since_ms (clock_mono_ms). */
+bool circuit_answered_since(struct outbox *ob, size_t k, int64_t since_ms);
 
 /* Sets handoff_by ("<node>/h") and the queue's capacity from
  * cfg.handoff_queue (-1: max(1024, 4 * workers * batch_size)). Called by
@@ -255,5 +258,98 @@ void hold_later(struct outbox *ob, struct slot *sl, size_t lo, size_t hi, const 
                 bool *blocked, size_t nrooms);
 /* True when sl was handed back, failed so far or held. */
 bool slot_undelivered(const struct slot *sl);
+
+/* ==== one batch in flight (dispatch.c publishes it, claim.c completes it) ==== */
+
+/* One sink's reason in a row's last_error. */
+#define SINK_ERR_LEN 256
+
+/* One batch sink's call for a batch: the events of the slots that need it
+ * (idx: their slots), and what it answered. */
+struct batch_call {
+    size_t ks; /* the sink */
+    struct outbox_event *evs;
+    size_t *idx;
+    int *rcs;
+    char *errs;
+    size_t k;           /* events in the call */
+    void *handle;       /* publish_start's, while the answers are outstanding */
+    int64_t started_ms; /* clock_mono_ms of the call (peer_answers) */
+};
+
+/*
+ * A batch from its publish to its completion: one claim (up to
+ * claim_batches x batch_size rows, published batch_size at a time) or one
+ * take of the hand-off queue. The worker keeps one in the air (the last
+ * batch sink's answers outstanding) while it claims and publishes the next:
+ * the window of outstanding acks across batches. rows (and pushed_us, for
+ * handed-off rows) are the flight's.
+ */
+struct flight {
+    struct outbox_row *rows;
+    size_t n;
+    int64_t *pushed_us;   /* clock_mono_us of each handed-off row's push, or NULL */
+    struct hroom **rooms; /* ordering per_room: each handed-off row's room, or NULL */
+    struct slot *sl;
+    struct outbox_result *res;
+    char **errs;
+    struct batch_call air; /* air.handle: the answers still outstanding */
+    int64_t t0, t1, t2;    /* built from, published from, answered at */
+};
+
+/*
+ * Landed flights whose completions wait to be written together: one store
+ * transaction for several batches (issue 13: on MariaDB each completion
+ * transaction is a commit and its round trips). A waiting flight's rows
+ * stay delivering (claimed by this worker's claimer or "<node>/h") and, in
+ * memory, counted in their rooms (handoff_done comes with the completion),
+ * so the store's room check and the hand-off's room affinity see them busy
+ * exactly as while their acks were outstanding; a crash before the write
+ * leaves them to the claims once their lock expires (at least once). The
+ * worker writes them when it has nothing else to do at once, before a
+ * claim, on stop, and as soon as outbox_worker.complete_gather passed
+ * since the first one landed or GATHER_ROWS_PER_BATCH x batch_size rows
+ * wait (complete_gather 0: each on its own, at once). complete_gather <
+ * lock_timeout - publish_timeout (conf.c), and before waiting for another
+ * batch's answers the worker writes them when their earliest lock would
+ * not outlast that wait (gather_before_land), so the write comes before
+ * the rows' lock expires.
+ */
+#define GATHER_ROWS_PER_BATCH 4
+
+struct gather {
+    struct flight **f;
+    size_t n, alloc, rows;
+    int64_t since_ms;    /* clock_mono_ms when the first one was added */
+    int64_t lock_min_ms; /* the earliest lock_until_ms of their rows (wall clock) */
+};
+
+/* dispatch.c (the worker thread owning the flight). flight_start: builds
+ * b's rows' events and publishes them (see dispatch.c), returning the
+ * flight, which owns b's arrays (b is zeroed); its last batch sink's
+ * answers may still be outstanding (air.handle). flight_land: collects
+ * them and fills f->res with each row's outcome and the metrics.
+ * release_row: res says row goes back without an attempt (retryable at
+ * now, nothing counted). Block on the sinks (flight_start, flight_land). */
+struct flight *flight_start(struct outbox *ob, struct handoff_batch *b);
+void flight_land(struct outbox *ob, struct flight *f);
+void release_row(const struct outbox_row *row, struct outbox_result *res, int64_t now);
+
+/* claim.c (the worker thread of w or of the flights; block on the store).
+ * claim: one claim of w (done, a landed flight or NULL, is completed in the
+ * same transaction when it can be, and freed either way); returns the rows
+ * (*n; NULL when none or the claim failed), the caller's. claims_next: true
+ * when w claims again at once. flight_complete: completes landed f alone
+ * and frees it (NULL: nothing). flight_free: counts f's times and frees it.
+ * gather_add / gather_flush / gather_before_land: the gathered completions
+ * (see struct gather). */
+struct worker;
+struct outbox_row *claim(struct worker *w, struct flight *done, size_t *n);
+bool claims_next(struct worker *w);
+void flight_complete(struct outbox *ob, struct flight *f);
+void flight_free(struct outbox *ob, struct flight *f, int64_t complete_us);
+void gather_flush(struct outbox *ob, struct gather *g);
+void gather_add(struct outbox *ob, struct gather *g, struct flight *f);
+void gather_before_land(struct outbox *ob, struct gather *g);
 
 #endif

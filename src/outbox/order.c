@@ -17,11 +17,13 @@
 #include <string.h>
 
 /* True when sl was handed back or is not delivered so far: the rows of its
- * room after it in the batch are held (ordering per_room). */
+ * room after it in the batch are held (ordering per_room). A row a sink
+ * refused for good will be a dead letter: as across batches (the poison
+ * policy), its room's later rows go on. */
 bool
 slot_undelivered(const struct slot *sl)
 {
-    return sl->rc != 0 || sl->released || sl->held;
+    return (sl->rc != 0 && sl->rc != ROOMD_EPERM) || sl->released || sl->held;
 }
 
 /* ordering per_room: holds sl[i] when an earlier row of its room in the

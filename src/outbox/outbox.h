@@ -51,6 +51,7 @@ void outbox_wake(struct outbox *ob);
 struct outbox_stats {
     uint64_t claims;        /* claim queries that ran */
     uint64_t claimed_rows;  /* rows they returned */
+    uint64_t claim_max;     /* the most rows one claim returned (<= batch_size x claim_batches) */
     uint64_t claims_paused; /* claims not made: no sink's peer answered */
     uint64_t handoff_rows;  /* rows handed off (outbox_handoff_push) */
     uint64_t handoff_full;  /* reservations refused by a full queue (rows went pending) */

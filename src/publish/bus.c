@@ -367,7 +367,10 @@ setup_stream(struct bus *b, enum bus_stream w, char *err, size_t errlen)
     int64_t max_age = c->stream_max_age_ms > 0 ? c->stream_max_age_ms : DEFAULT_MAX_AGE_MS;
     int64_t dup = c->duplicate_window_ms > 0 ? c->duplicate_window_ms : DEFAULT_DUP_WINDOW_MS;
 
-    if (dup > max_age)
+    /* dead letters wait for an operator: their own, longer retention (0: unlimited) */
+    if (w == BUS_STREAM_DLQ)
+        max_age = c->dlq_max_age_ms;
+    if (max_age > 0 && dup > max_age)
         dup = max_age;
     snprintf(subject, sizeof(subject), "%s.*", b->prefix[w]);
     jsStreamConfig_Init(&sc);
@@ -473,6 +476,90 @@ bus_ensure_consumer(struct bus *b, enum bus_stream which, const char *durable, i
                  natsStatus_GetText(s), (int)jerr, nats_GetLastError(NULL));
         return ROOMD_ERETRY;
     }
+    return 0;
+}
+
+int
+bus_consumer_pos(struct bus *b, enum bus_stream which, const char *durable,
+                 struct bus_consumer_pos *out, char *err, size_t errlen)
+{
+    jsConsumerInfo *ci = NULL;
+    jsStreamInfo *si = NULL;
+    natsMsg *m = NULL;
+    jsOptions jo;
+    jsErrCode jerr = 0;
+    natsStatus s;
+
+    memset(out, 0, sizeof(*out));
+    if (!bus_connected(b)) {
+        snprintf(err, errlen, "broker not connected");
+        return ROOMD_EUNAVAIL;
+    }
+    jsOptions_Init(&jo);
+    jo.Wait = bus_api_wait_ms(b);
+    s = js_GetConsumerInfo(&ci, b->js, b->stream[which], durable, &jo, &jerr);
+    if (s == NATS_OK)
+        s = js_GetStreamInfo(&si, b->js, b->stream[which], &jo, &jerr);
+    if (s != NATS_OK) {
+        snprintf(err, errlen, "consumer %s on %s: %s (jerr %d)", durable, b->stream[which],
+                 natsStatus_GetText(s), (int)jerr);
+        jsConsumerInfo_Destroy(ci);
+        return bus_status_rc(s, jerr);
+    }
+    out->last_seq = si->State.LastSeq;
+    out->ack_floor = ci->AckFloor.Stream;
+    out->ack_pending = ci->NumAckPending > 0 ? (uint64_t)ci->NumAckPending : 0;
+    out->redelivered = ci->NumRedelivered > 0 ? (uint64_t)ci->NumRedelivered : 0;
+    out->num_pending = ci->NumPending;
+    /* the first message past the floor is the oldest one not acknowledged;
+     * one removed by retention (or of another subject) gives no age */
+    if (out->last_seq > out->ack_floor &&
+        js_GetMsg(&m, b->js, b->stream[which], out->ack_floor + 1, &jo, &jerr) == NATS_OK) {
+        out->oldest_unacked_ms = natsMsg_GetTime(m) / NS_PER_MS;
+        natsMsg_Destroy(m);
+    }
+    jsConsumerInfo_Destroy(ci);
+    jsStreamInfo_Destroy(si);
+    return 0;
+}
+
+int
+bus_stream_oldest(struct bus *b, enum bus_stream which, const char *token, uint64_t *msgs,
+                  uint64_t *token_msgs, int64_t *first_ms, char *err, size_t errlen)
+{
+    jsStreamInfo *si = NULL;
+    jsOptions jo;
+    jsErrCode jerr = 0;
+    char subject[256] = "";
+
+    *msgs = 0;
+    *token_msgs = 0;
+    *first_ms = 0;
+    if (token != NULL && bus_subject(b, which, token, subject, sizeof(subject)) != 0) {
+        snprintf(err, errlen, "no subject for %s", token);
+        return ROOMD_EINVAL;
+    }
+    if (!bus_connected(b)) {
+        snprintf(err, errlen, "broker not connected");
+        return ROOMD_EUNAVAIL;
+    }
+    jsOptions_Init(&jo);
+    jo.Wait = bus_api_wait_ms(b);
+    if (*subject)
+        jo.Stream.Info.SubjectsFilter = subject;
+    natsStatus s = js_GetStreamInfo(&si, b->js, b->stream[which], &jo, &jerr);
+    if (s != NATS_OK) {
+        snprintf(err, errlen, "stream %s: %s (jerr %d)", b->stream[which], natsStatus_GetText(s),
+                 (int)jerr);
+        return bus_status_rc(s, jerr);
+    }
+    *msgs = si->State.Msgs;
+    for (int i = 0; si->State.Subjects != NULL && i < si->State.Subjects->Count; i++)
+        if (strcmp(si->State.Subjects->List[i].Subject, subject) == 0)
+            *token_msgs = si->State.Subjects->List[i].Msgs;
+    if (si->State.Msgs > 0)
+        *first_ms = si->State.FirstTime / NS_PER_MS;
+    jsStreamInfo_Destroy(si);
     return 0;
 }
 

@@ -15,7 +15,8 @@
  *                   per consumer group "<ns>hyapp_dlq.<group>"
  * A stream name is its subject prefix with every character outside
  * [A-Za-z0-9_-] replaced by '_'. All streams: file storage, Limits
- * retention, rocketmq.stream_replicas, stream_max_age, duplicate_window.
+ * retention, rocketmq.stream_replicas, stream_max_age (the dead letters:
+ * rocketmq.dlq_max_age, default 14 days), duplicate_window.
  *
  * Read bus.c top-down; then sink_bus.c, sink_rocket.c, consume/group.c.
  */
@@ -76,6 +77,30 @@ bool bus_connected(struct bus *b);
 int bus_ensure_consumer(struct bus *b, enum bus_stream which, const char *durable,
                         int64_t ack_wait_ms, int64_t max_deliver, int64_t max_ack_pending,
                         char *err, size_t errlen);
+
+/* Where a durable consumer stands (bus_consumer_pos). */
+struct bus_consumer_pos {
+    uint64_t last_seq;         /* the stream's last sequence */
+    uint64_t ack_floor;        /* the consumer's ack floor (a stream sequence) */
+    uint64_t ack_pending;      /* delivered, not acknowledged yet */
+    uint64_t redelivered;      /* of those, delivered more than once */
+    uint64_t num_pending;      /* not delivered yet */
+    int64_t oldest_unacked_ms; /* wall ms the message after the ack floor was stored; 0: none */
+};
+
+/* Fills *out for the durable consumer `durable` on stream which: consumer
+ * and stream info, and the message after the ack floor (its time). Returns
+ * 0, or ROOMD_EUNAVAIL / a bus_status_rc code with err. Thread: any. Blocks
+ * up to three JetStream API waits. */
+int bus_consumer_pos(struct bus *b, enum bus_stream which, const char *durable,
+                     struct bus_consumer_pos *out, char *err, size_t errlen);
+
+/* The messages stream which holds, when its first one was stored (wall
+ * ms; 0 when empty) and, with token, how many are on "<prefix>.<token>"
+ * (else 0). Returns 0 or an error with err. Thread: any. Blocks up to one
+ * JetStream API wait. */
+int bus_stream_oldest(struct bus *b, enum bus_stream which, const char *token, uint64_t *msgs,
+                      uint64_t *token_msgs, int64_t *first_ms, char *err, size_t errlen);
 
 /* The JetStream context and connection (owned by b; valid while a
  * reference is held). Thread-safe nats.c objects. */

@@ -34,4 +34,22 @@ struct sink *sink_bus_new(struct bus *bus, const char *name, uint32_t bit,
  * reference). Thread: any. */
 struct bus *sink_bus_of(struct sink *s);
 
+/* The wake-up of one RoomRocketIgnited row (either driver's rocket sink):
+ * the packed roomd.v1.RocketLaunchWakeup, its launch_at_ms and level, and
+ * the dedupe key "rocket-<app>-<room>-<rocket_id>". Owned by the caller:
+ * rocket_wakeup_free. */
+struct rocket_wakeup {
+    uint8_t *buf;
+    size_t len;
+    int64_t launch_at_ms;
+    int level;
+    char *msg_id;
+    char *rocket_id;
+};
+/* Returns 0 and *out, or ROOMD_EPERM (the payload does not decode) with
+ * err. Thread: any. Never blocks. */
+int rocket_wakeup_build(const struct outbox_row *row, struct rocket_wakeup *out, char *err,
+                        size_t errlen);
+void rocket_wakeup_free(struct rocket_wakeup *w);
+
 #endif

@@ -21,24 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int
-rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms, char *err,
-               size_t errlen)
+int
+rocket_wakeup_build(const struct outbox_row *row, struct rocket_wakeup *out, char *err,
+                    size_t errlen)
 {
-    const struct outbox_row *row = ev->row;
     Roomd__V1__RoomRocketIgnited *ig = NULL;
     Roomd__V1__RocketLaunchWakeup wk = ROOMD__V1__ROCKET_LAUNCH_WAKEUP__INIT;
-    struct bus_message m = {.stream = BUS_STREAM_ROCKET, .token = "wakeup", .header = "Launch-At"};
-    uint8_t *buf = NULL;
-    char at[32], *msg_id = NULL;
-    bool dup = false;
-    int rc = 0;
 
+    memset(out, 0, sizeof(*out));
     ig = roomd__v1__room_rocket_ignited__unpack(NULL, row->payload_len, row->payload);
     if (ig == NULL || ig->rocket_id == NULL || *ig->rocket_id == '\0') {
         snprintf(err, errlen, "RoomRocketIgnited payload does not decode");
-        rc = ROOMD_EPERM;
-        goto out;
+        if (ig)
+            roomd__v1__room_rocket_ignited__free_unpacked(ig, NULL);
+        return ROOMD_EPERM;
     }
     wk.app_code = (char *)row->app_code;
     wk.room_id = (char *)row->room_id;
@@ -46,26 +42,52 @@ rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_m
     wk.level = ig->level;
     wk.launch_at_ms = ig->launch_at_ms;
     wk.command_id = ig->launch_command_id;
-    m.len = roomd__v1__rocket_launch_wakeup__get_packed_size(&wk);
-    buf = xmalloc(m.len ? m.len : 1);
-    roomd__v1__rocket_launch_wakeup__pack(&wk, buf);
-    m.data = buf;
-    snprintf(at, sizeof(at), "%" PRId64, ig->launch_at_ms);
-    m.header_value = at;
+    out->len = roomd__v1__rocket_launch_wakeup__get_packed_size(&wk);
+    out->buf = xmalloc(out->len ? out->len : 1);
+    roomd__v1__rocket_launch_wakeup__pack(&wk, out->buf);
+    out->launch_at_ms = ig->launch_at_ms;
+    out->level = ig->level;
     /* rocket_id alone is the room's business; the app and room make the
      * dedupe key unique across rooms whatever rocket ids look like. */
-    msg_id = xasprintf("rocket-%s-%s-%s", row->app_code, row->room_id, ig->rocket_id);
-    m.msg_id = msg_id;
+    out->msg_id = xasprintf("rocket-%s-%s-%s", row->app_code, row->room_id, ig->rocket_id);
+    out->rocket_id = xstrdup(ig->rocket_id);
+    roomd__v1__room_rocket_ignited__free_unpacked(ig, NULL);
+    return 0;
+}
+
+void
+rocket_wakeup_free(struct rocket_wakeup *w)
+{
+    free(w->buf);
+    free(w->msg_id);
+    free(w->rocket_id);
+    memset(w, 0, sizeof(*w));
+}
+
+static int
+rocket_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms, char *err,
+               size_t errlen)
+{
+    const struct outbox_row *row = ev->row;
+    struct bus_message m = {.stream = BUS_STREAM_ROCKET, .token = "wakeup", .header = "Launch-At"};
+    struct rocket_wakeup w;
+    char at[32];
+    bool dup = false;
+    int rc = rocket_wakeup_build(row, &w, err, errlen);
+
+    if (rc != 0)
+        return rc;
+    m.data = w.buf;
+    m.len = w.len;
+    snprintf(at, sizeof(at), "%" PRId64, w.launch_at_ms);
+    m.header_value = at;
+    m.msg_id = w.msg_id;
     rc = bus_publish(sink_bus_of(s), &m, deadline_mono_ms, &dup, NULL, err, errlen);
     if (rc == 0)
         log_info("bus", "rocket wake-up scheduled",
                  "app=%s room=%s rocket_id=%s level=%d launch_at_ms=%" PRId64 " duplicate=%d",
-                 row->app_code, row->room_id, ig->rocket_id, ig->level, ig->launch_at_ms, (int)dup);
-out:
-    free(msg_id);
-    free(buf);
-    if (ig)
-        roomd__v1__room_rocket_ignited__free_unpacked(ig, NULL);
+                 row->app_code, row->room_id, w.rocket_id, w.level, w.launch_at_ms, (int)dup);
+    rocket_wakeup_free(&w);
     return rc;
 }
 

@@ -68,8 +68,11 @@ struct timing {
     int64_t t0;
     int64_t idempotency_us, lease_us, wallet_us, save_us, snapshot_us, projection_us, im_us;
     int64_t forward_us; /* sending the request to the room's owner */
-    bool outbox;        /* the command wrote outbox rows */
-    char result[64];    /* "ok", "replay", or the error code */
+    /* the command wrote outbox rows that the activity / the IM sink of the
+     * publish mode delivers (seed 阶段耗时日志: *_async_outbox) */
+    bool activity_async, im_async;
+    bool forwarded;  /* this node sent the command to its owner, which logs its own line */
+    char result[64]; /* "ok", "replay", or the error code */
 };
 
 /* ---- replies ------------------------------------------------------------------------ */
@@ -248,6 +251,9 @@ make_mutation(struct mutation *m, const struct room_cmd *cmd, const struct room_
     m->version = s->version;
     m->created_at_ms = now;
     m->fence_token = fence_token;
+    /* the request this thread serves (http/server.c's log context) */
+    strlcpy_(m->request_id, log_request_id(), sizeof(m->request_id));
+    strlcpy_(m->traceparent, log_traceparent(), sizeof(m->traceparent));
     m->create = cmd->type == CMD_CREATE_ROOM;
     m->meta.owner_uid = s->owner_uid;
     m->meta.title = s->title;
@@ -276,6 +282,22 @@ commit(struct room_service *svc, struct mutation *m)
 
 /* ---- the timing line -------------------------------------------------------------- */
 
+/* The *_async_outbox flags of a command that wrote outbox rows (any): true
+ * for a sink that delivers them in this publish mode: the direct sink when
+ * enabled (direct, dual), the broker's consumer group (mq, dual: the
+ * activity group always consumes the topic; IM only with the IM bridge). */
+static void
+async_sinks(const struct conf *conf, bool any, struct timing *tm)
+{
+    enum publish_mode mode = conf->outbox_worker.publish_mode;
+    bool direct = conf->outbox_worker.enabled && mode != PUBLISH_MQ;
+    bool mq = conf->outbox_worker.enabled && mode != PUBLISH_DIRECT;
+
+    tm->activity_async = any && ((direct && conf->activity.enabled) || mq);
+    tm->im_async = any && ((direct && conf->tencent_im.enabled) ||
+                           (mq && conf->rocketmq.room_outbox.tencent_im_consumer_enabled));
+}
+
 static double
 ms(int64_t us)
 {
@@ -294,14 +316,15 @@ log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct 
         return;
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, "
-        "s:b}",
+        "s:b, s:b}",
         "command", room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
         "command_id", cmd->command_id, "result", tm->result, "status", r->status, "total_ms",
         ms(clock_mono_us() - tm->t0), "idempotency_ms", ms(tm->idempotency_us), "lease_ms",
         ms(tm->lease_us), "wallet_debit_ms", ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us),
         "snapshot_ms", ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "forward_ms",
         ms(tm->forward_us), "activity_ms", 0.0, "tencent_im_ms", ms(tm->im_us),
-        "activity_async_outbox", tm->outbox, "tencent_im_async_outbox", tm->outbox);
+        "activity_async_outbox", tm->activity_async, "tencent_im_async_outbox", tm->im_async,
+        "forwarded", tm->forwarded);
     if (o != NULL)
         log_fields(LOG_INFO, "room", "room_command_timing", o);
 }
@@ -433,6 +456,7 @@ stage_turn(struct exec *x)
     if (rc == ROOMD_ENOTOWNER &&
         forward_to_owner(x->svc, x->cmd->app_code, x->origin, r, &x->tm.forward_us)) {
         strlcpy_(x->tm.result, "forwarded", sizeof(x->tm.result));
+        x->tm.forwarded = true;
         return false;
     }
     store_fail_reply(r, &x->tm, rc, "room load");
@@ -763,6 +787,8 @@ stage_commit(struct exec *x)
     t = clock_mono_us();
     rc = commit(svc, &x->m);
     x->tm.save_us = clock_mono_us() - t;
+    x->tm.idempotency_us += x->m.log_us; /* the check is the log row's unique key, in the commit */
+    x->tm.snapshot_us += x->m.snapshot_us; /* built before, persisted in the commit */
     if (x->m.debit != NULL)
         x->tm.wallet_us = x->m.debit_us; /* inside save_mutation_ms */
     if (rc == 0)
@@ -792,7 +818,7 @@ stage_swap(struct exec *x)
     c->state = x->clone;
     x->clone = NULL;
     c->event_seq = x->m.meta.event_seq;
-    x->tm.outbox = x->ev.n > 0;
+    async_sinks(x->conf, x->ev.n > 0, &x->tm);
     x->created = cmd->type == CMD_CREATE_ROOM;
     if (svc->d.projection != NULL) {
         t = clock_mono_us();

@@ -2,7 +2,8 @@
 /*
  * service.h: the COMMAND PATH entry point. room_service_execute() runs one
  * parsed and authorized write command through the stages of ARCHITECTURE §2
- * (service.c names them): route/forward + cell turn -> apply on a clone ->
+ * (service.c names them): route/forward + cell turn -> price (SendGift: the
+ * gift catalog) -> apply on a clone ->
  * wallet hold (SendGift) -> SaveMutation via group commit (its unique
  * command_id key is the idempotency check: a duplicate is answered from the
  * log) -> swap, projection, rocket timer -> answer + timing log.

@@ -61,6 +61,8 @@ admin_read_outbox_row(const struct admin_cols *c, void *dst)
     r->created_at_ms = c->i64(c->src, 15);
     r->delivered_at_ms = c->i64(c->src, 16);
     r->room_seq = c->i64(c->src, 17);
+    copy_text(c, 18, r->request_id, sizeof(r->request_id));
+    copy_text(c, 19, r->traceparent, sizeof(r->traceparent));
 }
 
 void

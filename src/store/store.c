@@ -565,6 +565,19 @@ store_gift_put(struct store *s, struct gift_item *g, int64_t expect_version)
 }
 
 int
+store_room_events(struct store *s, const char *app, const char *room_id, int64_t after_seq,
+                  int limit, struct outbox_row **rows, size_t *n, int64_t *oldest_seq,
+                  int64_t *latest_seq)
+{
+    *rows = NULL;
+    *n = 0;
+    *oldest_seq = 0;
+    *latest_seq = -1;
+    return s->ops->room_events(s, app, room_id, after_seq < 0 ? 0 : after_seq, limit, rows, n,
+                               oldest_seq, latest_seq);
+}
+
+int
 store_gift_list(struct store *s, const char *app, struct gift_item **rows, size_t *n)
 {
     *rows = NULL;

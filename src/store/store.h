@@ -65,9 +65,10 @@
 struct conf_store;
 struct conf_mysql;
 
-#define STORE_ID_MAX 64                   /* app_code, room_id, command_id: at most 63 bytes */
-#define STORE_GIFT_VALUE_MAX 1000000000LL /* a gift's unit_price and energy_per_unit: at most 1e9  \
-                                           */
+#define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
+#define STORE_GIFT_VALUE_MAX                                                                       \
+    1000000000LL /* a gift's unit_price and energy_per_unit: at most 1e9                           \
+                  */
 
 enum outbox_status {
     OUTBOX_PENDING = 0,
@@ -122,7 +123,11 @@ struct mutation {
     int64_t version;          /* new room version; version-1 must be the current one */
     int64_t created_at_ms;    /* the command's clock; replay uses it */
     int64_t fence_token;      /* lease token; 0 with the local lease */
-    bool create;              /* first command of the room: INSERT rooms */
+    /* The request that carried the command (X-Request-Id, W3C traceparent;
+     * "" when none): kept in the log row to join logs and events to it. */
+    char request_id[65];
+    char traceparent[56];
+    bool create; /* first command of the room: INSERT rooms */
     /* create: the owner (meta.owner_uid) may hold at most this many open
      * rooms of the app, this one included (room.max_rooms_per_owner),
      * counted inside the commit (race-free across nodes); 0 = no limit */
@@ -157,6 +162,10 @@ struct mutation {
      * none. Out: debit->rc and balance_after, debit_us its time. */
     struct wallet_debit *debit;
     int64_t debit_us;
+    /* Out (room_command_timing, seed 阶段耗时日志): the command log row's
+     * insert, where the idempotency check happens (its unique key), and the
+     * snapshot's write, µs; a batch's shared statement is split evenly. */
+    int64_t log_us, snapshot_us;
     /* Out: result of this mutation, set by store_save. 0 committed;
      * ROOMD_EREUSED its command_id already exists (look it up), or the
      * ledger holds another debit under it; ROOMD_EFUNDS its debit was refused
@@ -203,6 +212,9 @@ struct outbox_row {
     char event_type[32];
     int64_t room_version;
     int64_t room_seq; /* gap-free per room, 1, 2, ...; 0 for rows older than it */
+    /* the command's request (mutation.request_id, traceparent); "" when none */
+    char request_id[65];
+    char traceparent[56];
     uint8_t *payload;
     size_t payload_len;
     enum outbox_status status;
@@ -228,7 +240,9 @@ void outbox_rows_free(struct outbox_row *rows, size_t n);
 #define STORE_OUTBOX_COLS                                                                          \
     "id, event_id, app_code, room_id, command_id, event_type, room_version, payload,"              \
     " status, retry_count, sinks_done, next_retry_at_ms, lock_until_ms, locked_by,"                \
-    " last_error, created_at_ms, delivered_at_ms, room_seq"
+    " last_error, created_at_ms, delivered_at_ms, room_seq, request_id, traceparent"
+/* The columns of STORE_OUTBOX_COLS: a statement's own columns come after them. */
+#define STORE_OUTBOX_NCOLS 20
 #define STORE_OUTBOX_COPY "app_code, room_id, room_version, event_type, payload, room_seq"
 
 /* The outcome of one delivery attempt, written fenced by locked_by. */
@@ -412,6 +426,9 @@ typedef int store_fence_room_fn(struct store *s, const char *app, const char *ro
 typedef int store_gift_get_fn(struct store *s, const char *app, const char *gift_id,
                               struct gift_item *out);
 typedef int store_gift_put_fn(struct store *s, struct gift_item *g, int64_t expect_version);
+typedef int store_room_events_fn(struct store *s, const char *app, const char *room_id,
+                                 int64_t after_seq, int limit, struct outbox_row **rows, size_t *n,
+                                 int64_t *oldest_seq, int64_t *latest_seq);
 typedef int store_gift_list_fn(struct store *s, const char *app, struct gift_item **rows,
                                size_t *n);
 
@@ -441,7 +458,8 @@ typedef int store_gift_list_fn(struct store *s, const char *app, struct gift_ite
     X(fence_room)                                                                                  \
     X(gift_get)                                                                                    \
     X(gift_put)                                                                                    \
-    X(gift_list)
+    X(gift_list)                                                                                   \
+    X(room_events)
 
 #define STORE_OP_MEMBER(op) store_##op##_fn *op;
 struct store_ops {
@@ -515,10 +533,12 @@ void outbox_counts_add(struct outbox_counts *c, const char *name, int64_t n);
 void outbox_counts_oldest(struct outbox_counts *c, uint32_t sinks_done, const char *event_type,
                           int64_t oldest_ms);
 /* The undelivered rows' groups for outbox_counts_oldest, the same query in
- * both backends (store_outbox_counts, the admin summary). */
+ * both backends (store_outbox_counts, the admin summary); by the seed's
+ * statuses, so rows another writer left count before their due_at_ms is
+ * derived (docs/migrate.md). */
 #define STORE_OUTBOX_OLDEST_SQL                                                                    \
     "SELECT sinks_done, event_type, MIN(created_at_ms) FROM room_outbox"                           \
-    " WHERE due_at_ms IS NOT NULL GROUP BY sinks_done, event_type"
+    " WHERE status IN ('pending', 'retryable', 'delivering') GROUP BY sinks_done, event_type"
 /* The length last_error is stored with: at most 1000 bytes, cut at a UTF-8
  * character boundary. */
 size_t outbox_last_error_len(const char *last_error);
@@ -728,6 +748,20 @@ int store_rooms_list(struct store *s, const char *after_app, const char *after_r
  * claimed it since), or EUNAVAIL/EIO.
  */
 int store_fence_room(struct store *s, const char *app, const char *room_id, int64_t token);
+
+/*
+ * Exact catch-up (GET /v1/rooms/{id}/events): up to limit room_outbox rows
+ * of (app, room_id) with room_seq > after_seq in (room_seq, id) order (a
+ * repair's copy repeats its original's room_seq: the caller keeps the
+ * first), *rows an array of *n (outbox_rows_free). *oldest_seq: the room's
+ * lowest room_seq still stored (0: none; retention purges delivered rows);
+ * *latest_seq: rooms.event_seq, the room_seq of its last event (-1: no
+ * such room). Reads a range of the (app_code, room_id, room_seq) index.
+ * 0 or EUNAVAIL/EIO. Thread: any; blocks.
+ */
+int store_room_events(struct store *s, const char *app, const char *room_id, int64_t after_seq,
+                      int limit, struct outbox_row **rows, size_t *n, int64_t *oldest_seq,
+                      int64_t *latest_seq);
 
 /* The gift catalog (docs/room.md, Gift catalog). store_gift_get: 0 and
  * *out, ROOMD_ENOTFOUND, or EUNAVAIL/EIO; one primary key read (SendGift's

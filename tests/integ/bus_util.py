@@ -311,10 +311,36 @@ def pb_encode(fields):
     return bytes(out)
 
 
+def pb_repeated(b, number):
+    """Every length-delimited value of field number in message b, in order."""
+    out, i = [], 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            _, i = _varint(b, i)
+        elif wt == 2:
+            n, i = _varint(b, i)
+            if num == number:
+                out.append(bytes(b[i:i + n]))
+            i += n
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise ValueError(f"wire type {wt}")
+    return out
+
+
 def envelope(data):
     """The RoomOutboxEvent fields a test looks at."""
     f = pb_fields(data)
     s = lambda n: f.get(n, b"").decode()  # noqa: E731
+    meta = {}
+    for entry in pb_repeated(data, 10):  # map<string, string> metadata
+        e = pb_fields(entry)
+        meta[e.get(1, b"").decode()] = e.get(2, b"").decode()
     return {"event_id": s(1), "app_code": s(2), "room_id": s(3), "room_version": f.get(4, 0),
             "event_type": s(5), "occurred_at_ms": f.get(6, 0), "command_id": s(7),
-            "payload": f.get(8, b""), "room_seq": f.get(9, 0)}
+            "payload": f.get(8, b""), "room_seq": f.get(9, 0), "metadata": meta}

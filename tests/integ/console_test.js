@@ -35,6 +35,35 @@ async function dlqReplay(page, out) {
   await page.screenshot({ path: SHOT, fullPage: true });
 }
 
+// CONSOLE_MODE=views (test_console.test_console_views): at 1280 and 360 px wide, every view
+// (charts, consumer groups, node, overview, dead letters, audit) shows its content, the page
+// does not scroll sideways, "updated N s ago" ticks, and the charts draw from the polling.
+async function views(page, out) {
+  const group = process.env.CONSOLE_GROUP;
+  out.widths = {};
+  for (const width of [1280, 360]) {
+    await page.setViewportSize({ width, height: 900 });
+    await page.waitForSelector(`#groups tbody tr[data-group="${group}"]`);
+    await page.waitForSelector('#node-checks tbody tr[data-check="store"]');
+    // two samples at least: the first load and one 5 s poll
+    await page.waitForFunction(() => document.querySelectorAll('#charts svg polyline').length === 4, null, { timeout: 20000 });
+    await page.waitForFunction(() => /^updated \d+ s ago$/.test(document.querySelector('#updated').textContent));
+    const w = await page.evaluate(() => ({
+      overflow: document.documentElement.scrollWidth - window.innerWidth,
+      nav: [...document.querySelectorAll('#views a')].map((a) => a.textContent),
+      group_cells: [...document.querySelectorAll('#groups tbody tr:first-child td')].map((t) => t.textContent),
+      node: document.querySelector('#node-status').textContent,
+      checks: [...document.querySelectorAll('#node-checks tbody tr')].map((t) => t.dataset.check),
+      lag_now: document.querySelector('#c-lag-now').textContent,
+      backlog_now: document.querySelector('#c-backlog-now').textContent,
+      updated: document.querySelector('#updated').textContent,
+      status_rows: document.querySelectorAll('#status-counts tbody tr').length,
+    }));
+    out.widths[width] = w;
+    await page.screenshot({ path: SHOT.replace('.png', '-' + width + '.png'), fullPage: true });
+  }
+}
+
 (async () => {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'roomd-chromium-'));
   const ctx = await chromium.launchPersistentContext(profile, {
@@ -54,6 +83,12 @@ async function dlqReplay(page, out) {
     await page.waitForFunction(() => document.querySelector('#status-line').textContent.includes('unauthenticated'));
     await page.fill('#token', TOKEN);
     await page.click('#save-token');
+    if (process.env.CONSOLE_MODE === 'views') {
+      await views(page, out);
+      out.page_errors = errors;
+      console.log(JSON.stringify(out));
+      return;
+    }
     if (process.env.CONSOLE_MODE === 'dlq') {
       await dlqReplay(page, out);
       out.page_errors = errors;

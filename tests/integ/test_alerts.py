@@ -10,7 +10,8 @@ import shutil
 import subprocess
 import sys
 
-from roomd_test import SOURCE, Roomd, run
+from bus_util import Nats, js_delete_stream
+from roomd_test import SOURCE, Roomd, env_port, run, wait_until
 
 PROM = os.path.join(SOURCE, "deploy", "prometheus")
 GRAFANA = os.path.join(SOURCE, "deploy", "grafana", "roomd.json")
@@ -49,15 +50,34 @@ def queried_names():
 
 
 def test_queried_metrics_exist():
-    rd = Roomd().start()
+    """A roomd in mq mode on the suite's nats-server (ROOMD_NATS_PORT) with a consumer group
+    (activity), so that the consumer group families are there, their position samples too."""
+    ns = f"alerts{os.getpid()}_"
+    url = f"nats://127.0.0.1:{env_port('ROOMD_NATS_PORT', 4231)}"
+    rd = Roomd({"rocketmq": {"enabled": True, "name_servers": [url], "namespace": ns,
+                             "room_outbox": {"enabled": True, "activity_consumer_enabled": True},
+                             "rocket_launch": {"enabled": False}},
+                "outbox_worker": {"publish_mode": "mq"}})
+    rd.cfg["rocketmq"]["consumer_store_dir"] = os.path.join(rd.tmp, "consumers")
+    with open(rd.cfg_path, "w") as f:
+        json.dump(rd.cfg, f)
+    rd.start()
     try:
         st, _, _ = rd.post("/v1/rooms", {"command_id": "a1", "room_id": "al1", "owner_uid": 1,
                                          "title": "t"})
         assert st == 201
-        st, _, text = rd.admin("GET", "/metrics")
-        assert st == 200
+        lag = 'roomd_consumer_lag{group="hyapp-activity-room-outbox"} 0'
+        text = wait_until(lambda: (lambda t: t if lag in t.splitlines() else None)(
+            rd.admin("GET", "/metrics")[2]), timeout=20, step=0.5, what="the group's lag 0")
     finally:
         assert rd.stop() == 0
+        try:
+            nc = Nats(env_port("ROOMD_NATS_PORT", 4231))
+            for s in ("hyapp_room_outbox", "hyapp_dlq"):
+                js_delete_stream(nc, ns + s)
+            nc.close()
+        except OSError:
+            pass
     exposed = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     missing = sorted(queried_names() - exposed)
     assert not missing, f"queried but not exposed by roomd: {missing}"

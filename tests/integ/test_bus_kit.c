@@ -565,8 +565,8 @@ test_groups_dedupe_redelivery_dlq(void **state)
         make_gift(&e[i], i % 2 ? "room-odd" : "room-even", i + 1, 10);
         assert_int_equal(publish(s, &e[i], 2000, err, sizeof(err)), 0);
     }
-    consume_activity_handler(&ha, "test-activity");
-    consume_activity_handler(&activity_real, "test-flaky");
+    consume_activity_handler(&ha, "test-activity", NULL);
+    consume_activity_handler(&activity_real, "test-flaky", NULL);
     hf = activity_real;
     hf.handle = flaky_handle;
     memset(&hd, 0, sizeof(hd));
@@ -666,7 +666,7 @@ test_consumer_reset_no_second_effect(void **state)
         make_gift(&e[i], "room-x", 2, 5);
         assert_int_equal(publish(s, &e[i], 2000, err, sizeof(err)), 0);
     }
-    consume_activity_handler(&h, "test-reset");
+    consume_activity_handler(&h, "test-reset", NULL);
     start_group(&g, b, &h);
     assert_true(WAIT_STAT(g, handled, N, 10000));
     consume_group_stop(g);
@@ -716,7 +716,7 @@ test_room_seq_order_and_dedupe(void **state)
         assert_int_equal(outbox_event_build(&e[i].row, &e[i].env, &e[i].envlen, &e[i].json), 0);
         assert_int_equal(publish(s, &e[i], 2000, err, sizeof(err)), 0);
     }
-    consume_activity_handler(&h, "test-order");
+    consume_activity_handler(&h, "test-order", NULL);
     start_group_with(&g, b, &h, true);
     assert_true(WAIT_STAT(g, handled, N, 10000));
     consume_group_stats(g, &st);
@@ -789,7 +789,7 @@ test_broker_down_and_back(void **state)
         make_gift(&e[i], "room-d", 1, 1);
         assert_int_equal(publish(s, &e[i], 2000, err, sizeof(err)), 0);
     }
-    consume_activity_handler(&h, "test-outage");
+    consume_activity_handler(&h, "test-outage", NULL);
     start_group(&g, b, &h);
     assert_true(WAIT_STAT(g, handled, N, 10000));
 

@@ -54,6 +54,14 @@ def test_harness_json_config_ok():
 
 
 BAD = [
+    ("tokrole.yaml", "admin:\n  tokens:\n    - {name: ro, role: reader, token_env: X}\n",
+     "admin.tokens: entry 1: role: read or operate, not \"reader\""),
+    ("tokboth.yaml", "admin:\n  tokens:\n    - {name: ro, token_env: X, token_file: /f}\n",
+     "admin.tokens: entry 1: ro: set one of token_env, token_file"),
+    ("tokdup.yaml", "admin:\n  tokens:\n    - {name: a, token_env: X}\n"
+     "    - {name: a, token_env: Y}\n", "admin.tokens: entry 2: name \"a\" used twice"),
+    ("tokspace.yaml", "admin:\n  tokens:\n    - {name: a b, token_env: X}\n",
+     "admin.tokens: \"a b\": no spaces"),
     ("poll0.yaml", "outbox_worker:\n  poll_interval: 0s\n",
      ":2:18: outbox_worker.poll_interval: must be > 0"),
     ("batch0.yaml", "outbox_worker:\n  batch_size: 0\n", "outbox_worker.batch_size: must be > 0"),
@@ -92,6 +100,82 @@ def test_json_bad_value_refused():
     path = write("harness-bad.yaml", json.dumps(cfg, indent=1))
     rc, out = check(path)
     assert rc == 1 and "outbox_worker.batch_size: must be > 0" in out, out
+
+
+# The seed's configuration block, verbatim (seed 配置, room-outbox-worker.zh.md).
+SEED_BLOCK = """rocketmq:
+  enabled: false
+  name_servers: []
+  name_server_domain: ""
+  access_key: ""
+  secret_key: ""
+  namespace: ""
+  send_timeout: "3s"
+  retry: 2
+  room_outbox:
+    enabled: false
+    topic: "hyapp_room_outbox"
+    producer_group: "hyapp-room-outbox-producer"
+    tencent_im_consumer_enabled: false
+    tencent_im_consumer_group: "hyapp-room-im-bridge"
+    consumer_max_reconsume_times: 16
+  rocket_launch:
+    enabled: false
+    topic: "hyapp_room_rocket_launch"
+    producer_group: "hyapp-room-rocket-open-producer"
+    consumer_group: "hyapp-room-rocket-open"
+    consumer_max_reconsume_times: 16
+
+outbox_worker:
+  enabled: true
+  publish_mode: "direct"
+  poll_interval: "1s"
+  batch_size: 100
+  publish_timeout: "3s"
+  retry_strategy: "exponential_backoff"
+  max_retry_count: 10
+  initial_backoff: "5s"
+  max_backoff: "5m"
+"""
+
+MQ_ON = {"rocketmq:\n  enabled: false": "rocketmq:\n  enabled: true",
+         'name_servers: []': 'name_servers: ["nats://127.0.0.1:4222"]',
+         "room_outbox:\n    enabled: false": "room_outbox:\n    enabled: true",
+         "rocket_launch:\n    enabled: false": "rocket_launch:\n    enabled: true"}
+
+
+def seed_block(**repl):
+    text = SEED_BLOCK
+    for a, b in repl.items():
+        assert a in text, a
+        text = text.replace(a, b)
+    return text
+
+
+def test_seed_config_block_and_collisions():
+    """The seed's block verbatim passes, also with MQ and the wake-ups on; each collision
+    (the wake-ups' topic equal to or under the outbox topic, one consumer group for two
+    roles) is refused naming the key (issue 26)."""
+    rc, out = check(write("seed.yaml", SEED_BLOCK))
+    assert rc == 0, out
+    rc, out = check(write("seed-mq.yaml", seed_block(**MQ_ON)))
+    assert rc == 0, out
+    bad = [
+        ('topic: "hyapp_room_rocket_launch"', 'topic: "hyapp_room_outbox"',
+         'rocketmq.rocket_launch.topic: "hyapp_room_outbox" collides with '
+         'rocketmq.room_outbox.topic'),
+        ('topic: "hyapp_room_rocket_launch"', 'topic: "hyapp_room_outbox.rocket"',
+         "rocketmq.rocket_launch.topic:"),
+        ('consumer_group: "hyapp-room-rocket-open"', 'consumer_group: "hyapp-room-im-bridge"',
+         "rocketmq.rocket_launch.consumer_group: \"hyapp-room-im-bridge\" is also "
+         "rocketmq.room_outbox.tencent_im_consumer_group"),
+    ]
+    for i, (a, b, want) in enumerate(bad):
+        text = seed_block(**MQ_ON).replace(a, b, 1)
+        path = write(f"seed-collide-{i}.yaml", text)
+        rc, out = check(path)
+        assert rc == 1 and want in out, (i, out)
+        assert path in out, out
 
 
 def test_serve_refuses_bad_config():
@@ -192,5 +276,6 @@ def test_missing_file():
 
 if __name__ == "__main__":
     run([test_shipped_configs_ok, test_harness_json_config_ok, test_bad_configs_refused,
+         test_seed_config_block_and_collisions,
          test_json_bad_value_refused, test_serve_refuses_bad_config, test_environment_checked,
          test_files_checked, test_missing_file])

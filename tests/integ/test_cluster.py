@@ -124,6 +124,11 @@ def round_robin_one_history(cl):
     assert js["version"] == len(log), js
     fw = [j for j in other.json_log("room_command_timing") if j.get("result") == "forwarded"]
     assert fw and all(j["forward_ms"] > 0 for j in fw), fw[:2]
+    # one line per command across the cluster besides the non-owner's, marked forwarded
+    # (issue 26): sums over lines with forwarded false count each command once
+    assert all(j["forwarded"] is True for j in fw), fw[:2]
+    own = [j for j in cl.nodes[owner].json_log("room_command_timing") if j["room_id"] == room]
+    assert own and all(j["forwarded"] is False for j in own), own[:2]
     print(f"  {len(log)} commands, one history; forward_ms (node{(owner + 1) % 3}) "
           f"median {sorted(j['forward_ms'] for j in fw)[len(fw) // 2]:.2f}")
 

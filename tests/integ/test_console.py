@@ -115,5 +115,64 @@ def test_console_filter_replay_audit():
     assert rd.stop() == 0
 
 
+def test_console_views():
+    """The on-call views (issue 29) at 1280 and 360 px: a roomd in mq mode on the suite's
+    nats-server with the activity consumer group; the consumer-groups view lists the group
+    (lag 0), the node view the readiness checks, the four charts draw from the browser's
+    polling, "updated N s ago" ticks, the nav names every view (gifts too), and the page never
+    scrolls sideways."""
+    need_browser()
+    from bus_util import Nats, js_delete_stream
+    from roomd_test import env_port
+    ns = f"cons{os.getpid()}_"
+    port = env_port("ROOMD_NATS_PORT", 4231)
+    rd = Roomd({"admin": {"token_env": "ROOMD_TEST_ADMIN"},
+                "rocketmq": {"enabled": True, "name_servers": [f"nats://127.0.0.1:{port}"],
+                             "namespace": ns, "room_outbox": {"enabled": True,
+                                                              "activity_consumer_enabled": True},
+                             "rocket_launch": {"enabled": False}},
+                "outbox_worker": {"publish_mode": "mq"}})
+    rd.cfg["rocketmq"]["consumer_store_dir"] = os.path.join(rd.tmp, "consumers")
+    with open(rd.cfg_path, "w") as f:
+        json.dump(rd.cfg, f)
+    rd.admin_token = TOKEN
+    rd.start(env=ENV)
+    try:
+        st, _, js = rd.post("/v1/rooms", {"command_id": "cv-1", "room_id": "cv-1", "owner_uid": 1,
+                                          "title": "views"})
+        assert st == 201, js
+        shot = os.path.join(BUILD, "artifacts", "console-views.png")
+        os.makedirs(os.path.dirname(shot), exist_ok=True)
+        p = subprocess.run(["node", os.path.join(HERE, "console_test.js")], capture_output=True,
+                           text=True, timeout=180, env=dict(
+                               os.environ, CONSOLE_URL=f"http://127.0.0.1:{rd.admin_port}/console/",
+                               CONSOLE_TOKEN=TOKEN, CONSOLE_MODE="views",
+                               CONSOLE_GROUP="hyapp-activity-room-outbox",
+                               CONSOLE_SCREENSHOT=shot))
+        assert p.returncode == 0, p.stdout + p.stderr
+        seen = json.loads(p.stdout.strip().splitlines()[-1])
+        assert seen["page_errors"] == [], seen
+        for width in ("1280", "360"):
+            w = seen["widths"][width]
+            assert w["overflow"] <= 0, (width, w)
+            assert {"charts", "consumer groups", "node", "dead letters", "audit", "gifts"} <= \
+                set(w["nav"]), w
+            assert w["group_cells"][0] == "hyapp-activity-room-outbox", w
+            assert w["group_cells"][1] == "0", w  # lag
+            assert w["node"] == "ready" and "store" in w["checks"] and "consumers" in w["checks"], w
+            assert w["lag_now"] == "0" and w["backlog_now"] != "-", w
+            assert w["status_rows"] >= 1, w
+        assert os.path.getsize(shot.replace(".png", "-360.png")) > 5000
+    finally:
+        assert rd.stop() == 0
+        try:
+            nc = Nats(port)
+            for s in ("hyapp_room_outbox", "hyapp_dlq"):
+                js_delete_stream(nc, ns + s)
+            nc.close()
+        except OSError:
+            pass
+
+
 if __name__ == "__main__":
-    run([test_console_filter_replay_audit])
+    run([test_console_filter_replay_audit, test_console_views])

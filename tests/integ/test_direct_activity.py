@@ -158,6 +158,52 @@ def test_retry_skips_sinks_done():
         im.stop()
 
 
+def test_mq_activity_consumer_calls_service():
+    """publish_mode mq (issue 26): the activity consumer group calls the activity-service's
+    gRPC room event entry (the direct sink's call, the same stand-in) for every room fact,
+    each event_id once; while the service is down room_outbox still goes delivered (the broker
+    took the events) and the group's redeliveries reach the service once it is back."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bus_util import Nats, js_delete_stream
+    nats_port = rt.env_port("ROOMD_NATS_PORT", 4333)
+    rt.need("127.0.0.1", nats_port, "nats-server")
+    tmp = tempfile.mkdtemp(prefix="mq-act-")
+    act = ActivityStandin(tmp).start()
+    port = rt.free_port()
+    topic = f"mq_act_{port}"
+    r = rt.Roomd({"activity": act.conf(),
+                  "outbox_worker": {"publish_mode": "mq", "max_retry_count": 12,
+                                    "initial_backoff": "200ms", "max_backoff": "1s"},
+                  "rocketmq": {"enabled": True, "consumer_retry_delays_ms": [200],
+                               "name_servers": [f"nats://127.0.0.1:{nats_port}"],
+                               "room_outbox": {"enabled": True, "topic": topic,
+                                               "activity_consumer_enabled": True}}},
+                 tmp=tmp, port=port).start(env=ENV)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "m1", "owner_uid": 1, "title": "t"})
+        cmd(r, "/v1/rooms/m1/join", {"uid": 2})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="rows in the broker")
+        ids = {x["event_id"] for x in rows(r)}
+        rt.wait_until(lambda: ids <= {c["event_id"] for c in act.calls()}, timeout=20,
+                      what="the activity group called the service")
+        for c in act.calls():
+            assert c["room_id"] == "m1" and c["payload_len"] > 0, c
+        act.stop()
+        cmd(r, "/v1/rooms/m1/join", {"uid": 3})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered = in the broker")
+        late = {x["event_id"] for x in rows(r)} - ids
+        act.start()
+        rt.wait_until(lambda: late <= {c["event_id"] for c in act.calls()}, timeout=30,
+                      what="redelivered to the service once it is back")
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        act.stop()
+        nc = Nats(nats_port)
+        js_delete_stream(nc, topic)
+        nc.close()
+
+
 if __name__ == "__main__":
     if not ActivityStandin.available():
         if os.environ.get("ROOMD_REQUIRE_SERVERS", "") not in ("", "0"):
@@ -166,4 +212,4 @@ if __name__ == "__main__":
         print("SKIP: node + @grpc/grpc-js missing (scripts/deps.sh installs them)")
         sys.exit(77)
     rt.run([test_happy_path, test_down_then_recovered, test_invalid_argument_is_permanent,
-            test_retry_skips_sinks_done])
+            test_retry_skips_sinks_done, test_mq_activity_consumer_calls_service])

@@ -85,10 +85,14 @@ def test_happy_path():
         cmd(r, "/v1/rooms/r1/leave", {"uid": 8})
         rt.wait_until(lambda: all_delivered(r), timeout=20, what="all rows delivered")
         rs = rows(r)
+        seqs = []
         for x in rs:
             ms = im.messages(x["event_id"])
             assert len(ms) == 1, (x, ms)  # exactly one IM message per event
             assert x["sinks_done"] & 2, x   # SINK_BIT_TIM
+            seqs.append(json.loads(ms[0]["Data"])["room_seq"])
+        # every group message carries its room_seq: a client sees a gap (docs/room.md)
+        assert seqs == list(range(1, len(rs) + 1)), seqs
         calls = im.calls()
         assert calls and all(c["sig_ok"] for c in calls), "every UserSig verified"
         # The hook created the group; the RoomCreated row found it (10025 + get_group_info).
@@ -179,14 +183,95 @@ def test_retry_makes_no_second_message():
         cmd(r, "/v1/rooms/r4/join", {"uid": 10})
         rt.wait_until(lambda: all_delivered(r), timeout=15, what="join delivered")
         joined = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"][0]
-        # the first attempt timed out: an outage (no answer), retried without an attempt
-        assert joined["retry_count"] == 0, joined
+        # the first attempt timed out while IM answers its probe: the event's own failure,
+        # counted as an attempt (issue 26: poison that times out), then retried
+        assert joined["retry_count"] == 1, joined
         sends = [c for c in im.calls("send_group_msg")
                  if joined["event_id"] in (c["body"]["MsgBody"][0]["MsgContent"]["Data"])]
         assert len(sends) >= 2, sends
         assert len({c["body"]["Random"] for c in sends}) == 1, "same Random on the retry"
         assert any(c["dup"] for c in sends), "IM discarded the retry as a duplicate"
         assert len(im.messages(joined["event_id"])) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+
+
+def test_poison_timeout_fails_alone():
+    """Poison that times out (issue 26): IM hangs on one event's content only (its probe and
+    the other events answer), so each timeout of that event counts as an attempt: it reaches
+    failed after max_retry_count, and under per-room order its room's later event proceeds.
+    (An outage, where nothing answers, still costs no attempt: test_im_down_long_no_failed_rows.)"""
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    r = start(tmp, im, im_timeout="400ms",
+              outbox={"max_retry_count": 3, "ordering": "per_room", "publish_timeout": "1s",
+                      "initial_backoff": "100ms", "max_backoff": "200ms"})
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "r9", "owner_uid": 7, "title": "poison"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="RoomCreated delivered")
+        im.control(slow={"api": "send_group_msg", "ms": 1500, "count": 1000, "match": "4242"})
+        cmd(r, "/v1/rooms/r9/join", {"uid": 4242})
+        cmd(r, "/v1/rooms/r9/join", {"uid": 77})
+
+        def settled():
+            js = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"]
+            return len(js) == 2 and js[0]["status"] == "failed" and \
+                js[1]["status"] == "delivered" and js
+        js = rt.wait_until(settled, timeout=30, what="the poison failed, the next delivered")
+        assert js[0]["retry_count"] == 3, js[0]
+        assert "counted" in js[0]["last_error"], js[0]
+        assert len(im.messages(js[1]["event_id"])) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+
+
+N_HANG = 60
+
+
+def test_create_room_im_hanging():
+    """CreateRoom while IM's create_group hangs (issue 26): the synchronous group creation goes
+    through the IM circuit and timeout; once circuit_failures calls went unanswered it is
+    skipped (counted in roomd_im_create_skipped_total, logged): CreateRoom p99 < 50 ms; the
+    outbox's RoomCreated EnsureGroup creates the groups once IM answers again."""
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    r = start(tmp, im, im_timeout="300ms",
+              outbox={"max_retry_count": 50, "circuit_failures": 2, "circuit_probe_every": "5s",
+                      "initial_backoff": "100ms", "max_backoff": "300ms"})
+    try:
+        im.control(slow={"api": "create_group", "ms": 3000, "count": 10000})
+        lat = []
+        for i in range(N_HANG):
+            t0 = time.monotonic()
+            cmd(r, "/v1/rooms", {"room_id": f"h{i}", "owner_uid": 7, "title": "hang"})
+            lat.append(time.monotonic() - t0)
+        assert lat[0] >= 0.25, lat[:3]  # the first ones wait for IM's timeout
+        # the circuit opened after the first two: roomd's own figure (room_command_timing,
+        # free of the client's scheduling on a shared machine) p99 < 50 ms, IM not called
+        after = [j for j in timing(r, "CreateRoom")][4:]
+        assert len(after) == N_HANG - 4, len(after)
+        tot = sorted(j["total_ms"] for j in after)
+        p99 = tot[int(0.99 * (len(tot) - 1))]
+        assert p99 < 50, (p99, tot[-5:])
+        # skipped: no call, but for the one probe per circuit_probe_every (5 s) a loaded
+        # machine may reach
+        slow = [j for j in after if j["tencent_im_ms"] >= 1]
+        assert len(slow) <= 1 + int(sum(lat) / 5), slow[:2]
+        assert sorted(lat[4:])[len(lat[4:]) // 2] < 0.05, lat  # the client's median too
+        m = metrics(r)
+        assert m.get("roomd_im_create_skipped_total", 0) >= N_HANG - 4, \
+            m.get("roomd_im_create_skipped_total")
+        with open(r.log_path) as f:
+            assert "synchronous group creation skipped" in f.read()
+        im.control(reset=True)
+        rt.wait_until(lambda: all_delivered(r), timeout=60, what="RoomCreated rows delivered")
+        groups = im.state_now()["groups"]
+        for i in range(N_HANG):
+            assert f"hyapp_h{i}" in groups, i
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
@@ -413,8 +498,56 @@ def test_dual_im_down_then_back():
         nc.close()
 
 
+def test_dual_im_refusal_broker_receives():
+    """publish_mode dual, per-room order (issue 26): IM refuses one event's content for good
+    (80001); that sink is failed for the row (a dead letter naming it) but the broker still
+    receives it, and the room's later event reaches both sinks."""
+    nats_port = rt.env_port("ROOMD_NATS_PORT", 4333)
+    rt.need("127.0.0.1", nats_port, "nats-server")
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    port = rt.free_port()
+    r = rt.Roomd({"tencent_im": im.conf(),
+                  "outbox_worker": {"publish_mode": "dual", "max_retry_count": 5,
+                                    "initial_backoff": "100ms", "max_backoff": "500ms",
+                                    "publish_timeout": "5s", "lock_timeout": "10s",
+                                    "ordering": "per_room"},
+                  "rocketmq": {"enabled": True,
+                               "name_servers": [f"nats://127.0.0.1:{nats_port}"],
+                               "room_outbox": {"enabled": True,
+                                               "topic": f"direct_dualp_{port}"}}},
+                 tmp=tmp, port=port).start(env=ENV)
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "d2", "owner_uid": 7, "title": "dual"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="RoomCreated delivered")
+        im.control(fail={"api": "send_group_msg", "code": 80001, "info": "content security",
+                         "count": 100, "match": "4343"})
+        cmd(r, "/v1/rooms/d2/join", {"uid": 4343})
+        cmd(r, "/v1/rooms/d2/join", {"uid": 78})
+
+        def settled():
+            js = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"]
+            return len(js) == 2 and js[0]["status"] == "failed" and \
+                js[1]["status"] == "delivered" and js
+        js = rt.wait_until(settled, timeout=20, what="the refused row failed, the next delivered")
+        assert js[0]["sinks_done"] & 8 and not js[0]["sinks_done"] & 2, js[0]  # bus, not IM
+        assert "80001" in js[0]["last_error"], js[0]
+        assert js[1]["sinks_done"] & 8 and js[1]["sinks_done"] & 2, js[1]
+        assert len(im.messages(js[1]["event_id"])) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+        nc = Nats(nats_port)
+        js_delete_stream(nc, f"direct_dualp_{port}")
+        nc.close()
+
+
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
-            test_retry_makes_no_second_message, test_permanent_error_fails_at_once,
+            test_retry_makes_no_second_message, test_poison_timeout_fails_alone,
+            test_create_room_im_hanging,
+            test_permanent_error_fails_at_once,
             test_public_group_membership, test_im_outage_public_membership_in_order,
-            test_im_rate_limits, test_dual_im_down_then_back])
+            test_im_rate_limits, test_dual_im_down_then_back,
+            test_dual_im_refusal_broker_receives])

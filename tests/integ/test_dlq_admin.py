@@ -107,5 +107,77 @@ def test_dlq_list_show_replay_discard_purge():
         assert len(im.calls()) == calls, "a discarded event never reached IM"
 
 
+def test_dlq_bulk_replay_discard_purge():
+    """Bulk by filter (issue 29): a dry run first (matched, nothing changed), then the replay of
+    both dead letters selected by group, event type and reason (the group handles them: inbox
+    done); two more discarded by filter (deleted for good, the inbox keeps them dead); one more
+    purged by group (purge without a group is a 400); each run one audit entry naming the
+    caller with its rows; a read-only handle (dry run) changes nothing."""
+    import time
+    need("127.0.0.1", NATS_PORT, "nats-server")
+    with im_dead_letters("dlq-bulk-") as (tmp, ns, r, nc, im, failing):
+        cfg = r.cfg_path
+
+        def dead(n):
+            return wait_until(lambda: (lambda m: m if len(m) == n else None)(
+                ctl_json(cfg, "dlq", "list")["messages"]), timeout=30, what=f"{n} dead letters")
+        dead(2)
+        sel = ["--group", G_IM, "--event-type", "RoomUserJoined", "--reason", "max_reconsume"]
+        res = ctl_json(cfg, "dlq", "replay", *sel, "--dry-run")
+        assert res["dry_run"] is True and res["matched"] == 2 and res["done"] == 0, res
+        assert {m["event_id"] for m in res["sample"]} == set(failing), res
+        assert "audit_id" not in res and len(dead(2)) == 2
+        assert ctl_json(cfg, "dlq", "replay", "--event-type", "RoomCreated",
+                        "--dry-run")["matched"] == 0
+        rc, out, err = ctl(cfg, "dlq", "replay", "--reason", "max_reconsume", "--dry-run",
+                           "--created-after", "x")
+        assert rc == 2, (rc, out, err)
+        im.control(reset=True)
+        res = ctl_json(cfg, "dlq", "replay", *sel, "--chunk", "1")
+        assert res["matched"] == 2 and res["done"] == 2 and res["failed"] == 0, res
+        for key in failing:
+            wait_until(lambda: db_rows(group_db(tmp, G_IM),
+                                       f"SELECT state FROM inbox WHERE key = '{key}'")
+                       == [("done",)], timeout=20, what="the group handled a replayed message")
+        assert ctl_json(cfg, "dlq", "list")["messages"] == []
+        audit = ctl_json(cfg, "audit", "list")["audits"][0]
+        assert audit["action"] == "dlq_replay_all" and audit["actor"] == "roomctl", audit
+        assert audit["count"] == 2 and audit["filter"]["event_type"] == "RoomUserJoined", audit
+
+        # two more dead letters, discarded by filter
+        im.control(http_status={"api": "*", "status": 502, "count": 100000})
+        t0 = int(time.time() * 1000)
+        st, _, js = r.post(f"/v1/rooms/{failing_room(r)}/join", {"command_id": "bulk-j7",
+                                                                 "uid": 7})
+        st2, _, _ = r.post(f"/v1/rooms/{failing_room(r)}/join", {"command_id": "bulk-j8",
+                                                                 "uid": 8})
+        assert st == 200 and st2 == 200, js
+        two = dead(2)
+        res = ctl_json(cfg, "dlq", "discard", "--group", G_IM, "--created-after", str(t0))
+        assert res["matched"] == 2 and res["done"] == 2, res
+        assert ctl_json(cfg, "dlq", "list")["messages"] == []
+        for m in two:
+            assert db_rows(group_db(tmp, G_IM), f"SELECT state FROM inbox WHERE key = "
+                                                f"'{m['event_id']}'") == [("dead",)]
+        top = ctl_json(cfg, "audit", "list")["audits"][0]
+        assert top["action"] == "dlq_discard_all" and top["count"] == 2, top
+
+        # one more, purged by group
+        r.post(f"/v1/rooms/{failing_room(r)}/join", {"command_id": "bulk-j9", "uid": 9})
+        dead(1)
+        rc, out, err = ctl(cfg, "dlq", "purge")
+        assert rc == 2 and "group" in err, (rc, out, err)
+        res = ctl_json(cfg, "dlq", "purge", "--group", G_IM)
+        assert ctl_json(cfg, "dlq", "list")["messages"] == [], res
+        audit = ctl_json(cfg, "audit", "list")["audits"][0]
+        assert audit["action"] == "dlq_purge" and audit["count"] == 1, audit
+
+
+def failing_room(r):
+    """The room of im_dead_letters (its only one)."""
+    st, _, js = r.http("GET", "/v1/rooms")
+    return js["rooms"][0]["room_id"]
+
+
 if __name__ == "__main__":
-    run([test_dlq_list_show_replay_discard_purge])
+    run([test_dlq_list_show_replay_discard_purge, test_dlq_bulk_replay_discard_purge])

@@ -23,7 +23,9 @@ from roomd_test import ROOMD, Roomd, run, wait_until
 
 SECRET = "test-secret-" + os.urandom(16).hex()
 ADMIN = "admin-token-" + os.urandom(12).hex()
-ENV = {"ROOMD_TEST_JWT": SECRET, "ROOMD_TEST_ADMIN": ADMIN}
+READER = "reader-token-" + os.urandom(12).hex()  # admin.tokens: role read
+ONCALL = "oncall-token-" + os.urandom(12).hex()  # admin.tokens: role operate, from a file
+ENV = {"ROOMD_TEST_JWT": SECRET, "ROOMD_TEST_ADMIN": ADMIN, "ROOMD_TEST_READER": READER}
 
 _rd = None
 
@@ -33,6 +35,16 @@ def shared():
     if _rd is None:
         _rd = Roomd({"auth": {"mode": "jwt", "jwt": {"hs256_secret_env": "ROOMD_TEST_JWT"}},
                      "admin": {"token_env": "ROOMD_TEST_ADMIN"}})
+        oncall_file = os.path.join(_rd.tmp, "oncall.token")
+        with open(oncall_file, "w") as f:
+            f.write(ONCALL + "\n")
+        os.chmod(oncall_file, 0o600)
+        _rd.cfg["admin"]["tokens"] = [
+            {"name": "reader", "role": "read", "token_env": "ROOMD_TEST_READER"},
+            {"name": "oncall", "role": "operate", "token_file": oncall_file}]
+        import json
+        with open(_rd.cfg_path, "w") as f:
+            json.dump(_rd.cfg, f)
         _rd.admin_token = ADMIN
         _rd.start(env=ENV)
         atexit.register(_rd.stop)
@@ -147,7 +159,7 @@ def test_reads_matrix():
     # any valid token of the app reads rooms; presence and balance: the user or a service
     for path, per_user in ((f"/v1/rooms/{rid}", False), ("/v1/rooms?limit=5", False),
                            ("/v1/users/8/presence", True), ("/v1/wallet/8", True),
-                           ("/v1/gifts", False)):
+                           ("/v1/gifts", False), (f"/v1/rooms/{rid}/events?after_seq=0", False)):
         for cname, h, want in callers(8):
             if cname == "other uid" and not per_user:
                 hu.expect_ok(rd.http("GET", path, headers=h), f"{path} / any user of the app")
@@ -162,6 +174,28 @@ def test_reads_matrix():
     assert st == 404, (st, js)  # otherapp has no such room
     st, _, js = rd.http("GET", "/v1/wallet/8", headers=tok(8, app="app2"))
     assert st == 200 and js["app_code"] == "app2", (st, js)
+
+
+def test_service_name_sub():
+    """A service token may carry its service's name as sub (sub "gateway"): it acts for any
+    uid of its app and the log names it; a user token's sub must be its uid."""
+    rd = shared()
+    gw = jw.bearer(jw.hs256(SECRET, jw.claims("gateway", "hyapp", scope="room:service")))
+    rid = hu.room_name("svc")
+    hu.expect_ok(rd.post("/v1/rooms", {"command_id": hu.cid(), "room_id": rid, "owner_uid": 41,
+                                       "title": "t"}, headers=gw), "create by the gateway")
+    hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": 42},
+                         headers=gw), "join for 42")
+    hu.expect_ok(rd.http("GET", "/v1/wallet/42", headers=gw), "a per-user read")
+    lines = [x for x in rd.log_lines() if "service command" in x and "gateway" in x]
+    assert any(rid in x for x in lines), lines[-3:]
+    for name, sub, scope in (("user token, named sub", "gateway", None),
+                             ("service, bad name", "gate way", "room:service"),
+                             ("service, empty sub", "", "room:service")):
+        h = jw.bearer(jw.hs256(SECRET, jw.claims(sub, "hyapp", scope=scope)))
+        st, _, js = rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": 43},
+                            headers=h)
+        assert st == 401, (name, st, js)
 
 
 def test_admin_listener():
@@ -182,6 +216,8 @@ def test_admin_listener():
                    ("POST", "/admin/v1/dlq/1/replay", {}),
                    ("POST", "/admin/v1/dlq/1/discard", {}),
                    ("POST", "/admin/v1/dlq/purge", {"group": "hyapp-room-im-bridge"}),
+                   ("POST", "/admin/v1/dlq/replay", {"filter": {"group": "g"}}),
+                   ("POST", "/admin/v1/dlq/discard", {"filter": {"group": "g"}}),
                    # the gift catalog's writes (reads: test_reads_matrix)
                    ("POST", "/v1/gifts", {"gift_id": "rose", "unit_price": 1})]
     bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
@@ -225,6 +261,59 @@ def test_admin_listener():
     assert js["status"] == "ready" and "outbox" in js, js
     st, _, js = rd.http("GET", "/healthz")
     assert st == 200, js
+
+
+ADMIN_WRITES = [("POST", "/v1/wallet/topup", {"command_id": "named-topup-1", "uid": 5, "amount": 3}),
+                ("POST", "/admin/v1/outbox/replay", {"filter": {"status": "failed"}}),
+                ("POST", "/admin/v1/dlq/1/replay", {}),
+                ("POST", "/admin/v1/dlq/1/discard", {}),
+                ("POST", "/admin/v1/dlq/purge", {"group": "g"}),
+                ("POST", "/admin/v1/dlq/replay", {"filter": {"group": "g"}}),
+                ("POST", "/admin/v1/dlq/discard", {"filter": {"group": "g"}}),
+                ("POST", "/v1/gifts", {"gift_id": "rose", "unit_price": 1}),
+                ("POST", "/internal/v1/rooms/nosuch/rocket/launch",
+                 {"command_id": "~rl-nosuch-1-2", "rocket_id": "nosuch-1-2", "level": 1,
+                  "launch_at_ms": 5})]
+
+
+def test_named_admin_tokens():
+    """admin.tokens: a read-only token reads every admin route and gets 403 (read_only) on
+    every write (replay, DLQ replay, top-up, internal launch), nothing changed; an operate
+    token writes, and the audit and the admin log line name it; the single token still works."""
+    rd = shared()
+    reader, oncall = jw.bearer(READER), jw.bearer(ONCALL)
+    user = tok(5)
+    bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
+    audits = len(hu.expect_ok(rd.admin("GET", "/admin/v1/audit"))["audits"])
+    for path in ("/metrics", "/readyz", "/admin/v1/outbox/summary", "/admin/v1/audit",
+                 "/admin/v1/outbox?status=failed"):
+        st, _, js = rd.admin("GET", path, headers=reader)
+        assert st == 200, (path, st, js)
+    for method, path, body in ADMIN_WRITES:
+        st, _, js = rd.admin(method, path, body, headers=reader)
+        assert st == 403 and js["error"]["code"] == "forbidden", (path, st, js)
+        assert "read_only" in js["error"]["message"], js
+    assert rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"] == bal, "read-only top-up"
+    assert len(hu.expect_ok(rd.admin("GET", "/admin/v1/audit"))["audits"]) == audits
+    m = hu.metrics(rd)
+    k = 'roomd_auth_refused_total{listener="admin",status="403",reason="read_only"}'
+    assert m.get(k, 0) == len(ADMIN_WRITES), (k, m.get(k))
+    # the operate token writes; the audit and the log line name it
+    js = hu.expect_ok(rd.admin_post("/admin/v1/outbox/replay", {"filter": {"status": "failed"}},
+                                    headers=oncall))
+    got = hu.expect_ok(rd.admin("GET", f"/admin/v1/audit/{js['audit_id']}", headers=reader))
+    assert got["actor"] == "oncall", got
+    js = hu.expect_ok(rd.admin_post("/v1/wallet/topup", {"command_id": hu.cid(), "uid": 5,
+                                                         "amount": 2}, headers=oncall))
+    assert js["balance"] == bal + 2, js
+    calls = [j for j in rd.json_log("admin call") if j.get("caller") == "oncall"]
+    assert {c["path"] for c in calls} >= {"/admin/v1/outbox/replay", "/v1/wallet/topup"}, calls
+    # the single admin token keeps working and is named "admin"
+    js = hu.expect_ok(rd.admin_post("/admin/v1/outbox/replay", {"filter": {"status": "failed"}}))
+    got = hu.expect_ok(rd.admin("GET", f"/admin/v1/audit/{js['audit_id']}"))
+    assert got["actor"] == "admin", got
+    text = "\n".join(rd.log_lines()) + rd.stderr_text()
+    assert READER not in text and ONCALL not in text, "a named admin token is in the log"
 
 
 def test_refusals_counted_and_never_logged():
@@ -330,6 +419,8 @@ def test_zz_stop():
 
 if __name__ == "__main__":
     run([test_commands_matrix_user_itself, test_commands_matrix_service, test_reads_matrix,
-         test_admin_listener, test_refusals_counted_and_never_logged, test_public_key_algs,
+         test_service_name_sub,
+         test_admin_listener, test_named_admin_tokens, test_refusals_counted_and_never_logged,
+         test_public_key_algs,
          test_key_rotation_on_sighup, test_none_refused_off_loopback, test_zz_stop],
         fixture="shared_roomd")

@@ -96,6 +96,9 @@ def admin_answers(rd, rid):
     a.append(adm("POST", "/admin/v1/dlq/1/replay", {}))
     a.append(adm("POST", "/admin/v1/dlq/1/discard", {}))
     a.append(adm("POST", "/admin/v1/dlq/purge", {"group": "hyapp-room-im-bridge"}))
+    for action in ("replay", "discard"):  # 404: rocketmq.enabled is false
+        a.append(adm("POST", f"/admin/v1/dlq/{action}", {"filter": {"group": "g"},
+                                                          "dry_run": True}))
     for path in ("/console", "/console/", "/console/console.js", "/console/console.css",
                  "/console/nope.js"):
         a.append(adm("GET", path))
@@ -151,6 +154,9 @@ def test_real_answers_match_the_document():
         a.append(answer(rd, "GET", "/v1/users/2/presence"))  # room_id null
         a.append(answer(rd, "GET", f"/v1/rooms/{rid}"))
         a.append(answer(rd, "GET", "/v1/rooms/never-created"))  # 404
+        a.append(answer(rd, "GET", f"/v1/rooms/{rid}/events?after_seq=1&limit=2"))
+        a.append(answer(rd, "GET", f"/v1/rooms/{rid}/events?limit=0"))  # 400
+        a.append(answer(rd, "GET", "/v1/rooms/never-created/events"))  # 404
         a.append(answer(rd, "GET", "/v1/rooms?limit=1"))
         a.append(answer(rd, "GET", "/v1/rooms?limit=0"))  # 400
         a.append(answer(rd, "POST", f"/v1/rooms/{rid}/close", {"command_id": hu.cid(),

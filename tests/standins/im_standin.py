@@ -18,6 +18,8 @@ Test endpoints (same port):
   POST /_control    {"fail": {"api": "send_group_msg"|"*", "code": 80001, "count": 1}}
                     {"http_status": {"api": .., "status": 502, "count": 1}}
                     {"slow": {"api": .., "ms": 3000, "count": 1}}  (do the work, answer late)
+                    any of them with "match": "text": only calls whose JSON body contains
+                    text (one event's content: poison that times out)
                     {"limits": {"per_api": 200, "per_group": 40}}  IM's frequency control: more
                     than per_api calls of one API, or per_group send_group_msg to one group,
                     within the last second answer 60007 / 10023 (0 = off, the default)
@@ -112,10 +114,12 @@ def verify_usersig(sig, key, sdkappid, identifier, now):
     return None
 
 
-def take(kind, api):
-    """Pops the first scripted entry of kind for api (or "*")."""
+def take(kind, api, body=None):
+    """Pops the first scripted entry of kind for api (or "*") whose "match" text, if any, is
+    in the call's JSON body."""
+    text = json.dumps(body, ensure_ascii=False) if body is not None else ""
     for e in SCRIPT[kind]:
-        if e.get("api") in (api, "*"):
+        if e.get("api") in (api, "*") and e.get("match", "") in text:
             e["count"] = e.get("count", 1) - 1
             if e["count"] <= 0:
                 SCRIPT[kind].remove(e)
@@ -347,7 +351,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             why = verify_usersig(q.get("usersig", ""), ARGS.secret, ARGS.sdkappid,
                                  ARGS.admin, now)
             rec["sig_ok"] = why is None
-            st = take("http_status", rec["api"])
+            st = take("http_status", rec["api"], body)
             if st is not None:
                 rec["code"] = -st["status"]
                 STATE["calls"].append(rec)
@@ -367,7 +371,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             elif not isinstance(body, dict):
                 resp = fail(60003, "body is not a JSON object")
             else:
-                f = take("fail", rec["api"])
+                f = take("fail", rec["api"], body)
                 limited = over_limit(rec["api"], body, now) if f is None else None
                 if limited is not None:
                     resp = limited
@@ -380,7 +384,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             rec["code"] = resp["ErrorCode"]
             STATE["calls"].append(rec)
             save()
-            s = take("slow", rec["api"])
+            s = take("slow", rec["api"], body)
             if s is not None:
                 delay = s["ms"] / 1000.0
         if delay:

@@ -1042,12 +1042,13 @@ test_batch_sink_row_outcomes(void **state)
     assert_non_null(strstr(r.last_error, "bus: batch busy"));
     row_clear(&r);
     get_row(ids[1], &r);
-    assert_int_equal(r.sinks_done, 0);
+    /* a sink's permanent refusal fails that sink only: the others still deliver (issue 26) */
+    assert_int_equal(r.sinks_done, SINK_BIT_BUS | SINK_BIT_ROCKET);
     assert_int_equal(r.retry_count, 1);
     assert_non_null(strstr(r.last_error, "direct: scripted failure"));
     row_clear(&r);
     get_row(ids[2], &r);
-    assert_int_equal(r.sinks_done, SINK_BIT_TIM);
+    assert_int_equal(r.sinks_done, SINK_BIT_TIM | SINK_BIT_ROCKET);
     assert_non_null(strstr(r.last_error, "bus: batch refused"));
     row_clear(&r);
     get_row(ids[0], &r);
@@ -1065,12 +1066,12 @@ test_batch_sink_row_outcomes(void **state)
     row_clear(&r);
     assert_int_equal(ts[0]->calls, 4); /* once per row, not again on the retry */
     assert_int_equal(ts[1]->single_calls, 0);
-    assert_int_equal(ts[1]->calls, 3 + 1); /* ids 0, 2, 3; then 3 again */
+    assert_int_equal(ts[1]->calls, 4 + 1); /* every id (1 too: refused by direct only); 3 again */
     assert_int_equal(ts[1]->batch_calls, 2);
-    assert_int_equal(ts[1]->with_json, 4); /* the direct sink reads it: built */
-    assert_int_equal(ts[1]->batch_sizes[0], 3);
+    assert_int_equal(ts[1]->with_json, 5); /* the direct sink reads it: built */
+    assert_int_equal(ts[1]->batch_sizes[0], 4);
     assert_int_equal(ts[1]->batch_sizes[1], 1);
-    assert_int_equal(ts[2]->calls, 2); /* ids 0 and 3, each once */
+    assert_int_equal(ts[2]->calls, 4); /* ids 0, 1, 2 (each refused by another sink) and 3 */
     for (int i = 0; i < 3; i++)
         tsink_free(ts[i]);
 }
@@ -1138,6 +1139,36 @@ test_deep_claim_split(void **state)
         if (i % PER > 0)
             assert_true(k > call_index(t, ids[i - 1], 0)); /* after its room's previous */
     }
+    tsink_free(t);
+}
+
+/*
+ * The seed's batch_size (每轮最大抢占条数) caps every claim with the default
+ * claim_batches 1, also through a deep backlog (issue 26).
+ */
+static void
+test_claim_capped_by_batch_size(void **state)
+{
+    enum { ROOMS = 7, PER = 5, N = ROOMS * PER };
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->poll_interval_ms = 10000;
+    c->batch_size = 10;
+    c->claim_batches = 1;
+    char ids[N][37];
+    for (int r = 0; r < ROOMS; r++)
+        insert_events(PER, "RoomGiftSent", NULL, 0, &ids[r * PER]);
+    struct tsink *t = tsink_window_new("bus", SINK_BIT_BUS, 0);
+    struct outbox *ob = open_outbox(&t, 1);
+    struct outbox_stats st;
+
+    for (int i = 0; i < N; i++)
+        assert_true(wait_status(ids[i], OUTBOX_DELIVERED, 5000));
+    outbox_stats(ob, &st);
+    outbox_close(ob);
+    assert_int_equal(st.claimed_rows, N);
+    assert_int_equal(st.claim_max, 10);
+    assert_true(st.claims >= 4);
+    assert_int_equal(batch_calls_within(t, 10), N);
     tsink_free(t);
 }
 
@@ -1435,6 +1466,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_batch_sink_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_capped_by_batch_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_holds_across_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_kill9, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),

@@ -1524,11 +1524,17 @@ test_timing_log(void **state)
                                          "activity_ms",
                                          "tencent_im_ms",
                                          "activity_async_outbox",
-                                         "tencent_im_async_outbox"};
+                                         "tencent_im_async_outbox",
+                                         "forwarded"};
     FILE *fp;
     char line[4096];
-    int n = 0, gifts = 0, failed = 0;
+    int n = 0, gifts = 0, failed = 0, snapshots = 0;
 
+    /* the activity sink on, IM off: each flag follows its own sink (issue 26) */
+    f->conf->activity.enabled = true;
+    f->conf->tencent_im.enabled = false;
+    f->conf->outbox_worker.publish_mode = PUBLISH_DIRECT;
+    f->conf->room.snapshot_every_n = 5;
     svc_open(f);
     create(f, "r1", 1);
     join(f, "r1", 1);
@@ -1554,8 +1560,17 @@ test_timing_log(void **state)
         for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
             if (json_object_get(j, fields[i]) == NULL)
                 fail_msg("timing line lacks %s: %s", fields[i], line);
-        assert_true(json_is_boolean(json_object_get(j, "tencent_im_async_outbox")));
+        assert_true(json_is_false(json_object_get(j, "tencent_im_async_outbox")));
+        assert_true(json_is_false(json_object_get(j, "forwarded")));
         assert_true(json_number_value(json_object_get(j, "total_ms")) > 0);
+        if (json_integer_value(json_object_get(j, "status")) < 300) {
+            /* a new command: the idempotency check is its log row's unique key, timed */
+            assert_true(json_number_value(json_object_get(j, "idempotency_ms")) > 0);
+            assert_true(json_is_true(json_object_get(j, "activity_async_outbox")));
+        }
+        /* version 5 (the leave) hits snapshot_every_n: built + persisted */
+        if (json_number_value(json_object_get(j, "snapshot_ms")) > 0)
+            snapshots++;
         assert_true(json_number_value(json_object_get(j, "activity_ms")) == 0);
         if (strcmp(json_string_value(json_object_get(j, "command")), "SendGift") == 0) {
             gifts++;
@@ -1573,6 +1588,7 @@ test_timing_log(void **state)
     assert_int_equal(n, 7);
     assert_int_equal(gifts, 1);
     assert_int_equal(failed, 1);
+    assert_int_equal(snapshots, 1);
 }
 
 int

@@ -126,8 +126,8 @@ t_sqlite_schema(void **state)
     sqlite3_stmt *q = NULL;
     bool uses_index = false;
 
-    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 6);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 6);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 9);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 9);
     /* journal_mode is persistent in the file */
     sqlite3_stmt *jm = NULL;
     assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &jm, NULL), SQLITE_OK);
@@ -173,7 +173,7 @@ t_sqlite_schema(void **state)
     assert_int_equal(store_load_room(f->st, "a1", "r1", &l), 0);
     room_load_clear(&l);
     db = raw_open(f->conf);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 6);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM schema_migrations"), 9);
     sqlite3_close(db);
 }
 
@@ -203,20 +203,26 @@ t_sqlite_migrate_legacy(void **state)
     db = raw_open(f->conf);
     raw_exec(db, "DROP INDEX room_outbox_status; DELETE FROM schema_migrations WHERE version > 1;"
                  "DROP INDEX rooms_owner; DROP INDEX room_outbox_room;"
+                 "DROP INDEX room_outbox_status_due;"
                  "ALTER TABLE rooms DROP COLUMN event_seq;"
+                 "DROP INDEX room_outbox_seq;"
                  "ALTER TABLE room_outbox DROP COLUMN room_seq;"
                  "ALTER TABLE wallet_ledger DROP COLUMN room_id;"
                  "ALTER TABLE wallet_ledger DROP COLUMN version;"
                  "ALTER TABLE wallet_ledger DROP COLUMN request_digest;"
                  "DROP TABLE store_probe;"
                  "DROP TABLE gift_catalog;"
+                 "ALTER TABLE room_command_log DROP COLUMN request_id;"
+                 "ALTER TABLE room_command_log DROP COLUMN traceparent;"
+                 "ALTER TABLE room_outbox DROP COLUMN request_id;"
+                 "ALTER TABLE room_outbox DROP COLUMN traceparent;"
                  "UPDATE room_outbox SET status = 'published', due_at_ms = NULL,"
                  " delivered_at_ms = 5 WHERE id = 1");
     sqlite3_close(db);
 
     f->st = store_suite_open(f->conf);
     db = raw_open(f->conf);
-    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 6);
+    assert_int_equal(raw_int(db, "SELECT max(version) FROM schema_migrations"), 9);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
                                  " AND name = 'room_outbox_status'"),
                      1);

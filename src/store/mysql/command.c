@@ -33,8 +33,8 @@ MYS_SQL(LOG_TAIL, "SELECT " CMD_COLS " FROM room_command_log"
                   " WHERE app_code=? AND room_id=? AND version>? AND version<=?"
                   " ORDER BY version");
 MYS_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
-                    " command_type, request, response, created_at_ms)"
-                    " VALUES (?,?,?,?,?,?,?,?)");
+                    " command_type, request, response, created_at_ms, request_id, traceparent)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?)");
 MYS_SQL(ROOM_INSERT,
         "INSERT INTO rooms (app_code, room_id, owner_uid, title, status, version,"
         " fence_token, rocket_status, rocket_id, rocket_level, rocket_launch_at_ms,"
@@ -75,8 +75,8 @@ MYS_SQL(ROOM_UPSERT,
 MYS_SQL(OUTBOX_INSERT,
         "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
         " command_id, event_type, payload, status, retry_count, sinks_done,"
-        " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq)"
-        " VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?)");
+        " locked_by, lock_until_ms, due_at_ms, created_at_ms, updated_at_ms, room_seq,"
+        " request_id, traceparent) VALUES (?,?,?,?,?,?,?,?,0,0,?,?,?,?,?,?,?,?)");
 /* The hand-off under ordering per_room, for up to MYS_IN rooms of one app,
  * in one round trip (a UNION ALL of two reads, told apart by the third
  * column):
@@ -202,9 +202,11 @@ fill_log(struct bulk *k, size_t row, const struct mutation *m)
     bk_str(k, 5, row, m->request ? m->request : "");
     bk_str(k, 6, row, m->response ? m->response : "");
     bk_i64(k, 7, row, m->created_at_ms);
+    bk_str(k, 8, row, m->request_id);
+    bk_str(k, 9, row, m->traceparent);
 }
 
-#define LOG_TYPES "ssissssi"
+#define LOG_TYPES "ssissssiss"
 
 /* Binds the room columns that SQL_ROOM_INSERT and SQL_ROOM_UPDATE share, in
  * their common order (owner_uid .. rocket_launch_at_ms, "isiissii"), from
@@ -279,9 +281,11 @@ fill_outbox(struct bulk *k, size_t row, const struct mutation *m, const struct o
     bk_i64(k, 11, row, m->created_at_ms);
     bk_i64(k, 12, row, m->created_at_ms);
     bk_i64(k, 13, row, e->room_seq);
+    bk_str(k, 14, row, m->request_id);
+    bk_str(k, 15, row, m->traceparent);
 }
 
-#define OUTBOX_INSERT_TYPES "sssissbssiiiii"
+#define OUTBOX_INSERT_TYPES "sssissbssiiiiiss"
 
 /* True when m hands its rows off under ordering per_room (only if its room
  * has no undelivered row). */
@@ -634,8 +638,11 @@ save_fast(struct conn *c, struct save_ctx *x)
     for (size_t i = 0, e0 = 0; i < x->n; e0 += x->muts[i++]->nevents)
         for (size_t e = 0; e < x->muts[i]->nevents; e++)
             fill_outbox(&ob, e0 + e, x->muts[i], &x->muts[i]->events[e]);
+    int64_t t_log = clock_mono_us();
     if ((rc = mys_st_bulk(c, &SQL_LOG_INSERT, &log, NULL)) != 0)
         goto fault;
+    for (size_t i = 0; i < x->n; i++)
+        x->muts[i]->log_us = (clock_mono_us() - t_log) / (int64_t)x->n;
     if ((rc = fail_hook(x)) != 0)
         goto out;
     if ((rc = mys_st_bulk(c, &SQL_ROOM_INSERT, &ins, NULL)) != 0)
@@ -658,9 +665,12 @@ save_fast(struct conn *c, struct save_ctx *x)
                 c->err = 0; /* a broken rule: save_slow refuses that create alone */
             goto fault;
         }
-    for (size_t i = 0; i < x->n; i++)
+    for (size_t i = 0; i < x->n; i++) {
+        int64_t t_snap = clock_mono_us();
         if (x->muts[i]->snapshot != NULL && (rc = save_snapshot(c, x->muts[i])) != 0)
             goto fault;
+        x->muts[i]->snapshot_us = x->muts[i]->snapshot != NULL ? clock_mono_us() - t_snap : 0;
+    }
     if ((rc = claimed_ids(c, x->muts, x->n, lone_id)) != 0)
         goto fault;
     rc = mys_tx_commit(c);
@@ -739,7 +749,9 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
         return rc;
 
+    int64_t t_log = clock_mono_us();
     rc = exec_one(c, &SQL_LOG_INSERT, LOG_TYPES, m, fill_log, NULL);
+    m->log_us = clock_mono_us() - t_log;
     if (rc != 0) {
         bool reused = strstr(c->errmsg, "uq_cmdlog_command") != NULL;
 
@@ -788,8 +800,10 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
         if (aff != 1)
             return ROOMD_EFENCED;
     }
+    int64_t t_snap = clock_mono_us();
     if (m->snapshot != NULL && (rc = save_snapshot(c, m)) != 0)
         return mutation_outcome(c, rc, ROOMD_ECONFLICT, fatal);
+    m->snapshot_us = m->snapshot != NULL ? clock_mono_us() - t_snap : 0;
     return 0;
 }
 

@@ -35,6 +35,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -96,6 +97,9 @@ enum sid {
     S_GIFT_VERSION,
     S_GIFT_UPSERT,
     S_GIFT_LIST,
+    S_EV_HEAD,
+    S_EV_ROWS,
+    S_EV_OLDEST,
     S_COUNT
 };
 
@@ -157,6 +161,8 @@ struct mstore {
      * this process's workers claim one after another, each snapshot after
      * the previous claim's commit, so their claims never pick the same rooms. */
     pthread_mutex_t claim_mu;
+    /* wall ms of the last mys_outbox_reconcile before a claim (outbox.c) */
+    _Atomic int64_t reconciled_ms;
 };
 
 enum errclass {
@@ -454,6 +460,12 @@ int mys_hosts_parse(struct mstore *s, char *const *list, int n, const char *host
 /* The server in use as "host:port" into host, and the moves so far. Returns
  * 0. Thread: any; takes s->mu briefly. */
 int mys_server_info(struct store *st, char *host, size_t len, uint64_t *failovers);
+
+/* outbox.c: derives due_at_ms from the seed's columns for every row whose
+ * due_at_ms is missing or contradicts its status (rows of another writer;
+ * docs/migrate.md), on c in autocommit. Returns 0 and *fixed (rows
+ * changed) or the failure. Thread: c's holder; blocks on the server. */
+int mys_outbox_reconcile_on(struct conn *c, uint64_t *fixed);
 
 /* schema.c */
 int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);

@@ -7,23 +7,38 @@
  */
 #include "store/mysql/internal.h"
 
+#include "core/crash.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/xmalloc.h"
 
 #include <mysqld_error.h>
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define OUTBOX_COLS STORE_OUTBOX_COLS
-#define OUTBOX_TYPES "isssssibsiiiisbiii"
+#define OUTBOX_TYPES "isssssibsiiiisbiiiss"
+/* The columns of OUTBOX_COLS: a statement's own columns come after them. */
+#define OUTBOX_NCOLS STORE_OUTBOX_NCOLS
 
+/* The seed's columns are the truth for every row, whoever wrote it
+ * (docs/migrate.md): a row is due when pending, retryable with
+ * next_retry_at_ms reached, or delivering with its lock expired; published,
+ * delivered and failed rows never are. due_at_ms is roomd's index of that:
+ * every claim checks the seed's columns too (SEED_DUE, parameters now, now),
+ * and mys_outbox_reconcile derives due_at_ms for rows another writer left
+ * without it (or with one their status contradicts). */
+#define SEED_DUE                                                                                   \
+    "(status='pending' OR (status='retryable' AND COALESCE(next_retry_at_ms,0)<=?)"                \
+    " OR (status='delivering' AND COALESCE(lock_until_ms,0)<=?))"
 /* The claim follows ix_outbox_due exactly (range on due_at_ms, ordered by
  * (due_at_ms, id)): no filesort, so SKIP LOCKED locks only the rows it
  * returns, and delivered rows (due_at_ms NULL) are never read. */
 MYS_SQL(CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_due)"
-                      " WHERE due_at_ms<=? ORDER BY due_at_ms, id LIMIT ?"
+                      " WHERE due_at_ms<=? AND " SEED_DUE " ORDER BY due_at_ms, id LIMIT ?"
                       " FOR UPDATE SKIP LOCKED");
 /* A claim's and a completion's rows are written OUTBOX_IN ids per statement
  * ("id IN (...)": one range over the primary key, optimized once), not one
@@ -43,7 +58,7 @@ MYS_SQL(CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_o
  * SELECT; an ordered claim's rows after the heads it holds). */
 MYS_SQL(CLAIM_IDS, "UPDATE room_outbox FORCE INDEX (PRIMARY) SET status='delivering', locked_by=?,"
                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
-                   " WHERE id IN (" OUTBOX_IN_LIST ") AND due_at_ms<=?");
+                   " WHERE id IN (" OUTBOX_IN_LIST ") AND due_at_ms<=? AND " SEED_DUE);
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered), consistent
  * (non-locking) reads of one snapshot: the rooms of the due rows whose room
  * has no row waiting (locked, or retryable not yet due: due_at_ms > now), in
@@ -57,14 +72,18 @@ MYS_SQL(CLAIM_IDS, "UPDATE room_outbox FORCE INDEX (PRIMARY) SET status='deliver
  * rows only. */
 #define CLAIM_ROOMS                                                                                \
     "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"                  \
-    " WHERE o.due_at_ms<=? AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"       \
+    " WHERE o.due_at_ms<=? AND " SEED_DUE                                                          \
+    " AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"                            \
     " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"                         \
     " ORDER BY o.due_at_ms, o.id LIMIT ?"
 /* The rooms and their runs in one statement (one snapshot, one round trip
  * instead of one per room; issue 13): every undelivered row of those rooms
  * (all due: the rooms have no row waiting) in id order up to the limit, so
  * each room's rows are a prefix of its undelivered ones, from its head. */
-MYS_SQL(CLAIM_RUNS, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM (SELECT DISTINCT"
+/* (a row the seed's columns say is not due reads as due at INT64_MAX: its
+ * room's run ends before it) */
+MYS_SQL(CLAIM_RUNS, "SELECT " OUTBOX_COLS ", updated_at_ms,"
+                    " IF(" SEED_DUE ", due_at_ms, 9223372036854775807) FROM (SELECT DISTINCT"
                     " c.app_code AS r_app, c.room_id AS r_room FROM (" CLAIM_ROOMS ") c) r"
                     " STRAIGHT_JOIN room_outbox o FORCE INDEX (ix_outbox_room)"
                     " ON o.app_code=r.r_app AND o.room_id=r.r_room AND o.due_at_ms IS NOT NULL"
@@ -77,7 +96,8 @@ MYS_SQL(CLAIM_RUNS, "SELECT " OUTBOX_COLS ", updated_at_ms, due_at_ms FROM (SELE
 MYS_SQL(CLAIM_FENCED, "UPDATE room_outbox FORCE INDEX (PRIMARY) SET status='delivering',"
                       " locked_by=?,"
                       " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
-                      " WHERE (id, updated_at_ms) IN (" OUTBOX_PAIR_LIST ") AND due_at_ms<=?");
+                      " WHERE (id, updated_at_ms) IN (" OUTBOX_PAIR_LIST ") AND due_at_ms<=?"
+                      " AND " SEED_DUE);
 MYS_SQL(COMPLETE, "UPDATE room_outbox SET status=?, retry_count=?, sinks_done=?,"
                   " next_retry_at_ms=?, lock_until_ms=NULL, locked_by=NULL, last_error=?,"
                   " due_at_ms=?,"
@@ -129,6 +149,10 @@ read_outbox(const struct rows *r, void *dst)
     o->created_at_ms = r_i64(r, 15);
     o->delivered_at_ms = r_i64(r, 16);
     o->room_seq = r_i64(r, 17);
+    if (r_str(r, 18) != NULL)
+        strlcpy_(o->request_id, r_str(r, 18), sizeof(o->request_id));
+    if (r_str(r, 19) != NULL)
+        strlcpy_(o->traceparent, r_str(r, 19), sizeof(o->traceparent));
 }
 
 /* Reads every row of r into a growing array (*rows, *n). */
@@ -203,6 +227,8 @@ claim_ids(struct conn *c, const struct claim_ctx *x, const int64_t *ids, const i
             if (seen != NULL)
                 p_i64(&p, seen[j]);
         }
+        p_i64(&p, x->now);
+        p_i64(&p, x->now); /* SEED_DUE */
         p_i64(&p, x->now);
         if ((rc = mys_st_exec(c, seen != NULL ? &SQL_CLAIM_FENCED : &SQL_CLAIM_IDS, &p, &aff)) != 0)
             return rc;
@@ -279,13 +305,13 @@ read_runs(struct conn *c, struct claim_ctx *x, int64_t **seen)
     bool ended = false;
     int rc;
 
-    if ((rc = mys_query(c, &SQL_CLAIM_RUNS, &r, OUTBOX_TYPES "ii", "iidd", x->now, x->now, x->limit,
-                        x->limit)) == 0)
+    if ((rc = mys_query(c, &SQL_CLAIM_RUNS, &r, OUTBOX_TYPES "ii", "iiiiiidd", x->now, x->now,
+                        x->now, x->now, x->now, x->now, x->limit, x->limit)) == 0)
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             cd = xgrow(cd, n, &cap, sizeof(*cd));
             read_outbox(&r, &cd[n].row);
-            cd[n].seen = r_i64(&r, 18);
-            cd[n++].due = r_i64(&r, 19);
+            cd[n].seen = r_i64(&r, OUTBOX_NCOLS);
+            cd[n++].due = r_i64(&r, OUTBOX_NCOLS + 1);
         }
     mys_rows_done(&r);
     if (n > 1)
@@ -406,7 +432,8 @@ claim_in_tx(struct conn *c, struct claim_ctx *x)
     x->n = 0;
     if (x->per_room)
         return claim_ordered_in_tx(c, x);
-    if ((rc = mys_query(c, &SQL_CLAIM_SELECT, &r, OUTBOX_TYPES, "id", x->now, x->limit)) == 0)
+    if ((rc = mys_query(c, &SQL_CLAIM_SELECT, &r, OUTBOX_TYPES, "iiid", x->now, x->now, x->now,
+                        x->limit)) == 0)
         rc = read_outbox_rows(c, &r, &x->rows, &x->n);
     mys_rows_done(&r);
     if (rc != 0)
@@ -477,6 +504,63 @@ run_for_rows(struct store *s, mys_txn_fn fn, void *arg, bool tx, bool ordered,
     return 0;
 }
 
+/* mys_outbox_reconcile's statements (no parameters: the seed's columns
+ * give everything). Ranges of ix_outbox_status_due (status, due_at_ms):
+ * the pending rows without due_at_ms, the retryable and delivering rows
+ * (few: failures and rows in flight), the done rows with a due_at_ms. */
+#define RECONCILE_DUE                                                                              \
+    "UPDATE room_outbox FORCE INDEX (ix_outbox_status_due) SET due_at_ms=CASE status"              \
+    " WHEN 'pending' THEN created_at_ms WHEN 'retryable' THEN COALESCE(next_retry_at_ms,0)"        \
+    " ELSE COALESCE(lock_until_ms,0) END"                                                          \
+    " WHERE (status='pending' AND due_at_ms IS NULL)"                                              \
+    " OR (status='retryable' AND NOT (due_at_ms <=> COALESCE(next_retry_at_ms,0)))"                \
+    " OR (status='delivering' AND NOT (due_at_ms <=> COALESCE(lock_until_ms,0)))"
+#define RECONCILE_DONE                                                                             \
+    "UPDATE room_outbox FORCE INDEX (ix_outbox_status_due) SET due_at_ms=NULL"                     \
+    " WHERE status IN ('delivered','published','failed') AND due_at_ms IS NOT NULL"
+
+int
+mys_outbox_reconcile_on(struct conn *c, uint64_t *fixed)
+{
+    uint64_t n = 0;
+    int rc;
+
+    *fixed = 0;
+    if ((rc = mys_q_exec(c, RECONCILE_DUE)) != 0)
+        return rc;
+    n = mysql_affected_rows(c->db);
+    if ((rc = mys_q_exec(c, RECONCILE_DONE)) != 0)
+        return rc;
+    *fixed = n + mysql_affected_rows(c->db);
+    return 0;
+}
+
+static int
+reconcile_fn(struct conn *c, void *arg)
+{
+    return mys_outbox_reconcile_on(c, arg);
+}
+
+/* At most once per RECONCILE_EVERY_MS per store, before a claim: rows
+ * another writer inserted or changed (docs/migrate.md) become claimable
+ * within about a second. A failure is left to the claim that follows. */
+#define RECONCILE_EVERY_MS 1000
+
+static void
+reconcile_due(struct store *s, int64_t now_ms)
+{
+    struct mstore *m = (struct mstore *)s;
+    int64_t last = atomic_load(&m->reconciled_ms);
+    uint64_t fixed = 0;
+
+    if (now_ms - last < RECONCILE_EVERY_MS ||
+        !atomic_compare_exchange_strong(&m->reconciled_ms, &last, now_ms))
+        return;
+    if (mys_run(m, reconcile_fn, &fixed) == 0 && fixed > 0)
+        log_info("store", "outbox rows of another writer made claimable", "rows=%llu",
+                 (unsigned long long)fixed);
+}
+
 int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, bool per_room, struct outbox_row **rows, size_t *n)
@@ -487,6 +571,7 @@ mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const c
     *n = 0;
     if (limit <= 0)
         return 0;
+    reconcile_due(s, now_ms);
     return run_for_rows(s, claim_fn, &x, true, per_room, &x.rows, &x.n, rows, n);
 }
 
@@ -616,7 +701,9 @@ complete_in_tx(struct conn *c, struct complete_ctx *x)
     for (size_t i = 0; i < x->n; i++)
         x->res[i].rc = 0;
     if (x->n > 1) {
-        if ((rc = complete_grouped(c, x, &aff)) != 0 || aff == x->n)
+        if ((rc = complete_grouped(c, x, &aff)) == 0 && aff == x->n)
+            test_crash("in_complete"); /* written, not committed */
+        if (rc != 0 || aff == x->n)
             return rc;
         mys_tx_rollback(c);
         if ((rc = mys_tx_begin(c)) != 0)
@@ -631,6 +718,8 @@ complete_in_tx(struct conn *c, struct complete_ctx *x)
             return rc;
         x->res[i].rc = aff == 1 ? 0 : ROOMD_ESTALE;
     }
+    if (x->n > 0)
+        test_crash("in_complete"); /* written, not committed */
     return 0;
 }
 
@@ -697,6 +786,7 @@ mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nre
     *rows = NULL;
     *n = 0;
     *completed = false;
+    reconcile_due(s, now_ms);
     rc = run_for_rows(s, complete_claim_fn, &x, true, per_room, &x.next.rows, &x.next.n, rows, n);
     *completed = rc == 0;
     return rc;
@@ -824,4 +914,69 @@ mys_outbox_purge(struct store *s, int64_t delivered_before_ms, int limit, size_t
     /* chunks of 500, each its own short autocommit statement following
      * ix_outbox_delivered, so no lock is held for long */
     return mys_purge_chunks((struct mstore *)s, &SQL_PURGE, delivered_before_ms, limit, purged);
+}
+
+MYS_SQL(EV_HEAD, "SELECT event_seq FROM rooms WHERE app_code=? AND room_id=?");
+MYS_SQL(EV_ROWS, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_outbox_seq)"
+                 " WHERE app_code=? AND room_id=? AND room_seq>? ORDER BY room_seq, id LIMIT ?");
+MYS_SQL(EV_OLDEST, "SELECT COALESCE(MIN(room_seq), 0) FROM room_outbox FORCE INDEX (ix_outbox_seq)"
+                   " WHERE app_code=? AND room_id=? AND room_seq>0");
+
+struct events_ctx {
+    const char *app, *room_id;
+    int64_t after, limit;
+    struct outbox_row *rows;
+    size_t n;
+    int64_t oldest, latest;
+};
+
+/* The head first: rows committed after it only raise what the caller sees. */
+static int
+events_fn(struct conn *c, void *arg)
+{
+    struct events_ctx *x = arg;
+    struct rows r;
+    int rc;
+
+    outbox_rows_free(x->rows, x->n);
+    x->rows = NULL;
+    x->n = 0;
+    x->oldest = 0;
+    x->latest = -1;
+    rc = mys_query_one(c, &SQL_EV_HEAD, &r, "i", "ss", x->app, x->room_id);
+    if (rc == 1)
+        x->latest = r_i64(&r, 0);
+    mys_rows_done(&r);
+    if (rc <= 0)
+        return rc;
+    rc = mys_query_one(c, &SQL_EV_OLDEST, &r, "i", "ss", x->app, x->room_id);
+    if (rc == 1)
+        x->oldest = r_i64(&r, 0);
+    mys_rows_done(&r);
+    if (rc < 0)
+        return rc;
+    rc = mys_query(c, &SQL_EV_ROWS, &r, OUTBOX_TYPES, "ssii", x->app, x->room_id, x->after,
+                   x->limit);
+    if (rc == 0)
+        rc = read_outbox_rows(c, &r, &x->rows, &x->n);
+    mys_rows_done(&r);
+    return rc;
+}
+
+int
+mys_room_events(struct store *s, const char *app, const char *room_id, int64_t after_seq, int limit,
+                struct outbox_row **rows, size_t *n, int64_t *oldest_seq, int64_t *latest_seq)
+{
+    struct events_ctx x = {app, room_id, after_seq, limit, NULL, 0, 0, -1};
+    int rc = mys_run((struct mstore *)s, events_fn, &x);
+
+    if (rc != 0) {
+        outbox_rows_free(x.rows, x.n);
+        return rc;
+    }
+    *rows = x.rows;
+    *n = x.n;
+    *oldest_seq = x.oldest;
+    *latest_seq = x.latest;
+    return 0;
 }

@@ -9,9 +9,11 @@
 #include "core/err.h"
 #include "core/log.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /*
  * Ids are VARBINARY: byte-exact like SQLite (utf8mb4_bin pads spaces in
@@ -170,12 +172,217 @@ static const char *const migration_5[] = {
     NULL,
 };
 
+/* 6: the request that carried a command (X-Request-Id, traceparent; issue 29). */
+static const char *const migration_6[] = {
+    "ALTER TABLE room_command_log"
+    " ADD COLUMN IF NOT EXISTS request_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS traceparent VARBINARY(55) NOT NULL DEFAULT ''",
+    "ALTER TABLE room_outbox"
+    " ADD COLUMN IF NOT EXISTS request_id VARBINARY(64) NOT NULL DEFAULT '',"
+    " ADD COLUMN IF NOT EXISTS traceparent VARBINARY(55) NOT NULL DEFAULT ''",
+    NULL,
+};
+
+/* 7: the seed's columns are the truth (issue 26, docs/migrate.md): the
+ * reconcile of due_at_ms (outbox.c) ranges over (status, due_at_ms). */
+static const char *const migration_7[] = {
+    "ALTER TABLE room_outbox ADD KEY IF NOT EXISTS ix_outbox_status_due (status, due_at_ms)",
+    NULL,
+};
+
+/* 8: exact catch-up (issue 30): a room's events by room_seq (store_room_events). */
+static const char *const migration_8[] = {
+    "ALTER TABLE room_outbox ADD KEY IF NOT EXISTS ix_outbox_seq (app_code, room_id, room_seq)",
+    NULL,
+};
+
 static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
     {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
+    {6, migration_6}, {7, migration_7}, {8, migration_8},
 };
+
+/*
+ * Tables of the seed's shape (docs/migrate.md): a database that roomd never
+ * migrated may hold rooms, room_command_log, room_snapshots and room_outbox
+ * written by the seed's room-service. Migration 1 creates only missing
+ * tables (IF NOT EXISTS), so before it each existing one is checked and
+ * completed in place: the columns roomd needs and cannot invent (need) must
+ * be there, no column roomd does not know may be NOT NULL without a default
+ * (roomd's INSERTs would fail), and the columns and keys it lacks are added
+ * (add); nothing is dropped, every row is kept. The later migrations then
+ * apply as on roomd's own tables.
+ */
+struct adopt {
+    const char *table;
+    const char *const *need; /* NULL-ended */
+    const char *const *add;  /* "ADD ... IF NOT EXISTS ..." clauses, NULL-ended */
+};
+
+static const char *const outbox_need[] = {"id",      "event_id",      "app_code",
+                                          "room_id", "event_type",    "payload",
+                                          "status",  "created_at_ms", NULL};
+static const char *const outbox_add[] = {
+    "ADD COLUMN IF NOT EXISTS room_version BIGINT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS command_id VARBINARY(64) NOT NULL DEFAULT ''",
+    "ADD COLUMN IF NOT EXISTS retry_count INT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS sinks_done INT UNSIGNED NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS next_retry_at_ms BIGINT NULL",
+    "ADD COLUMN IF NOT EXISTS lock_until_ms BIGINT NULL",
+    "ADD COLUMN IF NOT EXISTS locked_by VARBINARY(64) NULL",
+    "ADD COLUMN IF NOT EXISTS last_error BLOB NULL",
+    "ADD COLUMN IF NOT EXISTS due_at_ms BIGINT NULL",
+    "ADD COLUMN IF NOT EXISTS updated_at_ms BIGINT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS delivered_at_ms BIGINT NULL",
+    "ADD UNIQUE KEY IF NOT EXISTS uq_outbox_event (event_id)",
+    "ADD KEY IF NOT EXISTS ix_outbox_due (due_at_ms, id)",
+    "ADD KEY IF NOT EXISTS ix_outbox_status (status, id)",
+    "ADD KEY IF NOT EXISTS ix_outbox_delivered (delivered_at_ms)",
+    NULL,
+};
+static const char *const cmdlog_need[] = {"id",      "app_code",      "room_id", "command_id",
+                                          "version", "created_at_ms", NULL};
+static const char *const cmdlog_add[] = {
+    "ADD COLUMN IF NOT EXISTS command_type VARCHAR(32) NOT NULL DEFAULT ''",
+    "ADD COLUMN IF NOT EXISTS request MEDIUMTEXT NOT NULL DEFAULT ''",
+    "ADD COLUMN IF NOT EXISTS response MEDIUMTEXT NOT NULL DEFAULT ''",
+    "ADD UNIQUE KEY IF NOT EXISTS uq_cmdlog_command (app_code, command_id)",
+    "ADD UNIQUE KEY IF NOT EXISTS uq_cmdlog_version (app_code, room_id, version)",
+    NULL,
+};
+static const char *const rooms_need[] = {"app_code", "room_id", NULL};
+static const char *const rooms_add[] = {
+    "ADD COLUMN IF NOT EXISTS owner_uid BIGINT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS title TEXT NOT NULL DEFAULT ''",
+    "ADD COLUMN IF NOT EXISTS status VARCHAR(16) NOT NULL DEFAULT 'open'",
+    "ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS fence_token BIGINT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS rocket_status VARCHAR(16) NOT NULL DEFAULT 'idle'",
+    "ADD COLUMN IF NOT EXISTS rocket_id VARBINARY(64) NOT NULL DEFAULT ''",
+    "ADD COLUMN IF NOT EXISTS rocket_level INT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS rocket_launch_at_ms BIGINT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS created_at_ms BIGINT NOT NULL DEFAULT 0",
+    "ADD COLUMN IF NOT EXISTS updated_at_ms BIGINT NOT NULL DEFAULT 0",
+    "ADD KEY IF NOT EXISTS ix_rooms_rocket (rocket_status)",
+    NULL,
+};
+static const char *const snap_need[] = {"app_code", "room_id", "version", "state", NULL};
+static const char *const snap_add[] = {
+    "ADD COLUMN IF NOT EXISTS created_at_ms BIGINT NOT NULL DEFAULT 0",
+    NULL,
+};
+
+static const struct adopt adopts[] = {
+    {"rooms", rooms_need, rooms_add},
+    {"room_command_log", cmdlog_need, cmdlog_add},
+    {"room_snapshots", snap_need, snap_add},
+    {"room_outbox", outbox_need, outbox_add},
+};
+
+/* Every column name roomd's tables have (a seed table's other columns must
+ * be nullable or have a default). */
+static const char *const known_cols[] = {"id",
+                                         "event_id",
+                                         "app_code",
+                                         "room_id",
+                                         "room_version",
+                                         "command_id",
+                                         "event_type",
+                                         "payload",
+                                         "status",
+                                         "retry_count",
+                                         "sinks_done",
+                                         "next_retry_at_ms",
+                                         "lock_until_ms",
+                                         "locked_by",
+                                         "last_error",
+                                         "due_at_ms",
+                                         "created_at_ms",
+                                         "updated_at_ms",
+                                         "delivered_at_ms",
+                                         "room_seq",
+                                         "owner_uid",
+                                         "title",
+                                         "version",
+                                         "fence_token",
+                                         "rocket_status",
+                                         "rocket_id",
+                                         "rocket_level",
+                                         "rocket_launch_at_ms",
+                                         "event_seq",
+                                         "command_type",
+                                         "request",
+                                         "response",
+                                         "state",
+                                         NULL};
+
+static bool
+listed(const char *const *list, const char *name)
+{
+    for (; *list != NULL; list++)
+        if (strcasecmp(*list, name) == 0)
+            return true;
+    return false;
+}
+
+/* Checks and completes the existing table a->table (nothing when it does
+ * not exist). Returns 0, ROOMD_EINVAL with c->errmsg naming the column
+ * roomd cannot take, or a database failure. */
+static int
+adopt_table(struct conn *c, const struct adopt *a)
+{
+    char sql[512];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    bool have[16] = {false}, any = false;
+    char bad[96] = "";
+    int rc;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT COLUMN_NAME, IS_NULLABLE, COLUMN_DEFAULT IS NULL, EXTRA"
+             " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=DATABASE()"
+             " AND TABLE_NAME='%s'",
+             a->table);
+    if (mysql_real_query(c->db, sql, strlen(sql)) != 0 || (res = mysql_store_result(c->db)) == NULL)
+        return mys_db_fail(c, "information_schema.COLUMNS");
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        any = true;
+        for (size_t i = 0; a->need[i] != NULL && i < 16; i++)
+            if (strcasecmp(a->need[i], row[0]) == 0)
+                have[i] = true;
+        if (!listed(known_cols, row[0]) && strcmp(row[1], "NO") == 0 && strcmp(row[2], "1") == 0 &&
+            strstr(row[3], "auto_increment") == NULL && strstr(row[3], "GENERATED") == NULL &&
+            !*bad)
+            snprintf(bad, sizeof(bad), "%s", row[0]);
+    }
+    mysql_free_result(res);
+    if (!any)
+        return 0; /* migration 1 creates it */
+    for (size_t i = 0; a->need[i] != NULL; i++)
+        if (!have[i]) {
+            snprintf(c->errmsg, sizeof(c->errmsg),
+                     "existing table %s has no column %s: roomd cannot take this table"
+                     " (docs/migrate.md)",
+                     a->table, a->need[i]);
+            return ROOMD_EINVAL;
+        }
+    if (*bad) {
+        snprintf(c->errmsg, sizeof(c->errmsg),
+                 "existing table %s has column %s NOT NULL without a default, which roomd"
+                 " does not write: give it a default or make it nullable (docs/migrate.md)",
+                 a->table, bad);
+        return ROOMD_EINVAL;
+    }
+    for (const char *const *q = a->add; *q != NULL; q++) {
+        snprintf(sql, sizeof(sql), "ALTER TABLE %s %s", a->table, *q);
+        if ((rc = mys_q_exec(c, sql)) != 0)
+            return rc;
+    }
+    log_info("store", "existing table of the seed's shape taken in place", "table=%s", a->table);
+    return 0;
+}
 
 #define NMIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))
 
@@ -215,6 +422,9 @@ mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen)
             log_warn("store", "database schema is newer than this roomd", "version=%d", got);
     }
     mysql_free_result(res);
+    for (size_t i = 0; !applied[1] && i < sizeof(adopts) / sizeof(adopts[0]); i++)
+        if ((rc = adopt_table(c, &adopts[i])) != 0)
+            goto unlock;
     for (size_t i = 0; i < NMIGRATIONS; i++) {
         const struct migration *m = &migrations[i];
 
@@ -231,6 +441,14 @@ mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen)
         log_info("store", "mysql migration applied", "version=%d database=%s", m->version,
                  s->database);
     }
+    /* rows another writer left (or a seed table just taken): due_at_ms
+     * derived from the seed's columns before the first claim */
+    uint64_t fixed = 0;
+    if ((rc = mys_outbox_reconcile_on(c, &fixed)) != 0)
+        goto unlock;
+    if (fixed > 0)
+        log_info("store", "outbox rows of another writer made claimable", "rows=%llu",
+                 (unsigned long long)fixed);
 unlock:
     if (c->db != NULL)
         mys_q_exec(c, "SELECT RELEASE_LOCK('roomd.schema_migrations')");

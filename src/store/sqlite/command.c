@@ -18,15 +18,16 @@
 SQ_SQL(ROOM_FENCE, "SELECT version, fence_token, owner_uid, status FROM rooms"
                    " WHERE app_code = ?1 AND room_id = ?2");
 SQ_SQL(LOG_INSERT, "INSERT INTO room_command_log (app_code, room_id, version, command_id,"
-                   " command_type, request, response, created_at_ms)"
-                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+                   " command_type, request, response, created_at_ms, request_id, traceparent)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
 SQ_SQL(LOG_EXISTS, "SELECT 1 FROM room_command_log WHERE app_code = ?1 AND command_id = ?2");
 /* ?9 status, ?10 locked_by, ?11 lock_until_ms, ?12 due_at_ms: pending
  * (due at created_at_ms) or, for the outbox hand-off, already claimed */
 SQ_SQL(OUTBOX_INSERT, "INSERT INTO room_outbox (event_id, app_code, room_id, room_version,"
                       " command_id, event_type, payload, status, locked_by, lock_until_ms,"
-                      " due_at_ms, created_at_ms, updated_at_ms, room_seq)"
-                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13)");
+                      " due_at_ms, created_at_ms, updated_at_ms, room_seq, request_id, traceparent)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9, ?10, ?11, ?12, ?8, ?8, ?13, ?14,"
+                      " ?15)");
 /* The hand-off under ordering per_room: does the room have an undelivered
  * row (room_outbox_room), other than (?3, room affinity) rows delivering by
  * the hand-off claimer ?4 under a lock still running at the command's time
@@ -236,9 +237,12 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         return rc;
 
     /* Command log: the idempotency key and the version fence. */
-    q = sq_bound(c, &SQL_LOG_INSERT, "ssissssi", m->app_code, m->room_id, m->version, m->command_id,
-                 m->command_type, m->request, m->response, m->created_at_ms);
+    int64_t t_log = clock_mono_us();
+    q = sq_bound(c, &SQL_LOG_INSERT, "ssissssiss", m->app_code, m->room_id, m->version,
+                 m->command_id, m->command_type, m->request, m->response, m->created_at_ms,
+                 m->request_id, m->traceparent);
     rc = sq_step_write(c, q, "save command log");
+    m->log_us = clock_mono_us() - t_log;
     if (rc == ROOMD_ECONFLICT) {
         /* Which unique key? The command_id one means EREUSED. */
         q = sq_bound(c, &SQL_LOG_EXISTS, "ss", m->app_code, m->command_id);
@@ -290,10 +294,11 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
         const struct outbox_new *e = &m->events[i];
 
         /* locked_by NULL binds "" */
-        q = sq_bound(c, &SQL_OUTBOX_INSERT, "sssissbissiii", e->event_id, m->app_code, m->room_id,
+        q = sq_bound(c, &SQL_OUTBOX_INSERT, "sssissbissiiiss", e->event_id, m->app_code, m->room_id,
                      m->version, m->command_id, e->event_type, (const void *)e->payload,
                      e->payload_len, m->created_at_ms, init.status, init.locked_by,
-                     init.lock_until_ms, init.due_at_ms, e->room_seq);
+                     init.lock_until_ms, init.due_at_ms, e->room_seq, m->request_id,
+                     m->traceparent);
         rc = sq_step_write(c, q, "save outbox");
         if (rc == ROOMD_ECONFLICT) {
             store_set_errmsg("event_id %s already exists", e->event_id);
@@ -320,6 +325,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
 
     /* The snapshot, and pruning beyond snapshots_keep. */
     if (m->snapshot != NULL) {
+        int64_t t_snap = clock_mono_us();
         q = sq_bound(c, &SQL_SNAP_INSERT, "ssisi", m->app_code, m->room_id, m->version, m->snapshot,
                      m->created_at_ms);
         if ((rc = sq_step_write(c, q, "save snapshot")) != 0)
@@ -328,6 +334,7 @@ save_one(struct conn *c, struct mutation *m, int *fatal)
                      (m->snapshots_keep > 1 ? m->snapshots_keep : 1) - 1);
         if ((rc = sq_step_write(c, q, "prune snapshots")) != 0)
             return *fatal = rc;
+        m->snapshot_us = clock_mono_us() - t_snap;
     }
     return 0;
 }

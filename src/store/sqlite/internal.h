@@ -31,6 +31,7 @@ struct conf_sqlite;
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -93,6 +94,11 @@ enum stmt_id {
     ST_GIFT_VERSION,
     ST_GIFT_UPSERT,
     ST_GIFT_LIST,
+    ST_RECONCILE_DUE,
+    ST_RECONCILE_DONE,
+    ST_EV_HEAD,
+    ST_EV_ROWS,
+    ST_EV_OLDEST,
     ST_COUNT_
 };
 
@@ -124,6 +130,7 @@ struct sq_store {
     bool rbusy[NREADERS];
     int nreaders;   /* 0 for ":memory:": a private database, reads use the writer */
     bool sync_full; /* synchronous=FULL: outbox bookkeeping commits without the fsync */
+    _Atomic int64_t reconciled_ms; /* wall ms of the last reconcile before a claim (outbox.c) */
 };
 
 /* Resets s (NULL: nothing to do) and clears its bindings. */
@@ -226,6 +233,12 @@ int sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x);
  * error (what names it; *purged 0). Blocks on the writer (retention.c). */
 int sq_purge_rows(struct store *st, const struct sq_sql *sql, int64_t before_ms, int limit,
                   size_t *purged, const char *what);
+
+/* outbox.c: derives due_at_ms from the seed's columns for every row whose
+ * due_at_ms is missing or contradicts its status (rows of another writer;
+ * docs/migrate.md), inside c's open write transaction. Returns 0 and
+ * *fixed (rows changed) or the failure. Thread: the writer's holder. */
+int sq_outbox_reconcile_in_tx(struct conn *c, int *fixed);
 
 /* schema.c */
 int sq_migrate(struct conn *c, char *err, size_t errlen);

@@ -6,24 +6,48 @@
  */
 #include "store/sqlite/internal.h"
 
+#include "core/crash.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/xmalloc.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define OUTBOX_COLS STORE_OUTBOX_COLS
+/* The columns of OUTBOX_COLS: a statement's own columns come after them. */
+#define OUTBOX_NCOLS STORE_OUTBOX_NCOLS
 
+/* The seed's columns are the truth for every row, whoever wrote it
+ * (docs/migrate.md): due when pending, retryable with next_retry_at_ms
+ * reached, or delivering with its lock expired (now: parameter n). Every
+ * claim checks them too; due_at_ms is roomd's index of it, derived for rows
+ * another writer left without it (RECONCILE_*). */
+#define SEED_DUE(n)                                                                                \
+    "(status = 'pending' OR (status = 'retryable' AND coalesce(next_retry_at_ms, 0) <= " n ")"     \
+    " OR (status = 'delivering' AND coalesce(lock_until_ms, 0) <= " n "))"
+SQ_SQL(RECONCILE_DUE,
+       "UPDATE room_outbox SET due_at_ms = CASE status"
+       " WHEN 'pending' THEN created_at_ms"
+       " WHEN 'retryable' THEN coalesce(next_retry_at_ms, 0)"
+       " ELSE coalesce(lock_until_ms, 0) END"
+       " WHERE (status = 'pending' AND due_at_ms IS NULL)"
+       " OR (status = 'retryable' AND due_at_ms IS NOT coalesce(next_retry_at_ms, 0))"
+       " OR (status = 'delivering' AND due_at_ms IS NOT coalesce(lock_until_ms, 0))");
+SQ_SQL(RECONCILE_DONE, "UPDATE room_outbox SET due_at_ms = NULL"
+                       " WHERE status IN ('delivered', 'published', 'failed')"
+                       " AND due_at_ms IS NOT NULL");
 SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
               " lock_until_ms = ?2, due_at_ms = ?2, updated_at_ms = ?3"
               " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
-              " AND due_at_ms <= ?3 ORDER BY due_at_ms, id LIMIT ?4)"
-              " RETURNING " OUTBOX_COLS);
+              " AND due_at_ms <= ?3 AND " SEED_DUE("?3") " ORDER BY due_at_ms, id LIMIT ?4)"
+                                                         " RETURNING " OUTBOX_COLS);
 /* outbox_worker.ordering per_room (store_outbox_claim_ordered): the due
  * rows whose room has no row waiting (locked, or retryable not yet due:
  * due_at_ms > ?1), in claim order (?2 limit), each with its room's count of
- * undelivered rows (column 18); then, for a room whose undelivered rows are
+ * undelivered rows (column OUTBOX_NCOLS); then, for a room whose undelivered rows are
  * not all among them, its undelivered rows in id order from its head, with
  * due_at_ms (?3 limit, over room_outbox_room; its ORDER BY id needs a
  * temporary b-tree per query: issue 13, run for every room this query took
@@ -37,13 +61,17 @@ SQ_SQL(CLAIM_ROOMS, "SELECT " OUTBOX_COLS ", (SELECT count(*) FROM room_outbox e
                     " WHERE e.app_code = o.app_code AND e.room_id = o.room_id"
                     " AND e.due_at_ms IS NOT NULL) FROM room_outbox o"
                     " WHERE o.due_at_ms IS NOT NULL"
-                    " AND o.due_at_ms <= ?1 AND NOT EXISTS (SELECT 1 FROM room_outbox e"
-                    " WHERE e.app_code = o.app_code AND e.room_id = o.room_id"
-                    " AND e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
-                    " ORDER BY o.due_at_ms, o.id LIMIT ?2");
-SQ_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", due_at_ms FROM room_outbox"
-                 " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
-                 " ORDER BY id LIMIT ?3");
+                    " AND o.due_at_ms <= ?1 AND " SEED_DUE(
+                        "?1") " AND NOT EXISTS (SELECT 1 FROM room_outbox e"
+                              " WHERE e.app_code = o.app_code AND e.room_id = o.room_id"
+                              " AND e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
+                              " ORDER BY o.due_at_ms, o.id LIMIT ?2");
+/* (a row the seed's columns say is not due reads as due at INT64_MAX: the
+ * room's run ends before it) */
+SQ_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", CASE WHEN " SEED_DUE(
+                     "?4") " THEN due_at_ms ELSE 9223372036854775807 END FROM room_outbox"
+                           " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
+                           " ORDER BY id LIMIT ?3");
 /* The ordered claim's rows in one statement: ?4 is their ids as a JSON
  * array (a rowid seek each; one statement instead of one per row). */
 SQ_SQL(CLAIM_IDS, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
@@ -99,6 +127,8 @@ read_row(sqlite3_stmt *q, void *dst)
     r->created_at_ms = sqlite3_column_int64(q, 15);
     r->delivered_at_ms = sqlite3_column_int64(q, 16);
     r->room_seq = sqlite3_column_int64(q, 17);
+    col_copy(q, 18, r->request_id, sizeof(r->request_id));
+    col_copy(q, 19, r->traceparent, sizeof(r->traceparent));
 }
 
 /* Steps q to the end, appending each row to *rows. */
@@ -124,12 +154,14 @@ static int
 read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size_t want,
               struct outbox_row **rows, size_t *n, size_t *cap)
 {
-    sqlite3_stmt *q = sq_bound(c, &SQL_ROOM_RUN, "ssi", rm->app_code, rm->room_id, (int64_t)want);
+    sqlite3_stmt *q =
+        sq_bound(c, &SQL_ROOM_RUN, "ssii", rm->app_code, rm->room_id, (int64_t)want, now_ms);
     int step;
 
     if (q == NULL)
         return ROOMD_EIO;
-    while ((step = sqlite3_step(q)) == SQLITE_ROW && sqlite3_column_int64(q, 18) <= now_ms) {
+    while ((step = sqlite3_step(q)) == SQLITE_ROW &&
+           sqlite3_column_int64(q, OUTBOX_NCOLS) <= now_ms) {
         *rows = xgrow(*rows, *n, cap, sizeof(**rows));
         read_row(q, &(*rows)[(*n)++]);
     }
@@ -192,7 +224,7 @@ read_candidates(struct conn *c, int64_t now_ms, int limit, struct outbox_row **c
         *crows = xgrow(*crows, *nc, &cap, sizeof(**crows));
         read_row(q, &(*crows)[(*nc)++]);
         undelivered = xgrow(undelivered, nu, &ucap, sizeof(*undelivered));
-        undelivered[nu++] = sqlite3_column_int64(q, 18);
+        undelivered[nu++] = sqlite3_column_int64(q, OUTBOX_NCOLS);
     }
     done(q);
     if (step != SQLITE_DONE) {
@@ -336,15 +368,47 @@ complete_in_tx(struct conn *c, struct outbox_result *res, size_t n)
             return rc;
         r->rc = sqlite3_changes(c->db) == 1 ? 0 : ROOMD_ESTALE;
     }
+    if (n > 0)
+        test_crash("in_complete"); /* written, not committed */
     return 0;
 }
+
+int
+sq_outbox_reconcile_in_tx(struct conn *c, int *fixed)
+{
+    int rc;
+
+    *fixed = 0;
+    if ((rc = sq_step_write(c, sq_stmt(c, &SQL_RECONCILE_DUE), "reconcile")) != 0)
+        return rc;
+    *fixed = sqlite3_changes(c->db);
+    if ((rc = sq_step_write(c, sq_stmt(c, &SQL_RECONCILE_DONE), "reconcile")) != 0)
+        return rc;
+    *fixed += sqlite3_changes(c->db);
+    return 0;
+}
+
+/* At most once per RECONCILE_EVERY_MS per store (before a claim, in its
+ * transaction): rows another writer inserted or changed become claimable
+ * within about a second. */
+#define RECONCILE_EVERY_MS 1000
 
 /* The claim inside the open transaction: ordered (claim_ordered) or one
  * UPDATE ... RETURNING over room_outbox_due. */
 static int
-claim_in_tx(struct conn *c, const struct bookkeeping *x)
+claim_in_tx(struct sq_store *s, struct conn *c, const struct bookkeeping *x)
 {
     sqlite3_stmt *q;
+    int64_t last = atomic_load(&s->reconciled_ms);
+    int fixed = 0, rc;
+
+    if (x->now_ms - last >= RECONCILE_EVERY_MS &&
+        atomic_compare_exchange_strong(&s->reconciled_ms, &last, x->now_ms)) {
+        if ((rc = sq_outbox_reconcile_in_tx(c, &fixed)) != 0)
+            return rc;
+        if (fixed > 0)
+            log_info("store", "outbox rows of another writer made claimable", "rows=%d", fixed);
+    }
 
     if (x->per_room)
         return claim_ordered(c, x->now_ms, x->lock_until_ms, x->locked_by, x->limit, x->rows, x->n);
@@ -370,7 +434,7 @@ bookkeeping_tx(struct sq_store *s, struct bookkeeping *x)
     }
     if ((rc = sq_run(c, &SQL_BEGIN_IMMEDIATE)) == 0 &&
         (rc = complete_in_tx(c, x->res, x->nres)) == 0 &&
-        (!x->claim || x->limit <= 0 || (rc = claim_in_tx(c, x)) == 0))
+        (!x->claim || x->limit <= 0 || (rc = claim_in_tx(s, c, x)) == 0))
         rc = sq_run(c, &SQL_COMMIT);
     sq_writer_put(s, c); /* rolls back what an error left open */
     if (rc != 0) {
@@ -535,4 +599,45 @@ int
 sq_outbox_purge(struct store *st, int64_t delivered_before_ms, int limit, size_t *purged)
 {
     return sq_purge_rows(st, &SQL_PURGE, delivered_before_ms, limit, purged, "purge");
+}
+
+SQ_SQL(EV_HEAD, "SELECT event_seq FROM rooms WHERE app_code = ?1 AND room_id = ?2");
+SQ_SQL(EV_ROWS, "SELECT " STORE_OUTBOX_COLS " FROM room_outbox WHERE app_code = ?1"
+                " AND room_id = ?2 AND room_seq > ?3 ORDER BY room_seq, id LIMIT ?4");
+SQ_SQL(EV_OLDEST, "SELECT coalesce(min(room_seq), 0) FROM room_outbox WHERE app_code = ?1"
+                  " AND room_id = ?2 AND room_seq > 0");
+
+/* The three reads in one read transaction: one snapshot. */
+int
+sq_room_events(struct store *st, const char *app, const char *room_id, int64_t after_seq, int limit,
+               struct outbox_row **rows, size_t *n, int64_t *oldest_seq, int64_t *latest_seq)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    sqlite3_stmt *q;
+    int rc;
+
+    if ((rc = sq_run(c, &SQL_BEGIN)) != 0)
+        goto out;
+    rc = sq_step_i64(c, sq_bound(c, &SQL_EV_HEAD, "ss", app, room_id), latest_seq, "events head");
+    if (rc <= 0) { /* no room (0), or the failure */
+        *latest_seq = -1;
+        goto out;
+    }
+    rc = sq_step_i64(c, sq_bound(c, &SQL_EV_OLDEST, "ss", app, room_id), oldest_seq,
+                     "events oldest");
+    if (rc < 0)
+        goto out;
+    q = sq_bound(c, &SQL_EV_ROWS, "ssid", app, room_id, after_seq, limit);
+    rc = q != NULL ? read_rows(c, q, rows, n, "events") : ROOMD_EIO;
+out:
+    sq_rollback(c); /* a read: nothing to keep */
+    sq_reader_put(s, c);
+    if (rc < 0) {
+        outbox_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+        return rc;
+    }
+    return 0;
 }
