@@ -19,11 +19,20 @@
    (`H=...; R=...`) hold for the page's later blocks. A curl line in any other shape fails the test,
    naming page and line.
 3. Every roomctl command line of a page (and of README.md) is one roomctl accepts (no usage error), run against
-   a fresh roomd."""
+   a fresh roomd.
+4. Every other command line of a page runs or is listed: the `$ ` lines, the lines of ```sh
+   blocks and the command lines of indented code blocks (first word a program: on PATH, in
+   KNOWN, or a path under scripts/, build*/, deploy/, tests/). `roomd --check-config` /
+   `--version` / `--print-config-doc` lines run against the built binary and a transcript's
+   output (the lines up to the next `$ `) must be what they print; the gRPC client block and the
+   compose env copy run; every other one must match ONE entry of NOT_RUN, with the reason it
+   cannot run here. A command line neither run nor listed fails the test, as does an entry of
+   NOT_RUN that matches no line (no stale reasons)."""
 import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -257,6 +266,184 @@ def test_roomctl_lines_parse():
     assert not bad, "\n".join(bad)
 
 
+# --- every other command line --------------------------------------------------------------
+
+KNOWN = {"roomd", "roomctl", "roomd_consumer", "make", "apt", "apt-get", "dpkg", "systemctl",
+         "journalctl", "docker", "podman", "node", "install", "sudo", "mysql", "redis-cli", "nats"}
+
+# (page, regex on the command, why it does not run here): the only command lines not run
+NOT_RUN = [
+    ("docs/bus.md", r"^roomd_consumer -c configs/cloud\.yaml ",
+     "the consumer of configs/cloud.yaml: its 3-node JetStream, MySQL and Tencent IM "
+     "(tests/integ/test_consumer*.py run roomd_consumer on local servers)"),
+    ("docs/cluster.md", r"^scripts/servers\.sh start build-asan/servers",
+     "the cluster walk-through: starts MariaDB/Redis/NATS of a build-asan tree "
+     "(tests/integ/test_*cluster*.py do it on their own ports)"),
+    ("docs/cluster.md", r"^ROOMD_NATS_CLUSTER_PORTS=.* scripts/nats_cluster\.sh start ",
+     "starts a 3-node JetStream cluster on fixed ports (the cluster tests do it)"),
+    ("docs/cluster.md", r"^build-asan/roomd -c node0\.yaml ",
+     "three nodes on node0..2.yaml of the cluster walk-through: a cluster"),
+    ("docs/cluster.md", r"^scripts/nats_cluster\.sh (kill|restart|stop) /tmp/natsc",
+     "acts on the cluster the walk-through started"),
+    ("docs/container.md", r"^make deb\b",
+     "dpkg-buildpackage writes the .debs to ../, outside the tree; tests/integ/test_debian.py "
+     "builds them in a copy"),
+    ("docs/container.md", r"^apt install \.\./roomd_",
+     "installs packages: would change this machine (test_debian.py installs in a scratch root)"),
+    ("docs/container.md", r"^install -m 0640 -o root -g roomd ",
+     "writes /etc/roomd as root after the package made the roomd group: changes the machine"),
+    ("docs/container.md", r"^podman (build|run) ",
+     "needs a container engine (none here); tests/integ/test_container.py checks the files"),
+    ("docs/container.md", r"^docker compose ",
+     "needs a container engine and the images; test_container.py checks compose.yaml"),
+    ("docs/http.md", r"^grep '\"request_id\":\"gw-7f3a\"' var/roomd\.log",
+     "greps the logs of a two-node deployment for a gateway's request id"),
+]
+
+
+def is_command(line):
+    words = re.sub(r"^\$ ", "", line.strip())
+    words = re.sub(r"^([A-Z_][A-Z0-9_]*=(\"[^\"]*\"|\S*)\s+)+", "", words).split()
+    if not words:
+        return False
+    w = words[0]
+    if w in ("roomd", "roomd_consumer") and not (len(words) > 1 and words[1].startswith("-")):
+        return False  # options only: "roomd node0" of a diagram is a name
+    return (w in KNOWN or re.match(r"(\./)?(scripts|build[\w-]*|deploy|tests)/\S", w) is not None
+            or (re.match(r"^[a-z][\w.-]*$", w) is not None and shutil.which(w) is not None))
+
+
+def command_lines():
+    """(page:line, command, documented output or None) of every command line of docs/*.md."""
+    out = []
+    for page in pages():
+        rel = os.path.relpath(page, SOURCE)
+        with open(page) as f:
+            lines = f.read().split("\n")
+        i = 0
+        while i < len(lines):
+            ln = lines[i]
+            if ln.startswith("```"):
+                lang, j = ln[3:].strip(), i + 1
+                while j < len(lines) and not lines[j].startswith("```"):
+                    j += 1
+                body = lines[i + 1:j]
+                if any(b.startswith("$ ") for b in body):  # a transcript
+                    for k, b in enumerate(body):
+                        if b.startswith("$ "):
+                            rest = body[k + 1:]
+                            n = next((x for x, r in enumerate(rest) if r.startswith("$ ")), len(rest))
+                            out.append((f"{rel}:{i + 2 + k}", b[2:], "\n".join(rest[:n])))
+                elif lang in ("sh", "bash", "shell", "console"):
+                    out.append((f"{rel}:{i + 2}", "\n".join(body), None))  # one script
+                elif lang == "":
+                    out += [(f"{rel}:{i + 2 + k}", b.strip(), None)
+                            for k, b in enumerate(body) if is_command(b)]
+                i = j + 1
+                continue
+            if ln.startswith("$ "):
+                out.append((f"{rel}:{i + 1}", ln[2:], None))
+            elif ln.startswith("    ") and i > 0 and lines[i - 1].strip() == "":
+                j = i
+                while j < len(lines) and (lines[j].startswith("    ") or lines[j].strip() == ""):
+                    j += 1
+                k = i
+                while k < j:  # the block's logical lines, "\" continuations joined
+                    first, cmd = k, lines[k].strip()
+                    while cmd.endswith("\\") and k + 1 < j:
+                        k += 1
+                        cmd = cmd[:-1].rstrip() + " " + lines[k].strip()
+                    if is_command(cmd):
+                        out.append((f"{rel}:{first + 1}", cmd.split(" #")[0].strip(), None))
+                    k += 1
+                i = j
+                continue
+            i += 1
+    return out
+
+
+def run_check_config(where, cmd, want):
+    """A `roomd --check-config|--version|--print-config-doc` line, run as written in a copy of
+    configs/ with ./var made (as `make run` does; bad.yaml: a file whose line 12, column 18 is `outbox_worker.poll_interval: 0`),
+    with none of the secrets' environment variables set; the output must be the transcript's."""
+    tmp = tempfile.mkdtemp(dir=TMP)
+    for f in ("configs",):
+        shutil.copytree(os.path.join(SOURCE, f), os.path.join(tmp, f))
+    os.makedirs(os.path.join(tmp, "var"))
+    with open(os.path.join(tmp, "bad.yaml"), "w") as f:
+        f.write("# a config with one bad value\n" + "#\n" * 9 + "outbox_worker:\n  poll_interval: 0\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ROOMD_MYSQL_PASSWORD", "ROOMD_ADMIN_TOKEN", "ROOMD_JWT_SECRET",
+                        "TIM_SECRET_KEY")}
+    env["PATH"] = BUILD + os.pathsep + env.get("PATH", "")
+    p = subprocess.run(["bash", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=30, cwd=tmp, env=env)  # the terminal's order
+    got = p.stdout.strip()
+    if want is None:
+        assert p.returncode == 0, f"{where}: {cmd}: exit {p.returncode}: {got[:500]}"
+    else:
+        assert got == want.strip(), f"{where}: {cmd}\nprints:\n{got}\nthe page says:\n{want}"
+
+
+def run_grpc_block(where, script):
+    """The gRPC client block of docs/grpc.md against a fresh roomd on configs/local.yaml (its
+    gRPC listener moved off 9090): each call answers, GetRoom the room CreateRoom made."""
+    port, admin_port, grpc_port = free_port(), free_port(), free_port()
+    tmp = tempfile.mkdtemp(dir=TMP)
+    rd = Roomd(tmp=tmp, port=port, overrides={"admin": {"listen": f"127.0.0.1:{admin_port}"}})
+    rd.cfg_path = local_config(tmp, port, admin_port, {"grpc": {"listen": f"127.0.0.1:{grpc_port}"}})
+    rd.log_path = os.path.join(tmp, "var", "roomd.log")
+    rd.start()
+    try:
+        p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c",
+                            script.replace("127.0.0.1:9090", f"127.0.0.1:{grpc_port}")],
+                           capture_output=True, text=True, timeout=60, cwd=SOURCE)
+    finally:
+        assert rd.stop() == 0
+    assert p.returncode == 0, f"{where}: exit {p.returncode}: {p.stderr[-1500:]}"
+    assert '"r9"' in p.stdout and "gRPC" in p.stdout, f"{where}: {p.stdout[-1500:]}"
+
+
+def run_env_copy(where, cmd):
+    """`cp deploy/roomd.env.example deploy/compose/roomd.env`: run in a copy of deploy/."""
+    tmp = tempfile.mkdtemp(dir=TMP)
+    shutil.copytree(os.path.join(SOURCE, "deploy"), os.path.join(tmp, "deploy"))
+    p = subprocess.run(["bash", "-e", "-c", cmd], capture_output=True, text=True, timeout=30, cwd=tmp)
+    assert p.returncode == 0, f"{where}: {cmd}: {p.stderr}"
+    assert os.path.getsize(os.path.join(tmp, "deploy", "compose", "roomd.env")) > 0, where
+
+
+def test_every_command_line_runs_or_is_listed():
+    found = command_lines()
+    bad, used, ran, listed = [], set(), 0, 0
+    for where, cmd, want in found:
+        first = cmd.split("\n")[0]
+        if re.search(r"(^|[;&|]\s*)curl ", cmd, re.M) or re.match(r"(build/)?roomctl ", first):
+            continue  # test_every_curl_line_runs / test_roomctl_lines_parse
+        if re.match(r"roomd --(check-config|version|print-config-doc)\b", first):
+            run_check_config(where, cmd, want)
+            ran += 1
+        elif "tests/standins/grpc_client.js" in cmd:
+            run_grpc_block(where, cmd)
+            ran += 1
+        elif re.match(r"cp deploy/roomd\.env\.example deploy/compose/roomd\.env$", cmd):
+            run_env_copy(where, cmd)
+            ran += 1
+        else:
+            hit = [n for n, (pg, rx, _) in enumerate(NOT_RUN)
+                   if where.startswith(pg + ":") and re.search(rx, first)]
+            if hit:
+                used.update(hit)
+                listed += 1
+            else:
+                bad.append(f"{where}: `{first}` is neither run nor in NOT_RUN")
+    bad += [f"NOT_RUN entry {pg} {rx!r} matches no command line"
+            for n, (pg, rx, _) in enumerate(NOT_RUN) if n not in used]
+    print(f"  {ran} command lines run, {listed} listed in NOT_RUN")
+    assert not bad, "\n".join(bad)
+    assert ran >= 4, ran
+
+
 if __name__ == "__main__":
     run([test_config_keys_exist, test_yaml_examples_use_keys, test_every_curl_line_runs,
-         test_roomctl_lines_parse])
+         test_roomctl_lines_parse, test_every_command_line_runs_or_is_listed])
