@@ -80,6 +80,9 @@ const struct key conf_keys[] = {
     {"http.tls.cert_file", K_STR, F(http.tls_cert_file), "",
      .doc = "PEM certificate: HTTPS on http.listen (with http.tls.key_file); \"\" = plain HTTP"},
     {"http.tls.key_file", K_STR, F(http.tls_key_file), "", .doc = "PEM private key of it"},
+    {"http.trusted_proxies", K_STRLIST, L(http.trusted_proxies, http.ntrusted_proxies), "",
+     .doc = "load balancers (addresses or CIDRs) whose X-Forwarded-For names the client for "
+            "per-address caps, rate limits and logs (docs/http.md); [] = none"},
 
     {"auth.mode", K_STR, F(auth.mode), "none", ONE_OF(auth_modes),
      .doc = "none (only when every listener is loopback) or jwt (docs/auth.md)"},

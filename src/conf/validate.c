@@ -223,6 +223,68 @@ conf_listen_is_loopback(const char *listen)
     return false;
 }
 
+bool
+conf_cidr_parse(const char *s, struct conf_cidr *out)
+{
+    char host[64];
+    const char *slash = s ? strchr(s, '/') : NULL;
+    size_t n = s ? (slash ? (size_t)(slash - s) : strlen(s)) : 0;
+    int max;
+
+    memset(out, 0, sizeof(*out));
+    if (n == 0 || n >= sizeof(host))
+        return false;
+    memcpy(host, s, n);
+    host[n] = '\0';
+    if (inet_pton(AF_INET, host, out->addr) == 1)
+        out->family = AF_INET, max = 32;
+    else if (inet_pton(AF_INET6, host, out->addr) == 1)
+        out->family = AF_INET6, max = 128;
+    else
+        return false;
+    out->bits = max;
+    if (slash != NULL) {
+        char *end;
+        long b;
+        if (slash[1] < '0' || slash[1] > '9')
+            return false;
+        errno = 0;
+        b = strtol(slash + 1, &end, 10);
+        if (*end != '\0' || errno != 0 || b < 0 || b > max)
+            return false;
+        out->bits = (int)b;
+    }
+    return true;
+}
+
+bool
+conf_cidr_match(const struct conf_cidr *c, const char *a)
+{
+    unsigned char x[16];
+    const unsigned char *p = x;
+    int family;
+
+    if (a == NULL)
+        return false;
+    if (inet_pton(AF_INET, a, x) == 1) {
+        family = AF_INET;
+    } else if (inet_pton(AF_INET6, a, x) == 1) {
+        family = AF_INET6;
+        if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)x))
+            family = AF_INET, p = x + 12;
+    } else {
+        return false;
+    }
+    if (family != c->family)
+        return false;
+    for (int i = 0, left = c->bits; left > 0; i++, left -= 8) {
+        unsigned char mask = left >= 8 ? 0xff : (unsigned char)(0xff << (8 - left));
+        if ((p[i] & mask) != (c->addr[i] & mask))
+            return false;
+    }
+    return true;
+}
+
 /* At most one of two keys saying where a secret (or a TLS file) is. */
 static void
 not_both(struct vctx *v, const char *a_key, const char *a, const char *b_key, const char *b)
@@ -482,6 +544,14 @@ validate_cross(const struct conf *c, struct vctx *v)
     if (im->enabled && conf_empty(im->secret_key_env) && conf_empty(im->secret_key_file))
         bad(v, "tencent_im.secret_key_env",
             "tencent_im.enabled needs secret_key_env or secret_key_file");
+
+    for (int i = 0; i < c->http.ntrusted_proxies; i++) {
+        struct conf_cidr cidr;
+        if (!conf_cidr_parse(c->http.trusted_proxies[i], &cidr))
+            bad(v, "http.trusted_proxies",
+                "want an address or CIDR (10.0.0.0/8, fd00::/8), got \"%s\"",
+                c->http.trusted_proxies[i]);
+    }
 
     validate_auth_admin(c, v);
 }

@@ -14,10 +14,14 @@
  *    (request smuggling behind a proxy);
  *  - a watchdog (ticker.h) shuts the socket of a connection whose headers
  *    are not in within http.header_timeout (for a keep-alive connection:
- *    after http.request_timeout + header_timeout since its last answer) or
- *    whose body is not in within http.body_timeout (slowloris, slow bodies);
+ *    after header_timeout from the first byte of its next request, seen by
+ *    TCP_INFO, and at most request_timeout + header_timeout since its last
+ *    answer) or whose body is not in within http.body_timeout from the end
+ *    of its headers; bytes trickling in never extend either;
  *  - http.max_connections_per_ip on the public listener,
- *    admin.max_connections_per_ip on the admin one;
+ *    admin.max_connections_per_ip on the admin one (on_accept), except for
+ *    http.trusted_proxies, whose X-Forwarded-For names the client of each
+ *    request (client_text) for the rate limits and logs;
  *  - fair eviction: libmicrohttpd admits EVICT_HEADROOM connections past
  *    max_connections, and a connection past it evicts (shuts) the idle one
  *    (waiting for its headers or body) of the address holding the most
@@ -51,6 +55,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -78,7 +83,7 @@ struct conn {
     struct conn *prev, *next;
     int fd;
     int64_t deadline_ms;         /* monotonic; 0 = none (a handler is running) */
-    const char *phase;           /* what the deadline waits for: "header" | "body" */
+    const char *phase;           /* what the deadline waits for: "header" | "body" | "idle" */
     int64_t since_ms;            /* monotonic: when its current wait began */
     char addr[INET6_ADDRSTRLEN]; /* the client's address; "" unknown */
 };
@@ -116,6 +121,8 @@ struct http_server {
     struct http_deps deps;  /* copy; its pointers are borrowed, ready is ours */
     size_t max_body;
     int64_t header_ms, body_ms, idle_ms;
+    struct conf_cidr proxies[CONF_MAX_LIST]; /* http.trusted_proxies */
+    int nproxies;
     atomic_int inflight;  /* requests between their headers and completion */
     atomic_bool stopping; /* close began: new requests get 503 + close */
     struct ticker *watchdog;
@@ -268,6 +275,30 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
     *socket_context = NULL;
 }
 
+/*
+ * A keep-alive connection between requests ("idle"): once the kernel saw a
+ * byte of its next request (TCP_INFO's last data received is after the
+ * answer), its headers get http.header_timeout from then, not from the last
+ * answer: a slowloris trickling bytes is cut at the header timeout. Called
+ * under the listener's mu, by the watchdog.
+ */
+static void
+idle_first_byte(struct http_server *srv, struct conn *cn, int64_t now)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(cn->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return;
+    if ((int64_t)ti.tcpi_last_data_recv >= now - cn->since_ms)
+        return; /* nothing since the answer */
+    cn->phase = "header";
+    cn->since_ms = now - (int64_t)ti.tcpi_last_data_recv;
+    if (cn->since_ms + srv->header_ms < cn->deadline_ms)
+        cn->deadline_ms = cn->since_ms + srv->header_ms;
+}
+
 /* The ticker: shuts the socket of every connection past its deadline
  * (MHD then sees end of stream and closes it). */
 static void
@@ -282,6 +313,8 @@ watchdog(void *arg)
             continue;
         pthread_mutex_lock(&l->mu);
         for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
+            if (cn->deadline_ms != 0 && cn->fd >= 0 && strcmp(cn->phase, "idle") == 0)
+                idle_first_byte(srv, cn, now);
             if (cn->deadline_ms == 0 || now < cn->deadline_ms || cn->fd < 0)
                 continue;
             /* counted first: a client that sees the cut may read /metrics at once */
@@ -459,6 +492,101 @@ peer_text(struct MHD_Connection *c, char *out, size_t len)
     addr_text(ci != NULL ? ci->client_addr : NULL, out, len);
 }
 
+/* Whether the address text a is one of http.trusted_proxies. */
+static bool
+trusted(const struct http_server *srv, const char *a)
+{
+    for (int i = 0; i < srv->nproxies; i++)
+        if (conf_cidr_match(&srv->proxies[i], a))
+            return true;
+    return false;
+}
+
+/* X-Forwarded-For headers, joined with "," in the order sent (xff_join). */
+struct xff {
+    char buf[1024];
+    size_t len;
+};
+
+static enum MHD_Result
+xff_join(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    struct xff *x = cls;
+    int n;
+
+    (void)kind;
+    if (strcasecmp(key, "X-Forwarded-For") != 0 || value == NULL)
+        return MHD_YES;
+    n = snprintf(x->buf + x->len, sizeof(x->buf) - x->len, "%s%s", x->len ? "," : "", value);
+    if (n < 0 || (size_t)n >= sizeof(x->buf) - x->len)
+        return MHD_NO; /* too long: what fitted is kept (its right end is lost) */
+    x->len += (size_t)n;
+    return MHD_YES;
+}
+
+/*
+ * The client of request c into out: the socket's peer, or, when that peer
+ * is one of http.trusted_proxies, the right-most address of X-Forwarded-For
+ * that is not a trusted proxy (a hop that is not an address ends the walk:
+ * the last trusted hop is the client then). Any other peer's header is
+ * ignored.
+ */
+static void
+client_text(struct http_server *srv, struct MHD_Connection *c, char *out, size_t len)
+{
+    struct xff x = {.len = 0};
+
+    peer_text(c, out, len);
+    if (srv->nproxies == 0 || !trusted(srv, out))
+        return;
+    x.buf[0] = '\0';
+    MHD_get_connection_values(c, MHD_HEADER_KIND, xff_join, &x);
+    while (x.len > 0) {
+        char *hop = strrchr(x.buf, ',');
+        char *start = hop ? hop + 1 : x.buf, *end;
+        unsigned char a[16];
+        while (*start == ' ' || *start == '\t')
+            start++;
+        end = start + strlen(start);
+        while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+            *--end = '\0';
+        if ((inet_pton(AF_INET, start, a) != 1 && inet_pton(AF_INET6, start, a) != 1) ||
+            (size_t)(end - start) >= len)
+            return; /* not an address: out stays the last trusted hop */
+        snprintf(out, len, "%s", start);
+        if (!trusted(srv, out))
+            return;
+        if (hop == NULL)
+            return;
+        *hop = '\0';
+        x.len = (size_t)(hop - x.buf);
+    }
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION's companion, MHD_OPTION_ACCEPT_POLICY_CALLBACK:
+ * refuses a connection from an address that already holds the listener's
+ * per-address cap, except from http.trusted_proxies (a load balancer carries
+ * many clients). Runs on the listening thread, like NOTIFY_STARTED. */
+static enum MHD_Result
+on_accept(void *cls, const struct sockaddr *sa, socklen_t salen)
+{
+    struct listener *l = cls;
+    char addr[INET6_ADDRSTRLEN];
+    int n = 0;
+
+    (void)salen;
+    if (l->lc.per_ip <= 0)
+        return MHD_YES;
+    addr_text(sa, addr, sizeof(addr));
+    if (trusted(l->srv, addr))
+        return MHD_YES;
+    pthread_mutex_lock(&l->mu);
+    for (struct conn *cn = l->conns; cn != NULL && n < l->lc.per_ip; cn = cn->next)
+        n += strcmp(cn->addr, addr) == 0;
+    pthread_mutex_unlock(&l->mu);
+    return n < l->lc.per_ip ? MHD_YES : MHD_NO;
+}
+
 /* http_query_fn over MHD: ctx is the connection. */
 static const char *
 query_arg(void *ctx, const char *name)
@@ -589,7 +717,7 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         return send_too_big(srv, c);
 
     char peer[INET6_ADDRSTRLEN];
-    peer_text(c, peer, sizeof(peer));
+    client_text(srv, c, peer, sizeof(peer));
     struct http_request req = {
         .listener = l->which,
         .method = method,
@@ -629,7 +757,7 @@ on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
     (void)toe;
     /* keep-alive: the next request's headers get the idle time plus their own */
-    conn_set_deadline(l, conn_of(c), l->srv->idle_ms + l->srv->header_ms, "header");
+    conn_set_deadline(l, conn_of(c), l->srv->idle_ms + l->srv->header_ms, "idle");
     if (rs != NULL) {
         if (rs->started)
             atomic_fetch_sub(&l->srv->inflight, 1);
@@ -779,13 +907,10 @@ listener_start(struct http_server *srv, enum http_listener which, unsigned int i
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, l->fd, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
                                         (intptr_t)lc->max_connections + EVICT_HEADROOM, NULL};
-    if (lc->per_ip > 0)
-        opts[n++] =
-            (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)lc->per_ip, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_s, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     l->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l,
+        flags, 0, on_accept, l, on_request, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         l, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (l->mhd == NULL) {
@@ -844,6 +969,14 @@ http_server_bind(struct http_server **out, const struct conf *conf, char *err, s
     srv->header_ms = hc->header_timeout_ms > 0 ? hc->header_timeout_ms : 10000;
     srv->body_ms = hc->body_timeout_ms > 0 ? hc->body_timeout_ms : 30000;
     srv->idle_ms = hc->request_timeout_ms > 0 ? hc->request_timeout_ms : 30000;
+    for (int i = 0; i < hc->ntrusted_proxies && i < CONF_MAX_LIST; i++) {
+        if (!conf_cidr_parse(hc->trusted_proxies[i], &srv->proxies[srv->nproxies++])) {
+            snprintf(err, errlen, "http.trusted_proxies: want an address or CIDR, got \"%s\"",
+                     hc->trusted_proxies[i]);
+            free(srv);
+            return ROOMD_EINVAL;
+        }
+    }
 
     const struct listener_conf pub = {
         hc->listen,

@@ -517,14 +517,14 @@ def test_connection_limit_and_idle_timeout():
         for c in held:
             st, _, _ = hu.request(c, "GET", "/healthz")
             assert st == 200
-        # a fifth connection is closed without an answer while four are open
-        try:
-            extra = hu.conn(rd, timeout=3)
-            st, _, _ = hu.request(extra, "GET", "/healthz")
-            refused = False
-        except (OSError, http.client.HTTPException):
-            refused = True
-        assert refused, "max_connections=4 let a fifth connection through"
+        # a fifth connection while four are open and idle: fair eviction (docs/http.md) shuts
+        # one idle connection to admit it, so it is answered and one held one is gone
+        extra = hu.conn(rd, timeout=3)
+        st, _, _ = hu.request(extra, "GET", "/healthz")
+        assert st == 200, st
+        extra.close()
+        m = hu.metrics(rd)
+        assert m['roomd_http_evicted_total{listener="public"}'] >= 1, m
         # idle keep-alive connections are closed after request_timeout
         time.sleep(2.5)
         for c in held:

@@ -3,7 +3,8 @@
 
 Request smuggling (two Content-Lengths, a non-numeric one, Content-Length with
 Transfer-Encoding: 400 and nothing executed), slowloris (one header byte every 0.3 s: cut
-within http.header_timeout while another client keeps being served), a slow body (cut
+within http.header_timeout while another client keeps being served; on a keep-alive connection
+within header_timeout of the next request's first byte), a slow body (cut
 within http.body_timeout), a connection flood of the public listener while the operator
 still reaches the admin listener, the per-IP connection limit, room ids "." and "..", and
 the path percent-decoded exactly once (before routing and auth)."""
@@ -93,6 +94,45 @@ def test_slowloris_cut_others_served():
         assert closed_at - t0 < 3.0, f"cut after {closed_at - t0:.1f}s (header_timeout 1s)"
         m = hu.metrics(rd)
         assert m['roomd_http_cut_total{listener="public",phase="header"}'] >= 1
+    finally:
+        rd.stop()
+
+
+def test_keepalive_slowloris_cut_from_first_byte():
+    """After one answer on a keep-alive connection, a byte every 200 ms of the next request:
+    cut within http.header_timeout + 1 s of its first byte (not request_timeout +
+    header_timeout from the answer, not kept alive by each byte); a real client is answered
+    all along."""
+    rd = start({"http": {"header_timeout": "1s", "request_timeout": "20s"}})
+    try:
+        s = socket.create_connection(("127.0.0.1", rd.port), timeout=10)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+            got += s.recv(4096)
+        assert status_of(got) == 200, got
+        time.sleep(1.5)  # idle longer than header_timeout: the idle wait is request_timeout
+        t0 = time.time()
+        closed_at = None
+        s.settimeout(0.2)
+        for ch in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+            try:
+                s.send(bytes([ch]))
+                if s.recv(1024) == b"":
+                    closed_at = time.time()
+                    break
+            except socket.timeout:
+                pass
+            except OSError:
+                closed_at = time.time()
+                break
+            st, _, _ = rd.http("GET", "/healthz", timeout=2)  # another client, at once
+            assert st == 200
+            if time.time() - t0 > 10:
+                break
+        s.close()
+        assert closed_at is not None, "the slow keep-alive client was not cut within 10 s"
+        assert closed_at - t0 < 2.0, f"cut {closed_at - t0:.1f}s after its first byte"
     finally:
         rd.stop()
 
@@ -244,6 +284,7 @@ def test_secrets_redacted_in_logs():
 
 
 if __name__ == "__main__":
-    run([test_smuggling_refused, test_slowloris_cut_others_served, test_slow_body_cut,
+    run([test_smuggling_refused, test_slowloris_cut_others_served,
+         test_keepalive_slowloris_cut_from_first_byte, test_slow_body_cut,
          test_flood_admin_still_reachable, test_per_ip_limit, test_dot_room_ids_and_decoding_once,
          test_create_rate_limited_429, test_secrets_redacted_in_logs])
