@@ -19,9 +19,10 @@
  * command_id) key claims the id atomically in the commit, and a commit
  * refused by it (EREUSED) is answered from the log (answer_reused), the
  * applied clone thrown away as for any failed commit; a refusal before the
- * commit looks the log up first (logged_meanwhile). A stage returning false
- * has filled the reply; stage_answer always runs. rocket_timer.c owns the
- * in-process wake-ups.
+ * commit looks the log up first (answer_logged_meanwhile). A stage returning false
+ * has filled the reply; stage_answer always runs. answer.c holds the
+ * replies, the answers from the log and the timing line; rocket_timer.c
+ * owns the in-process wake-ups.
  */
 #include "room/service.h"
 
@@ -35,6 +36,7 @@
 #include "metrics/metrics.h"
 #include "outbox/handoff.h"
 #include "projection/projection.h"
+#include "room/answer.h"
 #include "room/cell.h"
 #include "room/rebuild.h"
 #include "room/rocket_timer.h"
@@ -62,153 +64,6 @@ struct room_service {
     struct room_rebuild *rebuild; /* the projection rebuild thread, or NULL */
     int64_t precommit_delay_ms;   /* ROOMD_TESTING: ROOMD_TEST_PRECOMMIT_DELAY_MS */
 };
-
-/* Stage durations of one command (µs) for the timing line. */
-struct timing {
-    int64_t t0;
-    int64_t idempotency_us, lease_us, wallet_us, save_us, snapshot_us, projection_us, im_us;
-    int64_t forward_us; /* sending the request to the room's owner */
-    /* the command wrote outbox rows that the activity / the IM sink of the
-     * publish mode delivers (seed 阶段耗时日志: *_async_outbox) */
-    bool activity_async, im_async;
-    bool forwarded;  /* this node sent the command to its owner, which logs its own line */
-    char result[64]; /* "ok", "replay", or the error code */
-};
-
-/* ---- replies ------------------------------------------------------------------------ */
-
-void
-room_reply_clear(struct room_reply *r)
-{
-    free(r->body);
-    memset(r, 0, sizeof(*r));
-}
-
-void
-room_reply_error(struct room_reply *r, int status, const char *code, const char *message)
-{
-    json_t *o = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message);
-
-    if (r->owner[0] != '\0') /* not_owner: where the room lives */
-        json_object_set_new(json_object_get(o, "error"), "owner", json_string(r->owner));
-    free(r->body);
-    r->status = status;
-    r->body = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(o);
-    if (r->body == NULL)
-        abort();
-}
-
-/* An error reply whose result (timing log) is its code. */
-static void
-fail_reply(struct room_reply *r, struct timing *tm, int status, const char *code,
-           const char *message)
-{
-    room_reply_error(r, status, code, message);
-    strlcpy_(tm->result, code, sizeof(tm->result));
-}
-
-/* The reply for a store failure rc (503 unless it is a bug). */
-static void
-store_fail_reply(struct room_reply *r, struct timing *tm, int rc, const char *what)
-{
-    char msg[256];
-
-    snprintf(msg, sizeof(msg), "%s: %s", what, roomd_strerror(rc));
-    fail_reply(r, tm, rc == ROOMD_EINTERNAL ? 500 : 503,
-               rc == ROOMD_EINTERNAL                          ? "internal"
-               : rc == ROOMD_EFENCED || rc == ROOMD_ENOTOWNER ? roomd_err_code(rc)
-                                                              : "unavailable",
-               msg);
-}
-
-/* ---- idempotency --------------------------------------------------------------------- */
-
-/* True when the stored request is the same command as cmd. The "rules" a
- * row recorded (room_logged_request) are not part of the request. A create
- * whose room_id was generated compares with the stored room_id put in,
- * since a retry cannot repeat an id it never chose. */
-static bool
-same_request(const struct room_cmd *cmd, const char *stored)
-{
-    json_t *o;
-    char *text;
-    bool same;
-
-    if (stored == NULL)
-        return false;
-    if (strcmp(cmd->request, stored) == 0)
-        return true;
-    if ((o = json_loads(stored, 0, NULL)) == NULL)
-        return false;
-    json_object_del(o, "rules");
-    json_object_del(o, "catalog");
-    if (cmd->room_id_generated)
-        json_object_set_new(o, "room_id", json_string(cmd->room_id));
-    text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(o);
-    same = text != NULL && strcmp(text, cmd->request) == 0;
-    free(text);
-    return same;
-}
-
-/* Answers a command whose command_id is already in the log. */
-static void
-answer_logged(struct room_reply *r, struct timing *tm, const struct room_cmd *cmd,
-              const struct command_record *rec)
-{
-    char msg[256];
-
-    if (same_request(cmd, rec->request) && rec->response != NULL) {
-        free(r->body);
-        r->status = 200;
-        r->body = xstrdup(rec->response);
-        r->replay = true;
-        strlcpy_(tm->result, "replay", sizeof(tm->result));
-        return;
-    }
-    snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
-             cmd->command_id);
-    fail_reply(r, tm, 409, "idempotency_key_reused", msg);
-}
-
-/* A gift whose command_id committed and was paid before, and whose command
- * log row was purged since (store.retention.command_log_max_age): its
- * answer is gone, and the wallet's record of it refuses a second gift. */
-static void
-expired_reply(struct room_reply *r, struct timing *tm, const struct room_cmd *cmd)
-{
-    char msg[320];
-
-    snprintf(msg, sizeof(msg),
-             "command_id %s was committed and paid before and is past the idempotency window "
-             "(store.retention.command_log_max_age): send a new gift with a new command_id",
-             cmd->command_id);
-    fail_reply(r, tm, 410, "command_id_expired", msg);
-}
-
-/* Before refusing a command, or making an effect outside the store (the
- * remote wallet's Try): if its command_id is in the log (a retry of a
- * committed command, or a concurrent twin that committed while it waited for
- * the room), answer from the log instead. Returns true when *r was filled
- * that way; a failed lookup counts as not found (the commit's unique key
- * still refuses a reused id). Adds the lookup's time to tm->idempotency_us. */
-static bool
-logged_meanwhile(struct room_service *svc, const struct room_cmd *cmd, struct room_reply *r,
-                 struct timing *tm)
-{
-    struct command_record rec;
-    int64_t t = clock_mono_us();
-    bool found;
-
-    memset(&rec, 0, sizeof(rec));
-    found = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec) == 0;
-    tm->idempotency_us += clock_mono_us() - t;
-    if (found)
-        answer_logged(r, tm, cmd, &rec);
-    command_record_clear(&rec);
-    return found;
-}
 
 /* ---- the mutation --------------------------------------------------------------------- */
 
@@ -280,55 +135,6 @@ commit(struct room_service *svc, struct mutation *m)
     return rc != 0 ? rc : m->rc;
 }
 
-/* ---- the timing line -------------------------------------------------------------- */
-
-/* The *_async_outbox flags of a command that wrote outbox rows (any): true
- * for a sink that delivers them in this publish mode: the direct sink when
- * enabled (direct, dual), the broker's consumer group (mq, dual: the
- * activity group always consumes the topic; IM only with the IM bridge). */
-static void
-async_sinks(const struct conf *conf, bool any, struct timing *tm)
-{
-    enum publish_mode mode = conf->outbox_worker.publish_mode;
-    bool direct = conf->outbox_worker.enabled && mode != PUBLISH_MQ;
-    bool mq = conf->outbox_worker.enabled && mode != PUBLISH_DIRECT;
-
-    tm->activity_async = any && ((direct && conf->activity.enabled) || mq);
-    tm->im_async = any && ((direct && conf->tencent_im.enabled) ||
-                           (mq && conf->rocketmq.room_outbox.tencent_im_consumer_enabled));
-}
-
-static double
-ms(int64_t us)
-{
-    return (double)us / 1000.0;
-}
-
-/* Writes the room_command_timing line (ARCHITECTURE §9) with snprintf, not
- * through a JSON library: it is written for every command, and jansson's
- * pack + dump of it was ~9% of roomd's CPU (bench/README.md). Every string
- * in it is a constant, an error code or an identifier room_cmd_parse checked
- * ([A-Za-z0-9_.:-]), so none needs escaping. */
-static void
-log_timing(const struct room_cmd *cmd, const struct room_reply *r, const struct timing *tm)
-{
-    if (!log_enabled(LOG_INFO))
-        return;
-    json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, "
-        "s:b, s:b}",
-        "command", room_cmd_name(cmd->type), "app_code", cmd->app_code, "room_id", cmd->room_id,
-        "command_id", cmd->command_id, "result", tm->result, "status", r->status, "total_ms",
-        ms(clock_mono_us() - tm->t0), "idempotency_ms", ms(tm->idempotency_us), "lease_ms",
-        ms(tm->lease_us), "wallet_debit_ms", ms(tm->wallet_us), "save_mutation_ms", ms(tm->save_us),
-        "snapshot_ms", ms(tm->snapshot_us), "projection_ms", ms(tm->projection_us), "forward_ms",
-        ms(tm->forward_us), "activity_ms", 0.0, "tencent_im_ms", ms(tm->im_us),
-        "activity_async_outbox", tm->activity_async, "tencent_im_async_outbox", tm->im_async,
-        "forwarded", tm->forwarded);
-    if (o != NULL)
-        log_fields(LOG_INFO, "room", "room_command_timing", o);
-}
-
 /* ---- execute ------------------------------------------------------------------------- */
 
 #ifdef ROOMD_TESTING
@@ -348,31 +154,6 @@ crash_point(const char *point)
 #else
 #define crash_point(p) ((void)0)
 #endif
-
-/* How a gift whose commit did not succeed ended, from the log (the
- * authority): its own row -> committed; no row or another request's ->
- * refused; the store cannot tell -> unknown (the reconciler decides). */
-static enum wallet_outcome
-gift_outcome(struct room_service *svc, const struct room_cmd *cmd)
-{
-    struct command_record rec;
-    enum wallet_outcome o;
-    int rc;
-
-    memset(&rec, 0, sizeof(rec));
-    rc = store_find_command(svc->d.store, cmd->app_code, cmd->command_id, &rec);
-    if (rc == ROOMD_ENOTFOUND)
-        o = WALLET_REFUSED;
-    else if (rc != 0)
-        o = WALLET_UNKNOWN;
-    else
-        o = rec.command_type != NULL && strcmp(rec.command_type, "SendGift") == 0 &&
-                    same_request(cmd, rec.request)
-                ? WALLET_COMMITTED
-                : WALLET_REFUSED;
-    command_record_clear(&rec);
-    return o;
-}
 
 /* The lease names the owner as "<public> <admin>" (lease.h): splits it into
  * reply->owner and reply->owner_admin. */
@@ -459,7 +240,7 @@ stage_turn(struct exec *x)
         x->tm.forwarded = true;
         return false;
     }
-    store_fail_reply(r, &x->tm, rc, "room load");
+    answer_store_fail(r, &x->tm, rc, "room load");
     return false;
 }
 
@@ -488,7 +269,7 @@ price_changed_reply(struct exec *x, const struct gift_item *g)
              "was charged; show the new price and send again",
              g->gift_id, (long long)g->unit_price, (long long)g->version,
              (long long)x->cmd->unit_price);
-    fail_reply(x->reply, &x->tm, 409, "price_changed", msg);
+    answer_fail(x->reply, &x->tm, 409, "price_changed", msg);
     error_add(x->reply, "unit_price", json_integer(g->unit_price));
     error_add(x->reply, "catalog_version", json_integer(g->version));
 }
@@ -510,16 +291,16 @@ stage_price(struct exec *x)
     if (cmd->type != CMD_SEND_GIFT)
         return true;
     if (strcmp(x->conf->room.gift_catalog, "off") == 0) {
-        if (cmd->price_named || logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+        if (cmd->price_named || answer_logged_meanwhile(x->svc->d.store, cmd, x->reply, &x->tm))
             return cmd->price_named;
-        fail_reply(x->reply, &x->tm, 400, "invalid_argument",
-                   "unit_price: is required while room.gift_catalog is off");
+        answer_fail(x->reply, &x->tm, 400, "invalid_argument",
+                    "unit_price: is required while room.gift_catalog is off");
         error_add(x->reply, "field", json_string("unit_price"));
         return false;
     }
     rc = store_gift_get(x->svc->d.store, cmd->app_code, cmd->gift_id, &g);
     if (rc != 0 && rc != ROOMD_ENOTFOUND) {
-        store_fail_reply(x->reply, &x->tm, rc, "gift catalog");
+        answer_store_fail(x->reply, &x->tm, rc, "gift catalog");
         return false;
     }
     if (rc == 0 && g.enabled && (!cmd->price_named || cmd->unit_price == g.unit_price)) {
@@ -528,13 +309,13 @@ stage_price(struct exec *x)
         x->cmd = &x->priced;
         return true;
     }
-    if (logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+    if (answer_logged_meanwhile(x->svc->d.store, cmd, x->reply, &x->tm))
         return false;
     if (rc == ROOMD_ENOTFOUND || !g.enabled) {
         snprintf(msg, sizeof(msg), "gift_id %s is %s in app %s's gift catalog", cmd->gift_id,
                  rc == 0 ? "disabled" : "not", cmd->app_code);
-        fail_reply(x->reply, &x->tm, rc == 0 ? 409 : 404,
-                   rc == 0 ? "gift_disabled" : "gift_not_found", msg);
+        answer_fail(x->reply, &x->tm, rc == 0 ? 409 : 404,
+                    rc == 0 ? "gift_disabled" : "gift_not_found", msg);
     } else {
         price_changed_reply(x, &g);
     }
@@ -553,12 +334,12 @@ stage_apply(struct exec *x)
     int rc;
 
     if ((cmd->type == CMD_CREATE_ROOM) != (s == NULL)) {
-        if (logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+        if (answer_logged_meanwhile(x->svc->d.store, cmd, x->reply, &x->tm))
             return false;
         snprintf(msg, sizeof(msg), "room %s %s", cmd->room_id,
                  s != NULL ? "already exists" : "does not exist");
-        fail_reply(x->reply, &x->tm, s != NULL ? 409 : 404, s != NULL ? "room_exists" : "not_found",
-                   msg);
+        answer_fail(x->reply, &x->tm, s != NULL ? 409 : 404,
+                    s != NULL ? "room_exists" : "not_found", msg);
         return false;
     }
     x->clone = s == NULL ? room_state_new(cmd->app_code, cmd->room_id) : room_state_clone(s);
@@ -569,7 +350,7 @@ stage_apply(struct exec *x)
     rc = room_apply(x->clone, cmd, x->now, &x->conf->room, &x->ev, &ae);
     if (rc == 0)
         return true;
-    if (logged_meanwhile(x->svc, cmd, x->reply, &x->tm))
+    if (answer_logged_meanwhile(x->svc->d.store, cmd, x->reply, &x->tm))
         return false;
     if (cmd->type == CMD_LAUNCH_ROCKET && strcmp(ae.code, "rocket_stale") == 0) {
         json_t *o = json_pack("{s:b, s:s}", "launched", 0, "reason", ae.message);
@@ -578,7 +359,7 @@ stage_apply(struct exec *x)
         json_decref(o);
         strlcpy_(x->tm.result, "rocket_stale", sizeof(x->tm.result));
     } else {
-        fail_reply(x->reply, &x->tm, roomd_err_http_status(rc), ae.code, ae.message);
+        answer_fail(x->reply, &x->tm, roomd_err_http_status(rc), ae.code, ae.message);
     }
     return false;
 }
@@ -603,7 +384,7 @@ stage_wallet_hold(struct exec *x)
         return true;
     /* the Try is an effect outside the store: a retry of a committed gift
      * is answered from the log before it, not after */
-    if (logged_meanwhile(svc, cmd, x->reply, &x->tm))
+    if (answer_logged_meanwhile(svc->d.store, cmd, x->reply, &x->tm))
         return false;
     crash_point("before_try");
     t = clock_mono_us();
@@ -613,28 +394,28 @@ stage_wallet_hold(struct exec *x)
     if (rc == ROOMD_EFUNDS) {
         snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld", (long long)cmd->uid,
                  (long long)x->gift.amount);
-        fail_reply(x->reply, &x->tm, 402, "insufficient_balance", msg);
+        answer_fail(x->reply, &x->tm, 402, "insufficient_balance", msg);
         return false;
     }
     if (rc == ROOMD_EEXPIRED) { /* the wallet confirmed this very gift long ago */
-        if (!logged_meanwhile(svc, cmd, x->reply, &x->tm))
-            expired_reply(x->reply, &x->tm, cmd);
+        if (!answer_logged_meanwhile(svc->d.store, cmd, x->reply, &x->tm))
+            answer_expired(x->reply, &x->tm, cmd);
         return false;
     }
     if (rc == ROOMD_EREUSED) {
-        if (logged_meanwhile(svc, cmd, x->reply, &x->tm))
+        if (answer_logged_meanwhile(svc->d.store, cmd, x->reply, &x->tm))
             return false;
         snprintf(msg, sizeof(msg),
                  "command_id %s is held by the wallet for a different request, or was "
                  "cancelled after a failed attempt: send the gift with a new command_id",
                  cmd->command_id);
-        fail_reply(x->reply, &x->tm, 409, "idempotency_key_reused", msg);
+        answer_fail(x->reply, &x->tm, 409, "idempotency_key_reused", msg);
         return false;
     }
     x->held = true; /* from here on, every way out settles the hold */
     if (rc != 0) {
         snprintf(msg, sizeof(msg), "wallet: %s", roomd_strerror(rc));
-        fail_reply(x->reply, &x->tm, 503, "unavailable", msg);
+        answer_fail(x->reply, &x->tm, 503, "unavailable", msg);
         return false; /* settled REFUSED: Cancel, whatever the Try did */
     }
     crash_point("after_try");
@@ -690,33 +471,6 @@ stage_mutation(struct exec *x)
     }
 }
 
-/* Idempotency after the commit's unique key refused the command_id (a retry
- * of a committed command, a concurrent twin, or another request under the
- * same id): answers from the log. Nothing of this attempt stands. */
-static void
-answer_reused(struct exec *x)
-{
-    const struct room_cmd *cmd = x->cmd;
-    struct command_record rec;
-    char msg[256];
-    int64_t t = clock_mono_us();
-    int lr;
-
-    memset(&rec, 0, sizeof(rec));
-    lr = store_find_command(x->svc->d.store, cmd->app_code, cmd->command_id, &rec);
-    x->tm.idempotency_us += clock_mono_us() - t;
-    if (lr == ROOMD_ENOTFOUND) { /* the ledger holds another debit under this id */
-        snprintf(msg, sizeof(msg), "command_id %s was already used for a different request",
-                 cmd->command_id);
-        fail_reply(x->reply, &x->tm, 409, "idempotency_key_reused", msg);
-    } else if (lr != 0) {
-        store_fail_reply(x->reply, &x->tm, lr, "idempotency check");
-    } else {
-        answer_logged(x->reply, &x->tm, cmd, &rec); /* ours only when it is this very gift */
-    }
-    command_record_clear(&rec);
-}
-
 /* The answer to a commit that returned rc != 0: the refusal it stands for
  * (reused id, funds, the owner's room limit, a room created meanwhile, the
  * fence, the store). Marks the cell for reload when its state may be stale. */
@@ -727,29 +481,29 @@ commit_refused(struct exec *x, int rc)
     char msg[320];
 
     if (rc == ROOMD_EREUSED) {
-        answer_reused(x);
+        answer_reused(x->svc->d.store, x->cmd, x->reply, &x->tm);
     } else if (rc == ROOMD_EEXPIRED) { /* the ledger's debit: paid before, its log row purged */
-        expired_reply(x->reply, &x->tm, cmd);
+        answer_expired(x->reply, &x->tm, cmd);
     } else if (rc == ROOMD_EFUNDS) { /* the debit was refused: rolled back alone */
         snprintf(msg, sizeof(msg), "uid %lld cannot pay %lld (balance %lld)", (long long)cmd->uid,
                  (long long)x->debit.amount, (long long)x->debit.balance_after);
-        fail_reply(x->reply, &x->tm, 402, "insufficient_balance", msg);
+        answer_fail(x->reply, &x->tm, 402, "insufficient_balance", msg);
     } else if (rc == ROOMD_ELIMIT) { /* the owner's open rooms, counted in the commit */
         snprintf(msg, sizeof(msg),
                  "owner_uid %lld already holds room.max_rooms_per_owner (%d) open rooms: close "
                  "one first",
                  (long long)cmd->owner_uid, x->conf->room.max_rooms_per_owner);
-        fail_reply(x->reply, &x->tm, 429, "too_many_rooms", msg);
+        answer_fail(x->reply, &x->tm, 429, "too_many_rooms", msg);
         x->reply->retry_after = ROOM_TOO_MANY_RETRY_S;
     } else if (rc == ROOMD_EEXIST) {
         snprintf(msg, sizeof(msg), "room %s already exists", cmd->room_id);
-        fail_reply(x->reply, &x->tm, 409, "room_exists", msg);
+        answer_fail(x->reply, &x->tm, 409, "room_exists", msg);
         x->drop = true; /* someone else created it: reload */
     } else {
         x->drop = rc == ROOMD_EFENCED; /* another owner committed: reload next time */
         log_warn("room", "commit failed", "app=%s room=%s command_id=%s rc=%s err=\"%s\"",
                  cmd->app_code, cmd->room_id, cmd->command_id, roomd_strerror(rc), store_errmsg());
-        store_fail_reply(x->reply, &x->tm, rc, "commit");
+        answer_store_fail(x->reply, &x->tm, rc, "commit");
     }
 }
 
@@ -775,7 +529,7 @@ stage_commit(struct exec *x)
     /* a hold older than half of wallet.reconcile_after may meet the
      * reconciler's Cancel: give it up rather than commit an unpaid gift */
     if (x->held && clock_mono_ms() - x->held_at_ms > x->conf->wallet.reconcile_after_ms / 2) {
-        fail_reply(x->reply, &x->tm, 503, "unavailable", "wallet: the hold is too old to commit");
+        answer_fail(x->reply, &x->tm, 503, "unavailable", "wallet: the hold is too old to commit");
         return false;
     }
     /* the outbox hand-off: when this process's outbox queue has room, the
@@ -818,7 +572,7 @@ stage_swap(struct exec *x)
     c->state = x->clone;
     x->clone = NULL;
     c->event_seq = x->m.meta.event_seq;
-    async_sinks(x->conf, x->ev.n > 0, &x->tm);
+    answer_async_sinks(x->conf, x->ev.n > 0, &x->tm);
     x->created = cmd->type == CMD_CREATE_ROOM;
     if (svc->d.projection != NULL) {
         t = clock_mono_us();
@@ -854,7 +608,7 @@ stage_answer(struct exec *x)
     /* a hold whose gift did not commit (here or, for a concurrent twin,
      * under the same key) is given back; the log tells which */
     if (x->held)
-        svc->d.wallet->ops->settle(svc->d.wallet, &x->gift, gift_outcome(svc, cmd));
+        svc->d.wallet->ops->settle(svc->d.wallet, &x->gift, answer_gift_outcome(svc->d.store, cmd));
     if (x->c != NULL)
         cell_release(svc->cells, x->c, x->drop);
     /* CreateRoom: the synchronous IM group, outside the room's turn; never fails the command */
@@ -867,7 +621,7 @@ stage_answer(struct exec *x)
             log_warn("room", "create hook failed", "app=%s room=%s rc=%s", cmd->app_code,
                      cmd->room_id, roomd_strerror(rc));
     }
-    log_timing(cmd, x->reply, &x->tm);
+    answer_log_timing(cmd, x->reply, &x->tm);
     room_state_free(x->clone);
     room_events_clear(&x->ev);
     free(x->obx);
@@ -885,7 +639,7 @@ room_service_execute(struct room_service *svc, const struct room_cmd *cmd, struc
 
 /* The command path, top-down: parse and authorize happened in the caller
  * (room_cmd_parse*, auth_may_act_as); idempotency has no stage of its own
- * (the commit's unique key, logged_meanwhile before a refusal). */
+ * (the commit's unique key, answer_logged_meanwhile before a refusal). */
 void
 room_service_execute_from(struct room_service *svc, const struct room_cmd *cmd,
                           const struct room_origin *origin, struct room_reply *reply)
