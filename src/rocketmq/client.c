@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * client.c: the RocketMQ client (client.h). Read top-down: names, signing,
- * connections, name servers and routes, heartbeats, sending.
+ * client.c: the RocketMQ client (client.h), its common part. Read
+ * top-down: names, signing, connections, name servers, heartbeats,
+ * metrics, open/close, registrations. Routes are in route.c, sending in
+ * send.c, the consumer-side calls in pull.c; internal.h is what they share.
  */
-#include "rocketmq/client.h"
+#include "rocketmq/internal.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"
@@ -11,11 +13,9 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
-#include "rocketmq/remoting.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
-#include <inttypes.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -25,93 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* request codes (RequestCode.java) */
-#define RC_HEART_BEAT 34
-#define RC_GET_ROUTEINFO_BY_TOPIC 105
-#define RC_SEND_MESSAGE_V2 310
-/* response codes */
-#define RS_SYSTEM_ERROR 1
-#define RS_SERVICE_NOT_AVAILABLE 14
-#define RS_MESSAGE_ILLEGAL 13
-#define RS_NO_PERMISSION 16
-#define RS_TOPIC_NOT_EXIST 17
-#define RS_GO_AWAY 1500
-
-#define MAX_NS 16
-#define ROUTE_TTL_MS 30000
-#define HEARTBEAT_MS 30000
-#define CONNECT_TIMEOUT_MS 1000
-#define V5_0_0 413 /* MQVersion ordinal: brokers from here have timer messages */
-#define DEFAULT_TOPIC "TBW102"
-
-/* The default messageDelayLevel, in ms (a 4.x broker's levels 1..18). */
-static const int64_t delay_levels_ms[] = {1000,   5000,   10000,   30000,   60000,   120000,
-                                          180000, 240000, 300000,  360000,  420000,  480000,
-                                          540000, 600000, 1200000, 1800000, 3600000, 7200000};
-#define NLEVELS ((int)(sizeof(delay_levels_ms) / sizeof(delay_levels_ms[0])))
-
-struct pooled {
-    char *addr;
-    struct rmq_conn *conn; /* one reference held by the pool */
-};
-
-struct queue_ref {
-    char broker[128];
-    int qid;
-};
-
-struct route {
-    char *topic; /* wire name */
-    struct queue_ref *wq;
-    int nwq;
-    struct queue_ref *rq; /* readable queues (consumers), same order */
-    int nrq;
-    char (*bnames)[128];
-    char **masters; /* per bnames entry, the brokerId 0 address or NULL */
-    int nbrokers;
-    int64_t fetched_ms;
-};
-
-struct rmq_client {
-    char *ns;
-    char *access_key;
-    char *secret_key;
-    char *domain;
-    int64_t send_timeout_ms;
-    int retry;
-    char *client_id;
-
-    pthread_mutex_t mu; /* everything below */
-    char *name_servers[MAX_NS];
-    int nns;
-    int ns_good; /* the one that answered last */
-    int64_t domain_fetched_ms;
-    struct pooled *pool;
-    size_t npool, cappool;
-    struct route *routes;
-    size_t nroutes, caproutes;
-    char **producers;
-    size_t nproducers, capproducers;
-    struct consumer_reg {
-        char *group;     /* wire name */
-        char *topics[2]; /* wire names: the topic and %RETRY%<group> */
-    } * consumers;
-    size_t nconsumers, capconsumers;
-    int broker_version;  /* the last broker answer's version (0: none yet) */
-    bool timers_refused; /* the broker answered WHEEL_TIMER_NOT_ENABLE: delay levels */
-    char last_error[256];
-    bool answered; /* the last call got an answer */
-
-    atomic_uint_fast32_t uniq_counter;
-    struct rmq_stats stats;
-
-    pthread_t hb;
-    bool hb_started;
-    pthread_mutex_t hb_mu;
-    pthread_cond_t hb_cv;
-    bool stopping;
-};
 
 /* ==== names (NamespaceUtil) ==== */
 
@@ -205,8 +118,8 @@ sign(const struct rmq_client *c, struct rmq_cmd *req)
 /* A refusal of the signature or the access key (ACL 1.0: 1 "Check
  * signature failed for accessKey=..."; ACL 2.0: 16 "check signature
  * failed."; an unknown key: "No acl config for ..."). */
-static bool
-acl_refused(const struct rmq_cmd *resp)
+bool
+rmq_acl_refused(const struct rmq_cmd *resp)
 {
     const char *r = resp->remark ? resp->remark : "";
 
@@ -216,8 +129,8 @@ acl_refused(const struct rmq_cmd *resp)
            strcasestr(r, "acl config") != NULL;
 }
 
-static void
-acl_error(char *err, size_t errlen)
+void
+rmq_acl_error(char *err, size_t errlen)
 {
     snprintf(err, errlen,
              "rocketmq.secret_key: the broker refused the request signature "
@@ -226,8 +139,8 @@ acl_error(char *err, size_t errlen)
 
 /* ==== connections ==== */
 
-static void
-note_answer(struct rmq_client *c, bool answered, const char *err)
+void
+rmq_note_answer(struct rmq_client *c, bool answered, const char *err)
 {
     pthread_mutex_lock(&c->mu);
     c->answered = answered;
@@ -284,9 +197,9 @@ get_conn(struct rmq_client *c, const char *addr, struct rmq_conn **out, char *er
 }
 
 /* Signs req and invokes it on addr. Returns what rmq_conn_invoke does. */
-static int
-call(struct rmq_client *c, const char *addr, struct rmq_cmd *req, int64_t deadline,
-     struct rmq_cmd **resp, char *err, size_t errlen)
+int
+rmq_call(struct rmq_client *c, const char *addr, struct rmq_cmd *req, int64_t deadline,
+         struct rmq_cmd **resp, char *err, size_t errlen)
 {
     struct rmq_conn *conn = NULL;
     int64_t left = deadline - clock_mono_ms();
@@ -380,9 +293,9 @@ fetch_domain(struct rmq_client *c)
 
 /* Invokes req on the name servers, starting with the one that answered
  * last, each in turn until one answers. */
-static int
-call_ns(struct rmq_client *c, struct rmq_cmd *req, int64_t deadline, struct rmq_cmd **resp,
-        char *err, size_t errlen)
+int
+rmq_call_ns(struct rmq_client *c, struct rmq_cmd *req, int64_t deadline, struct rmq_cmd **resp,
+            char *err, size_t errlen)
 {
     int rc = ROOMD_EUNAVAIL;
 
@@ -401,7 +314,7 @@ call_ns(struct rmq_client *c, struct rmq_cmd *req, int64_t deadline, struct rmq_
             int64_t per = deadline - clock_mono_ms();
             if (i + 1 < n && per > c->send_timeout_ms)
                 per = c->send_timeout_ms;
-            rc = call(c, addrs[i], req, clock_mono_ms() + per, resp, err, errlen);
+            rc = rmq_call(c, addrs[i], req, clock_mono_ms() + per, resp, err, errlen);
             if (rc == 0) {
                 pthread_mutex_lock(&c->mu);
                 c->ns_good = (start + i) % n;
@@ -411,276 +324,6 @@ call_ns(struct rmq_client *c, struct rmq_cmd *req, int64_t deadline, struct rmq_
         free(addrs[i]);
     }
     return rc;
-}
-
-/* ==== routes ==== */
-
-/* fastjson's default output has bare integer object keys ({0:"ip:port"});
- * quotes them so jansson parses it (the standard JSON passes unchanged). */
-static char *
-quote_bare_keys(const char *s, size_t n)
-{
-    char *out = xmalloc(2 * n + 1);
-    size_t o = 0;
-    bool in_str = false;
-
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (in_str) {
-            out[o++] = ch;
-            if (ch == '\\' && i + 1 < n)
-                out[o++] = s[++i];
-            else if (ch == '"')
-                in_str = false;
-            continue;
-        }
-        if (ch == '"') {
-            in_str = true;
-            out[o++] = ch;
-            continue;
-        }
-        out[o++] = ch;
-        if (ch == '{' || ch == ',') {
-            size_t j = i + 1;
-            while (j < n && isspace((unsigned char)s[j]))
-                j++;
-            size_t k = j;
-            if (k < n && s[k] == '-')
-                k++;
-            while (k < n && isdigit((unsigned char)s[k]))
-                k++;
-            size_t e = k;
-            while (e < n && isspace((unsigned char)s[e]))
-                e++;
-            if (k > j && e < n && s[e] == ':') {
-                out[o++] = '"';
-                memcpy(out + o, s + j, k - j);
-                o += k - j;
-                out[o++] = '"';
-                i = k - 1;
-            }
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
-
-static int
-cmp_queue(const void *a, const void *b)
-{
-    const struct queue_ref *x = a, *y = b;
-    int r = strcmp(x->broker, y->broker);
-    return r ? r : x->qid - y->qid;
-}
-
-static void
-route_free(struct route *r)
-{
-    free(r->topic);
-    free(r->wq);
-    free(r->rq);
-    for (int i = 0; i < r->nbrokers; i++)
-        free(r->masters[i]);
-    free(r->masters);
-    free(r->bnames);
-    memset(r, 0, sizeof(*r));
-}
-
-/* Parses TopicRouteData into r (producer view: writable queues of brokers
- * with a master, sorted by broker name then queue id). */
-static int
-parse_route(const uint8_t *body, size_t len, struct route *r, char *err, size_t errlen)
-{
-    char *txt = quote_bare_keys((const char *)body, len);
-    json_error_t je;
-    json_t *j = json_loads(txt, 0, &je);
-    free(txt);
-    json_t *bds = json_object_get(j, "brokerDatas"), *qds = json_object_get(j, "queueDatas");
-    if (!json_is_array(bds) || !json_is_array(qds)) {
-        snprintf(err, errlen, "route data does not parse: %s", je.text);
-        json_decref(j);
-        return ROOMD_ERETRY;
-    }
-    size_t i;
-    json_t *bd, *qd;
-    r->nbrokers = (int)json_array_size(bds);
-    r->bnames = xcalloc((size_t)r->nbrokers + 1, sizeof(*r->bnames));
-    r->masters = xcalloc((size_t)r->nbrokers + 1, sizeof(*r->masters));
-    json_array_foreach(bds, i, bd)
-    {
-        snprintf(r->bnames[i], sizeof(r->bnames[i]), "%s",
-                 json_string_value(json_object_get(bd, "brokerName")) ?: "");
-        const char *m = json_string_value(json_object_get(json_object_get(bd, "brokerAddrs"), "0"));
-        r->masters[i] = m ? xstrdup(m) : NULL;
-    }
-    size_t cap = 0, rcap = 0;
-    json_array_foreach(qds, i, qd)
-    {
-        const char *bn = json_string_value(json_object_get(qd, "brokerName"));
-        int perm = (int)json_integer_value(json_object_get(qd, "perm"));
-        int nw = (int)json_integer_value(json_object_get(qd, "writeQueueNums"));
-        bool has_master = false;
-        for (int b = 0; bn && b < r->nbrokers; b++)
-            has_master = has_master || (strcmp(r->bnames[b], bn) == 0 && r->masters[b]);
-        int nr = (int)json_integer_value(json_object_get(qd, "readQueueNums"));
-        for (int q = 0; bn && (perm & 4) && q < nr && q < 1024; q++) {
-            r->rq = xgrow(r->rq, (size_t)r->nrq + 1, &rcap, sizeof(*r->rq));
-            snprintf(r->rq[r->nrq].broker, sizeof(r->rq[r->nrq].broker), "%s", bn);
-            r->rq[r->nrq++].qid = q;
-        }
-        if (!bn || !(perm & 2) || !has_master)
-            continue;
-        for (int q = 0; q < nw && q < 1024; q++) {
-            r->wq = xgrow(r->wq, (size_t)r->nwq + 1, &cap, sizeof(*r->wq));
-            snprintf(r->wq[r->nwq].broker, sizeof(r->wq[r->nwq].broker), "%s", bn);
-            r->wq[r->nwq++].qid = q;
-        }
-    }
-    json_decref(j);
-    qsort(r->wq, (size_t)r->nwq, sizeof(*r->wq), cmp_queue);
-    qsort(r->rq, (size_t)r->nrq, sizeof(*r->rq), cmp_queue);
-    return 0;
-}
-
-/* Fetches topic's route from the name servers (TBW102's when the topic is
- * unknown: the broker creates it on the first send, autoCreateTopicEnable)
- * and caches it. */
-static int
-refresh_route(struct rmq_client *c, const char *wire_topic, int64_t deadline, char *err,
-              size_t errlen)
-{
-    struct route nr = {0};
-    struct rmq_cmd *resp = NULL;
-    int rc;
-
-    for (int pass = 0; pass < 2; pass++) {
-        struct rmq_cmd *req = rmq_cmd_new(RC_GET_ROUTEINFO_BY_TOPIC);
-        rmq_cmd_set(req, "topic", pass == 0 ? wire_topic : DEFAULT_TOPIC);
-        rc = call_ns(c, req, deadline, &resp, err, errlen);
-        rmq_cmd_free(req);
-        if (rc != 0) {
-            note_answer(c, false, err);
-            return ROOMD_EUNAVAIL;
-        }
-        note_answer(c, true, NULL);
-        if (resp->code == RMQ_SUCCESS)
-            break;
-        if (resp->code != RS_TOPIC_NOT_EXIST || pass == 1) {
-            snprintf(err, errlen, "route of %s: code %d: %s", wire_topic, resp->code,
-                     resp->remark ? resp->remark : "");
-            rmq_cmd_free(resp);
-            return ROOMD_ERETRY;
-        }
-        rmq_cmd_free(resp);
-        resp = NULL;
-    }
-    rc = parse_route(resp->body, resp->body_len, &nr, err, errlen);
-    rmq_cmd_free(resp);
-    if (rc != 0)
-        return rc;
-    if (nr.nwq == 0) {
-        snprintf(err, errlen, "topic %s has no writable queue with a master", wire_topic);
-        route_free(&nr);
-        return ROOMD_ERETRY;
-    }
-    nr.topic = xstrdup(wire_topic);
-    nr.fetched_ms = clock_mono_ms();
-    pthread_mutex_lock(&c->mu);
-    c->stats.route_refreshes++;
-    size_t i;
-    for (i = 0; i < c->nroutes; i++)
-        if (strcmp(c->routes[i].topic, wire_topic) == 0)
-            break;
-    if (i == c->nroutes) {
-        c->routes = xgrow(c->routes, c->nroutes + 1, &c->caproutes, sizeof(*c->routes));
-        c->nroutes++;
-    } else {
-        route_free(&c->routes[i]);
-    }
-    c->routes[i] = nr;
-    pthread_mutex_unlock(&c->mu);
-    return 0;
-}
-
-/* Java String.hashCode of a UTF-8 string (UTF-16 code units, int32 wrap). */
-static int32_t
-java_hash(const char *s)
-{
-    uint32_t h = 0;
-    const unsigned char *p = (const unsigned char *)s;
-
-    while (*p) {
-        uint32_t cp;
-        int n;
-        if (*p < 0x80) {
-            cp = *p;
-            n = 1;
-        } else if ((*p & 0xE0) == 0xC0) {
-            cp = *p & 0x1F;
-            n = 2;
-        } else if ((*p & 0xF0) == 0xE0) {
-            cp = *p & 0x0F;
-            n = 3;
-        } else {
-            cp = *p & 0x07;
-            n = 4;
-        }
-        for (int i = 1; i < n; i++)
-            cp = p[i] ? (cp << 6) | (p[i] & 0x3F) : cp;
-        for (int i = 0; i < n && *p; i++)
-            p++;
-        if (cp >= 0x10000) {
-            cp -= 0x10000;
-            h = 31 * h + (0xD800 + (cp >> 10));
-            h = 31 * h + (0xDC00 + (cp & 0x3FF));
-        } else {
-            h = 31 * h + cp;
-        }
-    }
-    return (int32_t)h;
-}
-
-/* The queue for shard_key on topic (SelectMessageQueueByHash) and its
- * master's address. Returns 0, or what refresh_route does. */
-static int
-pick_queue(struct rmq_client *c, const char *wire_topic, const char *shard_key, int64_t deadline,
-           struct queue_ref *q, char *addr, size_t addrlen, char *err, size_t errlen)
-{
-    for (int pass = 0; pass < 2; pass++) {
-        bool found = false;
-        pthread_mutex_lock(&c->mu);
-        for (size_t i = 0; i < c->nroutes; i++) {
-            struct route *r = &c->routes[i];
-            if (strcmp(r->topic, wire_topic) != 0 || clock_mono_ms() - r->fetched_ms > ROUTE_TTL_MS)
-                continue;
-            int32_t h = shard_key ? java_hash(shard_key) : 0;
-            int idx = (int)(h % r->nwq);
-            if (idx < 0)
-                idx = -idx;
-            *q = r->wq[idx];
-            for (int b = 0; b < r->nbrokers; b++)
-                if (strcmp(r->bnames[b], q->broker) == 0 && r->masters[b])
-                    snprintf(addr, addrlen, "%s", r->masters[b]), found = true;
-        }
-        pthread_mutex_unlock(&c->mu);
-        if (found)
-            return 0;
-        int rc = refresh_route(c, wire_topic, deadline, err, errlen);
-        if (rc != 0)
-            return rc;
-    }
-    snprintf(err, errlen, "no master for topic %s", wire_topic);
-    return ROOMD_ERETRY;
-}
-
-static void
-invalidate_route(struct rmq_client *c, const char *wire_topic)
-{
-    pthread_mutex_lock(&c->mu);
-    for (size_t i = 0; i < c->nroutes; i++)
-        if (strcmp(c->routes[i].topic, wire_topic) == 0)
-            c->routes[i].fetched_ms = -ROUTE_TTL_MS * 2;
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* ==== heartbeats ==== */
@@ -730,16 +373,16 @@ heartbeat_one(struct rmq_client *c, const char *addr, int64_t deadline, char *er
 
     rmq_cmd_set_body(req, body, strlen(body));
     free(body);
-    rc = call(c, addr, req, deadline, &resp, err, errlen);
+    rc = rmq_call(c, addr, req, deadline, &resp, err, errlen);
     rmq_cmd_free(req);
-    note_answer(c, rc == 0, err);
+    rmq_note_answer(c, rc == 0, err);
     if (rc != 0)
         return ROOMD_EUNAVAIL;
     pthread_mutex_lock(&c->mu);
     c->broker_version = resp->version;
     pthread_mutex_unlock(&c->mu);
-    if (acl_refused(resp)) {
-        acl_error(err, errlen);
+    if (rmq_acl_refused(resp)) {
+        rmq_acl_error(err, errlen);
         rc = ROOMD_EINVAL;
     } else if (resp->code != RMQ_SUCCESS) {
         snprintf(err, errlen, "heartbeat to %s: code %d: %s", addr, resp->code,
@@ -776,7 +419,7 @@ heartbeat_all(struct rmq_client *c)
     }
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < nt; i++) {
-        refresh_route(c, topics[i], clock_mono_ms() + c->send_timeout_ms, err, sizeof(err));
+        rmq_refresh_route(c, topics[i], clock_mono_ms() + c->send_timeout_ms, err, sizeof(err));
         free(topics[i]);
     }
     for (size_t i = 0; i < na; i++) {
@@ -873,7 +516,7 @@ rmq_client_open(struct rmq_client **out, const struct conf_rocketmq *cfg, const 
         int64_t dl = clock_mono_ms() + c->send_timeout_ms;
         struct queue_ref q;
         char addr[256];
-        int rc = pick_queue(c, wire, NULL, dl, &q, addr, sizeof(addr), e, sizeof(e));
+        int rc = rmq_pick_queue(c, wire, NULL, dl, &q, addr, sizeof(addr), e, sizeof(e));
         if (rc == 0)
             rc = heartbeat_one(c, addr, clock_mono_ms() + c->send_timeout_ms, e, sizeof(e));
         free(wire);
@@ -913,7 +556,7 @@ rmq_client_close(struct rmq_client *c)
     }
     free(c->pool);
     for (size_t i = 0; i < c->nroutes; i++)
-        route_free(&c->routes[i]);
+        rmq_route_free(&c->routes[i]);
     free(c->routes);
     for (size_t i = 0; i < c->nproducers; i++)
         free(c->producers[i]);
@@ -953,181 +596,6 @@ rmq_add_producer(struct rmq_client *c, const char *group)
     c->producers[c->nproducers++] = w;
     pthread_mutex_unlock(&c->mu);
 }
-
-/* ==== sending ==== */
-
-static void
-props_add(char **buf, size_t *len, size_t *cap, const char *k, const char *v)
-{
-    if (v == NULL || *v == '\0')
-        return;
-    size_t kl = strlen(k), vl = strlen(v);
-    if (*len + kl + vl + 3 > *cap) {
-        *cap = 2 * (*len + kl + vl + 3);
-        *buf = xrealloc(*buf, *cap);
-    }
-    memcpy(*buf + *len, k, kl);
-    (*buf)[*len + kl] = 1;
-    memcpy(*buf + *len + kl + 1, v, vl);
-    (*buf)[*len + kl + 1 + vl] = 2;
-    *len += kl + vl + 2;
-    (*buf)[*len] = '\0';
-}
-
-/* UNIQ_KEY as MessageClientIDSetter: 16 bytes in upper-case hex (ip, pid,
- * a per-process value, ms since start, counter). */
-static void
-uniq_key(struct rmq_client *c, char out[33])
-{
-    uint32_t n = (uint32_t)atomic_fetch_add(&c->uniq_counter, 1);
-    uint64_t t = (uint64_t)clock_wall_ms();
-
-    snprintf(out, 33, "7F000001%04X%08X%08X%04X", (unsigned)getpid() & 0xFFFF,
-             (unsigned)((uintptr_t)c & 0xFFFFFFFF), (unsigned)(t & 0xFFFFFFFF), n & 0xFFFF);
-}
-
-/* The 4.x delay level for deliver_at: the longest one not later than it. */
-static int
-delay_level_for(int64_t wait_ms)
-{
-    int level = 0;
-
-    for (int i = 0; i < NLEVELS; i++)
-        if (delay_levels_ms[i] <= wait_ms)
-            level = i + 1;
-    return level;
-}
-
-static bool
-sent_ok(int code)
-{
-    return code == 0 || code == 10 || code == 11 || code == 12;
-}
-
-int
-rmq_send(struct rmq_client *c, const char *producer_group, const struct rmq_msg *m,
-         int64_t deadline_mono_ms, struct rmq_send_result *res, char *err, size_t errlen)
-{
-    char *topic = rmq_wrap(c, m->topic), *group = rmq_wrap(c, producer_group);
-    int attempts = 1 + c->retry;
-    int rc = ROOMD_EUNAVAIL;
-    char uk[33];
-
-    memset(res, 0, sizeof(*res));
-    uniq_key(c, uk);
-    snprintf(err, errlen, "send deadline passed");
-    for (int i = 0; i < attempts; i++) {
-        int64_t left = deadline_mono_ms - clock_mono_ms();
-        if (left <= 0)
-            break;
-        int64_t dl = clock_mono_ms() + (left < c->send_timeout_ms ? left : c->send_timeout_ms);
-        struct queue_ref q;
-        char addr[256];
-        rc = pick_queue(c, topic, m->shard_key, dl, &q, addr, sizeof(addr), err, errlen);
-        if (rc != 0) {
-            if (rc == ROOMD_EUNAVAIL)
-                continue;
-            break;
-        }
-        /* properties: KEYS, TAGS, WAIT, UNIQ_KEY, then the delay */
-        char *props = NULL;
-        size_t plen = 0, pcap = 0;
-        props_add(&props, &plen, &pcap, "KEYS", m->keys);
-        props_add(&props, &plen, &pcap, "TAGS", m->tags);
-        props_add(&props, &plen, &pcap, "WAIT", "true");
-        props_add(&props, &plen, &pcap, "UNIQ_KEY", uk);
-        pthread_mutex_lock(&c->mu);
-        bool timers = c->broker_version >= V5_0_0 && !c->timers_refused;
-        pthread_mutex_unlock(&c->mu);
-        int64_t wait = m->deliver_at_ms - clock_wall_ms();
-        char num[32];
-        res->delay_level = 0;
-        if (m->deliver_at_ms > 0 && wait > 0) {
-            if (timers) {
-                snprintf(num, sizeof(num), "%" PRId64, m->deliver_at_ms);
-                props_add(&props, &plen, &pcap, "TIMER_DELIVER_MS", num);
-            } else if ((res->delay_level = delay_level_for(wait)) > 0) {
-                snprintf(num, sizeof(num), "%d", res->delay_level);
-                props_add(&props, &plen, &pcap, "DELAY", num);
-            }
-        }
-        struct rmq_cmd *req = rmq_cmd_new(RC_SEND_MESSAGE_V2), *resp = NULL;
-        rmq_cmd_set(req, "a", group);
-        rmq_cmd_set(req, "b", topic);
-        rmq_cmd_set(req, "c", DEFAULT_TOPIC);
-        rmq_cmd_set_int(req, "d", 4);
-        rmq_cmd_set_int(req, "e", q.qid);
-        rmq_cmd_set_int(req, "f", 0);
-        rmq_cmd_set_int(req, "g", clock_wall_ms());
-        rmq_cmd_set_int(req, "h", 0);
-        rmq_cmd_set(req, "i", props ? props : "");
-        rmq_cmd_set_int(req, "j", 0);
-        rmq_cmd_set(req, "k", "false");
-        rmq_cmd_set(req, "m", "false");
-        rmq_cmd_set(req, "n", q.broker);
-        rmq_cmd_set_body(req, m->body, m->len);
-        free(props);
-        rc = call(c, addr, req, dl, &resp, err, errlen);
-        rmq_cmd_free(req);
-        note_answer(c, rc == 0, err);
-        if (rc != 0) {
-            rc = ROOMD_EUNAVAIL; /* no answer: the route may have moved too */
-            invalidate_route(c, topic);
-            continue;
-        }
-        pthread_mutex_lock(&c->mu);
-        c->broker_version = resp->version;
-        pthread_mutex_unlock(&c->mu);
-        res->code = resp->code;
-        if (sent_ok(resp->code)) {
-            snprintf(res->msg_id, sizeof(res->msg_id), "%s", rmq_cmd_get(resp, "msgId") ?: "");
-            res->queue_id = (int)rmq_cmd_int(resp, "queueId", q.qid);
-            res->queue_offset = rmq_cmd_int(resp, "queueOffset", -1);
-            rmq_cmd_free(resp);
-            rc = 0;
-            break;
-        }
-        const char *remark = resp->remark ? resp->remark : "";
-        if (acl_refused(resp)) {
-            acl_error(err, errlen);
-            note_answer(c, false, err); /* readiness names the key too */
-            rc = ROOMD_EUNAVAIL;
-            rmq_cmd_free(resp);
-            break; /* a configuration fault: no other try does better */
-        }
-        if (timers && resp->code == RS_SYSTEM_ERROR && strstr(remark, "WHEEL_TIMER_NOT_ENABLE")) {
-            pthread_mutex_lock(&c->mu);
-            c->timers_refused = true; /* timerWheelEnable=false: delay levels from now on */
-            pthread_mutex_unlock(&c->mu);
-            log_warn("rocketmq", "broker refuses timer messages; using delay levels", "addr=%s",
-                     addr);
-            attempts++;
-        }
-        snprintf(err, errlen, "send to %s queue %s/%d: code %d: %.120s", topic, q.broker, q.qid,
-                 resp->code, remark);
-        int code = resp->code;
-        rmq_cmd_free(resp);
-        if (code == RS_MESSAGE_ILLEGAL) {
-            rc = ROOMD_EPERM;
-            break;
-        }
-        rc = code == RS_SERVICE_NOT_AVAILABLE || code == RS_GO_AWAY ? ROOMD_EUNAVAIL : ROOMD_ERETRY;
-        if (code == RS_TOPIC_NOT_EXIST || code == RS_NO_PERMISSION)
-            invalidate_route(c, topic);
-    }
-    pthread_mutex_lock(&c->mu);
-    if (rc == 0)
-        c->stats.sends_ok++;
-    else if (rc == ROOMD_EUNAVAIL)
-        c->stats.sends_unavailable++;
-    else
-        c->stats.sends_failed++;
-    pthread_mutex_unlock(&c->mu);
-    free(topic);
-    free(group);
-    return rc;
-}
-
 int
 rmq_probe(struct rmq_client *c, const char *topic, int64_t deadline_mono_ms, char *err,
           size_t errlen)
@@ -1135,7 +603,7 @@ rmq_probe(struct rmq_client *c, const char *topic, int64_t deadline_mono_ms, cha
     char *wire = rmq_wrap(c, topic);
     struct queue_ref q;
     char addr[256];
-    int rc = pick_queue(c, wire, NULL, deadline_mono_ms, &q, addr, sizeof(addr), err, errlen);
+    int rc = rmq_pick_queue(c, wire, NULL, deadline_mono_ms, &q, addr, sizeof(addr), err, errlen);
 
     free(wire);
     if (rc == 0)
@@ -1167,7 +635,7 @@ rmq_stats_get(struct rmq_client *c, struct rmq_stats *out)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* ==== consumers (rocketmq/consumer.c) ==== */
+/* ==== consumer registration (rocketmq/consumer.c) ==== */
 
 void
 rmq_add_consumer(struct rmq_client *c, const char *group, const char *topic)
@@ -1190,354 +658,8 @@ rmq_heartbeat_now(struct rmq_client *c)
     heartbeat_all(c);
 }
 
-int
-rmq_read_queues(struct rmq_client *c, const char *topic, int64_t deadline_mono_ms,
-                struct rmq_mq **out, int *n, char *err, size_t errlen)
-{
-    char *wire = rmq_wrap(c, topic);
-    int rc = refresh_route(c, wire, deadline_mono_ms, err, errlen);
-
-    *out = NULL;
-    *n = 0;
-    if (rc == 0) {
-        pthread_mutex_lock(&c->mu);
-        for (size_t i = 0; i < c->nroutes; i++) {
-            struct route *r = &c->routes[i];
-            if (strcmp(r->topic, wire) != 0)
-                continue;
-            *out = xcalloc((size_t)r->nrq + 1, sizeof(**out));
-            for (int q = 0; q < r->nrq; q++) {
-                struct rmq_mq *m = &(*out)[q];
-                snprintf(m->topic, sizeof(m->topic), "%s", wire);
-                snprintf(m->broker, sizeof(m->broker), "%s", r->rq[q].broker);
-                m->qid = r->rq[q].qid;
-                for (int b = 0; b < r->nbrokers; b++)
-                    if (strcmp(r->bnames[b], m->broker) == 0 && r->masters[b])
-                        snprintf(m->addr, sizeof(m->addr), "%s", r->masters[b]);
-            }
-            *n = r->nrq;
-        }
-        pthread_mutex_unlock(&c->mu);
-    }
-    free(wire);
-    return rc;
-}
-
-/* One request to a broker: 0 and *resp (any code), or ROOMD_EUNAVAIL /
- * ROOMD_EINVAL (the signature refused) with err. */
-static int
-broker_call(struct rmq_client *c, const char *addr, struct rmq_cmd *req, int64_t deadline,
-            struct rmq_cmd **resp, char *err, size_t errlen)
-{
-    int rc = call(c, addr, req, deadline, resp, err, errlen);
-
-    note_answer(c, rc == 0, err);
-    if (rc != 0)
-        return ROOMD_EUNAVAIL;
-    if (acl_refused(*resp)) {
-        acl_error(err, errlen);
-        rmq_cmd_free(*resp);
-        *resp = NULL;
-        return ROOMD_EINVAL;
-    }
-    return 0;
-}
-
-int
-rmq_consumer_ids(struct rmq_client *c, const char *addr, const char *group,
-                 int64_t deadline_mono_ms, char ***ids, int *n, char *err, size_t errlen)
-{
-    char *wg = rmq_wrap(c, group);
-    struct rmq_cmd *req = rmq_cmd_new(38), *resp = NULL;
-    int rc;
-
-    *ids = NULL;
-    *n = 0;
-    rmq_cmd_set(req, "consumerGroup", wg);
-    rc = broker_call(c, addr, req, deadline_mono_ms, &resp, err, errlen);
-    rmq_cmd_free(req);
-    free(wg);
-    if (rc != 0)
-        return rc;
-    if (resp->code != 0) {
-        snprintf(err, errlen, "consumer list: code %d: %s", resp->code,
-                 resp->remark ? resp->remark : "");
-        rmq_cmd_free(resp);
-        return ROOMD_ERETRY;
-    }
-    json_t *j = json_loadb((const char *)resp->body, resp->body_len, 0, NULL);
-    json_t *list = json_object_get(j, "consumerIdList");
-    size_t i;
-    json_t *v;
-    *ids = xcalloc(json_array_size(list) + 1, sizeof(char *));
-    json_array_foreach(list, i, v)
-    {
-        if (json_is_string(v))
-            (*ids)[(*n)++] = xstrdup(json_string_value(v));
-    }
-    json_decref(j);
-    rmq_cmd_free(resp);
-    return 0;
-}
-
 const char *
 rmq_client_id(const struct rmq_client *c)
 {
     return c->client_id;
-}
-
-int
-rmq_query_offset(struct rmq_client *c, const struct rmq_mq *mq, const char *group,
-                 int64_t deadline_mono_ms, int64_t *offset, char *err, size_t errlen)
-{
-    char *wg = rmq_wrap(c, group);
-    struct rmq_cmd *req = rmq_cmd_new(14), *resp = NULL;
-    int rc;
-
-    rmq_cmd_set(req, "consumerGroup", wg);
-    rmq_cmd_set(req, "topic", mq->topic);
-    rmq_cmd_set_int(req, "queueId", mq->qid);
-    rc = broker_call(c, mq->addr, req, deadline_mono_ms, &resp, err, errlen);
-    rmq_cmd_free(req);
-    free(wg);
-    if (rc != 0)
-        return rc;
-    if (resp->code == RMQ_SUCCESS)
-        *offset = rmq_cmd_int(resp, "offset", 0);
-    else if (resp->code == RMQ_QUERY_NOT_FOUND)
-        *offset = -1;
-    else {
-        snprintf(err, errlen, "query offset: code %d: %s", resp->code,
-                 resp->remark ? resp->remark : "");
-        rc = ROOMD_ERETRY;
-    }
-    rmq_cmd_free(resp);
-    return rc;
-}
-
-int
-rmq_update_offset(struct rmq_client *c, const struct rmq_mq *mq, const char *group, int64_t offset,
-                  int64_t deadline_mono_ms, char *err, size_t errlen)
-{
-    char *wg = rmq_wrap(c, group);
-    struct rmq_cmd *req = rmq_cmd_new(15), *resp = NULL;
-    int rc;
-
-    rmq_cmd_set(req, "consumerGroup", wg);
-    rmq_cmd_set(req, "topic", mq->topic);
-    rmq_cmd_set_int(req, "queueId", mq->qid);
-    rmq_cmd_set_int(req, "commitOffset", offset);
-    rc = broker_call(c, mq->addr, req, deadline_mono_ms, &resp, err, errlen);
-    rmq_cmd_free(req);
-    free(wg);
-    if (rc == 0 && resp->code != 0) {
-        snprintf(err, errlen, "update offset: code %d", resp->code);
-        rc = ROOMD_ERETRY;
-    }
-    rmq_cmd_free(resp);
-    return rc;
-}
-
-static uint32_t
-rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static int64_t
-rd64(const uint8_t *p)
-{
-    return (int64_t)((uint64_t)rd32(p) << 32 | rd32(p + 4));
-}
-
-const char *
-rmq_prop(const struct rmq_message_ext *m, const char *name, char *buf, size_t len)
-{
-    size_t nl = strlen(name);
-    const char *p = m->props, *end = m->props + m->props_len;
-
-    while (p < end) {
-        const char *sep = memchr(p, 2, (size_t)(end - p));
-        const char *e = sep ? sep : end;
-        const char *eq = memchr(p, 1, (size_t)(e - p));
-        if (eq && (size_t)(eq - p) == nl && memcmp(p, name, nl) == 0) {
-            size_t vl = (size_t)(e - eq - 1);
-            if (vl >= len)
-                vl = len - 1;
-            memcpy(buf, eq + 1, vl);
-            buf[vl] = '\0';
-            return buf;
-        }
-        p = e + 1;
-    }
-    return NULL;
-}
-
-/* MessageDecoder.decode of the records in body (V1/V2 magic, IPv4/IPv6). */
-static int
-decode_records(const uint8_t *b, size_t len, struct rmq_pulled *out)
-{
-    size_t pos = 0, cap = 0;
-
-    while (len - pos >= 8) {
-        const uint8_t *r = b + pos;
-        uint32_t size = rd32(r), magic = rd32(r + 4);
-        if (size < 8 || size > len - pos)
-            return -1;
-        bool v2 = magic == 0xDAA320ABu;
-        size_t o = 12;
-        struct rmq_message_ext m = {0};
-        if (size < 4 * 5 + 8 * 2 + 4 + 8)
-            return -1;
-        m.queue_id = (int)rd32(r + o);
-        o += 4;
-        o += 4; /* flag */
-        m.queue_offset = rd64(r + o);
-        o += 8;
-        m.commit_offset = rd64(r + o);
-        o += 8;
-        uint32_t sys = rd32(r + o);
-        o += 4;
-        o += 8;                         /* born timestamp */
-        o += (sys & 0x10 ? 16 : 4) + 4; /* born host */
-        o += 8;                         /* store timestamp */
-        o += (sys & 0x20 ? 16 : 4) + 4; /* store host */
-        if (o + 16 > size)
-            return -1;
-        m.reconsume = (int)rd32(r + o);
-        o += 4 + 8;
-        uint32_t bl = rd32(r + o);
-        o += 4;
-        if (o + bl > size)
-            return -1;
-        m.body = r + o;
-        m.len = bl;
-        o += bl;
-        size_t tl;
-        if (v2) {
-            tl = (size_t)(r[o] << 8 | r[o + 1]);
-            o += 2;
-        } else {
-            tl = r[o];
-            o += 1;
-        }
-        if (o + tl + 2 > size)
-            return -1;
-        m.topic = xstrndup((const char *)r + o, tl);
-        o += tl;
-        size_t pl = (size_t)(r[o] << 8 | r[o + 1]);
-        o += 2;
-        if (o + pl > size) {
-            free(m.topic);
-            return -1;
-        }
-        m.props = (const char *)r + o;
-        m.props_len = pl;
-        m.sys_flag = (int)sys;
-        out->msgs = xgrow(out->msgs, (size_t)out->n + 1, &cap, sizeof(*out->msgs));
-        out->msgs[out->n++] = m;
-        pos += size;
-    }
-    return 0;
-}
-
-int
-rmq_pull(struct rmq_client *c, const struct rmq_mq *mq, const char *group, int64_t offset, int max,
-         int64_t deadline_mono_ms, struct rmq_pulled *out, char *err, size_t errlen)
-{
-    char *wg = rmq_wrap(c, group);
-    struct rmq_cmd *req = rmq_cmd_new(11), *resp = NULL;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    rmq_cmd_set(req, "consumerGroup", wg);
-    rmq_cmd_set(req, "topic", mq->topic);
-    rmq_cmd_set_int(req, "queueId", mq->qid);
-    rmq_cmd_set_int(req, "queueOffset", offset);
-    rmq_cmd_set_int(req, "maxMsgNums", max);
-    rmq_cmd_set_int(req, "sysFlag", 4); /* SUBSCRIPTION: this request's "*" */
-    rmq_cmd_set_int(req, "commitOffset", 0);
-    rmq_cmd_set_int(req, "suspendTimeoutMillis", 0);
-    rmq_cmd_set(req, "subscription", "*");
-    rmq_cmd_set_int(req, "subVersion", clock_wall_ms());
-    rmq_cmd_set(req, "expressionType", "TAG");
-    rc = broker_call(c, mq->addr, req, deadline_mono_ms, &resp, err, errlen);
-    rmq_cmd_free(req);
-    free(wg);
-    if (rc != 0)
-        return rc;
-    out->code = resp->code;
-    out->next_begin = rmq_cmd_int(resp, "nextBeginOffset", offset);
-    if (resp->code == RMQ_SUCCESS) {
-        out->raw = resp->body;
-        resp->body = NULL;
-        if (decode_records(out->raw, resp->body_len, out) != 0) {
-            snprintf(err, errlen, "pull %s/%d: undecodable records", mq->topic, mq->qid);
-            rmq_pulled_free(out);
-            rc = ROOMD_ERETRY;
-        }
-    } else if (resp->code != RMQ_PULL_NOT_FOUND && resp->code != RMQ_PULL_RETRY_IMMEDIATELY &&
-               resp->code != RMQ_PULL_OFFSET_MOVED) {
-        snprintf(err, errlen, "pull %s/%d: code %d: %s", mq->topic, mq->qid, resp->code,
-                 resp->remark ? resp->remark : "");
-        rc = ROOMD_ERETRY;
-    }
-    rmq_cmd_free(resp);
-    return rc;
-}
-
-void
-rmq_pulled_free(struct rmq_pulled *p)
-{
-    for (int i = 0; i < p->n; i++)
-        free(p->msgs[i].topic);
-    free(p->msgs);
-    free(p->raw);
-    memset(p, 0, sizeof(*p));
-}
-
-int
-rmq_send_back(struct rmq_client *c, const struct rmq_mq *mq, const char *group,
-              const struct rmq_message_ext *m, int delay_level, int max_reconsume,
-              int64_t deadline_mono_ms, char *err, size_t errlen)
-{
-    char *wg = rmq_wrap(c, group);
-    struct rmq_cmd *req = rmq_cmd_new(36), *resp = NULL;
-    char origin[128];
-    int rc;
-
-    rmq_cmd_set_int(req, "offset", m->commit_offset);
-    rmq_cmd_set(req, "group", wg);
-    rmq_cmd_set_int(req, "delayLevel", delay_level);
-    rmq_cmd_set(req, "originMsgId", rmq_prop(m, "ORIGIN_MESSAGE_ID", origin, sizeof(origin)) ?: "");
-    rmq_cmd_set(req, "originTopic", m->topic);
-    rmq_cmd_set(req, "unitMode", "false");
-    rmq_cmd_set_int(req, "maxReconsumeTimes", max_reconsume);
-    rc = broker_call(c, mq->addr, req, deadline_mono_ms, &resp, err, errlen);
-    rmq_cmd_free(req);
-    free(wg);
-    if (rc == 0 && resp->code != 0) {
-        snprintf(err, errlen, "send back: code %d: %s", resp->code,
-                 resp->remark ? resp->remark : "");
-        rc = ROOMD_ERETRY;
-    }
-    rmq_cmd_free(resp);
-    return rc;
-}
-
-int
-rmq_delay_level_at_least(int64_t delay_ms)
-{
-    for (int i = 0; i < NLEVELS; i++)
-        if (delay_levels_ms[i] >= delay_ms)
-            return i + 1;
-    return NLEVELS;
-}
-
-int
-rmq_delay_level_not_later(int64_t delay_ms)
-{
-    int level = delay_level_for(delay_ms);
-
-    return level > 0 ? level : 1;
 }
