@@ -608,7 +608,10 @@ rmq_probe(struct rmq_client *c, const char *topic, int64_t deadline_mono_ms, cha
     free(wire);
     if (rc == 0)
         rc = heartbeat_one(c, addr, deadline_mono_ms, err, errlen);
-    return rc == ROOMD_EUNAVAIL ? ROOMD_EUNAVAIL : 0;
+    /* a refused signature (heartbeat_one: ROOMD_EINVAL) is the broker
+     * refusing every call, not one event's fault: unavailable, so the
+     * outbox burns no attempt on it (outbox/dispatch.c peer_answers) */
+    return rc == ROOMD_EUNAVAIL || rc == ROOMD_EINVAL ? ROOMD_EUNAVAIL : 0;
 }
 
 int

@@ -92,7 +92,8 @@ int rmq_send(struct rmq_client *c, const char *producer_group, const struct rmq_
              int64_t deadline_mono_ms, struct rmq_send_result *res, char *err, size_t errlen);
 
 /* A cheap call the broker must answer: topic's route, then a HEART_BEAT to
- * its master. Returns 0, or ROOMD_EUNAVAIL with err. Thread: any. Blocks
+ * its master. Returns 0, or ROOMD_EUNAVAIL with err (also when the broker
+ * refuses the signature). Thread: any. Blocks
  * until deadline_mono_ms at most. */
 int rmq_probe(struct rmq_client *c, const char *topic, int64_t deadline_mono_ms, char *err,
               size_t errlen);
