@@ -112,7 +112,7 @@ struct listener {
     pthread_mutex_t mu; /* conns, nconns */
     struct conn *conns;
     int nconns;
-    atomic_uint_least64_t cut_header, cut_body, refused_smuggling, evicted;
+    atomic_uint_least64_t cut_header, cut_body, refused_smuggling, evicted, refused_per_ip;
     char *tls_cert, *tls_key; /* PEM text (MHD keeps pointers) */
 };
 
@@ -351,6 +351,13 @@ collect_conns(void *arg, struct metrics_text *t)
         metrics_count(t, "roomd_http_evicted_total", labels,
                       (uint64_t)atomic_load(&srv->lst[i].evicted));
     }
+    metrics_family(t, "roomd_http_refused_per_ip_total", "counter",
+                   "Connections refused because their address held its per-address limit.");
+    for (int i = 0; i < 2; i++) {
+        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
+        metrics_count(t, "roomd_http_refused_per_ip_total", labels,
+                      (uint64_t)atomic_load(&srv->lst[i].refused_per_ip));
+    }
     metrics_family(t, framing, "counter",
                    "Requests refused 400 for repeated or conflicting Content-Length / "
                    "Transfer-Encoding.");
@@ -584,7 +591,14 @@ on_accept(void *cls, const struct sockaddr *sa, socklen_t salen)
     for (struct conn *cn = l->conns; cn != NULL && n < l->lc.per_ip; cn = cn->next)
         n += strcmp(cn->addr, addr) == 0;
     pthread_mutex_unlock(&l->mu);
-    return n < l->lc.per_ip ? MHD_YES : MHD_NO;
+    if (n < l->lc.per_ip)
+        return MHD_YES;
+    /* counted, and a warning the log's per-kind limit bounds (core/log.h:
+     * a flood of refusals writes at most LOG_KIND_LINES per interval) */
+    atomic_fetch_add(&l->refused_per_ip, 1);
+    log_warn("http", "connection refused: the address holds its max_connections_per_ip",
+             "listener=%s limit=%d", l->which == HTTP_ADMIN ? "admin" : "public", l->lc.per_ip);
+    return MHD_NO;
 }
 
 /* http_query_fn over MHD: ctx is the connection. */

@@ -152,8 +152,8 @@ def test_im_down_long_no_failed_rows():
         for u in range(9, 14):
             cmd(r, "/v1/rooms/r3/join", {"uid": u})
         time.sleep(3 * 0.2 * 4)  # well past max_retry_count x max_backoff
-        for x in rows(r):
-            assert x["status"] == "retryable" and x["retry_count"] == 0, x
+        for x in rows(r):  # "delivering": the circuit's probe holds a row this instant
+            assert x["status"] in ("retryable", "delivering") and x["retry_count"] == 0, x
             assert "curl 7" in x["last_error"] or "circuit open" in x["last_error"], x
             assert TEST_SECRET not in x["last_error"]
         with open(r.log_path) as f:
