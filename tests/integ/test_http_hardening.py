@@ -208,7 +208,16 @@ def test_per_ip_limit():
     rd = start({"http": {"max_connections_per_ip": 3}})
     socks = []
     try:
-        socks = hold(rd, 3)
+        # the harness's own start-up probes may still be counted for a moment after they
+        # closed (the accept callback counts the listener's connections): hold 3 once they go
+        for i in range(20):
+            try:
+                socks = hold(rd, 3)
+                break
+            except (ConnectionResetError, AssertionError):
+                if i == 19:
+                    raise
+                time.sleep(0.2)
         assert not served(rd), "a 4th connection of one address was served"
         for s in socks:
             s.close()
