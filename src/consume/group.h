@@ -78,8 +78,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/inbox.h"
 #include "publish/bus.h"
+#include "store/inbox.h"
 
 struct conf_rocketmq;
 struct conf_store;

@@ -13,9 +13,9 @@
 #include "core/log.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
-#include "store/inbox.h"
 #include "publish/sink.h"
 #include "publish/sink_activity.h"
+#include "store/inbox.h"
 
 #include <stdbool.h>
 #include <stdio.h>

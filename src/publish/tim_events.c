@@ -9,10 +9,10 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
+#include "peer/pbjson.h"
 #include "publish/sink.h"
 #include "publish/tim_client.h"
 #include "room_events.pb-c.h"
-#include "peer/pbjson.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -53,11 +53,11 @@ type_index(const char *type)
 static char *
 envelope_json(const Roomd__V1__RoomOutboxEvent *e, const ProtobufCMessage *payload)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:s}", "event_id", e->event_id,
-                          "app_code", e->app_code, "room_id", e->room_id, "room_version",
-                          (json_int_t)e->room_version, "room_seq", (json_int_t)e->room_seq,
-                          "event_type", e->event_type, "occurred_at_ms",
-                          (json_int_t)e->occurred_at_ms, "command_id", e->command_id);
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I, s:s}", "event_id", e->event_id, "app_code",
+                  e->app_code, "room_id", e->room_id, "room_version", (json_int_t)e->room_version,
+                  "room_seq", (json_int_t)e->room_seq, "event_type", e->event_type,
+                  "occurred_at_ms", (json_int_t)e->occurred_at_ms, "command_id", e->command_id);
     char *s;
 
     if (o == NULL)

@@ -200,8 +200,8 @@ static const struct migration {
     int version;
     const char *const *sql;
 } migrations[] = {
-    {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4}, {5, migration_5},
-    {6, migration_6}, {7, migration_7}, {8, migration_8},
+    {1, migration_1}, {2, migration_2}, {3, migration_3}, {4, migration_4},
+    {5, migration_5}, {6, migration_6}, {7, migration_7}, {8, migration_8},
 };
 
 /*
