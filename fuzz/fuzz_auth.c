@@ -30,7 +30,7 @@ open_auth(void)
     free(c->admin.token_env);
     c->admin.token_env = strdup("FUZZ_ADMIN_TOKEN");
     setenv("FUZZ_JWT_SECRET", "fuzz-secret-fuzz-secret-fuzz-secret!", 1);
-    setenv("FUZZ_ADMIN_TOKEN", "fuzz-admin", 1);
+    setenv("FUZZ_ADMIN_TOKEN", "fuzz-admin-token-fuzz-admin-token", 1);
     if (auth_open(&auth, c, err, sizeof(err)) != 0)
         abort();
     conf_free(c);
