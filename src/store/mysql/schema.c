@@ -5,6 +5,8 @@
  */
 #include "store/mysql/internal.h"
 
+#include "store/seed_shape.h"
+
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -281,52 +283,6 @@ static const struct adopt adopts[] = {
     {"room_outbox", outbox_need, outbox_add},
 };
 
-/* Every column name roomd's tables have (a seed table's other columns must
- * be nullable or have a default). */
-static const char *const known_cols[] = {"id",
-                                         "event_id",
-                                         "app_code",
-                                         "room_id",
-                                         "room_version",
-                                         "command_id",
-                                         "event_type",
-                                         "payload",
-                                         "status",
-                                         "retry_count",
-                                         "sinks_done",
-                                         "next_retry_at_ms",
-                                         "lock_until_ms",
-                                         "locked_by",
-                                         "last_error",
-                                         "due_at_ms",
-                                         "created_at_ms",
-                                         "updated_at_ms",
-                                         "delivered_at_ms",
-                                         "room_seq",
-                                         "owner_uid",
-                                         "title",
-                                         "version",
-                                         "fence_token",
-                                         "rocket_status",
-                                         "rocket_id",
-                                         "rocket_level",
-                                         "rocket_launch_at_ms",
-                                         "event_seq",
-                                         "command_type",
-                                         "request",
-                                         "response",
-                                         "state",
-                                         NULL};
-
-static bool
-listed(const char *const *list, const char *name)
-{
-    for (; *list != NULL; list++)
-        if (strcasecmp(*list, name) == 0)
-            return true;
-    return false;
-}
-
 /* Checks and completes the existing table a->table (nothing when it does
  * not exist). Returns 0, ROOMD_EINVAL with c->errmsg naming the column
  * roomd cannot take, or a database failure. */
@@ -352,9 +308,9 @@ adopt_table(struct conn *c, const struct adopt *a)
         for (size_t i = 0; a->need[i] != NULL && i < 16; i++)
             if (strcasecmp(a->need[i], row[0]) == 0)
                 have[i] = true;
-        if (!listed(known_cols, row[0]) && strcmp(row[1], "NO") == 0 && strcmp(row[2], "1") == 0 &&
-            strstr(row[3], "auto_increment") == NULL && strstr(row[3], "GENERATED") == NULL &&
-            !*bad)
+        if (!store_known_column(row[0], strlen(row[0])) && strcmp(row[1], "NO") == 0 &&
+            strcmp(row[2], "1") == 0 && strstr(row[3], "auto_increment") == NULL &&
+            strstr(row[3], "GENERATED") == NULL && !*bad)
             snprintf(bad, sizeof(bad), "%s", row[0]);
     }
     mysql_free_result(res);

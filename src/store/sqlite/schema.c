@@ -5,6 +5,8 @@
  */
 #include "store/sqlite/internal.h"
 
+#include "store/seed_shape.h"
+
 #include "core/err.h"
 #include "core/log.h"
 
@@ -170,51 +172,6 @@ static const struct adopt adopts[] = {
      "CREATE UNIQUE INDEX IF NOT EXISTS room_outbox_event ON room_outbox (event_id)"},
 };
 
-/* Every column name of roomd's tables. */
-static const char *const known_cols[] = {"id",
-                                         "event_id",
-                                         "app_code",
-                                         "room_id",
-                                         "room_version",
-                                         "command_id",
-                                         "event_type",
-                                         "payload",
-                                         "status",
-                                         "retry_count",
-                                         "sinks_done",
-                                         "next_retry_at_ms",
-                                         "lock_until_ms",
-                                         "locked_by",
-                                         "last_error",
-                                         "due_at_ms",
-                                         "created_at_ms",
-                                         "updated_at_ms",
-                                         "delivered_at_ms",
-                                         "room_seq",
-                                         "owner_uid",
-                                         "title",
-                                         "version",
-                                         "fence_token",
-                                         "rocket_status",
-                                         "rocket_id",
-                                         "rocket_level",
-                                         "rocket_launch_at_ms",
-                                         "event_seq",
-                                         "command_type",
-                                         "request",
-                                         "response",
-                                         "state",
-                                         NULL};
-
-static bool
-listed(const char *const *list, const char *name, size_t len)
-{
-    for (; *list != NULL; list++)
-        if (strncasecmp(*list, name, len) == 0 && ((*list)[len] == '\0' || (*list)[len] == ' '))
-            return true;
-    return false;
-}
-
 /* Checks and completes the existing table a->table (nothing when there is
  * none), inside the migration's transaction. Returns 0, ROOMD_EINVAL with
  * err naming the column roomd cannot take, or an SQLite failure code. */
@@ -244,7 +201,7 @@ adopt_table(struct conn *c, const struct adopt *a, char *err, size_t errlen)
             if (strncasecmp(a->columns[i], name, strlen(name)) == 0 &&
                 a->columns[i][strlen(name)] == ' ')
                 added[i] = true; /* already there */
-        if (!listed(known_cols, name, strlen(name)) && sqlite3_column_int(q, 1) &&
+        if (!store_known_column(name, strlen(name)) && sqlite3_column_int(q, 1) &&
             sqlite3_column_int(q, 2) && !sqlite3_column_int(q, 3) && !*bad)
             snprintf(bad, sizeof(bad), "%s", name);
     }
