@@ -73,7 +73,8 @@ def test_delivery_attempts_build_and_process():
         assert val(text, "roomd_outbox_delivery_seconds_bucket", '{sink="log",le="600"}') == 5
         assert val(text, "roomd_dependency_up", '{dependency="store"}') == 1
         build = [k for k in samples(text) if k[0] == "roomd_build_info"]
-        assert len(build) == 1 and re.match(r'\{version="\d+\.\d+\.\d+",commit="[^"]+"\}$',
+        assert len(build) == 1 and re.match(  # X.Y.Z, or git describe's X.Y.Z-N-gC[-dirty] past a tag
+            r'\{version="\d+\.\d+\.\d+(-\d+-g[0-9a-f]+)?(-dirty)?",commit="[^"]+"\}$',
                                             build[0][1]), build
         for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
                      "process_open_fds", "process_max_fds", "process_start_time_seconds",
