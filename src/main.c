@@ -15,6 +15,7 @@
  *   roomd --version | --help           print to stdout, exit 0
  */
 #include "admin/admin.h"
+#include "admin/nodes.h"
 #include "auth/auth.h"
 #include "auth/throttle.h"
 #include "cluster/forward.h"
@@ -232,6 +233,24 @@ open_sinks(const struct conf *c, struct bus *bus, struct rmq_client *rmq, struct
     return n;
 }
 
+/* The nodes view's readiness of this node (admin_ready_fn, admin/nodes.h):
+ * what its admin /readyz answers, from the readiness cache of srv (a struct
+ * http_server; before it serves: 503 "starting"). Thread: any. */
+static int
+self_ready(void *srv, char **json)
+{
+    struct http_response resp;
+    int status;
+
+    memset(&resp, 0, sizeof(resp));
+    http_ready_reply(http_server_ready(srv), true, &resp);
+    status = resp.status;
+    *json = resp.body;
+    resp.body = NULL;
+    http_response_clear(&resp);
+    return status;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -419,6 +438,9 @@ main(int argc, char **argv)
     or_die(admin_open(&admin, conf, outbox, false, err, sizeof(err)), "admin: ", err);
     admin_set_bus(admin, bus);
     admin_resume(admin);
+    /* the cluster's nodes for the console and roomctl nodes (admin/nodes.h) */
+    struct admin_nodes *nodes = admin_nodes_open(conf, lease, fwd, rooms, self_ready, http);
+    admin_set_nodes(admin, nodes);
     hd.admin = admin;
     or_die(http_server_start(http, &hd, err, sizeof(err)), "", err);
     /* the gRPC API beside it: the same router behind another transport */
@@ -443,6 +465,7 @@ main(int argc, char **argv)
     http_server_close(http);
     http_create_limit_close();
     admin_close(admin);
+    admin_nodes_close(nodes);
     metrics_deps_close(deps);
     metrics_ha_close(store);
     auth_close(auth);

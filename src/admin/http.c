@@ -2,6 +2,9 @@
 /* admin/http.c: the admin routes and the console files (see admin/http.h). */
 #include "admin/http.h"
 
+#include "admin/internal.h"
+#include "admin/nodes.h"
+
 #include "core/xmalloc.h"
 
 #include <stdio.h>
@@ -66,6 +69,8 @@ enum admin_kind {
     A_DLQ_PURGE,
     A_DLQ_BULK_REPLAY,
     A_DLQ_BULK_DISCARD,
+    A_NODE,
+    A_NODES,
 };
 
 /*
@@ -97,6 +102,8 @@ static const struct admin_route {
     {"POST", API "dlq/replay", A_DLQ_BULK_REPLAY, NULL},
     {"POST", API "dlq/discard", A_DLQ_BULK_DISCARD, NULL},
     {"POST", API "dlq/purge", A_DLQ_PURGE, NULL},
+    {"GET", API "node", A_NODE, NULL},
+    {"GET", API "nodes", A_NODES, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -199,6 +206,12 @@ dispatch(struct admin *a, const struct admin_route *r, const char *cap, admin_lo
     case A_DLQ_BULK_DISCARD:
         admin_dlq_bulk(a, actor, r->kind == A_DLQ_BULK_REPLAY ? "replay" : "discard", body, len,
                        &out->r);
+        break;
+    case A_NODE:
+        admin_nodes_self(a->nodes, q, ctx, &out->r);
+        break;
+    case A_NODES:
+        admin_nodes_list(a->nodes, q, ctx, &out->r);
         break;
     case A_CONSOLE:
         break;

@@ -16,6 +16,8 @@
  *   POST /admin/v1/dlq/{seq}/replay      admin_dlq_replay
  *   POST /admin/v1/dlq/{seq}/discard     admin_dlq_discard
  *   POST /admin/v1/dlq/purge             admin_dlq_purge (body: {"group": G})
+ *   GET  /admin/v1/node?rooms            admin_nodes_self (admin/nodes.h): this node
+ *   GET  /admin/v1/nodes?rooms           admin_nodes_list: every node of the cluster
  *   GET  /console/ , /console/{file}     the console's files (compiled in; no data in
  *                                        them, so they need no token; the page sends
  *                                        the token with each API call)

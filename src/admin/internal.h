@@ -17,14 +17,16 @@ struct admin_store;
 struct outbox;
 struct outbox_row;
 struct bus;
+struct admin_nodes;
 
 struct admin {
     const struct conf *conf;
     struct admin_store *store;
     struct outbox *outbox;
     bool readonly;
-    uint32_t sinks;  /* SINK_BIT_* of the publish mode's sinks */
-    struct bus *bus; /* the consumer groups' dead letters; NULL: rocketmq off */
+    uint32_t sinks;            /* SINK_BIT_* of the publish mode's sinks */
+    struct bus *bus;           /* the consumer groups' dead letters; NULL: rocketmq off */
+    struct admin_nodes *nodes; /* the nodes view (admin/nodes.h); NULL: none */
 };
 
 /* 200 with o (reference taken). */

@@ -296,3 +296,58 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
     atomic_fetch_add(&f->forwarded, 1);
     return 0;
 }
+
+int
+cluster_forward_admin_get(struct cluster_forward *f, const char *admin_addr, const char *path,
+                          int64_t timeout_ms, int *status, char **body, char *why, size_t whylen)
+{
+    char err[CURL_ERROR_SIZE] = "";
+    struct curl_body b = {.max = FORWARD_MAX_RESPONSE};
+    struct curl_slist *hdrs = NULL;
+    long st = 0;
+    CURLcode cc;
+    CURL *h;
+
+    *status = 0;
+    *body = NULL;
+    if ((h = curl_pool_take(&f->pool)) == NULL) {
+        snprintf(why, whylen, "no connection handle");
+        return ROOMD_EUNAVAIL;
+    }
+    char *url = xasprintf("%s://%s%s", f->admin_tls ? "https" : "http", admin_addr, path);
+    hdrs = curl_slist_append(hdrs, f->hop);
+    if (f->admin_auth != NULL)
+        hdrs = curl_slist_append(hdrs, f->admin_auth);
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : f->timeout_ms));
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)FORWARD_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-nodes/1");
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
+    if (f->admin_tls) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+        if (f->ca_file != NULL)
+            curl_easy_setopt(h, CURLOPT_CAINFO, f->ca_file);
+    }
+    cc = curl_easy_perform(h);
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(hdrs);
+    curl_pool_give(&f->pool, h);
+    free(url);
+    if (cc != CURLE_OK || st < 100) {
+        snprintf(why, whylen, "%s",
+                 cc != CURLE_OK ? (err[0] ? err : curl_easy_strerror(cc)) : "no status");
+        free(b.p);
+        return ROOMD_EUNAVAIL;
+    }
+    *status = (int)st;
+    *body = b.p != NULL ? b.p : xstrdup("");
+    return 0;
+}

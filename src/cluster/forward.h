@@ -51,6 +51,19 @@ void cluster_forward_close(struct cluster_forward *f);
 int cluster_forward_call(void *f, const char *public_addr, const char *admin_addr, const char *app,
                          const struct room_origin *o, struct room_reply *reply);
 
+/*
+ * GETs path (an admin route: "/admin/v1/node") from the node whose admin
+ * listener is admin_addr ("host:port"), with this node's admin token and
+ * the listener's TLS, as cluster_forward_call does; for the cluster's nodes
+ * view (admin/nodes.c). Returns 0 with *status and *body (malloc'd, the
+ * caller frees) on any HTTP answer, or ROOMD_EUNAVAIL with why filled
+ * (libcurl's reason, never a header). Not counted as forwarding. Thread:
+ * any; blocks up to timeout_ms (<= 0: cluster.forward_timeout).
+ */
+int cluster_forward_admin_get(struct cluster_forward *f, const char *admin_addr, const char *path,
+                              int64_t timeout_ms, int *status, char **body, char *why,
+                              size_t whylen);
+
 /* Requests forwarded and forwarding failures since open (metrics). */
 void cluster_forward_counts(const struct cluster_forward *f, uint64_t *forwarded, uint64_t *failed);
 

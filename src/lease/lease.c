@@ -6,6 +6,8 @@
 #include "core/driver.h"
 #include "core/err.h"
 
+#include <stdlib.h>
+
 int lease_local_open(struct lease **out);
 int lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
 
@@ -34,4 +36,27 @@ lease_ready(void *arg, char *why, size_t whylen)
     struct lease *l = arg;
 
     return l->ops->ready != NULL ? l->ops->ready(l, why, whylen) : 0;
+}
+
+size_t
+lease_held(struct lease *l, size_t max, char ***names, size_t *n)
+{
+    *names = NULL;
+    *n = 0;
+    return l != NULL && l->ops->held != NULL ? l->ops->held(l, max, names, n) : 0;
+}
+
+void
+lease_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int
+lease_members(struct lease *l, char **json)
+{
+    *json = NULL;
+    return l != NULL && l->ops->members != NULL ? l->ops->members(l, json) : ROOMD_ENOTFOUND;
 }

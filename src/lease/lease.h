@@ -32,6 +32,14 @@ struct lease_ops {
     /* Optional (NULL = always): 0 when leases can be taken now, else
      * ROOMD_EUNAVAIL with why filled. Blocks up to redis.command_timeout. */
     int (*ready)(struct lease *l, char *why, size_t whylen);
+    /* Optional (NULL = not tracked): the leases this node holds, names
+     * "<app>:<room>" sorted, the first max of them in *names (malloc'd
+     * array of malloc'd strings, lease_names_free), *n of them; returns the
+     * total held. From memory: never blocks but on a mutex. */
+    size_t (*held)(struct lease *l, size_t max, char ***names, size_t *n);
+    /* Optional (NULL = no membership): the nodes the lease store knows
+     * (lease_members). Blocks up to redis.command_timeout per round trip. */
+    int (*members)(struct lease *l, char **json);
 };
 
 struct lease {
@@ -45,5 +53,22 @@ void lease_close(struct lease *l);
  * a PING), else ROOMD_EUNAVAIL with why. Thread: any; blocks up to
  * redis.command_timeout. Matches node_health's check (cluster/health.h). */
 int lease_ready(void *l, char *why, size_t whylen);
+
+/* This node's held leases (lease_ops.held; local: 0, nothing listed).
+ * Thread: any; never blocks but on a mutex. */
+size_t lease_held(struct lease *l, size_t max, char ***names, size_t *n);
+void lease_names_free(char **names, size_t n);
+
+/*
+ * The cluster's nodes as the lease store knows them (lease_redis.c: every
+ * node writes a heartbeat <prefix>node:<node_id> with the lease ttl, and
+ * its entry in the hash <prefix>nodes, each renew_every). Returns 0 and
+ * *json, a malloc'd JSON array of {"node_id", "instance", "public_addr",
+ * "admin_addr", "version", "commit", "started_ms", "seen_ms", "alive"}
+ * (alive: its heartbeat has not expired; an entry not seen for a day is
+ * dropped), or ROOMD_EUNAVAIL (Redis down), or ROOMD_ENOTFOUND (local lease:
+ * no membership). Thread: any; blocks on Redis.
+ */
+int lease_members(struct lease *l, char **json);
 
 #endif

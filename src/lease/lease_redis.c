@@ -9,6 +9,13 @@
  * every held lease each renew_every with a compare-and-PEXPIRE; release is a
  * compare-and-delete. While a lease was confirmed less than ttl - ttl/10 ago,
  * acquire answers from memory without a round trip. Read lease.h first.
+ *
+ * Membership (lease_members, the console's and roomctl's nodes view): the
+ * renewer also writes, each renew_every,
+ *   key   <prefix>node:<node_id>   a JSON of the node (addresses, version), PX ttl
+ *   hash  <prefix>nodes            node_id -> the same JSON (seen_ms), kept a day
+ * so a node that stops renewing (killed, cut off) loses its heartbeat key within
+ * the lease ttl and shows as not alive; a clean shutdown deletes its key.
  */
 #include "lease/lease.h"
 
@@ -18,9 +25,11 @@
 #include "core/log.h"
 #include "core/thread.h"
 #include "core/tree.h"
+#include "core/version.h"
 #include "core/xmalloc.h"
 #include "redis/redis_conn.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <search.h>
 #include <stdbool.h>
@@ -34,6 +43,7 @@
 int lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
 
 #define RENEW_BATCH 256
+#define MEMBER_KEEP_MS (24LL * 3600 * 1000) /* a node not seen for a day leaves the hash */
 
 /*
  * KEYS[1] lease key, KEYS[2] token counter; ARGV instance, addr, ttl_ms, seed.
@@ -85,6 +95,9 @@ struct lease_redis {
     char *prefix;
     char *addr;     /* "<public> <admin>": our advertised addresses (owner shown to others) */
     char *instance; /* unique per handle: "<node_id>/<random>" */
+    char *node_id;  /* app.node_id ("roomd" when empty): the membership's key */
+    char *public_addr, *admin_addr; /* the two halves of addr */
+    int64_t started_ms;             /* wall clock at open */
     int64_t ttl_ms, renew_ms, margin_ms;
 
     pthread_mutex_t map_mu; /* guards held, nheld */
@@ -258,6 +271,137 @@ redis_release(struct lease *l, const char *app, const char *room_id, int64_t tok
     free(value);
 }
 
+/* ==== Held leases and membership ==== */
+
+struct held_walk {
+    char **names;
+    size_t n, max;
+};
+
+static void
+held_name(const void *nodep, VISIT which, void *arg)
+{
+    struct held_walk *w = arg;
+    const struct held *h = *(struct held *const *)nodep;
+
+    if ((which == postorder || which == leaf) && w->n < w->max)
+        w->names[w->n++] = xstrdup(h->name);
+}
+
+/* lease_ops.held: twalk visits the tree in name order, so the first max are
+ * the smallest names. */
+static size_t
+redis_held(struct lease *l, size_t max, char ***names, size_t *n)
+{
+    struct lease_redis *lr = (struct lease_redis *)l;
+    struct held_walk w = {.max = max};
+    size_t total;
+
+    pthread_mutex_lock(&lr->map_mu);
+    total = lr->nheld;
+    if (w.max > total)
+        w.max = total;
+    w.names = xcalloc(w.max + 1, sizeof(char *));
+    twalk_r(lr->held, held_name, &w);
+    pthread_mutex_unlock(&lr->map_mu);
+    *names = w.names;
+    *n = w.n;
+    return total;
+}
+
+/* This node as the membership shows it (malloc'd JSON). */
+static char *
+member_json(const struct lease_redis *lr)
+{
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I}", "node_id", lr->node_id, "instance",
+                  lr->instance, "public_addr", lr->public_addr, "admin_addr", lr->admin_addr,
+                  "version", roomd_version, "commit", roomd_commit, "started_ms",
+                  (json_int_t)lr->started_ms, "seen_ms", (json_int_t)clock_wall_ms());
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+
+    json_decref(o);
+    return s;
+}
+
+/* Writes this node's heartbeat key and hash entry on conn (one pipeline-free
+ * round trip each). Best effort: a failure shows as a missed heartbeat. */
+static void
+heartbeat(struct lease_redis *lr, struct redis_conn *conn)
+{
+    char *v = member_json(lr), *key = xasprintf("%snode:%s", lr->prefix, lr->node_id);
+    char *hash = xasprintf("%snodes", lr->prefix), ttl[24];
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)lr->ttl_ms);
+    const char *set[] = {"SET", key, v, "PX", ttl};
+    const char *hset[] = {"HSET", hash, lr->node_id, v};
+    redisReply *r = redis_conn_cmd(conn, 5, set);
+
+    if (r != NULL) {
+        freeReplyObject(r);
+        freeReplyObject(redis_conn_cmd(conn, 4, hset));
+    }
+    free(v);
+    free(key);
+    free(hash);
+}
+
+/* lease_ops.members: the hash's entries, each "alive" when its heartbeat key
+ * is there (the key's JSON wins: it is the newest). */
+static int
+redis_members(struct lease *l, char **json)
+{
+    struct lease_redis *lr = (struct lease_redis *)l;
+    char *hash = xasprintf("%snodes", lr->prefix);
+    const char *hgetall[] = {"HGETALL", hash};
+    json_t *out = json_array();
+    int rc = 0;
+
+    pthread_mutex_lock(&lr->conn_mu);
+    redisReply *r = redis_conn_cmd(&lr->conn, 2, hgetall);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        rc = ROOMD_EUNAVAIL;
+        goto out;
+    }
+    int64_t now = clock_wall_ms();
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const char *id = r->element[i]->str, *v = r->element[i + 1]->str;
+        if (id == NULL || v == NULL)
+            continue;
+        char *key = xasprintf("%snode:%s", lr->prefix, id);
+        const char *get[] = {"GET", key};
+        redisReply *g = redis_conn_cmd(&lr->conn, 2, get);
+        free(key);
+        if (g == NULL) {
+            rc = ROOMD_EUNAVAIL;
+            break;
+        }
+        bool alive = g->type == REDIS_REPLY_STRING;
+        json_t *o = json_loads(alive ? g->str : v, 0, NULL);
+        freeReplyObject(g);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            continue;
+        }
+        int64_t seen = json_integer_value(json_object_get(o, "seen_ms"));
+        if (!alive && now - seen > MEMBER_KEEP_MS) { /* gone for a day: forgotten */
+            const char *hdel[] = {"HDEL", hash, id};
+            freeReplyObject(redis_conn_cmd(&lr->conn, 3, hdel));
+            json_decref(o);
+            continue;
+        }
+        json_object_set_new(o, "alive", json_boolean(alive));
+        json_array_append_new(out, o);
+    }
+out:
+    pthread_mutex_unlock(&lr->conn_mu);
+    freeReplyObject(r);
+    free(hash);
+    if (rc == 0)
+        *json = json_dumps(out, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(out);
+    return rc;
+}
+
 /* ==== Renewer thread ==== */
 
 struct snap {
@@ -368,8 +512,10 @@ renew_main(void *arg)
     struct lease_redis *lr = arg;
     bool was_up = true;
 
-    while (!bg_thread_sleep(&lr->renewer, lr->renew_ms))
+    while (!bg_thread_sleep(&lr->renewer, lr->renew_ms)) {
         renew_all(lr, &was_up);
+        heartbeat(lr, &lr->rconn);
+    }
     return NULL;
 }
 
@@ -393,6 +539,13 @@ redis_close(struct lease *l)
     /* Shutdown gives every lease up so another node takes over at once. */
     twalk_r(lr->held, release_one, &lr->conn);
     tdestroy(lr->held, held_free);
+    /* ... and its heartbeat: the nodes view shows it gone at once (the hash keeps it) */
+    if (lr->node_id != NULL) {
+        char *key = xasprintf("%snode:%s", lr->prefix, lr->node_id);
+        const char *del[] = {"DEL", key};
+        freeReplyObject(redis_conn_cmd(&lr->conn, 2, del));
+        free(key);
+    }
     redis_conn_close(&lr->conn);
     redis_conn_close(&lr->rconn);
     pthread_mutex_destroy(&lr->map_mu);
@@ -400,6 +553,9 @@ redis_close(struct lease *l)
     free(lr->prefix);
     free(lr->addr);
     free(lr->instance);
+    free(lr->node_id);
+    free(lr->public_addr);
+    free(lr->admin_addr);
     free(lr);
 }
 
@@ -422,8 +578,12 @@ redis_ready(struct lease *l, char *why, size_t whylen)
     return rc;
 }
 
-static const struct lease_ops redis_ops = {
-    .acquire = redis_acquire, .release = redis_release, .close = redis_close, .ready = redis_ready};
+static const struct lease_ops redis_ops = {.acquire = redis_acquire,
+                                           .release = redis_release,
+                                           .close = redis_close,
+                                           .ready = redis_ready,
+                                           .held = redis_held,
+                                           .members = redis_members};
 
 int
 lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
@@ -441,12 +601,15 @@ lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t 
     }
     lr->base.ops = &redis_ops;
     lr->prefix = xstrdup(conf->redis.key_prefix ? conf->redis.key_prefix : "");
-    lr->addr = xasprintf(
-        "%s %s",
-        conf->http.advertise_addr && conf->http.advertise_addr[0] ? conf->http.advertise_addr
-                                                                  : conf->http.listen,
-        conf->admin.advertise_addr && conf->admin.advertise_addr[0] ? conf->admin.advertise_addr
-                                                                    : conf->admin.listen);
+    lr->public_addr = xstrdup(conf->http.advertise_addr && conf->http.advertise_addr[0]
+                                  ? conf->http.advertise_addr
+                                  : conf->http.listen);
+    lr->admin_addr = xstrdup(conf->admin.advertise_addr && conf->admin.advertise_addr[0]
+                                 ? conf->admin.advertise_addr
+                                 : conf->admin.listen);
+    lr->addr = xasprintf("%s %s", lr->public_addr, lr->admin_addr);
+    lr->node_id = xstrdup(conf->app.node_id && conf->app.node_id[0] ? conf->app.node_id : "roomd");
+    lr->started_ms = clock_wall_ms();
     if ((f = fopen("/dev/urandom", "rb")) != NULL) {
         if (fread(rnd, 1, sizeof(rnd), f) != sizeof(rnd))
             memset(rnd, 0, sizeof(rnd));
@@ -478,6 +641,8 @@ lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t 
                  lr->conn.errstr);
     else
         freeReplyObject(r);
+    if (r != NULL)
+        heartbeat(lr, &lr->conn); /* listed from the start, not after renew_every */
 
     if (bg_thread_start(&lr->renewer, renew_main, lr) != 0) {
         snprintf(err, errlen, "lease: cannot start the renewer thread");
