@@ -1029,6 +1029,64 @@ do_gifts_disable(struct ctl *c, int argc, char **argv)
     return gifts_toggle(c, argv[0], false);
 }
 
+/* ==== nodes: the cluster's nodes (GET /admin/v1/nodes, docs/admin.md) ==== */
+
+static void
+print_nodes(struct ctl *c, json_t *j)
+{
+    json_t *nodes = json_object_get(j, "nodes"), *n, *x;
+    size_t i, k;
+
+    (void)c;
+    printf("%-20s %-12s %8s %-22s %-22s %s\n", "NODE", "STATE", "LEASES", "VERSION", "ADMIN_ADDR",
+           "REASONS");
+    json_array_foreach(nodes, i, n)
+    {
+        json_t *leases = json_object_get(n, "leases");
+        char count[24] = "-", id[80];
+        if (json_is_object(leases))
+            snprintf(count, sizeof(count), "%" PRId64, jint(leases, "count"));
+        snprintf(id, sizeof(id), "%s%s", jstr(n, "node_id"),
+                 json_is_true(json_object_get(n, "self")) ? "*" : "");
+        printf("%-20s %-12s %8s %-22s %-22s", id, jstr(n, "state"), count, jstr(n, "version"),
+               jstr(n, "admin_addr"));
+        json_array_foreach(json_object_get(n, "reasons"), k, x)
+            printf("%s%s", k ? "; " : " ", json_string_value(x) ? json_string_value(x) : "");
+        printf("\n");
+    }
+    printf("# * this node; membership %s, lease.ttl %" PRId64 "ms\n", jstr(j, "membership"),
+           jint(j, "lease_ttl_ms"));
+}
+
+/* nodes: the admin API only (the view is live); without --url the config's
+ * admin listener (admin.advertise_addr, else admin.listen). */
+static int
+do_nodes(struct ctl *c, int argc, char **argv)
+{
+    struct admin_reply r;
+    char *url = NULL;
+
+    (void)argc;
+    (void)argv;
+    if (c->url == NULL) {
+        const char *a = c->conf->admin.advertise_addr && c->conf->admin.advertise_addr[0]
+                            ? c->conf->admin.advertise_addr
+                            : c->conf->admin.listen;
+        url = xasprintf(
+            "%s://%s",
+            c->conf->admin.tls_cert_file && c->conf->admin.tls_cert_file[0] ? "https" : "http", a);
+        c->url = url;
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+    }
+    api(c, "GET", "/admin/v1/nodes", true, NULL, &r);
+    if (url != NULL) {
+        curl_global_cleanup();
+        c->url = NULL;
+        free(url);
+    }
+    return finish(c, &r, print_nodes);
+}
+
 /* ==== the command table ==== */
 
 #define DLQ_FILTER_USAGE                                                                           \
@@ -1138,6 +1196,13 @@ static const struct ctl_cmd commands[] = {
     {{"gifts", "enable"}, 1, 1, NEED_GIFTS, OPT_APP, do_gifts_enable, "gifts enable GIFT_ID"},
     {{"gifts", "disable"}, 1, 1, NEED_GIFTS, OPT_APP, do_gifts_disable, "gifts disable GIFT_ID"},
     {{"migrate"}, 0, 0, NEED_STORE, 0, do_migrate, "migrate    create or upgrade the schema"},
+    {{"nodes"},
+     0,
+     0,
+     NEED_NOTHING,
+     0,
+     do_nodes,
+     "nodes      the cluster's nodes: state, leases, version (the admin API)"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -1332,6 +1397,8 @@ open_backend(struct ctl *c, const struct ctl_cmd *cmd)
         fprintf(stderr, "roomctl: config: %s\n", err);
         return EXIT_FAILED;
     }
+    if (cmd->need == NEED_NOTHING) /* nodes: the config names the admin listener */
+        return 0;
     if (cmd->need == NEED_STORE || cmd->need == NEED_GIFTS) {
         bool reads = cmd->run == do_wallet_balance || cmd->run == do_gifts_list;
         if (reads && strcmp(c->conf->store.driver, "sqlite") == 0 &&
