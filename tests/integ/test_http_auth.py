@@ -218,6 +218,8 @@ def test_admin_listener():
                    ("POST", "/admin/v1/dlq/purge", {"group": "hyapp-room-im-bridge"}),
                    ("POST", "/admin/v1/dlq/replay", {"filter": {"group": "g"}}),
                    ("POST", "/admin/v1/dlq/discard", {"filter": {"group": "g"}}),
+                   # the cluster's nodes view (admin/nodes.h)
+                   ("GET", "/admin/v1/nodes", None), ("GET", "/admin/v1/node", None),
                    # the gift catalog's writes (reads: test_reads_matrix)
                    ("POST", "/v1/gifts", {"gift_id": "rose", "unit_price": 1})]
     bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
@@ -286,7 +288,7 @@ def test_named_admin_tokens():
     bal = rd.http("GET", "/v1/wallet/5", headers=user)[2]["balance"]
     audits = len(hu.expect_ok(rd.admin("GET", "/admin/v1/audit"))["audits"])
     for path in ("/metrics", "/readyz", "/admin/v1/outbox/summary", "/admin/v1/audit",
-                 "/admin/v1/outbox?status=failed"):
+                 "/admin/v1/outbox?status=failed", "/admin/v1/nodes", "/admin/v1/node"):
         st, _, js = rd.admin("GET", path, headers=reader)
         assert st == 200, (path, st, js)
     for method, path, body in ADMIN_WRITES:

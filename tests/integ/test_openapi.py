@@ -99,6 +99,10 @@ def admin_answers(rd, rid):
     for action in ("replay", "discard"):  # 404: rocketmq.enabled is false
         a.append(adm("POST", f"/admin/v1/dlq/{action}", {"filter": {"group": "g"},
                                                           "dry_run": True}))
+    # the nodes view: this node alone under the local lease; a bad ?rooms is a 400
+    for path in ("/admin/v1/nodes", "/admin/v1/nodes?rooms=5", "/admin/v1/nodes?rooms=x",
+                 "/admin/v1/node", "/admin/v1/node?rooms=-1"):
+        a.append(adm("GET", path))
     for path in ("/console", "/console/", "/console/console.js", "/console/console.css",
                  "/console/nope.js"):
         a.append(adm("GET", path))
