@@ -294,6 +294,37 @@ async function loadNode() {
   }
 }
 
+// The cluster's nodes (GET /admin/v1/nodes): every node the lease store knows, its
+// readiness, version and the room leases it holds.
+async function loadNodes() {
+  const tb = $('#nodes tbody');
+  let res;
+  try {
+    res = await api('GET', '/admin/v1/nodes');
+  } catch (e) {
+    $('#nodes-note').textContent = e.message;
+    tb.replaceChildren();
+    return;
+  }
+  $('#nodes-note').textContent = res.nodes.length + ' node(s); membership: ' + res.membership +
+    '; lease ttl ' + res.lease_ttl_ms + ' ms (a node that stops shows missing within it)';
+  tb.replaceChildren();
+  for (const n of res.nodes) {
+    const tr = document.createElement('tr');
+    tr.dataset.node = n.node_id;
+    tr.dataset.state = n.state;
+    cell(tr, n.node_id + (n.self ? ' (this node)' : ''));
+    cell(tr, n.state, n.state === 'ready' ? 'good' : n.state === 'degraded' ? 'warn' : 'bad');
+    cell(tr, (n.reasons || []).join('; ') || '-');
+    cell(tr, n.leases ? n.leases.count : '-', 'leases');
+    const rooms = n.leases ? n.leases.rooms.join(', ') + (n.leases.truncated ? ' … (' + n.leases.count + ' in all)' : '') : '-';
+    cell(tr, rooms || '(none)', 'rooms');
+    cell(tr, n.version); cell(tr, n.admin_addr);
+    cell(tr, n.seen_ms ? Math.max(0, Math.round((Date.now() - n.seen_ms) / 1000)) + ' s ago' : '-');
+    tb.appendChild(tr);
+  }
+}
+
 let updatedAt = 0;
 function tick() {
   $('#updated').textContent = updatedAt ? 'updated ' + Math.round((Date.now() - updatedAt) / 1000) + ' s ago' : 'not loaded yet';
@@ -307,6 +338,7 @@ async function refresh() {
     await loadDlq();
     await loadMetrics();
     await loadNode();
+    await loadNodes();
     updatedAt = Date.now();
     tick();
     say('loaded ' + new Date().toISOString());
@@ -323,6 +355,7 @@ async function poll() {
     await loadDlq();
     await loadMetrics();
     await loadNode();
+    await loadNodes();
     updatedAt = Date.now();
   } catch (e) {
     say(e.message, true);

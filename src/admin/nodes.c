@@ -76,7 +76,8 @@ admin_set_nodes(struct admin *a, struct admin_nodes *n)
         a->nodes = n;
 }
 
-/* state and reasons from a readiness answer ({"status", "reason", checks..}). */
+/* state and reasons from a readiness answer ({"status", "reason", "checks": {name: "ok" |
+ * "down: why"}}). */
 static void
 set_state(json_t *node, json_t *ready)
 {
@@ -89,15 +90,16 @@ set_state(json_t *node, json_t *ready)
                                     : strcmp(st, "ready") == 0    ? "ready"
                                     : strcmp(st, "degraded") == 0 ? "degraded"
                                                                   : "not_ready"));
-    if (json_is_string(json_object_get(ready, "reason")))
-        json_array_append_new(
-            reasons, json_sprintf("%s", json_string_value(json_object_get(ready, "reason"))));
-    json_object_foreach(ready, k, v)
+    json_object_foreach(json_object_get(ready, "checks"), k, v)
     {
         const char *s = json_string_value(v);
-        if (s != NULL && strncmp(s, "down", 4) == 0) /* a check: "ok" | "down: why" */
+        if (s != NULL && strcmp(s, "ok") != 0) /* a check: "ok" | "down: why" */
             json_array_append_new(reasons, json_sprintf("%s: %s", k, s));
     }
+    /* no check down but not ready: the readiness's own word ("starting", "stale") */
+    if (json_array_size(reasons) == 0 && json_is_string(json_object_get(ready, "reason")))
+        json_array_append_new(
+            reasons, json_sprintf("%s", json_string_value(json_object_get(ready, "reason"))));
     json_object_set_new(node, "reasons", reasons);
 }
 

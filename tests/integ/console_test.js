@@ -35,8 +35,61 @@ async function dlqReplay(page, out) {
   await page.screenshot({ path: SHOT, fullPage: true });
 }
 
+// CONSOLE_MODE=dlq-discard (test_dlq_cluster.py): the discard button of dead letter CONSOLE_SEQ
+// asks first. Dismissed, nothing is discarded (the row stays, the API still has the dead
+// letter); accepted, the row leaves the table and the audit's newest entry is the dlq_discard,
+// its token column naming the token's owner.
+async function dlqDiscard(page, out) {
+  const seq = process.env.CONSOLE_SEQ;
+  const btn = `#dlq tbody tr[data-seq="${seq}"] button.dlq-discard`;
+  await page.waitForFunction((n) => document.querySelectorAll('#dlq tbody tr').length === n, EXPECT);
+  out.dlq_shown = await page.$$eval('#dlq tbody tr', (r) => r.map((t) => Number(t.dataset.seq)));
+  page.once('dialog', (d) => { out.dismissed_prompt = d.message(); d.dismiss(); });
+  await page.click(btn);
+  out.after_dismiss = {
+    row: await page.$(`#dlq tbody tr[data-seq="${seq}"]`) !== null,
+    api: await page.evaluate(async ([s, t]) => (await fetch('/admin/v1/dlq/' + s, { headers: { Authorization: 'Bearer ' + t } })).status, [seq, TOKEN]),
+  };
+  page.once('dialog', (d) => { out.accepted_prompt = d.message(); d.accept(); });
+  await page.click(btn);
+  await page.waitForFunction((s) => !document.querySelector(`#dlq tbody tr[data-seq="${s}"]`), seq);
+  out.dlq_left = await page.$$eval('#dlq tbody tr', (r) => r.map((t) => Number(t.dataset.seq)));
+  await page.waitForFunction(() => {
+    const td = document.querySelector('#audit tbody tr:first-child td:nth-child(4)');
+    return td && td.textContent === 'dlq_discard';
+  });
+  const cells = await page.$$eval('#audit tbody tr:first-child td', (t) => t.map((x) => x.textContent));
+  out.audit = { id: Number(cells[0]), token: cells[1], action: cells[3], filter: JSON.parse(cells[4]), count: Number(cells[5]) };
+  out.status_line = await page.textContent('#status-line');
+  await page.screenshot({ path: SHOT, fullPage: true });
+}
+
+// CONSOLE_MODE=nodes (test_cluster_nodes.py): at 1280 and 360 px the nodes view lists the
+// nodes of CONSOLE_NODES ({node_id: state}) in those states (it refreshes by itself: a node
+// killed meanwhile turns unreachable or missing), and the page does not scroll sideways.
+async function nodes(page, out) {
+  const want = JSON.parse(process.env.CONSOLE_NODES);
+  out.widths = {};
+  for (const width of [1280, 360]) {
+    await page.setViewportSize({ width, height: 900 });
+    await page.waitForFunction((w) => Object.entries(w).every(([id, st]) => {
+      const tr = document.querySelector(`#nodes tbody tr[data-node="${id}"]`);
+      return tr && st.split('|').includes(tr.dataset.state);
+    }) && document.querySelectorAll('#nodes tbody tr').length === Object.keys(w).length, want, { timeout: 20000 });
+    out.widths[width] = await page.evaluate(() => ({
+      overflow: document.documentElement.scrollWidth - window.innerWidth,
+      nav: [...document.querySelectorAll('#views a')].map((a) => a.textContent),
+      note: document.querySelector('#nodes-note').textContent,
+      rows: [...document.querySelectorAll('#nodes tbody tr')].map((tr) => ({
+        node: tr.dataset.node, state: tr.dataset.state, cells: [...tr.children].map((t) => t.textContent),
+      })),
+    }));
+    await page.screenshot({ path: SHOT.replace('.png', '-' + width + '.png'), fullPage: true });
+  }
+}
+
 // CONSOLE_MODE=views (test_console.test_console_views): at 1280 and 360 px wide, every view
-// (charts, consumer groups, node, overview, dead letters, audit) shows its content, the page
+// (charts, consumer groups, nodes, overview, dead letters, audit) shows its content, the page
 // does not scroll sideways, "updated N s ago" ticks, and the charts draw from the polling.
 async function views(page, out) {
   const group = process.env.CONSOLE_GROUP;
@@ -45,6 +98,7 @@ async function views(page, out) {
     await page.setViewportSize({ width, height: 900 });
     await page.waitForSelector(`#groups tbody tr[data-group="${group}"]`);
     await page.waitForSelector('#node-checks tbody tr[data-check="store"]');
+    await page.waitForSelector('#nodes tbody tr[data-node]');
     // two samples at least: the first load and one 5 s poll
     await page.waitForFunction(() => document.querySelectorAll('#charts svg polyline').length === 4, null, { timeout: 20000 });
     await page.waitForFunction(() => /^updated \d+ s ago$/.test(document.querySelector('#updated').textContent));
@@ -58,6 +112,9 @@ async function views(page, out) {
       backlog_now: document.querySelector('#c-backlog-now').textContent,
       updated: document.querySelector('#updated').textContent,
       status_rows: document.querySelectorAll('#status-counts tbody tr').length,
+      nodes: [...document.querySelectorAll('#nodes tbody tr')].map((tr) => ({
+        node: tr.dataset.node, state: tr.dataset.state, cells: [...tr.children].map((t) => t.textContent),
+      })),
     }));
     out.widths[width] = w;
     await page.screenshot({ path: SHOT.replace('.png', '-' + width + '.png'), fullPage: true });
@@ -85,6 +142,12 @@ async function views(page, out) {
     await page.click('#save-token');
     if (process.env.CONSOLE_MODE === 'views') {
       await views(page, out);
+      out.page_errors = errors;
+      console.log(JSON.stringify(out));
+      return;
+    }
+    if (process.env.CONSOLE_MODE === 'nodes' || process.env.CONSOLE_MODE === 'dlq-discard') {
+      await (process.env.CONSOLE_MODE === 'nodes' ? nodes : dlqDiscard)(page, out);
       out.page_errors = errors;
       console.log(JSON.stringify(out));
       return;

@@ -4,18 +4,22 @@ roomctl nodes; docs/admin.md "Nodes") on two roomd nodes sharing one MariaDB dat
 (ROOMD_MYSQL_PORT, a fresh database) and one Redis (ROOMD_REDIS_PORT, a fresh key prefix):
 lease.driver redis, cluster.forward on, the admin token on both.
 
-1. both nodes are listed from either node, each ready, with the build's version, the room
+1. both nodes are listed from either node, A ready, B degraded (its broker is a closed port:
+   the reason named, read over the node-to-node channel), with the build's version, the room
    leases it holds counted and named exactly as Redis's lease keys say (rooms created on
    node A are A's, on B are B's); ?rooms=1 lists one name and says truncated; a bad ?rooms
    is a 400; a read-only admin token reads the view, no token is a 401;
-2. roomctl nodes (table and --json) shows the same;
+2. the console's nodes view (Chromium, 1280 and 360 px, no sideways scroll) and roomctl
+   nodes (table and --json) show the same;
 3. node B killed -9: node A shows it unreachable at once and missing (no heartbeat) within
-   the lease ttl plus one renewal, while A stays ready with its leases.
+   the lease ttl plus one renewal (the console too, refreshing by itself), while A stays ready
+   with its leases; A stopped cleanly deletes its heartbeat.
 
 Run: python3 tests/integ/test_cluster_nodes.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +28,8 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
-from roomd_test import ROOMD, Roomd, env_port, need, redis_cli, run, wait_until  # noqa: E402
+from roomd_test import BUILD, ROOMD, Roomd, env_port, free_port, merge, need, redis_cli, run  # noqa: E402
+from roomd_test import wait_until  # noqa: E402
 from roomd_test import mysql_query as mysql  # noqa: E402
 
 TTL_MS = 1500
@@ -43,10 +48,10 @@ _nodes = {}
 _rooms = {"node-a": [], "node-b": []}
 
 
-def node(name):
+def node(name, extra=None):
     d = os.path.join(TMP, name)
     os.makedirs(d, exist_ok=True)
-    rd = Roomd({
+    cfg = {
         "app": {"node_id": name},
         "store": {"driver": "mysql", "mysql": {
             "host": "127.0.0.1", "port": MYSQL_PORT, "user": "root", "password": "",
@@ -60,7 +65,8 @@ def node(name):
         "admin": {"token_env": "ROOMD_TEST_ADMIN",
                   "tokens": [{"name": "reader", "role": "read",
                               "token_env": "ROOMD_TEST_READER"}]},
-    }, tmp=d)
+    }
+    rd = Roomd(merge(cfg, extra or {}), tmp=d)
     rd.admin_token = ADMIN
     return rd
 
@@ -69,8 +75,12 @@ def setup():
     need("127.0.0.1", MYSQL_PORT, "mariadbd (scripts/servers.sh)")
     need("127.0.0.1", REDIS_PORT, "redis-server (scripts/servers.sh)")
     mysql(f"CREATE DATABASE {DB} CHARACTER SET utf8mb4")
-    for name in ("node-a", "node-b"):
-        _nodes[name] = node(name).start(env=ENV)
+    _nodes["node-a"] = node("node-a").start(env=ENV)
+    # node-b's broker is a closed port: it serves commands, degraded, its readiness says why
+    _nodes["node-b"] = node("node-b", {"rocketmq": {
+        "enabled": True, "name_servers": [f"nats://127.0.0.1:{free_port()}"],
+        "namespace": f"nodes{os.getpid()}_", "room_outbox": {"enabled": False},
+        "rocket_launch": {"enabled": False}}}).start(env=ENV)
 
 
 def teardown():
@@ -119,8 +129,13 @@ def test_both_nodes_listed_with_their_leases():
         assert [n["node_id"] for n in js["nodes"]] == ["node-a", "node-b"], "sorted by node_id"
         for name, n in by.items():
             assert n["self"] == (name == me), (me, n)
-            assert n["state"] == "ready" and n["reasons"] == [], (me, n)
-            assert n["readiness"]["status"] == "ready", n
+            if name == "node-a":
+                assert n["state"] == "ready" and n["reasons"] == [], (me, n)
+                assert n["readiness"]["status"] == "ready", n
+            else:  # asked over the node-to-node channel (or itself): the reason named
+                assert n["state"] == "degraded", (me, n)
+                assert n["reasons"][0].startswith("broker: down"), (me, n)
+                assert n["readiness"]["status"] == "degraded", n
             assert n["version"] == ver, (n["version"], ver)
             assert n["alive"] is True and n["seen_ms"] > 0, n
             other = _nodes[name]
@@ -139,7 +154,7 @@ def test_both_nodes_listed_with_their_leases():
         assert err["code"] == "invalid_argument" and err["field"] == "rooms", err
     # this node alone
     one = hu.expect_ok(b.admin("GET", "/admin/v1/node"))
-    assert one["node_id"] == "node-b" and one["self"] is True and one["state"] == "ready", one
+    assert one["node_id"] == "node-b" and one["self"] is True and one["state"] == "degraded", one
     assert one["leases"]["count"] == 2, one
     # authenticated like every admin route: read role suffices, no token is refused
     _, by = nodes_of(a, headers={"Authorization": f"Bearer {READER}"})
@@ -150,6 +165,52 @@ def test_both_nodes_listed_with_their_leases():
         assert a.http("GET", path)[0] == 404, "the public listener serves no admin route"
     text = "\n".join(a.log_lines() + b.log_lines())
     assert ADMIN not in text and READER not in text, "a token in the log"
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def console_nodes(rd, want, tag):
+    """node-a's console, its nodes view at 1280 and 360 px (console_test.js, nodes mode) until
+    every node of want ({node_id: "state|state"}) is shown so; None without a browser."""
+    if not (os.path.exists("/usr/bin/chromium") and shutil.which("node") and os.path.isdir(
+            os.path.join(HERE, "..", "standins", "node_modules", "playwright-core"))):
+        assert os.environ.get("ROOMD_REQUIRE_SERVERS", "") in ("", "0"), \
+            "chromium, node or playwright-core missing (scripts/deps.sh)"
+        return None
+    shot = os.path.join(BUILD, "artifacts", f"console-nodes-{tag}.png")
+    os.makedirs(os.path.dirname(shot), exist_ok=True)
+    p = subprocess.run(["node", os.path.join(HERE, "console_test.js")], capture_output=True,
+                       text=True, timeout=180, env=dict(
+                           os.environ, CONSOLE_URL=f"http://127.0.0.1:{rd.admin_port}/console/",
+                           CONSOLE_TOKEN=READER, CONSOLE_MODE="nodes",
+                           CONSOLE_NODES=json.dumps(want), CONSOLE_SCREENSHOT=shot))
+    assert p.returncode == 0, p.stdout + p.stderr
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    assert seen["page_errors"] == [], seen
+    for width in ("1280", "360"):
+        w = seen["widths"][width]
+        assert w["overflow"] <= 0, (width, w)  # no sideways scroll
+        assert "nodes" in w["nav"] and w["note"].startswith("2 node(s); membership: redis"), w
+    return seen["widths"]
+
+
+def test_console_nodes_view():
+    """The console's nodes view (a read-only token suffices): both nodes, their states, lease
+    counts and room names, the reasons of the degraded one, at 1280 and 360 px."""
+    a = _nodes["node-a"]
+    widths = console_nodes(a, {"node-a": "ready", "node-b": "degraded"}, "both")
+    if widths is None:
+        return
+    for width, w in widths.items():
+        rows = {r["node"]: r["cells"] for r in w["rows"]}
+        assert sorted(rows) == ["node-a", "node-b"], (width, w)
+        assert rows["node-a"][0] == "node-a (this node)" and rows["node-b"][0] == "node-b", rows
+        assert rows["node-a"][3] == "3" and rows["node-b"][3] == "2", rows  # leases
+        for name in ("node-a", "node-b"):
+            assert rows[name][4].split(", ") == sorted(f"hyapp:{r}" for r in _rooms[name]), rows
+        assert rows["node-b"][2].startswith("broker: down"), rows
+        assert rows["node-a"][6] == f"127.0.0.1:{a.admin_port}", rows
 
 
 def roomctl(rd, *args):
@@ -172,7 +233,8 @@ def test_roomctl_nodes():
     assert sorted(row) == ["node-a*", "node-b"], lines  # * marks the node asked
     row = {k.rstrip("*"): v for k, v in row.items()}
     assert row["node-a"][1] == "ready" and row["node-a"][2] == "3", lines
-    assert row["node-b"][1] == "ready" and row["node-b"][2] == "2", lines
+    assert row["node-b"][1] == "degraded" and row["node-b"][2] == "2", lines
+    assert "broker: down" in " ".join(row["node-b"][5:]), lines
     assert roomctl(a, "nodes", "--help").returncode == 0
     r = subprocess.run([ROOMCTL, "--url", f"http://127.0.0.1:{a.admin_port}", "nodes"],
                        capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
@@ -198,6 +260,11 @@ def test_killed_node_unreachable_then_missing():
     print(f"node-b killed -9: missing after {took:.2f}s (lease ttl {TTL_MS}ms)")
     assert by["node-b"]["alive"] is False and "heartbeat" in by["node-b"]["reasons"][0], by
     assert by["node-a"]["state"] == "ready" and by["node-a"]["leases"]["count"] == 3, by
+    # the console refreshes by itself to the same
+    widths = console_nodes(a, {"node-a": "ready", "node-b": "missing"}, "killed")
+    for w in (widths or {}).values():
+        rows = {r["node"]: r["cells"] for r in w["rows"]}
+        assert rows["node-b"][3] == "-" and "no heartbeat" in rows["node-b"][2], rows
     # a clean stop (ASan's leak check runs at exit) takes node-a's heartbeat with it
     assert a.stop() == 0, a.stderr_text()
     assert redis_cli(REDIS_PORT, "EXISTS", f"{PREFIX}node:node-a") == "0"
@@ -206,11 +273,11 @@ def test_killed_node_unreachable_then_missing():
 
 if __name__ == "__main__":
     if "--list" in sys.argv:
-        run([test_both_nodes_listed_with_their_leases, test_roomctl_nodes,
-             test_killed_node_unreachable_then_missing], fixture="cluster_nodes")
+        run([], fixture="cluster_nodes")
     setup()
     try:
-        run([test_both_nodes_listed_with_their_leases, test_roomctl_nodes,
-             test_killed_node_unreachable_then_missing], fixture="cluster_nodes")
+        run([test_both_nodes_listed_with_their_leases, test_console_nodes_view,
+             test_roomctl_nodes, test_killed_node_unreachable_then_missing],
+            fixture="cluster_nodes")
     finally:
         teardown()

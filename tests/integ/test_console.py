@@ -118,9 +118,9 @@ def test_console_filter_replay_audit():
 def test_console_views():
     """The on-call views (issue 29) at 1280 and 360 px: a roomd in mq mode on the suite's
     nats-server with the activity consumer group; the consumer-groups view lists the group
-    (lag 0), the node view the readiness checks, the four charts draw from the browser's
-    polling, "updated N s ago" ticks, the nav names every view (gifts too), and the page never
-    scrolls sideways."""
+    (lag 0), the node view the readiness checks and the nodes table this node (the local
+    lease), the four charts draw from the browser's polling, "updated N s ago" ticks, the nav
+    names every view (gifts too), and the page never scrolls sideways."""
     need_browser()
     from bus_util import Nats, js_delete_stream
     from roomd_test import env_port
@@ -155,13 +155,18 @@ def test_console_views():
         for width in ("1280", "360"):
             w = seen["widths"][width]
             assert w["overflow"] <= 0, (width, w)
-            assert {"charts", "consumer groups", "node", "dead letters", "audit", "gifts"} <= \
+            assert {"charts", "consumer groups", "nodes", "dead letters", "audit", "gifts"} <= \
                 set(w["nav"]), w
             assert w["group_cells"][0] == "hyapp-activity-room-outbox", w
             assert w["group_cells"][1] == "0", w  # lag
             assert w["node"] == "ready" and "store" in w["checks"] and "consumers" in w["checks"], w
             assert w["lag_now"] == "0" and w["backlog_now"] != "-", w
             assert w["status_rows"] >= 1, w
+            # the nodes view: this node alone under the local lease, ready, no leases tracked
+            assert [n["node"] for n in w["nodes"]] == [rd.cfg["app"]["node_id"]], w["nodes"]
+            n = w["nodes"][0]
+            assert n["state"] == "ready" and n["cells"][0].endswith("(this node)"), n
+            assert n["cells"][3] == "-" and n["cells"][6] == rd.cfg["admin"]["listen"], n
         assert os.path.getsize(shot.replace(".png", "-360.png")) > 5000
     finally:
         assert rd.stop() == 0
