@@ -28,8 +28,8 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 import http_util as hu  # noqa: E402
-from roomd_test import BUILD, ROOMD, Roomd, env_port, free_port, merge, need, redis_cli, run  # noqa: E402
-from roomd_test import wait_until  # noqa: E402
+from roomd_test import BUILD, ROOMD, Roomd, env_port, free_port, merge, need  # noqa: E402
+from roomd_test import redis_cli, run, wait_until  # noqa: E402
 from roomd_test import mysql_query as mysql  # noqa: E402
 
 TTL_MS = 1500

@@ -11,8 +11,10 @@ SQLite file:
   forgotten, the group (on either node) handles it again: done, IM called;
 - the console of node 0, its replay button: the same, the row leaves the table, the audit's
   newest entry is the dlq_replay;
-- POST /admin/v1/dlq/{seq}/discard on node 1: the dead letter goes, the key stays dead with
-  the reason, IM is not called;
+- the console of node 1 with the named token "oncall", its discard button: dismissed, the
+  dead letter stays; accepted, the row leaves the table, the dead letter is gone from the
+  stream (404 on both nodes), the key stays dead naming "oncall", the audit's newest entry is
+  the dlq_discard by "oncall", IM is not called;
 - POST /admin/v1/dlq/purge {"group"} on node 0: the last one discarded likewise.
 No node has a SQLite inbox file of the group."""
 import json
@@ -35,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TMP = tempfile.mkdtemp(prefix="roomd-dlq-cluster-")
 G_IM = "hyapp-room-im-bridge"
 TOKEN = "dlq-admin-" + uuid.uuid4().hex
+ONCALL = "dlq-oncall-" + uuid.uuid4().hex  # admin.tokens: "oncall", role operate
 
 
 def inbox(cl, key):
@@ -49,20 +52,21 @@ def dlq(rd):
     return js["messages"]
 
 
-def console_replay(rd, seq, expect):
-    """The console of rd: its replay button on dead letter seq (console_test.js, dlq mode);
-    None when the browser is missing (the rest of the test still runs)."""
+def console_replay(rd, seq, expect, mode="dlq", token=TOKEN):
+    """The console of rd: its replay button on dead letter seq (console_test.js, dlq mode;
+    dlq-discard: its discard button, dismissed once, then accepted); None when the browser is
+    missing (the rest of the test still runs)."""
     if not (os.path.exists("/usr/bin/chromium") and shutil.which("node") and os.path.isdir(
             os.path.join(HERE, "..", "standins", "node_modules", "playwright-core"))):
         assert os.environ.get("ROOMD_REQUIRE_SERVERS", "") in ("", "0"), \
             "chromium, node or playwright-core missing (scripts/deps.sh)"
         return None
-    shot = os.path.join(BUILD, "artifacts", "console-dlq.png")
+    shot = os.path.join(BUILD, "artifacts", f"console-{mode}.png")
     os.makedirs(os.path.dirname(shot), exist_ok=True)
     p = subprocess.run(["node", os.path.join(HERE, "console_test.js")], capture_output=True,
                        text=True, timeout=180, env=dict(
                            os.environ, CONSOLE_URL=f"http://127.0.0.1:{rd.admin_port}/console/",
-                           CONSOLE_TOKEN=TOKEN, CONSOLE_MODE="dlq", CONSOLE_SEQ=str(seq),
+                           CONSOLE_TOKEN=token, CONSOLE_MODE=mode, CONSOLE_SEQ=str(seq),
                            CONSOLE_EXPECT=str(expect), CONSOLE_SCREENSHOT=shot))
     assert p.returncode == 0, p.stdout + p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -110,12 +114,34 @@ def replay_discard_purge(cl, im):
     wait_until(lambda: inbox(cl, keys[1])[0] == "done", timeout=30,
                what="the console's replay handled by the group")
 
-    # discard on node 1, purge on node 0: the keys stay dead, IM is not called for them
+    # discard through node 1's console with the named "oncall" token (the button asks first:
+    # dismissed nothing goes), purge on node 0: the keys stay dead, IM is not called for them
     calls = len(im.calls())
-    st, _, js = n1.admin("POST", f"/admin/v1/dlq/{msgs[2]['seq']}/discard", {})
-    assert st == 200 and js["discarded"] is True and js["inbox"] == "dead", (st, js)
+    seq2 = msgs[2]["seq"]
+    seen = console_replay(n1, seq2, 2, mode="dlq-discard", token=ONCALL)
+    if seen is None:
+        st, _, js = n1.admin("POST", f"/admin/v1/dlq/{seq2}/discard", {},
+                             headers={"Authorization": f"Bearer {ONCALL}"})
+        assert st == 200 and js["discarded"] is True and js["inbox"] == "dead", (st, js)
+    else:
+        assert seen["page_errors"] == [], seen
+        assert seen["dlq_shown"] == [m["seq"] for m in msgs[2:]], seen
+        assert str(seq2) in seen["dismissed_prompt"] and G_IM in seen["dismissed_prompt"], seen
+        assert seen["after_dismiss"] == {"row": True, "api": 200}, seen  # dismissed: kept
+        assert seen["dlq_left"] == [msgs[3]["seq"]], seen
+        a = seen["audit"]
+        assert a["action"] == "dlq_discard" and a["token"] == "oncall" and a["count"] == 1, a
+        assert a["filter"] == {"group": G_IM, "seq": seq2}, a
+        assert seen["status_line"] == f"dead letter {seq2} discarded", seen
+    # gone from the stream for both nodes; the key stays dead naming who discarded it
+    for r in (n0, n1):
+        st, _, js = r.admin("GET", f"/admin/v1/dlq/{seq2}")
+        assert st == 404, (st, js)
     state, why = inbox(cl, keys[2])
-    assert state == "dead" and f"dead letter {msgs[2]['seq']} discarded by" in why, (state, why)
+    assert state == "dead" and f"dead letter {seq2} discarded by oncall" in why, (state, why)
+    st, _, js = n0.admin("GET", "/admin/v1/audit?limit=1")
+    assert js["audits"][0]["action"] == "dlq_discard" and \
+        js["audits"][0]["actor"] == "oncall", js
     st, _, js = n0.admin("POST", "/admin/v1/dlq/purge", {"group": G_IM})
     assert st == 200 and js["discarded"] == 1 and js["skipped"] == 0, (st, js)
     state, why = inbox(cl, keys[3])
@@ -138,10 +164,13 @@ def main():
     need("127.0.0.1", REDIS_PORT, "redis-server (scripts/servers.sh)")
     os.environ["TIM_TEST_SECRET"] = TEST_SECRET
     os.environ["ROOMD_TEST_ADMIN"] = TOKEN
+    os.environ["ROOMD_TEST_ONCALL"] = ONCALL
     im = ImStandin(TMP).start()
     extra = {
         "tencent_im": im.conf(timeout="1s"),
-        "admin": {"token_env": "ROOMD_TEST_ADMIN"},
+        "admin": {"token_env": "ROOMD_TEST_ADMIN",
+                  "tokens": [{"name": "oncall", "role": "operate",
+                              "token_env": "ROOMD_TEST_ONCALL"}]},
         "rocketmq": {"room_outbox": {"tencent_im_consumer_enabled": True}},
     }
     cl = Cluster(TMP, nodes=2, extra=extra)
