@@ -74,6 +74,7 @@
       tr.addEventListener('click', () => edit(g));
       tb.appendChild(tr);
     }
+    if (q('#g-note').className === 'error') note(''); // loaded: an earlier failure is stale
   }
 
   q('#gift-form').addEventListener('submit', (ev) => {

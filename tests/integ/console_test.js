@@ -102,7 +102,21 @@ async function views(page, out) {
     // two samples at least: the first load and one 5 s poll
     await page.waitForFunction(() => document.querySelectorAll('#charts svg polyline').length === 4, null, { timeout: 20000 });
     await page.waitForFunction(() => /^updated \d+ s ago$/.test(document.querySelector('#updated').textContent));
+    // the outbox rows of every status, the audit entry and the gift the test made
+    await page.selectOption('#f-status', '');
+    await page.click('#apply-filter');
+    await page.waitForSelector('#rows tbody tr');
+    await page.waitForSelector('#audit tbody tr');
+    await page.waitForSelector('#gifts tbody tr');
     const w = await page.evaluate(() => ({
+      // every section fits the viewport's width (it scrolls inside itself, not the page)
+      sections_right: Math.max(...[...document.querySelectorAll('main > section, header, nav')].map((x) => x.getBoundingClientRect().right)) - window.innerWidth,
+      rows: [...document.querySelectorAll('#rows tbody tr td:nth-child(3)')].map((t) => t.textContent),
+      audit_first: [...document.querySelectorAll('#audit tbody tr:first-child td')].map((t) => t.textContent),
+      dlq_rows: document.querySelectorAll('#dlq tbody tr').length,
+      dlq_note: document.querySelector('#dlq-note').textContent,
+      gifts: [...document.querySelectorAll('#gifts tbody tr td:first-child')].map((t) => t.textContent),
+      gift_note: document.querySelector('#g-note').textContent,
       overflow: document.documentElement.scrollWidth - window.innerWidth,
       nav: [...document.querySelectorAll('#views a')].map((a) => a.textContent),
       group_cells: [...document.querySelectorAll('#groups tbody tr:first-child td')].map((t) => t.textContent),

@@ -120,7 +120,8 @@ def test_console_views():
     nats-server with the activity consumer group; the consumer-groups view lists the group
     (lag 0), the node view the readiness checks and the nodes table this node (the local
     lease), the four charts draw from the browser's polling, "updated N s ago" ticks, the nav
-    names every view (gifts too), and the page never scrolls sideways."""
+    names every view, the outbox rows, the audit, the dead letters and the gifts show what the
+    test made, and neither the page nor any section is wider than the viewport."""
     need_browser()
     from bus_util import Nats, js_delete_stream
     from roomd_test import env_port
@@ -141,6 +142,11 @@ def test_console_views():
         st, _, js = rd.post("/v1/rooms", {"command_id": "cv-1", "room_id": "cv-1", "owner_uid": 1,
                                           "title": "views"})
         assert st == 201, js
+        # an audit entry (a replay of no failed row) and a gift, for those views
+        st, _, js = rd.admin_post("/admin/v1/outbox/replay", {"filter": {"status": "failed"}})
+        assert st == 200 and js["replayed"] == 0, js
+        st, _, js = rd.admin_post("/v1/gifts", {"gift_id": "views-rose", "unit_price": 5})
+        assert st == 200, js
         shot = os.path.join(BUILD, "artifacts", "console-views.png")
         os.makedirs(os.path.dirname(shot), exist_ok=True)
         p = subprocess.run(["node", os.path.join(HERE, "console_test.js")], capture_output=True,
@@ -162,6 +168,11 @@ def test_console_views():
             assert w["node"] == "ready" and "store" in w["checks"] and "consumers" in w["checks"], w
             assert w["lag_now"] == "0" and w["backlog_now"] != "-", w
             assert w["status_rows"] >= 1, w
+            assert w["sections_right"] <= 0.5, (width, w["sections_right"])
+            assert "RoomCreated" in w["rows"], w["rows"]  # the outbox rows of any status
+            assert w["audit_first"][1] == "admin" and w["audit_first"][3] == "replay", w
+            assert w["dlq_rows"] == 0 and "error" not in w["dlq_note"].lower(), w
+            assert w["gifts"] == ["views-rose"] and w["gift_note"] == "", w
             # the nodes view: this node alone under the local lease, ready, no leases tracked
             assert [n["node"] for n in w["nodes"]] == [rd.cfg["app"]["node_id"]], w["nodes"]
             n = w["nodes"][0]
