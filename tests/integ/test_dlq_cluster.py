@@ -142,7 +142,14 @@ def replay_discard_purge(cl, im):
     st, _, js = n0.admin("GET", "/admin/v1/audit?limit=1")
     assert js["audits"][0]["action"] == "dlq_discard" and \
         js["audits"][0]["actor"] == "oncall", js
-    st, _, js = n0.admin("POST", "/admin/v1/dlq/purge", {"group": G_IM})
+    # the last one: a bulk discard's dry run by filter first (nothing changes), then the purge,
+    # both with the named token: the audit names its owner
+    oncall = {"Authorization": f"Bearer {ONCALL}"}
+    st, _, js = n0.admin("POST", "/admin/v1/dlq/discard", {"filter": {"group": G_IM},
+                                                            "dry_run": True}, headers=oncall)
+    assert st == 200 and js["dry_run"] is True and js["matched"] == 1 and js["done"] == 0, js
+    assert [m["seq"] for m in dlq(n0)] == [msgs[3]["seq"]], "a dry run discarded something"
+    st, _, js = n0.admin("POST", "/admin/v1/dlq/purge", {"group": G_IM}, headers=oncall)
     assert st == 200 and js["discarded"] == 1 and js["skipped"] == 0, (st, js)
     state, why = inbox(cl, keys[3])
     assert state == "dead" and "discarded by" in why, (state, why)
@@ -152,6 +159,7 @@ def replay_discard_purge(cl, im):
     st, _, js = n1.admin("GET", "/admin/v1/audit?limit=4")
     assert [a["action"] for a in js["audits"]] == ["dlq_purge", "dlq_discard", "dlq_replay",
                                                    "dlq_replay"], js
+    assert [a["actor"] for a in js["audits"][:2]] == ["oncall", "oncall"], js
     assert len(im.calls()) == calls, "a discarded join never reached IM"
     for r in cl.nodes:
         assert not os.path.exists(os.path.join(r.tmp, "consumers", f"{G_IM}.db")), r.tmp
