@@ -7,6 +7,8 @@ token, and TLS on both listeners: one node certificate (IP SAN 127.0.0.1) signed
 cluster.tls_ca_file = that CA. Checked:
 - a command sent over HTTPS to the node that does not own the room is forwarded (https) to the
   owner and committed once there;
+- the nodes view (GET /admin/v1/nodes) asks the peer's admin listener over https: both nodes
+  with their readiness; with the wrong CA the owner shows unreachable, the certificate named;
 - rockets whose wake-ups reach the non-owner are forwarded to the owner's admin listener (https,
   the admin token) and launch within 1 s of launch_at_ms;
 - a node whose cluster.tls_ca_file does not sign the owner's certificate refuses to forward:
@@ -83,6 +85,25 @@ def command_forwarded_over_https(cl):
     assert committed(cl, c) == 1
 
 
+def nodes(rd):
+    st, _, js = rd.admin("GET", "/admin/v1/nodes")
+    assert st == 200, (st, js)
+    return {n["node_id"]: n for n in js["nodes"]}
+
+
+def nodes_view_over_https(cl):
+    """GET /admin/v1/nodes asks the peer's admin listener over https (the certificate verified
+    against cluster.tls_ca_file, the admin token): both nodes, each with its readiness."""
+    ids = [rd.cfg["app"]["node_id"] for rd in cl.nodes]
+    for i, rd in enumerate(cl.nodes):
+        by = nodes(rd)
+        assert sorted(by) == sorted(ids), by
+        peer = by[ids[1 - i]]
+        assert peer["self"] is False and peer["state"] in ("ready", "degraded"), peer
+        assert peer["readiness"]["status"] == peer["state"], peer
+        assert isinstance(peer["leases"]["count"], int), peer
+
+
 def rockets_forwarded_over_https(cl):
     """test_cluster_auth's rockets (each node handles every wake-up, forwards those of the
     other node's rooms to its admin listener), here over https: all launch within 1 s."""
@@ -118,6 +139,9 @@ def untrusted_owner_refused(cl, other_ca):
         assert committed(cl, command_id) == (1 if command_id == c else 0)
     lines = [ln for ln in other.log_lines() if FAILED in ln][failed_before:]
     assert len(lines) == 2, lines  # one line per refused request
+    # its nodes view cannot ask the owner either: unreachable, the certificate named
+    peer = nodes(other)[owner.cfg["app"]["node_id"]]
+    assert peer["state"] == "unreachable" and "certificate" in peer["reasons"][0], peer
     assert all("certificate" in ln and "https" in ln for ln in lines), lines
     for rd in cl.nodes:
         text = "\n".join(rd.log_lines()) + rd.stderr_text()
@@ -143,7 +167,8 @@ def unreadable_ca_file_refused(cl):
 
 
 def main():
-    tests = ["command_forwarded_over_https", "rockets_forwarded_over_https",
+    tests = ["command_forwarded_over_https", "nodes_view_over_https",
+             "rockets_forwarded_over_https",
              "untrusted_owner_refused", "unreadable_ca_file_refused"]
     if listing():
         run([], fixture="topology")
@@ -161,6 +186,7 @@ def main():
         for rd in cl.nodes:
             with_service_token(rd)
         fns = {"command_forwarded_over_https": lambda: command_forwarded_over_https(cl),
+               "nodes_view_over_https": lambda: nodes_view_over_https(cl),
                "rockets_forwarded_over_https": lambda: rockets_forwarded_over_https(cl),
                "untrusted_owner_refused": lambda: untrusted_owner_refused(cl, other_ca),
                "unreadable_ca_file_refused": lambda: unreadable_ca_file_refused(cl)}
