@@ -285,7 +285,12 @@ admin_nodes_list(struct admin_nodes *n, admin_lookup_fn q, void *ctx, struct adm
                           "cluster.forward is off: peers are not asked", "leases");
             copy_member(o, m);
             json_array_append_new(nodes, o);
-        } else if (np < MAX_PEERS) {
+        } else if (np == MAX_PEERS) {
+            json_t *o = json_pack("{s:s, s:b, s:[s], s:n}", "state", "unknown", "self", 0,
+                                  "reasons", "not asked: more than 64 peers", "leases");
+            copy_member(o, m);
+            json_array_append_new(nodes, o);
+        } else {
             struct peer *p = &peers[np++];
             p->n = n;
             p->member = m;
