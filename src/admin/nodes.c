@@ -13,6 +13,7 @@
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/version.h"
 #include "core/xmalloc.h"
 #include "lease/lease.h"
@@ -164,7 +165,8 @@ struct peer {
     struct admin_nodes *n;
     json_t *member; /* the membership's entry (borrowed from the array) */
     char path[64];
-    json_t *out; /* the node's entry (new reference) */
+    char rid[128], tp[128]; /* the asking request's ids, passed on to the peer */
+    json_t *out;            /* the node's entry (new reference) */
     pthread_t th;
     bool started;
 };
@@ -195,6 +197,7 @@ ask_peer(void *arg)
 
     if (t <= 0 || t > PEER_TIMEOUT_MS)
         t = PEER_TIMEOUT_MS;
+    log_set_request(p->rid, p->tp); /* this thread's log lines and the hop carry them */
     if (cluster_forward_admin_get(p->n->fwd, addr ? addr : "", p->path, t, &status, &body, why,
                                   sizeof(why)) == 0) {
         if (status == 200)
@@ -214,6 +217,7 @@ ask_peer(void *arg)
     json_object_set_new(o, "self", json_false());
     copy_member(o, p->member);
     p->out = o;
+    log_set_request(NULL, NULL);
     return NULL;
 }
 
@@ -295,6 +299,8 @@ admin_nodes_list(struct admin_nodes *n, admin_lookup_fn q, void *ctx, struct adm
             p->n = n;
             p->member = m;
             snprintf(p->path, sizeof(p->path), "/admin/v1/node?rooms=%lld", (long long)nrooms);
+            snprintf(p->rid, sizeof(p->rid), "%s", log_request_id());
+            snprintf(p->tp, sizeof(p->tp), "%s", log_traceparent());
             p->started = pthread_create(&p->th, NULL, ask_peer, p) == 0;
             if (!p->started)
                 ask_peer(p);

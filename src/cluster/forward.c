@@ -318,6 +318,15 @@ cluster_forward_admin_get(struct cluster_forward *f, const char *admin_addr, con
     hdrs = curl_slist_append(hdrs, f->hop);
     if (f->admin_auth != NULL)
         hdrs = curl_slist_append(hdrs, f->admin_auth);
+    char ids[160]; /* the calling thread's request ids, as for a forwarded command */
+    if (*log_request_id() != '\0') {
+        snprintf(ids, sizeof(ids), "X-Request-Id: %s", log_request_id());
+        hdrs = curl_slist_append(hdrs, ids);
+    }
+    if (*log_traceparent() != '\0') {
+        snprintf(ids, sizeof(ids), "traceparent: %s", log_traceparent());
+        hdrs = curl_slist_append(hdrs, ids);
+    }
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);

@@ -54,11 +54,11 @@ int cluster_forward_call(void *f, const char *public_addr, const char *admin_add
 /*
  * GETs path (an admin route: "/admin/v1/node") from the node whose admin
  * listener is admin_addr ("host:port"), with this node's admin token and
- * the listener's TLS, as cluster_forward_call does; for the cluster's nodes
- * view (admin/nodes.c). Returns 0 with *status and *body (malloc'd, the
- * caller frees) on any HTTP answer, or ROOMD_EUNAVAIL with why filled
- * (libcurl's reason, never a header). Not counted as forwarding. Thread:
- * any; blocks up to timeout_ms (<= 0: cluster.forward_timeout).
+ * the listener's TLS, and the calling thread's request ids (log_request_id),
+ * as cluster_forward_call does; for the cluster's nodes view (admin/nodes.c). Returns 0 with
+ * *status and *body (malloc'd, the caller frees) on any HTTP answer, or ROOMD_EUNAVAIL with why
+ * filled (libcurl's reason, never a header). Not counted as forwarding. Thread: any; blocks up to
+ * timeout_ms (<= 0: cluster.forward_timeout).
  */
 int cluster_forward_admin_get(struct cluster_forward *f, const char *admin_addr, const char *path,
                               int64_t timeout_ms, int *status, char **body, char *why,
