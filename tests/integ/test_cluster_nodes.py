@@ -236,6 +236,10 @@ def test_roomctl_nodes():
     assert row["node-b"][1] == "degraded" and row["node-b"][2] == "2", lines
     assert "broker: down" in " ".join(row["node-b"][5:]), lines
     assert roomctl(a, "nodes", "--help").returncode == 0
+    # without --url: the admin listener the config names
+    r = subprocess.run([ROOMCTL, "-c", a.cfg_path, "nodes", "--json"], capture_output=True,
+                       text=True, env=dict(os.environ, ROOMD_ADMIN_TOKEN=ADMIN), timeout=30)
+    assert r.returncode == 0 and json.loads(r.stdout)["self"] == "node-a", (r.stdout, r.stderr)
     r = subprocess.run([ROOMCTL, "--url", f"http://127.0.0.1:{a.admin_port}", "nodes"],
                        capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert r.returncode == 1 and "401" in r.stderr, (r.returncode, r.stderr)
