@@ -9,6 +9,10 @@
  *   hyapp-notice-room-outbox  tim_send_c2c(): the private notice, MsgRandom
  *                             and MsgSeq derived from the notice id.
  * Each group gets its own client (its own curl pool and UserSig cache).
+ * IM's rate limit, still answered at the end of an event's budget, comes
+ * back from the client as ROOMD_ELIMIT and is handed to the group as is: a
+ * transport failure (group.h), Nak'ed with the outage delay, no reconsume
+ * counted, like IM not answering (ROOMD_EUNAVAIL).
  */
 #include "consume/handlers.h"
 
@@ -71,17 +75,25 @@ im_ctx_close(struct im_ctx *x)
 }
 
 /* The groups' circuit probe (group.h): one account check, a read. Any IM
- * answer, an error code too, is an answer. */
+ * answer, an error code too, is an answer, but for IM's rate limit: while
+ * IM rate-limits roomd (an answer within the last second, or this check's)
+ * the probe reports an outage, so an open circuit stays open until IM
+ * admits calls again. */
 static int
 im_probe(void *arg, int64_t deadline, char *err, size_t errlen)
 {
     struct im_ctx *x = arg;
+
+    if (tim_client_rate_limited(x->tim, 1000)) {
+        snprintf(err, errlen, "tim: IM rate-limits roomd (an outage: no attempt counted)");
+        return ROOMD_EUNAVAIL;
+    }
     json_t *req = json_pack("{s:[{s:s}]}", "CheckItem", "UserID", "roomd_probe");
     int rc = tim_client_call(x->tim, "im_open_login_svc/account_check", req, deadline, NULL, NULL,
                              err, errlen);
 
     json_decref(req);
-    return rc == ROOMD_EUNAVAIL ? ROOMD_EUNAVAIL : 0;
+    return rc == ROOMD_EUNAVAIL || rc == ROOMD_ELIMIT ? ROOMD_EUNAVAIL : 0;
 }
 
 /* ==== notice: C2C ==== */

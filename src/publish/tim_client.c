@@ -57,8 +57,9 @@ static int curl_post(void *arg, const char *url, const char *body, int64_t timeo
 
 static const int retry_codes[] = {60008, 60014, 60007, 60011, 60018, 60019, 10006, 10023, 10002,
                                   20004, 20005, 90992, 90994, 90995, 91000, 70169, 70500};
-/* IM's rate-limit answers (doc §4): waited out and retried within the call,
- * so they never cost the event an attempt. */
+/* IM's rate-limit answers (doc §4), and HTTP 429: waited out and retried
+ * within the call; still limited at the deadline -> ROOMD_ELIMIT, which the
+ * sinks and consumer groups treat as an outage (no attempt counted). */
 static const int rate_codes[] = {60007, 60011, 60018, 60019, 10006, 10023};
 #define RATE_RETRY_MS 100 /* + up to as much jitter */
 static const int resig_codes[] = {60004, 60005, 70052, 70013, 70014};
@@ -337,6 +338,34 @@ reload_key(struct tim_client *c)
     OPENSSL_cleanse(key, sizeof(key));
 }
 
+/* Counts one rate-limit answer and sleeps RATE_RETRY_MS plus jitter before
+ * the call is sent again. Returns false (no sleep) when that would pass
+ * deadline: the call then ends in ROOMD_ELIMIT. */
+static bool
+rate_pause(struct tim_client *c, int64_t deadline)
+{
+    int64_t pause = RATE_RETRY_MS + (int64_t)(random_u32() % RATE_RETRY_MS);
+
+    tim_limit_refused(c->limit);
+    if (clock_mono_ms() + pause >= deadline)
+        return false;
+    struct timespec ts = {0, pause * 1000000L};
+    nanosleep(&ts, NULL);
+    return true;
+}
+
+bool
+tim_client_rate_limited(const struct tim_client *c, int64_t within_ms)
+{
+    return tim_limit_refused_within(c->limit, within_ms);
+}
+
+struct tim_limit *
+tim_client_limit(const struct tim_client *c)
+{
+    return c->limit;
+}
+
 int
 tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t deadline, json_t **resp,
                 int *im_code, char *err, size_t errlen)
@@ -375,13 +404,24 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         if (tim_limit_wait(c->limit, api_short(api), group, deadline) != 0) {
             OPENSSL_cleanse(sig, sizeof(sig));
             snprintf(err, errlen, "tim %s: no rate-limit slot before the deadline", api_short(api));
-            rc = ROOMD_ERETRY;
+            rc = ROOMD_ELIMIT; /* our own bucket: IM's rate, not the event's fault */
             goto out;
         }
         rc = http_post(c, api, sig, body, deadline, &status, &answer, err, errlen);
         OPENSSL_cleanse(sig, sizeof(sig));
         if (rc != 0)
             goto out;
+        if (status == 429) {
+            /* HTTP's rate limit: as IM's frequency-control codes below */
+            free(answer);
+            snprintf(err, errlen, "tim %s: http 429 (rate limit)", api_short(api));
+            if (rate_pause(c, deadline)) {
+                attempt--;
+                continue;
+            }
+            rc = ROOMD_ELIMIT;
+            goto out;
+        }
         if (status != 200) {
             snprintf(err, errlen, "tim %s: http %ld", api_short(api), status);
             free(answer);
@@ -404,14 +444,12 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         }
         snprintf(err, errlen, "tim %d: %.160s (%s)", code, info ? info : "", api_short(api));
         if (in_list(code, rate_codes, sizeof(rate_codes) / sizeof(rate_codes[0]))) {
-            int64_t pause = RATE_RETRY_MS + (int64_t)(random_u32() % RATE_RETRY_MS);
-            tim_limit_refused(c->limit);
-            if (clock_mono_ms() + pause < deadline) {
-                struct timespec ts = {0, pause * 1000000L};
-                nanosleep(&ts, NULL);
+            if (rate_pause(c, deadline)) {
                 attempt--; /* IM's rate limit: not an attempt */
                 continue;
             }
+            rc = ROOMD_ELIMIT; /* still limited at the deadline: an outage, not the event */
+            goto out;
         }
         if (cls == TIM_CLASS_RESIG && attempt == 0) {
             log_warn("tim", "UserSig refused; regenerating", "api=%s code=%d", api_short(api),
