@@ -10,9 +10,11 @@
  *                             and MsgSeq derived from the notice id.
  * Each group gets its own client (its own curl pool and UserSig cache).
  * IM's rate limit, still answered at the end of an event's budget, comes
- * back from the client as ROOMD_ELIMIT and is handed to the group as is: a
- * transport failure (group.h), Nak'ed with the outage delay, no reconsume
- * counted, like IM not answering (ROOMD_EUNAVAIL).
+ * back from the client as ROOMD_ELIMIT and is handed to the group as
+ * ROOMD_EUNAVAIL (limit_is_outage): a transport failure (group.h), Nak'ed
+ * with the outage delay, no reconsume counted, like IM not answering; and
+ * never a permanent failure to a kit that does not know ROOMD_ELIMIT as
+ * retryable (roomd_err_retryable).
  */
 #include "consume/handlers.h"
 
@@ -96,6 +98,18 @@ im_probe(void *arg, int64_t deadline, char *err, size_t errlen)
     return rc == ROOMD_EUNAVAIL || rc == ROOMD_ELIMIT ? ROOMD_EUNAVAIL : 0;
 }
 
+/* IM's rate limit (ROOMD_ELIMIT) as the consumer kits' outage: ROOMD_EUNAVAIL. */
+static int
+limit_is_outage(int rc, char *err, size_t errlen)
+{
+    if (rc != ROOMD_ELIMIT)
+        return rc;
+    size_t n = strlen(err);
+    if (n + 1 < errlen)
+        snprintf(err + n, errlen - n, "%s", " (IM rate limit: an outage)");
+    return ROOMD_EUNAVAIL;
+}
+
 /* ==== notice: C2C ==== */
 
 static int
@@ -107,8 +121,10 @@ c2c_send(void *arg, const char *app_code, int64_t to_uid, const char *notice_id,
 
     (void)app_code;
     snprintf(account, sizeof(account), "%" PRId64, to_uid);
-    return tim_send_c2c(x->tim, account, text, "RoomNotice", notice_id, NOTICE_LIFETIME_S,
-                        clock_mono_ms() + x->budget_ms, err, errlen);
+    return limit_is_outage(tim_send_c2c(x->tim, account, text, "RoomNotice", notice_id,
+                                        NOTICE_LIFETIME_S, clock_mono_ms() + x->budget_ms, err,
+                                        errlen),
+                           err, errlen);
 }
 
 int
@@ -143,8 +159,10 @@ bridge_handle(void *arg, struct consume_msg *m)
 {
     struct im_ctx *x = arg;
 
-    return tim_client_deliver(x->tim, m->data, m->len, NULL, clock_mono_ms() + x->budget_ms, m->err,
-                              sizeof(m->err));
+    return limit_is_outage(tim_client_deliver(x->tim, m->data, m->len, NULL,
+                                              clock_mono_ms() + x->budget_ms, m->err,
+                                              sizeof(m->err)),
+                           m->err, sizeof(m->err));
 }
 
 int
