@@ -169,13 +169,35 @@ mark_run(struct item *it, size_t g, size_t start, size_t last)
         }
 }
 
-/* Marks the runs to coalesce: for each group that is behind, its maximal
- * runs of consecutive coalescible rows (at most RUN_MAX, at least 2). */
-static void
-plan(struct sink_tim *t, struct item *it, size_t n)
+/* The IM calls row it makes alone: its message, and a membership call in
+ * a group that has them (joins, leaves, kicks), as tim_events.c. */
+static int64_t
+calls_alone(const struct item *it, bool members)
 {
-    size_t *count = xcalloc(n, sizeof(*count));
+    const char *type = it->env ? it->env->event_type : "";
+    bool member = strcmp(type, "RoomUserJoined") == 0 || strcmp(type, "RoomUserLeft") == 0 ||
+                  strcmp(type, "RoomUserKicked") == 0;
+
+    return 1 + (members && member ? 1 : 0);
+}
+
+/*
+ * Marks the runs to coalesce: for each group that is behind, its maximal
+ * runs of consecutive coalescible rows (at most RUN_MAX, at least 2). A
+ * group is behind when its messages of the batch, after the ones already
+ * waiting for its slot, would take longer than coalesce_after at its rate;
+ * every group is, when the batch sent message by message would not fit in
+ * half the time left before the deadline (at IM's recent pace per call, or
+ * one group's rate): what does not fit would be retried.
+ */
+static void
+plan(struct sink_tim *t, struct item *it, size_t n, int64_t deadline)
+{
+    size_t *count = xcalloc(n > 0 ? n : 1, sizeof(*count));
     int64_t gap = tim_limit_group_gap_us(tim_client_limit(t->client));
+    int64_t lat_us = tim_client_latency_ms(t->client) * 1000;
+    int64_t budget_us = (deadline - clock_mono_ms()) * 1000 / 2, batch_us = 0;
+    bool members = strcmp(tim_client_group_type(t->client), "AVChatRoom") != 0;
 
     for (size_t i = 0; i < n; i++) {
         it[i].leader = i;
@@ -185,13 +207,19 @@ plan(struct sink_tim *t, struct item *it, size_t n)
                 break;
             }
         count[it[i].leader]++;
+        batch_us += calls_alone(&it[i], members) * lat_us;
+    }
+    int64_t *queue = xcalloc(n > 0 ? n : 1, sizeof(*queue));
+    bool force = batch_us > budget_us;
+    for (size_t g = 0; g < n; g++) {
+        if (it[g].leader != g)
+            continue;
+        queue[g] = tim_limit_group_backlog_us(tim_client_limit(t->client), it[g].group) +
+                   (int64_t)count[g] * gap;
+        force = force || queue[g] > budget_us;
     }
     for (size_t g = 0; g < n; g++) {
-        if (it[g].leader != g || gap <= 0)
-            continue;
-        int64_t queue_us = tim_limit_group_backlog_us(tim_client_limit(t->client), it[g].group) +
-                           (int64_t)count[g] * gap;
-        if (queue_us <= t->coalesce_after_ms * 1000)
+        if (it[g].leader != g || (!force && queue[g] <= t->coalesce_after_ms * 1000))
             continue; /* the group keeps up: every message of its own */
         size_t start = SIZE_MAX, last = SIZE_MAX, len = 0;
         for (size_t i = g; i <= n; i++) {
@@ -209,6 +237,7 @@ plan(struct sink_tim *t, struct item *it, size_t n)
             len = state ? 1 : 0;
         }
     }
+    free(queue);
     free(count);
 }
 
@@ -299,27 +328,110 @@ coalesced_json(const struct item *it, size_t start, size_t end, const char **pri
     return s;
 }
 
-/* Sends the coalesced message of the run ending at end (unless its group
- * is limited: then the run is held) and settles the run's rows: each gets
- * its membership outcome when that failed, else the message's. Counts the
- * covered rows when it was sent. Returns the client's rc for the message. */
+/* The uid of a join or leave (0 for a mic change). */
+static int64_t
+member_uid(const struct item *it)
+{
+    if (it->kind == K_JOINED)
+        return ((const Roomd__V1__RoomUserJoined *)(const void *)it->payload)->uid;
+    if (it->kind == K_LEFT)
+        return ((const Roomd__V1__RoomUserLeft *)(const void *)it->payload)->uid;
+    return 0;
+}
+
+#define MEMBERS_PER_CALL 100
+
+/* One add (or delete) call for rows idx[0..k) of a run, all joins (or all
+ * leaves) of group: each row's member_rc gets its outcome. A missing group
+ * is created and the call made again (as tim_events.c does). */
+static void
+member_call(struct sink_tim *t, struct item *it, const size_t *idx, size_t k, bool add,
+            int64_t deadline, char *errs, size_t errlen)
+{
+    char accts[MEMBERS_PER_CALL][24], err[512] = "";
+    const char *list[MEMBERS_PER_CALL];
+    int results[MEMBERS_PER_CALL], code = -1, rc;
+    const char *group = it[idx[0]].group;
+
+    for (size_t j = 0; j < k; j++) {
+        snprintf(accts[j], sizeof(accts[j]), "%" PRId64, member_uid(&it[idx[j]]));
+        list[j] = accts[j];
+        results[j] = 0;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        code = -1;
+        rc = add ? tim_add_members(t->client, group, list, k, results, deadline, &code, err,
+                                   sizeof(err))
+                 : tim_delete_members(t->client, group, list, k, "leave", deadline, &code, err,
+                                      sizeof(err));
+        if (rc == 0 || pass > 0 || (code != 10010 && code != 10015))
+            break;
+        log_info("tim", "group missing; creating it", "group=%s", group);
+        if ((rc = tim_ensure_group(t->client, group, it[idx[0]].env->room_id, deadline, err,
+                                   sizeof(err))) != 0)
+            break;
+    }
+    for (size_t j = 0; j < k; j++) {
+        struct item *x = &it[idx[j]];
+        int r = rc != 0 ? rc : results[j];
+        if (r != 0) {
+            x->member_rc = r;
+            snprintf(errs + idx[j] * errlen, errlen, "%s", err);
+        }
+    }
+}
+
+/* The membership calls of the run ending at end (none in an AVChatRoom):
+ * its joins and leaves in order, consecutive ones of a kind in one call. */
+static void
+run_members(struct sink_tim *t, struct item *it, size_t end, int64_t deadline, char *errs,
+            size_t errlen)
+{
+    size_t idx[MEMBERS_PER_CALL], k = 0;
+    enum kind cur = K_NONE;
+
+    if (strcmp(tim_client_group_type(t->client), "AVChatRoom") == 0)
+        return;
+    for (size_t j = it[end].run_start; j <= end + 1; j++) {
+        bool mine = j <= end && it[j].leader == it[end].leader;
+        if (j <= end && !mine)
+            continue;
+        enum kind kd = mine ? it[j].kind : K_NONE;
+        if (k > 0 && (kd != cur || k == MEMBERS_PER_CALL)) {
+            member_call(t, it, idx, k, cur == K_JOINED, deadline, errs, errlen);
+            k = 0;
+        }
+        if (kd == K_JOINED || kd == K_LEFT) {
+            cur = kd;
+            idx[k++] = j;
+        }
+    }
+}
+
+/* Makes the run's membership calls, then sends its coalesced message
+ * (unless its group is limited: then the run is held) and settles the
+ * run's rows: each gets its membership outcome when that failed, else the
+ * message's. Counts the covered rows when it was sent. Returns the
+ * client's rc for the message. */
 static int
 send_run(struct sink_tim *t, struct item *it, size_t end, bool limited, int64_t deadline, int *rcs,
          char *errs, size_t errlen)
 {
     size_t start = it[end].run_start;
-    const char *priority;
-    char *data = limited ? NULL : coalesced_json(it, start, end, &priority);
+    const char *priority = "Low";
     char dedupe[2 * 37 + 16], err[512] = "";
+    char *data = NULL;
     int raw, rc;
 
+    if (!limited)
+        run_members(t, it, end, deadline, errs, errlen);
     snprintf(dedupe, sizeof(dedupe), "coalesced:%s:%s", it[start].env->event_id,
              it[end].env->event_id);
     if (limited) {
         snprintf(err, sizeof(err), "held: IM rate-limits group %s (an outage, no attempt)",
                  it[end].group);
         raw = rc = ROOMD_EUNAVAIL;
-    } else if (data == NULL) {
+    } else if ((data = coalesced_json(it, start, end, &priority)) == NULL) {
         snprintf(err, sizeof(err), "tim: cannot build the coalesced message");
         raw = rc = ROOMD_ERETRY;
     } else {
@@ -333,7 +445,7 @@ send_run(struct sink_tim *t, struct item *it, size_t end, bool limited, int64_t 
         if (it[j].leader != it[end].leader)
             continue;
         if (it[j].member_rc != 0) {
-            rcs[j] = it[j].member_rc; /* its reason is in errs already */
+            rcs[j] = outage_of_limit(it[j].member_rc, errs + j * errlen, errlen);
             continue;
         }
         rcs[j] = rc;
@@ -355,9 +467,10 @@ send_run(struct sink_tim *t, struct item *it, size_t end, bool limited, int64_t 
 
 /*
  * The batch (sink.h publish_batch): rows in order, each group's coalesced
- * runs as planned. A row of a group IM rate-limited until the deadline
- * holds the group's later rows of the batch (not sent, an outage like it).
- * Any other failure leaves the later rows to go on (as the bus sink).
+ * runs as planned (a run's rows all at its last row). A row of a group IM
+ * rate-limited until the deadline holds the group's later rows of the
+ * batch (not sent, an outage like it). Any other failure leaves the later
+ * rows to go on (as the bus sink).
  */
 static void
 tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
@@ -367,36 +480,32 @@ tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int6
     struct item *it = xcalloc(n > 0 ? n : 1, sizeof(*it));
     bool *limited = xcalloc(n > 0 ? n : 1, sizeof(*limited));
 
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         item_fill(&it[i], &evs[i]);
-    plan(t, it, n);
+        errs[i * errlen] = '\0';
+        rcs[i] = ROOMD_ERETRY;
+    }
+    plan(t, it, n, deadline);
     for (size_t i = 0; i < n; i++) {
         char *err = errs + i * errlen;
 
-        err[0] = '\0';
+        if (it[i].run_end != SIZE_MAX) {
+            if (it[i].run_end == i && send_run(t, it, i, limited[it[i].leader], deadline, rcs, errs,
+                                               errlen) == ROOMD_ELIMIT)
+                limited[it[i].leader] = true;
+            continue; /* settled with its run's last row */
+        }
         if (limited[it[i].leader]) {
             snprintf(err, errlen,
                      "held: IM rate-limits group %s (an outage, no attempt; retried after it)",
                      it[i].group);
             rcs[i] = ROOMD_EUNAVAIL;
-            if (it[i].run_end != SIZE_MAX)
-                it[i].member_rc = ROOMD_EUNAVAIL;
-        } else if (it[i].run_end != SIZE_MAX) {
-            int rc = tim_client_deliver_flags(t->client, evs[i].envelope, evs[i].envelope_len, NULL,
-                                              TIM_DELIVER_NO_MESSAGE, deadline, err, errlen);
-            if (rc == ROOMD_ELIMIT)
-                limited[it[i].leader] = true;
-            it[i].member_rc = outage_of_limit(rc, err, errlen);
-            rcs[i] = it[i].member_rc;
-        } else {
-            int rc = tim_client_deliver_event(t->client, &evs[i], deadline, err, errlen);
-            if (rc == ROOMD_ELIMIT)
-                limited[it[i].leader] = true;
-            rcs[i] = outage_of_limit(rc, err, errlen);
+            continue;
         }
-        if (it[i].run_end == i &&
-            send_run(t, it, i, limited[it[i].leader], deadline, rcs, errs, errlen) == ROOMD_ELIMIT)
+        int rc = tim_client_deliver_event(t->client, &evs[i], deadline, err, errlen);
+        if (rc == ROOMD_ELIMIT)
             limited[it[i].leader] = true;
+        rcs[i] = outage_of_limit(rc, err, errlen);
     }
     for (size_t i = 0; i < n; i++)
         item_free(&it[i]);

@@ -25,6 +25,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,10 @@ struct tim_client {
     char *key_file;
     struct tim_usersig_cache sig;
 
-    struct tim_exchange x;   /* the HTTP exchange: curl_post unless replaced */
-    struct curl_pool pool;   /* idle curl handles (curl_post) */
-    struct tim_limit *limit; /* the process' IM token buckets (shared) */
+    struct tim_exchange x;      /* the HTTP exchange: curl_post unless replaced */
+    struct curl_pool pool;      /* idle curl handles (curl_post) */
+    struct tim_limit *limit;    /* the process' IM token buckets (shared) */
+    _Atomic int64_t latency_us; /* moving average of an HTTP exchange (tim_client_latency_ms) */
 };
 
 static int curl_post(void *arg, const char *url, const char *body, int64_t timeout_ms, long *status,
@@ -313,7 +315,12 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
         xasprintf("%s/v4/%s?sdkappid=%lld&identifier=%s&usersig=%s&random=%u"
                   "&contenttype=json",
                   c->base_url, api, (long long)c->sdkappid, ident ? ident : "", sig, random_u32());
+    int64_t t0 = clock_mono_us();
     rc = c->x.post(c->x.arg, url, body, tmo, status, resp, why, sizeof(why));
+    if (rc == 0) { /* answers only: an outage's timeouts say nothing of IM's pace */
+        int64_t took = clock_mono_us() - t0, avg = atomic_load(&c->latency_us);
+        atomic_store(&c->latency_us, avg == 0 ? took : (7 * avg + took) / 8);
+    }
     if (rc != 0) {
         snprintf(err, errlen, "tim %s: %s", api_short(api), why);
         free(*resp);
@@ -352,6 +359,12 @@ rate_pause(struct tim_client *c, int64_t deadline)
     struct timespec ts = {0, pause * 1000000L};
     nanosleep(&ts, NULL);
     return true;
+}
+
+int64_t
+tim_client_latency_ms(struct tim_client *c)
+{
+    return (atomic_load(&c->latency_us) + 999) / 1000;
 }
 
 bool
@@ -399,6 +412,12 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         if (tim_usersig_cache_get(&c->sig, clock_wall_ms() / 1000, sig, sizeof(sig), &gen) != 0) {
             snprintf(err, errlen, "tim %s: cannot make the UserSig", api_short(api));
             rc = ROOMD_EPERM;
+            goto out;
+        }
+        if (clock_mono_ms() >= deadline) {
+            OPENSSL_cleanse(sig, sizeof(sig));
+            snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
+            rc = ROOMD_EUNAVAIL; /* as http_post says it */
             goto out;
         }
         if (tim_limit_wait(c->limit, api_short(api), group, deadline) != 0) {
@@ -653,6 +672,58 @@ tim_send_group_custom(struct tim_client *c, const char *group_id, const char *da
     }
     json_decref(resp);
     return rc;
+}
+
+int
+tim_add_members(struct tim_client *c, const char *group_id, const char *const *accounts, size_t n,
+                int *results, int64_t deadline, int *im_code, char *err, size_t errlen)
+{
+    json_t *resp = NULL, *list = json_array(), *got;
+    int code = -1, rc;
+
+    if (im_code == NULL)
+        im_code = &code;
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(list, json_pack("{s:s}", "Member_Account", accounts[i]));
+        results[i] = 0;
+    }
+    rc = call_steal(
+        c, "group_open_http_svc/add_group_member",
+        json_pack("{s:s, s:i, s:o}", "GroupId", group_id, "Silence", 1, "MemberList", list),
+        deadline, &resp, im_code, err, errlen);
+    if (rc != 0) {
+        json_decref(resp);
+        return *im_code == 10013 ? 0 : rc; /* 10013: already members */
+    }
+    got = json_object_get(resp, "MemberList");
+    for (size_t k = 0; k < json_array_size(got); k++) {
+        json_t *m = json_array_get(got, k);
+        const char *a = json_string_value(json_object_get(m, "Member_Account"));
+        if (a == NULL || json_integer_value(json_object_get(m, "Result")) != 0)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(accounts[i], a) == 0) {
+                results[i] = ROOMD_ERETRY;
+                snprintf(err, errlen, "tim add_group_member: %s not added (Result 0)", a);
+            }
+    }
+    json_decref(resp);
+    return 0;
+}
+
+int
+tim_delete_members(struct tim_client *c, const char *group_id, const char *const *accounts,
+                   size_t n, const char *reason, int64_t deadline, int *im_code, char *err,
+                   size_t errlen)
+{
+    json_t *list = json_array();
+
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, json_string(accounts[i]));
+    return call_steal(c, "group_open_http_svc/delete_group_member",
+                      json_pack("{s:s, s:o, s:i, s:s}", "GroupId", group_id, "MemberToDel_Account",
+                                list, "Silence", 1, "Reason", reason ? reason : ""),
+                      deadline, NULL, im_code, err, errlen);
 }
 
 int

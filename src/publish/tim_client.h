@@ -103,6 +103,9 @@ int tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t 
  * limit within the last within_ms: the probes then report an outage. Thread:
  * any; never blocks. */
 bool tim_client_rate_limited(const struct tim_client *c, int64_t within_ms);
+/* The moving average of c's HTTP exchanges that were answered, in ms (0
+ * before the first). Thread: any; never blocks. */
+int64_t tim_client_latency_ms(struct tim_client *c);
 /* The process' IM token buckets c uses (tim_limit.h; borrowed). */
 struct tim_limit *tim_client_limit(const struct tim_client *c);
 
@@ -139,6 +142,17 @@ int tim_send_group_custom(struct tim_client *c, const char *group_id, const char
  * as success. Not for AVChatRoom (IM answers 10007). */
 int tim_add_member(struct tim_client *c, const char *group_id, const char *account,
                    int64_t deadline, int *im_code, char *err, size_t errlen);
+/* add_group_member of accounts[0..n) in one call (Silence 1): results[i]
+ * gets 0, or ROOMD_ERETRY when IM's MemberList says Result 0 for it (err
+ * names the last such). Returns the call's rc (10013 counts as success).
+ * Tencent takes up to 300 accounts a call; the sink sends at most 100. */
+int tim_add_members(struct tim_client *c, const char *group_id, const char *const *accounts,
+                    size_t n, int *results, int64_t deadline, int *im_code, char *err,
+                    size_t errlen);
+/* delete_group_member of accounts[0..n) (at most 100) in one call. */
+int tim_delete_members(struct tim_client *c, const char *group_id, const char *const *accounts,
+                       size_t n, const char *reason, int64_t deadline, int *im_code, char *err,
+                       size_t errlen);
 /* delete_group_member (Silence 1, Reason). Not for AVChatRoom (10004). */
 int tim_delete_member(struct tim_client *c, const char *group_id, const char *account,
                       const char *reason, int64_t deadline, int *im_code, char *err, size_t errlen);
