@@ -341,28 +341,35 @@ member_uid(const struct item *it)
 
 #define MEMBERS_PER_CALL 100
 
-/* One add (or delete) call for rows idx[0..k) of a run, all joins (or all
- * leaves) of group: each row's member_rc gets its outcome. A missing group
- * is created and the call made again (as tim_events.c does). */
+/* One add (or delete) call for rows idx[0..k) of a run of group, their
+ * members once each: each row's member_rc gets its member's outcome. A
+ * missing group is created and the call made again (as tim_events.c). */
 static void
 member_call(struct sink_tim *t, struct item *it, const size_t *idx, size_t k, bool add,
             int64_t deadline, char *errs, size_t errlen)
 {
     char accts[MEMBERS_PER_CALL][24], err[512] = "";
     const char *list[MEMBERS_PER_CALL];
-    int results[MEMBERS_PER_CALL], code = -1, rc;
+    int results[MEMBERS_PER_CALL], code = -1, rc = 0;
+    size_t at[MEMBERS_PER_CALL], m = 0;
     const char *group = it[idx[0]].group;
 
     for (size_t j = 0; j < k; j++) {
-        snprintf(accts[j], sizeof(accts[j]), "%" PRId64, member_uid(&it[idx[j]]));
-        list[j] = accts[j];
-        results[j] = 0;
+        char a[24];
+        snprintf(a, sizeof(a), "%" PRId64, member_uid(&it[idx[j]]));
+        for (at[j] = 0; at[j] < m && strcmp(accts[at[j]], a) != 0; at[j]++)
+            ;
+        if (at[j] == m) {
+            memcpy(accts[m], a, sizeof(a));
+            list[m] = accts[m];
+            results[m++] = 0;
+        }
     }
     for (int pass = 0; pass < 2; pass++) {
         code = -1;
-        rc = add ? tim_add_members(t->client, group, list, k, results, deadline, &code, err,
+        rc = add ? tim_add_members(t->client, group, list, m, results, deadline, &code, err,
                                    sizeof(err))
-                 : tim_delete_members(t->client, group, list, k, "leave", deadline, &code, err,
+                 : tim_delete_members(t->client, group, list, m, "leave", deadline, &code, err,
                                       sizeof(err));
         if (rc == 0 || pass > 0 || (code != 10010 && code != 10015))
             break;
@@ -372,39 +379,52 @@ member_call(struct sink_tim *t, struct item *it, const size_t *idx, size_t k, bo
             break;
     }
     for (size_t j = 0; j < k; j++) {
-        struct item *x = &it[idx[j]];
-        int r = rc != 0 ? rc : results[j];
+        int r = rc != 0 ? rc : results[at[j]];
         if (r != 0) {
-            x->member_rc = r;
+            it[idx[j]].member_rc = r;
             snprintf(errs + idx[j] * errlen, errlen, "%s", err);
         }
     }
 }
 
 /* The membership calls of the run ending at end (none in an AVChatRoom):
- * its joins and leaves in order, consecutive ones of a kind in one call. */
+ * the run's latest state of each member it touches, as one add call for the
+ * members whose last event is a join and one delete call for the others
+ * (per 100). Calls on different members commute, and each member's own
+ * events end in the state its call sets, so the order within the run does
+ * not matter. Each join or leave row gets the outcome of its member's call. */
 static void
 run_members(struct sink_tim *t, struct item *it, size_t end, int64_t deadline, char *errs,
             size_t errlen)
 {
-    size_t idx[MEMBERS_PER_CALL], k = 0;
-    enum kind cur = K_NONE;
+    size_t start = it[end].run_start, g = it[end].leader;
 
     if (strcmp(tim_client_group_type(t->client), "AVChatRoom") == 0)
         return;
-    for (size_t j = it[end].run_start; j <= end + 1; j++) {
-        bool mine = j <= end && it[j].leader == it[end].leader;
-        if (j <= end && !mine)
-            continue;
-        enum kind kd = mine ? it[j].kind : K_NONE;
-        if (k > 0 && (kd != cur || k == MEMBERS_PER_CALL)) {
-            member_call(t, it, idx, k, cur == K_JOINED, deadline, errs, errlen);
-            k = 0;
-        }
-        if (kd == K_JOINED || kd == K_LEFT) {
-            cur = kd;
+    for (int pass = 0; pass < 2; pass++) {
+        enum kind want = pass == 0 ? K_JOINED : K_LEFT;
+        size_t idx[MEMBERS_PER_CALL], k = 0;
+
+        for (size_t j = start; j <= end; j++) {
+            if (it[j].leader != g || (it[j].kind != K_JOINED && it[j].kind != K_LEFT))
+                continue;
+            /* the member's last event in the run decides its call */
+            int64_t uid = member_uid(&it[j]);
+            enum kind last = it[j].kind;
+            for (size_t l = j + 1; l <= end; l++)
+                if (it[l].leader == g && (it[l].kind == K_JOINED || it[l].kind == K_LEFT) &&
+                    member_uid(&it[l]) == uid)
+                    last = it[l].kind;
+            if (last != want)
+                continue;
             idx[k++] = j;
+            if (k == MEMBERS_PER_CALL) {
+                member_call(t, it, idx, k, want == K_JOINED, deadline, errs, errlen);
+                k = 0;
+            }
         }
+        if (k > 0)
+            member_call(t, it, idx, k, want == K_JOINED, deadline, errs, errlen);
     }
 }
 
