@@ -106,7 +106,8 @@ bool tim_client_rate_limited(const struct tim_client *c, int64_t within_ms);
 /* The moving average of c's HTTP exchanges that were answered, in ms (0
  * before the first). Thread: any; never blocks. */
 int64_t tim_client_latency_ms(struct tim_client *c);
-/* The process' IM token buckets c uses (tim_limit.h; borrowed). */
+/* The process' IM token buckets c uses (tim_limit.h; borrowed: valid while c
+ * is open). Thread: any; never blocks. */
 struct tim_limit *tim_client_limit(const struct tim_client *c);
 
 /* The IM GroupId of a room: "{app}_{room_id}", or "r_" + 46 hex digits of its
@@ -145,11 +146,15 @@ int tim_add_member(struct tim_client *c, const char *group_id, const char *accou
 /* add_group_member of accounts[0..n) in one call (Silence 1): results[i]
  * gets 0, or ROOMD_ERETRY when IM's MemberList says Result 0 for it (err
  * names the last such). Returns the call's rc (10013 counts as success).
- * Tencent takes up to 300 accounts a call; the sink sends at most 100. */
+ * Tencent takes up to 300 accounts a call; the sink sends at most 100.
+ * accounts stay the caller's. Thread: any; blocks on the call, at most until
+ * deadline. */
 int tim_add_members(struct tim_client *c, const char *group_id, const char *const *accounts,
                     size_t n, int *results, int64_t deadline, int *im_code, char *err,
                     size_t errlen);
-/* delete_group_member of accounts[0..n) (at most 100) in one call. */
+/* delete_group_member of accounts[0..n) (at most 100) in one call (Silence
+ * 1, Reason reason); non-members count as success. Returns as
+ * tim_client_call. Thread: any; blocks at most until deadline. */
 int tim_delete_members(struct tim_client *c, const char *group_id, const char *const *accounts,
                        size_t n, const char *reason, int64_t deadline, int *im_code, char *err,
                        size_t errlen);
@@ -186,7 +191,8 @@ int tim_client_deliver(struct tim_client *c, const uint8_t *envelope, size_t env
 /* tim_client_deliver with flags: TIM_DELIVER_NO_MESSAGE makes only the
  * event's membership calls (add/delete member of a non-AVChatRoom group;
  * none for an AVChatRoom), not its group message: the direct IM sink's
- * coalesced state message covers it (sink_tim.c). Same returns. */
+ * coalesced state message covers it (sink_tim.c). Same returns, threads
+ * and blocking. */
 #define TIM_DELIVER_NO_MESSAGE 1u
 int tim_client_deliver_flags(struct tim_client *c, const uint8_t *envelope, size_t envelope_len,
                              const char *json, unsigned flags, int64_t deadline_mono_ms, char *err,

@@ -47,7 +47,8 @@ bool tim_limit_refused_within(struct tim_limit *l, int64_t ms);
  * Takes no slot. Thread: any; never blocks. */
 int64_t tim_limit_group_backlog_us(struct tim_limit *l, const char *group);
 
-/* The group bucket's gap between two messages in µs (0 = the limit is off). */
+/* The group bucket's gap between two messages in µs (0 = the limit is off).
+ * Thread: any; never blocks. */
 int64_t tim_limit_group_gap_us(const struct tim_limit *l);
 
 #endif
