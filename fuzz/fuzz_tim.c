@@ -9,7 +9,7 @@
  * answer is its body, after an optional first line "HTTP <status>" (else
  * 200); an answer "DOWN" is no answer (a transport failure). Calls after the
  * last answer get no answer. Every call must end in the sink's three
- * decisions (0 done, ROOMD_ERETRY/ROOMD_EUNAVAIL retry, ROOMD_EPERM fail)
+ * decisions (0 done, ROOMD_ERETRY/ROOMD_EUNAVAIL/ROOMD_ELIMIT retry, ROOMD_EPERM fail)
  * with a NUL-terminated reason that never holds the secret key (unless an
  * answer quoted it: the reason may repeat IM's ErrorInfo).
  */
@@ -124,7 +124,7 @@ static void
 check(int rc, const char *err, size_t errlen)
 {
     if (rc != 0 && rc != ROOMD_ERETRY && rc != ROOMD_EPERM && rc != ROOMD_EUNAVAIL &&
-        rc != ROOMD_ENOTFOUND)
+        rc != ROOMD_ELIMIT && rc != ROOMD_ENOTFOUND)
         abort();
     if (memchr(err, '\0', errlen) == NULL || (!key_in_input && strstr(err, FUZZ_KEY) != NULL))
         abort();

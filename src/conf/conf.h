@@ -298,6 +298,7 @@ struct conf_tencent_im {
     int64_t timeout_ms;         /* per HTTP call; above IM's own 3 s */
     int rate_limit_per_s;       /* calls per second per API, this node (0 = no limit) */
     int group_rate_limit_per_s; /* messages per second per group, this node (0 = no limit) */
+    int64_t coalesce_after_ms;  /* coalesce a group's state messages behind by more (0 = off) */
 };
 
 struct conf_activity {

@@ -452,6 +452,10 @@ const struct key conf_keys[] = {
      .note = "(0 = no limit)", .doc = "IM calls per second per API from this node"},
     {"tencent_im.group_rate_limit_per_s", K_INT, F(tencent_im.group_rate_limit_per_s), "40", GE(0),
      .note = "(0 = no limit)", .doc = "IM messages per second per group from this node"},
+    {"tencent_im.coalesce_after", K_DUR, F(tencent_im.coalesce_after_ms), "2s", GE(0),
+     .note = "(0 = off)",
+     .doc = "a group's unsent state messages that its rate would not send within this are "
+            "coalesced into one (docs/direct.md)"},
 
     {"activity.enabled", K_BOOL, F(activity.enabled), "false",
      .doc = "deliver to the activity gRPC service (direct or dual)"},

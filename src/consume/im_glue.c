@@ -9,6 +9,12 @@
  *   hyapp-notice-room-outbox  tim_send_c2c(): the private notice, MsgRandom
  *                             and MsgSeq derived from the notice id.
  * Each group gets its own client (its own curl pool and UserSig cache).
+ * IM's rate limit, still answered at the end of an event's budget, comes
+ * back from the client as ROOMD_ELIMIT and is handed to the group as
+ * ROOMD_EUNAVAIL (limit_is_outage): a transport failure (group.h), Nak'ed
+ * with the outage delay, no reconsume counted, like IM not answering; and
+ * never a permanent failure to a kit that does not know ROOMD_ELIMIT as
+ * retryable (roomd_err_retryable).
  */
 #include "consume/handlers.h"
 
@@ -71,17 +77,37 @@ im_ctx_close(struct im_ctx *x)
 }
 
 /* The groups' circuit probe (group.h): one account check, a read. Any IM
- * answer, an error code too, is an answer. */
+ * answer, an error code too, is an answer, but for IM's rate limit: while
+ * IM rate-limits roomd (an answer within the last second, or this check's)
+ * the probe reports an outage, so an open circuit stays open until IM
+ * admits calls again. */
 static int
 im_probe(void *arg, int64_t deadline, char *err, size_t errlen)
 {
     struct im_ctx *x = arg;
+
+    if (tim_client_rate_limited(x->tim, 1000)) {
+        snprintf(err, errlen, "tim: IM rate-limits roomd (an outage: no attempt counted)");
+        return ROOMD_EUNAVAIL;
+    }
     json_t *req = json_pack("{s:[{s:s}]}", "CheckItem", "UserID", "roomd_probe");
     int rc = tim_client_call(x->tim, "im_open_login_svc/account_check", req, deadline, NULL, NULL,
                              err, errlen);
 
     json_decref(req);
-    return rc == ROOMD_EUNAVAIL ? ROOMD_EUNAVAIL : 0;
+    return rc == ROOMD_EUNAVAIL || rc == ROOMD_ELIMIT ? ROOMD_EUNAVAIL : 0;
+}
+
+/* IM's rate limit (ROOMD_ELIMIT) as the consumer kits' outage: ROOMD_EUNAVAIL. */
+static int
+limit_is_outage(int rc, char *err, size_t errlen)
+{
+    if (rc != ROOMD_ELIMIT)
+        return rc;
+    size_t n = strlen(err);
+    if (n + 1 < errlen)
+        snprintf(err + n, errlen - n, "%s", " (IM rate limit: an outage)");
+    return ROOMD_EUNAVAIL;
 }
 
 /* ==== notice: C2C ==== */
@@ -95,8 +121,10 @@ c2c_send(void *arg, const char *app_code, int64_t to_uid, const char *notice_id,
 
     (void)app_code;
     snprintf(account, sizeof(account), "%" PRId64, to_uid);
-    return tim_send_c2c(x->tim, account, text, "RoomNotice", notice_id, NOTICE_LIFETIME_S,
-                        clock_mono_ms() + x->budget_ms, err, errlen);
+    return limit_is_outage(tim_send_c2c(x->tim, account, text, "RoomNotice", notice_id,
+                                        NOTICE_LIFETIME_S, clock_mono_ms() + x->budget_ms, err,
+                                        errlen),
+                           err, errlen);
 }
 
 int
@@ -131,8 +159,10 @@ bridge_handle(void *arg, struct consume_msg *m)
 {
     struct im_ctx *x = arg;
 
-    return tim_client_deliver(x->tim, m->data, m->len, NULL, clock_mono_ms() + x->budget_ms, m->err,
-                              sizeof(m->err));
+    return limit_is_outage(tim_client_deliver(x->tim, m->data, m->len, NULL,
+                                              clock_mono_ms() + x->budget_ms, m->err,
+                                              sizeof(m->err)),
+                           m->err, sizeof(m->err));
 }
 
 int

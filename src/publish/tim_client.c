@@ -25,6 +25,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,10 @@ struct tim_client {
     char *key_file;
     struct tim_usersig_cache sig;
 
-    struct tim_exchange x;   /* the HTTP exchange: curl_post unless replaced */
-    struct curl_pool pool;   /* idle curl handles (curl_post) */
-    struct tim_limit *limit; /* the process' IM token buckets (shared) */
+    struct tim_exchange x;      /* the HTTP exchange: curl_post unless replaced */
+    struct curl_pool pool;      /* idle curl handles (curl_post) */
+    struct tim_limit *limit;    /* the process' IM token buckets (shared) */
+    _Atomic int64_t latency_us; /* moving average of an HTTP exchange (tim_client_latency_ms) */
 };
 
 static int curl_post(void *arg, const char *url, const char *body, int64_t timeout_ms, long *status,
@@ -57,8 +59,9 @@ static int curl_post(void *arg, const char *url, const char *body, int64_t timeo
 
 static const int retry_codes[] = {60008, 60014, 60007, 60011, 60018, 60019, 10006, 10023, 10002,
                                   20004, 20005, 90992, 90994, 90995, 91000, 70169, 70500};
-/* IM's rate-limit answers (doc §4): waited out and retried within the call,
- * so they never cost the event an attempt. */
+/* IM's rate-limit answers (doc §4), and HTTP 429: waited out and retried
+ * within the call; still limited at the deadline -> ROOMD_ELIMIT, which the
+ * sinks and consumer groups treat as an outage (no attempt counted). */
 static const int rate_codes[] = {60007, 60011, 60018, 60019, 10006, 10023};
 #define RATE_RETRY_MS 100 /* + up to as much jitter */
 static const int resig_codes[] = {60004, 60005, 70052, 70013, 70014};
@@ -312,7 +315,12 @@ http_post(struct tim_client *c, const char *api, const char *sig, const char *bo
         xasprintf("%s/v4/%s?sdkappid=%lld&identifier=%s&usersig=%s&random=%u"
                   "&contenttype=json",
                   c->base_url, api, (long long)c->sdkappid, ident ? ident : "", sig, random_u32());
+    int64_t t0 = clock_mono_us();
     rc = c->x.post(c->x.arg, url, body, tmo, status, resp, why, sizeof(why));
+    if (rc == 0) { /* answers only: an outage's timeouts say nothing of IM's pace */
+        int64_t took = clock_mono_us() - t0, avg = atomic_load(&c->latency_us);
+        atomic_store(&c->latency_us, avg == 0 ? took : (7 * avg + took) / 8);
+    }
     if (rc != 0) {
         snprintf(err, errlen, "tim %s: %s", api_short(api), why);
         free(*resp);
@@ -335,6 +343,40 @@ reload_key(struct tim_client *c)
     else
         log_warn("tim", "cannot re-read the secret key", "why=\"%s\"", err);
     OPENSSL_cleanse(key, sizeof(key));
+}
+
+/* Counts one rate-limit answer and sleeps RATE_RETRY_MS plus jitter before
+ * the call is sent again. Returns false (no sleep) when that would pass
+ * deadline: the call then ends in ROOMD_ELIMIT. */
+static bool
+rate_pause(struct tim_client *c, int64_t deadline)
+{
+    int64_t pause = RATE_RETRY_MS + (int64_t)(random_u32() % RATE_RETRY_MS);
+
+    tim_limit_refused(c->limit);
+    if (clock_mono_ms() + pause >= deadline)
+        return false;
+    struct timespec ts = {0, pause * 1000000L};
+    nanosleep(&ts, NULL);
+    return true;
+}
+
+int64_t
+tim_client_latency_ms(struct tim_client *c)
+{
+    return (atomic_load(&c->latency_us) + 999) / 1000;
+}
+
+bool
+tim_client_rate_limited(const struct tim_client *c, int64_t within_ms)
+{
+    return tim_limit_refused_within(c->limit, within_ms);
+}
+
+struct tim_limit *
+tim_client_limit(const struct tim_client *c)
+{
+    return c->limit;
 }
 
 int
@@ -372,16 +414,33 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
             rc = ROOMD_EPERM;
             goto out;
         }
+        if (clock_mono_ms() >= deadline) {
+            OPENSSL_cleanse(sig, sizeof(sig));
+            snprintf(err, errlen, "tim %s: publish deadline passed", api_short(api));
+            rc = ROOMD_EUNAVAIL; /* as http_post says it */
+            goto out;
+        }
         if (tim_limit_wait(c->limit, api_short(api), group, deadline) != 0) {
             OPENSSL_cleanse(sig, sizeof(sig));
             snprintf(err, errlen, "tim %s: no rate-limit slot before the deadline", api_short(api));
-            rc = ROOMD_ERETRY;
+            rc = ROOMD_ELIMIT; /* our own bucket: IM's rate, not the event's fault */
             goto out;
         }
         rc = http_post(c, api, sig, body, deadline, &status, &answer, err, errlen);
         OPENSSL_cleanse(sig, sizeof(sig));
         if (rc != 0)
             goto out;
+        if (status == 429) {
+            /* HTTP's rate limit: as IM's frequency-control codes below */
+            free(answer);
+            snprintf(err, errlen, "tim %s: http 429 (rate limit)", api_short(api));
+            if (rate_pause(c, deadline)) {
+                attempt--;
+                continue;
+            }
+            rc = ROOMD_ELIMIT;
+            goto out;
+        }
         if (status != 200) {
             snprintf(err, errlen, "tim %s: http %ld", api_short(api), status);
             free(answer);
@@ -404,14 +463,12 @@ tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t dead
         }
         snprintf(err, errlen, "tim %d: %.160s (%s)", code, info ? info : "", api_short(api));
         if (in_list(code, rate_codes, sizeof(rate_codes) / sizeof(rate_codes[0]))) {
-            int64_t pause = RATE_RETRY_MS + (int64_t)(random_u32() % RATE_RETRY_MS);
-            tim_limit_refused(c->limit);
-            if (clock_mono_ms() + pause < deadline) {
-                struct timespec ts = {0, pause * 1000000L};
-                nanosleep(&ts, NULL);
+            if (rate_pause(c, deadline)) {
                 attempt--; /* IM's rate limit: not an attempt */
                 continue;
             }
+            rc = ROOMD_ELIMIT; /* still limited at the deadline: an outage, not the event */
+            goto out;
         }
         if (cls == TIM_CLASS_RESIG && attempt == 0) {
             log_warn("tim", "UserSig refused; regenerating", "api=%s code=%d", api_short(api),
@@ -615,6 +672,58 @@ tim_send_group_custom(struct tim_client *c, const char *group_id, const char *da
     }
     json_decref(resp);
     return rc;
+}
+
+int
+tim_add_members(struct tim_client *c, const char *group_id, const char *const *accounts, size_t n,
+                int *results, int64_t deadline, int *im_code, char *err, size_t errlen)
+{
+    json_t *resp = NULL, *list = json_array(), *got;
+    int code = -1, rc;
+
+    if (im_code == NULL)
+        im_code = &code;
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(list, json_pack("{s:s}", "Member_Account", accounts[i]));
+        results[i] = 0;
+    }
+    rc = call_steal(
+        c, "group_open_http_svc/add_group_member",
+        json_pack("{s:s, s:i, s:o}", "GroupId", group_id, "Silence", 1, "MemberList", list),
+        deadline, &resp, im_code, err, errlen);
+    if (rc != 0) {
+        json_decref(resp);
+        return *im_code == 10013 ? 0 : rc; /* 10013: already members */
+    }
+    got = json_object_get(resp, "MemberList");
+    for (size_t k = 0; k < json_array_size(got); k++) {
+        json_t *m = json_array_get(got, k);
+        const char *a = json_string_value(json_object_get(m, "Member_Account"));
+        if (a == NULL || json_integer_value(json_object_get(m, "Result")) != 0)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(accounts[i], a) == 0) {
+                results[i] = ROOMD_ERETRY;
+                snprintf(err, errlen, "tim add_group_member: %s not added (Result 0)", a);
+            }
+    }
+    json_decref(resp);
+    return 0;
+}
+
+int
+tim_delete_members(struct tim_client *c, const char *group_id, const char *const *accounts,
+                   size_t n, const char *reason, int64_t deadline, int *im_code, char *err,
+                   size_t errlen)
+{
+    json_t *list = json_array();
+
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, json_string(accounts[i]));
+    return call_steal(c, "group_open_http_svc/delete_group_member",
+                      json_pack("{s:s, s:o, s:i, s:s}", "GroupId", group_id, "MemberToDel_Account",
+                                list, "Silence", 1, "Reason", reason ? reason : ""),
+                      deadline, NULL, im_code, err, errlen);
 }
 
 int

@@ -8,8 +8,11 @@
  * Read tim_client.c (transport, UserSig, error classes), then tim_events.c
  * (event -> IM calls; the table is in docs/direct.md).
  *
- * Every call returns 0, ROOMD_ERETRY (transient: retry later) or ROOMD_EPERM
- * (permanent: retrying cannot help) and writes a one-line reason into err
+ * Every call returns 0, ROOMD_ERETRY (transient: retry later), ROOMD_EPERM
+ * (permanent: retrying cannot help), ROOMD_EUNAVAIL (no answer) or
+ * ROOMD_ELIMIT (IM's rate limit, or no slot of roomd's own token buckets,
+ * until the deadline: an outage, never the event's fault) and writes a
+ * one-line reason into err
  * ("tim 10010: group not found (send_group_msg)"); never the secret key.
  * Thread: any, all at once (one curl handle per concurrent caller from a pool).
  * Blocks: each HTTP request at most min(tencent_im.timeout, deadline - now).
@@ -86,13 +89,26 @@ int64_t tim_client_timeout_ms(const struct tim_client *c);
  * ErrorCode, or -1 when there was no IM answer (network, timeout, non-200).
  * A UserSig error (class RESIG) regenerates the sig (re-reading the key) and
  * retries once. Each call first waits for its slot in the process' token
- * buckets (tim_limit.h); IM's rate-limit answers are waited out and sent
- * again within the deadline. Returns 0 when ErrorCode == 0, ROOMD_EUNAVAIL
- * when IM did not answer (transport, deadline, no bucket slot in time), else
- * ROOMD_ERETRY or ROOMD_EPERM by tim_classify (UNKNOWN -> ERETRY).
+ * buckets (tim_limit.h); IM's rate-limit answers (its frequency-control
+ * codes, HTTP 429) are waited out and sent again within the deadline.
+ * Returns 0 when ErrorCode == 0, ROOMD_EUNAVAIL when IM did not answer
+ * (transport, deadline), ROOMD_ELIMIT when IM still rate-limited the call at
+ * the deadline or no bucket slot came in time, else ROOMD_ERETRY or
+ * ROOMD_EPERM by tim_classify (UNKNOWN -> ERETRY).
  */
 int tim_client_call(struct tim_client *c, const char *api, json_t *req, int64_t deadline_mono_ms,
                     json_t **resp, int *im_code, char *err, size_t errlen);
+
+/* True when IM answered a call of this process (any client) with its rate
+ * limit within the last within_ms: the probes then report an outage. Thread:
+ * any; never blocks. */
+bool tim_client_rate_limited(const struct tim_client *c, int64_t within_ms);
+/* The moving average of c's HTTP exchanges that were answered, in ms (0
+ * before the first). Thread: any; never blocks. */
+int64_t tim_client_latency_ms(struct tim_client *c);
+/* The process' IM token buckets c uses (tim_limit.h; borrowed: valid while c
+ * is open). Thread: any; never blocks. */
+struct tim_limit *tim_client_limit(const struct tim_client *c);
 
 /* The IM GroupId of a room: "{app}_{room_id}", or "r_" + 46 hex digits of its
  * SHA-256 when that would exceed 48 bytes. Writes into out (TIM_GROUP_ID_MAX). */
@@ -127,6 +143,21 @@ int tim_send_group_custom(struct tim_client *c, const char *group_id, const char
  * as success. Not for AVChatRoom (IM answers 10007). */
 int tim_add_member(struct tim_client *c, const char *group_id, const char *account,
                    int64_t deadline, int *im_code, char *err, size_t errlen);
+/* add_group_member of accounts[0..n) in one call (Silence 1): results[i]
+ * gets 0, or ROOMD_ERETRY when IM's MemberList says Result 0 for it (err
+ * names the last such). Returns the call's rc (10013 counts as success).
+ * Tencent takes up to 300 accounts a call; the sink sends at most 100.
+ * accounts stay the caller's. Thread: any; blocks on the call, at most until
+ * deadline. */
+int tim_add_members(struct tim_client *c, const char *group_id, const char *const *accounts,
+                    size_t n, int *results, int64_t deadline, int *im_code, char *err,
+                    size_t errlen);
+/* delete_group_member of accounts[0..n) (at most 100) in one call (Silence
+ * 1, Reason reason); non-members count as success. Returns as
+ * tim_client_call. Thread: any; blocks at most until deadline. */
+int tim_delete_members(struct tim_client *c, const char *group_id, const char *const *accounts,
+                       size_t n, const char *reason, int64_t deadline, int *im_code, char *err,
+                       size_t errlen);
 /* delete_group_member (Silence 1, Reason). Not for AVChatRoom (10004). */
 int tim_delete_member(struct tim_client *c, const char *group_id, const char *account,
                       const char *reason, int64_t deadline, int *im_code, char *err, size_t errlen);
@@ -151,11 +182,21 @@ int tim_send_c2c(struct tim_client *c, const char *to_account, const char *data,
  * Performs the IM actions of one room event (table in docs/direct.md):
  * envelope is a packed roomd.v1.RoomOutboxEvent; json is the event as JSON
  * (the message Data; NULL = built here from the envelope). Returns 0,
- * ROOMD_ERETRY or ROOMD_EPERM (with err), as a sink does. Idempotent: a
+ * ROOMD_ERETRY, ROOMD_EUNAVAIL, ROOMD_ELIMIT or ROOMD_EPERM (with err) as
+ * tim_client_call. Idempotent: a
  * retry of a partly done event redoes only harmless steps.
  */
 int tim_client_deliver(struct tim_client *c, const uint8_t *envelope, size_t envelope_len,
                        const char *json, int64_t deadline_mono_ms, char *err, size_t errlen);
+/* tim_client_deliver with flags: TIM_DELIVER_NO_MESSAGE makes only the
+ * event's membership calls (add/delete member of a non-AVChatRoom group;
+ * none for an AVChatRoom), not its group message: the direct IM sink's
+ * coalesced state message covers it (sink_tim.c). Same returns, threads
+ * and blocking. */
+#define TIM_DELIVER_NO_MESSAGE 1u
+int tim_client_deliver_flags(struct tim_client *c, const uint8_t *envelope, size_t envelope_len,
+                             const char *json, unsigned flags, int64_t deadline_mono_ms, char *err,
+                             size_t errlen);
 /* The same for an outbox event as the sinks see it. */
 int tim_client_deliver_event(struct tim_client *c, const struct outbox_event *ev,
                              int64_t deadline_mono_ms, char *err, size_t errlen);

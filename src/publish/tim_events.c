@@ -76,6 +76,7 @@ struct ctx {
     const char *json;
     const char *priority;
     char group[TIM_GROUP_ID_MAX];
+    bool quiet; /* TIM_DELIVER_NO_MESSAGE: membership calls only */
     int64_t deadline;
     char *err;
     size_t errlen;
@@ -95,6 +96,8 @@ membership_calls(const struct ctx *x)
 static int
 send_event(struct ctx *x, bool closing)
 {
+    if (x->quiet)
+        return 0; /* its message is a coalesced one (sink_tim.c) */
     int code = -1;
     int rc = tim_send_group_custom(x->c, x->group, x->json, x->e->event_type, x->e->event_id,
                                    x->priority, x->deadline, &code, x->err, x->errlen);
@@ -197,10 +200,22 @@ int
 tim_client_deliver(struct tim_client *c, const uint8_t *envelope, size_t envelope_len,
                    const char *json, int64_t deadline, char *err, size_t errlen)
 {
+    return tim_client_deliver_flags(c, envelope, envelope_len, json, 0, deadline, err, errlen);
+}
+
+int
+tim_client_deliver_flags(struct tim_client *c, const uint8_t *envelope, size_t envelope_len,
+                         const char *json, unsigned flags, int64_t deadline, char *err,
+                         size_t errlen)
+{
     Roomd__V1__RoomOutboxEvent *e;
     ProtobufCMessage *payload = NULL;
     char *built = NULL;
-    struct ctx x = {.c = c, .deadline = deadline, .err = err, .errlen = errlen};
+    struct ctx x = {.c = c,
+                    .deadline = deadline,
+                    .err = err,
+                    .errlen = errlen,
+                    .quiet = (flags & TIM_DELIVER_NO_MESSAGE) != 0};
     int ti, rc;
 
     err[0] = '\0';

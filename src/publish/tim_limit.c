@@ -39,6 +39,7 @@ struct tim_limit {
     int napis;
     struct bucket *groups[GROUP_SLOTS];
     atomic_uint_fast64_t waited, wait_us, refused;
+    atomic_int_fast64_t refused_at_us; /* clock_mono_us of the last rate-limit answer, 0 none */
 };
 
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -182,4 +183,36 @@ void
 tim_limit_refused(struct tim_limit *l)
 {
     atomic_fetch_add(&l->refused, 1);
+    atomic_store(&l->refused_at_us, clock_mono_us());
+}
+
+bool
+tim_limit_refused_within(struct tim_limit *l, int64_t ms)
+{
+    int64_t at = atomic_load(&l->refused_at_us);
+
+    return at != 0 && clock_mono_us() - at < ms * 1000;
+}
+
+int64_t
+tim_limit_group_backlog_us(struct tim_limit *l, const char *group)
+{
+    int64_t now = clock_mono_us(), wait = 0;
+
+    if (l->group_gap_us <= 0 || group == NULL)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    for (struct bucket *b = l->groups[hash(group) % GROUP_SLOTS]; b != NULL; b = b->chain)
+        if (strcmp(b->name, group) == 0) {
+            wait = b->next_us > now ? b->next_us - now : 0;
+            break;
+        }
+    pthread_mutex_unlock(&l->mu);
+    return wait;
+}
+
+int64_t
+tim_limit_group_gap_us(const struct tim_limit *l)
+{
+    return l->group_gap_us;
 }

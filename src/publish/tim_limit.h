@@ -12,6 +12,7 @@
 #ifndef ROOMD_PUBLISH_TIM_LIMIT_H
 #define ROOMD_PUBLISH_TIM_LIMIT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct tim_limit;
@@ -32,7 +33,22 @@ void tim_limit_release(struct tim_limit *l);
 int tim_limit_wait(struct tim_limit *l, const char *api, const char *group,
                    int64_t deadline_mono_ms);
 
-/* Counts one rate-limit answer of IM (roomd_tim_rate_limited_total). Thread: any. */
+/* Counts one rate-limit answer of IM (roomd_tim_rate_limited_total) and
+ * notes its time (tim_limit_refused_within). Thread: any. */
 void tim_limit_refused(struct tim_limit *l);
+
+/* True when IM answered a call of this process with its rate limit within
+ * the last ms milliseconds (the IM probes call it an outage: see
+ * docs/direct.md, "Rate limits cost no attempts"). Thread: any; never blocks. */
+bool tim_limit_refused_within(struct tim_limit *l, int64_t ms);
+
+/* Microseconds until group's next free message slot (0 when free now or the
+ * group limit is off): the group's messages already waiting for their slot.
+ * Takes no slot. Thread: any; never blocks. */
+int64_t tim_limit_group_backlog_us(struct tim_limit *l, const char *group);
+
+/* The group bucket's gap between two messages in µs (0 = the limit is off).
+ * Thread: any; never blocks. */
+int64_t tim_limit_group_gap_us(const struct tim_limit *l);
 
 #endif

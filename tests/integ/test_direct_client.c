@@ -355,6 +355,27 @@ test_error_classes(void **state)
     assert_int_equal(tim_send_group_custom(c, "hyapp_g2", "{}", "x", "e-rate", "High",
                                            clock_mono_ms() + 3000, &code, err, sizeof(err)),
                      0);
+    /* Still rate-limited at the deadline (IM's code, HTTP 429): ROOMD_ELIMIT, an outage to
+     * the sinks and consumer groups (docs/direct.md), and the probes' "IM rate-limits" */
+    im_control("{\"fail\": {\"api\": \"send_group_msg\", \"code\": 10023, "
+               "\"for_ms\": 1500}}");
+    assert_int_equal(tim_send_group_custom(c, "hyapp_g2", "{}", "x", "e-rate2", "High",
+                                           clock_mono_ms() + 600, &code, err, sizeof(err)),
+                     ROOMD_ELIMIT);
+    assert_int_equal(code, 10023);
+    assert_true(tim_client_rate_limited(c, 1000));
+    usleep(1200 * 1000); /* the scripted limit is over */
+    im_control("{\"http_status\": {\"api\": \"send_group_msg\", \"status\": 429}}");
+    assert_int_equal(tim_send_group_custom(c, "hyapp_g2", "{}", "x", "e-429", "High",
+                                           clock_mono_ms() + 3000, &code, err, sizeof(err)),
+                     0);
+    im_control("{\"http_status\": {\"api\": \"send_group_msg\", \"status\": 429, "
+               "\"for_ms\": 1000}}");
+    assert_int_equal(tim_send_group_custom(c, "hyapp_g2", "{}", "x", "e-429b", "High",
+                                           clock_mono_ms() + 500, &code, err, sizeof(err)),
+                     ROOMD_ELIMIT);
+    assert_non_null(strstr(err, "http 429"));
+    usleep(700 * 1000);
     im_control("{\"fail\": {\"api\": \"send_group_msg\", \"code\": 55555}}");
     assert_int_equal(tim_send_group_custom(c, "hyapp_g2", "{}", "x", "e-unknown", "High",
                                            clock_mono_ms() + 3000, &code, err, sizeof(err)),

@@ -424,8 +424,10 @@ def im_limits_run(tag, im_extra):
     tmp = tempfile.mkdtemp(prefix="direct-im-")
     im = ImStandin(tmp).start()
     im.control(limits={"per_api": 200, "per_group": 40})
+    # coalesce_after 0: each event's own message (the buckets are what this tests; coalescing
+    # a lagging group is test_im_coalesce)
     r = start(tmp, im, outbox={"max_retry_count": 1, "workers": 4, "publish_timeout": "3s",
-                               "lock_timeout": "30s"}, im_extra=im_extra)
+                               "lock_timeout": "30s"}, im_extra=dict(im_extra, coalesce_after="0s"))
     try:
         rooms = [f"lim{tag}{i}" for i in range(3)]
         for room in rooms:

@@ -20,6 +20,10 @@ Test endpoints (same port):
                     {"slow": {"api": .., "ms": 3000, "count": 1}}  (do the work, answer late)
                     any of them with "match": "text": only calls whose JSON body contains
                     text (one event's content: poison that times out)
+                    any of them with "for_ms": N instead of "count": every matching call for
+                    the next N ms (e.g. {"fail": {"api": "send_group_msg", "code": 10023,
+                    "for_ms": 3000}}: IM's group frequency limit answered for 3 s, or
+                    {"http_status": {"api": "*", "status": 429, "for_ms": 3000}})
                     {"limits": {"per_api": 200, "per_group": 40}}  IM's frequency control: more
                     than per_api calls of one API, or per_group send_group_msg to one group,
                     within the last second answer 60007 / 10023 (0 = off, the default)
@@ -61,17 +65,22 @@ DIRTY = threading.Event()
 
 def save():
     """Marks the state changed; the flusher writes it within 50 ms (and at SIGTERM), so a
-    busy stand-in does not rewrite its whole state on every call."""
+    busy stand-in does not rewrite its whole state on every call. A large state (thousands of
+    calls) is written less often: at most a fifth of the time goes to writing it, so the
+    calls it holds up (the lock) are not slowed down to IM timeouts."""
     DIRTY.set()
 
 
 def flusher():
+    took = 0.0
     while True:
         DIRTY.wait()
-        time.sleep(0.05)
+        time.sleep(max(0.05, 4 * took))
         with LOCK:
+            t = time.monotonic()
             DIRTY.clear()
             write_state()
+            took = time.monotonic() - t
 
 
 def write_state():
@@ -118,8 +127,14 @@ def take(kind, api, body=None):
     """Pops the first scripted entry of kind for api (or "*") whose "match" text, if any, is
     in the call's JSON body."""
     text = json.dumps(body, ensure_ascii=False) if body is not None else ""
-    for e in SCRIPT[kind]:
+    now = time.time()
+    for e in list(SCRIPT[kind]):
+        if "until" in e and now >= e["until"]:
+            SCRIPT[kind].remove(e)  # a "for_ms" entry whose time is over
+            continue
         if e.get("api") in (api, "*") and e.get("match", "") in text:
+            if "until" in e:
+                return e  # every matching call until then
             e["count"] = e.get("count", 1) - 1
             if e["count"] <= 0:
                 SCRIPT[kind].remove(e)
@@ -404,7 +419,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 LIMITS.update(c["limits"])
             for k in ("fail", "http_status", "slow"):
                 if k in c:
-                    SCRIPT[k].append(dict(c[k]))
+                    e = dict(c[k])
+                    if "for_ms" in e:
+                        e["until"] = time.time() + e["for_ms"] / 1000.0
+                    SCRIPT[k].append(e)
         self.reply({"ok": True})
 
 
