@@ -14,12 +14,14 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
+#include "store/inbox.h"
 
 #include <errmsg.h>
 #include <mysqld_error.h>
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +128,25 @@ conn_drop(struct conn *c)
 }
 
 int
+mys_q_result(struct conn *c, const char *sql, MYSQL_RES **res)
+{
+    MYSQL_RES *r;
+
+    if (res != NULL)
+        *res = NULL;
+    if (mysql_real_query(c->db, sql, strlen(sql)) != 0)
+        return mys_db_fail(c, "query");
+    r = mysql_store_result(c->db);
+    if (r == NULL && mysql_field_count(c->db) > 0)
+        return mys_db_fail(c, "result");
+    if (res != NULL)
+        *res = r;
+    else if (r != NULL)
+        mysql_free_result(r);
+    return 0;
+}
+
+int
 mys_q_exec(struct conn *c, const char *sql)
 {
     MYSQL_RES *res;
@@ -138,6 +159,47 @@ mys_q_exec(struct conn *c, const char *sql)
     else if (mysql_errno(c->db) != 0)
         return mys_db_fail(c, sql);
     return 0;
+}
+
+static void
+text_arg(FILE *t, const struct consume_arg *a)
+{
+    if (a->type == 'i') {
+        fprintf(t, "%" PRId64, a->i);
+    } else if (a->s == NULL) {
+        fputs("NULL", t);
+    } else {
+        size_t n = strlen(a->s);
+        char *esc = xmalloc(2 * n + 1);
+        unsigned long k = mysql_escape_string(esc, a->s, (unsigned long)n);
+
+        fprintf(t, "'%.*s'", (int)k, esc);
+        free(esc);
+    }
+}
+
+char *
+mys_text(const char *tmpl, const struct consume_arg *args, int nargs)
+{
+    char *p = NULL;
+    size_t len = 0;
+    FILE *t = open_memstream(&p, &len);
+    int next = 0;
+
+    if (t == NULL)
+        abort(); /* out of memory, as xmalloc */
+    for (const char *c = tmpl; *c; c++) {
+        if (c[0] == '?' && c[1] >= '1' && c[1] <= '9' && c[1] - '1' < nargs) {
+            text_arg(t, &args[c[1] - '1']);
+            c++;
+        } else if (c[0] == '?' && next < nargs) {
+            text_arg(t, &args[next++]);
+        } else {
+            fputc(*c, t);
+        }
+    }
+    fclose(t);
+    return p;
 }
 
 /* Runs a fixed query returning one integer (NULL reads -1). */
@@ -679,6 +741,46 @@ mys_run_tx(struct mstore *s, mys_txn_fn fn, void *arg)
 }
 
 int
+mys_conn_take(struct mstore *s, struct conn **out)
+{
+    struct conn *c;
+    int rc;
+
+    *out = NULL;
+    if ((rc = pool_get(s, false, &c)) != 0)
+        return rc;
+    if (c->db != NULL && mys_fo_stale(s, c))
+        conn_drop(c); /* the pool moved to another server (failover.c) */
+    c->err = 0;
+    if (c->db == NULL)
+        rc = mys_fo_connect(s, c, c->lost ? c->host : -1);
+    c->lost = false;
+    if (rc == 0 && (rc = conn_mode(c, false)) != 0)
+        conn_drop(c);
+    if (rc != 0) {
+        pool_put(s, c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void
+mys_conn_give(struct mstore *s, struct conn *c)
+{
+    if (c == NULL)
+        return;
+    if (c->db != NULL && (mys_classify(c->err) == EC_LOST || c->err >= CR_MIN_ERROR)) {
+        conn_drop(c); /* reconnected at its next use, the other servers first */
+        c->lost = true;
+    } else if (c->in_txn || open_txn(c)) {
+        mys_tx_rollback(c);
+    }
+    c->err = 0;
+    pool_put(s, c);
+}
+
+int
 mys_one_fn(struct conn *c, void *arg)
 {
     struct one_ctx *x = arg;
@@ -730,13 +832,10 @@ mys_read_all(struct mstore *s, struct all_ctx *x)
     return rc;
 }
 
+/* Closes every connection of s and frees it. Thread: the last holder. */
 static void
-my_close(struct store *st)
+pool_free(struct mstore *s)
 {
-    struct mstore *s = (struct mstore *)st;
-
-    if (s == NULL)
-        return;
     for (int i = 0; i < s->nconns; i++)
         conn_drop(&s->conns[i]);
     free(s->conns);
@@ -755,10 +854,14 @@ my_close(struct store *st)
     free(s);
 }
 
+/* Room for this many sharers' connections beside a pool's own. */
+#define MYS_SHARERS_MAX 32
+
+/* A pool of nconns (not connected) for mc's servers, or ROOMD_EINVAL /
+ * ROOMD_EIO with err. Not registered; refs 1. Thread: any. */
 static int
-my_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen)
+pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err, size_t errlen)
 {
-    const struct conf_mysql *mc = &cs->mysql;
     const char *pw = mc->password ? mc->password : "";
     struct mstore *s;
     int rc;
@@ -787,8 +890,13 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     if (mc->nhosts == 0 && mc->host != NULL && mc->host[0] == '/') /* a unix socket path */
         s->socket = xstrdup(mc->host);
     if ((rc = mys_hosts_parse(s, mc->hosts, mc->nhosts, s->socket ? "localhost" : mc->host,
-                              mc->port, err, errlen)) != 0)
-        goto fail_early;
+                              mc->port, err, errlen)) != 0) {
+        free(s->socket);
+        for (int i = 0; i < s->nhosts; i++)
+            free(s->hosts[i].host);
+        free(s);
+        return rc;
+    }
     s->failover_ms = mc->failover_timeout_ms;
     s->wsrep_sync_wait = mc->wsrep_sync_wait;
     s->user = xstrdup(mc->user ? mc->user : "root");
@@ -801,15 +909,134 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     s->lock_wait_s = s->read_s > 2 ? s->read_s / 2 : 1;
     s->checkout_wait_ms = (int64_t)s->read_s * 1000;
     s->deadlock_retries = mc->deadlock_retries > 0 ? mc->deadlock_retries : 0;
-    s->nconns = mc->pool_size > 0 ? mc->pool_size : 8;
-    s->super.save_writers = mc->batches_in_flight > 0 ? mc->batches_in_flight : 1;
-    s->conns = xcalloc((size_t)s->nconns, sizeof(*s->conns));
-    s->freelist = xcalloc((size_t)s->nconns, sizeof(int));
+    s->nconns = s->base = nconns;
+    s->cap = nconns + MYS_SHARERS_MAX;
+    s->refs = 1;
+    s->conns = xcalloc((size_t)s->cap, sizeof(*s->conns));
+    s->freelist = xcalloc((size_t)s->cap, sizeof(int));
     for (int i = s->nconns - 1; i >= 0; i--)
         s->freelist[s->nfree++] = i;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->claim_mu, NULL);
     clock_cond_init(&s->cv);
+    *out = s;
+    return 0;
+}
+
+/* The registry: the process's pools, the stores' first (mys_pool_share
+ * picks the first that matches). */
+static pthread_mutex_t pools_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct mstore *pools;
+
+static bool
+str_eq(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* True when a and b reach the same database as the same user. */
+static bool
+same_db(const struct mstore *a, const struct mstore *b)
+{
+    if (a->nhosts != b->nhosts || !str_eq(a->socket, b->socket) || !str_eq(a->user, b->user) ||
+        !str_eq(a->password, b->password) || !str_eq(a->database, b->database))
+        return false;
+    for (int i = 0; i < a->nhosts; i++)
+        if (a->hosts[i].port != b->hosts[i].port || !str_eq(a->hosts[i].host, b->hosts[i].host))
+            return false;
+    return true;
+}
+
+/* Registers s: first (a store's) or last (a sharers' pool). Under pools_mu. */
+static void
+pools_add(struct mstore *s, bool first)
+{
+    struct mstore **p = &pools;
+
+    while (!first && *p != NULL)
+        p = &(*p)->next;
+    s->next = *p;
+    *p = s;
+}
+
+/* Drops a reference to s; the last one unregisters and frees it. */
+static void
+pool_release(struct mstore *s)
+{
+    pthread_mutex_lock(&pools_mu);
+    if (--s->refs > 0) {
+        pthread_mutex_unlock(&pools_mu);
+        return;
+    }
+    for (struct mstore **p = &pools; *p != NULL; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&pools_mu);
+    pool_free(s);
+}
+
+int
+mys_pool_share(const struct conf_store *cs, struct mstore **out, char *err, size_t errlen)
+{
+    struct mstore *mine, *s;
+    int rc = pool_new(&mine, &cs->mysql, 0, err, errlen);
+
+    *out = NULL;
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&pools_mu);
+    for (s = pools; s != NULL && !same_db(s, mine); s = s->next)
+        ;
+    if (s == NULL)
+        pools_add(s = mine, false);
+    else
+        s->refs++;
+    pthread_mutex_unlock(&pools_mu);
+    if (s != mine)
+        pool_free(mine);
+    /* the caller's connection: the pool grows by one while it shares */
+    pthread_mutex_lock(&s->mu);
+    s->shares++;
+    if (s->nconns < s->cap && s->nconns < s->base + s->shares) {
+        s->freelist[s->nfree++] = s->nconns++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    *out = s;
+    return 0;
+}
+
+void
+mys_pool_unshare(struct mstore *s)
+{
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->shares--; /* its connection stays, idle, for the next sharer */
+    pthread_mutex_unlock(&s->mu);
+    pool_release(s);
+}
+
+static void
+my_close(struct store *st)
+{
+    if (st != NULL)
+        pool_release((struct mstore *)st);
+}
+
+static int
+my_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen)
+{
+    const struct conf_mysql *mc = &cs->mysql;
+    struct mstore *s;
+    int rc;
+
+    *out = NULL;
+    if ((rc = pool_new(&s, mc, mc->pool_size > 0 ? mc->pool_size : 8, err, errlen)) != 0)
+        return rc;
+    s->super.save_writers = mc->batches_in_flight > 0 ? mc->batches_in_flight : 1;
 
     /* The first connection, kept in the pool, runs the migrations. */
     if ((rc = mys_fo_connect(s, &s->conns[0], -1)) != 0) {
@@ -822,16 +1049,13 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
              "host=%s port=%u database=%s pool=%d bulk=%d servers=%d galera=%d",
              s->hosts[s->cur].host, s->hosts[s->cur].port, s->database, s->nconns,
              (int)s->conns[0].bulk, s->nhosts, (int)s->conns[0].galera);
+    pthread_mutex_lock(&pools_mu);
+    pools_add(s, true);
+    pthread_mutex_unlock(&pools_mu);
     *out = &s->super;
     return 0;
 fail:
-    my_close(&s->super);
-    return rc;
-fail_early:
-    free(s->socket);
-    for (int i = 0; i < s->nhosts; i++)
-        free(s->hosts[i].host);
-    free(s);
+    pool_free(s);
     return rc;
 }
 

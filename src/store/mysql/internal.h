@@ -124,6 +124,7 @@ struct conn {
     int host;         /* index in mstore.hosts of the server it is connected to */
     uint64_t gen;     /* mstore.gen when it connected: another means the pool moved */
     unsigned int err; /* MySQL errno of the last failure; 0 = ours */
+    bool lost; /* dropped on a loss by mys_conn_give: the next connect tries the others first */
     char errmsg[320];
 };
 
@@ -163,6 +164,13 @@ struct mstore {
     pthread_mutex_t claim_mu;
     /* wall ms of the last mys_outbox_reconcile before a claim (outbox.c) */
     _Atomic int64_t reconciled_ms;
+    /* The process's one pool per database (mys_pool_share): conns has room
+     * for cap; base of them are the owner's (store.mysql.pool_size, or 0 for
+     * a pool the sharers opened), one more for each sharer (shares, under mu).
+     * refs, next: the registry's, under its lock. */
+    int cap, base, shares;
+    int refs;
+    struct mstore *next;
 };
 
 enum errclass {
@@ -430,6 +438,45 @@ int mys_one_fn(struct conn *c, void *arg);
 /* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
  * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */
 int mys_read_all(struct mstore *s, struct all_ctx *x);
+
+/*
+ * One client per database: the admin store (admin.c) and the consumer
+ * inboxes (inbox.c) run on the pool of the open store of the same servers,
+ * user and database (the one connect, reconnect, failover and error path;
+ * docs/store.md), or, in a process without one (roomctl), on a pool they
+ * share among themselves.
+ *
+ * mys_pool_share: the pool for cs's database with one connection more for
+ * the caller (until mys_pool_unshare). Returns 0 and *out (the caller's
+ * reference), or ROOMD_EINVAL with err (the settings). Nothing is connected
+ * here. Thread: any; takes the registry's lock.
+ * mys_pool_unshare: drops that reference (the last one closes the pool).
+ */
+int mys_pool_share(const struct conf_store *cs, struct mstore **out, char *err, size_t errlen);
+void mys_pool_unshare(struct mstore *s);
+/*
+ * A connection of s's pool in autocommit, connected (to the pool's server,
+ * failover.c; a stale one reconnected), for statements of the caller's own
+ * over several calls (an inbox transaction). Returns 0 and *out, or the
+ * failure (text in store_errmsg()). mys_conn_give puts it back: a lost one
+ * (c->err of class EC_LOST, or any client error) is closed, an open
+ * transaction rolled back. Thread: the holder's, one at a time; take blocks
+ * on the pool and on connecting.
+ */
+int mys_conn_take(struct mstore *s, struct conn **out);
+void mys_conn_give(struct mstore *s, struct conn *c);
+/* Runs the text statement sql on c; with res != NULL its stored result set
+ * (NULL for a statement without one; the caller frees it), else the result
+ * is discarded. Returns 0 or the failure (mys_db_fail). Thread: c's holder;
+ * blocks on the server. */
+int mys_q_result(struct conn *c, const char *sql, MYSQL_RES **res);
+struct consume_arg;
+/* tmpl with each ?N (1..9) replaced by args[N-1] and each bare ? by the
+ * next argument in order: integers printed, strings quoted and escaped
+ * (every session is utf8mb4 with backslash escapes, so escaping needs no
+ * connection), NULL as NULL. Returns the text, malloc'd (the caller frees).
+ * Thread: any; does not block. */
+char *mys_text(const char *tmpl, const struct consume_arg *args, int nargs);
 
 /* conn.c: connects c to server idx of s->hosts (timeouts, session settings,
  * mys_fo_check). Returns 0, or ROOMD_EUNAVAIL with c->db NULL and c->errmsg

@@ -190,14 +190,14 @@ sq_open(struct admin_store **out, const struct conf_store *cs, bool readonly, ch
     a = xcalloc(1, sizeof(*a));
     a->super.ops = &admin_store_sqlite_ops;
     pthread_mutex_init(&a->mu, NULL);
-    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
-    if (sqlite3_open_v2(path, &a->db, flags, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "store.sqlite.path: cannot open %s: %s", path, sqlite3_errmsg(a->db));
+    char why[768];
+    int rc = sq_open_db(&a->db, path, readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE,
+                        cs->sqlite.busy_timeout_ms, NULL, why, sizeof(why));
+    if (rc != 0) {
+        snprintf(err, errlen, "store.sqlite.path: %s", why);
         sq_close(&a->super);
-        return ROOMD_EUNAVAIL;
+        return rc;
     }
-    sqlite3_busy_timeout(a->db,
-                         (int)(cs->sqlite.busy_timeout_ms > 0 ? cs->sqlite.busy_timeout_ms : 5000));
     sqlite3_stmt *q = prep(a, "SELECT 1 FROM room_outbox LIMIT 0");
     if (q == NULL) {
         snprintf(err, errlen, "store.sqlite.path: %s is not a roomd store: %s", path,

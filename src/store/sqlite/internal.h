@@ -17,6 +17,7 @@
 #ifndef ROOMD_STORE_SQLITE_INTERNAL_H
 #define ROOMD_STORE_SQLITE_INTERNAL_H
 
+#include "store/sqlite/db.h"
 #include "store/store.h"
 
 struct conf_sqlite;
