@@ -374,18 +374,14 @@ write_run(struct my_admin *a, mys_txn_fn fn, void *arg)
     return rc;
 }
 
-/* INSERT INTO admin_audit with p (actor, action, filter, then the action's
- * integers): the new id in *id. */
+/* An audit insert: ADMIN_AUDIT_BEGIN_SQL or, with rows[0..n), DONE_SQL and
+ * its rows. The new id in *id. */
 struct audit_ins {
     const struct admin_param *p;
-    const struct admin_audit_row *rows; /* audit_record's, NULL for a begin */
+    const struct admin_audit_row *rows;
     size_t n;
     int64_t *id;
 };
-
-#define AUDIT_ROW_SQL                                                                              \
-    "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"                   \
-    " VALUES (?, ?, ?, ?)"
 
 static int
 audit_row_on(struct conn *c, int64_t audit, int64_t outbox_id, const char *event_id,
@@ -396,18 +392,14 @@ audit_row_on(struct conn *c, int64_t audit, int64_t outbox_id, const char *event
                               {.is_text = true, .s = event_id},
                               {.is_text = true, .s = new_id}};
 
-    return exec_on(c, AUDIT_ROW_SQL, r, 4);
+    return exec_on(c, ADMIN_AUDIT_ROW_SQL, r, 4);
 }
 
 static int
 begin_fn(struct conn *c, void *arg)
 {
     struct audit_ins *x = arg;
-    int rc =
-        exec_on(c,
-                "INSERT INTO admin_audit (actor, action, filter, state, max_id, cursor_id,"
-                " count, created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'running', ?, 0, 0, ?, ?)",
-                x->p, 6);
+    int rc = exec_on(c, ADMIN_AUDIT_BEGIN_SQL, x->p, 5);
 
     if (rc == 0)
         *x->id = (int64_t)mysql_insert_id(c->db);
@@ -422,7 +414,6 @@ my_audit_begin(struct admin_store *s, const char *actor, bool repair, const char
                               {.is_text = true, .s = repair ? "repair" : "replay"},
                               {.is_text = true, .s = filter_json},
                               {.i = max_id},
-                              {.i = now_ms},
                               {.i = now_ms}};
     struct audit_ins x = {p, NULL, 0, id};
 
@@ -527,7 +518,7 @@ chunk_fn(struct conn *c, void *arg)
     struct chunk *x = arg;
     struct cursor k = {0};
     struct picked ids = {0};
-    struct admin_param p[5];
+    struct admin_param p[2];
     char tail[64];
     int64_t last = 0;
     int rc;
@@ -565,19 +556,9 @@ chunk_fn(struct conn *c, void *arg)
     if (rc != 0)
         return rc;
     bool finished = ids.n < (size_t)x->limit;
-    p[0] = (struct admin_param){.i = last};
-    p[1] = (struct admin_param){.i = (int64_t)ids.n};
-    p[2] = (struct admin_param){.i = x->now_ms};
-    p[3] = (struct admin_param){.i = finished ? x->now_ms : 0};
-    p[4] = (struct admin_param){.i = x->audit};
-    rc = exec_on(c,
-                 finished ? "UPDATE admin_audit SET cursor_id = GREATEST(cursor_id, ?),"
-                            " count = count + ?, updated_at_ms = ?, state = 'done',"
-                            " finished_at_ms = ? WHERE id = ?"
-                          : "UPDATE admin_audit SET cursor_id = GREATEST(cursor_id, ?),"
-                            " count = count + ?, updated_at_ms = ?, finished_at_ms = ?"
-                            " WHERE id = ?",
-                 p, 5);
+    struct admin_param adv[] = {
+        {.i = x->audit}, {.i = last}, {.i = (int64_t)ids.n}, {.i = x->now_ms}, {.i = finished}};
+    rc = exec_on(c, ADMIN_AUDIT_ADVANCE_SQL, adv, 5);
     if (rc == 0 && (rc = mys_tx_commit(c)) == 0) {
         *x->done = (int64_t)ids.n;
         *x->finished = finished;
@@ -600,12 +581,7 @@ record_fn(struct conn *c, void *arg)
     struct audit_ins *x = arg;
     int rc;
 
-    if ((rc = mys_tx_begin(c)) != 0 ||
-        (rc = exec_on(c,
-                      "INSERT INTO admin_audit (actor, action, filter, state, max_id, cursor_id,"
-                      " count, created_at_ms, updated_at_ms, finished_at_ms)"
-                      " VALUES (?, ?, ?, 'done', 0, 0, ?, ?, ?, ?)",
-                      x->p, 7)) != 0)
+    if ((rc = mys_tx_begin(c)) != 0 || (rc = exec_on(c, ADMIN_AUDIT_DONE_SQL, x->p, 5)) != 0)
         return rc;
     *x->id = (int64_t)mysql_insert_id(c->db);
     for (size_t i = 0; rc == 0 && i < x->n; i++)
@@ -623,8 +599,6 @@ my_audit_record(struct admin_store *s, const char *actor, const char *action,
                               {.is_text = true, .s = action},
                               {.is_text = true, .s = filter_json},
                               {.i = (int64_t)n},
-                              {.i = now_ms},
-                              {.i = now_ms},
                               {.i = now_ms}};
     struct audit_ins x = {p, rows, n, id};
 

@@ -13,8 +13,8 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/secret.h"
 #include "core/xmalloc.h"
-#include "store/inbox.h"
 
 #include <errmsg.h>
 #include <mysqld_error.h>
@@ -159,47 +159,6 @@ mys_q_exec(struct conn *c, const char *sql)
     else if (mysql_errno(c->db) != 0)
         return mys_db_fail(c, sql);
     return 0;
-}
-
-static void
-text_arg(FILE *t, const struct consume_arg *a)
-{
-    if (a->type == 'i') {
-        fprintf(t, "%" PRId64, a->i);
-    } else if (a->s == NULL) {
-        fputs("NULL", t);
-    } else {
-        size_t n = strlen(a->s);
-        char *esc = xmalloc(2 * n + 1);
-        unsigned long k = mysql_escape_string(esc, a->s, (unsigned long)n);
-
-        fprintf(t, "'%.*s'", (int)k, esc);
-        free(esc);
-    }
-}
-
-char *
-mys_text(const char *tmpl, const struct consume_arg *args, int nargs)
-{
-    char *p = NULL;
-    size_t len = 0;
-    FILE *t = open_memstream(&p, &len);
-    int next = 0;
-
-    if (t == NULL)
-        abort(); /* out of memory, as xmalloc */
-    for (const char *c = tmpl; *c; c++) {
-        if (c[0] == '?' && c[1] >= '1' && c[1] <= '9' && c[1] - '1' < nargs) {
-            text_arg(t, &args[c[1] - '1']);
-            c++;
-        } else if (c[0] == '?' && next < nargs) {
-            text_arg(t, &args[next++]);
-        } else {
-            fputc(*c, t);
-        }
-    }
-    fclose(t);
-    return p;
 }
 
 /* Runs a fixed query returning one integer (NULL reads -1). */
@@ -474,16 +433,23 @@ p_vbind(struct params *p, const char *types, va_list ap)
     }
 }
 
+/* Fills p with one parameter per letter of types, from the variadic
+ * arguments of the calling function that follow types. */
+#define P_VARGS(p, types)                                                                          \
+    do {                                                                                           \
+        va_list ap_;                                                                               \
+        va_start(ap_, types);                                                                      \
+        PARAMS_INIT(p);                                                                            \
+        p_vbind(p, types, ap_);                                                                    \
+        va_end(ap_);                                                                               \
+    } while (0)
+
 int
 mys_exec(struct conn *c, const struct mys_sql *id, uint64_t *affected, const char *types, ...)
 {
     struct params p;
-    va_list ap;
 
-    va_start(ap, types);
-    PARAMS_INIT(&p);
-    p_vbind(&p, types, ap);
-    va_end(ap);
+    P_VARGS(&p, types);
     return mys_st_exec(c, id, &p, affected);
 }
 
@@ -492,12 +458,8 @@ mys_query(struct conn *c, const struct mys_sql *id, struct rows *r, const char *
           const char *types, ...)
 {
     struct params p;
-    va_list ap;
 
-    va_start(ap, types);
-    PARAMS_INIT(&p);
-    p_vbind(&p, types, ap);
-    va_end(ap);
+    P_VARGS(&p, types);
     return mys_st_query(c, id, &p, r, cols);
 }
 
@@ -832,9 +794,8 @@ mys_read_all(struct mstore *s, struct all_ctx *x)
     return rc;
 }
 
-/* Closes every connection of s and frees it. Thread: the last holder. */
-static void
-pool_free(struct mstore *s)
+void
+mys_pool_free(struct mstore *s)
 {
     for (int i = 0; i < s->nconns; i++)
         conn_drop(&s->conns[i]);
@@ -847,9 +808,7 @@ pool_free(struct mstore *s)
         free(s->hosts[i].host);
     free(s->socket);
     free(s->user);
-    if (s->password != NULL)
-        memset(s->password, 0, strlen(s->password));
-    free(s->password);
+    secret_free(s->password);
     free(s->database);
     free(s);
 }
@@ -857,10 +816,8 @@ pool_free(struct mstore *s)
 /* Room for this many sharers' connections beside a pool's own. */
 #define MYS_SHARERS_MAX 32
 
-/* A pool of nconns (not connected) for mc's servers, or ROOMD_EINVAL /
- * ROOMD_EIO with err. Not registered; refs 1. Thread: any. */
-static int
-pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err, size_t errlen)
+int
+mys_pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err, size_t errlen)
 {
     const char *pw = mc->password ? mc->password : "";
     struct mstore *s;
@@ -923,107 +880,11 @@ pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err
     return 0;
 }
 
-/* The registry: the process's pools, the stores' first (mys_pool_share
- * picks the first that matches). */
-static pthread_mutex_t pools_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct mstore *pools;
-
-static bool
-str_eq(const char *a, const char *b)
-{
-    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-/* True when a and b reach the same database as the same user. */
-static bool
-same_db(const struct mstore *a, const struct mstore *b)
-{
-    if (a->nhosts != b->nhosts || !str_eq(a->socket, b->socket) || !str_eq(a->user, b->user) ||
-        !str_eq(a->password, b->password) || !str_eq(a->database, b->database))
-        return false;
-    for (int i = 0; i < a->nhosts; i++)
-        if (a->hosts[i].port != b->hosts[i].port || !str_eq(a->hosts[i].host, b->hosts[i].host))
-            return false;
-    return true;
-}
-
-/* Registers s: first (a store's) or last (a sharers' pool). Under pools_mu. */
-static void
-pools_add(struct mstore *s, bool first)
-{
-    struct mstore **p = &pools;
-
-    while (!first && *p != NULL)
-        p = &(*p)->next;
-    s->next = *p;
-    *p = s;
-}
-
-/* Drops a reference to s; the last one unregisters and frees it. */
-static void
-pool_release(struct mstore *s)
-{
-    pthread_mutex_lock(&pools_mu);
-    if (--s->refs > 0) {
-        pthread_mutex_unlock(&pools_mu);
-        return;
-    }
-    for (struct mstore **p = &pools; *p != NULL; p = &(*p)->next)
-        if (*p == s) {
-            *p = s->next;
-            break;
-        }
-    pthread_mutex_unlock(&pools_mu);
-    pool_free(s);
-}
-
-int
-mys_pool_share(const struct conf_store *cs, struct mstore **out, char *err, size_t errlen)
-{
-    struct mstore *mine, *s;
-    int rc = pool_new(&mine, &cs->mysql, 0, err, errlen);
-
-    *out = NULL;
-    if (rc != 0)
-        return rc;
-    pthread_mutex_lock(&pools_mu);
-    for (s = pools; s != NULL && !same_db(s, mine); s = s->next)
-        ;
-    if (s == NULL)
-        pools_add(s = mine, false);
-    else
-        s->refs++;
-    pthread_mutex_unlock(&pools_mu);
-    if (s != mine)
-        pool_free(mine);
-    /* the caller's connection: the pool grows by one while it shares */
-    pthread_mutex_lock(&s->mu);
-    s->shares++;
-    if (s->nconns < s->cap && s->nconns < s->base + s->shares) {
-        s->freelist[s->nfree++] = s->nconns++;
-        pthread_cond_signal(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    *out = s;
-    return 0;
-}
-
-void
-mys_pool_unshare(struct mstore *s)
-{
-    if (s == NULL)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->shares--; /* its connection stays, idle, for the next sharer */
-    pthread_mutex_unlock(&s->mu);
-    pool_release(s);
-}
-
 static void
 my_close(struct store *st)
 {
     if (st != NULL)
-        pool_release((struct mstore *)st);
+        mys_pool_release((struct mstore *)st);
 }
 
 static int
@@ -1034,7 +895,7 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     int rc;
 
     *out = NULL;
-    if ((rc = pool_new(&s, mc, mc->pool_size > 0 ? mc->pool_size : 8, err, errlen)) != 0)
+    if ((rc = mys_pool_new(&s, mc, mc->pool_size > 0 ? mc->pool_size : 8, err, errlen)) != 0)
         return rc;
     s->super.save_writers = mc->batches_in_flight > 0 ? mc->batches_in_flight : 1;
 
@@ -1049,13 +910,11 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
              "host=%s port=%u database=%s pool=%d bulk=%d servers=%d galera=%d",
              s->hosts[s->cur].host, s->hosts[s->cur].port, s->database, s->nconns,
              (int)s->conns[0].bulk, s->nhosts, (int)s->conns[0].galera);
-    pthread_mutex_lock(&pools_mu);
-    pools_add(s, true);
-    pthread_mutex_unlock(&pools_mu);
+    mys_pool_register(s);
     *out = &s->super;
     return 0;
 fail:
-    pool_free(s);
+    mys_pool_free(s);
     return rc;
 }
 

@@ -16,6 +16,8 @@
  *   wallet.c   the gifts' debits (inside their save), topup, balance
  *   rooms.c    rockets_pending, rooms_list
  *   gifts.c    gift_get, gift_put, gift_list (the gift catalog)
+ *   share.c    one client per database: the pool registry (mys_pool_share)
+ *              and the text statements of the admin store and inboxes
  *   failover.c store.mysql.hosts: which server the pool uses, the move to
  *              the next on a loss, Galera readiness and causal reads
  *
@@ -454,6 +456,18 @@ int mys_read_all(struct mstore *s, struct all_ctx *x);
  */
 int mys_pool_share(const struct conf_store *cs, struct mstore **out, char *err, size_t errlen);
 void mys_pool_unshare(struct mstore *s);
+/* conn.c: a pool of nconns (not connected) for mc's servers, refs 1, not
+ * registered; or ROOMD_EINVAL / ROOMD_EIO with err. mys_pool_free closes
+ * every connection and frees it (the last holder's thread). share.c:
+ * mys_pool_register adds a store's pool to the registry (first, so sharers
+ * find it); mys_pool_release drops a reference (the last one unregisters
+ * and frees it). Thread: any. */
+struct conf_mysql;
+int mys_pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err,
+                 size_t errlen);
+void mys_pool_free(struct mstore *s);
+void mys_pool_register(struct mstore *s);
+void mys_pool_release(struct mstore *s);
 /*
  * A connection of s's pool in autocommit, connected (to the pool's server,
  * failover.c; a stale one reconnected), for statements of the caller's own

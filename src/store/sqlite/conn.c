@@ -376,6 +376,20 @@ sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const
 }
 
 int
+sq_read_list(struct store *st, const struct sq_sql *id, const char *app, struct sq_all *x,
+             void *rows, size_t *n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    int rc = sq_read_all(c, app != NULL ? sq_bound(c, id, "s", app) : sq_stmt(c, id), x);
+
+    sq_reader_put(s, c);
+    *(void **)rows = x->rows;
+    *n = x->n;
+    return rc;
+}
+
+int
 sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x)
 {
     size_t cap = 0;
