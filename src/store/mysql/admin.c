@@ -226,7 +226,7 @@ my_close(struct admin_store *s)
 {
     struct my_admin *a = MY(s);
 
-    mys_pool_unshare(a->pool);
+    mys_pool_release(a->pool, true);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }

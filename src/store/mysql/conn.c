@@ -884,7 +884,7 @@ static void
 my_close(struct store *st)
 {
     if (st != NULL)
-        mys_pool_release((struct mstore *)st);
+        mys_pool_release((struct mstore *)st, false);
 }
 
 static int

@@ -248,7 +248,7 @@ my_close(struct consume_inbox *ib)
 
     if (m->c != NULL)
         my_end(m);
-    mys_pool_unshare(m->pool);
+    mys_pool_release(m->pool, true);
     free(m);
 }
 

@@ -449,25 +449,25 @@ int mys_read_all(struct mstore *s, struct all_ctx *x);
  * share among themselves.
  *
  * mys_pool_share: the pool for cs's database with one connection more for
- * the caller (until mys_pool_unshare). Returns 0 and *out (the caller's
+ * the caller (until mys_pool_release). Returns 0 and *out (the caller's
  * reference), or ROOMD_EINVAL with err (the settings). Nothing is connected
- * here. Thread: any; takes the registry's lock.
- * mys_pool_unshare: drops that reference (the last one closes the pool).
+ * here; mys_pool_release(s, true) gives the reference back. Thread: any;
+ * takes the registry's lock.
  */
 int mys_pool_share(const struct conf_store *cs, struct mstore **out, char *err, size_t errlen);
-void mys_pool_unshare(struct mstore *s);
 /* conn.c: a pool of nconns (not connected) for mc's servers, refs 1, not
  * registered; or ROOMD_EINVAL / ROOMD_EIO with err. mys_pool_free closes
  * every connection and frees it (the last holder's thread). share.c:
  * mys_pool_register adds a store's pool to the registry (first, so sharers
- * find it); mys_pool_release drops a reference (the last one unregisters
- * and frees it). Thread: any. */
+ * find it); mys_pool_release drops a reference, a sharer's (sharer: its
+ * connection stays for the next) or the store's own; the last one
+ * unregisters and frees the pool (NULL: nothing). Thread: any. */
 struct conf_mysql;
 int mys_pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err,
                  size_t errlen);
 void mys_pool_free(struct mstore *s);
 void mys_pool_register(struct mstore *s);
-void mys_pool_release(struct mstore *s);
+void mys_pool_release(struct mstore *s, bool sharer);
 /*
  * A connection of s's pool in autocommit, connected (to the pool's server,
  * failover.c; a stale one reconnected), for statements of the caller's own

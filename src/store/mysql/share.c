@@ -94,9 +94,16 @@ pools_add(struct mstore *s, bool first)
 }
 
 void
-mys_pool_release(struct mstore *s)
+mys_pool_release(struct mstore *s, bool sharer)
 {
+    if (s == NULL)
+        return;
     pthread_mutex_lock(&pools_mu);
+    if (sharer) { /* its connection stays in the pool, idle, for the next sharer */
+        pthread_mutex_lock(&s->mu);
+        s->shares--;
+        pthread_mutex_unlock(&s->mu);
+    }
     if (--s->refs > 0) {
         pthread_mutex_unlock(&pools_mu);
         return;
@@ -139,17 +146,6 @@ mys_pool_share(const struct conf_store *cs, struct mstore **out, char *err, size
     pthread_mutex_unlock(&s->mu);
     *out = s;
     return 0;
-}
-
-void
-mys_pool_unshare(struct mstore *s)
-{
-    if (s == NULL)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->shares--; /* its connection stays, idle, for the next sharer */
-    pthread_mutex_unlock(&s->mu);
-    mys_pool_release(s);
 }
 
 void
