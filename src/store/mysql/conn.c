@@ -78,6 +78,12 @@ mys_classify(unsigned int e)
     }
 }
 
+bool
+mys_client_error(unsigned int e)
+{
+    return (e >= CR_MIN_ERROR && e <= CR_MAX_ERROR) || (e >= CER_MIN_ERROR && e <= CER_MAX_ERROR);
+}
+
 static int
 code_of(unsigned int e)
 {
@@ -732,7 +738,7 @@ mys_conn_give(struct mstore *s, struct conn *c)
 {
     if (c == NULL)
         return;
-    if (c->db != NULL && (mys_classify(c->err) == EC_LOST || c->err >= CR_MIN_ERROR)) {
+    if (c->db != NULL && (mys_classify(c->err) == EC_LOST || mys_client_error(c->err))) {
         conn_drop(c); /* reconnected at its next use, the other servers first */
         c->lost = true;
     } else if (c->in_txn || open_txn(c)) {

@@ -93,7 +93,7 @@ my_error(struct my_inbox *m, struct conn *c, int rc)
     snprintf(m->super.errmsg, sizeof(m->super.errmsg), "%s", store_errmsg());
     if (k == EC_RETRY)
         return ROOMD_ERETRY;
-    if (k == EC_LOST || c->err == 0 || c->err >= CR_MIN_ERROR) {
+    if (k == EC_LOST || c->err == 0 || mys_client_error(c->err)) {
         c->err = c->err != 0 ? c->err : CR_SERVER_LOST; /* unusable: closed when given back */
         return ROOMD_EUNAVAIL;
     }

@@ -375,6 +375,9 @@ struct all_ctx {
 
 /* conn.c */
 enum errclass mys_classify(unsigned int e);
+/* True for an error of the client library (CR_*, CER_*: 2000-2999,
+ * 5000-5999), after which the connection is not to be trusted. */
+bool mys_client_error(unsigned int e);
 int mys_db_fail(struct conn *c, const char *what);
 int mys_q_exec(struct conn *c, const char *sql);
 int mys_q_int(struct conn *c, const char *sql, int64_t *out);
