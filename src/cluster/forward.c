@@ -138,10 +138,7 @@ cluster_forward_close(struct cluster_forward *f)
         return;
     metrics_remove_collector(collect, f);
     curl_pool_destroy(&f->pool);
-    if (f->admin_auth != NULL) {
-        secret_wipe(f->admin_auth, strlen(f->admin_auth));
-        free(f->admin_auth);
-    }
+    secret_free(f->admin_auth);
     free(f->ca_file);
     free(f);
 }

@@ -78,6 +78,14 @@ secret_wipe(void *p, size_t n)
         *q++ = 0;
 }
 
+void
+secret_free(char *s)
+{
+    if (s != NULL)
+        secret_wipe(s, strlen(s));
+    free(s);
+}
+
 /* Parameter names whose value is a secret (matched case-insensitively, after
  * a non-alphanumeric byte, followed by '='). */
 static const char *const secret_params[] = {"usersig",      "password", "passwd", "secret",

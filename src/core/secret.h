@@ -38,5 +38,8 @@ size_t secret_redact(const char *in, char *out, size_t outlen);
 
 /* Overwrites n bytes of p with zeros in a way the compiler keeps. */
 void secret_wipe(void *p, size_t n);
+/* Wipes the NUL-terminated secret s (secret_wipe) and frees it. NULL is a
+ * no-op. Thread: s's owner. */
+void secret_free(char *s);
 
 #endif

@@ -136,13 +136,12 @@ http_ready_start(struct http_ready **out, struct store *st, const struct node_he
     r->health = health;
     r->every_ms = every_ms;
     pthread_mutex_init(&r->mu, NULL);
-    if (ticker_start(&r->ticker, every_ms, refresh, r) != 0) {
-        pthread_mutex_destroy(&r->mu);
-        free(r);
-        return ROOMD_ENOMEM;
+    if (ticker_start(&r->ticker, every_ms, refresh, r) == 0) {
+        *out = r;
+        return 0;
     }
-    *out = r;
-    return 0;
+    http_ready_stop(r); /* no ticker: what was set up goes */
+    return ROOMD_ENOMEM;
 }
 
 void

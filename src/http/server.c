@@ -35,6 +35,7 @@
  * grows past the limit is drained and then answered 413.
  */
 #include "http/server.h"
+#include "http/server_internal.h"
 
 #include "conf/conf.h"
 #include "core/clock.h"
@@ -66,306 +67,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-/* How long http_server_close waits for in-flight requests. */
-#define DRAIN_MAX_MS 10000
-/* How often the watchdog looks for slow clients, and readiness refreshes. */
-#define WATCHDOG_EVERY_MS 100
-#define READY_EVERY_MS 1000
-#define TLS_FILE_MAX (64 * 1024)
-/* Connections admitted past max_connections, each evicting an idle one. */
-#define EVICT_HEADROOM 32
-
-struct http_server;
-
-/* One TCP connection (MHD's socket context), linked in its listener. */
-struct conn {
-    struct conn *prev, *next;
-    int fd;
-    int64_t deadline_ms;         /* monotonic; 0 = none (a handler is running) */
-    const char *phase;           /* what the deadline waits for: "header" | "body" | "idle" */
-    int64_t since_ms;            /* monotonic: when its current wait began */
-    char addr[INET6_ADDRSTRLEN]; /* the client's address; "" unknown */
-};
-
-/* One listening daemon. */
-/* What one listener is configured with. */
-struct listener_conf {
-    const char *listen, *cert_file, *key_file;
-    int max_connections, per_ip;
-};
-
-/* The config keys of each listener's settings, as its errors name them. */
-static const struct listener_keys {
-    const char *listen, *cert_file, *key_file;
-} listener_keys[] = {
-    [HTTP_PUBLIC] = {"http.listen", "http.tls.cert_file", "http.tls.key_file"},
-    [HTTP_ADMIN] = {"admin.listen", "admin.tls.cert_file", "admin.tls.key_file"},
-};
-
-struct listener {
-    struct http_server *srv;
-    enum http_listener which;
-    struct listener_conf lc;
-    int fd; /* bound by http_server_bind, MHD's once started; -1 = none */
-    struct MHD_Daemon *mhd;
-    pthread_mutex_t mu; /* conns, nconns */
-    struct conn *conns;
-    int nconns;
-    atomic_uint_least64_t cut_header, cut_body, refused_smuggling, evicted, refused_per_ip;
-    char *tls_cert, *tls_key; /* PEM text (MHD keeps pointers) */
-};
-
-struct http_server {
-    struct listener lst[2]; /* [HTTP_PUBLIC], [HTTP_ADMIN] */
-    struct http_deps deps;  /* copy; its pointers are borrowed, ready is ours */
-    size_t max_body;
-    int64_t header_ms, body_ms, idle_ms;
-    struct conf_cidr proxies[CONF_MAX_LIST]; /* http.trusted_proxies */
-    int nproxies;
-    atomic_int inflight;  /* requests between their headers and completion */
-    atomic_bool stopping; /* close began: new requests get 503 + close */
-    struct ticker *watchdog;
-    bool started; /* http_server_start succeeded */
-};
-
-/* Per-request state: made by the URI log callback (the raw target), freed
- * in on_completed. */
-struct req_state {
-    char *uri; /* as sent */
-    bool started;
-    char *body;
-    size_t len, cap;
-    bool too_big;
-};
-
-/* ---- connections and the watchdog ------------------------------------------------ */
-
-static void
-conn_set_deadline(struct listener *l, struct conn *cn, int64_t after_ms, const char *phase)
-{
-    if (cn == NULL)
-        return;
-    pthread_mutex_lock(&l->mu);
-    cn->since_ms = clock_mono_us() / 1000;
-    cn->deadline_ms = after_ms > 0 ? cn->since_ms + after_ms : 0;
-    cn->phase = phase;
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* The client's address of sa as text into out ("" when unknown). */
-static void
-addr_text(const struct sockaddr *sa, char *out, size_t len)
-{
-    out[0] = '\0';
-    if (sa != NULL && sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
-    else if (sa != NULL && sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
-}
-
-/* One address and how many of l's connections it holds (evict_one). */
-struct addr_count {
-    const char *addr;
-    int n;
-};
-
-/*
- * Past max_connections: shuts the idle connection (waiting for headers or
- * a body; a running handler is never cut) of the address that holds the
- * most connections, the one waiting longest, so that whoever hoards slots
- * loses them first and a client from another address gets in. Counted in
- * roomd_http_evicted_total. Called under l->mu.
- */
-static void
-evict_one(struct listener *l)
-{
-    size_t cap = 1;
-    struct addr_count *t;
-    struct conn *victim = NULL;
-    int victim_n = 0;
-
-    while (cap < (size_t)l->nconns * 2)
-        cap <<= 1;
-    t = xcalloc(cap, sizeof(*t));
-    for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) { /* per-address counts */
-        uint32_t h = 2166136261u;
-        for (const char *p = cn->addr; *p; p++)
-            h = (h ^ (unsigned char)*p) * 16777619u;
-        size_t i = h & (cap - 1);
-        while (t[i].addr != NULL && strcmp(t[i].addr, cn->addr) != 0)
-            i = (i + 1) & (cap - 1);
-        t[i].addr = cn->addr;
-        t[i].n++;
-    }
-    for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
-        if (cn->deadline_ms == 0 || cn->fd < 0)
-            continue; /* a handler runs, or already shut */
-        uint32_t h = 2166136261u;
-        for (const char *p = cn->addr; *p; p++)
-            h = (h ^ (unsigned char)*p) * 16777619u;
-        size_t i = h & (cap - 1);
-        while (strcmp(t[i].addr, cn->addr) != 0)
-            i = (i + 1) & (cap - 1);
-        if (victim == NULL || t[i].n > victim_n ||
-            (t[i].n == victim_n && cn->since_ms < victim->since_ms)) {
-            victim = cn;
-            victim_n = t[i].n;
-        }
-    }
-    free(t);
-    if (victim != NULL) {
-        atomic_fetch_add(&l->evicted, 1);
-        shutdown(victim->fd, SHUT_RDWR);
-        victim->deadline_ms = 0;
-    }
-}
-
-static struct conn *
-conn_of(struct MHD_Connection *c)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-static void
-on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-              enum MHD_ConnectionNotificationCode code)
-{
-    struct listener *l = cls;
-    struct conn *cn = *socket_context;
-
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        const union MHD_ConnectionInfo *ai =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        cn = xcalloc(1, sizeof(*cn));
-        cn->fd = ci ? ci->connect_fd : -1;
-        cn->since_ms = clock_mono_us() / 1000;
-        cn->deadline_ms = cn->since_ms + l->srv->header_ms;
-        cn->phase = "header";
-        addr_text(ai != NULL ? ai->client_addr : NULL, cn->addr, sizeof(cn->addr));
-        pthread_mutex_lock(&l->mu);
-        cn->next = l->conns;
-        if (l->conns)
-            l->conns->prev = cn;
-        l->conns = cn;
-        if (++l->nconns > l->lc.max_connections)
-            evict_one(l);
-        pthread_mutex_unlock(&l->mu);
-        *socket_context = cn;
-        return;
-    }
-    if (cn == NULL)
-        return;
-    /* closed: unlink before MHD closes the fd, so the watchdog never
-     * shuts a reused descriptor */
-    pthread_mutex_lock(&l->mu);
-    if (cn->prev)
-        cn->prev->next = cn->next;
-    else
-        l->conns = cn->next;
-    if (cn->next)
-        cn->next->prev = cn->prev;
-    l->nconns--;
-    pthread_mutex_unlock(&l->mu);
-    free(cn);
-    *socket_context = NULL;
-}
-
-/*
- * A keep-alive connection between requests ("idle"): once the kernel saw a
- * byte of its next request (TCP_INFO's last data received is after the
- * answer), its headers get http.header_timeout from then, not from the last
- * answer: a slowloris trickling bytes is cut at the header timeout. Called
- * under the listener's mu, by the watchdog.
- */
-static void
-idle_first_byte(struct http_server *srv, struct conn *cn, int64_t now)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-
-    memset(&ti, 0, sizeof(ti));
-    if (getsockopt(cn->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
-        return;
-    if ((int64_t)ti.tcpi_last_data_recv >= now - cn->since_ms)
-        return; /* nothing since the answer */
-    cn->phase = "header";
-    cn->since_ms = now - (int64_t)ti.tcpi_last_data_recv;
-    if (cn->since_ms + srv->header_ms < cn->deadline_ms)
-        cn->deadline_ms = cn->since_ms + srv->header_ms;
-}
-
-/* The ticker: shuts the socket of every connection past its deadline
- * (MHD then sees end of stream and closes it). */
-static void
-watchdog(void *arg)
-{
-    struct http_server *srv = arg;
-    int64_t now = clock_mono_us() / 1000;
-
-    for (int i = 0; i < 2; i++) {
-        struct listener *l = &srv->lst[i];
-        if (l->mhd == NULL)
-            continue;
-        pthread_mutex_lock(&l->mu);
-        for (struct conn *cn = l->conns; cn != NULL; cn = cn->next) {
-            if (cn->deadline_ms != 0 && cn->fd >= 0 && strcmp(cn->phase, "idle") == 0)
-                idle_first_byte(srv, cn, now);
-            if (cn->deadline_ms == 0 || now < cn->deadline_ms || cn->fd < 0)
-                continue;
-            /* counted first: a client that sees the cut may read /metrics at once */
-            atomic_fetch_add(strcmp(cn->phase, "body") == 0 ? &l->cut_body : &l->cut_header, 1);
-            shutdown(cn->fd, SHUT_RDWR);
-            cn->deadline_ms = 0;
-        }
-        pthread_mutex_unlock(&l->mu);
-    }
-}
-
-/* /metrics: slow clients cut and smuggling attempts refused, per listener. */
-static void
-collect_conns(void *arg, struct metrics_text *t)
-{
-    static const char *const cut = "roomd_http_cut_total";
-    static const char *const framing = "roomd_http_framing_refused_total";
-    static const char *const names[2] = {"public", "admin"};
-    struct http_server *srv = arg;
-    char labels[64];
-
-    metrics_family(t, cut, "counter", "Connections shut for a slow header or body.");
-    for (int i = 0; i < 2; i++) {
-        snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"header\"", names[i]);
-        metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_header));
-        snprintf(labels, sizeof(labels), "listener=\"%s\",phase=\"body\"", names[i]);
-        metrics_count(t, cut, labels, (uint64_t)atomic_load(&srv->lst[i].cut_body));
-    }
-    metrics_family(t, "roomd_http_evicted_total", "counter",
-                   "Idle connections shut to admit one past max_connections (the address "
-                   "holding the most loses its oldest).");
-    for (int i = 0; i < 2; i++) {
-        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
-        metrics_count(t, "roomd_http_evicted_total", labels,
-                      (uint64_t)atomic_load(&srv->lst[i].evicted));
-    }
-    metrics_family(t, "roomd_http_refused_per_ip_total", "counter",
-                   "Connections refused because their address held its per-address limit.");
-    for (int i = 0; i < 2; i++) {
-        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
-        metrics_count(t, "roomd_http_refused_per_ip_total", labels,
-                      (uint64_t)atomic_load(&srv->lst[i].refused_per_ip));
-    }
-    metrics_family(t, framing, "counter",
-                   "Requests refused 400 for repeated or conflicting Content-Length / "
-                   "Transfer-Encoding.");
-    for (int i = 0; i < 2; i++) {
-        snprintf(labels, sizeof(labels), "listener=\"%s\"", names[i]);
-        metrics_count(t, framing, labels, (uint64_t)atomic_load(&srv->lst[i].refused_smuggling));
-    }
-}
 
 /* ---- responses ------------------------------------------------------------------ */
 static enum MHD_Result
@@ -496,17 +197,7 @@ peer_text(struct MHD_Connection *c, char *out, size_t len)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 
-    addr_text(ci != NULL ? ci->client_addr : NULL, out, len);
-}
-
-/* Whether the address text a is one of http.trusted_proxies. */
-static bool
-trusted(const struct http_server *srv, const char *a)
-{
-    for (int i = 0; i < srv->nproxies; i++)
-        if (conf_cidr_match(&srv->proxies[i], a))
-            return true;
-    return false;
+    hs_addr_text(ci != NULL ? ci->client_addr : NULL, out, len);
 }
 
 /* X-Forwarded-For headers, joined with "," in the order sent (xff_join). */
@@ -544,7 +235,7 @@ client_text(struct http_server *srv, struct MHD_Connection *c, char *out, size_t
     struct xff x = {.len = 0};
 
     peer_text(c, out, len);
-    if (srv->nproxies == 0 || !trusted(srv, out))
+    if (srv->nproxies == 0 || !hs_trusted(srv, out))
         return;
     x.buf[0] = '\0';
     MHD_get_connection_values(c, MHD_HEADER_KIND, xff_join, &x);
@@ -561,44 +252,13 @@ client_text(struct http_server *srv, struct MHD_Connection *c, char *out, size_t
             (size_t)(end - start) >= len)
             return; /* not an address: out stays the last trusted hop */
         snprintf(out, len, "%s", start);
-        if (!trusted(srv, out))
+        if (!hs_trusted(srv, out))
             return;
         if (hop == NULL)
             return;
         *hop = '\0';
         x.len = (size_t)(hop - x.buf);
     }
-}
-
-/* MHD_OPTION_NOTIFY_CONNECTION's companion, MHD_OPTION_ACCEPT_POLICY_CALLBACK:
- * refuses a connection from an address that already holds the listener's
- * per-address cap, except from http.trusted_proxies (a load balancer carries
- * many clients). Runs on the listening thread, like NOTIFY_STARTED. */
-static enum MHD_Result
-on_accept(void *cls, const struct sockaddr *sa, socklen_t salen)
-{
-    struct listener *l = cls;
-    char addr[INET6_ADDRSTRLEN];
-    int n = 0;
-
-    (void)salen;
-    if (l->lc.per_ip <= 0)
-        return MHD_YES;
-    addr_text(sa, addr, sizeof(addr));
-    if (trusted(l->srv, addr))
-        return MHD_YES;
-    pthread_mutex_lock(&l->mu);
-    for (struct conn *cn = l->conns; cn != NULL && n < l->lc.per_ip; cn = cn->next)
-        n += strcmp(cn->addr, addr) == 0;
-    pthread_mutex_unlock(&l->mu);
-    if (n < l->lc.per_ip)
-        return MHD_YES;
-    /* counted, and a warning the log's per-kind limit bounds (core/log.h:
-     * a flood of refusals writes at most LOG_KIND_LINES per interval) */
-    atomic_fetch_add(&l->refused_per_ip, 1);
-    log_warn("http", "connection refused: the address holds its max_connections_per_ip",
-             "listener=%s limit=%d", l->which == HTTP_ADMIN ? "admin" : "public", l->lc.per_ip);
-    return MHD_NO;
 }
 
 /* http_query_fn over MHD: ctx is the connection. */
@@ -633,7 +293,7 @@ on_headers(struct listener *l, struct MHD_Connection *c, struct req_state *rs)
 
     rs->started = true;
     atomic_fetch_add(&srv->inflight, 1);
-    conn_set_deadline(l, conn_of(c), srv->body_ms, "body");
+    hs_conn_set_deadline(l, hs_conn_of(c), srv->body_ms, "body");
     if (atomic_load(&srv->stopping)) {
         http_response_error(&resp, 503, "unavailable", "server is shutting down");
         http_response_header(&resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -726,7 +386,7 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
         *upload_data_size = 0;
         return MHD_YES;
     }
-    conn_set_deadline(l, conn_of(c), 0, "handler");
+    hs_conn_set_deadline(l, hs_conn_of(c), 0, "handler");
     if (rs->too_big)
         return send_too_big(srv, c);
 
@@ -771,7 +431,7 @@ on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
     (void)toe;
     /* keep-alive: the next request's headers get the idle time plus their own */
-    conn_set_deadline(l, conn_of(c), l->srv->idle_ms + l->srv->header_ms, "idle");
+    hs_conn_set_deadline(l, hs_conn_of(c), l->srv->idle_ms + l->srv->header_ms, "idle");
     if (rs != NULL) {
         if (rs->started)
             atomic_fetch_sub(&l->srv->inflight, 1);
@@ -923,10 +583,11 @@ listener_start(struct http_server *srv, enum http_listener which, unsigned int i
                                         (intptr_t)lc->max_connections + EVICT_HEADROOM, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_s, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    l->mhd = MHD_start_daemon(
-        flags, 0, on_accept, l, on_request, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        l, MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    l->mhd = MHD_start_daemon(flags, 0, hs_on_accept, l, on_request, l, MHD_OPTION_EXTERNAL_LOGGER,
+                              on_mhd_log, l, MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
+                              MHD_OPTION_NOTIFY_CONNECTION, hs_on_connection, l,
+                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_ARRAY, opts,
+                              MHD_OPTION_END);
     if (l->mhd == NULL) {
         snprintf(err, errlen, "%s: %s: libmicrohttpd did not start", listener_keys[l->which].listen,
                  lc->listen);
@@ -1035,12 +696,12 @@ http_server_start(struct http_server *srv, const struct http_deps *d, char *err,
     if ((rc = listener_start(srv, HTTP_PUBLIC, idle_s, err, errlen)) != 0 ||
         (rc = listener_start(srv, HTTP_ADMIN, idle_s, err, errlen)) != 0)
         return rc;
-    if ((rc = ticker_start(&srv->watchdog, WATCHDOG_EVERY_MS, watchdog, srv)) != 0) {
+    if ((rc = ticker_start(&srv->watchdog, WATCHDOG_EVERY_MS, hs_watchdog, srv)) != 0) {
         snprintf(err, errlen, "http.listen: cannot start the watchdog");
         return rc;
     }
     http_metrics_register(&srv->deps);
-    metrics_add_collector(collect_conns, srv);
+    metrics_add_collector(hs_collect_conns, srv);
     srv->started = true;
     return 0;
 }
@@ -1053,7 +714,7 @@ http_server_close(struct http_server *srv)
     ticker_stop(srv->watchdog); /* before the listeners' locks go */
     listeners_stop(srv);
     if (srv->started) {
-        metrics_remove_collector(collect_conns, srv);
+        metrics_remove_collector(hs_collect_conns, srv);
         http_metrics_unregister(&srv->deps);
     }
     http_ready_stop(srv->deps.ready);

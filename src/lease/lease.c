@@ -8,19 +8,19 @@
 
 #include <stdlib.h>
 
-int lease_local_open(struct lease **out);
+int lease_local_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
 int lease_redis_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
 
 int
 lease_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
 {
     static const char *const drivers[] = {"local", "redis", NULL};
+    static int (*const open[])(struct lease **, const struct conf *, char *,
+                               size_t) = {lease_local_open, lease_redis_open};
     int d = driver_pick("lease.driver", conf->lease.driver, drivers, err, errlen);
 
     *out = NULL;
-    if (d < 0)
-        return ROOMD_EINVAL;
-    return d == 0 ? lease_local_open(out) : lease_redis_open(out, conf, err, errlen);
+    return d < 0 ? ROOMD_EINVAL : open[d](out, conf, err, errlen);
 }
 
 void

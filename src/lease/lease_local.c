@@ -10,7 +10,7 @@
 
 #include <stdlib.h>
 
-int lease_local_open(struct lease **out);
+int lease_local_open(struct lease **out, const struct conf *conf, char *err, size_t errlen);
 
 static int
 local_acquire(struct lease *l, const char *app, const char *room_id, int64_t *token, char *owner,
@@ -37,8 +37,9 @@ static const struct lease_ops local_ops = {
     .acquire = local_acquire, .release = local_release, .close = local_close};
 
 int
-lease_local_open(struct lease **out)
+lease_local_open(struct lease **out, const struct conf *conf, char *err, size_t errlen)
 {
+    (void)conf, (void)err, (void)errlen;
     struct lease *l = xcalloc(1, sizeof(*l));
 
     l->ops = &local_ops;

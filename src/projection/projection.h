@@ -71,6 +71,18 @@ struct projection {
     const struct projection_ops *ops;
 };
 
+/* The operations of every backend, written once: a backend names its
+ * functions <prefix>_<op> and builds its table from this list
+ * (projection_memory.c: mem_, projection_redis.c: rp_). */
+#define PROJECTION_OPS(X)                                                                          \
+    X(update)                                                                                      \
+    X(list_rooms)                                                                                  \
+    X(presence)                                                                                    \
+    X(clear)                                                                                       \
+    X(close)                                                                                       \
+    X(rebuild_begin)                                                                               \
+    X(rebuild_end)
+
 /* Opens the projection named by conf->projection.driver (memory | redis).
  * Returns 0 and *out, or ROOMD_EINVAL with err. A Redis that is down is not
  * an error: updates are kept and replayed when it is back. Thread: main. */

@@ -310,15 +310,9 @@ mem_close(struct projection *p)
     free(pm);
 }
 
-static const struct projection_ops memory_ops = {
-    .update = mem_update,
-    .list_rooms = mem_list_rooms,
-    .presence = mem_presence,
-    .clear = mem_clear,
-    .close = mem_close,
-    .rebuild_begin = mem_rebuild_begin,
-    .rebuild_end = mem_rebuild_end,
-};
+#define MEM_OP(op) .op = mem_##op,
+static const struct projection_ops memory_ops = {PROJECTION_OPS(MEM_OP)};
+#undef MEM_OP
 
 int
 projection_memory_open(struct projection **out, const struct conf *conf, char *err, size_t errlen)

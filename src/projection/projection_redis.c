@@ -549,15 +549,9 @@ rp_close(struct projection *p)
     free(pr);
 }
 
-static const struct projection_ops redis_ops = {
-    .update = rp_update,
-    .list_rooms = rp_list_rooms,
-    .presence = rp_presence,
-    .clear = rp_clear,
-    .close = rp_close,
-    .rebuild_begin = rp_rebuild_begin,
-    .rebuild_end = rp_rebuild_end,
-};
+#define RP_OP(op) .op = rp_##op,
+static const struct projection_ops redis_ops = {PROJECTION_OPS(RP_OP)};
+#undef RP_OP
 
 int
 projection_redis_open(struct projection **out, const struct conf *conf, char *err, size_t errlen)

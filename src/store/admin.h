@@ -3,11 +3,12 @@
  * store/admin.h: the admin module's store role, over the same database as
  * the room store (store/store.h): what an operator reads and changes in
  * room_outbox, and the audit of every bulk replay. One interface, two
- * backends (sqlite/admin.c, mysql/admin.c), each with a
- * connection of its own.
+ * backends (sqlite/admin.c: a connection of its own on the store's file;
+ * mysql/admin.c: on the store's one pool, mys_pool_share, docs/store.md).
  *
  * Opened read-only (roomctl's inspection) it never creates, migrates or
- * writes anything: a missing SQLite file or database is an error. Opened
+ * writes anything (a write answers ROOMD_EPERM on MySQL; the SQLite file is
+ * opened read-only): a missing SQLite file or database is an error. Opened
  * read-write it creates its two tables when absent:
  *   admin_audit      (id, actor, action, filter, state, max_id, cursor_id,
  *                     count, created_at_ms, updated_at_ms, finished_at_ms)
@@ -218,5 +219,24 @@ extern const char *const admin_store_ddl[]; /* NULL-terminated, "%s" = the backe
 /* The rows of a replay chunk: failed, after the cursor, up to max_id (the
  * filter, with not_repaired, adds the rest). */
 #define ADMIN_REPLAYABLE " status = 'failed' AND id > ? AND id <= ?"
+/* The audit's statements, one text for both backends ('?N' parameters):
+ * a bulk replay's audit (?1 actor, ?2 action, ?3 filter, ?4 max_id, ?5 now);
+ * an operation done at once (?4 count); one row it touched (?1 audit,
+ * ?2 outbox_id, ?3 event_id, ?4 new_event_id); a chunk's progress (?1
+ * audit, ?2 the last id, ?3 rows, ?4 now, ?5 1 when the audit is done). */
+#define ADMIN_AUDIT_BEGIN_SQL                                                                      \
+    "INSERT INTO admin_audit (actor, action, filter, state, max_id, cursor_id, count,"             \
+    " created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, 'running', ?4, 0, 0, ?5, ?5)"
+#define ADMIN_AUDIT_DONE_SQL                                                                       \
+    "INSERT INTO admin_audit (actor, action, filter, state, max_id, cursor_id, count,"             \
+    " created_at_ms, updated_at_ms, finished_at_ms) VALUES (?1, ?2, ?3, 'done', 0, 0, ?4, ?5,"     \
+    " ?5, ?5)"
+#define ADMIN_AUDIT_ROW_SQL                                                                        \
+    "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"                   \
+    " VALUES (?1, ?2, ?3, ?4)"
+#define ADMIN_AUDIT_ADVANCE_SQL                                                                    \
+    "UPDATE admin_audit SET cursor_id = CASE WHEN cursor_id > ?2 THEN cursor_id ELSE ?2 END,"      \
+    " count = count + ?3, updated_at_ms = ?4, state = CASE WHEN ?5 THEN 'done' ELSE state END,"    \
+    " finished_at_ms = CASE WHEN ?5 THEN ?4 ELSE finished_at_ms END WHERE id = ?1"
 
 #endif

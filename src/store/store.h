@@ -497,13 +497,6 @@ void store_close(struct store *s);
  * thread; does not block on the database. */
 int store_server_info(struct store *s, char *host, size_t len, uint64_t *failovers);
 
-/* Server i (0-based) of store.mysql.hosts, or host/port when the list is
- * empty, as host (hostlen bytes) and *port, for the process' other MySQL
- * connections (try each in turn: the first that answers). Returns the number
- * of servers, or 0 when i is past the last. Thread: any; does not block. */
-int store_mysql_server(const struct conf_mysql *mc, int i, char *host, size_t hostlen,
-                       unsigned int *port);
-
 /* Detail text of the calling thread's last failed store call (thread-local). */
 const char *store_errmsg(void);
 

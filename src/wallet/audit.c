@@ -20,17 +20,25 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Orders two struct audit_row * by app_code, then by the text field at off. */
 static int
-cmp_key(const void *a, const void *b)
+cmp_app_then(const void *a, const void *b, size_t off)
 {
     const struct audit_row *x = *(const struct audit_row *const *)a;
     const struct audit_row *y = *(const struct audit_row *const *)b;
     int c = strcmp(x->app_code, y->app_code);
 
-    return c != 0 ? c : strcmp(x->key, y->key);
+    return c != 0 ? c : strcmp((const char *)x + off, (const char *)y + off);
+}
+
+static int
+cmp_key(const void *a, const void *b)
+{
+    return cmp_app_then(a, b, offsetof(struct audit_row, key));
 }
 
 /* The row of kind among sorted rows v[0..n) with app and key, or NULL. */
@@ -48,11 +56,7 @@ find(struct audit_row **v, size_t n, const char *app, const char *key)
 static int
 cmp_room(const void *a, const void *b)
 {
-    const struct audit_row *x = *(const struct audit_row *const *)a;
-    const struct audit_row *y = *(const struct audit_row *const *)b;
-    int c = strcmp(x->app_code, y->app_code);
-
-    return c != 0 ? c : strcmp(x->room_id, y->room_id);
+    return cmp_app_then(a, b, offsetof(struct audit_row, room_id));
 }
 
 /* True when the log row of debit d's gift was purged: its room's oldest

@@ -70,6 +70,15 @@ struct wallet {
     const struct wallet_ops *ops;
 };
 
+/* The remote backend's operations (wallet_grpc.c names them grpc_<op>; the
+ * embedded one has attach, topup and balance alone). */
+#define WALLET_REMOTE_OPS(X)                                                                       \
+    X(hold)                                                                                        \
+    X(settle)                                                                                      \
+    X(topup)                                                                                       \
+    X(balance)                                                                                     \
+    X(close)
+
 /* Opens the wallet named by cfg->driver ("embedded" | "grpc"). Borrows store,
  * which must outlive the wallet. Returns 0 and *out, or ROOMD_EINVAL (unknown
  * driver) / ROOMD_EINTERNAL with err. Thread: main. */

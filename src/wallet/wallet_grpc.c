@@ -350,13 +350,9 @@ grpc_close(struct wallet *w)
     pthread_mutex_destroy(&g->mu);
 }
 
-static const struct wallet_ops grpc_ops = {
-    .hold = grpc_hold,
-    .settle = grpc_settle,
-    .topup = grpc_topup,
-    .balance = grpc_balance,
-    .close = grpc_close,
-};
+#define GRPC_OP(op) .op = grpc_##op,
+static const struct wallet_ops grpc_ops = {WALLET_REMOTE_OPS(GRPC_OP)};
+#undef GRPC_OP
 
 bool
 wallet_is_grpc(const struct wallet *w)

@@ -9,21 +9,26 @@
  * too); retention deletes old settled keys and old unsettled ones (a
  * consumer that crashed) whose claim expired, keeps a running claim, and a
  * key deleted unsettled is claimed afresh (on SQLite too); the choice of
- * backend.
+ * backend; the inbox and the admin store on the store's one pool follow
+ * store.mysql.hosts when the first server dies (a private mariadbd).
  */
 #include "helpers.h"
 
 #include "conf/conf.h"
-#include "store/inbox.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "store/admin.h"
+#include "store/inbox.h"
+#include "store/store.h"
 
 #include <mysql.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define NKEYS 300
@@ -476,6 +481,118 @@ test_backend_choice(void **state)
     unlink(path);
 }
 
+/* ---- one pool: the inbox and the admin store follow store.mysql.hosts ---- */
+
+/* Starts a private mariadbd on 127.0.0.1:port with its files in pdir and
+ * waits for it; returns its pid, or -1 when it cannot be installed (no
+ * mariadb-install-db). */
+static int
+private_mariadb(const char *pdir, int port)
+{
+    char cmd[1024], datadir[600], portarg[32], sock[600], pidf[600], log[600];
+
+    snprintf(cmd, sizeof(cmd),
+             "mariadb-install-db --no-defaults --datadir=%s/data"
+             " --auth-root-authentication-method=normal --skip-test-db >%s/install.log 2>&1",
+             pdir, pdir);
+    if (system(cmd) != 0)
+        return -1;
+    snprintf(datadir, sizeof(datadir), "--datadir=%s/data", pdir);
+    snprintf(portarg, sizeof(portarg), "--port=%d", port);
+    snprintf(sock, sizeof(sock), "--socket=%s/mysqld.sock", pdir);
+    snprintf(pidf, sizeof(pidf), "--pid-file=%s/mysqld.pid", pdir);
+    snprintf(log, sizeof(log), "--log-error=%s/error.log", pdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execlp("mariadbd", "mariadbd", "--no-defaults", datadir, portarg,
+               "--bind-address=127.0.0.1", sock, pidf, log, "--user=root", "--skip-name-resolve",
+               "--innodb-buffer-pool-size=32M", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 600 && !th_port_open(port); i++)
+        usleep(100 * 1000);
+    assert_true(th_port_open(port));
+    return pid;
+}
+
+static void
+test_failover_inbox_and_admin_follow_hosts(void **state)
+{
+    char *pdir = th_tmpdir();
+    int port = th_free_port(), pid = private_mariadb(pdir, port);
+    char first[64], second[64], where[256], host[300], q[256], err[512] = "";
+    struct store *s = NULL, *second_only = NULL;
+    struct admin_store *as = NULL;
+    struct consume_inbox *ib = NULL;
+    struct admin_summary sum;
+    enum inbox_claim res;
+    int failures;
+    int64_t until;
+    uint64_t moves = 9;
+
+    (void)state;
+    if (pid < 0) {
+        free(pdir);
+        skip();
+    }
+    /* the same database on the private server (first) and the test server (second) */
+    MYSQL *p = mysql_init(NULL);
+    assert_non_null(mysql_real_connect(p, "127.0.0.1", "root", "", NULL, (unsigned)port, NULL, 0));
+    snprintf(q, sizeof(q), "CREATE DATABASE %s CHARACTER SET utf8mb4", dbname);
+    assert_int_equal(mysql_query(p, q), 0);
+    mysql_close(p);
+    struct conf_mysql saved = conf->store.mysql;
+    snprintf(first, sizeof(first), "127.0.0.1:%d", port);
+    snprintf(second, sizeof(second), "127.0.0.1:%d", saved.port);
+    conf->store.mysql.hosts[0] = second; /* the store's tables on the second, for after the move */
+    conf->store.mysql.nhosts = 1;
+    assert_int_equal(store_open(&second_only, &conf->store, err, sizeof(err)), 0);
+    store_close(second_only);
+    conf->store.mysql.hosts[0] = first;
+    conf->store.mysql.hosts[1] = second;
+    conf->store.mysql.nhosts = 2;
+    conf->store.mysql.failover_timeout_ms = 5000;
+    assert_int_equal(store_open(&s, &conf->store, err, sizeof(err)), 0);
+    assert_int_equal(store_server_info(s, host, sizeof(host), &moves), 0);
+    assert_string_equal(host, first);
+    assert_int_equal(moves, 0);
+    struct inbox_config ic = {
+        .group = "gfo", .store = &conf->store, .owner = "n1", .claim_ms = 30000, .schema = schema};
+    assert_int_equal(inbox_open(&ib, &ic, err, sizeof(err)), 0);
+    snprintf(where, sizeof(where), "mysql %s/%s consumer_inbox", first, dbname);
+    assert_string_equal(inbox_where(ib), where);
+    assert_int_equal(admin_store_open(&as, &conf->store, false, err, sizeof(err)), 0);
+    assert_int_equal(inbox_claim(ib, "fo-1", "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(inbox_done(ib, "fo-1", NULL), 0);
+    assert_int_equal(admin_store_summary(as, &sum), 0);
+
+    th_kill(pid); /* the first server dies */
+    /* the admin store's call reconnects and reruns on the next server: the
+     * whole pool moves, the store's own handle with it (one pool) */
+    assert_int_equal(admin_store_summary(as, &sum), 0);
+    assert_int_equal(store_server_info(s, host, sizeof(host), &moves), 0);
+    assert_string_equal(host, second);
+    assert_int_equal(moves, 1);
+    /* the inbox's next call runs on the second server (its stale connection
+     * reopened there), the row lands there */
+    assert_int_equal(inbox_claim(ib, "fo-2", "app1", &res, &failures, &until), 0);
+    assert_int_equal(res, INBOX_CLAIMED);
+    assert_int_equal(inbox_done(ib, "fo-2", NULL), 0);
+    assert_int_equal(sql_int("SELECT COUNT(*) FROM consumer_inbox WHERE group_name = 'gfo'"
+                             " AND event_id = 'fo-2' AND state = 'done'"),
+                     1);
+    assert_int_equal(sql_int("SELECT COUNT(*) FROM consumer_inbox WHERE event_id = 'fo-1'"), 0);
+    admin_store_close(as);
+    inbox_close(ib);
+    store_close(s);
+    conf->store.mysql = saved;
+    snprintf(q, sizeof(q), "rm -rf %s", pdir);
+    assert_int_equal(system(q), 0);
+    free(pdir);
+}
+
 int
 main(void)
 {
@@ -488,6 +605,7 @@ main(void)
         cmocka_unit_test_setup(test_purge_stuck_mysql, reset),
         cmocka_unit_test(test_purge_stuck_sqlite),
         cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test_setup(test_failover_inbox_and_admin_follow_hosts, reset),
     };
     char q[160];
     int rc;

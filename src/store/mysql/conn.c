@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/secret.h"
 #include "core/xmalloc.h"
 
 #include <errmsg.h>
@@ -20,6 +21,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,12 @@ mys_classify(unsigned int e)
     }
 }
 
+bool
+mys_client_error(unsigned int e)
+{
+    return (e >= CR_MIN_ERROR && e <= CR_MAX_ERROR) || (e >= CER_MIN_ERROR && e <= CER_MAX_ERROR);
+}
+
 static int
 code_of(unsigned int e)
 {
@@ -123,6 +131,25 @@ conn_drop(struct conn *c)
     c->db = NULL;
     c->tx = false; /* a new session starts in autocommit */
     c->in_txn = false;
+}
+
+int
+mys_q_result(struct conn *c, const char *sql, MYSQL_RES **res)
+{
+    MYSQL_RES *r;
+
+    if (res != NULL)
+        *res = NULL;
+    if (mysql_real_query(c->db, sql, strlen(sql)) != 0)
+        return mys_db_fail(c, "query");
+    r = mysql_store_result(c->db);
+    if (r == NULL && mysql_field_count(c->db) > 0)
+        return mys_db_fail(c, "result");
+    if (res != NULL)
+        *res = r;
+    else if (r != NULL)
+        mysql_free_result(r);
+    return 0;
 }
 
 int
@@ -412,16 +439,23 @@ p_vbind(struct params *p, const char *types, va_list ap)
     }
 }
 
+/* Fills p with one parameter per letter of types, from the variadic
+ * arguments of the calling function that follow types. */
+#define P_VARGS(p, types)                                                                          \
+    do {                                                                                           \
+        va_list ap_;                                                                               \
+        va_start(ap_, types);                                                                      \
+        PARAMS_INIT(p);                                                                            \
+        p_vbind(p, types, ap_);                                                                    \
+        va_end(ap_);                                                                               \
+    } while (0)
+
 int
 mys_exec(struct conn *c, const struct mys_sql *id, uint64_t *affected, const char *types, ...)
 {
     struct params p;
-    va_list ap;
 
-    va_start(ap, types);
-    PARAMS_INIT(&p);
-    p_vbind(&p, types, ap);
-    va_end(ap);
+    P_VARGS(&p, types);
     return mys_st_exec(c, id, &p, affected);
 }
 
@@ -430,12 +464,8 @@ mys_query(struct conn *c, const struct mys_sql *id, struct rows *r, const char *
           const char *types, ...)
 {
     struct params p;
-    va_list ap;
 
-    va_start(ap, types);
-    PARAMS_INIT(&p);
-    p_vbind(&p, types, ap);
-    va_end(ap);
+    P_VARGS(&p, types);
     return mys_st_query(c, id, &p, r, cols);
 }
 
@@ -679,6 +709,46 @@ mys_run_tx(struct mstore *s, mys_txn_fn fn, void *arg)
 }
 
 int
+mys_conn_take(struct mstore *s, struct conn **out)
+{
+    struct conn *c;
+    int rc;
+
+    *out = NULL;
+    if ((rc = pool_get(s, false, &c)) != 0)
+        return rc;
+    if (c->db != NULL && mys_fo_stale(s, c))
+        conn_drop(c); /* the pool moved to another server (failover.c) */
+    c->err = 0;
+    if (c->db == NULL)
+        rc = mys_fo_connect(s, c, c->lost ? c->host : -1);
+    c->lost = false;
+    if (rc == 0 && (rc = conn_mode(c, false)) != 0)
+        conn_drop(c);
+    if (rc != 0) {
+        pool_put(s, c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void
+mys_conn_give(struct mstore *s, struct conn *c)
+{
+    if (c == NULL)
+        return;
+    if (c->db != NULL && (mys_classify(c->err) == EC_LOST || mys_client_error(c->err))) {
+        conn_drop(c); /* reconnected at its next use, the other servers first */
+        c->lost = true;
+    } else if (c->in_txn || open_txn(c)) {
+        mys_tx_rollback(c);
+    }
+    c->err = 0;
+    pool_put(s, c);
+}
+
+int
 mys_one_fn(struct conn *c, void *arg)
 {
     struct one_ctx *x = arg;
@@ -730,13 +800,9 @@ mys_read_all(struct mstore *s, struct all_ctx *x)
     return rc;
 }
 
-static void
-my_close(struct store *st)
+void
+mys_pool_free(struct mstore *s)
 {
-    struct mstore *s = (struct mstore *)st;
-
-    if (s == NULL)
-        return;
     for (int i = 0; i < s->nconns; i++)
         conn_drop(&s->conns[i]);
     free(s->conns);
@@ -748,17 +814,17 @@ my_close(struct store *st)
         free(s->hosts[i].host);
     free(s->socket);
     free(s->user);
-    if (s->password != NULL)
-        memset(s->password, 0, strlen(s->password));
-    free(s->password);
+    secret_free(s->password);
     free(s->database);
     free(s);
 }
 
-static int
-my_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen)
+/* Room for this many sharers' connections beside a pool's own. */
+#define MYS_SHARERS_MAX 32
+
+int
+mys_pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err, size_t errlen)
 {
-    const struct conf_mysql *mc = &cs->mysql;
     const char *pw = mc->password ? mc->password : "";
     struct mstore *s;
     int rc;
@@ -787,8 +853,13 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     if (mc->nhosts == 0 && mc->host != NULL && mc->host[0] == '/') /* a unix socket path */
         s->socket = xstrdup(mc->host);
     if ((rc = mys_hosts_parse(s, mc->hosts, mc->nhosts, s->socket ? "localhost" : mc->host,
-                              mc->port, err, errlen)) != 0)
-        goto fail_early;
+                              mc->port, err, errlen)) != 0) {
+        free(s->socket);
+        for (int i = 0; i < s->nhosts; i++)
+            free(s->hosts[i].host);
+        free(s);
+        return rc;
+    }
     s->failover_ms = mc->failover_timeout_ms;
     s->wsrep_sync_wait = mc->wsrep_sync_wait;
     s->user = xstrdup(mc->user ? mc->user : "root");
@@ -801,15 +872,38 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
     s->lock_wait_s = s->read_s > 2 ? s->read_s / 2 : 1;
     s->checkout_wait_ms = (int64_t)s->read_s * 1000;
     s->deadlock_retries = mc->deadlock_retries > 0 ? mc->deadlock_retries : 0;
-    s->nconns = mc->pool_size > 0 ? mc->pool_size : 8;
-    s->super.save_writers = mc->batches_in_flight > 0 ? mc->batches_in_flight : 1;
-    s->conns = xcalloc((size_t)s->nconns, sizeof(*s->conns));
-    s->freelist = xcalloc((size_t)s->nconns, sizeof(int));
+    s->nconns = s->base = nconns;
+    s->cap = nconns + MYS_SHARERS_MAX;
+    s->refs = 1;
+    s->conns = xcalloc((size_t)s->cap, sizeof(*s->conns));
+    s->freelist = xcalloc((size_t)s->cap, sizeof(int));
     for (int i = s->nconns - 1; i >= 0; i--)
         s->freelist[s->nfree++] = i;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->claim_mu, NULL);
     clock_cond_init(&s->cv);
+    *out = s;
+    return 0;
+}
+
+static void
+my_close(struct store *st)
+{
+    if (st != NULL)
+        mys_pool_release((struct mstore *)st, false);
+}
+
+static int
+my_open(struct store **out, const struct conf_store *cs, char *err, size_t errlen)
+{
+    const struct conf_mysql *mc = &cs->mysql;
+    struct mstore *s;
+    int rc;
+
+    *out = NULL;
+    if ((rc = mys_pool_new(&s, mc, mc->pool_size > 0 ? mc->pool_size : 8, err, errlen)) != 0)
+        return rc;
+    s->super.save_writers = mc->batches_in_flight > 0 ? mc->batches_in_flight : 1;
 
     /* The first connection, kept in the pool, runs the migrations. */
     if ((rc = mys_fo_connect(s, &s->conns[0], -1)) != 0) {
@@ -822,16 +916,11 @@ my_open(struct store **out, const struct conf_store *cs, char *err, size_t errle
              "host=%s port=%u database=%s pool=%d bulk=%d servers=%d galera=%d",
              s->hosts[s->cur].host, s->hosts[s->cur].port, s->database, s->nconns,
              (int)s->conns[0].bulk, s->nhosts, (int)s->conns[0].galera);
+    mys_pool_register(s);
     *out = &s->super;
     return 0;
 fail:
-    my_close(&s->super);
-    return rc;
-fail_early:
-    free(s->socket);
-    for (int i = 0; i < s->nhosts; i++)
-        free(s->hosts[i].host);
-    free(s);
+    mys_pool_free(s);
     return rc;
 }
 

@@ -191,24 +191,3 @@ mys_hosts_parse(struct mstore *s, char *const *list, int n, const char *host, in
     }
     return 0;
 }
-
-int
-store_mysql_server(const struct conf_mysql *mc, int i, char *host, size_t hostlen,
-                   unsigned int *port)
-{
-    int n = mc->nhosts > 0 ? mc->nhosts : 1;
-
-    if (i < 0 || i >= n)
-        return 0;
-    if (mc->nhosts == 0) {
-        snprintf(host, hostlen, "%s", mc->host && mc->host[0] ? mc->host : "127.0.0.1");
-        *port = mc->port > 0 ? (unsigned int)mc->port : 3306;
-        return n;
-    }
-    const char *colon = strrchr(mc->hosts[i], ':');
-    size_t len = colon ? (size_t)(colon - mc->hosts[i]) : strlen(mc->hosts[i]);
-
-    snprintf(host, hostlen, "%.*s", (int)len, mc->hosts[i]);
-    *port = colon ? (unsigned int)atoi(colon + 1) : 3306;
-    return n;
-}

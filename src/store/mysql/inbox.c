@@ -20,10 +20,11 @@
  *
  * The tables are created at open (CREATE TABLE IF NOT EXISTS under
  * GET_LOCK('roomd.consumer_schema'), so nodes starting together create
- * them once), beside the store's own. One connection per group, its own
- * (never the store's pool), reconnected on the next call after a loss.
- * Statements are text: integers printed, strings escaped by
- * mysql_real_escape_string for the connection's utf8mb4.
+ * them once), beside the store's own. On the store's pool (mys_pool_share,
+ * conn.c: its connect, store.mysql.hosts failover and error classes): a
+ * connection taken per call, held from a transaction's begin to its end; a
+ * lost one is closed and the next call reconnects. Statements are text
+ * (mys_text): integers printed, strings escaped.
  */
 #include "store/inbox.h"
 #include "store/mysql/internal.h"
@@ -71,161 +72,57 @@ static const char SCHEMA_ROOM_SEQ[] = "CREATE TABLE IF NOT EXISTS consumer_room_
 
 struct my_inbox {
     struct consume_inbox super;
-    MYSQL *db; /* NULL until connected, again after a loss */
-    char *host, *socket, *user, *password, *database;
-    unsigned int port, connect_s, read_s, write_s;
-    struct conf_mysql servers; /* hosts (owned) of store.mysql.hosts, or host/port */
+    struct mstore *pool; /* the store's (mys_pool_share) */
+    struct conn *c;      /* held from a transaction's begin to its end */
     char group[64];
     char owner[128]; /* "<node>/<8 hex>": this handle's claims */
     int64_t claim_ms;
-    bool down; /* logged the outage */
 };
 
 #define MY(ib) ((struct my_inbox *)(ib))
 
-static void
-t_arg(struct my_inbox *m, FILE *t, const struct consume_arg *a)
-{
-    if (a->type == 'i') {
-        fprintf(t, "%" PRId64, a->i);
-        return;
-    }
-    if (a->s == NULL) {
-        fputs("NULL", t);
-        return;
-    }
-    size_t n = strlen(a->s);
-    char *esc = xmalloc(2 * n + 1);
-    unsigned long k = mysql_real_escape_string(m->db, esc, a->s, (unsigned long)n);
-    fprintf(t, "'%.*s'", (int)k, esc);
-    free(esc);
-}
-
-/* tmpl with each ?N (1..9) replaced by args[N-1]. Malloc'd. */
-static char *
-bind_text(struct my_inbox *m, const char *tmpl, const struct consume_arg *args, int nargs)
-{
-    char *p = NULL;
-    size_t len = 0;
-    FILE *t = open_memstream(&p, &len);
-
-    if (t == NULL)
-        abort(); /* out of memory, as xmalloc */
-    for (const char *c = tmpl; *c; c++) {
-        if (c[0] == '?' && c[1] >= '1' && c[1] <= '9' && c[1] - '1' < nargs) {
-            t_arg(m, t, &args[c[1] - '1']);
-            c++;
-        } else {
-            fputc(*c, t);
-        }
-    }
-    fclose(t);
-    return p;
-}
-
-static void
-my_drop(struct my_inbox *m)
-{
-    if (m->db)
-        mysql_close(m->db);
-    m->db = NULL;
-    m->super.in_tx = false;
-}
-
-/* Records the failure of what, classified as the backend classifies every
- * server error (mys_classify, conn.c); a lost connection is dropped
- * (reconnected by the next call). Returns EUNAVAIL (connection), ERETRY
- * (deadlock or lock wait) or EIO. */
+/* Records the failure of what on c, classified as the backend classifies
+ * every server error (mys_classify, conn.c); a lost connection is closed
+ * when given back (mys_conn_give) and reconnected by the next call.
+ * Returns EUNAVAIL (connection), ERETRY (deadlock or lock wait) or EIO. */
 static int
-my_error(struct my_inbox *m, const char *what)
+my_error(struct my_inbox *m, struct conn *c, int rc)
 {
-    unsigned int e = m->db ? mysql_errno(m->db) : 0;
-    enum errclass k = mys_classify(e);
+    enum errclass k = mys_classify(c->err);
 
-    snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql %s: %s (%u)", what,
-             m->db ? mysql_error(m->db) : "not connected", e);
+    snprintf(m->super.errmsg, sizeof(m->super.errmsg), "%s", store_errmsg());
     if (k == EC_RETRY)
         return ROOMD_ERETRY;
-    /* lost, or any other client-side error: the connection is unusable */
-    if (k == EC_LOST || e == 0 || e >= CR_MIN_ERROR) {
-        my_drop(m);
+    if (k == EC_LOST || c->err == 0 || mys_client_error(c->err)) {
+        c->err = c->err != 0 ? c->err : CR_SERVER_LOST; /* unusable: closed when given back */
         return ROOMD_EUNAVAIL;
     }
+    (void)rc;
     return ROOMD_EIO;
 }
 
-/* Runs sql; with res != NULL keeps its result set (the caller frees it). */
+/* Takes the pool's connection for one call (the held one inside a
+ * transaction). Returns 0 or EUNAVAIL. */
 static int
-my_query(struct my_inbox *m, const char *sql, MYSQL_RES **res)
+my_take(struct my_inbox *m, struct conn **c)
 {
-    if (res)
-        *res = NULL;
-    if (m->db == NULL) {
-        snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql: not connected");
-        return ROOMD_EUNAVAIL;
+    int rc;
+
+    if (m->c != NULL) {
+        *c = m->c;
+        return 0;
     }
-    if (mysql_real_query(m->db, sql, strlen(sql)) != 0)
-        return my_error(m, "query");
-    if (res) {
-        *res = mysql_store_result(m->db);
-        if (*res == NULL && mysql_field_count(m->db) > 0)
-            return my_error(m, "result");
-    } else {
-        MYSQL_RES *r = mysql_store_result(m->db);
-        if (r)
-            mysql_free_result(r);
-    }
-    return 0;
+    if ((rc = mys_conn_take(m->pool, c)) != 0)
+        snprintf(m->super.errmsg, sizeof(m->super.errmsg), "%s", store_errmsg());
+    return rc;
 }
 
-/* Connects when not connected: timeouts, utf8mb4, READ COMMITTED, no
- * silent reconnect (it would lose an open transaction unseen). */
-static int
-my_connect(struct my_inbox *m)
+/* Gives c back unless the transaction holds it. */
+static void
+my_give(struct my_inbox *m, struct conn *c)
 {
-    my_bool off = 0;
-
-    if (m->db != NULL)
-        return 0;
-    m->db = mysql_init(NULL);
-    if (m->db == NULL)
-        return ROOMD_ENOMEM;
-    mysql_optionsv(m->db, MYSQL_OPT_CONNECT_TIMEOUT, &m->connect_s);
-    mysql_optionsv(m->db, MYSQL_OPT_READ_TIMEOUT, &m->read_s);
-    mysql_optionsv(m->db, MYSQL_OPT_WRITE_TIMEOUT, &m->write_s);
-    mysql_optionsv(m->db, MYSQL_OPT_RECONNECT, &off);
-    mysql_optionsv(m->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    /* store.mysql.hosts: the first server that answers */
-    bool up = false;
-    char host[256];
-    unsigned int port;
-    for (int i = 0; !up && store_mysql_server(&m->servers, i, host, sizeof(host), &port) > 0; i++)
-        up =
-            mysql_real_connect(m->db, m->socket ? m->host : host, m->user, m->password, m->database,
-                               m->socket ? m->port : port, m->socket, CLIENT_FOUND_ROWS) != NULL;
-    if (!up) {
-        snprintf(m->super.errmsg, sizeof(m->super.errmsg), "mysql connect %s:%u/%s: %s (%u)",
-                 m->socket ? m->socket : m->host, m->port, m->database, mysql_error(m->db),
-                 mysql_errno(m->db));
-        if (!m->down)
-            log_warn("consume", "inbox database unreachable", "group=%s error=\"%s\"", m->group,
-                     m->super.errmsg);
-        m->down = true;
-        mysql_close(m->db);
-        m->db = NULL;
-        return ROOMD_EUNAVAIL;
-    }
-    int rc = my_query(m, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", NULL);
-    if (rc == 0)
-        rc = my_query(m, "SET SESSION innodb_lock_wait_timeout = 5", NULL);
-    if (rc != 0) {
-        my_drop(m);
-        return rc;
-    }
-    if (m->down)
-        log_info("consume", "inbox database reachable again", "group=%s", m->group);
-    m->down = false;
-    return 0;
+    if (c != m->c)
+        mys_conn_give(m->pool, c);
 }
 
 /* The first row of a result: up to 4 columns as text ("" for NULL). */
@@ -234,26 +131,21 @@ struct row {
     char c[4][128];
 };
 
-/* Runs tmpl bound to args; r (NULL: not wanted) gets the first row,
+/* Runs tmpl bound to args on c; r (NULL: not wanted) gets the first row,
  * *affected (NULL: not wanted) the rows changed. */
 static int
-my_run(struct my_inbox *m, const char *tmpl, const struct consume_arg *args, int nargs,
-       struct row *r, uint64_t *affected)
+my_on(struct my_inbox *m, struct conn *c, const char *tmpl, const struct consume_arg *args,
+      int nargs, struct row *r, uint64_t *affected)
 {
     MYSQL_RES *res = NULL;
-    int rc;
+    char *sql = mys_text(tmpl, args, nargs);
+    int rc = mys_q_result(c, sql, r ? &res : NULL);
 
-    if (r)
-        memset(r, 0, sizeof(*r));
-    if ((rc = my_connect(m)) != 0)
-        return rc;
-    char *sql = bind_text(m, tmpl, args, nargs);
-    rc = my_query(m, sql, r ? &res : NULL);
     free(sql);
     if (rc != 0)
-        return rc;
+        return my_error(m, c, rc);
     if (affected)
-        *affected = (uint64_t)mysql_affected_rows(m->db);
+        *affected = (uint64_t)mysql_affected_rows(c->db);
     if (res) {
         MYSQL_ROW row = mysql_fetch_row(res);
         unsigned int n = mysql_num_fields(res);
@@ -263,6 +155,23 @@ my_run(struct my_inbox *m, const char *tmpl, const struct consume_arg *args, int
         mysql_free_result(res);
     }
     return 0;
+}
+
+/* my_on on a connection of its own (the held one in a transaction). */
+static int
+my_run(struct my_inbox *m, const char *tmpl, const struct consume_arg *args, int nargs,
+       struct row *r, uint64_t *affected)
+{
+    struct conn *c;
+    int rc;
+
+    if (r)
+        memset(r, 0, sizeof(*r));
+    if ((rc = my_take(m, &c)) != 0)
+        return rc;
+    rc = my_on(m, c, tmpl, args, nargs, r, affected);
+    my_give(m, c);
+    return rc;
 }
 
 /* The statements on one inbox row: ?1 group, ?2 key, ?3 now, ?4 owner,
@@ -281,37 +190,52 @@ my_row(struct my_inbox *m, const char *tmpl, const char *key, const char *text, 
     return my_run(m, tmpl, a, 6, r, affected);
 }
 
+/* Takes and holds a connection for a transaction and starts it. */
 static int
 my_begin(struct my_inbox *m)
 {
-    int rc = my_connect(m);
+    struct conn *c;
+    int rc = my_take(m, &c);
 
-    if (rc == 0)
-        rc = my_query(m, "START TRANSACTION", NULL);
-    m->super.in_tx = rc == 0;
-    return rc;
+    if (rc != 0)
+        return rc;
+    m->c = c;
+    if ((rc = mys_tx_begin(c)) != 0) {
+        rc = my_error(m, c, rc);
+        m->c = NULL;
+        mys_conn_give(m->pool, c);
+        return rc;
+    }
+    m->super.in_tx = true;
+    return 0;
+}
+
+/* Ends the transaction (rolled back unless committed) and gives its
+ * connection back. */
+static void
+my_end(struct my_inbox *m)
+{
+    struct conn *c = m->c;
+
+    m->c = NULL;
+    m->super.in_tx = false;
+    mys_conn_give(m->pool, c); /* rolls back what is still open */
 }
 
 static void
 my_rollback(struct my_inbox *m)
 {
-    if (m->db)
-        mysql_real_query(m->db, "ROLLBACK", 8);
-    m->super.in_tx = false;
+    my_end(m);
 }
 
 static int
 my_commit(struct my_inbox *m)
 {
-    int rc = my_query(m, "COMMIT", NULL);
+    int rc = m->c != NULL ? mys_tx_commit(m->c) : ROOMD_EINVAL;
 
-    if (rc != 0) {
-        char keep[sizeof(m->super.errmsg)];
-        memcpy(keep, m->super.errmsg, sizeof(keep));
-        my_rollback(m);
-        memcpy(m->super.errmsg, keep, sizeof(keep));
-    }
-    m->super.in_tx = false;
+    if (rc != 0 && m->c != NULL)
+        rc = my_error(m, m->c, rc);
+    my_end(m);
     return rc;
 }
 
@@ -322,80 +246,55 @@ my_close(struct consume_inbox *ib)
 {
     struct my_inbox *m = MY(ib);
 
-    my_drop(m);
-    free(m->host);
-    for (int i = 0; i < m->servers.nhosts; i++)
-        free(m->servers.hosts[i]);
-    free(m->socket);
-    free(m->user);
-    if (m->password)
-        memset(m->password, 0, strlen(m->password));
-    free(m->password);
-    free(m->database);
+    if (m->c != NULL)
+        my_end(m);
+    mys_pool_release(m->pool, true);
     free(m);
 }
 
-static unsigned int
-secs(int64_t ms, unsigned int dflt)
-{
-    return ms > 0 ? (unsigned int)((ms + 999) / 1000) : dflt;
-}
-
-/* Creates the kit's and the handler's tables, once across nodes. */
+/* Creates the kit's and the handler's tables, once across nodes (GET_LOCK
+ * is the session's: one connection throughout). */
 static int
 my_schema(struct my_inbox *m, const struct consume_sql *const *schema)
 {
-    struct row got;
-    int rc = my_run(m, "SELECT GET_LOCK('roomd.consumer_schema', 30)", NULL, 0, &got, NULL);
+    struct conn *c;
+    struct row got = {0};
+    int rc = my_take(m, &c);
 
     if (rc != 0)
         return rc;
-    if (strcmp(got.c[0], "1") != 0) {
+    rc = my_on(m, c, "SELECT GET_LOCK('roomd.consumer_schema', 30)", NULL, 0, &got, NULL);
+    if (rc == 0 && strcmp(got.c[0], "1") != 0) {
         snprintf(m->super.errmsg, sizeof(m->super.errmsg), "GET_LOCK timed out after 30 s");
-        return ROOMD_ETIMEDOUT;
+        rc = ROOMD_ETIMEDOUT;
+    } else if (rc == 0) {
+        rc = my_on(m, c, SCHEMA, NULL, 0, NULL, NULL);
+        if (rc == 0)
+            rc = my_on(m, c, SCHEMA_ROOM_SEQ, NULL, 0, NULL, NULL);
+        for (const struct consume_sql *const *q = schema; rc == 0 && q && *q; q++)
+            rc = my_on(m, c, (*q)->mysql ? (*q)->mysql : (*q)->sqlite, NULL, 0, NULL, NULL);
+        if (c->err == 0 || mys_classify(c->err) != EC_LOST)
+            (void)mys_q_result(c, "SELECT RELEASE_LOCK('roomd.consumer_schema')", NULL);
     }
-    rc = my_query(m, SCHEMA, NULL);
-    if (rc == 0)
-        rc = my_query(m, SCHEMA_ROOM_SEQ, NULL);
-    for (const struct consume_sql *const *q = schema; rc == 0 && q && *q; q++)
-        rc = my_query(m, (*q)->mysql ? (*q)->mysql : (*q)->sqlite, NULL);
-    if (m->db)
-        my_query(m, "SELECT RELEASE_LOCK('roomd.consumer_schema')", NULL);
+    my_give(m, c);
     return rc;
 }
 
 static int
 my_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, size_t errlen)
 {
-    const struct conf_mysql *mc = &cfg->store->mysql;
-    const char *pw = mc->password ? mc->password : "";
-    char id[UUID_STR_LEN];
+    struct my_inbox *m = xcalloc(1, sizeof(*m));
+    char id[UUID_STR_LEN], host[300];
+    uint64_t moves;
+    struct conn *c;
+    int rc;
 
     *out = NULL;
-    if (mc->password_env && *mc->password_env && (pw = getenv(mc->password_env)) == NULL) {
-        snprintf(err, errlen, "store.mysql.password_env: environment variable %s is not set",
-                 mc->password_env);
-        return ROOMD_EINVAL;
-    }
-    struct my_inbox *m = xcalloc(1, sizeof(*m));
     m->super.shared = true;
-    if (mc->host && mc->host[0] == '/') { /* a unix socket path */
-        m->socket = xstrdup(mc->host);
-        m->host = xstrdup("localhost");
-    } else {
-        m->host = xstrdup(mc->host && *mc->host ? mc->host : "127.0.0.1");
+    if ((rc = mys_pool_share(cfg->store, &m->pool, err, errlen)) != 0) {
+        free(m);
+        return rc;
     }
-    m->port = mc->port > 0 ? (unsigned int)mc->port : 3306;
-    m->servers.host = m->host;
-    m->servers.port = (int)m->port;
-    for (int i = 0; i < mc->nhosts; i++)
-        m->servers.hosts[m->servers.nhosts++] = xstrdup(mc->hosts[i]);
-    m->user = xstrdup(mc->user ? mc->user : "root");
-    m->password = xstrdup(pw);
-    m->database = xstrdup(mc->database ? mc->database : "roomd");
-    m->connect_s = secs(mc->connect_timeout_ms, 2);
-    m->read_s = secs(mc->read_timeout_ms, 5);
-    m->write_s = secs(mc->write_timeout_ms, 5);
     snprintf(m->group, sizeof(m->group), "%s", cfg->group);
     uuid_v7(clock_wall_ms(), id);
     /* the uuid's random tail: a restarted node never mistakes an old claim
@@ -403,10 +302,19 @@ my_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, s
     snprintf(m->owner, sizeof(m->owner), "%s/%.8s", cfg->owner && *cfg->owner ? cfg->owner : "-",
              id + 28);
     m->claim_ms = cfg->claim_ms > 0 ? cfg->claim_ms : 30000;
-    snprintf(m->super.where, sizeof(m->super.where), "mysql %s:%u/%s consumer_inbox",
-             m->socket ? m->socket : m->host, m->port, m->database);
+    if (m->pool->socket != NULL)
+        snprintf(host, sizeof(host), "%s", m->pool->socket);
+    else
+        mys_server_info(&m->pool->super, host, sizeof(host), &moves);
+    snprintf(m->super.where, sizeof(m->super.where), "mysql %s/%s consumer_inbox", host,
+             m->pool->database);
 
-    int rc = cfg->existing ? my_connect(m) : my_schema(m, cfg->schema);
+    if (cfg->existing) {
+        if ((rc = my_take(m, &c)) == 0)
+            my_give(m, c);
+    } else {
+        rc = my_schema(m, cfg->schema);
+    }
     if (rc != 0) {
         snprintf(err, errlen, "store.mysql: consumer inbox of %s: %s", cfg->group, m->super.errmsg);
         my_close(&m->super);

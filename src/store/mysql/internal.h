@@ -16,6 +16,8 @@
  *   wallet.c   the gifts' debits (inside their save), topup, balance
  *   rooms.c    rockets_pending, rooms_list
  *   gifts.c    gift_get, gift_put, gift_list (the gift catalog)
+ *   share.c    one client per database: the pool registry (mys_pool_share)
+ *              and the text statements of the admin store and inboxes
  *   failover.c store.mysql.hosts: which server the pool uses, the move to
  *              the next on a loss, Galera readiness and causal reads
  *
@@ -124,6 +126,7 @@ struct conn {
     int host;         /* index in mstore.hosts of the server it is connected to */
     uint64_t gen;     /* mstore.gen when it connected: another means the pool moved */
     unsigned int err; /* MySQL errno of the last failure; 0 = ours */
+    bool lost; /* dropped on a loss by mys_conn_give: the next connect tries the others first */
     char errmsg[320];
 };
 
@@ -163,6 +166,13 @@ struct mstore {
     pthread_mutex_t claim_mu;
     /* wall ms of the last mys_outbox_reconcile before a claim (outbox.c) */
     _Atomic int64_t reconciled_ms;
+    /* The process's one pool per database (mys_pool_share): conns has room
+     * for cap; base of them are the owner's (store.mysql.pool_size, or 0 for
+     * a pool the sharers opened), one more for each sharer (shares, under mu).
+     * refs, next: the registry's, under its lock. */
+    int cap, base, shares;
+    int refs;
+    struct mstore *next;
 };
 
 enum errclass {
@@ -365,6 +375,9 @@ struct all_ctx {
 
 /* conn.c */
 enum errclass mys_classify(unsigned int e);
+/* True for an error of the client library (CR_*, CER_*: 2000-2999,
+ * 5000-5999), after which the connection is not to be trusted. */
+bool mys_client_error(unsigned int e);
 int mys_db_fail(struct conn *c, const char *what);
 int mys_q_exec(struct conn *c, const char *sql);
 int mys_q_int(struct conn *c, const char *sql, int64_t *out);
@@ -430,6 +443,57 @@ int mys_one_fn(struct conn *c, void *arg);
 /* Runs x on a pooled connection (mys_run). Returns 0 with x->rows/x->n
  * filled, or the failure with x->rows NULL and x->n 0. Blocks; any thread. */
 int mys_read_all(struct mstore *s, struct all_ctx *x);
+
+/*
+ * One client per database: the admin store (admin.c) and the consumer
+ * inboxes (inbox.c) run on the pool of the open store of the same servers,
+ * user and database (the one connect, reconnect, failover and error path;
+ * docs/store.md), or, in a process without one (roomctl), on a pool they
+ * share among themselves.
+ *
+ * mys_pool_share: the pool for cs's database with one connection more for
+ * the caller (until mys_pool_release). Returns 0 and *out (the caller's
+ * reference), or ROOMD_EINVAL with err (the settings). Nothing is connected
+ * here; mys_pool_release(s, true) gives the reference back. Thread: any;
+ * takes the registry's lock.
+ */
+int mys_pool_share(const struct conf_store *cs, struct mstore **out, char *err, size_t errlen);
+/* conn.c: a pool of nconns (not connected) for mc's servers, refs 1, not
+ * registered; or ROOMD_EINVAL / ROOMD_EIO with err. mys_pool_free closes
+ * every connection and frees it (the last holder's thread). share.c:
+ * mys_pool_register adds a store's pool to the registry (first, so sharers
+ * find it); mys_pool_release drops a reference, a sharer's (sharer: its
+ * connection stays for the next) or the store's own; the last one
+ * unregisters and frees the pool (NULL: nothing). Thread: any. */
+struct conf_mysql;
+int mys_pool_new(struct mstore **out, const struct conf_mysql *mc, int nconns, char *err,
+                 size_t errlen);
+void mys_pool_free(struct mstore *s);
+void mys_pool_register(struct mstore *s);
+void mys_pool_release(struct mstore *s, bool sharer);
+/*
+ * A connection of s's pool in autocommit, connected (to the pool's server,
+ * failover.c; a stale one reconnected), for statements of the caller's own
+ * over several calls (an inbox transaction). Returns 0 and *out, or the
+ * failure (text in store_errmsg()). mys_conn_give puts it back: a lost one
+ * (c->err of class EC_LOST, or any client error) is closed, an open
+ * transaction rolled back. Thread: the holder's, one at a time; take blocks
+ * on the pool and on connecting.
+ */
+int mys_conn_take(struct mstore *s, struct conn **out);
+void mys_conn_give(struct mstore *s, struct conn *c);
+/* Runs the text statement sql on c; with res != NULL its stored result set
+ * (NULL for a statement without one; the caller frees it), else the result
+ * is discarded. Returns 0 or the failure (mys_db_fail). Thread: c's holder;
+ * blocks on the server. */
+int mys_q_result(struct conn *c, const char *sql, MYSQL_RES **res);
+struct consume_arg;
+/* tmpl with each ?N (1..9) replaced by args[N-1] and each bare ? by the
+ * next argument in order: integers printed, strings quoted and escaped
+ * (every session is utf8mb4 with backslash escapes, so escaping needs no
+ * connection), NULL as NULL. Returns the text, malloc'd (the caller frees).
+ * Thread: any; does not block. */
+char *mys_text(const char *tmpl, const struct consume_arg *args, int nargs);
 
 /* conn.c: connects c to server idx of s->hosts (timeouts, session settings,
  * mys_fo_check). Returns 0, or ROOMD_EUNAVAIL with c->db NULL and c->errmsg

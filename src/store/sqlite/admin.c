@@ -190,14 +190,14 @@ sq_open(struct admin_store **out, const struct conf_store *cs, bool readonly, ch
     a = xcalloc(1, sizeof(*a));
     a->super.ops = &admin_store_sqlite_ops;
     pthread_mutex_init(&a->mu, NULL);
-    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
-    if (sqlite3_open_v2(path, &a->db, flags, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "store.sqlite.path: cannot open %s: %s", path, sqlite3_errmsg(a->db));
+    char why[768];
+    int rc = sq_open_db(&a->db, path, readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE,
+                        cs->sqlite.busy_timeout_ms, NULL, why, sizeof(why));
+    if (rc != 0) {
+        snprintf(err, errlen, "store.sqlite.path: %s", why);
         sq_close(&a->super);
-        return ROOMD_EUNAVAIL;
+        return rc;
     }
-    sqlite3_busy_timeout(a->db,
-                         (int)(cs->sqlite.busy_timeout_ms > 0 ? cs->sqlite.busy_timeout_ms : 5000));
     sqlite3_stmt *q = prep(a, "SELECT 1 FROM room_outbox LIMIT 0");
     if (q == NULL) {
         snprintf(err, errlen, "store.sqlite.path: %s is not a roomd store: %s", path,
@@ -339,9 +339,7 @@ sq_audit_begin(struct admin_store *s, const char *actor, bool repair, const char
     int rc = 0, step;
 
     LOCK(a);
-    sqlite3_stmt *q = prep(a, "INSERT INTO admin_audit (actor, action, filter, state, max_id,"
-                              " cursor_id, count, created_at_ms, updated_at_ms)"
-                              " VALUES (?1, ?2, ?3, 'running', ?4, 0, 0, ?5, ?5)");
+    sqlite3_stmt *q = prep(a, ADMIN_AUDIT_BEGIN_SQL);
     if (q == NULL) {
         UNLOCK(a);
         return ROOMD_EIO;
@@ -368,10 +366,7 @@ record_row(struct sq_admin *a, int64_t audit, int64_t id, const char *event_id, 
     const struct admin_param p[] = {
         {.i = audit}, {.i = id}, {.is_text = true, .s = event_id}, {.is_text = true, .s = new_id}};
 
-    return run_bound(a,
-                     "INSERT INTO admin_audit_rows (audit_id, outbox_id, event_id, new_event_id)"
-                     " VALUES (?1, ?2, ?3, ?4)",
-                     p, 4, what);
+    return run_bound(a, ADMIN_AUDIT_ROW_SQL, p, 4, what);
 }
 
 /* Replays (or repairs) the row id/event_id and records it under audit; in
@@ -460,11 +455,7 @@ chunk_tx(struct sq_admin *a, int64_t audit, const struct admin_filter *f, bool r
     *finished = n < (size_t)limit;
     const struct admin_param p[] = {
         {.i = audit}, {.i = last}, {.i = (int64_t)n}, {.i = now_ms}, {.i = *finished}};
-    return run_bound(a,
-                     "UPDATE admin_audit SET cursor_id = max(cursor_id, ?2), count = count + ?3,"
-                     " updated_at_ms = ?4, state = CASE WHEN ?5 THEN 'done' ELSE state END,"
-                     " finished_at_ms = CASE WHEN ?5 THEN ?4 ELSE finished_at_ms END WHERE id = ?1",
-                     p, 5, "audit progress");
+    return run_bound(a, ADMIN_AUDIT_ADVANCE_SQL, p, 5, "audit progress");
 }
 
 /* Ends the transaction a BEGIN IMMEDIATE opened: COMMIT when rc is 0, else
@@ -505,11 +496,7 @@ record_tx(struct sq_admin *a, const char *actor, const char *action, const char 
                                     {.is_text = true, .s = filter_json},
                                     {.i = (int64_t)n},
                                     {.i = now_ms}};
-    int rc = run_bound(a,
-                       "INSERT INTO admin_audit (actor, action, filter, state, max_id,"
-                       " cursor_id, count, created_at_ms, updated_at_ms, finished_at_ms)"
-                       " VALUES (?1, ?2, ?3, 'done', 0, 0, ?4, ?5, ?5, ?5)",
-                       p, 5, "audit record");
+    int rc = run_bound(a, ADMIN_AUDIT_DONE_SQL, p, 5, "audit record");
 
     if (rc != 0)
         return rc;

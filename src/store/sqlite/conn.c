@@ -158,49 +158,54 @@ sq_rollback(struct conn *c)
         (void)sq_run(c, &SQL_ROLLBACK);
 }
 
+int
+sq_open_db(sqlite3 **db, const char *path, int flags, int64_t busy_ms, const char *pragmas,
+           char *err, size_t errlen)
+{
+    char *emsg = NULL;
+    int rc = sqlite3_open_v2(path, db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open \"%s\": %s", path,
+                 *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+    } else {
+        sqlite3_extended_result_codes(*db, 1);
+        sqlite3_busy_timeout(*db, (int)(busy_ms > 0 ? busy_ms : 5000));
+        if (pragmas != NULL && (rc = sqlite3_exec(*db, pragmas, NULL, NULL, &emsg)) != SQLITE_OK)
+            snprintf(err, errlen, "\"%s\": %s", path, emsg ? emsg : sqlite3_errstr(rc));
+        sqlite3_free(emsg);
+    }
+    if (rc == SQLITE_OK)
+        return 0;
+    sqlite3_close(*db);
+    *db = NULL;
+    return (rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_BUSY ? ROOMD_EUNAVAIL
+                                                                        : ROOMD_EIO;
+}
+
 static int
 conn_open(struct conn *c, const struct conf_sqlite *cq, bool writer, char *err, size_t errlen)
 {
-    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_CREATE : 0);
-    char *pragmas = NULL;
-    char *emsg = NULL;
-    int rc;
-
-    memset(c, 0, sizeof(*c));
-    rc = sqlite3_open_v2(cq->path, &c->db, flags, NULL);
-    if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "store.sqlite.path: cannot open \"%s\": %s", cq->path,
-                 c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
-        goto out;
-    }
-    sqlite3_extended_result_codes(c->db, 1);
-    sqlite3_busy_timeout(c->db, (int)(cq->busy_timeout_ms > 0 ? cq->busy_timeout_ms : 5000));
+    char why[768];
     /* Static text, no data: exec is fine here. journal_mode=WAL is
      * persistent in the file; synchronous is per connection; the WAL file is
      * truncated back to 64 MiB after a checkpoint that emptied it;
      * temp_store=MEMORY keeps statement journals and transient tables in
      * memory (with the default, a snapshot's commit created, and unlinked, a
      * file in /var/tmp). */
-    pragmas = xasprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;"
-                        " PRAGMA foreign_keys=OFF; PRAGMA journal_size_limit=67108864;"
-                        " PRAGMA temp_store=MEMORY;",
-                        cq->synchronous_full ? "FULL" : "NORMAL");
-    rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &emsg);
-    if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "store.sqlite.path: \"%s\": %s", cq->path,
-                 emsg ? emsg : sqlite3_errstr(rc));
-        goto out;
-    }
-out:
-    sqlite3_free(emsg);
+    char *pragmas = xasprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;"
+                              " PRAGMA foreign_keys=OFF; PRAGMA journal_size_limit=67108864;"
+                              " PRAGMA temp_store=MEMORY;",
+                              cq->synchronous_full ? "FULL" : "NORMAL");
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    rc = sq_open_db(&c->db, cq->path, SQLITE_OPEN_READWRITE | (writer ? SQLITE_OPEN_CREATE : 0),
+                    cq->busy_timeout_ms, pragmas, why, sizeof(why));
     free(pragmas);
-    if (rc != SQLITE_OK) {
-        sqlite3_close(c->db);
-        c->db = NULL;
-        return (rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_BUSY ? ROOMD_EUNAVAIL
-                                                                            : ROOMD_EIO;
-    }
-    return 0;
+    if (rc != 0)
+        snprintf(err, errlen, "store.sqlite.path: %s", why);
+    return rc;
 }
 
 static void
@@ -368,6 +373,20 @@ sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, const
 
     sq_reader_put(s, c);
     return rc == 1 ? 0 : rc == 0 ? ROOMD_ENOTFOUND : rc;
+}
+
+int
+sq_read_list(struct store *st, const struct sq_sql *id, const char *app, struct sq_all *x,
+             void *rows, size_t *n)
+{
+    struct sq_store *s = (struct sq_store *)st;
+    struct conn *c = sq_reader_get(s);
+    int rc = sq_read_all(c, app != NULL ? sq_bound(c, id, "s", app) : sq_stmt(c, id), x);
+
+    sq_reader_put(s, c);
+    *(void **)rows = x->rows;
+    *n = x->n;
+    return rc;
 }
 
 int

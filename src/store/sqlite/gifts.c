@@ -72,13 +72,7 @@ out:
 int
 sq_gift_list(struct store *st, const char *app, struct gift_item **rows, size_t *n)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = sq_reader_get(s);
     struct sq_all x = {sizeof(**rows), store_gift_cols, "gift list", NULL, 0};
-    int rc = sq_read_all(c, sq_bound(c, &SQL_GIFT_LIST, "s", app), &x);
 
-    sq_reader_put(s, c);
-    *rows = x.rows;
-    *n = x.n;
-    return rc;
+    return sq_read_list(st, &SQL_GIFT_LIST, app, &x, rows, n);
 }

@@ -9,6 +9,7 @@
  * needs no owner: claiming is reading the row (and creating it received).
  */
 #include "store/inbox.h"
+#include "store/sqlite/db.h"
 
 #include "core/clock.h"
 #include "core/err.h"
@@ -123,8 +124,6 @@ static int
 sq_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, size_t errlen)
 {
     static const char schema[] =
-        "PRAGMA journal_mode=WAL;"
-        "PRAGMA synchronous=FULL;"
         "CREATE TABLE IF NOT EXISTS inbox("
         " key TEXT PRIMARY KEY,"
         " state TEXT NOT NULL," /* received | done | dead */
@@ -138,43 +137,33 @@ sq_open(struct consume_inbox **out, const struct inbox_config *cfg, char *err, s
     struct sq_inbox *s = xcalloc(1, sizeof(*s));
     struct consume_inbox *ib = &s->super;
     const char *dir = cfg->store_dir && *cfg->store_dir ? cfg->store_dir : "./var/consumers";
+    int rc;
 
     *out = NULL;
-    if (cfg->existing) {
-        snprintf(ib->where, sizeof(ib->where), "%s/%s.db", dir, cfg->group);
-        if (access(ib->where, F_OK) != 0) {
-            snprintf(err, errlen, "the inbox of group %s (%s) is not on this machine", cfg->group,
-                     ib->where);
-            free(s);
-            return ROOMD_ENOTFOUND;
-        }
-        if (sqlite3_open_v2(ib->where, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
-            SQLITE_OK) {
-            snprintf(err, errlen, "%s: %s", ib->where, sqlite3_errmsg(s->db));
-            sq_close(ib);
-            return ROOMD_EIO;
-        }
-        sqlite3_busy_timeout(s->db, 5000);
-        *out = ib;
-        return 0;
+    snprintf(ib->where, sizeof(ib->where), "%s/%s.db", dir, cfg->group);
+    if (cfg->existing && access(ib->where, F_OK) != 0) {
+        snprintf(err, errlen, "the inbox of group %s (%s) is not on this machine", cfg->group,
+                 ib->where);
+        free(s);
+        return ROOMD_ENOTFOUND;
     }
-    if (mkdir_p(dir) != 0) {
+    if (!cfg->existing && mkdir_p(dir) != 0) {
         snprintf(err, errlen, "rocketmq.consumer_store_dir: cannot create %s: %s", dir,
                  strerror(errno));
         free(s);
         return ROOMD_EIO;
     }
-    snprintf(ib->where, sizeof(ib->where), "%s/%s.db", dir, cfg->group);
-    if (sqlite3_open_v2(ib->where, &s->db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "%s: %s", ib->where, sqlite3_errmsg(s->db));
+    /* the dead-letter operations of another process (existing) create nothing */
+    if ((rc = sq_open_db(&s->db, ib->where,
+                         SQLITE_OPEN_READWRITE | (cfg->existing ? 0 : SQLITE_OPEN_CREATE), 5000,
+                         cfg->existing ? NULL : "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+                         err, errlen)) != 0) {
         sq_close(ib);
         return ROOMD_EIO;
     }
-    sqlite3_busy_timeout(s->db, 5000);
-    int rc = sq_script(ib, schema);
-    for (const struct consume_sql *const *q = cfg->schema; rc == 0 && q && *q; q++)
+    rc = cfg->existing ? 0 : sq_script(ib, schema);
+    for (const struct consume_sql *const *q = cfg->schema; rc == 0 && !cfg->existing && q && *q;
+         q++)
         rc = sq_script(ib, (*q)->sqlite);
     if (rc != 0) {
         snprintf(err, errlen, "%s: %s", ib->where, ib->errmsg);

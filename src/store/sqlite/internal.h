@@ -17,6 +17,7 @@
 #ifndef ROOMD_STORE_SQLITE_INTERNAL_H
 #define ROOMD_STORE_SQLITE_INTERNAL_H
 
+#include "store/sqlite/db.h"
 #include "store/store.h"
 
 struct conf_sqlite;
@@ -227,6 +228,11 @@ int sq_read_one(struct sq_store *s, const struct sq_sql *id, const char *key1, c
  * end into x, then resets q. Returns 0 with x->rows/x->n filled, or EIO
  * with x->rows NULL and x->n 0. */
 int sq_read_all(struct conn *c, sqlite3_stmt *q, struct sq_all *x);
+/* sq_read_all of statement id (its one parameter app, or none when app is
+ * NULL) on a reader of st, the rows into *rows (a T ** passed as void *)
+ * and *n. Returns 0 or the failure (*rows NULL, *n 0). Blocks; any thread. */
+int sq_read_list(struct store *st, const struct sq_sql *id, const char *app, struct sq_all *x,
+                 void *rows, size_t *n);
 
 /* Runs sql, a DELETE of up to ?2 rows older than ?1, on the writer as its
  * own short transaction. Returns 0 with *purged the rows deleted, or an

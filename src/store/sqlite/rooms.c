@@ -23,15 +23,9 @@ SQ_SQL(ROOMS_LIST, "SELECT app_code, room_id, owner_uid, title, status, version,
 int
 sq_rockets_pending(struct store *st, struct rocket_pending **out, size_t *n)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = sq_reader_get(s);
     struct sq_all x = {sizeof(**out), store_rocket_cols, "rockets_pending", NULL, 0};
-    int rc = sq_read_all(c, sq_stmt(c, &SQL_ROCKETS), &x);
 
-    sq_reader_put(s, c);
-    *out = x.rows;
-    *n = x.n;
-    return rc;
+    return sq_read_list(st, &SQL_ROCKETS, NULL, &x, out, n);
 }
 
 int

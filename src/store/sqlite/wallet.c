@@ -189,13 +189,7 @@ SQ_SQL(W_AUDIT, "SELECT 'G', app_code, command_id, '', 0, 0, request, room_id, v
 int
 sq_wallet_audit_rows(struct store *st, const char *app, struct audit_row **rows, size_t *n)
 {
-    struct sq_store *s = (struct sq_store *)st;
-    struct conn *c = sq_reader_get(s);
     struct sq_all x = {sizeof(**rows), store_audit_cols, "wallet audit", NULL, 0};
-    int rc = sq_read_all(c, sq_bound(c, &SQL_W_AUDIT, "s", app), &x);
 
-    sq_reader_put(s, c);
-    *rows = x.rows;
-    *n = x.n;
-    return rc;
+    return sq_read_list(st, &SQL_W_AUDIT, app, &x, rows, n);
 }
