@@ -56,6 +56,8 @@ struct conf_auth {
     char *audience;          /* auth.jwt.audience: "" = aud not checked */
     int cache_entries;       /* auth.jwt.cache_entries: verified tokens kept; 0 = no cache */
     int64_t cache_ttl_ms;    /* auth.jwt.cache_ttl: an entry's longest life (and exp) */
+    char *jwks_file;         /* auth.jwt.jwks_file: a JWKS; the token's kid picks the key */
+    int64_t jwks_poll_ms;    /* auth.jwt.jwks_poll_interval: stat of jwks_file; 0 = SIGHUP only */
 };
 
 /* admin: the operator listener (/internal/v1/..., /metrics, readiness details, top-up). */

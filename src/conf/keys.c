@@ -103,6 +103,13 @@ const struct key conf_keys[] = {
             "each); reloaded on SIGHUP"},
     {"auth.jwt.cache_ttl", K_DUR, F(auth.cache_ttl_ms), "60s", GT(0),
      .doc = "longest life of a cache entry; it also ends at the token's exp; reloaded on SIGHUP"},
+    {"auth.jwt.jwks_file", K_STR, F(auth.jwks_file), "",
+     .doc = "or a JWKS (JSON Web Key Set: RSA, EC P-256, oct keys, each with a kid): the "
+            "token's kid header picks the key; reread on SIGHUP and when the file changes "
+            "(docs/auth.md: rotation)"},
+    {"auth.jwt.jwks_poll_interval", K_DUR, F(auth.jwks_poll_ms), "1s", GE(0),
+     .note = "(0 = on SIGHUP only)",
+     .doc = "how often the JWKS file's mtime, size and inode are checked for a change"},
 
     {"admin.listen", K_STR, F(admin.listen), "127.0.0.1:8081", HOSTPORT,
      .note = "with a port in 1..65535",
