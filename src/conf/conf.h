@@ -100,6 +100,9 @@ struct conf_grpc {
     int64_t call_timeout_ms;    /* cap on every call's deadline */
     char *tls_cert_file;        /* "" = plaintext */
     char *tls_key_file;
+    int64_t watch_poll_ms;     /* grpc.watch.poll_interval: a WatchRoom's store read when idle */
+    int watch_max_streams;     /* grpc.watch.max_streams: WatchRoom calls at once (workers held) */
+    int max_calls_per_address; /* grpc.max_calls_per_address: calls one address holds; 0 = off */
 };
 
 struct conf_sqlite {

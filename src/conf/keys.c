@@ -152,6 +152,18 @@ const struct key conf_keys[] = {
     {"grpc.tls.cert_file", K_STR, F(grpc.tls_cert_file), "",
      .doc = "PEM certificate (chain): TLS on grpc.listen (with grpc.tls.key_file)"},
     {"grpc.tls.key_file", K_STR, F(grpc.tls_key_file), "", .doc = "PEM private key of it"},
+    {"grpc.watch.poll_interval", K_DUR, F(grpc.watch_poll_ms), "200ms", RANGE(10, 10000),
+     .note = "(10ms..10s)",
+     .doc = "a WatchRoom stream with nothing new reads the room's events again after this "
+            "(the latency of a live event on the stream)"},
+    {"grpc.watch.max_streams", K_INT, F(grpc.watch_max_streams), "16", RANGE(1, 1024),
+     .doc = "WatchRoom streams open at once on this node (each holds a worker while open); "
+            "at most grpc.workers - 1 are let in; more are RESOURCE_EXHAUSTED"},
+    {"grpc.max_calls_per_address", K_INT, F(grpc.max_calls_per_address), "0", RANGE(0, 1024),
+     .note = "(0 = no cap)",
+     .doc = "calls (streams, over all its connections) one client address may hold workers "
+            "with at once, so one address cannot take every worker; more are "
+            "RESOURCE_EXHAUSTED"},
 
     {"store.driver", K_STR, F(store.driver), "sqlite", ONE_OF(store_drivers),
      .doc = "the store backend"},
