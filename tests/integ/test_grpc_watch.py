@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: Apache-2.0
+"""test_grpc_watch: the WatchRoom server stream (issue 30, Exact catch-up) against a real
+roomd, with the real gRPC client (tests/standins/grpc_client.js).
+- backlog then live: a stream opened after some commands, kept open while more run, gets
+  room_seq 1..N once each in order, and each event equal to the HTTP events read's item;
+  after_seq N starts at N + 1;
+- across an owner change: two nodes on one MariaDB and one Redis lease; a stream on the
+  node that is not the owner and a stream on the owner; the owner is killed (-9) mid-way,
+  the other node takes the room over and commands go on there; the first stream sees every
+  event with no gap, the second breaks with the owner and, reconnected to the survivor with
+  after_seq = the last room_seq it got, goes on with no gap and no duplicate;
+- refusals: an unknown room NOT_FOUND; once retention purged the events OUT_OF_RANGE with
+  the oldest available seq (message and the oldest-available-seq trailer); more streams than
+  grpc.watch.max_streams RESOURCE_EXHAUSTED; grpc.max_calls_per_address: one address holding
+  its cap of workers is refused more calls (counted), and served again once one ends;
+- the endpoint x caller matrix for WatchRoom (test_http_auth's callers): every refused
+  caller UNAUTHENTICATED / PERMISSION_DENIED, a user token and a service token of the app
+  watch.
+Run: python3 tests/integ/test_grpc_watch.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build-asan)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import http_util as hu  # noqa: E402
+import test_grpc as tg  # noqa: E402
+from roomd_test import Roomd, free_port, run, wait_until  # noqa: E402
+
+OUT_OF_RANGE = 11
+CANCELLED = 1
+
+
+def grpc_node(grpc=None, tmp=None, env=None, **over):
+    """A roomd serving gRPC on a free port with grpc.* of grpc merged in (and over)."""
+    gport = free_port()
+    cfg = {"grpc": dict({"listen": f"127.0.0.1:{gport}", "workers": 8}, **(grpc or {}))}
+    cfg.update(over)
+    rd = Roomd(cfg, tmp=tmp)
+    rd.grpc_port = gport
+    return rd.start(env=env)
+
+
+def watch_start(port, rid, after=0, metadata=None, **kw):
+    """A WatchRoom stream in a background client process; watch_end collects it."""
+    call = dict({"service": "RoomService", "method": "WatchRoom", "stream": True,
+                 "request": {"room_id": rid, "after_seq": after},
+                 "metadata": metadata or {}, "deadline_ms": 120000}, **kw)
+    p = subprocess.Popen(["node", tg.CLIENT, "--target", f"127.0.0.1:{port}"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(json.dumps([call]).encode())
+    p.stdin.close()
+    p.stdin = None
+    return p
+
+
+def watch_end(p, timeout=150):
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err.decode()
+    return json.loads(out)[0]
+
+
+def watch(rd, rid, after=0, metadata=None, **kw):
+    return tg.calls(rd, [dict({"method": "WatchRoom", "stream": True, "metadata": metadata or {},
+                               "request": {"room_id": rid, "after_seq": after},
+                               "deadline_ms": 60000}, **kw)])[0]
+
+
+def http_events(rd, rid, after=0):
+    """Every event after after by the HTTP events read, page by page."""
+    out = []
+    while True:
+        js = hu.expect_ok(rd.http("GET", f"/v1/rooms/{rid}/events?after_seq={after}&limit=50"),
+                          "events")
+        out += js["events"]
+        after = js["next_after_seq"]
+        if not js["more"]:
+            return out
+
+
+def seqs(res):
+    return [r["room_seq"] for r in res["responses"]]
+
+
+def assert_exact(got, first, last, what):
+    assert got == list(range(first, last + 1)), f"{what}: {got[:10]}..{got[-10:]} " \
+                                                f"want {first}..{last}"
+
+
+def commands(rd, rid, uids):
+    """A join then a leave of each uid: two events each."""
+    for u in uids:
+        hu.expect_ok(hu.join(rd, rid, u), "join")
+        hu.expect_ok(hu.leave(rd, rid, u), "leave")
+
+
+def test_backlog_then_live():
+    rd = grpc_node({"watch": {"poll_interval": "50ms"}})
+    try:
+        rid = hu.room_name("wl")
+        hu.expect_ok(hu.create(rd, rid, owner=1), "create")
+        hu.expect_ok(hu.join(rd, rid, 1), "owner joins")
+        commands(rd, rid, range(10, 15))  # backlog: 12 events
+        p = watch_start(rd.grpc_port, rid, idle_ms=3000)
+        q = watch_start(rd.grpc_port, rid, after=7, idle_ms=3000)
+        time.sleep(0.5)
+        commands(rd, rid, range(20, 40))  # live: 40 events, while the streams are open
+        hu.expect_ok(hu.join(rd, rid, 50), "one more")
+        res, res7 = watch_end(p), watch_end(q)
+        ev = http_events(rd, rid)
+        n = len(ev)
+        assert n == 53, n
+        assert res["client_cancelled"] and res["code"] == CANCELLED, res["details"]
+        assert_exact(seqs(res), 1, n, "from 0")
+        assert_exact(seqs(res7), 8, n, "from 7")
+        for r, e in zip(res["responses"], ev):
+            assert json.loads(r["json"]) == e, (r, e)
+            assert r["event_id"] == e["event_id"] and r["event_type"] == e["event_type"]
+        assert [json.loads(r["json"]) for r in res7["responses"]] == ev[7:]
+        m = hu.metrics(rd)
+        assert m.get("roomd_grpc_watch_events_total", 0) >= n + n - 7, m
+        assert m.get("roomd_grpc_watch_streams") == 0, m
+    finally:
+        rd.stop()
+
+
+def test_refusals_and_max_streams():
+    rd = grpc_node({"watch": {"max_streams": 2}},
+                   store={"retention": {"delivered_max_age": "1s", "purge_interval": "200ms"}})
+    try:
+        res = watch(rd, "never-made", idle_ms=2000)
+        tg.refused(res, tg.NOT_FOUND, "not_found", http_status=404, what="unknown room")
+        res = watch(rd, "bad room id!", idle_ms=2000)
+        assert res["code"] == tg.INVALID_ARGUMENT, (res["code"], res["details"])
+        rid = hu.room_name("wp")
+        hu.expect_ok(hu.create(rd, rid, owner=1), "create")
+        for uid in (2, 3, 4):
+            hu.expect_ok(hu.join(rd, rid, uid), "join")
+
+        def gone():
+            st, _, b = rd.http("GET", f"/v1/rooms/{rid}/events?after_seq=0")
+            return st == 410 and b["error"]["oldest_available_seq"] == 5
+        wait_until(gone, timeout=20, what="the delivered rows purged")
+        res = watch(rd, rid, idle_ms=2000)
+        tg.refused(res, OUT_OF_RANGE, "events_purged", http_status=410, what="purged")
+        assert "oldest_available_seq=5" in res["details"], res["details"]
+        assert res["trailing"].get("oldest-available-seq") == "5", res["trailing"]
+        assert res["responses"] == [], res["responses"]
+        # from the room's latest seq it watches on
+        hu.expect_ok(hu.join(rd, rid, 5), "join")
+        assert seqs(watch(rd, rid, after=4, idle_ms=1500)) == [5]
+        # grpc.watch.max_streams 2: a third stream is refused while two are open, and the
+        # other calls are served meanwhile
+        p1 = watch_start(rd.grpc_port, rid, after=5, idle_ms=3000)
+        p2 = watch_start(rd.grpc_port, rid, after=5, idle_ms=3000)
+        wait_until(lambda: hu.metrics(rd).get("roomd_grpc_watch_streams") == 2, timeout=10,
+                   what="two streams open")
+        res = watch(rd, rid, after=5, idle_ms=1000)
+        tg.refused(res, tg.RESOURCE_EXHAUSTED, "rate_limited", what="a third stream")
+        assert "grpc.watch.max_streams" in res["details"], res["details"]
+        tg.ok(tg.call(rd, "GetRoom", {"room_id": rid}), "a read while two streams are open")
+        for p in (p1, p2):
+            assert seqs(watch_end(p)) == []
+        wait_until(lambda: hu.metrics(rd).get("roomd_grpc_watch_streams") == 0, timeout=10,
+                   what="the streams' places given back")
+        res = watch(rd, rid, after=5, idle_ms=1000)  # admitted: nothing new, ended by the client
+        assert res["code"] == CANCELLED and res["client_cancelled"], (res["code"], res["details"])
+    finally:
+        rd.stop()
+
+
+def idle(rd, local, streams, rid):
+    """h2_idle.js: streams calls with headers and no message on one connection from local
+    (held until grpc.receive_timeout), then a real GetRoom from 127.0.0.1; its result."""
+    out = subprocess.run(["node", os.path.join(tg.SOURCE, "tests", "standins", "h2_idle.js"),
+                          "--target", f"127.0.0.1:{rd.grpc_port}", "--streams", str(streams),
+                          "--probe-room", rid, "--hold-ms", "1500", "--local-address", local],
+                         capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    return json.loads(out.stdout)
+
+
+def test_per_address_cap():
+    # issue 25: one address cannot take every gRPC worker (grpc.max_calls_per_address)
+    rd = grpc_node({"max_calls_per_address": 4, "receive_timeout": "3s"})
+    try:
+        rid = hu.room_name("wa")
+        hu.expect_ok(hu.create(rd, rid, owner=1), "create")
+        before = hu.metrics(rd).get("roomd_grpc_refused_per_address_total", 0)
+        # 6 idle calls from 127.0.0.2: 4 hold workers, 2 refused at once; 127.0.0.1 served
+        r = idle(rd, "127.0.0.2", 6, rid)
+        assert r["probe"]["code"] == 0, r
+        assert r["codes"].get(str(tg.RESOURCE_EXHAUSTED)) == 2, r
+        # the same from 127.0.0.1: its own further call is refused
+        r = idle(rd, "127.0.0.1", 4, rid)
+        assert r["probe"]["code"] == tg.RESOURCE_EXHAUSTED, r
+        assert "grpc.max_calls_per_address" in r["probe"]["details"], r
+        after = hu.metrics(rd).get("roomd_grpc_refused_per_address_total", 0)
+        assert after - before == 3, (before, after)
+        # once they timed out, the address is served again
+        wait_until(lambda: tg.call(rd, "GetRoom", {"room_id": rid})["code"] == 0, timeout=10,
+                   what="served again")
+    finally:
+        rd.stop()
+
+
+if __name__ == "__main__":
+    run([test_backlog_then_live, test_refusals_and_max_streams, test_per_address_cap])
