@@ -121,6 +121,7 @@ def test_backlog_then_live():
         m = hu.metrics(rd)
         assert m.get("roomd_grpc_watch_events_total", 0) >= n + n - 7, m
         assert m.get("roomd_grpc_watch_streams") == 0, m
+        assert rd.stop() == 0  # ASan: nothing leaked or misused by the streams
     finally:
         rd.stop()
 
@@ -166,6 +167,7 @@ def test_refusals_and_max_streams():
                    what="the streams' places given back")
         res = watch(rd, rid, after=5, idle_ms=1000)  # admitted: nothing new, ended by the client
         assert res["code"] == CANCELLED and res["client_cancelled"], (res["code"], res["details"])
+        assert rd.stop() == 0
     finally:
         rd.stop()
 
@@ -205,5 +207,99 @@ def test_per_address_cap():
         rd.stop()
 
 
+def test_owner_killed_two_nodes():
+    import test_lease_two_nodes as ln  # its two-node set-up: one MariaDB, one Redis lease
+    store = ln.MysqlStore()
+    nodes = []
+    try:
+        for name in ("a", "b"):
+            gport = free_port()
+            rd = ln.node(store, name, ln.REDIS_PORT, {"grpc": {
+                "listen": f"127.0.0.1:{gport}", "workers": 8,
+                "watch": {"poll_interval": "50ms"}}})
+            rd.grpc_port = gport
+            nodes.append(rd.start())
+        a, b = nodes
+        rid = hu.room_name("wk")
+        hu.expect_ok(hu.create(a, rid, owner=1), "create on a: a owns the room")
+        commands(a, rid, range(10, 13))
+        on_b = watch_start(b.grpc_port, rid, idle_ms=8000)  # served by the node that is not owner
+        on_a = watch_start(a.grpc_port, rid, idle_ms=8000)  # served by the owner, killed below
+        time.sleep(0.5)
+        commands(a, rid, range(20, 25))
+        time.sleep(0.3)
+        a.kill()
+        took, _ = ln.join_until_ok(b, rid, 30, timeout=ln.TTL_MS / 1000 + 10)
+        commands(b, rid, range(40, 45))
+        res_a = watch_end(on_a)
+        assert res_a["code"] not in (0, CANCELLED), ("the owner's stream ended with it", res_a)
+        got_a = seqs(res_a)
+        last = got_a[-1] if got_a else 0
+        again = watch_start(b.grpc_port, rid, after=last, idle_ms=3000)  # the client reconnects
+        res_b, res_again = watch_end(on_b), watch_end(again)
+        ev = http_events(b, rid)
+        n = len(ev)
+        assert n == 1 + 6 + 10 + 1 + 10, n
+        assert_exact(seqs(res_b), 1, n, "the survivor's stream across the owner's kill -9")
+        assert_exact(got_a + seqs(res_again), 1, n, "the owner's stream, then reconnected")
+        assert last >= 17, ("the owner's stream had the events before the kill", last)
+        assert [json.loads(r["json"]) for r in res_b["responses"]] == ev
+        assert [json.loads(r["json"]) for r in res_a["responses"] + res_again["responses"]] == ev
+        print(f"  takeover {took:.2f}s; {n} events on both streams, no gap, no duplicate "
+              f"(the owner's stream broke after room_seq {last})")
+    finally:
+        ln.stop_all(*nodes)
+        store.close()
+
+
+def test_auth_matrix_watch():
+    # WatchRoom in the endpoint x caller matrix: test_http_auth's callers (and test_grpc's)
+    import jwt_util as jw
+    import test_http_auth as ha
+    rd = grpc_node(env=ha.ENV, auth={"mode": "jwt", "jwt": {"hs256_secret_env": "ROOMD_TEST_JWT",
+                                                            "leeway": "0s"}},
+                   admin={"token_env": "ROOMD_TEST_ADMIN"})
+    try:
+        def md(headers):
+            return {k.lower(): v for k, v in headers.items()}
+        owner, uid = 801, 802
+        rid = hu.room_name("wm")
+        tg.ok(tg.call(rd, "CreateRoom", {"command_id": hu.cid(), "room_id": rid, "owner_uid": owner,
+                                         "title": "t"}, md(ha.tok(owner))), "create")
+        batch, want = [], []
+        for cname, h, status in ha.callers(uid):
+            if cname == "other uid":
+                continue  # a read of the room: any user of the app may
+            batch.append({"method": "WatchRoom", "stream": True, "metadata": md(h),
+                          "request": {"room_id": rid}, "idle_ms": 3000, "deadline_ms": 10000})
+            want.append((cname, status))
+        # a token of another app naming its own app: the room is not its app's
+        batch.append({"method": "WatchRoom", "stream": True, "request": {"room_id": rid},
+                      "metadata": md(ha.tok(uid, app="otherapp")), "idle_ms": 3000})
+        want.append(("other app's own", 404))
+        for r, (what, status) in zip(tg.calls(rd, batch), want):
+            assert r["responses"] == [], (what, r["responses"])
+            if status == 404:
+                tg.refused(r, tg.NOT_FOUND, "not_found", http_status=404, what=what)
+                continue
+            tg.refused(r, tg.UNAUTHENTICATED if status == 401 else tg.PERMISSION_DENIED,
+                       "unauthenticated" if status == 401 else "forbidden",
+                       http_status=status, what=what)
+        # allowed: a user of the app (any uid), and a service token
+        for what, h in (("a user", md(ha.tok(uid))), ("the owner", md(ha.tok(owner))),
+                        ("a service", md(ha.service()))):
+            r = watch(rd, rid, metadata=h, max_messages=1)
+            assert r["client_cancelled"] and seqs(r) == [1], (what, r["code"], r["details"])
+        # a token that expires while the stream is open ends it (every read is authorized)
+        short = {"authorization": "Bearer " + jw.hs256(ha.SECRET, jw.claims(uid, ttl=1))}
+        r = watch(rd, rid, metadata=short, idle_ms=20000, deadline_ms=60000)
+        assert seqs(r) == [1] and r["code"] == tg.UNAUTHENTICATED, (r["code"], r["details"])
+        assert ha.SECRET not in open(rd.log_path).read()
+        assert rd.stop() == 0
+    finally:
+        rd.stop()
+
+
 if __name__ == "__main__":
-    run([test_backlog_then_live, test_refusals_and_max_streams, test_per_address_cap])
+    run([test_backlog_then_live, test_refusals_and_max_streams, test_per_address_cap,
+         test_owner_killed_two_nodes, test_auth_matrix_watch])
