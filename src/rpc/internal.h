@@ -93,13 +93,13 @@ struct watch_call {
     int64_t send_timeout_ms;     /* one message's send (grpc.call_timeout) */
     gpr_timespec deadline;       /* the client's (monotonic; infinite when none) */
     const atomic_bool *stopping; /* rpc_server_close began */
+    _Atomic uint64_t *events;    /* roomd_grpc_watch_events_total, +1 per event sent */
 };
 /* Serves the stream until the client goes, its deadline passes, the route
  * refuses a read (its status: 401/403/404 as the route, 410 events_purged
  * as OUT_OF_RANGE with the oldest seq) or the server stops (UNAVAILABLE);
  * sends the status itself. a: the status it ended with (CANCELLED when the
- * client went away); *sent: events sent. Thread: the worker's; blocks for the
- * stream's life. */
-void rpc_watch(const struct watch_call *w, struct answer *a, uint64_t *sent);
+ * client went away). Thread: the worker's; blocks for the stream's life. */
+void rpc_watch(const struct watch_call *w, struct answer *a);
 
 #endif

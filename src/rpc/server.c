@@ -446,10 +446,9 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
                 .send_timeout_ms = s->call_timeout_ms,
                 .deadline = gpr_convert_clock_type(cd->deadline, GPR_CLOCK_MONOTONIC),
                 .stopping = &s->stopping,
+                .events = &s->watch_events,
             };
-            uint64_t sent = 0;
-            rpc_watch(&wc, &a, &sent);
-            atomic_fetch_add(&s->watch_events, sent);
+            rpc_watch(&wc, &a);
             late = true; /* sent */
         } else {
             router_handle(s->d, &b.req, &resp);

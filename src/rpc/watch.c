@@ -162,7 +162,7 @@ send_status(struct stream *st, const struct answer *a, int64_t oldest, int64_t t
  * route's (a's status then INTERNAL). */
 static bool
 send_page(struct stream *st, const char *body, int64_t *last, bool *more, int64_t timeout_ms,
-          struct answer *a, uint64_t *sent)
+          struct answer *a, _Atomic uint64_t *sent)
 {
     json_t *o = json_loads(body, 0, NULL), *evs = json_object_get(o, "events"), *ev;
     json_t *next = json_object_get(o, "next_after_seq");
@@ -201,7 +201,7 @@ send_page(struct stream *st, const char *body, int64_t *last, bool *more, int64_
         if (!ok)
             break;
         *last = seq;
-        (*sent)++;
+        atomic_fetch_add(sent, 1);
     }
     if (ok && json_integer_value(next) > *last)
         *last = json_integer_value(next);
@@ -234,7 +234,7 @@ refusal(const struct method *m, const struct http_response *resp, struct answer 
 }
 
 void
-rpc_watch(const struct watch_call *w, struct answer *a, uint64_t *sent)
+rpc_watch(const struct watch_call *w, struct answer *a)
 {
     struct stream st = {.call = w->call, .cq = w->cq};
     struct built *b = w->b;
@@ -243,7 +243,6 @@ rpc_watch(const struct watch_call *w, struct answer *a, uint64_t *sent)
     int qi = -1;
     bool more = false;
 
-    *sent = 0;
     /* the query arguments: after_seq (rpc_to_request put it there when set) and limit */
     for (int i = 0; i < b->q.n; i++)
         if (strcmp(b->q.name[i], "after_seq") == 0)
@@ -280,7 +279,7 @@ rpc_watch(const struct watch_call *w, struct answer *a, uint64_t *sent)
         if (!ok)
             refusal(w->m, &resp, a, &oldest);
         else
-            ok = send_page(&st, resp.body, &last, &more, w->send_timeout_ms, a, sent);
+            ok = send_page(&st, resp.body, &last, &more, w->send_timeout_ms, a, w->events);
         http_response_clear(&resp);
         if (!ok)
             break;
