@@ -99,7 +99,9 @@ struct watch_call {
  * refuses a read (its status: 401/403/404 as the route, 410 events_purged
  * as OUT_OF_RANGE with the oldest seq) or the server stops (UNAVAILABLE);
  * sends the status itself. a: the status it ended with (CANCELLED when the
- * client went away). Thread: the worker's; blocks for the stream's life. */
-void rpc_watch(const struct watch_call *w, struct answer *a);
+ * client went away). Returns true; false (nothing sent, a's status to send)
+ * when the stream could not start. Thread: the worker's; blocks for the
+ * stream's life. */
+bool rpc_watch(const struct watch_call *w, struct answer *a);
 
 #endif

@@ -448,8 +448,7 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
                 .stopping = &s->stopping,
                 .events = &s->watch_events,
             };
-            rpc_watch(&wc, &a);
-            late = true; /* sent */
+            late = rpc_watch(&wc, &a); /* true: it sent its status itself */
         } else {
             router_handle(s->d, &b.req, &resp);
             rpc_reply(m, &resp, &a);

@@ -233,7 +233,7 @@ refusal(const struct method *m, const struct http_response *resp, struct answer 
     }
 }
 
-void
+bool
 rpc_watch(const struct watch_call *w, struct answer *a)
 {
     struct stream st = {.call = w->call, .cq = w->cq};
@@ -252,6 +252,10 @@ rpc_watch(const struct watch_call *w, struct answer *a)
         b->q.name[qi] = "after_seq";
         snprintf(b->q.value[qi], sizeof(b->q.value[qi]), "0");
     }
+    if (qi < 0) { /* not reached: WatchRoomRequest has one integer field */
+        rpc_set_error(a, GRPC_STATUS_INTERNAL, 500, "internal", NULL, "after_seq: no place");
+        return false;
+    }
     last = strtoll(b->q.value[qi], NULL, 10);
     b->q.name[b->q.n] = "limit";
     snprintf(b->q.value[b->q.n++], sizeof(b->q.value[0]), "%d", WATCH_PAGE);
@@ -260,7 +264,7 @@ rpc_watch(const struct watch_call *w, struct answer *a)
     op.data.recv_close_on_server.cancelled = &st.cancelled;
     if (grpc_call_start_batch(st.call, &op, 1, &st.tag_close, NULL) != GRPC_CALL_OK) {
         rpc_set_error(a, GRPC_STATUS_INTERNAL, 500, "internal", NULL, "cannot start the stream");
-        return;
+        return false;
     }
     for (;;) {
         struct http_response resp;
@@ -295,4 +299,5 @@ rpc_watch(const struct watch_call *w, struct answer *a)
     } else if (a->status == GRPC_STATUS_OK) {
         a->status = GRPC_STATUS_CANCELLED; /* the client went away (or its deadline passed) */
     }
+    return true;
 }
