@@ -148,9 +148,13 @@ def test_refusals_and_max_streams():
         assert "oldest_available_seq=5" in res["details"], res["details"]
         assert res["trailing"].get("oldest-available-seq") == "5", res["trailing"]
         assert res["responses"] == [], res["responses"]
-        # from the room's latest seq it watches on
+        # from the room's latest seq it watches on (opened first: seq 5 is purged a second
+        # after its delivery)
+        p = watch_start(rd.grpc_port, rid, after=4, idle_ms=2500)
+        wait_until(lambda: hu.metrics(rd).get("roomd_grpc_watch_streams") == 1, timeout=10,
+                   what="the stream open")
         hu.expect_ok(hu.join(rd, rid, 5), "join")
-        assert seqs(watch(rd, rid, after=4, idle_ms=1500)) == [5]
+        assert seqs(watch_end(p)) == [5]
         # grpc.watch.max_streams 2: a third stream is refused while two are open, and the
         # other calls are served meanwhile
         p1 = watch_start(rd.grpc_port, rid, after=5, idle_ms=3000)
