@@ -606,8 +606,8 @@ check_claims(const struct auth *a, jwt_alg_t alg, jwt_t *j, struct auth_principa
     return read_identity(j, p);
 }
 
-/* The key that verifies token (the caller holds key_lock shared): the
- * single key, or the JWKS key its kid header names with the alg of that key.
+/* The JWKS key that verifies token (the caller holds key_lock shared): the
+ * one its kid header names, with the alg of that key.
  * NULL and *r when the token does not parse (AUTH_MALFORMED), names no kid
  * of the set (AUTH_UNKNOWN_KEY) or another alg (AUTH_BAD_SIGNATURE). Decoding
  * without a key only parses (libjwt 1.x), so the header is read before any
@@ -624,9 +624,7 @@ pick_key(const struct auth *a, const char *token, enum auth_reason *r)
     }
     const char *kid = jwt_get_header(u, "kid");
     const char *alg = jwt_get_header(u, "alg");
-    if (!a->by_kid)
-        k = a->keys.n > 0 ? &a->keys.keys[0] : NULL;
-    else if (kid != NULL)
+    if (kid != NULL)
         k = jwks_find(&a->keys, kid);
     *r = AUTH_UNKNOWN_KEY;
     if (k != NULL && (alg == NULL || jwt_str_alg(alg) != k->alg)) {
@@ -649,10 +647,21 @@ verify_token(struct auth *a, const char *token, struct auth_principal *p, int64_
     const struct jwk *k;
 
     *gen = atomic_load(&a->key_gen);
-    if ((k = pick_key(a, token, &r)) == NULL)
+    if (!a->by_kid) { /* one key: one decode (check_claims refuses another alg) */
+        k = &a->keys.keys[0];
+        if (jwt_decode(&j, token, k->key, k->key_len) != 0) {
+            /* signed with another key, or not a JWT at all? Decoding without a
+             * key only parses: success means the signature was at fault. */
+            jwt_t *unverified = NULL;
+            r = jwt_decode(&unverified, token, NULL, 0) == 0 ? AUTH_BAD_SIGNATURE : AUTH_MALFORMED;
+            jwt_free(unverified);
+            return r;
+        }
+    } else if ((k = pick_key(a, token, &r)) == NULL) {
         return r;
-    if (jwt_decode(&j, token, k->key, k->key_len) != 0)
+    } else if (jwt_decode(&j, token, k->key, k->key_len) != 0) {
         return AUTH_BAD_SIGNATURE; /* it parsed (pick_key): the signature is at fault */
+    }
     r = check_claims(a, k->alg, j, p, exp_s);
     jwt_free(j);
     return r;
