@@ -309,6 +309,27 @@ def test_auth_matrix_watch():
         rd.stop()
 
 
+def test_stop_ends_streams():
+    # SIGTERM with streams open: each ends UNAVAILABLE at its next poll (not by the 5 s
+    # shutdown grace's cancel of every call)
+    rd = grpc_node()
+    try:
+        rid = hu.room_name("ws")
+        hu.expect_ok(hu.create(rd, rid, owner=1), "create")
+        ps = [watch_start(rd.grpc_port, rid, idle_ms=30000) for _ in range(3)]
+        wait_until(lambda: hu.metrics(rd).get("roomd_grpc_watch_streams") == 3, timeout=10,
+                   what="three streams open")
+        assert rd.stop() == 0
+        for p in ps:
+            res = watch_end(p)
+            assert seqs(res) == [1], res
+            # ended by the stream itself, not by the shutdown grace's cancel of every call
+            assert res["code"] == tg.UNAVAILABLE and "stopping" in res["details"], \
+                (res["code"], res["details"])
+    finally:
+        rd.stop()
+
+
 if __name__ == "__main__":
     run([test_backlog_then_live, test_refusals_and_max_streams, test_per_address_cap,
-         test_owner_killed_two_nodes, test_auth_matrix_watch])
+         test_owner_killed_two_nodes, test_auth_matrix_watch, test_stop_ends_streams])
