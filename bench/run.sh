@@ -30,6 +30,8 @@
 #   readyz   bench/readyz.py: /readyz and JoinRoom at BENCH_OUTBOX_ROWS outbox rows (issue 11).
 #   logrow   bench/log_row.py: bytes per command-log row in a 150-member room (issue 11;
 #            BENCH_BASELINE's roomd first, as its baseline).
+#   catchup  bench/catchup.py: events/s read by GET /v1/rooms/{id}/events?after_seq (1 and 8
+#            readers, pages of 1000) beside the rate the room committed them (issue 30).
 # The SQLite part also runs the gift path alone (issue 10; BENCH_BASELINE=DIR runs DIR/roomd
 # first, same pass, as its baseline) and the direct pass with auth.mode jwt (HS256, ES256:
 # issue 11).
@@ -41,7 +43,7 @@ build=${1:-build}
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
 relay_n=${BENCH_RELAY_N:-40000}
-parts=${BENCH_PARTS:-sqlite,mysql,galera,relay,memory,readyz,logrow}
+parts=${BENCH_PARTS:-sqlite,mysql,galera,relay,memory,readyz,logrow,catchup}
 nats_port=${ROOMD_NATS_PORT:-4333}
 mysql_port=${ROOMD_MYSQL_PORT:-3417}
 tmp=$(mktemp -d /tmp/roomd-bench-XXXXXX)
@@ -295,6 +297,15 @@ if want logrow; then
     else
         row "command-log row, 150-member room (bytes)" "$(field row_bytes "$tmp/logrow")" "goal" 1024
     fi
+fi
+
+# ---- the catch-up read rate (issue 30) ----
+if want catchup; then
+    echo "== catch-up read: GET /v1/rooms/{id}/events?after_seq, one room, SQLite"
+    BENCH_SECONDS=$secs python3 "$(dirname "$0")/catchup.py" "$build" | tee "$tmp/catchup"
+    w=$(sed -n 's/^catchup write .*events_per_s=\([0-9]*\).*/\1/p' "$tmp/catchup")
+    row "catch-up read, 1 reader (events/s)" "$(sed -n 's/^catchup read1 .*events_per_s=\([0-9]*\).*/\1/p' "$tmp/catchup")" "the room's commit rate (events/s)" "$w"
+    row "catch-up read, 8 readers (events/s)" "$(sed -n 's/^catchup read8 .*events_per_s=\([0-9]*\).*/\1/p' "$tmp/catchup")" "the room's commit rate (events/s)" "$w"
 fi
 
 echo

@@ -100,6 +100,10 @@ check_config(const char *path)
         return 1;
     }
     int rc = conf_check_environment(conf, err, sizeof(err));
+    /* the JWKS's keys, as start-up would read them (docs/auth.md) */
+    if (rc == 0 && strcmp(conf->auth.mode, "jwt") == 0 && conf->auth.jwks_file != NULL &&
+        conf->auth.jwks_file[0] != '\0')
+        rc = auth_jwks_check(conf->auth.jwks_file, NULL, err, sizeof(err));
     conf_free(conf);
     if (rc != 0) {
         fprintf(stderr, "roomd: %s:\n%s\n", path, err);

@@ -19,11 +19,14 @@
  */
 #include "auth/auth.h"
 
+#include "auth/jwks.h"
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/file.h"
+#include "core/log.h"
 #include "core/secret.h"
+#include "core/thread.h"
 #include "core/xmalloc.h"
 #include "metrics/metrics.h"
 
@@ -40,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #define PEM_MAX 16384  /* public key file */
 #define TOKEN_MAX 8192 /* a longer Authorization value is malformed */
@@ -67,12 +71,18 @@ struct token_cache {
 
 struct auth {
     bool none; /* auth.mode none */
-    /* key_lock guards alg, key, key_len: verifiers shared, auth_reload_keys exclusive */
+    /* key_lock guards keys, by_kid: verifiers shared, a reload exclusive */
     pthread_rwlock_t key_lock;     /* and the cache's table (struct token_cache) */
-    atomic_uint_least64_t key_gen; /* 1, +1 per auth_reload_keys */
-    jwt_alg_t alg;                 /* the one alg a token may use */
-    unsigned char *key;            /* HS256 secret or PEM public key */
-    int key_len;
+    atomic_uint_least64_t key_gen; /* 1, +1 per reload */
+    struct jwks keys;              /* the single key (kid "") or auth.jwt.jwks_file's set */
+    bool by_kid;                   /* a JWKS: the token's kid header picks the key */
+    /* the JWKS file watcher: watch.mu guards jwks_path, poll_ms and the
+     * file's identity last read (seen_*) */
+    struct bg_thread watch;
+    char jwks_path[1024]; /* "" = not a JWKS */
+    int64_t poll_ms;
+    struct stat seen;
+    bool seen_ok;
     int64_t leeway_s;
     char *issuer;   /* "" = not checked */
     char *audience; /* "" = not checked */
@@ -90,9 +100,9 @@ struct auth {
 };
 
 static const char *const reason_names[AUTH_REASON_COUNT_] = {
-    "ok",         "missing",      "malformed",  "bad_signature",   "expired",   "not_yet_valid",
-    "bad_issuer", "bad_audience", "bad_claims", "bad_admin_token", "other_app", "other_uid",
-    "read_only",
+    "ok",         "missing",      "malformed",  "bad_signature", "expired",         "not_yet_valid",
+    "bad_issuer", "bad_audience", "bad_claims", "unknown_key",   "bad_admin_token", "other_app",
+    "other_uid",  "read_only",
 };
 static const char *const listener_names[LISTENER_COUNT_] = {"public", "admin"};
 
@@ -118,6 +128,16 @@ auth_mode_none(const struct auth *a)
 
 /* ---- open / close ------------------------------------------------------------------ */
 
+static bool
+str_set(const char *s)
+{
+    return s != NULL && s[0] != '\0';
+}
+
+/* forward: the JWKS watcher (below auth_reload_keys) */
+static void watch_set(struct auth *a, const struct conf_auth *c, const struct stat *st);
+static void *watch_main(void *arg);
+
 /* Reads the PEM public key file and picks the alg from its type: RSA ->
  * RS256, EC P-256 -> ES256. */
 static int
@@ -135,10 +155,11 @@ load_public_key(struct auth *a, const char *file, char *err, size_t errlen)
     pk = bio ? PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL) : NULL;
     BIO_free(bio);
     type = pk ? EVP_PKEY_base_id(pk) : 0;
+    a->keys.keys = xcalloc(1, sizeof(*a->keys.keys));
     if (type == EVP_PKEY_RSA) {
-        a->alg = JWT_ALG_RS256;
+        a->keys.keys[0].alg = JWT_ALG_RS256;
     } else if (type == EVP_PKEY_EC && EVP_PKEY_bits(pk) == 256) {
-        a->alg = JWT_ALG_ES256;
+        a->keys.keys[0].alg = JWT_ALG_ES256;
     } else {
         snprintf(err, errlen, "%s: %s is not a PEM RSA or EC P-256 public key", key, file);
         rc = ROOMD_EINVAL;
@@ -146,10 +167,12 @@ load_public_key(struct auth *a, const char *file, char *err, size_t errlen)
     EVP_PKEY_free(pk);
     if (rc != 0) {
         free(pem);
+        jwks_free(&a->keys);
         return rc;
     }
-    a->key = (unsigned char *)pem;
-    a->key_len = (int)n;
+    a->keys.keys[0].key = (unsigned char *)pem;
+    a->keys.keys[0].key_len = (int)n;
+    a->keys.n = 1;
     return 0;
 }
 
@@ -159,6 +182,11 @@ load_jwt_key(struct auth *a, const struct conf_auth *c, char *err, size_t errlen
     char buf[SECRET_MAX];
     int rc;
 
+    a->by_kid = false;
+    if (c->jwks_file != NULL && c->jwks_file[0] != '\0') {
+        a->by_kid = true;
+        return jwks_load(c->jwks_file, &a->keys, err, errlen);
+    }
     if (c->public_key_file != NULL && c->public_key_file[0] != '\0')
         return load_public_key(a, c->public_key_file, err, errlen);
     rc = secret_load("auth.jwt.hs256_secret_env", c->hs256_secret_env, "auth.jwt.hs256_secret_file",
@@ -172,9 +200,11 @@ load_jwt_key(struct auth *a, const struct conf_auth *c, char *err, size_t errlen
                                                                : "auth.jwt.hs256_secret_file");
         return ROOMD_EINVAL;
     }
-    a->alg = JWT_ALG_HS256;
-    a->key_len = (int)strlen(buf);
-    a->key = (unsigned char *)xstrdup(buf);
+    a->keys.keys = xcalloc(1, sizeof(*a->keys.keys));
+    a->keys.keys[0].alg = JWT_ALG_HS256;
+    a->keys.keys[0].key_len = (int)strlen(buf);
+    a->keys.keys[0].key = (unsigned char *)xstrdup(buf);
+    a->keys.n = 1;
     secret_wipe(buf, sizeof(buf));
     return 0;
 }
@@ -377,8 +407,17 @@ auth_open(struct auth **out, const struct conf *conf, char *err, size_t errlen)
     for (int i = 0; i < CACHE_LOCKS; i++)
         pthread_mutex_init(&a->cache.locks[i], NULL);
     if (!a->none) {
+        struct stat st;
+        bool have_st = str_set(conf->auth.jwks_file) && stat(conf->auth.jwks_file, &st) == 0;
         rc = load_jwt_key(a, &conf->auth, err, errlen);
         cache_init(&a->cache, conf->auth.cache_entries, conf->auth.cache_ttl_ms);
+        /* the JWKS watcher (it idles while no jwks_file is set: a SIGHUP may set one) */
+        bg_thread_init(&a->watch);
+        watch_set(a, &conf->auth, have_st ? &st : NULL);
+        if (rc == 0 && bg_thread_spawn(&a->watch, watch_main, a) != 0) {
+            snprintf(err, errlen, "auth: cannot start the JWKS watcher thread");
+            rc = ROOMD_EINTERNAL;
+        }
     }
     if (rc == 0)
         rc = load_admin_token(a, &conf->admin, err, errlen);
@@ -397,10 +436,8 @@ auth_close(struct auth *a)
     if (a == NULL)
         return;
     metrics_remove_collector(collect, a);
-    if (a->key != NULL) {
-        secret_wipe(a->key, (size_t)a->key_len);
-        free(a->key);
-    }
+    bg_thread_stop(&a->watch);
+    jwks_free(&a->keys);
     slots_free(a->cache.slots, a->cache.mask);
     for (int i = 0; i < CACHE_LOCKS; i++)
         pthread_mutex_destroy(&a->cache.locks[i]);
@@ -540,13 +577,14 @@ read_identity(jwt_t *j, struct auth_principal *p)
 
 /* The claims of a token whose signature verified; *exp_s = its exp. */
 static enum auth_reason
-check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p, int64_t *exp_s)
+check_claims(const struct auth *a, jwt_alg_t alg, jwt_t *j, struct auth_principal *p,
+             int64_t *exp_s)
 {
     int64_t now = clock_wall_ms() / 1000;
     long exp = 0, nbf = 0;
     int rc;
 
-    if (jwt_get_alg(j) != a->alg)
+    if (jwt_get_alg(j) != alg)
         return AUTH_BAD_SIGNATURE;
     if (int_claim(j, "exp", &exp) != 0)
         return AUTH_BAD_CLAIMS;
@@ -568,7 +606,36 @@ check_claims(const struct auth *a, jwt_t *j, struct auth_principal *p, int64_t *
     return read_identity(j, p);
 }
 
-/* Verifies token with the current key (the caller holds key_lock shared):
+/* The JWKS key that verifies token (the caller holds key_lock shared): the
+ * one its kid header names, with the alg of that key.
+ * NULL and *r when the token does not parse (AUTH_MALFORMED), names no kid
+ * of the set (AUTH_UNKNOWN_KEY) or another alg (AUTH_BAD_SIGNATURE). Decoding
+ * without a key only parses (libjwt 1.x), so the header is read before any
+ * signature is checked, and an RSA/EC key is never used as an HMAC secret. */
+static const struct jwk *
+pick_key(const struct auth *a, const char *token, enum auth_reason *r)
+{
+    jwt_t *u = NULL;
+    const struct jwk *k = NULL;
+
+    if (jwt_decode(&u, token, NULL, 0) != 0) {
+        *r = AUTH_MALFORMED;
+        return NULL;
+    }
+    const char *kid = jwt_get_header(u, "kid");
+    const char *alg = jwt_get_header(u, "alg");
+    if (kid != NULL)
+        k = jwks_find(&a->keys, kid);
+    *r = AUTH_UNKNOWN_KEY;
+    if (k != NULL && (alg == NULL || jwt_str_alg(alg) != k->alg)) {
+        *r = AUTH_BAD_SIGNATURE;
+        k = NULL;
+    }
+    jwt_free(u);
+    return k;
+}
+
+/* Verifies token with the current keys (the caller holds key_lock shared):
  * AUTH_OK, *p, *exp_s and *gen (the key generation it verified under), or
  * the reason. */
 static enum auth_reason
@@ -577,18 +644,26 @@ verify_token(struct auth *a, const char *token, struct auth_principal *p, int64_
 {
     jwt_t *j = NULL;
     enum auth_reason r;
+    const struct jwk *k;
 
     *gen = atomic_load(&a->key_gen);
-    if (jwt_decode(&j, token, a->key, a->key_len) != 0) {
-        /* signed with another key, or not a JWT at all? Decoding without a
-         * key only parses: success means the signature was at fault. */
-        jwt_t *unverified = NULL;
-        r = jwt_decode(&unverified, token, NULL, 0) == 0 ? AUTH_BAD_SIGNATURE : AUTH_MALFORMED;
-        jwt_free(unverified);
-    } else {
-        r = check_claims(a, j, p, exp_s);
-        jwt_free(j);
+    if (!a->by_kid) { /* one key: one decode (check_claims refuses another alg) */
+        k = &a->keys.keys[0];
+        if (jwt_decode(&j, token, k->key, k->key_len) != 0) {
+            /* signed with another key, or not a JWT at all? Decoding without a
+             * key only parses: success means the signature was at fault. */
+            jwt_t *unverified = NULL;
+            r = jwt_decode(&unverified, token, NULL, 0) == 0 ? AUTH_BAD_SIGNATURE : AUTH_MALFORMED;
+            jwt_free(unverified);
+            return r;
+        }
+    } else if ((k = pick_key(a, token, &r)) == NULL) {
+        return r;
+    } else if (jwt_decode(&j, token, k->key, k->key_len) != 0) {
+        return AUTH_BAD_SIGNATURE; /* it parsed (pick_key): the signature is at fault */
     }
+    r = check_claims(a, k->alg, j, p, exp_s);
+    jwt_free(j);
     return r;
 }
 
@@ -628,15 +703,125 @@ auth_verify_bearer(struct auth *a, const char *authorization, struct auth_princi
     return r;
 }
 
+/* Swaps fresh's keys in (a takes them over; fresh is left empty), bumps the
+ * key generation and empties the token cache. With table (a new cache
+ * table: SIGHUP with another cache_entries) swaps it in too, and with
+ * ttl_ms >= 0 sets the entries' TTL. Thread: any; blocks until the
+ * verifications in progress finish. */
+static void
+swap_keys(struct auth *a, struct auth *fresh, struct token_cache *table, int64_t ttl_ms)
+{
+    struct cache_slot *old_slots = NULL;
+    size_t old_mask = 0;
+    struct jwks old;
+
+    pthread_rwlock_wrlock(&a->key_lock);
+    old = a->keys;
+    a->keys = fresh->keys;
+    a->by_kid = fresh->by_kid;
+    fresh->keys.keys = NULL;
+    fresh->keys.n = 0;
+    if (table != NULL) {
+        old_slots = a->cache.slots;
+        old_mask = a->cache.mask;
+        a->cache.slots = table->slots;
+        a->cache.mask = table->mask;
+        a->cache.entries = table->entries;
+    }
+    if (ttl_ms >= 0)
+        a->cache.ttl_ms = ttl_ms;
+    atomic_fetch_add(&a->key_gen, 1);
+    pthread_rwlock_unlock(&a->key_lock);
+    jwks_free(&old);
+    slots_free(old_slots, old_mask); /* no verification holds it: they hold key_lock */
+    cache_clear(&a->cache);
+}
+
+/* The file's identity: mtime (ns), size, inode. */
+static bool
+same_file(const struct stat *x, const struct stat *y)
+{
+    return x->st_mtim.tv_sec == y->st_mtim.tv_sec && x->st_mtim.tv_nsec == y->st_mtim.tv_nsec &&
+           x->st_size == y->st_size && x->st_ino == y->st_ino && x->st_dev == y->st_dev;
+}
+
+/* The watcher's one look (watch.mu not held): a JWKS file whose identity
+ * changed since it was last read is read again; a set that loads is swapped
+ * in (logged with its key count), one that does not keeps the set in use
+ * and is logged once per change of the file, naming the key. */
+static void
+watch_once(struct auth *a)
+{
+    char path[sizeof(a->jwks_path)], err[1024];
+    struct auth fresh = {0};
+    struct stat st;
+    bool changed;
+
+    pthread_mutex_lock(&a->watch.mu);
+    strlcpy_(path, a->jwks_path, sizeof(path));
+    pthread_mutex_unlock(&a->watch.mu);
+    if (path[0] == '\0' || stat(path, &st) != 0)
+        return; /* not a JWKS, or the file is being replaced: next tick */
+    pthread_mutex_lock(&a->watch.mu);
+    changed = strcmp(path, a->jwks_path) == 0 && (!a->seen_ok || !same_file(&st, &a->seen));
+    if (changed) {
+        a->seen = st;
+        a->seen_ok = true;
+    }
+    pthread_mutex_unlock(&a->watch.mu);
+    if (!changed)
+        return;
+    fresh.by_kid = true;
+    if (jwks_load(path, &fresh.keys, err, sizeof(err)) != 0) {
+        log_error("auth", "JWKS not reloaded; the key set in use stays", "err=\"%s\"", err);
+        return;
+    }
+    int n = fresh.keys.n;
+    swap_keys(a, &fresh, NULL, -1);
+    log_info("auth", "JWKS reloaded (file changed)", "file=%s keys=%d", path, n);
+}
+
+/* The JWKS file watcher thread (arg: the struct auth): watch_once every
+ * poll_ms until auth_close. */
+static void *
+watch_main(void *arg)
+{
+    struct auth *a = arg;
+
+    for (;;) {
+        pthread_mutex_lock(&a->watch.mu);
+        int64_t ms = a->poll_ms;
+        pthread_mutex_unlock(&a->watch.mu);
+        if (bg_thread_sleep(&a->watch, ms > 0 ? ms : 1000))
+            return NULL;
+        if (ms > 0)
+            watch_once(a);
+    }
+}
+
+/* Points the watcher at conf's jwks_file ("" = none) and poll interval;
+ * st: the file's identity read just before the set in use was loaded
+ * (NULL: unknown, read on the next tick). */
+static void
+watch_set(struct auth *a, const struct conf_auth *c, const struct stat *st)
+{
+    pthread_mutex_lock(&a->watch.mu);
+    strlcpy_(a->jwks_path, c->jwks_file ? c->jwks_file : "", sizeof(a->jwks_path));
+    a->poll_ms = c->jwks_poll_ms;
+    a->seen_ok = st != NULL;
+    if (st != NULL)
+        a->seen = *st;
+    pthread_mutex_unlock(&a->watch.mu);
+}
+
 int
 auth_reload_keys(struct auth *a, const struct conf *conf, char *err, size_t errlen)
 {
     struct auth fresh = {0};
     struct token_cache table = {0};
-    struct cache_slot *old_slots = NULL;
-    size_t old_mask = 0;
-    unsigned char *old;
-    int old_len, rc;
+    struct stat st;
+    bool have_st;
+    int rc;
 
     if (a->none != (strcmp(conf->auth.mode, "jwt") != 0)) {
         snprintf(err, errlen, "auth.mode: a change of mode needs a restart");
@@ -644,32 +829,39 @@ auth_reload_keys(struct auth *a, const struct conf *conf, char *err, size_t errl
     }
     if (a->none)
         return 0;
+    have_st = str_set(conf->auth.jwks_file) && stat(conf->auth.jwks_file, &st) == 0;
     if ((rc = load_jwt_key(&fresh, &conf->auth, err, errlen)) != 0)
         return rc;
     bool resize = conf->auth.cache_entries != a->cache.entries; /* only this thread writes it */
     if (resize)
         cache_init(&table, conf->auth.cache_entries, conf->auth.cache_ttl_ms);
-    pthread_rwlock_wrlock(&a->key_lock);
-    old = a->key;
-    old_len = a->key_len;
-    a->alg = fresh.alg;
-    a->key = fresh.key;
-    a->key_len = fresh.key_len;
-    if (resize) {
-        old_slots = a->cache.slots;
-        old_mask = a->cache.mask;
-        a->cache.slots = table.slots;
-        a->cache.mask = table.mask;
-        a->cache.entries = table.entries;
-    }
-    a->cache.ttl_ms = conf->auth.cache_ttl_ms;
-    atomic_fetch_add(&a->key_gen, 1);
-    pthread_rwlock_unlock(&a->key_lock);
-    secret_wipe(old, (size_t)old_len);
-    free(old);
-    slots_free(old_slots, old_mask); /* no verification holds it: they hold key_lock */
-    cache_clear(&a->cache);
+    swap_keys(a, &fresh, resize ? &table : NULL, conf->auth.cache_ttl_ms);
+    watch_set(a, &conf->auth, have_st ? &st : NULL);
     return 0;
+}
+
+int
+auth_jwks_check(const char *file, int *nkeys, char *err, size_t errlen)
+{
+    struct jwks s;
+    int rc = jwks_load(file, &s, err, errlen);
+
+    if (rc == 0 && nkeys != NULL)
+        *nkeys = s.n;
+    jwks_free(&s);
+    return rc;
+}
+
+int
+auth_jwks_parse_check(const char *text, size_t len, int *nkeys, char *err, size_t errlen)
+{
+    struct jwks s;
+    int rc = jwks_parse(text, len, "jwks", &s, err, errlen);
+
+    if (rc == 0 && nkeys != NULL)
+        *nkeys = s.n;
+    jwks_free(&s);
+    return rc;
 }
 
 enum auth_reason

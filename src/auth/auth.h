@@ -19,6 +19,12 @@
  * auth.jwt.cache_ttl, whichever is first; refusals are never kept);
  * auth_reload_keys (SIGHUP) rereads the key, applies cache_entries and
  * cache_ttl, and empties it.
+ * auth.jwt.jwks_file: a JWKS (src/auth/jwks.h), several keys valid at once, the
+ * token's kid header picking one (no kid, or one not in the set: 401
+ * unknown_key). A watcher thread stats the file every
+ * auth.jwt.jwks_poll_interval and rereads it when its mtime, size or inode
+ * changed; a set that does not load keeps the one in use (logged, naming the
+ * key). Each swap empties the token cache.
  * Thread: any, after auth_open; nothing blocks but auth_reload_keys.
  */
 #ifndef ROOMD_AUTH_H
@@ -42,6 +48,7 @@ enum auth_reason {
     AUTH_BAD_ISSUER,      /* iss differs from auth.jwt.issuer */
     AUTH_BAD_AUDIENCE,    /* aud does not hold auth.jwt.audience */
     AUTH_BAD_CLAIMS,      /* exp, sub or app missing or ill-typed */
+    AUTH_UNKNOWN_KEY,     /* auth.jwt.jwks_file: no kid, or a kid not in the set */
     AUTH_BAD_ADMIN_TOKEN, /* the admin listener: not the admin token */
     AUTH_OTHER_APP,       /* 403: the token's app is not the request's */
     AUTH_OTHER_UID,       /* 403: a user token acting as another uid */
@@ -90,7 +97,8 @@ enum auth_reason auth_verify_bearer(struct auth *a, const char *authorization,
 
 /*
  * Key rotation: rereads the JWT key that conf->auth names (the HS256 secret's
- * variable or file, or public_key_file), swaps it in and empties the token
+ * variable or file, public_key_file, or the jwks_file set, whose watcher then
+ * follows conf's jwks_file and jwks_poll_interval), swaps it in and empties the token
  * cache, so a token of the old key is verified again, and refused. Applies
  * auth.jwt.cache_entries (a new table when it changed; 0 = no cache) and
  * cache_ttl (entries stored from then on). Other auth keys keep their
@@ -100,6 +108,16 @@ enum auth_reason auth_verify_bearer(struct auth *a, const char *authorization,
  * verifications in progress finish.
  */
 int auth_reload_keys(struct auth *a, const struct conf *conf, char *err, size_t errlen);
+
+/*
+ * --check-config: reads and parses the JWKS file as auth.jwt.jwks_file would
+ * (src/auth/jwks.h). Returns 0 and *nkeys (the signing keys; NULL: not
+ * wanted), or ROOMD_EINVAL with err naming the file and the key at fault
+ * (never a key's bytes). Thread: any; blocks on the read.
+ */
+int auth_jwks_check(const char *file, int *nkeys, char *err, size_t errlen);
+/* The same on JWKS text[0..len) (the fuzz target). Never blocks. */
+int auth_jwks_parse_check(const char *text, size_t len, int *nkeys, char *err, size_t errlen);
 
 /* The token cache's lookups so far: *hits answered from it, *misses verified
  * in full (also exported as roomd_auth_token_cache_total{result}). Thread: any. */

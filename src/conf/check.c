@@ -160,6 +160,8 @@ conf_check_environment(const struct conf *c, char *err, size_t errlen)
     if (strcmp(c->auth.mode, "jwt") == 0) {
         if (!unset(c->auth.public_key_file))
             need_file(&p, "auth.jwt.public_key_file", c->auth.public_key_file);
+        if (!unset(c->auth.jwks_file))
+            need_file(&p, "auth.jwt.jwks_file", c->auth.jwks_file);
         need_secret(&p, "auth.jwt.hs256_secret_env", c->auth.hs256_secret_env,
                     "auth.jwt.hs256_secret_file", c->auth.hs256_secret_file, "the HS256 secret");
     }

@@ -56,6 +56,8 @@ struct conf_auth {
     char *audience;          /* auth.jwt.audience: "" = aud not checked */
     int cache_entries;       /* auth.jwt.cache_entries: verified tokens kept; 0 = no cache */
     int64_t cache_ttl_ms;    /* auth.jwt.cache_ttl: an entry's longest life (and exp) */
+    char *jwks_file;         /* auth.jwt.jwks_file: a JWKS; the token's kid picks the key */
+    int64_t jwks_poll_ms;    /* auth.jwt.jwks_poll_interval: stat of jwks_file; 0 = SIGHUP only */
 };
 
 /* admin: the operator listener (/internal/v1/..., /metrics, readiness details, top-up). */
@@ -98,6 +100,9 @@ struct conf_grpc {
     int64_t call_timeout_ms;    /* cap on every call's deadline */
     char *tls_cert_file;        /* "" = plaintext */
     char *tls_key_file;
+    int64_t watch_poll_ms;     /* grpc.watch.poll_interval: a WatchRoom's store read when idle */
+    int watch_max_streams;     /* grpc.watch.max_streams: WatchRoom calls at once (workers held) */
+    int max_calls_per_address; /* grpc.max_calls_per_address: calls one address holds; 0 = off */
 };
 
 struct conf_sqlite {

@@ -103,6 +103,13 @@ const struct key conf_keys[] = {
             "each); reloaded on SIGHUP"},
     {"auth.jwt.cache_ttl", K_DUR, F(auth.cache_ttl_ms), "60s", GT(0),
      .doc = "longest life of a cache entry; it also ends at the token's exp; reloaded on SIGHUP"},
+    {"auth.jwt.jwks_file", K_STR, F(auth.jwks_file), "",
+     .doc = "or a JWKS (JSON Web Key Set: RSA, EC P-256, oct keys, each with a kid): the "
+            "token's kid header picks the key; reread on SIGHUP and when the file changes "
+            "(docs/auth.md: rotation)"},
+    {"auth.jwt.jwks_poll_interval", K_DUR, F(auth.jwks_poll_ms), "1s", GE(0),
+     .note = "(0 = on SIGHUP only)",
+     .doc = "how often the JWKS file's mtime, size and inode are checked for a change"},
 
     {"admin.listen", K_STR, F(admin.listen), "127.0.0.1:8081", HOSTPORT,
      .note = "with a port in 1..65535",
@@ -145,6 +152,18 @@ const struct key conf_keys[] = {
     {"grpc.tls.cert_file", K_STR, F(grpc.tls_cert_file), "",
      .doc = "PEM certificate (chain): TLS on grpc.listen (with grpc.tls.key_file)"},
     {"grpc.tls.key_file", K_STR, F(grpc.tls_key_file), "", .doc = "PEM private key of it"},
+    {"grpc.watch.poll_interval", K_DUR, F(grpc.watch_poll_ms), "200ms", RANGE(10, 10000),
+     .note = "(10ms..10s)",
+     .doc = "a WatchRoom stream with nothing new reads the room's events again after this "
+            "(the latency of a live event on the stream)"},
+    {"grpc.watch.max_streams", K_INT, F(grpc.watch_max_streams), "16", RANGE(1, 1024),
+     .doc = "WatchRoom streams open at once on this node (each holds a worker while open); "
+            "at most grpc.workers - 1 are let in; more are RESOURCE_EXHAUSTED"},
+    {"grpc.max_calls_per_address", K_INT, F(grpc.max_calls_per_address), "0", RANGE(0, 1024),
+     .note = "(0 = no cap)",
+     .doc = "calls (streams, over all its connections) one client address may hold workers "
+            "with at once, so one address cannot take every worker; more are "
+            "RESOURCE_EXHAUSTED"},
 
     {"store.driver", K_STR, F(store.driver), "sqlite", ONE_OF(store_drivers),
      .doc = "the store backend"},

@@ -369,13 +369,17 @@ validate_auth_admin(const struct conf *c, struct vctx *v)
             "off lets a caller choose the price of its gifts: only allowed with auth.mode none");
     not_both(v, "auth.jwt.hs256_secret_env", a->hs256_secret_env, "auth.jwt.hs256_secret_file",
              a->hs256_secret_file);
-    if (strcmp(a->mode, "jwt") == 0 && !hs && conf_empty(a->public_key_file))
+    if (strcmp(a->mode, "jwt") == 0 && !hs && conf_empty(a->public_key_file) &&
+        conf_empty(a->jwks_file))
         bad(v, "auth.jwt.hs256_secret_env",
-            "auth.mode jwt needs auth.jwt.hs256_secret_env, auth.jwt.hs256_secret_file or "
-            "auth.jwt.public_key_file");
+            "auth.mode jwt needs auth.jwt.hs256_secret_env, auth.jwt.hs256_secret_file, "
+            "auth.jwt.public_key_file or auth.jwt.jwks_file");
     if (hs && !conf_empty(a->public_key_file))
         bad(v, "auth.jwt.public_key_file",
             "set either an HS256 secret or auth.jwt.public_key_file, not both");
+    if (!conf_empty(a->jwks_file) && (hs || !conf_empty(a->public_key_file)))
+        bad(v, "auth.jwt.jwks_file",
+            "set one of an HS256 secret, auth.jwt.public_key_file, auth.jwt.jwks_file");
     if (strcmp(ad->listen, c->http.listen) == 0)
         bad(v, "admin.listen", "must differ from http.listen");
     not_both(v, "admin.token_env", ad->token_env, "admin.token_file", ad->token_file);

@@ -13,6 +13,7 @@
 
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,5 +80,28 @@ void rpc_request_clear(struct built *b);
  * message and details of its error; Idempotent-Replay and X-Room-Owner
  * carried over. */
 void rpc_reply(const struct method *m, const struct http_response *resp, struct answer *a);
+
+/* A WatchRoom call (watch.c) after its headers were authenticated and its
+ * message received and built into b (the GET events route of m). */
+struct watch_call {
+    const struct http_deps *d;
+    const struct method *m; /* WatchRoom's row of methods[] */
+    grpc_call *call;
+    grpc_completion_queue *cq; /* the worker's: only this call's events */
+    struct built *b;
+    int64_t poll_ms;             /* grpc.watch.poll_interval */
+    int64_t send_timeout_ms;     /* one message's send (grpc.call_timeout) */
+    gpr_timespec deadline;       /* the client's (monotonic; infinite when none) */
+    const atomic_bool *stopping; /* rpc_server_close began */
+    _Atomic uint64_t *events;    /* roomd_grpc_watch_events_total, +1 per event sent */
+};
+/* Serves the stream until the client goes, its deadline passes, the route
+ * refuses a read (its status: 401/403/404 as the route, 410 events_purged
+ * as OUT_OF_RANGE with the oldest seq) or the server stops (UNAVAILABLE);
+ * sends the status itself. a: the status it ended with (CANCELLED when the
+ * client went away). Returns true; false (nothing sent, a's status to send)
+ * when the stream could not start. Thread: the worker's; blocks for the
+ * stream's life. */
+bool rpc_watch(const struct watch_call *w, struct answer *a);
 
 #endif

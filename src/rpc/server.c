@@ -71,6 +71,9 @@ static const struct method methods[] = {
      "GET", "/v1/rooms", HTTP_PUBLIC},
     {SVC "GetPresence", &roomd__v1__get_presence_request__descriptor,
      &roomd__v1__presence__descriptor, "GET", "/v1/users/{uid}/presence", HTTP_PUBLIC},
+    /* a server stream (watch.c): the events read, polled */
+    {SVC "WatchRoom", &roomd__v1__watch_room_request__descriptor,
+     &roomd__v1__room_event__descriptor, "GET", "/v1/rooms/{room_id}/events", HTTP_PUBLIC},
 };
 #define NMETHODS (sizeof(methods) / sizeof(methods[0]))
 
@@ -89,6 +92,13 @@ struct rpc_server {
     /* roomd_grpc_calls_total{method,code}; row NMETHODS counts unknown methods */
     _Atomic uint64_t calls[NMETHODS + 1][NCODES];
     bool collecting;
+    /* WatchRoom (watch.c) and the per-address cap */
+    int64_t watch_poll_ms;
+    int watch_max;        /* grpc.watch.max_streams, at most workers - 1 */
+    atomic_int watching;  /* WatchRoom streams open */
+    atomic_bool stopping; /* rpc_server_close began: streams end */
+    int max_per_address;  /* grpc.max_calls_per_address; 0 = none */
+    _Atomic uint64_t watch_events, refused_per_address;
 };
 
 struct worker {
@@ -97,6 +107,7 @@ struct worker {
     pthread_t thread;
     bool started;
     char peer[128]; /* the connection of the call it serves ("ipv4:1.2.3.4:5678"), "" idle */
+    char addr[64];  /* its client's address ("1.2.3.4"), "" idle or unknown */
 };
 
 /* ==== Serving one call ==== */
@@ -304,22 +315,31 @@ authenticated(struct rpc_server *s, const struct method *m, const grpc_metadata_
  * address and port) that workers hold: false when that connection already
  * has grpc.max_concurrent_streams of them. A client that opens its streams
  * before it acknowledges the SETTINGS frame carrying that limit is held to
- * it here. leave() gives the place back. */
+ * it here. With grpc.max_calls_per_address, also false (*per_address set)
+ * when the calls of addr (the client's address, over all its connections)
+ * already hold that many workers. leave() gives the place back. */
 static bool
-enter(struct worker *w, grpc_call *call)
+enter(struct worker *w, grpc_call *call, const char *addr, bool *per_address)
 {
     struct rpc_server *s = w->s;
     char *peer = grpc_call_get_peer(call);
-    int n = 0;
+    int n = 0, na = 0;
+    bool ok;
 
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->nworkers; i++)
+    for (int i = 0; i < s->nworkers; i++) {
         n += s->workers[i].peer[0] != '\0' && strcmp(s->workers[i].peer, peer) == 0;
-    if (n < s->max_streams)
+        na += addr[0] != '\0' && strcmp(s->workers[i].addr, addr) == 0;
+    }
+    *per_address = s->max_per_address > 0 && na >= s->max_per_address;
+    ok = n < s->max_streams && !*per_address;
+    if (ok) {
         strlcpy_(w->peer, peer, sizeof(w->peer));
+        strlcpy_(w->addr, addr, sizeof(w->addr));
+    }
     pthread_mutex_unlock(&s->mu);
     gpr_free(peer);
-    return n < s->max_streams;
+    return ok;
 }
 
 static void
@@ -327,7 +347,27 @@ leave(struct worker *w)
 {
     pthread_mutex_lock(&w->s->mu);
     w->peer[0] = '\0';
+    w->addr[0] = '\0';
     pthread_mutex_unlock(&w->s->mu);
+}
+
+static bool
+is_watch(const struct method *m)
+{
+    return m != NULL && strcmp(m->path, SVC "WatchRoom") == 0;
+}
+
+/* Takes one of the grpc.watch.max_streams places (*held then; the caller
+ * gives it back): false when all are taken. */
+static bool
+watch_admit(struct rpc_server *s, bool *held)
+{
+    if (atomic_fetch_add(&s->watching, 1) >= s->watch_max) {
+        atomic_fetch_sub(&s->watching, 1);
+        return false;
+    }
+    *held = true;
+    return true;
 }
 
 /*
@@ -354,7 +394,7 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
     uint8_t *data = NULL;
     size_t len = 0;
     const char *bad = NULL;
-    bool late = false;
+    bool late = false, per_address = false, watch = is_watch(m), watching = false;
     char peer[64];
 
     memset(&a, 0, sizeof(a));
@@ -368,9 +408,16 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
         rpc_set_error(&a, GRPC_STATUS_UNIMPLEMENTED, 404, "not_found", NULL, a.message);
     } else if (!authenticated(s, m, md, peer, &a)) {
         /* refused from the headers: no worker waits for a message */
-    } else if (!enter(w, call)) {
+    } else if (!enter(w, call, peer, &per_address)) {
+        if (per_address)
+            atomic_fetch_add(&s->refused_per_address, 1);
         rpc_set_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, 429, "rate_limited", NULL,
-                      "too many calls open on this connection (grpc.max_concurrent_streams)");
+                      per_address
+                          ? "too many calls open from this address (grpc.max_calls_per_address)"
+                          : "too many calls open on this connection (grpc.max_concurrent_streams)");
+    } else if (watch && !watch_admit(s, &watching)) {
+        rpc_set_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, 429, "rate_limited", NULL,
+                      "too many WatchRoom streams open on this node (grpc.watch.max_streams)");
     } else if ((data = receive(call, cq, &len, earlier(dl, after_ms(s->receive_timeout_ms)),
                                &late)) == NULL) {
         if (late)
@@ -388,9 +435,27 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
         rpc_set_error(&a, GRPC_STATUS_INVALID_ARGUMENT, 400, "invalid_argument", bad, text);
     } else if (rpc_to_request(m, data, len, md, &b, &a)) {
         b.req.peer = peer;
-        router_handle(s->d, &b.req, &resp);
-        rpc_reply(m, &resp, &a);
+        if (watch) { /* the stream answers itself; its deadline is the client's alone */
+            struct watch_call wc = {
+                .d = s->d,
+                .m = m,
+                .call = call,
+                .cq = cq,
+                .b = &b,
+                .poll_ms = s->watch_poll_ms,
+                .send_timeout_ms = s->call_timeout_ms,
+                .deadline = gpr_convert_clock_type(cd->deadline, GPR_CLOCK_MONOTONIC),
+                .stopping = &s->stopping,
+                .events = &s->watch_events,
+            };
+            late = rpc_watch(&wc, &a); /* true: it sent its status itself */
+        } else {
+            router_handle(s->d, &b.req, &resp);
+            rpc_reply(m, &resp, &a);
+        }
     }
+    if (watching)
+        atomic_fetch_sub(&s->watching, 1);
     /* the answer may wait past a deadline the command ran over, but not for long */
     if (!late)
         send_answer(call, cq, &a,
@@ -461,6 +526,15 @@ collect(void *arg, struct metrics_text *t)
             metrics_count(t, "roomd_grpc_calls_total", labels, v);
         }
     }
+    metrics_family(t, "roomd_grpc_watch_streams", "gauge", "WatchRoom streams open");
+    metrics_count(t, "roomd_grpc_watch_streams", "", (uint64_t)atomic_load(&s->watching));
+    metrics_family(t, "roomd_grpc_watch_events_total", "counter",
+                   "events sent on WatchRoom streams");
+    metrics_count(t, "roomd_grpc_watch_events_total", "", atomic_load(&s->watch_events));
+    metrics_family(t, "roomd_grpc_refused_per_address_total", "counter",
+                   "calls refused by grpc.max_calls_per_address");
+    metrics_count(t, "roomd_grpc_refused_per_address_total", "",
+                  atomic_load(&s->refused_per_address));
 }
 
 /* The listener's credentials: TLS with grpc.tls.cert_file/key_file (read
@@ -519,6 +593,10 @@ rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, siz
     s->receive_timeout_ms = conf->grpc.receive_timeout_ms;
     s->call_timeout_ms = conf->grpc.call_timeout_ms;
     s->max_streams = conf->grpc.max_concurrent_streams;
+    s->watch_poll_ms = conf->grpc.watch_poll_ms;
+    s->watch_max =
+        conf->grpc.watch_max_streams < s->nworkers ? conf->grpc.watch_max_streams : s->nworkers - 1;
+    s->max_per_address = conf->grpc.max_calls_per_address;
     pthread_mutex_init(&s->mu, NULL);
     s->workers = xcalloc((size_t)s->nworkers, sizeof(*s->workers));
     memset(args, 0, sizeof(args));
@@ -582,6 +660,7 @@ rpc_server_close(struct rpc_server *s)
         return;
     if (s->collecting)
         metrics_remove_collector(collect, s);
+    atomic_store(&s->stopping, true); /* WatchRoom streams end at their next poll */
     done = grpc_completion_queue_create_for_pluck(NULL);
     grpc_server_shutdown_and_notify(s->server, done, s);
     e = grpc_completion_queue_pluck(

@@ -64,3 +64,54 @@ def rs256(key, payload):
 
 def bearer(token):
     return {"Authorization": f"Bearer {token}"}
+
+
+# --- JWKS (auth.jwt.jwks_file): keys as JWKs, tokens naming their key by kid ----------------
+
+def _uint_b64(n, size=None):
+    size = size or (n.bit_length() + 7) // 8
+    return b64(n.to_bytes(size, "big"))
+
+
+def jwk(key, kid, alg=True):
+    """The public JWK of an EC P-256 / RSA private key, or of an HS256 secret (bytes/str: an oct
+    key), with kid (and its alg member unless alg is False)."""
+    if isinstance(key, (bytes, str)):
+        k = {"kty": "oct", "k": b64(key.encode() if isinstance(key, str) else key)}
+        name = "HS256"
+    elif isinstance(key, ec.EllipticCurvePrivateKey):
+        nums = key.public_key().public_numbers()
+        k = {"kty": "EC", "crv": "P-256", "x": _uint_b64(nums.x, 32), "y": _uint_b64(nums.y, 32)}
+        name = "ES256"
+    else:
+        nums = key.public_key().public_numbers()
+        k = {"kty": "RSA", "n": _uint_b64(nums.n), "e": _uint_b64(nums.e)}
+        name = "RS256"
+    k["kid"] = kid
+    k["use"] = "sig"
+    if alg:
+        k["alg"] = name
+    return k
+
+
+def sign_kid(key, payload, kid):
+    """A token signed with key (as jwk() reads it) whose header names kid (None: no kid)."""
+    if isinstance(key, (bytes, str)):
+        alg = "HS256"
+    elif isinstance(key, ec.EllipticCurvePrivateKey):
+        alg = "ES256"
+    else:
+        alg = "RS256"
+    h = {"alg": alg, "typ": "JWT"}
+    if kid is not None:
+        h["kid"] = kid
+    si = f"{b64(json.dumps(h).encode())}.{b64(json.dumps(payload).encode())}"
+    if alg == "HS256":
+        sig = hmac.new(key.encode() if isinstance(key, str) else key, si.encode(),
+                       hashlib.sha256).digest()
+    elif alg == "ES256":
+        r, s = decode_dss_signature(key.sign(si.encode(), ec.ECDSA(hashes.SHA256())))
+        sig = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    else:
+        sig = key.sign(si.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{si}.{b64(sig)}"

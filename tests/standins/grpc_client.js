@@ -75,7 +75,56 @@ function rawCall(p) {
   };
 }
 
+// {"stream": true, ...}: a server-streaming call (WatchRoom); its messages come back as
+// "responses" (in order). "max_messages": cancel the call after that many (code is then
+// CANCELLED and "client_cancelled" true); "idle_ms": cancel after no message for that long
+// (after the first one, or from the start); "pause_ms" (any call): wait that long first.
+function streamCall(c) {
+  return new Promise((resolve) => {
+    const md = new grpc.Metadata();
+    for (const [k, v] of Object.entries(c.metadata || {})) md.set(k, v);
+    const opts = c.deadline_ms ? { deadline: new Date(Date.now() + c.deadline_ms) } : {};
+    const res = { code: 0, details: '', responses: [], initial: {}, trailing: {},
+      client_cancelled: false };
+    const cl = client(c.service || 'RoomService');
+    const st = cl[c.method](c.request || {}, md, opts);
+    let idle = null;
+    const arm = () => {
+      if (!c.idle_ms) return;
+      if (idle) clearTimeout(idle);
+      idle = setTimeout(() => { res.client_cancelled = true; st.cancel(); }, c.idle_ms);
+    };
+    arm();
+    st.on('metadata', (m) => { res.initial = mdObject(m); });
+    st.on('data', (m) => {
+      res.responses.push(m);
+      if (c.progress) process.stderr.write(JSON.stringify({ room_seq: m.room_seq }) + '\n');
+      arm();
+      if (c.max_messages && res.responses.length >= c.max_messages) {
+        res.client_cancelled = true;
+        st.cancel();
+      }
+    });
+    st.on('error', (err) => {
+      res.code = err.code;
+      res.details = err.details;
+      res.trailing = mdObject(err.metadata);
+      Object.assign(res, decodeDetails(err.metadata));
+    });
+    st.on('status', (s) => {
+      if (s.code === 0) res.trailing = mdObject(s.metadata);
+      if (idle) clearTimeout(idle);
+      setImmediate(() => resolve(res)); // after an 'error' that may follow
+    });
+  });
+}
+
 function call(c) {
+  if (c.pause_ms) {
+    const { pause_ms, ...rest } = c;
+    return new Promise((r) => setTimeout(r, pause_ms)).then(() => call(rest));
+  }
+  if (c.stream) return streamCall(c);
   return new Promise((resolve) => {
     const md = new grpc.Metadata();
     for (const [k, v] of Object.entries(c.metadata || {})) md.set(k, v);

@@ -10,7 +10,7 @@
 //    "probe": {"code": 0, "ms": 12, "details": ""}}
 // (an idle stream's code is its grpc-status, or "reset" when the stream was reset without one).
 // Usage: node h2_idle.js --target HOST:PORT --streams 64 [--path /roomd.v1.RoomService/GetRoom]
-//        [--token T] --probe-room R [--probe-token T] [--hold-ms 3000]
+//        [--token T] --probe-room R [--probe-token T] [--hold-ms 3000] [--local-address A]
 'use strict';
 const http2 = require('http2');
 const { arg, loadProto, grpc } = require('./grpc_standin');
@@ -26,7 +26,9 @@ const codes = {};
 let answered = 0;
 let lastAnswerMs = null;
 
-const session = http2.connect(`http://${target}`);
+// --local-address A: the idle connection comes from A (127.0.0.x), the probe from the default
+const local = arg('local-address', '');
+const session = http2.connect(`http://${target}`, local ? { localAddress: local } : {});
 session.on('error', () => {});
 
 function done(code) {

@@ -581,6 +581,108 @@ test_redact(void **state)
     assert_int_equal(strlen(out), 7);
 }
 
+/* "Bearer <HS256 JWT>" of uid 7 in app a1 whose header names kid (NULL: none). */
+static char *
+bearer_kid(const char *key, const char *kid)
+{
+    jwt_t *j = NULL;
+    char *t, *out;
+
+    jwt_new(&j);
+    jwt_add_grant(j, "sub", "7");
+    jwt_add_grant(j, "app", "a1");
+    jwt_add_grant_int(j, "exp", clock_wall_ms() / 1000 + 60);
+    if (kid)
+        jwt_add_header(j, "kid", kid);
+    jwt_set_alg(j, JWT_ALG_HS256, (const unsigned char *)key, (int)strlen(key));
+    t = jwt_encode_str(j);
+    jwt_free(j);
+    out = malloc(strlen(t) + 8);
+    strcpy(out, "Bearer ");
+    strcat(out, t);
+    free(t);
+    return out;
+}
+
+static void
+write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* auth.jwt.jwks_file: two oct keys picked by kid; an unknown or missing kid
+ * refused unknown_key; a kid whose key did not sign it bad_signature; a reload
+ * that drops a key refuses its tokens; jwks_parse's rules. */
+static void
+test_jwks(void **state)
+{
+    /* "key-a-0123456789abcdef0123456789ab" and "key-b-0123456789abcdef0123456789ab" */
+    static const char both[] =
+        "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\","
+        "\"k\":\"a2V5LWEtMDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYg\"},"
+        "{\"kty\":\"oct\",\"kid\":\"b\",\"use\":\"sig\","
+        "\"k\":\"a2V5LWItMDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYg==\"},"
+        "{\"kty\":\"RSA\",\"kid\":\"enc\",\"use\":\"enc\",\"n\":\"AQAB\",\"e\":\"AQAB\"}]}";
+    static const char only_b[] = "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"b\","
+                                 "\"k\":\"a2V5LWItMDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYg\"}]}";
+    const char *ka = "key-a-0123456789abcdef0123456789ab",
+               *kb = "key-b-0123456789abcdef0123456789ab";
+    char path[] = "/tmp/test_auth_jwks_XXXXXX", err[512];
+    struct auth_principal p;
+    struct auth *a = NULL;
+    struct conf *c = jwt_conf("");
+    int fd = mkstemp(path), n = 0;
+
+    (void)state;
+    assert_true(fd >= 0);
+    close(fd);
+    write_file(path, both);
+    assert_int_equal(auth_jwks_parse_check(both, strlen(both), &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2); /* the encryption key skipped */
+    free(c->auth.jwks_file);
+    c->auth.jwks_file = strdup(path);
+    c->auth.jwks_poll_ms = 0;
+    assert_int_equal(auth_open(&a, c, err, sizeof(err)), 0);
+    assert_int_equal(verify(a, bearer_kid(ka, "a"), &p), AUTH_OK);
+    assert_int_equal(p.uid, 7);
+    assert_int_equal(verify(a, bearer_kid(kb, "b"), &p), AUTH_OK);
+    assert_int_equal(verify(a, bearer_kid(ka, "c"), &p), AUTH_UNKNOWN_KEY);
+    assert_int_equal(verify(a, bearer_kid(ka, NULL), &p), AUTH_UNKNOWN_KEY);
+    assert_int_equal(verify(a, bearer_kid(ka, "b"), &p), AUTH_BAD_SIGNATURE);
+    assert_string_equal(auth_reason_name(AUTH_UNKNOWN_KEY), "unknown_key");
+    assert_int_equal(auth_reason_status(AUTH_UNKNOWN_KEY), 401);
+    write_file(path, only_b);
+    assert_int_equal(auth_reload_keys(a, c, err, sizeof(err)), 0);
+    assert_int_equal(verify(a, bearer_kid(ka, "a"), &p), AUTH_UNKNOWN_KEY);
+    assert_int_equal(verify(a, bearer_kid(kb, "b"), &p), AUTH_OK);
+    /* a bad set on reload: refused naming the key, the set in use kept */
+    write_file(path, "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"short\",\"k\":\"YWJj\"}]}");
+    assert_int_not_equal(auth_reload_keys(a, c, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "kid \"short\""));
+    assert_int_equal(verify(a, bearer_kid(kb, "b"), &p), AUTH_OK);
+    auth_close(a);
+    conf_free(c);
+    unlink(path);
+    static const char *const bad[] = {
+        "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"x\",\"k\":"
+        "\"a2V5LWItMDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3*\"}]}",
+        "{\"keys\":[{\"kty\":\"oct\",\"k\":\"a2V5LWItMDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYg\"}]}",
+        "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"x\",\"alg\":\"ES256\","
+        "\"k\":\"a2V5LWItMDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYg\"}]}",
+        "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"small\",\"n\":\"AQAB\",\"e\":\"AQAB\"}]}",
+        "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"p384\",\"crv\":\"P-384\",\"x\":\"AA\",\"y\":\"AA\"}]"
+        "}",
+        "{\"keys\":{}}",
+        "[]",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_not_equal(auth_jwks_parse_check(bad[i], strlen(bad[i]), &n, err, sizeof(err)),
+                             0);
+}
+
 int
 main(void)
 {
@@ -597,6 +699,7 @@ main(void)
         cmocka_unit_test(test_cache_threads),
         cmocka_unit_test(test_cache_size_and_ttl_reloaded),
         cmocka_unit_test(test_cache_resized_under_load),
+        cmocka_unit_test(test_jwks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
