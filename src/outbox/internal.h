@@ -147,6 +147,11 @@ bool circuit_admit(struct outbox *ob, size_t k);
 void circuit_note(struct outbox *ob, size_t k, bool answered);
 void circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out);
 bool circuit_all_probed(struct outbox *ob);
+/* The sinks_done bits of the sinks whose peer does not answer (as
+ * circuit_all_probed) and that the prober probes (a probe, the prober
+ * running): the ordered claim parks the rows that lack only those
+ * (store_outbox_park; docs/outbox.md). 0 when none. Thread: any (circ_mu). */
+uint32_t circuit_parked(struct outbox *ob);
 /* True when sink k answered a call (any answer) after since_ms (clock_mono_ms). */
 bool circuit_answered_since(struct outbox *ob, size_t k, int64_t since_ms);
 

@@ -483,6 +483,7 @@ struct store {
     _Atomic int64_t write_ok_ms;     /* store_save: the last one that committed */
     int save_writers;                /* store_save calls worth running at once (group_commit's
                                       * leaders; 0 = 1): set by the backend's open */
+    _Atomic uint32_t outbox_park;    /* store_outbox_park's mask */
 };
 
 extern const struct store_ops store_sqlite_ops;
@@ -660,6 +661,16 @@ int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
 int store_outbox_claim_ordered(struct store *s, int64_t now_ms, int64_t lock_until_ms,
                                const char *locked_by, int limit, bool per_room,
                                struct outbox_row **rows, size_t *n);
+
+/*
+ * The ordered claims' parked sinks (docs/outbox.md, per-room order): need
+ * 0, none (the default); else the sinks_done bits of the enabled sinks
+ * whose circuit is closed. Then a due row that lacks none of need (it
+ * waits only for sinks whose circuit is open) is not claimed, and holds
+ * its room for the sinks it lacks as a waiting row does, until the mask
+ * changes. The worker sets it before each claim. Thread: any; atomic.
+ */
+void store_outbox_park(struct store *s, uint32_t need);
 
 /*
  * Writes n delivery outcomes, each only if the row is still delivering and

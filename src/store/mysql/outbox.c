@@ -75,33 +75,43 @@ MYS_SQL(CLAIM_IDS, "UPDATE room_outbox FORCE INDEX (PRIMARY) SET status='deliver
  * (c_w). Then a room's such rows in id order, with updated_at_ms (the
  * first one's fence), due_at_ms and c_w (the rows' held_sinks). The run
  * ranges over ix_outbox_room: a room's undelivered rows only. */
-#define CLAIM_WAITING                                                                              \
+#define CLAIM_WAITING(cond)                                                                        \
     "SELECT e.app_code AS w_app, e.room_id AS w_room,"                                             \
     " BIT_OR(" SINK_BITS_ALL_SQL " & ~e.sinks_done) AS w_bits"                                     \
-    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?"                          \
+    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE " cond                                  \
     " GROUP BY e.app_code, e.room_id"
-#define CLAIM_LACKS(w) "(" SINK_BITS_ALL_SQL " & ~o.sinks_done & ~COALESCE(" w ",0))<>0"
-#define CLAIM_ROOMS                                                                                \
+#define WAIT_DUE "e.due_at_ms>?"
+/* parked (store_outbox_park): a due row that lacks none of the sinks ? (the
+ * enabled sinks whose circuit is closed) is not claimed and holds its room
+ * as a waiting row does */
+#define WAIT_PARKED "e.due_at_ms IS NOT NULL AND (e.due_at_ms>? OR (? & ~e.sinks_done)=0)"
+#define NOT_PARKED " AND (? & ~o.sinks_done)<>0"
+#define CLAIM_LACKS(w, p) "(" SINK_BITS_ALL_SQL " & ~o.sinks_done & ~COALESCE(" w ",0))<>0" p
+#define CLAIM_ROOMS(cond, p)                                                                       \
     "SELECT o.app_code, o.room_id, COALESCE(w.w_bits,0) AS c_w"                                    \
     " FROM room_outbox o FORCE INDEX (ix_outbox_due)"                                              \
-    " LEFT JOIN (" CLAIM_WAITING ") w ON w.w_app=o.app_code AND w.w_room=o.room_id"                \
-    " WHERE o.due_at_ms<=? AND " SEED_DUE                                                          \
-    " AND " CLAIM_LACKS("w.w_bits") " ORDER BY o.due_at_ms, o.id LIMIT ?"
+    " LEFT JOIN (" CLAIM_WAITING(cond) ") w ON w.w_app=o.app_code AND w.w_room=o.room_id"          \
+                                       " WHERE o.due_at_ms<=? AND " SEED_DUE " AND " CLAIM_LACKS(  \
+                                           "w.w_bits", p) " ORDER BY o.due_at_ms, o.id LIMIT ?"
 /* The rooms and their runs in one statement (one snapshot, one round trip
  * instead of one per room; issue 13): every due row of those rooms that
  * lacks a sink their waiting rows do not, in id order up to the limit, so
  * each room's rows are a prefix of those. */
 /* (a row the seed's columns say is not due reads as due at INT64_MAX: its
  * room's run ends before it) */
-MYS_SQL(CLAIM_RUNS, "SELECT " OUTBOX_COLS ", updated_at_ms,"
-                    " IF(" SEED_DUE ", due_at_ms, 9223372036854775807), r.r_w FROM (SELECT DISTINCT"
-                    " c.app_code AS r_app, c.room_id AS r_room, c.c_w AS r_w"
-                    " FROM (" CLAIM_ROOMS ") c) r"
-                    " STRAIGHT_JOIN room_outbox o FORCE INDEX (ix_outbox_room)"
-                    " ON o.app_code=r.r_app AND o.room_id=r.r_room AND o.due_at_ms IS NOT NULL"
-                    " WHERE o.due_at_ms<=? AND (NOT " SEED_DUE
-                    " OR " CLAIM_LACKS("r.r_w") ")"
-                                                " ORDER BY o.id LIMIT ?");
+#define CLAIM_RUNS(cond, p)                                                                        \
+    "SELECT " OUTBOX_COLS ", updated_at_ms,"                                                       \
+    " IF(" SEED_DUE ", due_at_ms, 9223372036854775807), r.r_w FROM (SELECT DISTINCT"               \
+    " c.app_code AS r_app, c.room_id AS r_room, c.c_w AS r_w"                                      \
+    " FROM (" CLAIM_ROOMS(                                                                         \
+        cond, p) ") c) r"                                                                          \
+                 " STRAIGHT_JOIN room_outbox o FORCE INDEX (ix_outbox_room)"                       \
+                 " ON o.app_code=r.r_app AND o.room_id=r.r_room AND o.due_at_ms IS NOT NULL"       \
+                 " WHERE o.due_at_ms<=? AND (NOT " SEED_DUE                                        \
+                 " OR (" CLAIM_LACKS("r.r_w", p) "))"                                              \
+                                                 " ORDER BY o.id LIMIT ?"
+MYS_SQL(CLAIM_RUNS, CLAIM_RUNS(WAIT_DUE, ""));
+MYS_SQL(CLAIM_RUNS_PARKED, CLAIM_RUNS(WAIT_PARKED, NOT_PARKED));
 /* Takes rooms' heads unless they changed since the snapshot (claimed,
  * completed or released by someone else: updated_at_ms moved, or no longer
  * due): (id, updated_at_ms) pairs, a range over the primary key. An UPDATE
@@ -190,7 +200,8 @@ struct claim_ctx {
     bool per_room;
     struct outbox_row *rows;
     size_t n;
-    bool *head; /* ordered claim: rows[i] is its room's head */
+    bool *head;    /* ordered claim: rows[i] is its room's head */
+    uint32_t park; /* store_outbox_park's mask (0: none parked) */
 };
 
 /* Copies into ids the ids of x->rows[from..to) that are heads (heads) or
@@ -321,9 +332,16 @@ read_runs(struct conn *c, struct claim_ctx *x, int64_t **seen)
     bool ended = false;
     int rc;
 
-    if ((rc = mys_query(c, &SQL_CLAIM_RUNS, &r, OUTBOX_TYPES "iii", "iiiiiidiiid", x->now, x->now,
-                        x->now, x->now, x->now, x->now, x->limit, x->now, x->now, x->now,
-                        x->limit)) == 0)
+    int64_t u = x->park;
+
+    if (x->park == 0)
+        rc = mys_query(c, &SQL_CLAIM_RUNS, &r, OUTBOX_TYPES "iii", "iiiiiidiiid", x->now, x->now,
+                       x->now, x->now, x->now, x->now, x->limit, x->now, x->now, x->now, x->limit);
+    else
+        rc = mys_query(c, &SQL_CLAIM_RUNS_PARKED, &r, OUTBOX_TYPES "iii", "iiiiiiiidiiiid", x->now,
+                       x->now, x->now, u, x->now, x->now, x->now, u, x->limit, x->now, x->now,
+                       x->now, u, x->limit);
+    if (rc == 0)
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             cd = xgrow(cd, n, &cap, sizeof(*cd));
             read_outbox(&r, &cd[n].row);
@@ -587,7 +605,9 @@ int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, bool per_room, struct outbox_row **rows, size_t *n)
 {
-    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0, NULL};
+    struct claim_ctx x = {now_ms, lock_until_ms, locked_by,
+                          limit,  per_room,      NULL,
+                          0,      NULL,          atomic_load(&s->outbox_park)};
 
     *rows = NULL;
     *n = 0;
@@ -801,8 +821,9 @@ mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nre
                           int64_t lock_until_ms, const char *locked_by, int limit, bool per_room,
                           struct outbox_row **rows, size_t *n, bool *completed)
 {
-    struct complete_claim_ctx x = {
-        {res, nres}, {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0, NULL}};
+    struct complete_claim_ctx x = {{res, nres},
+                                   {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0,
+                                    NULL, atomic_load(&s->outbox_park)}};
     int rc;
 
     *rows = NULL;
