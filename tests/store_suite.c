@@ -11,6 +11,7 @@
 
 #include "conf/conf.h"
 #include "core/err.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 #include "store/group_commit.h"
 #include "store/store.h"
@@ -2296,6 +2297,88 @@ t_gift_catalog(void **state)
     free(rows);
 }
 
+/* Completes row id claimed by "O" as retryable at retry_at with sinks_done. */
+static void
+complete_sinks(struct store *st, int64_t id, uint32_t sinks_done, int64_t retry_at, int64_t now)
+{
+    struct outbox_result r = {.id = id,
+                              .locked_by = "O",
+                              .status = OUTBOX_RETRYABLE,
+                              .sinks_done = sinks_done,
+                              .next_retry_at_ms = retry_at,
+                              .last_error = "bus: circuit open",
+                              .now_ms = now};
+
+    assert_int_equal(store_outbox_complete(st, &r, 1), 0);
+    assert_int_equal(r.rc, 0);
+}
+
+/* outbox_worker.ordering per_room is per sink (issue 26): a room's row
+ * that waits lacking only the bus (IM done) does not hold the rows after it
+ * for IM: they are claimed with held_sinks naming the bus (and not IM); a
+ * row lacking only what the waiting row lacks is not claimed; with the bus
+ * parked (store_outbox_park: its circuit open) a due row lacking only the
+ * bus is not claimed either and holds its room; unparked, the room's rows
+ * come from its head, in order, with nothing held. */
+static void
+t_ordered_claim_per_sink(void **state)
+{
+    struct fixture *f = *state;
+    struct outbox_row *rows;
+    int64_t ids[4];
+    size_t n;
+
+    create_room(f->st, "a1", "r1", 4, T0);
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 100, 10, ids), 4);
+    complete_sinks(f->st, ids[0], SINK_BIT_TIM, T0 + 5000, T0 + 150); /* waits for the bus */
+    complete_sinks(f->st, ids[1], SINK_BIT_TIM, T0 + 150, T0 + 150);  /* held for the bus */
+    complete_sinks(f->st, ids[2], 0, T0 + 150, T0 + 150);             /* nothing yet */
+    complete_sinks(f->st, ids[3], 0, T0 + 150, T0 + 150);
+
+    assert_int_equal(
+        store_outbox_claim_ordered(f->st, T0 + 200, T0 + 1000, "O", 10, true, &rows, &n), 0);
+    assert_int_equal(n, 2); /* not ids[1]: it lacks only the bus, which ids[0] lacks */
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(rows[i].id, ids[2 + i]);
+        assert_true(rows[i].held_sinks & SINK_BIT_BUS);
+        assert_false(rows[i].held_sinks & SINK_BIT_TIM);
+    }
+    outbox_rows_free(rows, n);
+    complete_sinks(f->st, ids[2], SINK_BIT_TIM, T0 + 250, T0 + 250);
+    complete_sinks(f->st, ids[3], SINK_BIT_TIM, T0 + 250, T0 + 250);
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 300, 10, ids + 2), 0); /* all wait for it */
+
+    /* ids[0] due again, but the bus's circuit is open: all four parked */
+    store_outbox_park(f->st, SINK_BIT_TIM); /* enabled: IM, bus */
+    assert_int_equal(claim_ordered_ids(f->st, T0 + 6000, 10, ids + 2), 0);
+    /* a new row of the room lacking IM still goes, held for the bus */
+    struct tmut *c = tmut_new("a1", "r1", "r1-v2", 2, 1, T0 + 6000);
+    assert_int_equal(save1(f->st, c), 0);
+    assert_int_equal(
+        store_outbox_claim_ordered(f->st, T0 + 6100, T0 + 7000, "O", 10, true, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].id, row_id(f->st, c->ev[0].event_id));
+    assert_true(rows[0].held_sinks & SINK_BIT_BUS);
+    assert_false(rows[0].held_sinks & SINK_BIT_TIM);
+    complete_sinks(f->st, rows[0].id, SINK_BIT_TIM, T0 + 6150, T0 + 6150);
+    outbox_rows_free(rows, n);
+    free(c);
+
+    /* the circuit closed: the room from its head, in order, nothing held */
+    store_outbox_park(f->st, 0);
+    assert_int_equal(
+        store_outbox_claim_ordered(f->st, T0 + 6200, T0 + 7000, "O", 10, true, &rows, &n), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(rows[0].id, ids[0]);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(rows[i].held_sinks, 0);
+        assert_int_equal(rows[i].sinks_done, SINK_BIT_TIM);
+        if (i > 0)
+            assert_true(rows[i].id > rows[i - 1].id);
+    }
+    outbox_rows_free(rows, n);
+}
+
 int
 store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
                 int (*reset)(struct store *s))
@@ -2316,6 +2399,7 @@ store_suite_run(const char *backend_name, struct conf *(*make_conf)(void),
         cmocka_unit_test_setup_teardown(t_claim_order_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(t_ordered_claim_after_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(t_ordered_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(t_ordered_claim_per_sink, setup, teardown),
         cmocka_unit_test_setup_teardown(t_handoff_own_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(t_claimed_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(t_fenced_complete, setup, teardown),

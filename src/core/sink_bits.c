@@ -17,6 +17,8 @@ static const struct {
              {"wallet", SINK_BIT_WALLET, "RoomGiftSent"}};
 #define NNAMES (sizeof(names) / sizeof(names[0]))
 
+_Static_assert(SINK_BITS_ALL == 63, "SINK_BITS_ALL_SQL in sink_bits.h is SINK_BITS_ALL");
+
 const char *
 sink_bit_name(uint32_t bit)
 {

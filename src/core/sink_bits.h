@@ -27,6 +27,11 @@
     (SINK_BIT_LOG | SINK_BIT_TIM | SINK_BIT_ACTIVITY | SINK_BIT_BUS | SINK_BIT_ROCKET |            \
      SINK_BIT_WALLET)
 
+/* SINK_BITS_ALL as SQL text: the stores' ordered claims compute which
+ * sinks a row still lacks in SQL (63 & ~sinks_done; sink_bits.c checks it
+ * equals SINK_BITS_ALL). */
+#define SINK_BITS_ALL_SQL "63"
+
 /* The sink name of a bit ("log", "tim", "activity", "bus", "rocket",
  * "wallet"; "" for another), and back (0 for an unknown name). The names
  * are the sinks' struct sink.name. */

@@ -134,11 +134,14 @@ circuit_note(struct outbox *ob, size_t k, bool answered)
 {
     struct sink_circuit *c = &ob->circ[k];
     const char *name = ob->sinks[k]->name;
+    bool closed = false;
 
     pthread_mutex_lock(&ob->circ_mu);
     if (answered) {
-        if (c->open)
+        if (c->open) {
             log_info("outbox", "sink answers again: circuit closed", "sink=%s", name);
+            closed = true;
+        }
         c->open = false;
         c->fails = 0;
         c->answered_ms = clock_mono_ms();
@@ -151,6 +154,8 @@ circuit_note(struct outbox *ob, size_t k, bool answered)
                  (long long)ob->cfg.circuit_probe_ms);
     }
     pthread_mutex_unlock(&ob->circ_mu);
+    if (closed)
+        outbox_wake(ob); /* the rows parked for it (circuit_parked) are claimable again */
 }
 
 bool
@@ -183,6 +188,21 @@ peer_down(const struct outbox *ob, size_t k)
         if (j != k && ob->sinks[j]->peer == ob->sinks[k]->peer && ob->circ[j].open)
             return true;
     return false;
+}
+
+uint32_t
+circuit_parked(struct outbox *ob)
+{
+    uint32_t bits = 0;
+
+    if (ob->prober.n == 0)
+        return 0; /* no prober: an event's call is the only probe */
+    pthread_mutex_lock(&ob->circ_mu);
+    for (size_t k = 0; k < ob->nsinks; k++)
+        if (ob->sinks[k]->probe != NULL && peer_down(ob, k))
+            bits |= ob->sinks[k]->bit;
+    pthread_mutex_unlock(&ob->circ_mu);
+    return bits;
 }
 
 bool

@@ -258,6 +258,15 @@ claim(struct worker *w, struct flight *done, size_t *n)
         pthread_mutex_unlock(&ob->pool.mu);
         return NULL;
     }
+    if (per_room) {
+        /* rows that lack only sinks whose circuit is open wait parked (not
+         * claimed, holding their room for those sinks) until one closes */
+        uint32_t open = circuit_parked(ob), enabled = 0;
+
+        for (size_t k = 0; k < ob->nsinks; k++)
+            enabled |= ob->sinks[k]->bit;
+        store_outbox_park(ob->store, open != 0 ? enabled & ~open : 0);
+    }
     if (done != NULL) {
         /* the completion first in the same transaction: the (ordered) claim
          * sees the landed rows' rooms free, and their next rows come */

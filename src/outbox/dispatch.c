@@ -68,8 +68,10 @@ note_call(struct slot *sl, const struct sink *s, enum sink_call o)
     int b = __builtin_ctz(s->bit);
 
     sl->tried |= s->bit;
-    if (o != CALL_OK)
+    if (o != CALL_OK) {
         sl->failed |= s->bit;
+        sl->missed |= s->bit;
+    }
     if (b < OUTBOX_SINK_BITS)
         sl->outcome[b] = (uint8_t)o;
 }
@@ -79,6 +81,7 @@ static void
 outage(struct slot *sl, const struct sink *s, const char *why)
 {
     append_error(sl->err, s->name, why);
+    sl->missed |= s->bit;
     if (sl->rc == 0)
         sl->rc = ROOMD_ERETRY;
 }
@@ -149,11 +152,10 @@ sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *
     }
 }
 
-/* True when sink s still has to deliver sl. */
-static bool
+bool
 sink_needed(const struct slot *sl, struct sink *s)
 {
-    return !sl->released && !sl->finished && !(sl->done & s->bit) &&
+    return !sl->released && !sl->finished && !(sl->done & s->bit) && !(sl->hold & s->bit) &&
            (s->accepts == NULL || s->accepts(s, &sl->ev));
 }
 
@@ -265,9 +267,12 @@ finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, 
         res->status = OUTBOX_DELIVERED;
         return;
     }
-    if (sl->held && !permanent && !sl->counted) {
-        /* Held behind an earlier row of its room: retryable now, nothing
-         * counted; the ordered claim takes it once that row is done. */
+    if (sl->hold != 0 && !permanent && !sl->counted && (sl->missed & ~sl->hold) == 0) {
+        /* Held behind an earlier row of its room for some sinks (the
+         * others delivered it): retryable now, nothing counted; the
+         * ordered claim takes it again only for a sink no earlier row of
+         * its room still lacks (store/<backend>/outbox.c), so once that
+         * row is done, not at the claims' rate. */
         char why[LAST_ERROR_MAX];
 
         snprintf(why, sizeof(why), "%s%sheld: an earlier event of its room is not delivered",
@@ -353,9 +358,10 @@ last_needed_sink(struct outbox *ob, size_t ks, const struct slot *sl, size_t n)
  * Publishes the part sl[lo..hi) of flight f (at most batch_size rows): the
  * outcome of a row is what calling the sinks one by one gives: every sink
  * not yet in sinks_done that accepts it, in sink order, stopping at a
- * permanent refusal. before marks the rooms the rows before lo left
- * undelivered (their rows here are held); blocked is scratch; both have a
- * place per room of f (f->n).
+ * permanent refusal. before marks, per room, the sinks the rows before lo
+ * (and the rows outside the batch) did not deliver (its rows here are held
+ * for those sinks); blocked is scratch; both have a sinks_done mask per
+ * room of f (f->n).
  *
  * Phase 1, row by row: the sinks before the first one offering
  * publish_batch (first_batch), within publish_timeout per row. A row is
@@ -370,7 +376,7 @@ last_needed_sink(struct outbox *ob, size_t ks, const struct slot *sl, size_t n)
  */
 static void
 publish_part(struct outbox *ob, struct flight *f, size_t first_batch, size_t lo, size_t hi,
-             const bool *before, bool *blocked, bool may_fly)
+             const uint32_t *before, uint32_t *blocked, bool may_fly)
 {
     const struct outbox_row *rows = f->rows;
     struct slot *sl = f->sl;
@@ -457,7 +463,8 @@ flight_start(struct outbox *ob, struct handoff_batch *b)
     struct flight *f = xcalloc(1, sizeof(*f));
     struct slot *sl = xcalloc(n, sizeof(*sl));
     size_t first_batch = ob->nsinks;
-    bool need_json = false, *before, *blocked;
+    bool need_json = false;
+    uint32_t *before, *blocked;
 
     *f = (struct flight){
         .rows = rows, .n = n, .pushed_us = b->pushed_us, .rooms = b->rooms, .sl = sl};
@@ -491,11 +498,12 @@ flight_start(struct outbox *ob, struct handoff_batch *b)
     number_rooms(sl, n);
     before = xcalloc(n > 0 ? n : 1, sizeof(*before));
     blocked = xcalloc(n > 0 ? n : 1, sizeof(*blocked));
-    /* room affinity: a room whose earlier rows in memory were not delivered
-     * has every row of this batch held (retried after them, in order) */
-    for (size_t i = 0; b->blocked != NULL && i < n; i++)
-        if (b->blocked[i])
-            before[sl[i].room] = true;
+    /* the sinks an earlier row of a room outside the batch did not deliver
+     * (room affinity: its rows in memory; a claim: its rows not claimed
+     * with these) hold every row of the room in this batch for them
+     * (retried after those rows, in order); the other sinks go on */
+    for (size_t i = 0; i < n; i++)
+        before[sl[i].room] |= rows[i].held_sinks | (b->blocked != NULL ? b->blocked[i] : 0);
     free(b->blocked);
     *b = (struct handoff_batch){0};
 

@@ -7,6 +7,7 @@
 #include "outbox/handoff.h"
 
 #include "core/clock.h"
+#include "core/sink_bits.h"
 #include "core/tree.h"
 #include "core/xmalloc.h"
 #include "outbox/internal.h"
@@ -199,8 +200,7 @@ handoff_landed(struct outbox *ob, struct hroom *const *rooms, const struct slot 
             continue;
         if (e->in_hands > 0)
             e->in_hands--;
-        if (slot_undelivered(&sl[i]))
-            e->blocked = true; /* its later rows in memory are held back */
+        e->blocked |= slot_blocks(&sl[i]); /* its later rows in memory are held for those sinks */
     }
     if (ob->qlen > 0)
         pthread_cond_signal(&ob->pool.cv); /* rows of those rooms may go now */
@@ -266,7 +266,8 @@ push(struct outbox *ob, const struct mutation *m)
         free(rows[i].payload);
         ob->wake_seq++;
         if (e != NULL) {
-            e->blocked = e->blocked || !m->room_busy;
+            if (!m->room_busy)
+                e->blocked = SINK_BITS_ALL;
             hroom_put(ob, e, 1);
             e = hroom_get(ob, m->app_code, m->room_id, false); /* gone with its last row */
         }
@@ -310,7 +311,7 @@ outbox_handoff_begin(struct outbox *ob, struct mutation *m)
         struct hroom *e = hroom_get(ob, m->app_code, m->room_id, true);
 
         m->handoff_if_room_idle = true;
-        m->handoff_own_rows = e->rows > 0 && !e->blocked;
+        m->handoff_own_rows = e->rows > 0 && e->blocked == 0;
         e->rows += n; /* in memory from now until their completion */
     }
     pthread_mutex_unlock(&ob->pool.mu);

@@ -69,14 +69,15 @@ struct sink_circuit {
 /* ordering per_room, room affinity (handoff.c; docs/outbox.md): a room
  * with rows of this process's hand-off in memory, from outbox_handoff_begin
  * until their completion was attempted. Its rows are taken by one worker
- * batch at a time (in_hands) and, once one of them was not delivered, the
- * rest are held back (blocked) until none is left. Under pool.mu. */
+ * batch at a time (in_hands) and, once one of them was not delivered by a
+ * sink, the rest are held back for that sink (blocked, sinks_done bits)
+ * until none is left. Under pool.mu. */
 struct hroom {
-    char *name;      /* "<app_code>/<room_id>", the tsearch key (core/tree.h) */
-    size_t rows;     /* reserved, queued or in a worker's batch */
-    size_t in_hands; /* of those, in a batch that has not landed */
-    bool blocked;    /* one of them was not delivered (or left to the claims) */
-    uint64_t take;   /* the last handoff_take that took rows of the room */
+    char *name;       /* "<app_code>/<room_id>", the tsearch key (core/tree.h) */
+    size_t rows;      /* reserved, queued or in a worker's batch */
+    size_t in_hands;  /* of those, in a batch that has not landed */
+    uint32_t blocked; /* the sinks one of them did not deliver (all: left to the claims) */
+    uint64_t take;    /* the last handoff_take that took rows of the room */
 };
 
 struct outbox {
@@ -146,6 +147,11 @@ bool circuit_admit(struct outbox *ob, size_t k);
 void circuit_note(struct outbox *ob, size_t k, bool answered);
 void circuit_read(struct outbox *ob, size_t k, struct sink_circuit *out);
 bool circuit_all_probed(struct outbox *ob);
+/* The sinks_done bits of the sinks whose peer does not answer (as
+ * circuit_all_probed) and that the prober probes (a probe, the prober
+ * running): the ordered claim parks the rows that lack only those
+ * (store_outbox_park; docs/outbox.md). 0 when none. Thread: any (circ_mu). */
+uint32_t circuit_parked(struct outbox *ob);
 /* True when sink k answered a call (any answer) after since_ms (clock_mono_ms). */
 bool circuit_answered_since(struct outbox *ob, size_t k, int64_t since_ms);
 
@@ -163,7 +169,7 @@ struct handoff_batch {
     size_t n;
     int64_t *pushed_us;   /* clock_mono_us of each row's push */
     struct hroom **rooms; /* ordering per_room: each row's room, else NULL */
-    bool *blocked;        /* with rooms: its room was blocked at the take */
+    uint32_t *blocked;    /* with rooms: the sinks its room was blocked for at the take */
 };
 
 /* Moves up to max of the oldest queued rows that may go now into b. With
@@ -233,8 +239,11 @@ struct slot {
     bool counted;           /* a sink answered "not now": the failure costs an attempt;
                              * false with rc ERETRY: only outages (no answer, circuit
                              * open, no time left), which cost none */
-    bool held;              /* ordering per_room: an earlier row of the room was not
-                             * delivered; no further sink is called, no attempt counted */
+    uint32_t hold;          /* ordering per_room, per sink (sinks_done bits): the sinks
+                             * an earlier row of the room did not deliver; they are not
+                             * called for this row (held), no attempt counted */
+    uint32_t missed;        /* sinks called (or due to be) that did not deliver now:
+                             * failures, outages, timeouts (not the holds) */
     size_t room;            /* the row's room, numbered within the batch (number_rooms) */
     uint32_t done;          /* sinks_done so far */
     uint32_t tried;         /* sinks called in this attempt (bits) */
@@ -243,21 +252,31 @@ struct slot {
     char err[LAST_ERROR_MAX];
 };
 
-/* order.c, ordering per_room within a batch of n slots (worker thread):
- * number_rooms numbers sl[i].room (equal for one room's rows, < n);
- * note_room marks blocked[sl->room] when sl is undelivered (handed back,
- * failed so far or held); hold_if_blocked holds sl when blocked[its room];
- * hold_later holds, in commit order, every row of sl[lo..hi) whose room has
- * an earlier undelivered row there or is marked in before (the rooms the
- * rows before lo blocked; before and blocked: nrooms places, blocked is
- * set from before first). */
+/* order.c, ordering per_room within a batch of n slots, per sink (worker
+ * thread). blocked, before: a sinks_done mask per room of the batch (the
+ * sinks the room's later rows are held for). number_rooms numbers
+ * sl[i].room (equal for one room's rows, < n); note_room adds to
+ * blocked[sl->room] the sinks sl did not deliver so far (slot_blocks);
+ * hold_if_blocked holds sl for the sinks of blocked[its room] it still
+ * needs; hold_later holds, in commit order, every row of sl[lo..hi) for
+ * the sinks an earlier row there did not deliver or that before marks (the
+ * rows before lo, and the rows outside the batch: the claim's held_sinks,
+ * the hand-off's blocked rooms; before and blocked: nrooms places, blocked
+ * is set from before first). */
 void number_rooms(struct slot *sl, size_t n);
-void note_room(const struct slot *sl, bool *blocked);
-void hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked);
-void hold_later(struct outbox *ob, struct slot *sl, size_t lo, size_t hi, const bool *before,
-                bool *blocked, size_t nrooms);
-/* True when sl was handed back, failed so far or held. */
-bool slot_undelivered(const struct slot *sl);
+void note_room(const struct slot *sl, uint32_t *blocked);
+void hold_if_blocked(struct outbox *ob, struct slot *sl, const uint32_t *blocked);
+void hold_later(struct outbox *ob, struct slot *sl, size_t lo, size_t hi, const uint32_t *before,
+                uint32_t *blocked, size_t nrooms);
+/* The sinks (sinks_done bits) the later rows of sl's room are held for:
+ * every bit when sl was handed back, the sinks it still lacks when it was
+ * given up for this attempt (lock too short), none when it will be a dead
+ * letter (a permanent refusal, poison: its room's later rows go on), else
+ * the sinks it missed or was held for so far. */
+uint32_t slot_blocks(const struct slot *sl);
+/* True when sink s still has to deliver sl now: not handed back or given
+ * up, not in sl's sinks_done, not held for s, and s accepts the event. */
+bool sink_needed(const struct slot *sl, struct sink *s);
 
 /* ==== one batch in flight (dispatch.c publishes it, claim.c completes it) ==== */
 

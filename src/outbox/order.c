@@ -1,63 +1,77 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * order.c: outbox_worker.ordering per_room inside one batch (docs/outbox.md,
- * "Per-room order"): the batch's rooms numbered once, and a row held (no
- * further sink called, retried after it, no attempt counted) while an
- * earlier row of its room in the batch is undelivered, also across the
- * sink calls a deep claim is split into. The claims keep the order between
- * batches (store/<backend>/outbox.c). Called by the worker
+ * "Per-room order"), per sink: the batch's rooms numbered once, and a row
+ * held for a sink (that sink not called for it, retried after, no attempt
+ * counted) while an earlier row of its room did not deliver that sink, in
+ * the batch (also across the sink calls a deep claim is split into) or
+ * outside it (the claim's held_sinks, the hand-off's blocked rooms). Its
+ * other sinks go on. The claims keep the order between batches
+ * (store/<backend>/outbox.c). Called by the worker
  * thread that owns the batch (worker.c); never blocks.
  */
 #include "outbox/internal.h"
 
 #include "core/err.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* True when sl was handed back or is not delivered so far: the rows of its
- * room after it in the batch are held (ordering per_room). A row a sink
- * refused for good will be a dead letter: as across batches (the poison
- * policy), its room's later rows go on. */
-bool
-slot_undelivered(const struct slot *sl)
+uint32_t
+slot_blocks(const struct slot *sl)
 {
-    return (sl->rc != 0 && sl->rc != ROOMD_EPERM) || sl->released || sl->held;
+    if (sl->released)
+        return SINK_BITS_ALL;
+    if (sl->rc == ROOMD_EPERM)
+        return 0; /* a dead letter: as across batches (the poison policy), the room goes on */
+    if (sl->finished && sl->rc != 0)
+        return SINK_BITS_ALL & ~sl->done; /* given up for this attempt */
+    return sl->missed | sl->hold;
 }
 
-/* ordering per_room: holds sl[i] when an earlier row of its room in the
- * batch is undelivered (blocked[its room], filled by note_room) and no sink
- * has refused it yet. A held row keeps the sinks it already reached, no
- * further sink is called for it, and it is retried after that row. */
+/* ordering per_room, per sink: holds sl for every sink of blocked[its room]
+ * (filled by note_room) it still needs: an earlier row of its room did not
+ * deliver that sink. A held row keeps the sinks it reaches, the held ones
+ * are not called for it, and it is retried for them after that row. */
 void
-hold_if_blocked(struct outbox *ob, struct slot *sl, const bool *blocked)
+hold_if_blocked(struct outbox *ob, struct slot *sl, const uint32_t *blocked)
 {
-    if (ob->cfg.ordering != ORDERING_PER_ROOM || !blocked[sl->room] || sl->held || sl->released ||
-        sl->finished || sl->rc != 0)
+    uint32_t b, newly = 0;
+
+    if (ob->cfg.ordering != ORDERING_PER_ROOM || sl->released || sl->finished)
         return;
-    sl->held = true;
-    sl->finished = true;
-    sl->rc = ROOMD_ERETRY;
-    atomic_fetch_add(&ob->order_held, 1);
+    if ((b = blocked[sl->room] & ~sl->hold & ~sl->done) == 0)
+        return;
+    for (size_t k = 0; k < ob->nsinks; k++)
+        if ((b & ob->sinks[k]->bit) && sink_needed(sl, ob->sinks[k]))
+            newly |= ob->sinks[k]->bit;
+    if (newly == 0)
+        return;
+    if (sl->hold == 0)
+        atomic_fetch_add(&ob->order_held, 1);
+    sl->hold |= newly;
+    if (sl->rc == 0)
+        sl->rc = ROOMD_ERETRY;
 }
 
-/* Marks sl's room blocked for the rows after sl when sl is undelivered. */
+/* Adds to blocked[sl's room] the sinks sl did not deliver so far. */
 void
-note_room(const struct slot *sl, bool *blocked)
+note_room(const struct slot *sl, uint32_t *blocked)
 {
-    if (slot_undelivered(sl))
-        blocked[sl->room] = true;
+    blocked[sl->room] |= slot_blocks(sl);
 }
 
-/* ordering per_room: holds every row of sl[lo..hi) (in commit order) whose
- * room has an earlier undelivered row, before the next sink is called: one
- * of sl[lo..) before it, or one of the rows before lo, whose rooms before
- * marks (nrooms places, the batch's rooms). One pass; blocked (nrooms
- * places) ends as before plus the rooms of sl[lo..hi)'s undelivered rows. */
+/* ordering per_room: holds every row of sl[lo..hi) (in commit order) for
+ * the sinks an earlier row of its room did not deliver, before the next
+ * sink is called: one of sl[lo..) before it, or the rows before lo and
+ * outside the batch, which before marks (nrooms places, the batch's rooms).
+ * One pass; blocked (nrooms places) ends as before plus what the rows of
+ * sl[lo..hi) did not deliver. */
 void
-hold_later(struct outbox *ob, struct slot *sl, size_t lo, size_t hi, const bool *before,
-           bool *blocked, size_t nrooms)
+hold_later(struct outbox *ob, struct slot *sl, size_t lo, size_t hi, const uint32_t *before,
+           uint32_t *blocked, size_t nrooms)
 {
     memcpy(blocked, before, nrooms * sizeof(*blocked));
     for (size_t i = lo; i < hi; i++) {

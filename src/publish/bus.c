@@ -162,6 +162,10 @@ on_disconnected(natsConnection *nc, void *arg)
     struct bus *b = arg;
 
     (void)nc;
+    /* not ready: bus_ensure (every publish and probe) fails at once while
+     * disconnected instead of parking in the reconnect buffer until its
+     * deadline (the worker's other sinks wait for that answer: issue 26) */
+    atomic_store(&b->ready, false);
     if (atomic_load(&b->closing))
         return;
     log_warn("bus", "broker disconnected", "reconnect=%s", "forever");

@@ -335,6 +335,12 @@ store_outbox_claim_ordered(struct store *s, int64_t now_ms, int64_t lock_until_m
     return s->ops->outbox_claim(s, now_ms, lock_until_ms, locked_by, limit, per_room, rows, n);
 }
 
+void
+store_outbox_park(struct store *s, uint32_t need)
+{
+    atomic_store(&s->outbox_park, need);
+}
+
 int
 store_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
 {

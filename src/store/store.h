@@ -226,6 +226,10 @@ struct outbox_row {
     char *last_error;
     int64_t created_at_ms;
     int64_t delivered_at_ms;
+    /* the ordered claim's (not a column): sinks_done bits an earlier
+     * undelivered row of the room, not claimed with this one, still lacks;
+     * the worker holds the row for them (docs/outbox.md, per-room order) */
+    uint32_t held_sinks;
 };
 void outbox_rows_free(struct outbox_row *rows, size_t n);
 
@@ -479,6 +483,7 @@ struct store {
     _Atomic int64_t write_ok_ms;     /* store_save: the last one that committed */
     int save_writers;                /* store_save calls worth running at once (group_commit's
                                       * leaders; 0 = 1): set by the backend's open */
+    _Atomic uint32_t outbox_park;    /* store_outbox_park's mask */
 };
 
 extern const struct store_ops store_sqlite_ops;
@@ -630,12 +635,16 @@ int store_save(struct store *s, struct mutation *const *muts, size_t n);
 int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
                        const char *locked_by, int limit, struct outbox_row **rows, size_t *n);
 /*
- * store_outbox_claim with outbox_worker.ordering: per_room true claims whole
- * rooms: a room's head (its undelivered row of lowest id) when it is due,
- * with the due rows after it in id order up to the first one not due (a
- * later row never goes while an earlier one is locked or waits for its
- * retry), so a room's events reach the sinks in commit order across
- * workers and nodes, and one claimer holds a room at a time. A failed row
+ * store_outbox_claim with outbox_worker.ordering: per_room true claims rooms
+ * per sink (docs/outbox.md, per-room order): a room's due rows in id order
+ * that lack a sink (sinks_done bit) no waiting row of the room (locked, or
+ * retryable not yet due) lacks; each comes with held_sinks, the sinks those
+ * waiting rows lack, which the worker holds it for (and delivers the others
+ * now). A row lacking only sinks a waiting row lacks is not claimed: it is
+ * taken once that row is done. So each sink gets a room's events in commit
+ * order across workers and nodes, and a sink that is down or retrying holds
+ * no other sink. Without a waiting row: the room's head (its undelivered
+ * row of lowest id) with the due rows after it in id order. A failed row
  * is no longer undelivered and holds nothing (poison policy). The rooms come
  * from the due rows in (due_at_ms, id) order (outbox_rooms_add); an expired
  * lock makes its room claimable again. false: as store_outbox_claim. Rows
@@ -645,6 +654,16 @@ int store_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms,
 int store_outbox_claim_ordered(struct store *s, int64_t now_ms, int64_t lock_until_ms,
                                const char *locked_by, int limit, bool per_room,
                                struct outbox_row **rows, size_t *n);
+
+/*
+ * The ordered claims' parked sinks (docs/outbox.md, per-room order): need
+ * 0, none (the default); else the sinks_done bits of the enabled sinks
+ * whose circuit is closed. Then a due row that lacks none of need (it
+ * waits only for sinks whose circuit is open) is not claimed, and holds
+ * its room for the sinks it lacks as a waiting row does, until the mask
+ * changes. The worker sets it before each claim. Thread: any; atomic.
+ */
+void store_outbox_park(struct store *s, uint32_t need);
 
 /*
  * Writes n delivery outcomes, each only if the row is still delivering and

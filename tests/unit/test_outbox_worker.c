@@ -850,6 +850,56 @@ test_per_room_order_across_retries(void **state)
     tsink_free(t);
 }
 
+/* ordering per_room is per sink (issue 26, dual mode): IM ("tim", row by
+ * row) answering "not now" for e1 holds the room's later events for IM
+ * only; the broker ("bus", a batch sink) gets all five at once, in order,
+ * while e1 is still retried. IM still sees e0, e1 x max_retry_count, then
+ * e2 e3 e4, and the held rows never count an attempt. */
+static void
+test_per_room_order_per_sink(void **state)
+{
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->ordering = ORDERING_PER_ROOM;
+    c->workers = 2;
+    c->max_retry_count = 4;
+    c->initial_backoff_ms = 300;
+    c->max_backoff_ms = 400;
+    struct tsink *sinks[2] = {tsink_new("tim", SINK_BIT_TIM, 0),
+                              tsink_window_new("bus", SINK_BIT_BUS, 0)};
+    char ids[5][37];
+    insert_events(5, "RoomGiftSent", NULL, 0, ids);
+    sinks[0]->retry_id = ids[1];
+    struct outbox *ob = open_outbox(sinks, 2);
+
+    assert_true(wait_calls(sinks[1], 5, 5000));
+    struct outbox_row r;
+    get_row(ids[1], &r);
+    assert_true(r.status != OUTBOX_FAILED); /* the broker did not wait for IM's retries */
+    assert_true(r.retry_count < c->max_retry_count);
+    row_clear(&r);
+    assert_true(wait_status(ids[4], OUTBOX_DELIVERED, 10000));
+    outbox_close(ob);
+    assert_int_equal(row_status(ids[1]), OUTBOX_FAILED);
+    assert_int_equal(sinks[1]->calls, 5); /* the broker: each once, in order */
+    for (int k = 0; k < 5; k++)
+        assert_string_equal(sinks[1]->event_ids[k], ids[k]);
+    assert_int_equal(sinks[0]->calls, 1 + c->max_retry_count + 3);
+    assert_string_equal(sinks[0]->event_ids[0], ids[0]);
+    for (int k = 1; k <= c->max_retry_count; k++)
+        assert_string_equal(sinks[0]->event_ids[k], ids[1]);
+    for (int k = 0; k < 3; k++)
+        assert_string_equal(sinks[0]->event_ids[1 + c->max_retry_count + k], ids[2 + k]);
+    for (int k = 0; k < 5; k++) {
+        get_row(ids[k], &r);
+        assert_true(r.sinks_done & SINK_BIT_BUS);
+        if (k >= 2)
+            assert_int_equal(r.retry_count, 0); /* held for IM, never an attempt */
+        row_clear(&r);
+    }
+    tsink_free(sinks[0]);
+    tsink_free(sinks[1]);
+}
+
 /* The same with ordering none: the later events do not wait. */
 static void
 test_no_order_does_not_wait(void **state)
@@ -1461,6 +1511,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_handoff_queue_conf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_per_room_order_across_retries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_order_does_not_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_per_room_order_per_sink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_deliver_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_one_call_per_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sink_window, setup, teardown),

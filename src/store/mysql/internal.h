@@ -86,6 +86,7 @@ enum sid {
     S_FENCE_ROOM,
     S_OUTBOX_IDS,
     S_CLAIM_RUNS,
+    S_CLAIM_RUNS_PARKED,
     S_CLAIM_FENCED,
     S_COMPLETE_IDS,
     S_ROOMS_BUSY,

@@ -10,6 +10,7 @@
 #include "core/crash.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 
 #include <mysqld_error.h>
@@ -59,35 +60,58 @@ MYS_SQL(CLAIM_SELECT, "SELECT " OUTBOX_COLS " FROM room_outbox FORCE INDEX (ix_o
 MYS_SQL(CLAIM_IDS, "UPDATE room_outbox FORCE INDEX (PRIMARY) SET status='delivering', locked_by=?,"
                    " lock_until_ms=?, due_at_ms=?, updated_at_ms=?"
                    " WHERE id IN (" OUTBOX_IN_LIST ") AND due_at_ms<=? AND " SEED_DUE);
-/* outbox_worker.ordering per_room (store_outbox_claim_ordered), consistent
- * (non-locking) reads of one snapshot: the rooms of the due rows whose room
- * has no row waiting (locked, or retryable not yet due: due_at_ms > now), in
- * claim order; then a room's undelivered rows in id order from its head,
- * with updated_at_ms (the head's fence) and due_at_ms. The waiting rooms are
- * one materialized subquery (a range of ix_outbox_due: the rows in flight
- * and the retries ahead), not a probe per candidate: with every room busy
- * the scan passes over the whole backlog (1M-row table, 19900 rows behind
- * 100 busy heads: 74 s with a NOT EXISTS probe per row, 1.2 s so, on a
- * loaded machine). The run ranges over ix_outbox_room: a room's undelivered
- * rows only. */
-#define CLAIM_ROOMS                                                                                \
-    "SELECT o.app_code, o.room_id FROM room_outbox o FORCE INDEX (ix_outbox_due)"                  \
-    " WHERE o.due_at_ms<=? AND " SEED_DUE                                                          \
-    " AND (o.app_code, o.room_id) NOT IN (SELECT e.app_code, e.room_id"                            \
-    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE e.due_at_ms>?)"                         \
-    " ORDER BY o.due_at_ms, o.id LIMIT ?"
+/* outbox_worker.ordering per_room (store_outbox_claim_ordered), per sink
+ * (docs/outbox.md, per-room order), consistent (non-locking) reads of one
+ * snapshot. CLAIM_WAITING: the rooms with a row waiting (locked, or
+ * retryable not yet due: due_at_ms > now) and the sinks those rows lack
+ * (w_bits: BIT_OR of SINK_BITS_ALL & ~sinks_done; a sink no row of the room
+ * has is lacked by all its rows alike, so it never decides), one
+ * materialized range of ix_outbox_due (the rows in flight and the retries
+ * ahead), not a probe per candidate: with every room busy the scan passes
+ * over the whole backlog (1M-row table, 19900 rows behind 100 busy heads:
+ * 74 s with a NOT EXISTS probe per row, 1.2 s so, on a loaded machine).
+ * CLAIM_ROOMS: the rooms of the due rows that lack a sink their room's
+ * waiting rows do not (CLAIM_LACKS), in claim order, with those rows' sinks
+ * (c_w). Then a room's such rows in id order, with updated_at_ms (the
+ * first one's fence), due_at_ms and c_w (the rows' held_sinks). The run
+ * ranges over ix_outbox_room: a room's undelivered rows only. */
+#define CLAIM_WAITING(cond)                                                                        \
+    "SELECT e.app_code AS w_app, e.room_id AS w_room,"                                             \
+    " BIT_OR(" SINK_BITS_ALL_SQL " & ~e.sinks_done) AS w_bits"                                     \
+    " FROM room_outbox e FORCE INDEX (ix_outbox_due) WHERE " cond                                  \
+    " GROUP BY e.app_code, e.room_id"
+#define WAIT_DUE "e.due_at_ms>?"
+/* parked (store_outbox_park): a due row that lacks none of the sinks ? (the
+ * enabled sinks whose circuit is closed) is not claimed and holds its room
+ * as a waiting row does */
+#define WAIT_PARKED "e.due_at_ms IS NOT NULL AND (e.due_at_ms>? OR (? & ~e.sinks_done)=0)"
+#define NOT_PARKED " AND (? & ~o.sinks_done)<>0"
+#define CLAIM_LACKS(w, p) "(" SINK_BITS_ALL_SQL " & ~o.sinks_done & ~COALESCE(" w ",0))<>0" p
+#define CLAIM_ROOMS(cond, p)                                                                       \
+    "SELECT o.app_code, o.room_id, COALESCE(w.w_bits,0) AS c_w"                                    \
+    " FROM room_outbox o FORCE INDEX (ix_outbox_due)"                                              \
+    " LEFT JOIN (" CLAIM_WAITING(cond) ") w ON w.w_app=o.app_code AND w.w_room=o.room_id"          \
+                                       " WHERE o.due_at_ms<=? AND " SEED_DUE " AND " CLAIM_LACKS(  \
+                                           "w.w_bits", p) " ORDER BY o.due_at_ms, o.id LIMIT ?"
 /* The rooms and their runs in one statement (one snapshot, one round trip
- * instead of one per room; issue 13): every undelivered row of those rooms
- * (all due: the rooms have no row waiting) in id order up to the limit, so
- * each room's rows are a prefix of its undelivered ones, from its head. */
+ * instead of one per room; issue 13): every due row of those rooms that
+ * lacks a sink their waiting rows do not, in id order up to the limit, so
+ * each room's rows are a prefix of those. */
 /* (a row the seed's columns say is not due reads as due at INT64_MAX: its
  * room's run ends before it) */
-MYS_SQL(CLAIM_RUNS, "SELECT " OUTBOX_COLS ", updated_at_ms,"
-                    " IF(" SEED_DUE ", due_at_ms, 9223372036854775807) FROM (SELECT DISTINCT"
-                    " c.app_code AS r_app, c.room_id AS r_room FROM (" CLAIM_ROOMS ") c) r"
-                    " STRAIGHT_JOIN room_outbox o FORCE INDEX (ix_outbox_room)"
-                    " ON o.app_code=r.r_app AND o.room_id=r.r_room AND o.due_at_ms IS NOT NULL"
-                    " ORDER BY o.id LIMIT ?");
+#define CLAIM_RUNS(cond, p)                                                                        \
+    "SELECT " OUTBOX_COLS ", updated_at_ms,"                                                       \
+    " IF(" SEED_DUE ", due_at_ms, 9223372036854775807), r.r_w FROM (SELECT DISTINCT"               \
+    " c.app_code AS r_app, c.room_id AS r_room, c.c_w AS r_w"                                      \
+    " FROM (" CLAIM_ROOMS(                                                                         \
+        cond, p) ") c) r"                                                                          \
+                 " STRAIGHT_JOIN room_outbox o FORCE INDEX (ix_outbox_room)"                       \
+                 " ON o.app_code=r.r_app AND o.room_id=r.r_room AND o.due_at_ms IS NOT NULL"       \
+                 " WHERE o.due_at_ms<=? AND (NOT " SEED_DUE                                        \
+                 " OR (" CLAIM_LACKS("r.r_w", p) "))"                                              \
+                                                 " ORDER BY o.id LIMIT ?"
+MYS_SQL(CLAIM_RUNS, CLAIM_RUNS(WAIT_DUE, ""));
+MYS_SQL(CLAIM_RUNS_PARKED, CLAIM_RUNS(WAIT_PARKED, NOT_PARKED));
 /* Takes rooms' heads unless they changed since the snapshot (claimed,
  * completed or released by someone else: updated_at_ms moved, or no longer
  * due): (id, updated_at_ms) pairs, a range over the primary key. An UPDATE
@@ -176,7 +200,8 @@ struct claim_ctx {
     bool per_room;
     struct outbox_row *rows;
     size_t n;
-    bool *head; /* ordered claim: rows[i] is its room's head */
+    bool *head;    /* ordered claim: rows[i] is its room's head */
+    uint32_t park; /* store_outbox_park's mask (0: none parked) */
 };
 
 /* Copies into ids the ids of x->rows[from..to) that are heads (heads) or
@@ -266,7 +291,8 @@ claim_rest(struct conn *c, struct claim_ctx *x, size_t from, size_t to)
 
     free(ids);
     if (rc == 0 && aff != rest) {
-        /* cannot happen while only a head's holder takes a room's rows */
+        /* another node's claim took some of them meanwhile (its snapshot saw
+         * an earlier row of the room done that ours did not): again */
         store_set_errmsg("ordered claim: %llu of %zu rows after their heads changed meanwhile",
                          (unsigned long long)(rest - aff), rest);
         c->err = ER_LOCK_DEADLOCK; /* as a deadlock: mys_run rolls back and runs the claim again */
@@ -293,9 +319,10 @@ cmp_cand(const void *a, const void *b)
 }
 
 /* Reads the rooms' runs (SQL_CLAIM_RUNS, one snapshot) into x->rows,
- * grouped by room, each room's rows in id order from its head (x->head),
- * each row's updated_at_ms in (*seen)[i]; a room's rows from its first one
- * not due on are left out (none is, while the rooms query holds). */
+ * grouped by room, each room's rows in id order from its first one (x->head),
+ * each row's updated_at_ms in (*seen)[i] and the sinks its room's waiting
+ * rows lack in held_sinks; a room's rows from its first one the seed's
+ * columns say is not due on are left out. */
 static int
 read_runs(struct conn *c, struct claim_ctx *x, int64_t **seen)
 {
@@ -305,13 +332,24 @@ read_runs(struct conn *c, struct claim_ctx *x, int64_t **seen)
     bool ended = false;
     int rc;
 
-    if ((rc = mys_query(c, &SQL_CLAIM_RUNS, &r, OUTBOX_TYPES "ii", "iiiiiidd", x->now, x->now,
-                        x->now, x->now, x->now, x->now, x->limit, x->limit)) == 0)
+    int64_t u = x->park;
+
+    if (x->park == 0)
+        rc = mys_query(c, &SQL_CLAIM_RUNS, &r, OUTBOX_TYPES "iii", "iiiiiidiiid", x->now, x->now,
+                       x->now, x->now, x->now, x->now, x->limit, x->now, x->now, x->now, x->limit);
+    else
+        rc = mys_query(c, &SQL_CLAIM_RUNS_PARKED, &r, OUTBOX_TYPES "iii", "iiiiiiiidiiiid", x->now,
+                       x->now, x->now, u, x->now, x->now, x->now, u, x->limit, x->now, x->now,
+                       x->now, u, x->limit);
+    if (rc == 0)
         while ((rc = mys_st_fetch(c, &r)) == 1) {
             cd = xgrow(cd, n, &cap, sizeof(*cd));
             read_outbox(&r, &cd[n].row);
             cd[n].seen = r_i64(&r, OUTBOX_NCOLS);
-            cd[n++].due = r_i64(&r, OUTBOX_NCOLS + 1);
+            cd[n].due = r_i64(&r, OUTBOX_NCOLS + 1);
+            cd[n].row.held_sinks =
+                (uint32_t)r_i64(&r, OUTBOX_NCOLS + 2) & SINK_BITS_ALL & ~cd[n].row.sinks_done;
+            n++;
         }
     mys_rows_done(&r);
     if (n > 1)
@@ -389,11 +427,13 @@ claim_each_room(struct conn *c, struct claim_ctx *x, const int64_t *seen)
 
 /*
  * The ordered claim inside the open transaction: one snapshot gives the rooms and each room's run
- * from its head; each run is taken by fencing its head (updated_at_ms unchanged and still due, read
- * at the latest version), so two claimers never hold one room: only the head's holder takes the
- * rows after it. All heads are fenced by id lists and the rest taken by others (claim_ids); when
- * some head was taken meanwhile, those UPDATEs are undone (savepoint) and the runs are taken room
- * by room, dropping those whose head is someone else's.
+ * from its first claimable row (its head); each run is taken by fencing its head (updated_at_ms
+ * unchanged and still due, read at the latest version), so two claimers never take one room's
+ * claimable rows at once: only the head's holder takes the rows after it. (Another claimer may
+ * hold earlier rows of the room, those the waiting rows are; the run's held_sinks are what those
+ * lack, so the two deliver different sinks.) All heads are fenced by id lists and the rest taken by
+ * others (claim_ids); when some head was taken meanwhile, those UPDATEs are undone (savepoint) and
+ * the runs are taken room by room, dropping those whose head is someone else's.
  */
 static int
 claim_ordered_in_tx(struct conn *c, struct claim_ctx *x)
@@ -565,7 +605,9 @@ int
 mys_outbox_claim(struct store *s, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
                  int limit, bool per_room, struct outbox_row **rows, size_t *n)
 {
-    struct claim_ctx x = {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0, NULL};
+    struct claim_ctx x = {now_ms, lock_until_ms, locked_by,
+                          limit,  per_room,      NULL,
+                          0,      NULL,          atomic_load(&s->outbox_park)};
 
     *rows = NULL;
     *n = 0;
@@ -779,8 +821,9 @@ mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nre
                           int64_t lock_until_ms, const char *locked_by, int limit, bool per_room,
                           struct outbox_row **rows, size_t *n, bool *completed)
 {
-    struct complete_claim_ctx x = {
-        {res, nres}, {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0, NULL}};
+    struct complete_claim_ctx x = {{res, nres},
+                                   {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0,
+                                    NULL, atomic_load(&s->outbox_park)}};
     int rc;
 
     *rows = NULL;

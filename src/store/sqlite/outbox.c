@@ -9,6 +9,7 @@
 #include "core/crash.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/sink_bits.h"
 #include "core/xmalloc.h"
 
 #include <stdatomic.h>
@@ -44,34 +45,62 @@ SQ_SQL(CLAIM, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
               " WHERE id IN (SELECT id FROM room_outbox WHERE due_at_ms IS NOT NULL"
               " AND due_at_ms <= ?3 AND " SEED_DUE("?3") " ORDER BY due_at_ms, id LIMIT ?4)"
                                                          " RETURNING " OUTBOX_COLS);
-/* outbox_worker.ordering per_room (store_outbox_claim_ordered): the due
- * rows whose room has no row waiting (locked, or retryable not yet due:
- * due_at_ms > ?1), in claim order (?2 limit), each with its room's count of
- * undelivered rows (column OUTBOX_NCOLS); then, for a room whose undelivered rows are
- * not all among them, its undelivered rows in id order from its head, with
- * due_at_ms (?3 limit, over room_outbox_room; its ORDER BY id needs a
- * temporary b-tree per query: issue 13, run for every room this query took
- * 26% of the relay workers' CPU). The waiting row and the count are probed per
- * candidate in room_outbox_room (covering index seeks): SQLite's row-value
- * NOT IN over the rows in flight compares each candidate with the whole
- * list (issue 13: 500 candidates, 1000 rows in flight: 60-170 ms per claim
- * against 1.2 ms; with every room busy, 100 rooms x 200 rows, both ~20
- * ms). */
-SQ_SQL(CLAIM_ROOMS, "SELECT " OUTBOX_COLS ", (SELECT count(*) FROM room_outbox e"
-                    " WHERE e.app_code = o.app_code AND e.room_id = o.room_id"
-                    " AND e.due_at_ms IS NOT NULL) FROM room_outbox o"
-                    " WHERE o.due_at_ms IS NOT NULL"
-                    " AND o.due_at_ms <= ?1 AND " SEED_DUE(
-                        "?1") " AND NOT EXISTS (SELECT 1 FROM room_outbox e"
-                              " WHERE e.app_code = o.app_code AND e.room_id = o.room_id"
-                              " AND e.due_at_ms IS NOT NULL AND e.due_at_ms > ?1)"
-                              " ORDER BY o.due_at_ms, o.id LIMIT ?2");
+/* outbox_worker.ordering per_room (store_outbox_claim_ordered), per sink
+ * (docs/outbox.md, per-room order). WAITING_BITS(o): the sinks the rows of
+ * o's room that wait (locked, or retryable not yet due: due_at_ms > ?1)
+ * lack: SINK_BITS_ALL & ~sinks_done OR-ed over them, bit by bit (SQLite
+ * has no bitwise aggregate; a sink no row of the room has is lacked by all
+ * its rows alike, so it never decides), 0 without one; probed per candidate
+ * in room_outbox_room (covering index seeks to the few rows in flight or
+ * waiting): SQLite's row-value NOT IN over the rows in flight compares each
+ * candidate with the whole list (issue 13: 500 candidates, 1000 rows in
+ * flight: 60-170 ms per claim against 1.2 ms; with every room busy, 100
+ * rooms x 200 rows, both ~20 ms). CLAIM_ROOMS: the due rows that lack a
+ * sink their room's waiting rows do not, in claim order (?2 limit), each
+ * with its room's count of undelivered rows (column OUTBOX_NCOLS) and the
+ * waiting rows' sinks (OUTBOX_NCOLS + 1); then, for a room whose
+ * undelivered rows are not all among them, its such rows in id order from
+ * the first, with due_at_ms (ROOM_RUN, ?3 limit, ?5 the waiting rows'
+ * sinks, over room_outbox_room; its ORDER BY id needs a temporary b-tree
+ * per query: issue 13, run for every room this query took 26% of the relay
+ * workers' CPU). */
+#define LACK_BIT(b) "max(~e.sinks_done & " b ")"
+#define WAITING_BITS(o, cond)                                                                      \
+    "coalesce((SELECT " LACK_BIT("1") " | " LACK_BIT("2") " | " LACK_BIT("4") " | " LACK_BIT(      \
+        "8") " | " LACK_BIT("16") " | " LACK_BIT("32") " FROM room_outbox e"                       \
+                                                       " WHERE e.app_code = " o ".app_code"        \
+                                                       " AND e.room_id = " o ".room_id"            \
+                                                       " AND e.due_at_ms IS NOT NULL"              \
+                                                       " AND " cond "), 0)"
+#define WAIT_DUE "e.due_at_ms > ?1"
+/* parked (store_outbox_park, ?3 in CLAIM_ROOMS, ?6 in ROOM_RUN): a due row
+ * that lacks none of the enabled sinks whose circuit is closed is not
+ * claimed and holds its room as a waiting row does */
+#define WAIT_PARKED "(e.due_at_ms > ?1 OR (?3 & ~e.sinks_done) = 0)"
+#define CLAIM_ROOMS_SQL(cond, p)                                                                   \
+    "SELECT " OUTBOX_COLS ", (SELECT count(*) FROM room_outbox e"                                  \
+    " WHERE e.app_code = c.app_code AND e.room_id = c.room_id"                                     \
+    " AND e.due_at_ms IS NOT NULL), c.w FROM (SELECT o.*, " WAITING_BITS(                          \
+        "o", cond) " AS w"                                                                         \
+                   " FROM room_outbox o WHERE o.due_at_ms IS NOT NULL"                             \
+                   " AND o.due_at_ms <= ?1 AND " SEED_DUE(                                         \
+                       "?1") ") c"                                                                 \
+                             " WHERE (" SINK_BITS_ALL_SQL " & ~c.sinks_done & ~c.w) <> 0" p        \
+                             " ORDER BY c.due_at_ms, c.id LIMIT ?2"
+SQ_SQL(CLAIM_ROOMS, CLAIM_ROOMS_SQL(WAIT_DUE, ""));
+SQ_SQL(CLAIM_ROOMS_PARKED, CLAIM_ROOMS_SQL(WAIT_PARKED, " AND (?3 & ~c.sinks_done) <> 0"));
 /* (a row the seed's columns say is not due reads as due at INT64_MAX: the
  * room's run ends before it) */
-SQ_SQL(ROOM_RUN, "SELECT " OUTBOX_COLS ", CASE WHEN " SEED_DUE(
-                     "?4") " THEN due_at_ms ELSE 9223372036854775807 END FROM room_outbox"
-                           " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"
-                           " ORDER BY id LIMIT ?3");
+#define ROOM_RUN_SQL(p)                                                                            \
+    "SELECT " OUTBOX_COLS ", CASE WHEN " SEED_DUE(                                                 \
+        "?4") " THEN due_at_ms"                                                                    \
+              " ELSE 9223372036854775807 END FROM room_outbox"                                     \
+              " WHERE app_code = ?1 AND room_id = ?2 AND due_at_ms IS NOT NULL"                    \
+              " AND due_at_ms <= ?4 AND (NOT " SEED_DUE("?4") " OR ((" SINK_BITS_ALL_SQL           \
+                                                              " & ~sinks_done & ~?5) <> 0" p "))"  \
+                                                              " ORDER BY id LIMIT ?3"
+SQ_SQL(ROOM_RUN, ROOM_RUN_SQL(""));
+SQ_SQL(ROOM_RUN_PARKED, ROOM_RUN_SQL(" AND (?6 & ~sinks_done) <> 0"));
 /* The ordered claim's rows in one statement: ?4 is their ids as a JSON
  * array (a rowid seek each; one statement instead of one per row). */
 SQ_SQL(CLAIM_IDS, "UPDATE room_outbox SET status = 'delivering', locked_by = ?1,"
@@ -148,14 +177,20 @@ read_rows(struct conn *c, sqlite3_stmt *q, struct outbox_row **rows, size_t *n, 
     return 0;
 }
 
-/* Appends to *rows the run of room rm from its head: its undelivered rows
- * in id order while due (at most want). Returns 0 or a store error. */
+/* Appends to *rows the run of room rm: its due rows that lack a sink
+ * other than those of waiting (the sinks its waiting rows lack), in id
+ * order up to the first one the seed's columns say is not due (at most
+ * want), each with held_sinks what of waiting it lacks. Returns 0 or a
+ * store error. */
 static int
-read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size_t want,
-              struct outbox_row **rows, size_t *n, size_t *cap)
+read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, uint32_t waiting,
+              uint32_t park, size_t want, struct outbox_row **rows, size_t *n, size_t *cap)
 {
-    sqlite3_stmt *q =
-        sq_bound(c, &SQL_ROOM_RUN, "ssii", rm->app_code, rm->room_id, (int64_t)want, now_ms);
+    sqlite3_stmt *q = park == 0
+                          ? sq_bound(c, &SQL_ROOM_RUN, "ssiii", rm->app_code, rm->room_id,
+                                     (int64_t)want, now_ms, (int64_t)waiting)
+                          : sq_bound(c, &SQL_ROOM_RUN_PARKED, "ssiiii", rm->app_code, rm->room_id,
+                                     (int64_t)want, now_ms, (int64_t)waiting, (int64_t)park);
     int step;
 
     if (q == NULL)
@@ -163,7 +198,9 @@ read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size
     while ((step = sqlite3_step(q)) == SQLITE_ROW &&
            sqlite3_column_int64(q, OUTBOX_NCOLS) <= now_ms) {
         *rows = xgrow(*rows, *n, cap, sizeof(**rows));
-        read_row(q, &(*rows)[(*n)++]);
+        read_row(q, &(*rows)[*n]);
+        (*rows)[*n].held_sinks = waiting & SINK_BITS_ALL & ~(*rows)[*n].sinks_done;
+        (*n)++;
     }
     done(q);
     if (step != SQLITE_DONE && step != SQLITE_ROW)
@@ -172,11 +209,13 @@ read_room_run(struct conn *c, const struct outbox_room *rm, int64_t now_ms, size
 }
 
 /* One row of the ordered claim's candidates (CLAIM_ROOMS): pos, its place
- * in claim order; undelivered, its room's count of undelivered rows. */
+ * in claim order; undelivered, its room's count of undelivered rows;
+ * waiting, the sinks its room's waiting rows lack. */
 struct cand {
     struct outbox_row *row;
     size_t pos;
     int64_t undelivered;
+    uint32_t waiting;
 };
 
 /* Orders candidates by room, then id. */
@@ -210,12 +249,14 @@ cmp_cand_room(const void *a, const void *b)
 /* Reads CLAIM_ROOMS into *crows (*nc rows) and *cands (one per row, sorted
  * by room and id) and *grooms (*ng rooms, in claim order). */
 static int
-read_candidates(struct conn *c, int64_t now_ms, int limit, struct outbox_row **crows, size_t *nc,
-                struct cand **cands, struct cand_room **grooms, size_t *ng)
+read_candidates(struct conn *c, int64_t now_ms, int limit, uint32_t park, struct outbox_row **crows,
+                size_t *nc, struct cand **cands, struct cand_room **grooms, size_t *ng)
 {
-    sqlite3_stmt *q = sq_bound(c, &SQL_CLAIM_ROOMS, "id", now_ms, limit);
-    int64_t *undelivered = NULL;
-    size_t cap = 0, ucap = 0, nu = 0;
+    sqlite3_stmt *q =
+        park == 0 ? sq_bound(c, &SQL_CLAIM_ROOMS, "id", now_ms, limit)
+                  : sq_bound(c, &SQL_CLAIM_ROOMS_PARKED, "idi", now_ms, limit, (int64_t)park);
+    int64_t *undelivered = NULL, *waiting = NULL;
+    size_t cap = 0, ucap = 0, wcap = 0, nu = 0;
     int step;
 
     if (q == NULL)
@@ -224,17 +265,21 @@ read_candidates(struct conn *c, int64_t now_ms, int limit, struct outbox_row **c
         *crows = xgrow(*crows, *nc, &cap, sizeof(**crows));
         read_row(q, &(*crows)[(*nc)++]);
         undelivered = xgrow(undelivered, nu, &ucap, sizeof(*undelivered));
-        undelivered[nu++] = sqlite3_column_int64(q, OUTBOX_NCOLS);
+        waiting = xgrow(waiting, nu, &wcap, sizeof(*waiting));
+        undelivered[nu] = sqlite3_column_int64(q, OUTBOX_NCOLS);
+        waiting[nu++] = sqlite3_column_int64(q, OUTBOX_NCOLS + 1);
     }
     done(q);
     if (step != SQLITE_DONE) {
         free(undelivered);
+        free(waiting);
         return sq_fail(c->db, step, "claim");
     }
     *cands = xcalloc(*nc > 0 ? *nc : 1, sizeof(**cands));
     for (size_t i = 0; i < *nc; i++)
-        (*cands)[i] = (struct cand){&(*crows)[i], i, undelivered[i]};
+        (*cands)[i] = (struct cand){&(*crows)[i], i, undelivered[i], (uint32_t)waiting[i]};
     free(undelivered);
+    free(waiting);
     qsort(*cands, *nc, sizeof(**cands), cmp_cand);
     *grooms = xcalloc(*nc > 0 ? *nc : 1, sizeof(**grooms));
     for (size_t i = 0; i < *nc; i++) {
@@ -261,25 +306,26 @@ read_candidates(struct conn *c, int64_t now_ms, int limit, struct outbox_row **c
  * one UPDATE of them all. */
 static int
 claim_ordered(struct conn *c, int64_t now_ms, int64_t lock_until_ms, const char *locked_by,
-              int limit, struct outbox_row **rows, size_t *n)
+              int limit, uint32_t park, struct outbox_row **rows, size_t *n)
 {
     struct outbox_row *crows = NULL;
     struct cand *cands = NULL;
     struct cand_room *grooms = NULL;
     size_t nc = 0, ng = 0, cap = 0;
     sqlite3_stmt *q;
-    int rc = read_candidates(c, now_ms, limit, &crows, &nc, &cands, &grooms, &ng);
+    int rc = read_candidates(c, now_ms, limit, park, &crows, &nc, &cands, &grooms, &ng);
 
     for (size_t g = 0; g < ng && rc == 0 && *n < (size_t)limit; g++) {
         const struct cand_room *gr = &grooms[g];
         const struct outbox_row *head = cands[gr->lo].row;
 
-        if ((int64_t)(gr->hi - gr->lo) != cands[gr->lo].undelivered) {
+        if ((int64_t)(gr->hi - gr->lo) != cands[gr->lo].undelivered || cands[gr->lo].waiting != 0) {
             struct outbox_room rm;
 
             strlcpy_(rm.app_code, head->app_code, sizeof(rm.app_code));
             strlcpy_(rm.room_id, head->room_id, sizeof(rm.room_id));
-            rc = read_room_run(c, &rm, now_ms, (size_t)limit - *n, rows, n, &cap);
+            rc = read_room_run(c, &rm, now_ms, cands[gr->lo].waiting, park, (size_t)limit - *n,
+                               rows, n, &cap);
             continue;
         }
         for (size_t i = gr->lo; i < gr->hi && *n < (size_t)limit; i++) {
@@ -411,7 +457,8 @@ claim_in_tx(struct sq_store *s, struct conn *c, const struct bookkeeping *x)
     }
 
     if (x->per_room)
-        return claim_ordered(c, x->now_ms, x->lock_until_ms, x->locked_by, x->limit, x->rows, x->n);
+        return claim_ordered(c, x->now_ms, x->lock_until_ms, x->locked_by, x->limit,
+                             atomic_load(&s->super.outbox_park), x->rows, x->n);
     q = sq_bound(c, &SQL_CLAIM, "siid", x->locked_by, x->lock_until_ms, x->now_ms, x->limit);
     if (q == NULL)
         return ROOMD_EIO;
