@@ -74,25 +74,29 @@ member_bytes(json_t *o, const char *name, unsigned char *out, size_t max)
     return s == NULL || s[0] == '\0' ? -1 : b64url_decode(s, out, max);
 }
 
-/* pk as a new NUL-terminated PEM (SubjectPublicKeyInfo) in k->key. */
-static int
-set_pem(struct jwk *k, EVP_PKEY *pk)
+/* Takes pk (freed here) as k's key of alg: a new NUL-terminated PEM
+ * (SubjectPublicKeyInfo) in k->key. Returns NULL, or why it failed. */
+static const char *
+set_pem(struct jwk *k, EVP_PKEY *pk, jwt_alg_t alg)
 {
     BIO *bio = BIO_new(BIO_s_mem());
+    const char *why = NULL;
     char *data;
     long n;
 
     if (bio == NULL || PEM_write_bio_PUBKEY(bio, pk) != 1) {
-        BIO_free(bio);
-        return -1;
+        why = "cannot write the key as PEM";
+    } else {
+        n = BIO_get_mem_data(bio, &data);
+        k->key = xmalloc((size_t)n + 1);
+        memcpy(k->key, data, (size_t)n);
+        k->key[n] = '\0';
+        k->key_len = (int)n;
+        k->alg = alg;
     }
-    n = BIO_get_mem_data(bio, &data);
-    k->key = xmalloc((size_t)n + 1);
-    memcpy(k->key, data, (size_t)n);
-    k->key[n] = '\0';
-    k->key_len = (int)n;
     BIO_free(bio);
-    return 0;
+    EVP_PKEY_free(pk);
+    return why;
 }
 
 /* EVP_PKEY_fromdata of a public key of type ("RSA" | "EC") from the params
@@ -153,10 +157,7 @@ rsa_key(json_t *o, struct jwk *k)
         EVP_PKEY_free(pk);
         return "an RSA key must have at least 2048 bits";
     }
-    int rc = set_pem(k, pk);
-    EVP_PKEY_free(pk);
-    k->alg = JWT_ALG_RS256;
-    return rc == 0 ? NULL : "cannot write the RSA key as PEM";
+    return set_pem(k, pk, JWT_ALG_RS256);
 }
 
 static const char *
@@ -183,10 +184,7 @@ ec_key(json_t *o, struct jwk *k)
     OSSL_PARAM_BLD_free(bld);
     if (pk == NULL)
         return "x, y is not a point of P-256";
-    int rc = set_pem(k, pk);
-    EVP_PKEY_free(pk);
-    k->alg = JWT_ALG_ES256;
-    return rc == 0 ? NULL : "cannot write the EC key as PEM";
+    return set_pem(k, pk, JWT_ALG_ES256);
 }
 
 static const char *

@@ -198,6 +198,56 @@ add_authorization(const struct cluster_forward *f, bool internal, const struct r
     return hdrs;
 }
 
+/* Adds the calling thread's request ids (X-Request-Id, traceparent) so the
+ * peer logs and stores the same ones. Returns the list. */
+static struct curl_slist *
+add_request_ids(struct curl_slist *hdrs)
+{
+    char ids[160]; /* curl_slist_append copies it */
+
+    if (*log_request_id() != '\0') {
+        snprintf(ids, sizeof(ids), "X-Request-Id: %s", log_request_id());
+        hdrs = curl_slist_append(hdrs, ids);
+    }
+    if (*log_traceparent() != '\0') {
+        snprintf(ids, sizeof(ids), "traceparent: %s", log_traceparent());
+        hdrs = curl_slist_append(hdrs, ids);
+    }
+    return hdrs;
+}
+
+/* Sends the request h is set up for (URL, method) with hdrs (freed here),
+ * the answer's body into body and libcurl's reason into err
+ * (CURL_ERROR_SIZE), and gives h back to the pool. Returns libcurl's code;
+ * *status the HTTP status when CURLE_OK. Blocks up to timeout_ms. */
+static CURLcode
+perform(struct cluster_forward *f, CURL *h, bool tls, struct curl_slist *hdrs, int64_t timeout_ms,
+        const char *agent, struct curl_body *body, char *err, long *status)
+{
+    CURLcode cc;
+
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)FORWARD_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, agent);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
+    if (tls) { /* libcurl's defaults, stated: verification is never off */
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+        if (f->ca_file != NULL)
+            curl_easy_setopt(h, CURLOPT_CAINFO, f->ca_file);
+    }
+    cc = curl_easy_perform(h);
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* err is on the caller's stack */
+    curl_slist_free_all(hdrs);
+    curl_pool_give(&f->pool, h);
+    return cc;
+}
+
 int
 cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr, const char *app,
                      const struct room_origin *o, struct room_reply *reply)
@@ -225,16 +275,7 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
     }
     url = xasprintf("%s://%s%s", tls ? "https" : "http", owner_addr, o->path);
     hdrs = curl_slist_append(hdrs, f->hop);
-    /* the request's ids go on with it: the owner logs and stores the same ones */
-    char ids[160];
-    if (*log_request_id() != '\0') {
-        snprintf(ids, sizeof(ids), "X-Request-Id: %s", log_request_id());
-        hdrs = curl_slist_append(hdrs, ids);
-    }
-    if (*log_traceparent() != '\0') {
-        snprintf(ids, sizeof(ids), "traceparent: %s", log_traceparent());
-        hdrs = curl_slist_append(hdrs, ids);
-    }
+    hdrs = add_request_ids(hdrs); /* the owner logs and stores the same ones */
     line = xasprintf("X-App-Code: %s", app);
     hdrs = curl_slist_append(hdrs, line);
     free(line);
@@ -250,29 +291,10 @@ cluster_forward_call(void *arg, const char *public_addr, const char *admin_addr,
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, o->body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)o->body_len);
     }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)f->timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)FORWARD_CONNECT_TIMEOUT_MS);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &ah);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-forward/1");
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
-    if (tls) { /* libcurl's defaults, stated: verification is never off */
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-        if (f->ca_file != NULL)
-            curl_easy_setopt(h, CURLOPT_CAINFO, f->ca_file);
-    }
-
-    cc = curl_easy_perform(h);
-    if (cc == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* why is on this stack */
-    curl_slist_free_all(hdrs);
-    curl_pool_give(&f->pool, h);
+    cc = perform(f, h, tls, hdrs, f->timeout_ms, "roomd-forward/1", &body, why, &status);
     if (cc != CURLE_OK || status < 100) {
         /* the reason from libcurl (a certificate problem names it); never a header */
         log_warn("cluster", "forwarding to the room's owner failed",
@@ -315,37 +337,12 @@ cluster_forward_admin_get(struct cluster_forward *f, const char *admin_addr, con
     hdrs = curl_slist_append(hdrs, f->hop);
     if (f->admin_auth != NULL)
         hdrs = curl_slist_append(hdrs, f->admin_auth);
-    char ids[160]; /* the calling thread's request ids, as for a forwarded command */
-    if (*log_request_id() != '\0') {
-        snprintf(ids, sizeof(ids), "X-Request-Id: %s", log_request_id());
-        hdrs = curl_slist_append(hdrs, ids);
-    }
-    if (*log_traceparent() != '\0') {
-        snprintf(ids, sizeof(ids), "traceparent: %s", log_traceparent());
-        hdrs = curl_slist_append(hdrs, ids);
-    }
+    hdrs = add_request_ids(hdrs); /* as for a forwarded command */
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : f->timeout_ms));
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)FORWARD_CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_body_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "roomd-nodes/1");
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
-    if (f->admin_tls) {
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-        if (f->ca_file != NULL)
-            curl_easy_setopt(h, CURLOPT_CAINFO, f->ca_file);
-    }
-    cc = curl_easy_perform(h);
-    if (cc == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-    curl_slist_free_all(hdrs);
-    curl_pool_give(&f->pool, h);
+    cc = perform(f, h, f->admin_tls, hdrs, timeout_ms > 0 ? timeout_ms : f->timeout_ms,
+                 "roomd-nodes/1", &b, err, &st);
     free(url);
     if (cc != CURLE_OK || st < 100) {
         snprintf(why, whylen, "%s",
