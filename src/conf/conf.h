@@ -154,6 +154,7 @@ struct conf_room {
     int max_rooms_per_owner;    /* open rooms per (app, owner_uid) (429 above); 0 = no limit */
     struct conf_rocket rocket;
     char *gift_catalog; /* "required": SendGift priced by the store's catalog | "off" (auth none) */
+    int64_t member_idle_timeout_ms; /* a member silent this long leaves (presence); 0 = off */
 };
 
 struct conf_wallet {

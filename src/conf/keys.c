@@ -234,6 +234,10 @@ const struct key conf_keys[] = {
             "store (docs/room.md, Gift catalog; a request naming another unit_price: 409 "
             "price_changed); off: the request's unit_price is taken as is (development: only "
             "with auth.mode none)"},
+    {"room.member_idle_timeout", K_DUR, F(room.member_idle_timeout_ms), "60s", GE(0),
+     .note = "(0 = off)",
+     .doc = "a member with no heartbeat (POST /v1/rooms/{id}/heartbeat) and no command of its "
+            "own for this long is removed by a LeaveRoom of roomd's own (docs/room.md, Presence)"},
 
     {"wallet.driver", K_STR, F(wallet.driver), "embedded", ONE_OF(wallet_drivers),
      .doc = "embedded: the ledger lives in the store; grpc: a wallet service (docs/wallet.md)"},

@@ -32,6 +32,7 @@ enum route_kind {
     R_GIFTS_LIST,
     R_GIFT_PUT,
     R_ROOM_EVENTS,
+    R_HEARTBEAT,
 };
 
 /* Where a route is served: elsewhere it answers 404 as if unknown. */
@@ -70,6 +71,7 @@ static const struct route {
     {"GET", "/v1/wallet/{uid}", R_WALLET_GET, 0, ON_BOTH},
     {"GET", "/v1/gifts", R_GIFTS_LIST, 0, ON_BOTH},
     {"POST", "/v1/gifts", R_GIFT_PUT, 0, ON_ADMIN},
+    {"POST", "/v1/rooms/{room_id}/heartbeat", R_HEARTBEAT, 0, ON_PUBLIC},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -420,6 +422,9 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         break;
     case R_ROOM_EVENTS:
         handle_room_events(d, req, app, cap, resp);
+        break;
+    case R_HEARTBEAT:
+        handle_heartbeat(d, req, &p, app, cap, resp);
         break;
     default:
         break;

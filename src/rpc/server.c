@@ -71,6 +71,8 @@ static const struct method methods[] = {
      "GET", "/v1/rooms", HTTP_PUBLIC},
     {SVC "GetPresence", &roomd__v1__get_presence_request__descriptor,
      &roomd__v1__presence__descriptor, "GET", "/v1/users/{uid}/presence", HTTP_PUBLIC},
+    {SVC "Heartbeat", &roomd__v1__heartbeat_request__descriptor,
+     &roomd__v1__heartbeat_reply__descriptor, "POST", "/v1/rooms/{room_id}/heartbeat", HTTP_PUBLIC},
 };
 #define NMETHODS (sizeof(methods) / sizeof(methods[0]))
 
