@@ -266,6 +266,8 @@ client_main(void *arg)
     return NULL;
 }
 
+static void report(const char *what, struct lat *all, double secs);
+
 /* Each client owns rooms id, id+nclients, ... of "hb-<run>-<r>" (it joined
  * its user into each); it heartbeats them round-robin. */
 static void *
