@@ -211,8 +211,10 @@ presence_heartbeat_fast(struct cell_map *m, const char *app, const char *room_id
 
     cell_map_lock(m);
     c = cell_lookup_locked(m, app, room_id);
-    if (c != NULL && c->pres_synced && c->state != NULL && now < c->pres_fresh_until_ms) {
-        /* synced: the table is exactly the members (a closed room has none) */
+    if (c != NULL && c->pres_synced && c->npres > 0 && now < c->pres_fresh_until_ms) {
+        /* synced: the table is exactly the members; an empty one (no room,
+         * a closed room, nobody in it) is left to the turn, which tells
+         * 404 from 409 */
         e = presence_find_locked(c, uid);
         if (e != NULL) {
             e->seen_ms = now;

@@ -66,6 +66,7 @@ struct room_service {
     struct room_rebuild *rebuild;      /* the projection rebuild thread, or NULL */
     struct presence_sweeper *presence; /* idle leaves (presence.c), NULL while off */
     _Atomic uint64_t heartbeats, heartbeats_slow;
+    bool collecting;            /* the presence metrics collector is registered */
     int64_t precommit_delay_ms; /* ROOMD_TESTING: ROOMD_TEST_PRECOMMIT_DELAY_MS */
 };
 
@@ -761,6 +762,24 @@ room_service_presence_counts(struct room_service *svc, uint64_t *heartbeats, uin
     presence_sweeper_counts(svc->presence, idle_sent, idle_left);
 }
 
+/* The /metrics lines of presence (docs/metrics.md). */
+static void
+presence_collect(void *arg, struct metrics_text *t)
+{
+    struct room_service *svc = arg;
+    uint64_t hb, slow, sent, left;
+
+    room_service_presence_counts(svc, &hb, &slow, &sent, &left);
+    metrics_counter(t, "roomd_heartbeats_total",
+                    "heartbeats answered (POST /v1/rooms/{id}/heartbeat)", hb);
+    metrics_counter(t, "roomd_heartbeats_slow_total",
+                    "heartbeats that took the room's turn (load, lease renewal, forward)", slow);
+    metrics_family(t, "roomd_idle_leaves_total", "counter",
+                   "LeaveRooms of silent members: sent, and left (committed or replayed)");
+    metrics_count(t, "roomd_idle_leaves_total", "result=\"sent\"", sent);
+    metrics_count(t, "roomd_idle_leaves_total", "result=\"left\"", left);
+}
+
 size_t
 room_service_cells(struct room_service *svc)
 {
@@ -784,6 +803,7 @@ room_service_open(struct room_service **out, const struct room_deps *deps)
                                     deps->conf->room.member_idle_timeout_ms,
                                     deps->conf->lease.renew_every_ms)) != 0)
         goto fail;
+    svc->collecting = metrics_add_collector(presence_collect, svc) == 0;
     if (deps->rocket_timer) {
         if ((rc = rocket_timer_open(&svc->timer, svc)) != 0)
             goto fail;
@@ -823,6 +843,8 @@ room_service_close(struct room_service *svc)
 {
     if (svc == NULL)
         return;
+    if (svc->collecting)
+        metrics_remove_collector(presence_collect, svc);
     presence_sweeper_close(svc->presence);
     room_rebuild_stop(svc->rebuild);
     rocket_timer_close(svc->timer);

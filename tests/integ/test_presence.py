@@ -166,6 +166,11 @@ def test_fifty_members_ten_silent():
         wait_until(lambda: len([e for e in hu.room_events(rd, room)
                                 if e["event_type"] == "RoomUserLeft"]) >= 10, what="sink")
         check_left_once(db, room, hu.room_events(rd, room))
+        m = hu.metrics(rd)
+        assert m.get('roomd_idle_leaves_total{result="left"}') == len(SILENT), m
+        assert m.get("roomd_heartbeats_total", 0) >= 200 + b.status[200], m
+        # answered from memory: the turn only for the first, the lease renewals and the refusals
+        assert m.get("roomd_heartbeats_slow_total", 0) < m["roomd_heartbeats_total"] / 10, m
         # a silent member is no member any more; it may join again
         hu.expect_error(heartbeat(rd, room, SILENT[0]), 409, "not_member")
         hu.expect_ok(hu.join(rd, room, SILENT[0]), "rejoin")
