@@ -33,6 +33,7 @@ enum route_kind {
     R_GIFT_PUT,
     R_ROOM_EVENTS,
     R_HEARTBEAT,
+    R_TIM_CALLBACK,
 };
 
 /* Where a route is served: elsewhere it answers 404 as if unknown. */
@@ -72,6 +73,7 @@ static const struct route {
     {"GET", "/v1/gifts", R_GIFTS_LIST, 0, ON_BOTH},
     {"POST", "/v1/gifts", R_GIFT_PUT, 0, ON_ADMIN},
     {"POST", "/v1/rooms/{room_id}/heartbeat", R_HEARTBEAT, 0, ON_PUBLIC},
+    {"POST", "/callbacks/tim", R_TIM_CALLBACK, 0, ON_PUBLIC},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -357,6 +359,10 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
 
     if (r->kind == R_HEALTHZ) {
         handle_healthz(d, resp);
+        return;
+    }
+    if (r->kind == R_TIM_CALLBACK) { /* Tencent's signature, not a JWT (tim_callback.h) */
+        handle_tim_callback(d, req, resp);
         return;
     }
     if (!http_write_is_json(req, resp))

@@ -170,6 +170,11 @@ void handle_gift_put(const struct http_deps *d, const struct http_request *req, 
 void handle_heartbeat(const struct http_deps *d, const struct http_request *req,
                       const struct auth_principal *p, const char *app, const char *room_id,
                       struct http_response *resp);
+/* POST /callbacks/tim (handlers_tim_callback.c): Tencent IM's
+ * State.StateChange callback, authenticated by Tencent's signature, not a
+ * JWT. Thread: any; blocks when it forwards to the room's owner. */
+void handle_tim_callback(const struct http_deps *d, const struct http_request *req,
+                         struct http_response *resp);
 /* True when a POST req carries Content-Type application/json (any
  * parameters) or req is no POST; else false with the 415 in resp. Thread:
  * any; does not block. */

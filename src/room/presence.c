@@ -189,20 +189,21 @@ presence_still_idle(struct cell_map *m, struct cell *c, const struct room_cmd *c
 }
 
 bool
-presence_touch(struct cell_map *m, struct cell *c, int64_t uid)
+presence_touch(struct cell_map *m, struct cell *c, int64_t uid, int64_t expire_ms)
 {
     struct presence_entry *e;
 
     cell_map_lock(m);
     e = c->pres_synced ? presence_find_locked(c, uid) : NULL;
     if (e != NULL)
-        e->seen_ms = clock_mono_ms();
+        e->seen_ms = clock_mono_ms() - expire_ms;
     cell_map_unlock(m);
     return e != NULL;
 }
 
 int
-presence_heartbeat_fast(struct cell_map *m, const char *app, const char *room_id, int64_t uid)
+presence_heartbeat_fast(struct cell_map *m, const char *app, const char *room_id, int64_t uid,
+                        int64_t expire_ms)
 {
     int64_t now = clock_mono_ms();
     struct presence_entry *e;
@@ -217,7 +218,7 @@ presence_heartbeat_fast(struct cell_map *m, const char *app, const char *room_id
          * 404 from 409 */
         e = presence_find_locked(c, uid);
         if (e != NULL) {
-            e->seen_ms = now;
+            e->seen_ms = now - expire_ms;
             c->last_used_ms = now;
         }
         r = e != NULL ? 1 : 0;

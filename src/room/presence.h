@@ -48,11 +48,14 @@ bool presence_still_idle(struct cell_map *m, struct cell *c, const struct room_c
 
 /* Answers a heartbeat of uid in (app, room_id) from memory when this node
  * owns the room with a fresh lease and a synced table: returns 1 (a
- * member: its clock restarted), 0 (not a member) or -1 (unknown here: take
- * the room's turn). Never blocks on I/O. Thread: any. */
-int presence_heartbeat_fast(struct cell_map *m, const char *app, const char *room_id, int64_t uid);
-/* In the room's turn: restarts uid's clock. True when uid is in the table. */
-bool presence_touch(struct cell_map *m, struct cell *c, int64_t uid);
+ * member: its clock restarted, or with expire_ms > 0 set expire_ms in the
+ * past: the member is silent for that long already), 0 (not a member) or
+ * -1 (unknown here: take the room's turn). Never blocks on I/O. Thread: any. */
+int presence_heartbeat_fast(struct cell_map *m, const char *app, const char *room_id, int64_t uid,
+                            int64_t expire_ms);
+/* In the room's turn: restarts uid's clock (expire_ms > 0: as above). True
+ * when uid is in the table. */
+bool presence_touch(struct cell_map *m, struct cell *c, int64_t uid, int64_t expire_ms);
 
 /* ---- the sweeper ---- */
 

@@ -712,9 +712,10 @@ room_service_get(struct room_service *svc, const char *app, const char *room_id,
     cell_release(svc->cells, c, false);
 }
 
-void
-room_service_heartbeat(struct room_service *svc, const char *app, const char *room_id, int64_t uid,
-                       const struct room_origin *origin, struct room_reply *reply)
+/* A heartbeat (expire_ms 0) or an expiry (expire_ms = the timeout) of uid. */
+static void
+presence_op(struct room_service *svc, const char *app, const char *room_id, int64_t uid,
+            int64_t expire_ms, const struct room_origin *origin, struct room_reply *reply)
 {
     struct cell *c = NULL;
     int64_t lease_us;
@@ -723,7 +724,7 @@ room_service_heartbeat(struct room_service *svc, const char *app, const char *ro
 
     memset(reply, 0, sizeof(*reply));
     atomic_fetch_add(&svc->heartbeats, 1);
-    rc = presence_heartbeat_fast(svc->cells, app, room_id, uid);
+    rc = presence_heartbeat_fast(svc->cells, app, room_id, uid, expire_ms);
     if (rc < 0) { /* not known here: the room's turn (lease, load, or the owner) */
         atomic_fetch_add(&svc->heartbeats_slow, 1);
         rc = cell_acquire(svc->cells, app, room_id, &c, reply->owner, sizeof(reply->owner),
@@ -736,7 +737,7 @@ room_service_heartbeat(struct room_service *svc, const char *app, const char *ro
                              rc == ROOMD_EINTERNAL ? "internal" : roomd_err_code(rc), msg);
             return;
         }
-        rc = c->state == NULL ? -1 : presence_touch(svc->cells, c, uid) ? 1 : 0;
+        rc = c->state == NULL ? -1 : presence_touch(svc->cells, c, uid, expire_ms) ? 1 : 0;
         cell_release(svc->cells, c, false);
     }
     if (rc < 0) {
@@ -751,6 +752,23 @@ room_service_heartbeat(struct room_service *svc, const char *app, const char *ro
             xasprintf("{\"idle_timeout_ms\":%lld,\"room_id\":\"%s\",\"uid\":%lld}",
                       (long long)svc->d.conf->room.member_idle_timeout_ms, room_id, (long long)uid);
     }
+}
+
+void
+room_service_heartbeat(struct room_service *svc, const char *app, const char *room_id, int64_t uid,
+                       const struct room_origin *origin, struct room_reply *reply)
+{
+    presence_op(svc, app, room_id, uid, 0, origin, reply);
+}
+
+void
+room_service_presence_expire(struct room_service *svc, const char *app, const char *room_id,
+                             int64_t uid, const struct room_origin *origin,
+                             struct room_reply *reply)
+{
+    int64_t t = svc->d.conf->room.member_idle_timeout_ms;
+
+    presence_op(svc, app, room_id, uid, t > 0 ? t : 0, origin, reply);
 }
 
 void

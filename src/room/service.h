@@ -133,10 +133,17 @@ void room_service_get(struct room_service *svc, const char *app, const char *roo
 void room_service_heartbeat(struct room_service *svc, const char *app, const char *room_id,
                             int64_t uid, const struct room_origin *origin,
                             struct room_reply *reply);
+/* As room_service_heartbeat, but uid's idle clock is set to
+ * room.member_idle_timeout in the past: the sweeper removes the member at
+ * its next pass (the IM logout of POST /callbacks/tim). 200 as a
+ * heartbeat's answer. Thread: any; blocks as room_service_heartbeat. */
+void room_service_presence_expire(struct room_service *svc, const char *app, const char *room_id,
+                                  int64_t uid, const struct room_origin *origin,
+                                  struct room_reply *reply);
 /* Heartbeats answered, and how many of them took the room's turn (slow
  * path), and the idle leaves sent / committed since open (metrics, bench). */
-void room_service_presence_counts(struct room_service *svc, uint64_t *heartbeats,
-                                  uint64_t *slow, uint64_t *idle_sent, uint64_t *idle_left);
+void room_service_presence_counts(struct room_service *svc, uint64_t *heartbeats, uint64_t *slow,
+                                  uint64_t *idle_sent, uint64_t *idle_left);
 
 /* Number of cells in memory (tests, metrics). */
 size_t room_service_cells(struct room_service *svc);
