@@ -13,8 +13,14 @@
    halfway through the silent members' timeout; the other node takes the room over (its
    idle clocks start at takeover, so nobody leaves at once) and the 10 still leave exactly
    once, the 40 stay.
+3. Tencent IM's State.StateChange callback (POST /callbacks/tim, under auth.mode jwt): refused
+   (401) without Tencent's signature whatever JWT the caller sends, with a wrong one, a stale
+   RequestTime or another SdkAppid, changing nothing; signed, a Login keeps a member that sends
+   no heartbeat, a Logout makes a member leave at the sweeper's next pass (reason idle, once),
+   a Disconnect changes nothing, another command is acknowledged and ignored.
 
 Run: python3 tests/integ/test_presence.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)."""
+import hashlib
 import os
 import sqlite3
 import sys
@@ -245,4 +251,89 @@ def test_kill_owner_mid_timeout():
                 pass
 
 
-run([test_fifty_members_ten_silent, test_kill_owner_mid_timeout])
+CB_TOKEN = "cb-token-" + os.urandom(8).hex()
+SDK = 1400000001
+
+
+def signed(t=None, token=CB_TOKEN, sdk=SDK, command="State.StateChange"):
+    """The query IM appends with callback authentication on: Sign = sha256(token + RequestTime)."""
+    t = str(int(time.time()) if t is None else t)
+    sign = hashlib.sha256((token + t).encode()).hexdigest()
+    return (f"/callbacks/tim?SdkAppid={sdk}&CallbackCommand={command}&contenttype=json"
+            f"&ClientIP=1.2.3.4&OptPlatform=IOS&RequestTime={t}&Sign={sign}")
+
+
+def state_change(action, uid):
+    return {"CallbackCommand": "State.StateChange", "EventTime": int(time.time() * 1000),
+            "Info": {"Action": action, "To_Account": str(uid), "Reason": "test"}}
+
+
+def test_im_state_callback():
+    import jwt_util as jw
+    secret = "presence-jwt-" + "k" * 32
+    rd = Roomd({"auth": {"mode": "jwt", "jwt": {"hs256_secret_env": "PRES_JWT"}},
+                "room": {"member_idle_timeout": "4s"},
+                "tencent_im": {"sdk_app_id": SDK,
+                               "callback": {"enabled": True, "token_env": "PRES_CB_TOKEN"}}})
+    rd.start(env={"PRES_JWT": secret, "PRES_CB_TOKEN": CB_TOKEN})
+    db = rd.cfg["store"]["sqlite"]["path"]
+    svc = jw.bearer(jw.hs256(secret, jw.claims(1, "hyapp", scope="room:service")))
+    try:
+        room = hu.room_name("pim")
+        hu.expect_ok(rd.post("/v1/rooms", {"command_id": hu.cid(), "room_id": room,
+                                           "owner_uid": 1, "title": "t"}, headers=svc))
+        for uid in (5, 6, 7):
+            hu.expect_ok(rd.post(f"/v1/rooms/{room}/join", {"command_id": hu.cid(), "uid": uid},
+                                 headers=svc))
+        v0 = hu.room_of(hu.expect_ok(rd.http("GET", f"/v1/rooms/{room}", headers=svc)))["version"]
+        body = state_change("Logout", 6)
+        user = jw.bearer(jw.hs256(secret, jw.claims(6, "hyapp")))
+        # refused: no signature whoever calls (a JWT is no credential here), a wrong one, a
+        # stale one, another app id
+        for what, path, h in (("no query", "/callbacks/tim", {}),
+                              ("user JWT, no sign", "/callbacks/tim?RequestTime=1", user),
+                              ("service JWT, no sign", "/callbacks/tim", svc),
+                              ("wrong token", signed(token="other"), {}),
+                              ("stale", signed(t=int(time.time()) - 600), {}),
+                              ("future", signed(t=int(time.time()) + 600), {}),
+                              ("other SdkAppid", signed(sdk=SDK + 1), {})):
+            hu.expect_error(rd.post(path, body, headers=h), 401, "unauthenticated", what=what)
+        time.sleep(1.5)
+        js = hu.room_of(hu.expect_ok(rd.http("GET", f"/v1/rooms/{room}", headers=svc)))
+        assert js["version"] == v0 and 6 in hu.members(js), js  # nothing changed
+        log = "\n".join(rd.log_lines())
+        assert CB_TOKEN not in log, "the callback token reached the log"
+        # signed: a bad body is 400; another command and a Disconnect are acknowledged only
+        hu.expect_error(rd.post(signed(), {"CallbackCommand": "State.StateChange",
+                                           "Info": {"Action": "Login", "To_Account": "x"}}),
+                        400, "invalid_argument")
+        ok = {"ActionStatus": "OK", "ErrorCode": 0, "ErrorInfo": ""}
+        assert hu.expect_ok(rd.post(signed(command="C2C.CallbackAfterSendMsg"),
+                                    {"CallbackCommand": "C2C.CallbackAfterSendMsg"})) == ok
+        assert hu.expect_ok(rd.post(signed(), state_change("Disconnect", 7))) == ok
+        assert hu.expect_ok(rd.post(signed(), state_change("Login", 999))) == ok  # in no room
+        # Logout: 6 leaves at the sweeper's next pass, long before its timeout
+        t0 = time.time()
+        assert hu.expect_ok(rd.post(signed(), body)) == ok
+        wait_until(lambda: [c for c, _ in idle_rows(db, room) if c.startswith("~il-6-")],
+                   timeout=3, what="6's leave after its Logout")
+        assert time.time() - t0 < 3, time.time() - t0
+        # Login keeps 5 (no heartbeat of its own); 7 (Disconnect only) leaves at its timeout
+        end = time.time() + 5
+        while time.time() < end:
+            assert hu.expect_ok(rd.post(signed(), state_change("Login", 5))) == ok
+            time.sleep(0.8)
+        wait_until(lambda: len(idle_rows(db, room)) == 2, timeout=5, what="7's idle leave")
+        js = hu.room_of(hu.expect_ok(rd.http("GET", f"/v1/rooms/{room}", headers=svc)))
+        assert hu.members(js) == [5], js
+        # 4 events before (create, 3 joins) and one RoomUserLeft each since (5 stops its
+        # Logins now, so it leaves too, a timeout later)
+        left = [e for e in hu.wait_events(rd, room, 6) if e["event_type"] == "RoomUserLeft"]
+        assert sorted(e["payload"]["uid"] for e in left if e["payload"]["uid"] != 5) == [6, 7], left
+        assert [e["payload"]["uid"] for e in left].count(6) == 1, left
+        assert all(e["payload"]["reason"] == "idle" for e in left), left
+    finally:
+        rd.stop()
+
+
+run([test_fifty_members_ten_silent, test_kill_owner_mid_timeout, test_im_state_callback])
