@@ -294,16 +294,17 @@ struct conf_tencent_im {
     char *secret_key_env;   /* environment variable holding the key */
     char *secret_key_file;  /* or a file holding it */
     int64_t usersig_ttl_ms;
-    char *group_type;   /* AVChatRoom | Public | ChatRoom | Private */
-    char *ca_file;      /* extra CA bundle (stand-in in tests); "" = system */
-    int64_t timeout_ms; /* per HTTP call; above IM's own 3 s */
+    char *group_type;           /* AVChatRoom | Public | ChatRoom | Private */
+    char *ca_file;              /* extra CA bundle (stand-in in tests); "" = system */
+    int64_t timeout_ms;         /* per HTTP call; above IM's own 3 s */
+    int rate_limit_per_s;       /* calls per second per API, this node (0 = no limit) */
+    int group_rate_limit_per_s; /* messages per second per group, this node (0 = no limit) */
+
     /* POST /callbacks/tim (State.StateChange, docs/room.md Presence) */
     bool callback_enabled;
     char *callback_token_env;     /* the callback authentication token: environment variable */
     char *callback_token_file;    /* or a file holding it */
     int64_t callback_max_skew_ms; /* a RequestTime further from now is refused */
-    int rate_limit_per_s;         /* calls per second per API, this node (0 = no limit) */
-    int group_rate_limit_per_s;   /* messages per second per group, this node (0 = no limit) */
 };
 
 struct conf_activity {
