@@ -9,7 +9,9 @@
    Heartbeats write nothing to the store (the room's version and its log do not move over
    200 of them); bad input is refused (400/404/409) and changes nothing.
 2. Two nodes on one SQLite file and one Redis (lease.driver redis, forwarding on): the 40
-   heartbeat through both nodes (the non-owner forwards); the owner is killed with SIGKILL
+   heartbeat through both nodes (the non-owner forwards); a member logged out by a signed IM
+   callback sent to the non-owner leaves at once (the owner checks the forwarded signature);
+   the owner is killed with SIGKILL
    halfway through the silent members' timeout; the other node takes the room over (its
    idle clocks start at takeover, so nobody leaves at once) and the 10 still leave exactly
    once, the 40 stay.
@@ -38,6 +40,7 @@ TIMEOUT_S = 3
 ACTIVE = list(range(110, 150))  # 40 members that heartbeat
 SILENT = list(range(100, 110))  # 10 that stop
 COMMANDER = 150  # never heartbeats, sends a command of its own now and then
+LOGOUT = 160  # two nodes: logged out by an IM callback to the node that does not own the room
 
 
 def q(db, sql, args=()):
@@ -100,15 +103,16 @@ def idle_rows(db, room):
                  "command_id LIKE '~il-%'", (room,))
 
 
-def check_left_once(db, room, sink_events=None):
+def check_left_once(db, room, sink_events=None, extra=()):
+    want = sorted(SILENT + list(extra))
     rows = idle_rows(db, room)
     assert all(t == "LeaveRoom" for _, t in rows), rows
     uids = sorted(int(c.split("-")[1]) for c, _ in rows)
-    assert uids == SILENT, f"idle leaves in the log: {uids}"
+    assert uids == want, f"idle leaves in the log: {uids}"
     # the outbox: one RoomUserLeft per silent member, committed with its leave
     left = q(db, "SELECT command_id FROM room_outbox WHERE room_id = ? AND "
                  "event_type = 'RoomUserLeft'", (room,))
-    assert sorted(int(c.split("-")[1]) for (c,) in left) == SILENT, left
+    assert sorted(int(c.split("-")[1]) for (c,) in left) == want, left
     mic = q(db, "SELECT command_id FROM room_outbox WHERE room_id = ? AND "
                 "event_type = 'RoomMicChanged' AND command_id LIKE '~il-%'", (room,))
     assert sorted(int(c.split("-")[1]) for (c,) in mic) == SILENT[:4], mic
@@ -203,7 +207,9 @@ def test_kill_owner_mid_timeout():
                     "lease": {"driver": "redis", "ttl": "1500ms", "renew_every": "300ms"},
                     "projection": {"driver": "redis"},
                     "cluster": {"forward": True, "forward_timeout": "2s"},
-                    "room": {"member_idle_timeout": f"{timeout_s}s"}}, tmp=d)
+                    "room": {"member_idle_timeout": f"{timeout_s}s"},
+                    "tencent_im": {"callback": {"enabled": True,
+                                                "token_env": "PRES_CB_TOKEN"}}}, tmp=d)
         rd.cfg["http"]["advertise_addr"] = f"127.0.0.1:{rd.port}"
         import json
         with open(rd.cfg_path, "w") as f:
@@ -211,16 +217,26 @@ def test_kill_owner_mid_timeout():
         return rd
 
     a, b = node("a"), node("b")
-    a.start()
-    b.start()
+    a.start(env={"PRES_CB_TOKEN": CB_TOKEN})
+    b.start(env={"PRES_CB_TOKEN": CB_TOKEN})
     beat = None
     try:
         room = hu.room_name("pres2")
         populate(a, room)
         beat = Beater([a, b], room, ACTIVE, period=0.4, commander=COMMANDER)
         beat.start()
-        time.sleep(timeout_s / 2)  # the silent ones are halfway to their timeout
-        assert idle_rows(db, room) == []
+        # IM says 160 logged out, to b, which does not own the room: the signed callback
+        # goes to a, which checks it again and lets 160 go at once
+        hu.expect_ok(hu.join(a, room, LOGOUT), "join 160")
+        wait_until(lambda: (hu.expect_ok(b.http("GET", f"/v1/users/{LOGOUT}/presence"))
+                            .get("room_id") == room), what="160 in b's projection")
+        ok = hu.expect_ok(b.post(signed(sdk=0), state_change("Logout", LOGOUT)), "logout on b")
+        assert ok["ActionStatus"] == "OK", ok
+        wait_until(lambda: [c for c, _ in idle_rows(db, room) if c.startswith(f"~il-{LOGOUT}-")],
+                   timeout=3, what="160's leave after the Logout forwarded to a")
+        time.sleep(timeout_s / 2 - 1)  # the silent ones are halfway to their timeout
+        assert [c for c, _ in idle_rows(db, room)] == [c for c, _ in idle_rows(db, room)
+                                                       if c.startswith(f"~il-{LOGOUT}-")]
         a.kill()
         beat.nodes = [b]  # the gateway stops sending to the dead node
         t_kill = time.time()
@@ -230,14 +246,14 @@ def test_kill_owner_mid_timeout():
                    what="b's takeover")
         t_take = time.time()
         time.sleep(1)
-        assert idle_rows(db, room) == [], "a takeover evicted members at once"
-        wait_until(lambda: len(idle_rows(db, room)) >= len(SILENT), timeout=timeout_s + 8,
+        assert len(idle_rows(db, room)) == 1, "a takeover evicted members at once"
+        wait_until(lambda: len(idle_rows(db, room)) >= len(SILENT) + 1, timeout=timeout_s + 8,
                    what="the 10 silent members' leaves on b")
         print(f"  takeover {t_take - t_kill:.1f}s after kill -9; leaves "
               f"{time.time() - t_take:.1f}s after the takeover (timeout {timeout_s}s)")
         time.sleep(timeout_s + 1)
         check_room(b, room)
-        check_left_once(db, room)
+        check_left_once(db, room, extra=[LOGOUT])
         beat.stop()
         ok = beat.status.get(200, 0)
         assert ok > 100 and set(beat.status) <= {200, 503, "down"}, beat.status
