@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The value of s, 1..19 decimal digits without a sign, into *out. */
+/* The value of s, 1..18 decimal digits without a sign, into *out. */
 static bool
 digits(const char *s, int64_t *out)
 {

@@ -17,7 +17,7 @@
 enum tim_state_action { TIM_STATE_LOGIN, TIM_STATE_LOGOUT, TIM_STATE_DISCONNECT, TIM_STATE_OTHER };
 
 /* 0 when sign (64 hex digits, any case) is sha256(token || request_time)
- * and request_time (1..19 decimal digits) lies within max_skew_s of now_s;
+ * and request_time (1..18 decimal digits) lies within max_skew_s of now_s;
  * else -1 with why ("RequestTime: missing", "Sign: does not match", ...; no
  * secret in it). token NULL or "" never verifies. Constant time in sign.
  * Thread: any; pure. */
