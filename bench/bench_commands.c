@@ -14,6 +14,13 @@
  *   bench_commands grpc HOST:PORT CLIENTS ROOMS SECONDS DBFILE
  *       the same over the gRPC API (proto/room_service.proto), one channel
  *       per client thread; the same mix, rooms and figures.
+ *   bench_commands heartbeat URL CLIENTS ROOMS SECONDS
+ *       presence (docs/room.md, Presence): ROOMS rooms "hb-<pid>-<r>", each
+ *       client joins one user of its own into each of its rooms (not timed),
+ *       then sends POST /v1/rooms/{id}/heartbeat round-robin over them for
+ *       SECONDS; prints heartbeats/s, p50/p99 and the store writes the
+ *       heartbeats cost: the sum over those rooms of their version's growth
+ *       during the pass (every commit bumps it; 0 = no store write).
  *   bench_commands ceiling URL CLIENTS SECONDS
  *       the HTTP ceiling: the same clients and connections, each request a
  *       GET /healthz (a trivial handler on the same libmicrohttpd server).
@@ -27,9 +34,9 @@
 #include "core/clock.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
-#include "room_service.pb-c.h"
 #include "peer/grpc_peer.h"
 #include "peer/pbjson.h"
+#include "room_service.pb-c.h"
 #include "store/store.h"
 
 #include <curl/curl.h>
@@ -257,6 +264,119 @@ client_main(void *arg)
     }
     conn_close(&c);
     return NULL;
+}
+
+static void report(const char *what, struct lat *all, double secs);
+
+/* Each client owns rooms id, id+nclients, ... of "hb-<run>-<r>" (it joined
+ * its user into each); it heartbeats them round-robin. */
+static void *
+heartbeat_main(void *arg)
+{
+    struct client *cl = arg;
+    struct conn c;
+    char room[64], body[128];
+    uint64_t seq = 0;
+    int my = 0;
+
+    conn_open(&c);
+    for (int r = cl->id; r < nrooms; r += nclients)
+        my++;
+    while (!atomic_load(&stop_flag) && my > 0) {
+        int r = cl->id + nclients * (int)(seq % (uint64_t)my);
+        long uid = 1000L * (run_id % 1000000) + cl->id;
+        snprintf(body, sizeof(body), "{\"uid\":%ld}", uid);
+        snprintf(room, sizeof(room), "hb-%d-%d", run_id, r);
+        int64_t t0 = clock_mono_us();
+        long code = send_cmd(&c, room, "heartbeat", body);
+        lat_add(&cl->lat, clock_mono_us() - t0);
+        atomic_fetch_add(code == 200 ? &ok_count : &err_count, 1);
+        seq++;
+    }
+    conn_close(&c);
+    return NULL;
+}
+
+static size_t
+keep(char *p, size_t sz, size_t n, void *arg)
+{
+    json_t **out = arg;
+    json_error_t je;
+
+    json_decref(*out);
+    *out = json_loadb(p, sz * n, 0, &je); /* a room's GET: one small chunk (else NULL) */
+    return sz * n;
+}
+
+/* The sum of the versions of rooms "hb-<run>-<r>" (GET /v1/rooms/{id}). */
+static long long
+hb_versions(void)
+{
+    CURL *c = curl_easy_init();
+    long long sum = 0;
+    char url[512];
+
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    struct curl_slist *h = NULL;
+    if (auth_header[0] != '\0')
+        h = curl_slist_append(h, auth_header);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    for (int r = 0; r < nrooms; r++) {
+        json_t *j = NULL;
+        snprintf(url, sizeof(url), "%s/v1/rooms/hb-%d-%d", base_url, run_id, r);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &j);
+        if (curl_easy_perform(c) == CURLE_OK)
+            sum += json_integer_value(json_object_get(j, "version"));
+        json_decref(j);
+    }
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return sum;
+}
+
+/* bench_commands heartbeat URL CLIENTS ROOMS SECONDS */
+static int
+run_heartbeat(char **argv)
+{
+    struct lat all = {0};
+    struct conn c;
+    char body[256], room[64];
+
+    base_url = argv[2];
+    run_id = (int)getpid();
+    nclients = atoi(argv[3]);
+    nrooms = atoi(argv[4]);
+    seconds = atoi(argv[5]);
+    const char *token = getenv("ROOMD_BENCH_TOKEN");
+    if (token != NULL && token[0] != '\0')
+        snprintf(auth_header, sizeof(auth_header), "Authorization: Bearer %s", token);
+    curl_global_init(CURL_GLOBAL_ALL);
+    conn_open(&c);
+    for (int r = 0; r < nrooms; r++) { /* the rooms and their members (not timed) */
+        snprintf(room, sizeof(room), "hb-%d-%d", run_id, r);
+        snprintf(body, sizeof(body),
+                 "{\"command_id\":\"hbc-%d-%d\",\"room_id\":\"%s\",\"owner_uid\":1,"
+                 "\"title\":\"hb\"}",
+                 run_id, r, room);
+        send_cmd(&c, room, "", body);
+        for (int k = r % nclients; k < nclients; k += nrooms) {
+            snprintf(body, sizeof(body), "{\"command_id\":\"hbj-%d-%d-%d\",\"uid\":%ld}", run_id, r,
+                     k, 1000L * (run_id % 1000000) + k);
+            send_cmd(&c, room, "join", body);
+        }
+    }
+    conn_close(&c);
+    long long v0 = hb_versions();
+    double secs = run_clients(heartbeat_main, &all);
+    long long writes = hb_versions() - v0;
+    report("hb", &all, secs);
+    printf("hb     store_writes=%lld during %zu heartbeats (writes_per_heartbeat=%.6f)\n", writes,
+           all.n, all.n ? (double)writes / (double)all.n : 0.0);
+    free(all.v);
+    curl_global_cleanup();
+    return 0;
 }
 
 /* Points c's store at db: "mysql://USER@HOST:PORT/DATABASE", else a SQLite
@@ -507,9 +627,12 @@ main(int argc, char **argv)
         return run_raw(argv);
     if (argc == 5 && strcmp(argv[1], "ceiling") == 0)
         return run_ceiling(argv);
+    if (argc == 6 && strcmp(argv[1], "heartbeat") == 0)
+        return run_heartbeat(argv);
     fprintf(stderr, "usage: bench_commands http URL CLIENTS ROOMS SECONDS DBFILE\n"
                     "       bench_commands grpc HOST:PORT CLIENTS ROOMS SECONDS DBFILE\n"
                     "       bench_commands raw DBFILE CLIENTS SECONDS\n"
-                    "       bench_commands ceiling URL CLIENTS SECONDS\n");
+                    "       bench_commands ceiling URL CLIENTS SECONDS\n"
+                    "       bench_commands heartbeat URL CLIENTS ROOMS SECONDS\n");
     return 2;
 }

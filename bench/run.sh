@@ -32,6 +32,8 @@
 #            BENCH_BASELINE's roomd first, as its baseline).
 #   catchup  bench/catchup.py: events/s read by GET /v1/rooms/{id}/events?after_seq (1 and 8
 #            readers, pages of 1000) beside the rate the room committed them (issue 30).
+# The SQLite direct pass also measures heartbeats/s at 64 clients on the same roomd (issue 30:
+# presence) and the store writes they cost (room versions before and after: 0 per heartbeat).
 # The SQLite part also runs the gift path alone (issue 10; BENCH_BASELINE=DIR runs DIR/roomd
 # first, same pass, as its baseline) and the direct pass with auth.mode jwt (HS256, ES256:
 # issue 11).
@@ -108,6 +110,9 @@ answers "$nats_port" && nats=yes
 if want sqlite; then
     start_roomd direct "{driver: sqlite, sqlite: {path: \"$tmp/direct.db\", synchronous: full}}" direct
     drive direct "$tmp/direct.db"
+    # issue 30: heartbeats (presence) at 64 clients on the same roomd, beside its command rate
+    echo "== heartbeats: POST /v1/rooms/{id}/heartbeat, 64 clients, $rooms rooms, the same roomd"
+    "$build/bench_commands" heartbeat "http://127.0.0.1:$port" 64 "$rooms" "$secs" | tee "$tmp/hb-64"
     stop_roomd
     if [ $nats = yes ]; then
         start_roomd mq "{driver: sqlite, sqlite: {path: \"$tmp/mq.db\", synchronous: full}}" mq
@@ -141,6 +146,8 @@ if want sqlite; then
     "$build/bench_commands" raw "$tmp/direct.db" 1 "$secs" | tee "$tmp/sqlite-raw1"
     raw1=$(field p50 "$tmp/sqlite-raw1")
     row "SQLite direct, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/direct-64")" "raw store_save, 64 threads" "$raw"
+    row "SQLite direct, heartbeats, 64 clients (hb/s)" "$(field rate "$tmp/hb-64")" "HTTP commands, 64 clients, same roomd (goal 5x)" "$(field rate "$tmp/direct-64")"
+    row "SQLite direct, store writes per heartbeat" "$(field writes_per_heartbeat "$tmp/hb-64")" "-" "-"
     row "SQLite direct, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/direct-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/direct-64")"
     if [ $nats = yes ]; then
         row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "raw store_save, 64 threads" "$raw"

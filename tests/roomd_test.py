@@ -86,7 +86,10 @@ def base_config(tmp, port, admin_port=None):
                  # gifts name their price (auth.mode none); under jwt Roomd makes it
                  # required and a test seeds the catalog (http_util.put_gift)
                  "gift_catalog": "off",
-                 "rocket": {"thresholds": [1000, 5000], "countdown": "2s"}},
+                 "rocket": {"thresholds": [1000, 5000], "countdown": "2s"},
+                 # members do not heartbeat in most tests: presence expiry off
+                 # (test_presence.py turns it on, short)
+                 "member_idle_timeout": "0"},
         "wallet": {"driver": "embedded", "initial_balance": 100000, "allow_topup": True},
         "outbox_worker": {"enabled": True, "publish_mode": "direct", "poll_interval": "200ms",
                           "batch_size": 100, "publish_timeout": "2s", "max_retry_count": 3,

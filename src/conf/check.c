@@ -188,6 +188,13 @@ conf_check_environment(const struct conf *c, char *err, size_t errlen)
         if (!unset(im->ca_file))
             need_file(&p, "tencent_im.ca_file", im->ca_file);
     }
+    if (c->tencent_im.callback_enabled) { /* POST /callbacks/tim: the signature's token */
+        const struct conf_tencent_im *im = &c->tencent_im;
+        if (!unset(im->callback_token_file))
+            need_file(&p, "tencent_im.callback.token_file", im->callback_token_file);
+        else if (!unset(im->callback_token_env))
+            need_env(&p, "tencent_im.callback.token_env", im->callback_token_env);
+    }
 
     /* the rocketmq driver's host:port name servers are checked by the rules (validate.c) */
     if (c->rocketmq.enabled && conf_rocketmq_driver(&c->rocketmq) == CONF_MQ_JETSTREAM)

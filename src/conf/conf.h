@@ -159,6 +159,7 @@ struct conf_room {
     int max_rooms_per_owner;    /* open rooms per (app, owner_uid) (429 above); 0 = no limit */
     struct conf_rocket rocket;
     char *gift_catalog; /* "required": SendGift priced by the store's catalog | "off" (auth none) */
+    int64_t member_idle_timeout_ms; /* a member silent this long leaves (presence); 0 = off */
 };
 
 struct conf_wallet {
@@ -304,6 +305,12 @@ struct conf_tencent_im {
     int rate_limit_per_s;       /* calls per second per API, this node (0 = no limit) */
     int group_rate_limit_per_s; /* messages per second per group, this node (0 = no limit) */
     int64_t coalesce_after_ms;  /* coalesce a group's state messages behind by more (0 = off) */
+
+    /* POST /callbacks/tim (State.StateChange, docs/room.md Presence) */
+    bool callback_enabled;
+    char *callback_token_env;     /* the callback authentication token: environment variable */
+    char *callback_token_file;    /* or a file holding it */
+    int64_t callback_max_skew_ms; /* a RequestTime further from now is refused */
 };
 
 struct conf_activity {

@@ -253,6 +253,10 @@ const struct key conf_keys[] = {
             "store (docs/room.md, Gift catalog; a request naming another unit_price: 409 "
             "price_changed); off: the request's unit_price is taken as is (development: only "
             "with auth.mode none)"},
+    {"room.member_idle_timeout", K_DUR, F(room.member_idle_timeout_ms), "60s", GE(0),
+     .note = "(0 = off)",
+     .doc = "a member with no heartbeat (POST /v1/rooms/{id}/heartbeat) and no command of its "
+            "own for this long is removed by a LeaveRoom of roomd's own (docs/room.md, Presence)"},
 
     {"wallet.driver", K_STR, F(wallet.driver), "embedded", ONE_OF(wallet_drivers),
      .doc = "embedded: the ledger lives in the store; grpc: a wallet service (docs/wallet.md)"},
@@ -466,6 +470,16 @@ const struct key conf_keys[] = {
      .doc = "extra CA bundle; \"\" = the system's"},
     {"tencent_im.timeout", K_DUR, F(tencent_im.timeout_ms), "4s", GT(0), .when = IM_ON,
      .doc = "one HTTP call (above IM's own 3 s)"},
+    {"tencent_im.callback.enabled", K_BOOL, F(tencent_im.callback_enabled), "false",
+     .doc = "serve POST /callbacks/tim, Tencent IM's State.StateChange callback: a Login is a "
+            "heartbeat, a Logout makes the member idle at once (docs/room.md, Presence)"},
+    {"tencent_im.callback.token_env", K_STR, F(tencent_im.callback_token_env), "TIM_CALLBACK_TOKEN",
+     .doc = "environment variable holding the callback authentication token (IM console: "
+            "callback authentication); a callback must carry Sign = sha256(token + RequestTime)"},
+    {"tencent_im.callback.token_file", K_STR, F(tencent_im.callback_token_file), "",
+     .doc = "or a file holding it"},
+    {"tencent_im.callback.max_skew", K_DUR, F(tencent_im.callback_max_skew_ms), "60s", GT(0),
+     .doc = "a callback whose RequestTime is further from now than this is refused (replay)"},
 
     {"tencent_im.rate_limit_per_s", K_INT, F(tencent_im.rate_limit_per_s), "200", GE(0),
      .note = "(0 = no limit)", .doc = "IM calls per second per API from this node"},

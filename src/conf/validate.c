@@ -548,6 +548,10 @@ validate_cross(const struct conf *c, struct vctx *v)
     if (im->enabled && conf_empty(im->secret_key_env) && conf_empty(im->secret_key_file))
         bad(v, "tencent_im.secret_key_env",
             "tencent_im.enabled needs secret_key_env or secret_key_file");
+    if (im->callback_enabled && conf_empty(im->callback_token_env) &&
+        conf_empty(im->callback_token_file))
+        bad(v, "tencent_im.callback.token_env",
+            "tencent_im.callback.enabled needs callback.token_env or callback.token_file");
 
     for (int i = 0; i < c->http.ntrusted_proxies; i++) {
         struct conf_cidr cidr;

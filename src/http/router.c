@@ -32,6 +32,8 @@ enum route_kind {
     R_GIFTS_LIST,
     R_GIFT_PUT,
     R_ROOM_EVENTS,
+    R_HEARTBEAT,
+    R_TIM_CALLBACK,
 };
 
 /* Where a route is served: elsewhere it answers 404 as if unknown. */
@@ -70,6 +72,8 @@ static const struct route {
     {"GET", "/v1/wallet/{uid}", R_WALLET_GET, 0, ON_BOTH},
     {"GET", "/v1/gifts", R_GIFTS_LIST, 0, ON_BOTH},
     {"POST", "/v1/gifts", R_GIFT_PUT, 0, ON_ADMIN},
+    {"POST", "/v1/rooms/{room_id}/heartbeat", R_HEARTBEAT, 0, ON_PUBLIC},
+    {"POST", "/callbacks/tim", R_TIM_CALLBACK, 0, ON_PUBLIC},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -357,6 +361,10 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         handle_healthz(d, resp);
         return;
     }
+    if (r->kind == R_TIM_CALLBACK) { /* Tencent's signature, not a JWT (tim_callback.h) */
+        handle_tim_callback(d, req, resp);
+        return;
+    }
     if (!http_write_is_json(req, resp))
         return;
     if (req->listener == HTTP_PUBLIC && r->on == ON_ADMIN && d->auth != NULL &&
@@ -420,6 +428,9 @@ dispatch(const struct http_deps *d, const struct http_request *req, const struct
         break;
     case R_ROOM_EVENTS:
         handle_room_events(d, req, app, cap, resp);
+        break;
+    case R_HEARTBEAT:
+        handle_heartbeat(d, req, &p, app, cap, resp);
         break;
     default:
         break;

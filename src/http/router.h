@@ -164,6 +164,17 @@ void handle_gifts_list(const struct http_deps *d, const struct http_request *req
                        struct http_response *resp);
 void handle_gift_put(const struct http_deps *d, const struct http_request *req, const char *app,
                      struct http_response *resp);
+/* POST /v1/rooms/{id}/heartbeat (handlers_heartbeat.c): p may act as the
+ * body's uid; answered from the owner's memory (room_service_heartbeat).
+ * Thread: any; blocks only when the room must be loaded or forwarded. */
+void handle_heartbeat(const struct http_deps *d, const struct http_request *req,
+                      const struct auth_principal *p, const char *app, const char *room_id,
+                      struct http_response *resp);
+/* POST /callbacks/tim (handlers_tim_callback.c): Tencent IM's
+ * State.StateChange callback, authenticated by Tencent's signature, not a
+ * JWT. Thread: any; blocks when it forwards to the room's owner. */
+void handle_tim_callback(const struct http_deps *d, const struct http_request *req,
+                         struct http_response *resp);
 /* True when a POST req carries Content-Type application/json (any
  * parameters) or req is no POST; else false with the 415 in resp. Thread:
  * any; does not block. */

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #define MAX_STATUS 600
-#define MAX_COLLECTORS 16
+#define MAX_COLLECTORS 32
 
 /* Upper bounds of the latency buckets, in microseconds (+Inf implied). */
 static const int64_t bucket_us[] = {500,    1000,   2500,   5000,    10000,   25000,  50000,

@@ -65,7 +65,7 @@ void metrics_command_observe(int cmd_type, int http_status, int64_t duration_us)
 typedef void (*metrics_collector_fn)(void *arg, struct metrics_text *t);
 
 /* Adds a collector (fn, arg); returns 0, or ROOMD_ENOMEM when the table
- * (16 slots) is full. Remove it with metrics_remove_collector before arg dies. */
+ * (32 slots) is full. Remove it with metrics_remove_collector before arg dies. */
 int metrics_add_collector(metrics_collector_fn fn, void *arg);
 void metrics_remove_collector(metrics_collector_fn fn, void *arg);
 

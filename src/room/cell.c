@@ -20,6 +20,7 @@
 #include "core/xmalloc.h"
 #include "lease/lease.h"
 #include "room/command.h"
+#include "room/presence.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -165,6 +166,7 @@ destroy_cell(struct cell_map *m, struct cell *c)
     if (c->leased && m->lease != NULL)
         m->lease->ops->release(m->lease, c->app, c->room_id, c->lease_token);
     room_state_free(c->state);
+    free(c->pres);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -187,7 +189,10 @@ ensure_loaded(struct cell_map *m, struct cell *c, char *owner, size_t ownerlen)
                              now - c->lease_at_ms >= conf->lease.renew_every_ms)) {
         rc = m->lease->ops->acquire(m->lease, c->app, c->room_id, &token, owner, ownerlen);
         if (rc != 0) {
-            /* not ours (any more): forget what we had */
+            /* not ours (any more): forget what we had, idle clocks too */
+            pthread_mutex_lock(&m->mu);
+            presence_clear_locked(c);
+            pthread_mutex_unlock(&m->mu);
             room_state_free(c->state);
             c->state = NULL;
             c->loaded = false;
@@ -203,6 +208,14 @@ ensure_loaded(struct cell_map *m, struct cell *c, char *owner, size_t ownerlen)
         c->leased = true;
         c->lease_token = token;
         c->lease_at_ms = now;
+        pthread_mutex_lock(&m->mu);
+        c->pres_fresh_until_ms =
+            conf->lease.renew_every_ms > 0 ? now + conf->lease.renew_every_ms : now;
+        pthread_mutex_unlock(&m->mu);
+    } else if (m->lease == NULL) {
+        pthread_mutex_lock(&m->mu);
+        c->pres_fresh_until_ms = INT64_MAX; /* one node: always the owner */
+        pthread_mutex_unlock(&m->mu);
     }
     if (c->loaded)
         return 0;
@@ -225,6 +238,9 @@ ensure_loaded(struct cell_map *m, struct cell *c, char *owner, size_t ownerlen)
         c->state = NULL;
         c->event_seq = 0;
         c->loaded = true;
+        pthread_mutex_lock(&m->mu);
+        presence_reset_locked(c, NULL, clock_mono_ms());
+        pthread_mutex_unlock(&m->mu);
         return 0;
     }
     if (rc != 0) {
@@ -243,6 +259,11 @@ ensure_loaded(struct cell_map *m, struct cell *c, char *owner, size_t ownerlen)
     if (rc != 0)
         return rc;
     c->loaded = true;
+    /* a room loaded (first touch, takeover, reload): every member's idle
+     * clock starts now, never earlier */
+    pthread_mutex_lock(&m->mu);
+    presence_reset_locked(c, c->state, clock_mono_ms());
+    pthread_mutex_unlock(&m->mu);
     return 0;
 }
 
@@ -306,6 +327,8 @@ cell_release(struct cell_map *m, struct cell *c, bool drop)
     pthread_mutex_unlock(&c->mu);
 
     pthread_mutex_lock(&m->mu);
+    if (drop)
+        presence_clear_locked(c);
     c->last_used_ms = clock_mono_ms();
     if (--c->refs == 0 && (!c->loaded || c->state == NULL)) {
         unlink_cell(m, c);
@@ -327,6 +350,32 @@ cell_map_count(struct cell_map *m)
     return n;
 }
 
+void
+cell_map_lock(struct cell_map *m)
+{
+    pthread_mutex_lock(&m->mu);
+}
+
+void
+cell_map_unlock(struct cell_map *m)
+{
+    pthread_mutex_unlock(&m->mu);
+}
+
+struct cell *
+cell_lookup_locked(struct cell_map *m, const char *app, const char *room_id)
+{
+    return *slot_of(m, app, room_id, key_hash(app, room_id));
+}
+
+void
+cell_map_each_locked(struct cell_map *m, void (*fn)(struct cell *c, void *arg), void *arg)
+{
+    for (size_t i = 0; i < m->nbuckets; i++)
+        for (struct cell *c = m->buckets[i]; c != NULL; c = c->next)
+            fn(c, arg);
+}
+
 /* ---- eviction ----------------------------------------------------------------------- */
 
 size_t
@@ -340,7 +389,9 @@ cell_map_evict(struct cell_map *m, int64_t idle_ms)
     for (size_t i = 0; i < m->nbuckets; i++) {
         struct cell **pp = &m->buckets[i];
         while ((c = *pp) != NULL) {
-            if (c->refs == 0 && now - c->last_used_ms >= idle_ms) {
+            /* a room whose members' idle clocks run stays (presence.c) */
+            if (c->refs == 0 && now - c->last_used_ms >= idle_ms &&
+                !(c->npres > 0 && m->conf->room.member_idle_timeout_ms > 0)) {
                 *pp = c->next;
                 m->count--;
                 c->next = dead;

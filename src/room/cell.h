@@ -24,6 +24,15 @@ struct conf_room;
 struct lease;
 struct cell_map;
 
+/* One member's idle clock (presence.c): kept by the room's owner only, in
+ * memory, never in the store. */
+struct presence_entry {
+    int64_t uid;
+    int64_t joined_at_ms; /* the membership's join time: names its idle leave */
+    int64_t seen_ms;      /* monotonic: last heartbeat or command of the uid */
+    bool leaving;         /* an idle leave is on its way (at most one per idle period) */
+};
+
 struct cell {
     char app[STORE_ID_MAX];
     char room_id[STORE_ID_MAX];
@@ -43,6 +52,14 @@ struct cell {
     bool leased;
     int64_t lease_token;
     int64_t lease_at_ms; /* monotonic time of the last lease acquire */
+    /* map mutex: presence (presence.c). While synced, pres[] holds exactly
+     * the room's members (sorted by uid), and heartbeats are answered from
+     * it without the room's turn until fresh_until_ms (monotonic: the next
+     * lease renewal is due). */
+    bool pres_synced;
+    int64_t pres_fresh_until_ms;
+    struct presence_entry *pres;
+    size_t npres, cap_pres;
 };
 
 /* Starts the map and its eviction thread (when room.idle_evict_ms > 0).
@@ -73,6 +90,16 @@ size_t cell_map_count(struct cell_map *m);
 /* Runs one eviction pass now with the given idle limit (tests). Returns the
  * number of cells evicted. */
 size_t cell_map_evict(struct cell_map *m, int64_t idle_ms);
+
+/* The map mutex (guards the chains, refs, last_used_ms and the presence
+ * fields of every cell). Thread: any; never held across I/O. */
+void cell_map_lock(struct cell_map *m);
+void cell_map_unlock(struct cell_map *m);
+/* The cell of (app, room_id) or NULL; the map mutex must be held. */
+struct cell *cell_lookup_locked(struct cell_map *m, const char *app, const char *room_id);
+/* Calls fn(c, arg) for every cell; the map mutex must be held (fn must not
+ * take it, nor a cell's turn). */
+void cell_map_each_locked(struct cell_map *m, void (*fn)(struct cell *c, void *arg), void *arg);
 
 /*
  * Rebuilds a room's state from what store_load_room returned: the snapshot

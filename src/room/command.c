@@ -596,6 +596,28 @@ room_cmd_parse_logged(enum room_cmd_type type, const char *app, const char *room
 }
 
 int
+room_cmd_idle_leave(const char *app, const char *room_id, int64_t uid, int64_t joined_at_ms,
+                    struct room_cmd *cmd)
+{
+    struct cmd_error ce;
+    uint64_t h = 1469598103934665603ull;
+    char body[96];
+
+    snprintf(body, sizeof(body), "{\"command_id\":\"idle\",\"uid\":%lld}", (long long)uid);
+    if (parse(CMD_LEAVE_ROOM, app, room_id, body, strlen(body), false, cmd, &ce) != 0)
+        return ROOMD_EINVAL;
+    for (const char *p = room_id; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    snprintf(cmd->command_id, sizeof(cmd->command_id), ROOM_IDLE_LEAVE_PREFIX "%lld-%lld-%016llx",
+             (long long)uid, (long long)joined_at_ms, (unsigned long long)h);
+    free(cmd->request);
+    cmd->request = canonical_request(cmd);
+    cmd->idle_leave = true;
+    cmd->idle_joined_at_ms = joined_at_ms;
+    return 0;
+}
+
+int
 room_cmd_set_idempotency_key(json_t *body, const char *key, const char *name, struct cmd_error *e)
 {
     json_t *v;

@@ -75,6 +75,11 @@ struct room_cmd {
     bool from_log;                /* parsed by room_cmd_parse_logged (a replay) */
     bool has_rules;               /* from_log: the row recorded the rules it took */
     struct conf_room rules;       /* those rules (room_state.rules) */
+    /* An idle leave (presence.c, room_cmd_idle_leave): the membership it
+     * ends; the service re-checks in the room's turn that the member is
+     * still silent. Never parsed from a request. */
+    bool idle_leave;
+    int64_t idle_joined_at_ms;
 };
 
 /* The reserved command_id namespace: ids starting with this prefix belong to
@@ -88,6 +93,20 @@ struct room_cmd {
  * "~rl-<rocket_id>" (rocket_id is "<room_id>-<utc_day>-<level>", at most 57
  * bytes, so this fits in 63), written to out (len bytes). Thread: any. */
 void rocket_launch_command_id(const char *rocket_id, char *out, size_t len);
+
+/* The reserved command_id prefix of the LeaveRoom roomd issues for a member
+ * silent past room.member_idle_timeout (presence.c); its RoomUserLeft
+ * carries reason "idle". */
+#define ROOM_IDLE_LEAVE_PREFIX ROOM_RESERVED_ID_PREFIX "il-"
+
+/* Builds into *cmd (free with room_cmd_clear) the LeaveRoom of uid's
+ * membership of (app, room_id) that began at joined_at_ms, with the
+ * deterministic command_id "~il-<uid>-<joined_at_ms>-<hash of room_id>": a
+ * new owner derives the same id, so the member leaves at most once however
+ * often the leave is tried. Returns 0, or ROOMD_EINVAL (bad app/room).
+ * Thread: any (pure). */
+int room_cmd_idle_leave(const char *app, const char *room_id, int64_t uid, int64_t joined_at_ms,
+                        struct room_cmd *cmd);
 
 /* A validation failure: the field at fault and a message. */
 struct cmd_error {

@@ -38,6 +38,7 @@
 #include "projection/projection.h"
 #include "room/answer.h"
 #include "room/cell.h"
+#include "room/presence.h"
 #include "room/rebuild.h"
 #include "room/rocket_timer.h"
 #include "room/text.h"
@@ -47,6 +48,7 @@
 
 #include <jansson.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +63,11 @@ struct room_service {
     struct room_deps d;
     struct cell_map *cells;
     struct rocket_timer *timer;
-    struct room_rebuild *rebuild; /* the projection rebuild thread, or NULL */
-    int64_t precommit_delay_ms;   /* ROOMD_TESTING: ROOMD_TEST_PRECOMMIT_DELAY_MS */
+    struct room_rebuild *rebuild;      /* the projection rebuild thread, or NULL */
+    struct presence_sweeper *presence; /* idle leaves (presence.c), NULL while off */
+    _Atomic uint64_t heartbeats, heartbeats_slow;
+    bool collecting;            /* the presence metrics collector is registered */
+    int64_t precommit_delay_ms; /* ROOMD_TESTING: ROOMD_TEST_PRECOMMIT_DELAY_MS */
 };
 
 /* ---- the mutation --------------------------------------------------------------------- */
@@ -218,8 +223,9 @@ struct exec {
     struct mutation m;
     struct outbox_new *obx;
     char *state_json, *snapshot_json, *response, *logged_request;
-    bool drop;    /* release the cell dropping its state (reload next time) */
-    bool created; /* a CreateRoom committed: run the create hook */
+    bool drop;      /* release the cell dropping its state (reload next time) */
+    bool created;   /* a CreateRoom committed: run the create hook */
+    bool committed; /* swapped in: presence follows the membership change */
 };
 
 /* Route + cell turn: takes the room's turn (lease + cell, state loaded), or
@@ -231,6 +237,15 @@ stage_turn(struct exec *x)
     int rc = cell_acquire(x->svc->cells, x->cmd->app_code, x->cmd->room_id, &x->c, r->owner,
                           sizeof(r->owner), &x->tm.lease_us);
 
+    if (rc == 0 && x->cmd->idle_leave &&
+        !presence_still_idle(x->svc->cells, x->c, x->cmd, x->conf->room.member_idle_timeout_ms)) {
+        /* the member spoke since the sweeper saw it silent (or the room was
+         * reloaded, restarting its clock): nothing to do */
+        r->status = 200;
+        r->body = xasprintf("{\"left\":false,\"reason\":\"member is active\"}");
+        strlcpy_(x->tm.result, "presence_active", sizeof(x->tm.result));
+        return false;
+    }
     if (rc == 0)
         return true;
     x->c = NULL;
@@ -572,6 +587,7 @@ stage_swap(struct exec *x)
     c->state = x->clone;
     x->clone = NULL;
     c->event_seq = x->m.meta.event_seq;
+    x->committed = true;
     answer_async_sinks(x->conf, x->ev.n > 0, &x->tm);
     x->created = cmd->type == CMD_CREATE_ROOM;
     if (svc->d.projection != NULL) {
@@ -609,8 +625,10 @@ stage_answer(struct exec *x)
      * under the same key) is given back; the log tells which */
     if (x->held)
         svc->d.wallet->ops->settle(svc->d.wallet, &x->gift, answer_gift_outcome(svc->d.store, cmd));
-    if (x->c != NULL)
+    if (x->c != NULL) {
+        presence_after_command(svc->cells, x->c, cmd, x->committed);
         cell_release(svc->cells, x->c, x->drop);
+    }
     /* CreateRoom: the synchronous IM group, outside the room's turn; never fails the command */
     if (x->created && svc->d.create_hook != NULL) {
         t = clock_mono_us();
@@ -694,6 +712,92 @@ room_service_get(struct room_service *svc, const char *app, const char *room_id,
     cell_release(svc->cells, c, false);
 }
 
+/* A heartbeat (expire_ms 0) or an expiry (expire_ms = the timeout) of uid. */
+static void
+presence_op(struct room_service *svc, const char *app, const char *room_id, int64_t uid,
+            int64_t expire_ms, const struct room_origin *origin, struct room_reply *reply)
+{
+    struct cell *c = NULL;
+    int64_t lease_us;
+    char msg[160];
+    int rc;
+
+    memset(reply, 0, sizeof(*reply));
+    atomic_fetch_add(&svc->heartbeats, 1);
+    rc = presence_heartbeat_fast(svc->cells, app, room_id, uid, expire_ms);
+    if (rc < 0) { /* not known here: the room's turn (lease, load, or the owner) */
+        atomic_fetch_add(&svc->heartbeats_slow, 1);
+        rc = cell_acquire(svc->cells, app, room_id, &c, reply->owner, sizeof(reply->owner),
+                          &lease_us);
+        if (rc != 0) {
+            if (rc == ROOMD_ENOTOWNER && forward_to_owner(svc, app, origin, reply, &lease_us))
+                return;
+            snprintf(msg, sizeof(msg), "room load: %s", roomd_strerror(rc));
+            room_reply_error(reply, rc == ROOMD_EINTERNAL ? 500 : 503,
+                             rc == ROOMD_EINTERNAL ? "internal" : roomd_err_code(rc), msg);
+            return;
+        }
+        rc = c->state == NULL ? -1 : presence_touch(svc->cells, c, uid, expire_ms) ? 1 : 0;
+        cell_release(svc->cells, c, false);
+    }
+    if (rc < 0) {
+        snprintf(msg, sizeof(msg), "room %s does not exist", room_id);
+        room_reply_error(reply, 404, "not_found", msg);
+    } else if (rc == 0) {
+        snprintf(msg, sizeof(msg), "uid %lld is not a member", (long long)uid);
+        room_reply_error(reply, 409, "not_member", msg);
+    } else {
+        reply->status = 200;
+        reply->body =
+            xasprintf("{\"idle_timeout_ms\":%lld,\"room_id\":\"%s\",\"uid\":%lld}",
+                      (long long)svc->d.conf->room.member_idle_timeout_ms, room_id, (long long)uid);
+    }
+}
+
+void
+room_service_heartbeat(struct room_service *svc, const char *app, const char *room_id, int64_t uid,
+                       const struct room_origin *origin, struct room_reply *reply)
+{
+    presence_op(svc, app, room_id, uid, 0, origin, reply);
+}
+
+void
+room_service_presence_expire(struct room_service *svc, const char *app, const char *room_id,
+                             int64_t uid, const struct room_origin *origin,
+                             struct room_reply *reply)
+{
+    int64_t t = svc->d.conf->room.member_idle_timeout_ms;
+
+    presence_op(svc, app, room_id, uid, t > 0 ? t : 0, origin, reply);
+}
+
+void
+room_service_presence_counts(struct room_service *svc, uint64_t *heartbeats, uint64_t *slow,
+                             uint64_t *idle_sent, uint64_t *idle_left)
+{
+    *heartbeats = atomic_load(&svc->heartbeats);
+    *slow = atomic_load(&svc->heartbeats_slow);
+    presence_sweeper_counts(svc->presence, idle_sent, idle_left);
+}
+
+/* The /metrics lines of presence (docs/metrics.md). */
+static void
+presence_collect(void *arg, struct metrics_text *t)
+{
+    struct room_service *svc = arg;
+    uint64_t hb, slow, sent, left;
+
+    room_service_presence_counts(svc, &hb, &slow, &sent, &left);
+    metrics_counter(t, "roomd_heartbeats_total",
+                    "heartbeats answered (POST /v1/rooms/{id}/heartbeat)", hb);
+    metrics_counter(t, "roomd_heartbeats_slow_total",
+                    "heartbeats that took the room's turn (load, lease renewal, forward)", slow);
+    metrics_family(t, "roomd_idle_leaves_total", "counter",
+                   "LeaveRooms of silent members: sent, and left (committed or replayed)");
+    metrics_count(t, "roomd_idle_leaves_total", "result=\"sent\"", sent);
+    metrics_count(t, "roomd_idle_leaves_total", "result=\"left\"", left);
+}
+
 size_t
 room_service_cells(struct room_service *svc)
 {
@@ -713,6 +817,11 @@ room_service_open(struct room_service **out, const struct room_deps *deps)
     metrics_command_names(room_cmd_names(), CMD_COUNT_);
     if ((rc = cell_map_open(&svc->cells, deps->conf, deps->store, deps->lease)) != 0)
         goto fail;
+    if ((rc = presence_sweeper_open(&svc->presence, svc, svc->cells,
+                                    deps->conf->room.member_idle_timeout_ms,
+                                    deps->conf->lease.renew_every_ms)) != 0)
+        goto fail;
+    svc->collecting = metrics_add_collector(presence_collect, svc) == 0;
     if (deps->rocket_timer) {
         if ((rc = rocket_timer_open(&svc->timer, svc)) != 0)
             goto fail;
@@ -752,6 +861,9 @@ room_service_close(struct room_service *svc)
 {
     if (svc == NULL)
         return;
+    if (svc->collecting)
+        metrics_remove_collector(presence_collect, svc);
+    presence_sweeper_close(svc->presence);
     room_rebuild_stop(svc->rebuild);
     rocket_timer_close(svc->timer);
     cell_map_close(svc->cells);

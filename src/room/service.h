@@ -121,6 +121,30 @@ void room_service_execute_from(struct room_service *svc, const struct room_cmd *
 void room_service_get(struct room_service *svc, const char *app, const char *room_id,
                       const struct room_origin *origin, struct room_reply *reply);
 
+/*
+ * POST /v1/rooms/{id}/heartbeat (docs/room.md, Presence): uid is alive in
+ * the room. On the owner, from memory (no store write, no turn on the room
+ * while its lease is fresh); forwarded to the owner like a command when
+ * origin is not NULL. *reply: 200 {"idle_timeout_ms","room_id","uid"},
+ * 404 not_found (no such room), 409 not_member, 503 (owner unreachable,
+ * store down). The caller authorized uid. Thread: any; the fast path never
+ * blocks on I/O, the slow one blocks as room_service_get does.
+ */
+void room_service_heartbeat(struct room_service *svc, const char *app, const char *room_id,
+                            int64_t uid, const struct room_origin *origin,
+                            struct room_reply *reply);
+/* As room_service_heartbeat, but uid's idle clock is set to
+ * room.member_idle_timeout in the past: the sweeper removes the member at
+ * its next pass (the IM logout of POST /callbacks/tim). 200 as a
+ * heartbeat's answer. Thread: any; blocks as room_service_heartbeat. */
+void room_service_presence_expire(struct room_service *svc, const char *app, const char *room_id,
+                                  int64_t uid, const struct room_origin *origin,
+                                  struct room_reply *reply);
+/* Heartbeats answered, and how many of them took the room's turn (slow
+ * path), and the idle leaves sent / committed since open (metrics, bench). */
+void room_service_presence_counts(struct room_service *svc, uint64_t *heartbeats, uint64_t *slow,
+                                  uint64_t *idle_sent, uint64_t *idle_left);
+
 /* Number of cells in memory (tests, metrics). */
 size_t room_service_cells(struct room_service *svc);
 /* Rocket wake-ups waiting in the in-process timer (tests, metrics). */

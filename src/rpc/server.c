@@ -74,6 +74,8 @@ static const struct method methods[] = {
     /* a server stream (watch.c): the events read, polled */
     {SVC "WatchRoom", &roomd__v1__watch_room_request__descriptor,
      &roomd__v1__room_event__descriptor, "GET", "/v1/rooms/{room_id}/events", HTTP_PUBLIC},
+    {SVC "Heartbeat", &roomd__v1__heartbeat_request__descriptor,
+     &roomd__v1__heartbeat_reply__descriptor, "POST", "/v1/rooms/{room_id}/heartbeat", HTTP_PUBLIC},
 };
 #define NMETHODS (sizeof(methods) / sizeof(methods[0]))
 

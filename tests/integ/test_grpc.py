@@ -470,6 +470,7 @@ def rpcs(rid, owner, uid):
         ("RoomService", "JoinRoom", {"command_id": c(), "room_id": rid, "uid": uid}, uid),
         ("RoomService", "MicUp", {"command_id": c(), "room_id": rid, "uid": uid}, uid),
         ("RoomService", "MicDown", {"command_id": c(), "room_id": rid, "uid": uid}, uid),
+        ("RoomService", "Heartbeat", {"room_id": rid, "uid": uid}, uid),
         ("RoomService", "SendGift", {"command_id": c(), "room_id": rid, "uid": uid,
                                      "to_uid": owner, "gift_id": "rose", "count": 1,
                                      "unit_price": 10}, uid),
@@ -547,7 +548,7 @@ def test_auth_matrix_every_rpc():
             h = {"authorization": "Bearer " + ha.ADMIN} if svc == "RoomInternalService" else \
                 md(ha.tok(acting or uid))
             ok(call(rd, method, req, h, service=svc), f"{method} as itself")
-            if method in ("GetPresence", "GetRoom", "ListRooms"):
+            if method in ("GetPresence", "GetRoom", "ListRooms", "Heartbeat"):
                 ok(call(rd, method, req, service, service=svc), f"{method} as a service")
     finally:
         rd.stop()

@@ -25,7 +25,9 @@ SECRET = "test-secret-" + os.urandom(16).hex()
 ADMIN = "admin-token-" + os.urandom(12).hex()
 READER = "reader-token-" + os.urandom(12).hex()  # admin.tokens: role read
 ONCALL = "oncall-token-" + os.urandom(12).hex()  # admin.tokens: role operate, from a file
-ENV = {"ROOMD_TEST_JWT": SECRET, "ROOMD_TEST_ADMIN": ADMIN, "ROOMD_TEST_READER": READER}
+TIM_CB = "tim-callback-token-" + os.urandom(8).hex()  # POST /callbacks/tim: Tencent's Sign
+ENV = {"ROOMD_TEST_JWT": SECRET, "ROOMD_TEST_ADMIN": ADMIN, "ROOMD_TEST_READER": READER,
+       "ROOMD_TEST_TIM_CB": TIM_CB}
 
 _rd = None
 
@@ -34,6 +36,8 @@ def shared():
     global _rd
     if _rd is None:
         _rd = Roomd({"auth": {"mode": "jwt", "jwt": {"hs256_secret_env": "ROOMD_TEST_JWT"}},
+                     "tencent_im": {"callback": {"enabled": True,
+                                                 "token_env": "ROOMD_TEST_TIM_CB"}},
                      "admin": {"token_env": "ROOMD_TEST_ADMIN"}})
         oncall_file = os.path.join(_rd.tmp, "oncall.token")
         with open(oncall_file, "w") as f:
@@ -101,12 +105,19 @@ def commands(rid, owner, uid):
         ("join", f"/v1/rooms/{rid}/join", {"uid": uid}, uid),
         ("mic up", f"/v1/rooms/{rid}/mic/up", {"uid": uid}, uid),
         ("mic down", f"/v1/rooms/{rid}/mic/down", {"uid": uid}, uid),
+        # no command: no command_id (with_cid); it writes nothing (the state check below)
+        ("heartbeat", f"/v1/rooms/{rid}/heartbeat", {"uid": uid}, uid),
         ("gift", f"/v1/rooms/{rid}/gifts", {"uid": uid, "to_uid": owner, "gift_id": "rose",
                                             "count": 1, "unit_price": 10}, uid),
         ("leave", f"/v1/rooms/{rid}/leave", {"uid": uid}, uid),
         ("kick", f"/v1/rooms/{rid}/kick", {"operator_uid": owner, "uid": uid}, owner),
         ("close", f"/v1/rooms/{rid}/close", {"operator_uid": owner}, owner),
     ]
+
+
+def with_cid(path, body):
+    """body with a fresh command_id, except for a heartbeat (no command: none)."""
+    return body if path.endswith("/heartbeat") else dict(body, command_id=hu.cid())
 
 
 def run_matrix(rd, as_service):
@@ -128,7 +139,7 @@ def run_matrix(rd, as_service):
         hu.wait_events(rd, rid, made)  # else a late delivery passes for a refusal's
         before = state(rd, rid, (owner, uid))
         for cname, h, want in callers(acting):
-            expect_refused(rd.post(path, dict(body, command_id=hu.cid()), headers=h), want,
+            expect_refused(rd.post(path, with_cid(path, body), headers=h), want,
                            f"{name} / {cname}")
         time.sleep(0.3)  # > poll_interval: a row, had one been written, is delivered
         assert state(rd, rid, (owner, uid)) == before, f"{name}: a refusal changed something"
@@ -137,8 +148,9 @@ def run_matrix(rd, as_service):
                                              {"command_id": hu.cid(), "uid": uid},
                                              headers=tok(uid)), "rejoin before kick")["events"])
         h = service() if as_service else tok(acting)
-        made += len(hu.expect_ok(rd.post(path, dict(body, command_id=hu.cid()), headers=h),
-                                 f"{name} as {'service' if as_service else 'itself'}")["events"])
+        made += len(hu.expect_ok(rd.post(path, with_cid(path, body), headers=h),
+                                 f"{name} as {'service' if as_service else 'itself'}")
+                    .get("events", []))
 
 
 def test_commands_matrix_user_itself():
@@ -415,6 +427,35 @@ def test_none_refused_off_loopback():
     _json.dumps(over)
 
 
+def test_tim_callback_callers():
+    """POST /callbacks/tim takes Tencent's signature, never a JWT: every caller of the matrix
+    (and a valid user or service token) is refused 401 without it, and changes nothing; with
+    it, the callback is answered whoever else the headers name."""
+    import hashlib
+    rd = shared()
+    rid = hu.room_name("tim")
+    hu.expect_ok(rd.post("/v1/rooms", {"command_id": hu.cid(), "room_id": rid, "owner_uid": 61,
+                                       "title": "t"}, headers=service()))
+    hu.expect_ok(rd.post(f"/v1/rooms/{rid}/join", {"command_id": hu.cid(), "uid": 62},
+                         headers=service()))
+    before = state(rd, rid, (62,))
+    body = {"CallbackCommand": "State.StateChange",
+            "Info": {"Action": "Logout", "To_Account": "62"}}
+    t = str(int(time.time()))
+    good = "?RequestTime=" + t + "&Sign=" + hashlib.sha256((TIM_CB + t).encode()).hexdigest()
+    for cname, h, _ in callers(62) + [("itself", tok(62), 0), ("service", service(), 0)]:
+        for q in ("", "?RequestTime=" + t + "&Sign=" + "0" * 64):
+            st, _, js = rd.post("/callbacks/tim" + q, body, headers=h)
+            assert st == 401 and js["error"]["code"] == "unauthenticated", (cname, q, st, js)
+    assert state(rd, rid, (62,)) == before, "a refused callback changed something"
+    # the signed one, under any of those headers (room.member_idle_timeout is 0 here: the
+    # Logout changes no clock that runs, the answer is IM's OK)
+    for cname, h, _ in callers(62)[:3]:
+        js = hu.expect_ok(rd.post("/callbacks/tim" + good, body, headers=h), cname)
+        assert js == {"ActionStatus": "OK", "ErrorCode": 0, "ErrorInfo": ""}, js
+    assert TIM_CB not in "\n".join(rd.log_lines())
+
+
 def test_zz_stop():
     assert shared().stop() == 0
 
@@ -424,5 +465,6 @@ if __name__ == "__main__":
          test_service_name_sub,
          test_admin_listener, test_named_admin_tokens, test_refusals_counted_and_never_logged,
          test_public_key_algs,
-         test_key_rotation_on_sighup, test_none_refused_off_loopback, test_zz_stop],
+         test_key_rotation_on_sighup, test_none_refused_off_loopback,
+         test_tim_callback_callers, test_zz_stop],
         fixture="shared_roomd")

@@ -154,6 +154,12 @@ def test_real_answers_match_the_document():
                         {"command_id": f"~rl-{rid}-1-9", "rocket_id": f"{rid}-1-9",
                          "level": 9, "launch_at_ms": 1}, admin=True))  # stale: 200 launched false
         a.append(answer(rd, "GET", "/v1/users/2/presence"))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/heartbeat", {"uid": 2}))
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/heartbeat", {"uid": 99}))  # 409
+        a.append(answer(rd, "POST", f"/v1/rooms/{rid}/heartbeat", {"uid": 0}))  # 400
+        # tencent_im.callback.enabled is off here: 404 (test_presence signs real callbacks)
+        a.append(answer(rd, "POST", "/callbacks/tim?RequestTime=1&Sign=" + "0" * 64,
+                        {"CallbackCommand": "State.StateChange"}))
         a.append(answer(rd, "POST", f"/v1/rooms/{rid}/leave", {"command_id": hu.cid(), "uid": 2}))
         a.append(answer(rd, "GET", "/v1/users/2/presence"))  # room_id null
         a.append(answer(rd, "GET", f"/v1/rooms/{rid}"))

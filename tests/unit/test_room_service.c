@@ -1262,6 +1262,7 @@ test_eviction(void **state)
     int waited = 0;
 
     f->conf->room.idle_evict_ms = 100;
+    f->conf->room.member_idle_timeout_ms = 0; /* else members' clocks keep the cell (below) */
     svc_open(f);
     create(f, "r1", 1);
     join(f, "r1", 1);
@@ -1280,6 +1281,88 @@ test_eviction(void **state)
     assert_int_equal(ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m1\",\"uid\":2}"), 4);
     free(before);
     free(after);
+}
+
+/* The room's version, and the id and type of its last log row (the store's). */
+static int64_t
+last_logged(struct fx *f, const char *room, char *id, size_t idlen, char *type, size_t typelen)
+{
+    struct room_load l;
+    int64_t v;
+
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_load_room(f->store, APP, room, &l), 0);
+    v = l.version;
+    id[0] = type[0] = '\0';
+    if (l.ntail > 0) {
+        strlcpy_(id, l.tail[l.ntail - 1].command_id, idlen);
+        strlcpy_(type, l.tail[l.ntail - 1].command_type, typelen);
+    }
+    room_load_clear(&l);
+    return v;
+}
+
+/* A heartbeat's answer status (room_service_heartbeat). */
+static int
+heartbeat(struct fx *f, const char *room, int64_t uid)
+{
+    struct room_reply r = {0};
+    int st;
+
+    room_service_heartbeat(f->svc, APP, room, uid, NULL, &r);
+    st = r.status;
+    room_reply_clear(&r);
+    return st;
+}
+
+/* Presence: a member silent for room.member_idle_timeout leaves by roomd's
+ * own LeaveRoom (reserved id, reason idle, its seat freed), a heartbeating
+ * one and one sending commands stay; heartbeats write nothing; the cell of
+ * a room with members' clocks is not evicted until they left. */
+static void
+test_presence_expiry(void **state)
+{
+    struct fx *f = *state;
+    char *room, id[STORE_ID_MAX], type[32];
+
+    f->conf->room.idle_evict_ms = 50;
+    f->conf->room.member_idle_timeout_ms = 300;
+    svc_open(f);
+    create(f, "r1", 1);
+    join(f, "r1", 1);
+    join(f, "r1", 2);
+    join(f, "r1", 3);
+    assert_int_equal(ok(f, CMD_MIC_UP, "r1", "{\"command_id\":\"m2\",\"uid\":2}"), 5);
+    assert_int_equal(heartbeat(f, "r1", 9), 409);     /* no member */
+    assert_int_equal(heartbeat(f, "nosuch", 1), 404); /* no room */
+    for (int i = 0; i < 12; i++) {                    /* 600 ms: 2 is silent, 3 speaks */
+        assert_int_equal(heartbeat(f, "r1", 1), 200);
+        if (i % 3 == 0) {
+            char body[64];
+            struct room_reply r = {0};
+            snprintf(body, sizeof(body), "{\"command_id\":\"d%d\",\"uid\":3}", i);
+            assert_int_equal(run(f, CMD_MIC_DOWN, "r1", body, &r), 409); /* not on mic */
+            room_reply_clear(&r);
+        }
+        usleep(50000);
+    }
+    room = get_room(f, "r1");
+    assert_non_null(strstr(room, "\"members\":[{\"joined_at_ms\""));
+    assert_null(strstr(room, "\"uid\":2}"));
+    assert_non_null(strstr(room, "\"seats\":[0,0,0]"));
+    free(room);
+    assert_int_equal(heartbeat(f, "r1", 2), 409);
+    /* one leave (v6): the heartbeats wrote nothing */
+    assert_int_equal(last_logged(f, "r1", id, sizeof(id), type, sizeof(type)), 6);
+    assert_int_equal(strncmp(id, "~il-2-", 6), 0);
+    assert_string_equal(type, "LeaveRoom");
+    assert_int_equal(room_service_cells(f->svc), 1); /* clocks run: not evicted */
+    /* everyone silent now: 1 and 3 leave, then the cell may go */
+    for (int waited = 0; room_service_cells(f->svc) > 0 && waited < 5000; waited += 20)
+        usleep(20000);
+    assert_int_equal(room_service_cells(f->svc), 0);
+    assert_int_equal(last_logged(f, "r1", id, sizeof(id), type, sizeof(type)), 8);
+    assert_int_equal(strncmp(id, "~il-", 4), 0);
 }
 
 static void
@@ -1604,6 +1687,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_retries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fenced_commit_reloads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_presence_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_change_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rocket_timer, setup, teardown),
