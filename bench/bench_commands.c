@@ -34,12 +34,15 @@
 #include "core/clock.h"
 #include "core/uuid.h"
 #include "core/xmalloc.h"
-#include "peer/grpc_peer.h"
 #include "peer/pbjson.h"
 #include "room_service.pb-c.h"
 #include "store/store.h"
 
 #include <curl/curl.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -85,10 +88,13 @@ discard(char *p, size_t sz, size_t n, void *arg)
     return sz * n;
 }
 
-/* One client's connection: a keep-alive curl handle or a gRPC channel. */
+/* One client's connection: a keep-alive curl handle or a gRPC channel of its
+ * own (its own TCP connection, as each HTTP client has its own) with one
+ * completion queue for its calls, one at a time. */
 struct conn {
     CURL *curl;
-    struct grpc_peer *peer;
+    grpc_channel *channel;
+    grpc_completion_queue *cq;
 };
 
 static bool use_grpc;
@@ -111,11 +117,18 @@ conn_open(struct conn *c)
 {
     memset(c, 0, sizeof(*c));
     if (use_grpc) {
-        char err[256];
-        if (grpc_peer_open(&c->peer, base_url, "bench", err, sizeof(err)) != 0) {
-            fprintf(stderr, "grpc: %s\n", err);
-            exit(1);
-        }
+        /* gRPC core shares one subchannel (one TCP connection, at most the server's
+         * grpc.max_concurrent_streams calls at a time) among channels of the same target
+         * unless each keeps a local pool: 64 clients would be 16 streams on one socket */
+        grpc_arg arg = {.type = GRPC_ARG_INTEGER,
+                        .key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+                        .value.integer = 1};
+        grpc_channel_args args = {.num_args = 1, .args = &arg};
+        grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+        grpc_init();
+        c->channel = grpc_channel_create(base_url, creds, &args);
+        grpc_channel_credentials_release(creds);
+        c->cq = grpc_completion_queue_create_for_next(NULL);
         return;
     }
     c->curl = curl_easy_init();
@@ -127,9 +140,64 @@ conn_open(struct conn *c)
 static void
 conn_close(struct conn *c)
 {
-    grpc_peer_close(c->peer);
+    if (c->channel != NULL) {
+        grpc_completion_queue_shutdown(c->cq);
+        while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN)
+            ;
+        grpc_completion_queue_destroy(c->cq);
+        grpc_channel_destroy(c->channel);
+        grpc_shutdown();
+    }
     if (c->curl != NULL)
         curl_easy_cleanup(c->curl);
+}
+
+/* One unary call of method with the packed message req on c (30 s deadline,
+ * waiting for the channel to connect): its status (UNKNOWN when the call
+ * could not start). */
+static int
+grpc_unary(struct conn *c, const char *method, const uint8_t *req, size_t len)
+{
+    gpr_timespec dl =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(30000, GPR_TIMESPAN));
+    grpc_call *call =
+        grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq,
+                                 grpc_slice_from_static_string(method), NULL, dl, NULL);
+    grpc_slice payload = grpc_slice_from_copied_buffer((const char *)req, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&payload, 1), *resp = NULL;
+    grpc_metadata_array md_initial, md_trailing;
+    grpc_status_code st = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    grpc_op ops[6];
+
+    grpc_slice_unref(payload);
+    grpc_metadata_array_init(&md_initial);
+    grpc_metadata_array_init(&md_trailing);
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_initial;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &resp;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &md_trailing;
+    ops[5].data.recv_status_on_client.status = &st;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    if (grpc_call_start_batch(call, ops, 6, ops, NULL) == GRPC_CALL_OK)
+        (void)grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    grpc_call_unref(call);
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&md_initial);
+    grpc_metadata_array_destroy(&md_trailing);
+    grpc_byte_buffer_destroy(bb);
+    if (resp != NULL)
+        grpc_byte_buffer_destroy(resp);
+    return st;
 }
 
 /* The body (JSON) of verb in room as the request message of its RPC. */
@@ -146,12 +214,9 @@ send_grpc(struct conn *c, const char *room, const char *verb, const char *body)
         json_object_set_new(j, "room_id", json_string(room));
         req = pbjson_to_wire(j, grpc_methods[i].in, &len);
         json_decref(j);
-        struct grpc_reply rep;
-        int rc = grpc_peer_call(c->peer, grpc_methods[i].method, req, len, clock_mono_ms() + 30000,
-                                &rep);
-        free(rep.body);
+        int st = grpc_unary(c, grpc_methods[i].method, req, len);
         free(req);
-        return rc == 0 && rep.status == GRPC_PEER_OK ? 200 : 500;
+        return st == GRPC_STATUS_OK ? 200 : 500;
     }
     json_decref(j);
     return 0;
