@@ -2,8 +2,7 @@
 /*
  * server.c: the gRPC API (server.h). Read top-down:
  *   methods[]      the RPCs and the HTTP route each one is
- *   thread_main    one thread: take the next announced call of any slot off the
- *                  shared queue, serve it on the slot's own queue, request again
+ *   worker_main    one thread: request a call, serve it, repeat
  *   serve          one call: authenticate (before the message), receive (by
  *                  grpc.receive_timeout), rpc_strings_ok, rpc_to_request,
  *                  router_handle, rpc_reply; every wait bounded (grpc.call_timeout)
@@ -90,15 +89,8 @@ struct rpc_server {
     bool tls;
     pthread_mutex_t mu; /* guards workers[].peer */
     grpc_server *server;
-    /* where every slot's new call is announced; all the threads wait on it, so the
-     * thread that read the call off the socket (the poller) serves it */
-    grpc_completion_queue *incoming;
-    int nworkers;           /* slots and threads, grpc.workers of each */
-    struct worker *workers; /* the slots */
-    pthread_t *threads;
-    int nthreads;        /* started */
-    atomic_int requests; /* slots whose request for a call is out; the last one's
-                            failure at shutdown shuts incoming down */
+    int nworkers;
+    struct worker *workers;
     /* roomd_grpc_calls_total{method,code}; row NMETHODS counts unknown methods */
     _Atomic uint64_t calls[NMETHODS + 1][NCODES];
     bool collecting;
@@ -111,15 +103,11 @@ struct rpc_server {
     _Atomic uint64_t watch_events, refused_per_address;
 };
 
-/* A slot: one outstanding request for a call, announced on s->incoming, and
- * the queue its call's batches complete on (only this call's events), used
- * by the one thread serving it. */
 struct worker {
     struct rpc_server *s;
     grpc_completion_queue *cq;
-    grpc_call *call; /* what the request fills in */
-    grpc_call_details cd;
-    grpc_metadata_array md;
+    pthread_t thread;
+    bool started;
     char peer[128]; /* the connection of the call it serves ("ipv4:1.2.3.4:5678"), "" idle */
     char addr[64];  /* its client's address ("1.2.3.4"), "" idle or unknown */
 };
@@ -486,58 +474,35 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
     free(a.details);
 }
 
-/* Puts slot w's request for the next call out (announced on incoming, the
- * call bound to w->cq). False when the server refused it (shut down). */
-static bool
-request(struct worker *w)
-{
-    w->call = NULL;
-    grpc_call_details_init(&w->cd);
-    grpc_metadata_array_init(&w->md);
-    if (grpc_server_request_call(w->s->server, &w->call, &w->cd, &w->md, w->cq, w->s->incoming,
-                                 w) == GRPC_CALL_OK)
-        return true;
-    grpc_call_details_destroy(&w->cd);
-    grpc_metadata_array_destroy(&w->md);
-    return false;
-}
-
-/* A slot's request ended for good (the server shuts down): the last one
- * shuts incoming down, which ends the threads. */
-static void
-request_gone(struct rpc_server *s)
-{
-    if (atomic_fetch_sub(&s->requests, 1) == 1)
-        grpc_completion_queue_shutdown(s->incoming);
-}
-
-/* One thread: takes the next announced call of any slot off incoming,
- * serves it on the slot's queue and puts the slot's request out again, until
- * incoming shuts down. Every idle thread waits on the one queue, so the
- * thread that polled the call's bytes off the socket returns with it and
- * serves it itself: no handoff to another thread per call (a queue per
- * worker cost one wake-up of the worker by the poller for each call). */
+/* One worker: asks for the next call on its own queue and serves it, until
+ * the server shuts down (the request then completes unsuccessfully). */
 static void *
-thread_main(void *arg)
+worker_main(void *arg)
 {
-    struct rpc_server *s = arg;
+    struct worker *w = arg;
 
     for (;;) {
-        grpc_event e =
-            grpc_completion_queue_next(s->incoming, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        if (e.type == GRPC_QUEUE_SHUTDOWN)
+        grpc_call *call = NULL;
+        grpc_call_details cd;
+        grpc_metadata_array md;
+
+        grpc_call_details_init(&cd);
+        grpc_metadata_array_init(&md);
+        bool got = grpc_server_request_call(w->s->server, &call, &cd, &md, w->cq, w->cq, w) ==
+                   GRPC_CALL_OK;
+        if (got) {
+            grpc_event e =
+                grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            got = e.type == GRPC_OP_COMPLETE && e.success;
+        }
+        if (got)
+            serve(w, call, &cd, &md);
+        if (call != NULL)
+            grpc_call_unref(call);
+        grpc_call_details_destroy(&cd);
+        grpc_metadata_array_destroy(&md);
+        if (!got)
             return NULL;
-        if (e.type != GRPC_OP_COMPLETE)
-            continue;
-        struct worker *w = e.tag;
-        if (e.success)
-            serve(w, w->call, &w->cd, &w->md);
-        if (w->call != NULL)
-            grpc_call_unref(w->call);
-        grpc_call_details_destroy(&w->cd);
-        grpc_metadata_array_destroy(&w->md);
-        if (!e.success || atomic_load(&s->stopping) || !request(w))
-            request_gone(s);
     }
 }
 
@@ -646,9 +611,6 @@ rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, siz
     chargs.num_args = 2;
     chargs.args = args;
     s->server = grpc_server_create(&chargs, NULL);
-    s->incoming = grpc_completion_queue_create_for_next(NULL);
-    grpc_server_register_completion_queue(s->server, s->incoming, NULL);
-    s->threads = xcalloc((size_t)s->nworkers, sizeof(*s->threads));
     for (int i = 0; i < s->nworkers; i++) {
         s->workers[i].s = s;
         s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
@@ -677,17 +639,12 @@ rpc_server_start(struct rpc_server *s, const struct http_deps *d, char *err, siz
         return 0;
     s->d = d;
     grpc_server_start(s->server);
-    for (int i = 0; i < s->nworkers; i++)
-        if (request(&s->workers[i]))
-            atomic_fetch_add(&s->requests, 1);
-    if (atomic_load(&s->requests) == 0) /* nothing will shut incoming down */
-        grpc_completion_queue_shutdown(s->incoming);
     for (int i = 0; i < s->nworkers; i++) {
-        if (pthread_create(&s->threads[i], NULL, thread_main, s) != 0) {
+        if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]) != 0) {
             snprintf(err, errlen, "grpc: cannot start worker thread %d", i);
             return ROOMD_EINTERNAL;
         }
-        s->nthreads++;
+        s->workers[i].started = true;
     }
     s->collecting = metrics_add_collector(collect, s) == 0;
     log_info("rpc", "gRPC API serving", "listen=%s workers=%d tls=%s", s->listen, s->nworkers,
@@ -717,18 +674,10 @@ rpc_server_close(struct rpc_server *s)
         grpc_server_cancel_all_calls(s->server);
         grpc_completion_queue_pluck(done, s, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     }
-    if (s->nthreads == 0 && s->incoming != NULL) { /* never started: the requests end now */
-        grpc_completion_queue_shutdown(s->incoming);
-        while (grpc_completion_queue_next(s->incoming, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN)
-            ;
-    }
-    /* each slot's request fails at the shutdown; the last one shuts incoming down */
-    for (int i = 0; i < s->nthreads; i++)
-        pthread_join(s->threads[i], NULL);
+    for (int i = 0; i < s->nworkers; i++)
+        if (s->workers[i].started)
+            pthread_join(s->workers[i].thread, NULL);
     grpc_server_destroy(s->server);
-    if (s->incoming != NULL)
-        grpc_completion_queue_destroy(s->incoming);
     for (int i = 0; i < s->nworkers; i++) {
         grpc_completion_queue_shutdown(s->workers[i].cq);
         while (
@@ -741,7 +690,6 @@ rpc_server_close(struct rpc_server *s)
     grpc_completion_queue_destroy(done);
     pthread_mutex_destroy(&s->mu);
     free(s->workers);
-    free(s->threads);
     free(s);
     grpc_shutdown_blocking();
 }

@@ -5,12 +5,9 @@
  * turns the request message into that route's JSON body (peer/pbjson.h) and
  * metadata into its headers, runs it through the one router (http/router.h:
  * the same validation, idempotency, room service and metrics), and turns the
- * answer into the reply message or a gRPC status with details. grpc.workers
- * slots (one request for a call each, its call's batches on the slot's own
- * completion queue) and as many threads, all waiting on one queue where the
- * slots' new calls are announced: the thread that polled a call off its
- * connection serves it. A call blocks its thread as a command blocks an HTTP
- * connection thread.
+ * answer into the reply message or a gRPC status with details. A pool of
+ * grpc.workers threads, each with its own completion queue, serves calls;
+ * a call blocks its thread as a command blocks an HTTP connection thread.
  */
 #ifndef ROOMD_RPC_SERVER_H
 #define ROOMD_RPC_SERVER_H
