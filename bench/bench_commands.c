@@ -123,7 +123,10 @@ conn_open(struct conn *c)
         grpc_arg arg = {.type = GRPC_ARG_INTEGER,
                         .key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
                         .value.integer = 1};
-        grpc_channel_args args = {.num_args = 1, .args = &arg};
+        /* BENCH_GRPC_SHARED=1: the shared socket (as before; a connection at its stream cap) */
+        const char *shared = getenv("BENCH_GRPC_SHARED");
+        grpc_channel_args args = {.num_args = shared != NULL && strcmp(shared, "1") == 0 ? 0 : 1,
+                                  .args = &arg};
         grpc_channel_credentials *creds = grpc_insecure_credentials_create();
         grpc_init();
         c->channel = grpc_channel_create(base_url, creds, &args);

@@ -39,8 +39,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SHUTDOWN_GRACE_MS 5000
+/* How long enter() waits for a place of the connection (or address) being
+ * given back by a call whose answer is on its way. */
+#define ENTER_WAIT_MS 100
 
 /* ==== The RPCs: each is the HTTP route of the same name ==== */
 
@@ -87,7 +91,8 @@ struct rpc_server {
     int64_t receive_timeout_ms, call_timeout_ms;
     int max_streams; /* grpc.max_concurrent_streams: calls of one connection in workers */
     bool tls;
-    pthread_mutex_t mu; /* guards workers[].peer */
+    pthread_mutex_t mu;  /* guards workers[].peer, addr, answering */
+    pthread_cond_t left; /* a worker's call gave its place back (leave) */
     grpc_server *server;
     int nworkers;
     struct worker *workers;
@@ -110,6 +115,7 @@ struct worker {
     bool started;
     char peer[128]; /* the connection of the call it serves ("ipv4:1.2.3.4:5678"), "" idle */
     char addr[64];  /* its client's address ("1.2.3.4"), "" idle or unknown */
+    bool answering; /* its call's answer is being sent: the place is given back soon */
 };
 
 /* ==== Serving one call ==== */
@@ -319,22 +325,41 @@ authenticated(struct rpc_server *s, const struct method *m, const grpc_metadata_
  * before it acknowledges the SETTINGS frame carrying that limit is held to
  * it here. With grpc.max_calls_per_address, also false (*per_address set)
  * when the calls of addr (the client's address, over all its connections)
- * already hold that many workers. leave() gives the place back. */
+ * already hold that many workers. leave() gives the place back. When the
+ * limit is reached only by calls whose answers are being sent, it waits for
+ * one of them to leave, up to ENTER_WAIT_MS: the client saw that answer and
+ * opened its next call before the worker noted the end. */
 static bool
 enter(struct worker *w, grpc_call *call, const char *addr, bool *per_address)
 {
     struct rpc_server *s = w->s;
     char *peer = grpc_call_get_peer(call);
-    int n = 0, na = 0;
+    struct timespec until;
     bool ok;
 
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += ENTER_WAIT_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->nworkers; i++) {
-        n += s->workers[i].peer[0] != '\0' && strcmp(s->workers[i].peer, peer) == 0;
-        na += addr[0] != '\0' && strcmp(s->workers[i].addr, addr) == 0;
+    for (;;) {
+        int n = 0, na = 0, soon = 0;
+        for (int i = 0; i < s->nworkers; i++) {
+            bool same = s->workers[i].peer[0] != '\0' && strcmp(s->workers[i].peer, peer) == 0;
+            bool from = addr[0] != '\0' && strcmp(s->workers[i].addr, addr) == 0;
+            n += same;
+            na += from;
+            soon += (same || from) && s->workers[i].answering;
+        }
+        *per_address = s->max_per_address > 0 && na >= s->max_per_address;
+        ok = n < s->max_streams && !*per_address;
+        /* A client that got its answer may open its next call before the worker that
+         * sent it has given the place back (its send batch completes just after the
+         * client sees the status): a client at its limit is not refused for that. A
+         * call still waiting for its message or running is not waited for. */
+        if (ok || soon == 0 || pthread_cond_timedwait(&s->left, &s->mu, &until) != 0)
+            break;
     }
-    *per_address = s->max_per_address > 0 && na >= s->max_per_address;
-    ok = n < s->max_streams && !*per_address;
     if (ok) {
         strlcpy_(w->peer, peer, sizeof(w->peer));
         strlcpy_(w->addr, addr, sizeof(w->addr));
@@ -344,12 +369,26 @@ enter(struct worker *w, grpc_call *call, const char *addr, bool *per_address)
     return ok;
 }
 
+/* Marks w's call as answering: its answer is being sent (enter() may wait
+ * for its place then). */
+static void
+answering(struct worker *w)
+{
+    pthread_mutex_lock(&w->s->mu);
+    w->answering = true;
+    pthread_mutex_unlock(&w->s->mu);
+}
+
 static void
 leave(struct worker *w)
 {
     pthread_mutex_lock(&w->s->mu);
+    bool held = w->peer[0] != '\0';
     w->peer[0] = '\0';
     w->addr[0] = '\0';
+    w->answering = false;
+    if (held)
+        pthread_cond_broadcast(&w->s->left);
     pthread_mutex_unlock(&w->s->mu);
 }
 
@@ -459,11 +498,13 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
     if (watching)
         atomic_fetch_sub(&s->watching, 1);
     /* the answer may wait past a deadline the command ran over, but not for long */
-    if (!late)
+    if (!late) {
+        answering(w);
         send_answer(call, cq, &a,
                     gpr_time_cmp(dl, after_ms(s->receive_timeout_ms)) > 0
                         ? dl
                         : after_ms(s->receive_timeout_ms));
+    }
     leave(w);
     if ((unsigned)a.status < NCODES)
         atomic_fetch_add(&s->calls[m != NULL ? (size_t)(m - methods) : NMETHODS][a.status], 1);
@@ -600,6 +641,13 @@ rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, siz
         conf->grpc.watch_max_streams < s->nworkers ? conf->grpc.watch_max_streams : s->nworkers - 1;
     s->max_per_address = conf->grpc.max_calls_per_address;
     pthread_mutex_init(&s->mu, NULL);
+    {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->left, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     s->workers = xcalloc((size_t)s->nworkers, sizeof(*s->workers));
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
@@ -688,6 +736,7 @@ rpc_server_close(struct rpc_server *s)
     }
     grpc_completion_queue_shutdown(done);
     grpc_completion_queue_destroy(done);
+    pthread_cond_destroy(&s->left);
     pthread_mutex_destroy(&s->mu);
     free(s->workers);
     free(s);
