@@ -94,7 +94,9 @@ drive() {
     BENCH_MIX=${mix:-} ROOMD_BENCH_TOKEN=$token "$build/bench_commands" http "http://127.0.0.1:$port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-64"
     cpu_end "$tmp/$1-64"
     if [ -z "$token" ] && [ -n "$grpc_port" ]; then
+        cpu_begin "${store_pid:-}" "${broker_pid:-}"
         BENCH_MIX=${mix:-} "$build/bench_commands" grpc "127.0.0.1:$grpc_port" 64 "$rooms" "$secs" "$2" | tee "$tmp/$1-grpc-64"
+        cpu_end "$tmp/$1-grpc-64"
     fi
     if [ "${3:-}" = ceiling ]; then
         echo "== HTTP ceiling: GET /healthz on the same server, 64 clients"
@@ -149,10 +151,12 @@ if want sqlite; then
     row "SQLite direct, heartbeats, 64 clients (hb/s)" "$(field rate "$tmp/hb-64")" "HTTP commands, 64 clients, same roomd (goal 5x)" "$(field rate "$tmp/direct-64")"
     row "SQLite direct, store writes per heartbeat" "$(field writes_per_heartbeat "$tmp/hb-64")" "-" "-"
     row "SQLite direct, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/direct-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/direct-64")"
+    row "SQLite direct, gRPC, roomd CPU per command (us)" "$(field roomd "$tmp/direct-grpc-64")" "HTTP, 64 clients, same roomd" "$(field roomd "$tmp/direct-64")"
     if [ $nats = yes ]; then
         row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "raw store_save, 64 threads" "$raw"
         row "SQLite mq, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mq-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mq-ceil")"
         row "SQLite mq, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mq-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mq-64")"
+        row "SQLite mq, gRPC, roomd CPU per command (us)" "$(field roomd "$tmp/mq-grpc-64")" "HTTP, 64 clients, same roomd" "$(field roomd "$tmp/mq-64")"
         row "SQLite mq, 64 clients, p99 (ms)" "$(field p99 "$tmp/mq-64")" "-" "-"
         row "SQLite mq, 1 client, p50 (ms)" "$(field p50 "$tmp/mq-1")" "raw store_save, 1 thread, p50" "$raw1"
     fi
@@ -206,6 +210,7 @@ if want mysql && [ $mysql_up = yes ]; then
     row "MariaDB $mode, HTTP, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-64")" "HTTP ceiling, GET /healthz" "$(field rate "$tmp/mysql-ceil")"
     row "bench_mysql group commit, store only (cmd/s)" "$group" "bench_mysql raw, 64 threads" "$raw"
     row "MariaDB $mode, gRPC, 64 clients (cmd/s)" "$(field rate "$tmp/mysql-grpc-64")" "HTTP, 64 clients, same roomd" "$(field rate "$tmp/mysql-64")"
+    row "MariaDB $mode, gRPC, roomd CPU per command (us)" "$(field roomd "$tmp/mysql-grpc-64")" "HTTP, 64 clients, same roomd" "$(field roomd "$tmp/mysql-64")"
     row "MariaDB $mode, 64 clients, p99 (ms)" "$(field p99 "$tmp/mysql-64")" "-" "-"
     row "MariaDB $mode, 1 client, p50 (ms)" "$(field p50 "$tmp/mysql-1")" "bench_mysql raw1, 1 thread, p50" "$raw1"
     # what bounds the 64-client rate here: the CPU per command of every process on the cores,
