@@ -36,6 +36,7 @@
 #include "core/xmalloc.h"
 #include "peer/pbjson.h"
 #include "room_service.pb-c.h"
+#include "rpc/server.h"
 #include "store/store.h"
 
 #include <curl/curl.h>
@@ -128,6 +129,7 @@ conn_open(struct conn *c)
         grpc_channel_args args = {.num_args = shared != NULL && strcmp(shared, "1") == 0 ? 0 : 1,
                                   .args = &arg};
         grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+        rpc_absl_deadlock_detection_off(); /* as roomd does (rpc/server.h) */
         grpc_init();
         c->channel = grpc_channel_create(base_url, creds, &args);
         grpc_channel_credentials_release(creds);

@@ -9,7 +9,7 @@
 # and then grpc at 64 clients over BENCH_ROOMS (256) rooms for BENCH_SECONDS (10) each, and
 # counts, after the first second (room creation), `perf stat -e task-clock,context-switches`
 # of roomd and the task-clock of the load generator. One line per pass:
-#   ab ROOMD PROTO rate=N/s p50=Pms roomd_us=R cs=C client_us=L load=1-minute load average
+#   ab ROOMD PROTO rate=N/s p50=Pms p99=Qms err=E roomd_us=R cs=C client_us=L load=1-minute load average
 # then per ROOMD the ratio gRPC/HTTP of the rates. Figures, not assertions.
 set -eu
 build=${1:?usage: grpc_ab.sh BUILD_DIR sqlite|mysql [ROOMD...]}
@@ -43,12 +43,14 @@ pass() {
     la=$(cut -d' ' -f1 /proc/loadavg)
     rate=$(sed -n 's/.* rate=\([0-9]*\).*/\1/p' "$tmp/load" | head -1)
     p50=$(sed -n "s/.* p50=\([0-9.]*\)ms.*/\1/p" "$tmp/load" | head -1)
-    awk -F, -v rate="$rate" -v w="$w" -v name="$1" -v proto="$2" -v la="$la" -v p50="$p50" -v cf="$tmp/stat-client" '
+    p99=$(sed -n "s/.* p99=\([0-9.]*\)ms.*/\1/p" "$tmp/load" | head -1)
+    err=$(sed -n "s/.* err=\([0-9]*\) .*/\1/p" "$tmp/load" | head -1)
+    awk -F, -v rate="$rate" -v w="$w" -v name="$1" -v proto="$2" -v la="$la" -v p50="$p50" -v p99="$p99" -v err="$err" -v cf="$tmp/stat-client" '
         BEGIN { while ((getline l < cf) > 0) { split(l, f, ","); if (f[3] == "task-clock") ccpu = f[1] } }
         $3 == "task-clock" { cpu = $1 }
         $3 == "context-switches" { cs = $1 }
         END { n = rate * w
-              printf "ab %s %-4s rate=%d/s p50=%sms roomd_us=%.1f cs=%.2f client_us=%.1f load=%s\n", name, proto, rate, p50, cpu * 1000 / n, cs / n, ccpu * 1000 / n, la }' "$tmp/stat"
+              printf "ab %s %-4s rate=%d/s p50=%sms p99=%sms err=%s roomd_us=%.1f cs=%.2f client_us=%.1f load=%s\n", name, proto, rate, p50, p99, err, cpu * 1000 / n, cs / n, ccpu * 1000 / n, la }' "$tmp/stat"
 }
 
 i=0
@@ -76,5 +78,5 @@ while [ $r -lt "$rounds" ]; do
     done
     r=$((r + 1))
 done
-awk '{ split($4, a, "="); v = a[2] + 0; if ($3 == "http") h[$2] += v; else g[$2] += v }
+awk '$1 == "ab" { split($4, a, "="); v = a[2] + 0; if ($3 == "http") h[$2] += v; else g[$2] += v }
      END { for (k in h) printf "ab %s grpc/http=%.2f\n", k, g[k] / h[k] }' "$tmp/ab"

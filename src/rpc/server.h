@@ -36,6 +36,12 @@ int rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err,
  */
 int rpc_server_start(struct rpc_server *s, const struct http_deps *d, char *err, size_t errlen);
 
+/* Turns off Abseil's mutex deadlock detector (a debug aid that Debian's
+ * Abseil leaves on: the lock-order graph on every gRPC core lock) when the
+ * loaded Abseil has the setter; else does nothing. Process-wide; call before
+ * gRPC is busy. Thread: any; does not block. */
+void rpc_absl_deadlock_detection_off(void);
+
 /* Stops accepting, lets calls in flight finish (up to 5 s, then cancels
  * them), joins the workers and frees. NULL is a no-op. Thread: main; blocks. */
 void rpc_server_close(struct rpc_server *s);
