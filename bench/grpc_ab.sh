@@ -11,6 +11,8 @@
 # of roomd and the task-clock of the load generator. One line per pass:
 #   ab ROOMD PROTO rate=N/s p50=Pms p99=Qms err=E roomd_us=R cs=C client_us=L load=1-minute load average
 # then per ROOMD the ratio gRPC/HTTP of the rates. Figures, not assertions.
+# CLIENT_POLL=poll runs the load generator with GRPC_POLL_STRATEGY=poll (each client thread
+# polls its own connection; an experiment, not what run.sh does).
 set -eu
 build=${1:?usage: grpc_ab.sh BUILD_DIR sqlite|mysql [ROOMD...]}
 kind=${2:?usage: grpc_ab.sh BUILD_DIR sqlite|mysql [ROOMD...]}
@@ -31,7 +33,7 @@ answers "$nats_port" && mode=mq
 
 # pass NAME PROTO ADDR SPEC: one 64-client load with the counters; prints its "ab" line.
 pass() {
-    "$build/bench_commands" "$2" "$3" 64 "$rooms" "$secs" "$4" >"$tmp/load" &
+    env ${CLIENT_POLL:+GRPC_POLL_STRATEGY=$CLIENT_POLL} "$build/bench_commands" "$2" "$3" 64 "$rooms" "$secs" "$4" >"$tmp/load" &
     load=$!
     sleep 1
     w=$((secs - 2))
