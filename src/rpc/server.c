@@ -344,13 +344,14 @@ enter(struct worker *w, grpc_call *call, const char *addr, bool *per_address)
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        int n = 0, na = 0, soon = 0;
+        int n = 0, na = 0, soon = 0, soon_a = 0;
         for (int i = 0; i < s->nworkers; i++) {
             bool same = s->workers[i].peer[0] != '\0' && strcmp(s->workers[i].peer, peer) == 0;
             bool from = addr[0] != '\0' && strcmp(s->workers[i].addr, addr) == 0;
             n += same;
             na += from;
-            soon += (same || from) && s->workers[i].answering;
+            soon += same && s->workers[i].answering;
+            soon_a += from && s->workers[i].answering;
         }
         *per_address = s->max_per_address > 0 && na >= s->max_per_address;
         ok = n < s->max_streams && !*per_address;
@@ -358,7 +359,8 @@ enter(struct worker *w, grpc_call *call, const char *addr, bool *per_address)
          * sent it has given the place back (its send batch completes just after the
          * client sees the status): a client at its limit is not refused for that. A
          * call still waiting for its message or running is not waited for. */
-        if (ok || soon == 0 || pthread_cond_timedwait(&s->left, &s->mu, &until) != 0)
+        bool may = (n < s->max_streams || soon > 0) && (!*per_address || soon_a > 0);
+        if (ok || !may || pthread_cond_timedwait(&s->left, &s->mu, &until) != 0)
             break;
     }
     if (ok) {

@@ -13,7 +13,8 @@
 //         "bad_request": {field_violations: [...]} | null, "status_code": n | null}
 // error_info / bad_request are decoded from the grpc-status-details-bin trailer
 // (proto/rpc_status.proto); status_code is the code inside it.
-// Usage: node grpc_client.js --target HOST:PORT [--proto-dir DIR] [--ca PEM] < calls.json
+// Usage: node grpc_client.js --target HOST:PORT [--proto-dir DIR] [--ca PEM] [--parallel N]
+//        < calls.json
 // (--ca: TLS, the server's certificate verified against PEM)
 'use strict';
 const fs = require('fs');
@@ -158,7 +159,17 @@ async function runCalls() {
   for await (const ch of process.stdin) chunks.push(ch);
   const calls = JSON.parse(Buffer.concat(chunks).toString('utf8'));
   const out = [];
-  for (const c of calls) out.push(await call(c));
+  // --parallel N: N calls in flight at a time on the one channel (one connection), each
+  // started as soon as one ends; results in the order of the input
+  const par = Number(arg('parallel') || 1);
+  let next = 0;
+  const lane = async () => {
+    while (next < calls.length) {
+      const i = next++;
+      out[i] = await call(calls[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: par }, lane));
   process.stdout.write(JSON.stringify(out) + '\n');
 }
 
