@@ -300,7 +300,7 @@ consume_core_process(struct consume_core *k, const struct consume_delivery *d,
     }
     /* an outbox event: order and dedupe by its room's high-water mark */
     bool ordered = k->h.key == NULL && k->o.room_order;
-    if (ordered && !room_turn(k, v, &env, delivered))
+    if (ordered && !room_turn(k, v, &env, delivered + d->repeats))
         return;
     if (!claim(k, v, env.app, &failures))
         return;

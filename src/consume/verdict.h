@@ -61,6 +61,10 @@ struct consume_delivery {
     /* deliveries of this message that were attempts: the broker's count,
      * less the returns of outages (>= 1) */
     uint64_t delivered;
+    /* times this node saw it again without a redelivery by the broker (held
+     * in place: RocketMQ's suspended queue); JetStream: 0, its holds are
+     * redeliveries. Counted against the room_seq gap holds only. */
+    uint64_t repeats;
     natsMsg *nmsg; /* JetStream's message (headers for handlers), else NULL */
 };
 

@@ -108,8 +108,9 @@ process(struct rmq_group *g, struct assigned *a, const struct rmq_message_ext *m
         .subject = subject,
         .seq = (uint64_t)m->queue_offset,
         /* the broker's count of send-backs (failures only: outages never
-         * send back) and this node's repeats of the head without one */
-        .delivered = (uint64_t)m->reconsume + 1 + a->head_repeats,
+         * send back); this node's repeats of the head without one */
+        .delivered = (uint64_t)m->reconsume + 1,
+        .repeats = a->head_repeats,
         .nmsg = NULL,
     };
     consume_core_process(&g->k, &d, &v);
