@@ -418,6 +418,7 @@ main(int argc, char **argv)
     struct admin *admin = NULL;
     or_die(admin_open(&admin, conf, outbox, false, err, sizeof(err)), "admin: ", err);
     admin_set_bus(admin, bus);
+    admin_set_rmq(admin, rmq); /* the %DLQ%<group> topics on the rocketmq driver */
     admin_resume(admin);
     hd.admin = admin;
     or_die(http_server_start(http, &hd, err, sizeof(err)), "", err);

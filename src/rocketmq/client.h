@@ -66,6 +66,8 @@ struct rmq_msg {
     size_t len;
     const char *shard_key; /* queue = Java String.hashCode(shard_key) % writable queues; NULL: 0 */
     int64_t deliver_at_ms; /* > 0: a delayed message (timer, else delay level), epoch ms */
+    const char *retry_topic; /* RETRY_TOPIC (a message sent to %RETRY%<group> by hand: the
+                                topic it came from), or NULL */
 };
 
 struct rmq_send_result {
