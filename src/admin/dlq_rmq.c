@@ -82,6 +82,8 @@ settle(struct dlq_scan *s, uint64_t id)
 static bool
 settled(struct dlq_scan *s, uint64_t id)
 {
+    if (s->nsettled == 0)
+        return false;
     if (!s->sorted) {
         qsort(s->settled, s->nsettled, sizeof(*s->settled), cmp_u64);
         s->sorted = true;
