@@ -32,7 +32,13 @@ from http_util import room_name  # noqa: E402
 from roomctl_util import ctl, ctl_json  # noqa: E402
 from rocketmq_util import RocketStandin, alions_available  # noqa: E402
 from test_bus_roomd import Events, db_rows, group_db  # noqa: E402
+import test_dlq_cluster  # noqa: E402
 from test_dlq_cluster import TOKEN, console_replay  # noqa: E402
+
+try:  # its module-level temporary directory, unused here
+    os.rmdir(test_dlq_cluster.TMP)
+except OSError:
+    pass
 from test_rocketmq_roomd import TOPIC, rmq_cfg  # noqa: E402
 
 G_IM = "hyapp-room-im-bridge"
