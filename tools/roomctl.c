@@ -562,9 +562,21 @@ print_dlq(struct ctl *c, json_t *j)
 
     printf("%-8s %-28s %-36s %-18s %-10s %s\n", "SEQ", "GROUP", "EVENT_ID", "EVENT_TYPE",
            "DELIVERIES", "REASON");
-    json_array_foreach(arr, i, m) printf(
-        "%-8" PRId64 " %-28s %-36s %-18s %-10" PRId64 " %s\n", jint(m, "seq"), jstr(m, "group"),
-        jstr(m, "event_id"), jstr(m, "event_type"), jint(m, "deliveries"), jstr(m, "reason"));
+    json_array_foreach(arr, i, m)
+    {
+        /* the kit's reason (max_reconsume, ...) before the handler's error when both are
+         * known (RocketMQ's %DLQ% messages carry no error text: "-") */
+        const char *why = jstr(m, "reason"), *kind = jstr(m, "dead_reason");
+        char reason[512];
+        bool has_kind = strcmp(kind, "-") != 0 && *kind;
+        if (has_kind && *why && strcmp(why, "-") != 0)
+            snprintf(reason, sizeof(reason), "%s: %s", kind, why);
+        else
+            snprintf(reason, sizeof(reason), "%s", has_kind ? kind : why);
+        printf("%-8" PRId64 " %-28s %-36s %-18s %-10" PRId64 " %s\n", jint(m, "seq"),
+               jstr(m, "group"), jstr(m, "event_id"), jstr(m, "event_type"), jint(m, "deliveries"),
+               reason);
+    }
     if (json_is_integer(json_object_get(j, "next_after")))
         printf("# more: --after %" PRId64 "\n", jint(j, "next_after"));
 }
