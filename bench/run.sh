@@ -24,7 +24,12 @@
 #            MariaDB part's) beside the single-server MariaDB pass of this run: rate, p50,
 #            p99, mariadbd CPU per command (summed over the three nodes); then the cluster stops.
 #   relay    bench_bus relay (outbox -> JetStream, 2 and 4 workers) beside the raw nats.c
-#            async publish rate, on SQLite and (BENCH_STORE=mysql) on MariaDB.
+#            async publish rate, on SQLite and (BENCH_STORE=mysql) on MariaDB; then the
+#            relay on each broker driver in one bench_bus run (issue 27): JetStream and
+#            RocketMQ against the stand-in name server + broker of tests/standins (a
+#            Python process: figures of the stand-in, not of a RocketMQ broker), SQLite,
+#            2 workers, BENCH_RMQ_N rows (10000), rows/s, then half that rate for
+#            BENCH_SECONDS: commit -> PubAck / SEND_OK p50 and p99.
 #   memory   bench_memory: heap per idle cached room, per evicted room, per active
 #            100-member room.
 #   readyz   bench/readyz.py: /readyz and JoinRoom at BENCH_OUTBOX_ROWS outbox rows (issue 11).
@@ -37,7 +42,7 @@
 # The SQLite part also runs the gift path alone (issue 10; BENCH_BASELINE=DIR runs DIR/roomd
 # first, same pass, as its baseline) and the direct pass with auth.mode jwt (HS256, ES256:
 # issue 11).
-# BENCH_SECONDS (10), BENCH_ROOMS (256), BENCH_RELAY_N (40000), BENCH_PARTS
+# BENCH_SECONDS (10), BENCH_ROOMS (256), BENCH_RELAY_N (40000), BENCH_RMQ_N (10000), BENCH_PARTS
 # (sqlite,mysql,galera,relay,memory,readyz,logrow: which parts run), ROOMD_NATS_PORT (4333),
 # ROOMD_MYSQL_PORT (3417).
 set -eu
@@ -45,6 +50,8 @@ build=${1:-build}
 secs=${BENCH_SECONDS:-10}
 rooms=${BENCH_ROOMS:-256}
 relay_n=${BENCH_RELAY_N:-40000}
+rmq_n=${BENCH_RMQ_N:-10000}
+rmq_pid=
 parts=${BENCH_PARTS:-sqlite,mysql,galera,relay,memory,readyz,logrow,catchup}
 nats_port=${ROOMD_NATS_PORT:-4333}
 mysql_port=${ROOMD_MYSQL_PORT:-3417}
@@ -57,6 +64,7 @@ galera_dir=
 : >"$table"
 cleanup() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    [ -n "$rmq_pid" ] && kill "$rmq_pid" 2>/dev/null
     if [ -n "$galera_dir" ]; then
         "$(dirname "$0")/../scripts/galera.sh" stop "$galera_dir" || true
         rm -rf "$galera_dir"
@@ -276,6 +284,30 @@ if want relay && [ $nats = yes ]; then
             BENCH_STORE=mysql BENCH_ONLY=relay BENCH_WORKERS=$w "$build/bench_bus" "$relay_n" "$tmp/bus" | tee "$tmp/relay-mysql-$w"
             row "relay MariaDB -> JetStream, $w workers (rows/s)" "$(rate_of relay "$tmp/relay-mysql-$w")" "raw nats.c async publish" "$(rate_of raw "$tmp/relay-mysql-$w")"
         fi
+    done
+fi
+
+# ---- relay on both broker drivers: JetStream and RocketMQ (the stand-in), one run ----
+# pct WHAT NAME FILE: p50 or p99 (WHAT) of bench_bus's halfload-NAME line.
+pct() { sed -n "s/^halfload-$2 .* $1 \([0-9.]*\) ms.*/\1/p" "$3" | tail -1; }
+if want relay; then
+    ns_port=$(free_port)
+    br_port=$(free_port)
+    mkdir -p "$tmp/rmq" "$tmp/drv"
+    python3 "$(dirname "$0")/../tests/standins/rocketmq_standin.py" --namesrv-port "$ns_port" \
+        --broker-port "$br_port" --data "$tmp/rmq/data" >"$tmp/rmq/log" 2>&1 &
+    rmq_pid=$!
+    for _ in $(seq 50); do answers "$ns_port" && break; sleep 0.1; done
+    echo "== relay on the broker drivers, SQLite, 2 workers x 100: JetStream and RocketMQ (the stand-in)"
+    no_nats=; [ $nats = yes ] || no_nats=1
+    BENCH_ONLY=drivers BENCH_NO_NATS=$no_nats BENCH_WORKERS=2 BENCH_DRIVERS_N=$rmq_n \
+        BENCH_RMQ_NAMESRV="127.0.0.1:$ns_port" BENCH_RMQ_LABEL="against the stand-in" \
+        "$build/bench_bus" "$rmq_n" "$tmp/drv" 500 "$secs" | tee "$tmp/drivers"
+    kill "$rmq_pid" 2>/dev/null; wait "$rmq_pid" 2>/dev/null || true; rmq_pid=
+    js=$(rate_of relay-jetstream "$tmp/drivers")
+    row "relay SQLite -> RocketMQ (against the stand-in), 2 workers (rows/s)" "$(rate_of relay-rocketmq "$tmp/drivers")" "relay SQLite -> JetStream, same run" "${js:--}"
+    for q in p50 p99; do
+        row "RocketMQ (stand-in) half load: commit -> SEND_OK $q (ms)" "$(pct $q rocketmq "$tmp/drivers")" "JetStream half load: commit -> PubAck $q" "$(pct $q jetstream "$tmp/drivers")"
     done
 fi
 

@@ -441,6 +441,7 @@ main(int argc, char **argv)
     struct admin *admin = NULL;
     or_die(admin_open(&admin, conf, outbox, false, err, sizeof(err)), "admin: ", err);
     admin_set_bus(admin, bus);
+    admin_set_rmq(admin, rmq); /* the %DLQ%<group> topics on the rocketmq driver */
     admin_resume(admin);
     /* the cluster's nodes for the console and roomctl nodes (admin/nodes.h) */
     struct admin_nodes *nodes = admin_nodes_open(conf, lease, fwd, rooms, self_ready, http);
