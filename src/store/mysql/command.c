@@ -848,6 +848,37 @@ mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 }
 
 /*
+ * A mutation its room's fence (or existence) refused: when the log already
+ * holds its command_id at its room and version, an earlier attempt of this
+ * very batch committed it (a COMMIT cut by a lost connection that reached the
+ * cluster, then rerun by mys_run): ROOMD_EREUSED, so the command is answered
+ * from the log (answer_reused) instead of 503 fenced or 409. Else refused, as
+ * is. Sets *fatal on a failed read.
+ */
+static int
+logged_before(struct conn *c, const struct mutation *m, int refused, int *fatal)
+{
+    struct command_record rec;
+    struct rows r;
+    int rc;
+
+    memset(&rec, 0, sizeof(rec));
+    rc = mys_query_one(c, &SQL_FIND_COMMAND, &r, CMD_TYPES, "ss", m->app_code, m->command_id);
+    if (rc == 1)
+        read_command(&r, &rec);
+    mys_rows_done(&r);
+    if (rc < 0)
+        return *fatal = rc;
+    bool ours = rc == 1 && strcmp(rec.room_id, m->room_id) == 0 && rec.version == m->version;
+    command_record_clear(&rec);
+    if (!ours)
+        return refused;
+    store_set_errmsg("command_id %s already committed at %s version %lld", m->command_id,
+                     m->room_id, (long long)m->version);
+    return ROOMD_EREUSED;
+}
+
+/*
  * One mutation inside the slow path's transaction, after its savepoint, in
  * the order and with the codes of sqlite/command.c: the room's fence (locked),
  * the command log row, the outbox rows, the rooms row (a create: its owner's
@@ -874,7 +905,7 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     if (rc < 0)
         return *fatal = rc;
     if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
-        return rc;
+        return rc == ROOMD_EFENCED || rc == ROOMD_EEXIST ? logged_before(c, m, rc, fatal) : rc;
 
     int64_t t_log = clock_mono_us();
     rc = exec_one(c, &SQL_LOG_INSERT, LOG_TYPES, m, fill_log, NULL);
