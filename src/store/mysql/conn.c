@@ -125,18 +125,6 @@ conn_drop(struct conn *c)
     c->in_txn = false;
 }
 
-static bool open_txn(struct conn *c);
-
-/* DIAG (issue 28): logs a statement after which the session has no
- * transaction open although the caller is inside one (c->in_txn, autocommit
- * off): the server ended it behind the client. */
-static void
-diag_txn(struct conn *c, const char *what)
-{
-    if (c->in_txn && c->tx && c->galera && !open_txn(c))
-        log_warn("store", "DIAG no transaction open after a statement", "stmt=\"%.60s\"", what);
-}
-
 int
 mys_q_exec(struct conn *c, const char *sql)
 {
@@ -149,7 +137,6 @@ mys_q_exec(struct conn *c, const char *sql)
         mysql_free_result(res);
     else if (mysql_errno(c->db) != 0)
         return mys_db_fail(c, sql);
-    diag_txn(c, sql);
     return 0;
 }
 
@@ -317,7 +304,6 @@ mys_st_exec(struct conn *c, const struct mys_sql *id, struct params *p, uint64_t
         return st_fail(c, st, id);
     if (affected != NULL)
         *affected = mysql_stmt_affected_rows(st);
-    diag_txn(c, id->text);
     return 0;
 }
 
@@ -545,7 +531,6 @@ mys_st_bulk(struct conn *c, const struct mys_sql *id, struct bulk *k, uint64_t *
     }
     if (affected != NULL)
         *affected = total;
-    diag_txn(c, id->text);
     return 0;
 }
 
@@ -677,6 +662,9 @@ run(struct mstore *s, bool tx, mys_txn_fn fn, void *arg)
         }
         break;
     }
+    if (lost_left < 1) /* rerun after a lost connection: its outcome, for the operator */
+        log_info("store", "mysql rerun after a lost connection", "rc=%s tx=%d err=\"%s\"",
+                 rc == 0 ? "ok" : roomd_strerror(rc), (int)tx, rc == 0 ? "" : c->errmsg);
     pool_put(s, c);
     return rc;
 }
