@@ -534,11 +534,11 @@ def test_certification_conflicts_retried():
     def topups(rd, k):
         for i in range(40):
             uid = 700 + i % 2
-            st, js = admin_post(rd, "/v1/wallet/topup",
-                                {"command_id": f"t{k}-{i}-{uuid.uuid4().hex[:6]}", "uid": uid,
-                                 "amount": 7})
+            cid = f"t{k}-{i}-{uuid.uuid4().hex[:6]}"
+            st, js = admin_post(rd, "/v1/wallet/topup", {"command_id": cid, "uid": uid,
+                                                          "amount": 7})
             with lock:
-                answers.append((uid, st, js))
+                answers.append((uid, st, js, cid))
     try:
         threads = [threading.Thread(target=topups, args=(rd, k))
                    for k, rd in enumerate((n0, n1, n0, n1))]
@@ -552,6 +552,11 @@ def test_certification_conflicts_retried():
             rows = G.q(f"SELECT balance FROM wallet_accounts WHERE uid = {uid}", db)
             start = int(n0.cfg.get("wallet", {}).get("initial_balance", 100000))
             assert int(rows[0][0]) == start + 7 * 80, (uid, rows)
+        # each acknowledged top-up's ledger row too (a transaction rolled back without an error
+        # would keep a later statement alone: issue 28)
+        ledger = {r[0] for r in G.q("SELECT ref_id FROM wallet_ledger WHERE kind = 'topup'", db)}
+        missing = [a[3] for a in answers if a[3] not in ledger]
+        assert not missing, f"top-ups answered 200 without their ledger row: {missing[:5]}"
         conflicts = cert() - before
         print(f"# 160 top-ups of 2 accounts through 2 Galera nodes: all 200, balances exact; "
               f"{conflicts} certification failures / BF aborts retried", flush=True)
