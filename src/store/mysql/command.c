@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/xmalloc.h"
 
 #include <mysqld_error.h>
@@ -113,6 +114,15 @@ MYS_SQL(OWNER_LOCK, "INSERT INTO room_owner_locks (app_code, owner_uid) VALUES (
                     " ON DUPLICATE KEY UPDATE owner_uid=owner_uid");
 MYS_SQL(OWNER_ROOMS, "SELECT COUNT(*) FROM rooms FORCE INDEX (ix_rooms_owner)"
                      " WHERE app_code=? AND owner_uid=? AND status='open'");
+/* The log rows of up to MYS_IN command_ids of one app (a batch's own rows,
+ * read back in its transaction before the COMMIT and after it: own_rows). */
+#define LOG_OWN_SQL                                                                                \
+    "SELECT command_id, room_id, version FROM room_command_log"                                    \
+    " WHERE app_code=? AND command_id IN (" MYS_IN_LIST ")"
+MYS_SQL(LOG_OWN, LOG_OWN_SQL);
+/* the same after the batch's COMMIT, which this node applied before it
+ * answered: no causal wait (a round trip through the cluster) */
+MYS_SQL(LOG_OWN_LOCAL, "SET STATEMENT wsrep_sync_wait=0 FOR " LOG_OWN_SQL);
 MYS_SQL(FENCE_ROOM, "UPDATE rooms SET fence_token=? WHERE app_code=? AND room_id=?"
                     " AND fence_token<=?");
 
@@ -534,6 +544,123 @@ save_snapshot(struct conn *c, const struct mutation *m)
     return mys_exec(c, &SQL_SNAP_PRUNE, NULL, "ssi", app, room, cut);
 }
 
+/* True when m's rows are in the transaction's outcome: it committed in it
+ * (rc 0), its rows not rolled back to its savepoint. */
+static bool
+kept(const struct mutation *m)
+{
+    return m->rc == 0;
+}
+
+/*
+ * Counts the log rows of the kept mutations of muts[0..n) that c reads (in
+ * its open transaction, or the next one it starts), matched by (app,
+ * command_id, room_id, version): *missing is how many are not there. One
+ * SQL_LOG_OWN per MYS_IN kept mutations of one app. Returns 0 or the
+ * failure.
+ */
+static int
+own_rows(struct conn *c, const struct mys_sql *id, struct mutation *const *muts, size_t n,
+         size_t *missing)
+{
+    size_t i = 0;
+
+    *missing = 0;
+    while (i < n) {
+        const char *ids[MYS_IN], *app = NULL;
+        struct mutation *chunk[MYS_IN];
+        size_t k = 0, found = 0;
+        struct params p;
+        struct rows r;
+        int rc;
+
+        for (; i < n && k < MYS_IN; i++) {
+            if (!kept(muts[i]))
+                continue;
+            if (app != NULL && strcmp(app, muts[i]->app_code) != 0)
+                break; /* the next chunk starts with another app */
+            app = muts[i]->app_code;
+            chunk[k] = muts[i];
+            ids[k++] = muts[i]->command_id;
+        }
+        if (k == 0)
+            break;
+        PARAMS_INIT(&p);
+        p_str(&p, app);
+        p_in_str(&p, ids, k);
+        if ((rc = mys_st_query(c, id, &p, &r, "ssi")) != 0)
+            return rc;
+        while ((rc = mys_st_fetch(c, &r)) == 1)
+            for (size_t j = 0; j < k; j++)
+                if (strcmp(chunk[j]->command_id, r_str(&r, 0)) == 0 &&
+                    strcmp(chunk[j]->room_id, r_str(&r, 1)) == 0 &&
+                    chunk[j]->version == r_i64(&r, 2)) {
+                    found++;
+                    break;
+                }
+        mys_rows_done(&r);
+        if (rc < 0)
+            return rc;
+        *missing += k - found;
+    }
+    return 0;
+}
+
+/* Makes run() roll back and rerun the batch, as after a deadlock. */
+static int
+lost_own_rows(struct conn *c, const char *when, size_t missing, size_t n)
+{
+    log_warn("store", "mysql transaction lost its rows: rolled back by the server without an error",
+             "when=%s missing=%zu mutations=%zu", when, missing, n);
+    c->err = ER_LOCK_DEADLOCK;
+    snprintf(c->errmsg, sizeof(c->errmsg),
+             "%s: %zu of the batch's command log rows missing (the transaction was rolled back "
+             "without an error)",
+             when, missing);
+    store_set_errmsg("mysql %s", c->errmsg);
+    return ROOMD_EUNAVAIL;
+}
+
+/*
+ * Commits the batch muts[0..n) (its transaction open on c). On Galera the
+ * batch's log rows are read back first, in the transaction, and after the
+ * COMMIT: a transaction that Galera rolled back (a brute-force abort by a
+ * replicated writeset) without the client seeing an error lets the
+ * statements after it run in a new transaction, so a COMMIT answered OK
+ * would commit only part of the batch (measured: the gift's debit without
+ * its command log row) or nothing (issue 28). A row missing before the
+ * COMMIT rolls that new transaction back; one missing after it means nothing
+ * committed; either way the batch is rerun (1213, mys_run's deadlock retry).
+ * Returns 0 or the failure (c->err says which).
+ */
+static int
+commit_batch(struct conn *c, struct mutation *const *muts, size_t n)
+{
+    size_t missing = 0;
+    int rc;
+
+    if (!c->galera)
+        return mys_tx_commit(c);
+    if ((rc = own_rows(c, &SQL_LOG_OWN, muts, n, &missing)) != 0)
+        return rc;
+    if (missing > 0)
+        return lost_own_rows(c, "before COMMIT", missing, n);
+    if ((rc = mys_tx_commit(c)) != 0)
+        return rc;
+    /* a read of its own: a new (read-only) transaction, ended here */
+    rc = own_rows(c, &SQL_LOG_OWN_LOCAL, muts, n, &missing);
+    c->in_txn = true;
+    mys_tx_rollback(c);
+    if (rc != 0) { /* the COMMIT answered OK: presumed committed */
+        log_warn("store", "mysql read-back after COMMIT failed", "err=\"%s\"", c->errmsg);
+        c->err = 0;
+        return 0;
+    }
+    if (missing > 0)
+        return lost_own_rows(c, "after COMMIT", missing, n);
+    return 0;
+}
+
 struct save_ctx {
     struct mutation *const *muts;
     size_t n;
@@ -673,7 +800,7 @@ save_fast(struct conn *c, struct save_ctx *x)
     }
     if ((rc = claimed_ids(c, x->muts, x->n, lone_id)) != 0)
         goto fault;
-    rc = mys_tx_commit(c);
+    rc = commit_batch(c, x->muts, x->n);
     goto out;
 fault:
     if (c->err == 0 || mutation_fault(c)) {
@@ -721,6 +848,37 @@ mutation_outcome(struct conn *c, int rc, int dup_code, int *fatal)
 }
 
 /*
+ * A mutation its room's fence (or existence) refused: when the log already
+ * holds its command_id at its room and version, an earlier attempt of this
+ * very batch committed it (a COMMIT cut by a lost connection that reached the
+ * cluster, then rerun by mys_run): ROOMD_EREUSED, so the command is answered
+ * from the log (answer_reused) instead of 503 fenced or 409. Else refused, as
+ * is. Sets *fatal on a failed read.
+ */
+static int
+logged_before(struct conn *c, const struct mutation *m, int refused, int *fatal)
+{
+    struct command_record rec;
+    struct rows r;
+    int rc;
+
+    memset(&rec, 0, sizeof(rec));
+    rc = mys_query_one(c, &SQL_FIND_COMMAND, &r, CMD_TYPES, "ss", m->app_code, m->command_id);
+    if (rc == 1)
+        read_command(&r, &rec);
+    mys_rows_done(&r);
+    if (rc < 0)
+        return *fatal = rc;
+    bool ours = rc == 1 && strcmp(rec.room_id, m->room_id) == 0 && rec.version == m->version;
+    command_record_clear(&rec);
+    if (!ours)
+        return refused;
+    store_set_errmsg("command_id %s already committed at %s version %lld", m->command_id,
+                     m->room_id, (long long)m->version);
+    return ROOMD_EREUSED;
+}
+
+/*
  * One mutation inside the slow path's transaction, after its savepoint, in
  * the order and with the codes of sqlite/command.c: the room's fence (locked),
  * the command log row, the outbox rows, the rooms row (a create: its owner's
@@ -747,7 +905,7 @@ save_one(struct conn *c, struct save_ctx *x, struct mutation *m, int *fatal)
     if (rc < 0)
         return *fatal = rc;
     if ((rc = store_check_mutation(m, rc == 1, cur_version, cur_token)) != 0)
-        return rc;
+        return rc == ROOMD_EFENCED || rc == ROOMD_EEXIST ? logged_before(c, m, rc, fatal) : rc;
 
     int64_t t_log = clock_mono_us();
     rc = exec_one(c, &SQL_LOG_INSERT, LOG_TYPES, m, fill_log, NULL);
@@ -828,12 +986,17 @@ save_slow(struct conn *c, struct save_ctx *x)
         if (m->rc == 0)
             continue;
         c->err = 0;
-        if ((rc = mys_q_exec(c, "ROLLBACK TO SAVEPOINT m")) != 0)
+        if ((rc = mys_q_exec(c, "ROLLBACK TO SAVEPOINT m")) != 0) {
+            /* no savepoint m: the transaction that set it is gone (rolled
+             * back by the server without an error): rerun the batch */
+            if (c->err == ER_SP_DOES_NOT_EXIST)
+                c->err = ER_LOCK_DEADLOCK;
             return rc;
+        }
     }
     if ((rc = claimed_ids(c, x->muts, x->n, 0)) != 0)
         return rc;
-    return mys_tx_commit(c);
+    return commit_batch(c, x->muts, x->n);
 }
 
 static int

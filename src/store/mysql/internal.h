@@ -84,6 +84,8 @@ enum sid {
     S_ROCKETS,
     S_ROOMS_LIST,
     S_FENCE_ROOM,
+    S_LOG_OWN,
+    S_LOG_OWN_LOCAL,
     S_OUTBOX_IDS,
     S_CLAIM_RUNS,
     S_CLAIM_RUNS_PARKED,
