@@ -17,7 +17,7 @@ import roomd_test as rt  # noqa: E402
 from standins import ImStandin, TEST_SECRET  # noqa: E402
 from http_util import metrics  # noqa: E402
 import http_util as hu  # noqa: E402
-from bus_util import Nats, js_delete_stream  # noqa: E402
+from bus_util import Nats, envelope, js_all, js_delete_stream  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
 
@@ -536,6 +536,15 @@ def test_dual_im_refusal_broker_receives():
         assert "80001" in js[0]["last_error"], js[0]
         assert js[1]["sinks_done"] & 8 and js[1]["sinks_done"] & 2, js[1]
         assert len(im.messages(js[1]["event_id"])) == 1
+        assert not im.messages(js[0]["event_id"]), "IM refused it: no message"
+        # the broker itself holds the refused event (not only roomd's sinks_done bit), once
+        nc = Nats(nats_port)
+        try:
+            ids = [envelope(d)["event_id"] for _, _, d in js_all(nc, f"direct_dualp_{port}")]
+        finally:
+            nc.close()
+        assert ids.count(js[0]["event_id"]) == 1, (js[0]["event_id"], ids)
+        assert ids.count(js[1]["event_id"]) == 1, (js[1]["event_id"], ids)
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
