@@ -45,7 +45,8 @@ struct sink {
      * an attempt), ROOMD_EUNAVAIL (no answer: connection down, timeout; an
      * outage, retried without counting an attempt, and it feeds the sink's
      * circuit), ROOMD_ELIMIT (throttled: the peer answered "too fast", a rate
-     * limit, so the event was not sent; retried after circuit_probe_every,
+     * limit, or a batch's deadline passed before the event's turn, so the
+     * event was not sent; retried after circuit_probe_every,
      * never an attempt, and it neither opens nor closes the sink's circuit
      * nor goes through the poison check) or ROOMD_EPERM (permanent: the row
      * fails at once). err gets a one-line reason without secrets, kept in

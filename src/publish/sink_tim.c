@@ -513,10 +513,11 @@ send_run(struct sink_tim *t, struct item *it, size_t end, bool limited, int64_t 
  * The batch (sink.h publish_batch): rows in order, each group's coalesced
  * runs as planned (a run's rows all at its last row). A row of a group IM
  * rate-limited until the deadline holds the group's later rows of the
- * batch (not sent, throttled like it), and once a rate limit was waited
- * out to the deadline the batch's unsent rows are throttled too (not a
- * deadline outage the worker's poison check could count). Any other
- * failure leaves the later rows to go on (as the bus sink).
+ * batch (not sent, throttled like it), and once the batch's deadline has
+ * passed (a rate limit waited out, or an earlier row that hung) the rows
+ * not sent yet are throttled too: not a deadline outage the worker's poison
+ * check could count against an innocent row. Any other failure leaves the
+ * later rows to go on (as the bus sink).
  */
 static void
 tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
@@ -537,8 +538,8 @@ tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int6
         char *err = errs + i * errlen;
 
         if (it[i].run_end != SIZE_MAX) {
-            /* held too once the batch's time went waiting out a rate limit */
-            bool held = limited[it[i].leader] || (throttled && clock_mono_ms() >= deadline);
+            /* held too once the batch's time is spent (earlier rows, a rate limit) */
+            bool held = limited[it[i].leader] || clock_mono_ms() >= deadline;
             if (it[i].run_end == i &&
                 send_run(t, it, i, held, deadline, rcs, errs, errlen) == ROOMD_ELIMIT)
                 limited[it[i].leader] = throttled = true;
@@ -551,11 +552,14 @@ tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int6
             rcs[i] = ROOMD_ELIMIT;
             continue;
         }
-        if (throttled && clock_mono_ms() >= deadline) {
-            /* the batch's time went waiting out IM's rate limit: not sent */
-            snprintf(err, errlen,
-                     "held: the batch's time went waiting out IM's rate limit "
-                     "(throttled, no attempt)");
+        if (clock_mono_ms() >= deadline) {
+            /* not sent: the batch's time went on earlier rows (one that hung,
+             * or waiting out IM's rate limit), not this event's fault, so no
+             * attempt whatever else IM answered (the poison check would count
+             * a deadline outage of a sink that answers) */
+            snprintf(err, errlen, "held: %s (not sent, no attempt)",
+                     throttled ? "the batch's time went waiting out IM's rate limit"
+                               : "the batch's time went on earlier rows");
             rcs[i] = ROOMD_ELIMIT;
             continue;
         }
