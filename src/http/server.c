@@ -4,7 +4,7 @@
  * the public listener (http.*) and the admin listener (admin.*), each with
  * its own connection limit, so a flood of one cannot lock the other out.
  * One thread per connection (handlers block on their room cell and on group
- * commit), keep-alive, an idle timeout. This file accumulates the body under
+ * commit), SCHED_BATCH (listener_start), keep-alive, an idle timeout. This file accumulates the body under
  * http.max_body_bytes and hands complete requests to router_handle()
  * (router.c); read that next.
  *
