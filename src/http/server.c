@@ -4,9 +4,9 @@
  * the public listener (http.*) and the admin listener (admin.*), each with
  * its own connection limit, so a flood of one cannot lock the other out.
  * One thread per connection (handlers block on their room cell and on group
- * commit), SCHED_BATCH (listener_start), keep-alive, an idle timeout. This file accumulates the body under
- * http.max_body_bytes and hands complete requests to router_handle()
- * (router.c); read that next.
+ * commit), SCHED_BATCH (listener_start), keep-alive, an idle timeout. This file accumulates the
+ * body under http.max_body_bytes and hands complete requests to router_handle() (router.c); read
+ * that next.
  *
  * Hardening done here, before any handler runs:
  *  - repeated or conflicting Content-Length, a Content-Length that is not
@@ -567,7 +567,8 @@ listener_bind(struct http_server *srv, enum http_listener which, const struct li
  * a connection by its client's next request) no longer preempts the one
  * running, it waits for the tick or for a core to free; fewer involuntary
  * context switches per command under load, the same 1-client latency
- * (bench/README.md, issue 32). */
+ * (bench/README.md, issue 32). Threads a handler starts (the admin's peer
+ * queries) inherit it too. */
 static int
 listener_start(struct http_server *srv, enum http_listener which, unsigned int idle_s, char *err,
                size_t errlen)
