@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define OUTBOX_COLS STORE_OUTBOX_COLS
 #define OUTBOX_TYPES "isssssibsiiiisbiiiss"
@@ -515,17 +514,13 @@ claim_fn(struct conn *c, void *arg)
 /* Runs fn on arg (by mys_run_tx when tx: a claim, one transaction), which
  * fills the array got (ngot rows), and hands that array to the caller's rows
  * and n; an ordered claim (ordered: fn's whole
- * transaction) under the store's claim_mu (complete_claim_fn takes it
- * itself, after its completion's statements: claim_mu_after, so one
- * worker's completion runs while another's claim holds it).
+ * transaction, with the completion before it) under the store's claim_mu.
  * This process's ordered claims so take turns, each snapshot after the
  * previous claim's commit, and two workers' claims never pick the same rooms
  * (with two workers in parallel a fifth of the claims came back empty or
  * short, each paying a snapshot, a failed fence and the room-by-room path;
- * issue 13). The holder waits for row locks of transactions that never take
- * claim_mu (other processes', completions alone), or of a completion waiting
- * for it in claim_mu_after, which commits on its own after CLAIM_MU_WAIT_MS:
- * no wait cycle lasts.
+ * issue 13). The holder waits only for row locks of transactions that never
+ * take claim_mu (other processes', completions alone), so no wait cycle.
  * Returns 0, or the failure with the array freed. */
 static int
 run_for_rows(struct store *s, mys_txn_fn fn, void *arg, bool tx, bool ordered,
@@ -798,51 +793,7 @@ mys_outbox_complete(struct store *s, struct outbox_result *res, size_t n)
 struct complete_claim_ctx {
     struct complete_ctx done;
     struct claim_ctx next;
-    pthread_mutex_t *claim_mu; /* ordered: taken after the completion's statements */
-    bool done_alone;           /* the completion was committed on its own (claim_mu_after) */
 };
-
-/* How long a completion's transaction waits for claim_mu before it commits
- * on its own (claim_mu_after). A claim holds it a few milliseconds. */
-#define CLAIM_MU_WAIT_MS 1000
-
-/* Takes x->claim_mu after the completion's statements of the open
- * transaction (their row locks held). The holder's claim waits for such a
- * lock only on a row its snapshot sees due: one whose lock expired while
- * this worker still completes it. Then neither would go on (the holder
- * waits for the row, this transaction for claim_mu) until the lock wait
- * timeout, so after CLAIM_MU_WAIT_MS the completion commits on its own
- * (x->done_alone: a retry of the claim does not write it again), then the
- * claim takes claim_mu in a transaction of its own. Returns 0 with
- * claim_mu held, or a failure without it. */
-static int
-claim_mu_after(struct conn *c, struct complete_claim_ctx *x)
-{
-    struct timespec until;
-    int rc;
-
-    if (pthread_mutex_trylock(x->claim_mu) == 0)
-        return 0;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += CLAIM_MU_WAIT_MS / 1000;
-    until.tv_nsec += (long)(CLAIM_MU_WAIT_MS % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    if (pthread_mutex_timedlock(x->claim_mu, &until) == 0)
-        return 0;
-    if (x->done.n > 0) {
-        if ((rc = mys_tx_commit(c)) != 0)
-            return rc;
-        x->done.n = 0;
-        x->done_alone = true;
-    }
-    pthread_mutex_lock(x->claim_mu);
-    if ((rc = mys_tx_begin(c)) != 0)
-        pthread_mutex_unlock(x->claim_mu);
-    return rc;
-}
 
 /* Batch k's outcomes and batch k+1's claim, one transaction: one commit
  * (one redo log fsync) per batch. The completion comes first, so the rows
@@ -858,15 +809,8 @@ complete_claim_fn(struct conn *c, void *arg)
 
     if ((rc = mys_tx_begin(c)) != 0)
         return rc;
-    if (x->done.n > 0 && (rc = complete_in_tx(c, &x->done)) != 0)
-        return rc;
-    if (x->claim_mu != NULL && (rc = claim_mu_after(c, x)) != 0)
-        return rc;
-    if ((rc = claim_in_tx(c, &x->next)) == 0)
-        rc = mys_tx_commit(c);
-    if (x->claim_mu != NULL)
-        pthread_mutex_unlock(x->claim_mu);
-    if (rc != 0)
+    if ((x->done.n > 0 && (rc = complete_in_tx(c, &x->done)) != 0) ||
+        (rc = claim_in_tx(c, &x->next)) != 0 || (rc = mys_tx_commit(c)) != 0)
         return rc;
     claimed(&x->next);
     return 0;
@@ -879,17 +823,15 @@ mys_outbox_complete_claim(struct store *s, struct outbox_result *res, size_t nre
 {
     struct complete_claim_ctx x = {{res, nres},
                                    {now_ms, lock_until_ms, locked_by, limit, per_room, NULL, 0,
-                                    NULL, atomic_load(&s->outbox_park)},
-                                   per_room ? &((struct mstore *)s)->claim_mu : NULL,
-                                   false};
+                                    NULL, atomic_load(&s->outbox_park)}};
     int rc;
 
     *rows = NULL;
     *n = 0;
     *completed = false;
     reconcile_due(s, now_ms);
-    rc = run_for_rows(s, complete_claim_fn, &x, true, false, &x.next.rows, &x.next.n, rows, n);
-    *completed = rc == 0 || x.done_alone;
+    rc = run_for_rows(s, complete_claim_fn, &x, true, per_room, &x.next.rows, &x.next.n, rows, n);
+    *completed = rc == 0;
     return rc;
 }
 
