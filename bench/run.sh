@@ -267,6 +267,8 @@ fi
 # ---- relay: outbox -> JetStream ----
 if want relay && [ $nats = yes ]; then
     mkdir -p "$tmp/bus"
+    # without the mysql part (BENCH_PARTS=relay) a mariadbd that answers on the port serves it
+    if [ $mysql_up = no ] && answers "$mysql_port"; then mysql_up=yes; fi
     for w in 2 4; do
         echo "== relay, SQLite, $w workers x 100"
         BENCH_CPU_PIDS="nats=$(port_pid "$nats_port")" \
