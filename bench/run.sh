@@ -297,13 +297,17 @@ fi
 # ---- relay: outbox -> JetStream ----
 if want relay && [ $nats = yes ]; then
     mkdir -p "$tmp/bus"
+    # without the mysql part (BENCH_PARTS=relay) a mariadbd that answers on the port serves it
+    if [ $mysql_up = no ] && answers "$mysql_port"; then mysql_up=yes; fi
     for w in 2 4; do
         echo "== relay, SQLite, $w workers x 100"
-        BENCH_ONLY=relay BENCH_WORKERS=$w "$build/bench_bus" "$relay_n" "$tmp/bus" | tee "$tmp/relay-sqlite-$w"
+        BENCH_CPU_PIDS="nats=$(port_pid "$nats_port")" \
+            BENCH_ONLY=relay BENCH_WORKERS=$w "$build/bench_bus" "$relay_n" "$tmp/bus" | tee "$tmp/relay-sqlite-$w"
         row "relay SQLite -> JetStream, $w workers (rows/s)" "$(rate_of relay "$tmp/relay-sqlite-$w")" "raw nats.c async publish" "$(rate_of raw "$tmp/relay-sqlite-$w")"
         if [ $mysql_up = yes ]; then
             echo "== relay, MariaDB, $w workers x 100"
-            BENCH_STORE=mysql BENCH_ONLY=relay BENCH_WORKERS=$w "$build/bench_bus" "$relay_n" "$tmp/bus" | tee "$tmp/relay-mysql-$w"
+            BENCH_CPU_PIDS="mariadbd=$(port_pid "$mysql_port"),nats=$(port_pid "$nats_port")" \
+                BENCH_STORE=mysql BENCH_ONLY=relay BENCH_WORKERS=$w "$build/bench_bus" "$relay_n" "$tmp/bus" | tee "$tmp/relay-mysql-$w"
             row "relay MariaDB -> JetStream, $w workers (rows/s)" "$(rate_of relay "$tmp/relay-mysql-$w")" "raw nats.c async publish" "$(rate_of raw "$tmp/relay-mysql-$w")"
         fi
     done
