@@ -19,11 +19,21 @@
  *             paced: command start -> PubAck, hand-off on and off
  *
  *   bench_bus [N] [DIR] [RATE] [SECS]   (N 20000, DIR ./var, RATE 500/s, SECS 5)
- *   BENCH_ONLY=relay,handoff,latency,service picks parts (raw always runs);
+ *   drivers   the relay (N rows, as relay) on each broker driver of the mq
+ *             sink: JetStream and, with BENCH_RMQ_NAMESRV=host:port, RocketMQ
+ *             (make bench: the stand-in of tests/standins, BENCH_RMQ_LABEL
+ *             names it); then single-event commits at half that rate, SECS
+ *             long: commit end -> PubAck / SEND_OK p50, p99
+ *             (BENCH_DRIVERS_N rows instead of N; BENCH_NO_NATS=1: RocketMQ
+ *             alone, no raw)
+ *   BENCH_ONLY=relay,handoff,latency,service picks parts (raw always runs;
+ *   drivers only when named);
  *   BENCH_WORKERS, BENCH_BATCH: outbox_worker.workers (2), batch_size (100);
- *   BENCH_CLAIM_BATCHES: outbox_worker.claim_batches (the default, 3; 1 = off);
+ *   BENCH_CLAIM_BATCHES: outbox_worker.claim_batches (the default, 1: off);
  *   BENCH_ORDERING=none: outbox_worker.ordering none (else per_room, the default);
- *   BENCH_GATHER_MS: outbox_worker.complete_gather (the default, 20; 0 = off).
+ *   BENCH_GATHER_MS: outbox_worker.complete_gather (the default, 20; 0 = off);
+ *   BENCH_CPU_PIDS="mariadbd=PID,nats=PID": the relay prints the CPU time per
+ *   row of this process and of those (/proc), over the drain.
  *   BENCH_STORE=mysql: the store is MariaDB at 127.0.0.1:$ROOMD_MYSQL_PORT (3417,
  *   root, no password), a fresh database per part, dropped at the end.
  * nats-server at 127.0.0.1:$ROOMD_NATS_PORT (4333, scripts/servers.sh).
@@ -42,6 +52,8 @@
 #include "publish/bus.h"
 #include "publish/sink.h"
 #include "publish/sink_bus.h"
+#include "rocketmq/client.h"
+#include "rocketmq/sink.h"
 #include "room/command.h"
 #include "room/service.h"
 #include "room_events.pb-c.h"
@@ -55,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define GIFT_ID_PAD 200 /* makes the envelope about 300 bytes, as jetstream.md measured */
@@ -66,7 +79,8 @@ static const char *dir = "./var";
 static int rate = 500;
 static int secs = 5;
 static struct conf *conf;
-static bool use_mysql; /* BENCH_STORE=mysql */
+static struct conf_rocketmq rmq_conf; /* the drivers part's RocketMQ client (borrows conf's) */
+static bool use_mysql;                /* BENCH_STORE=mysql */
 static char *mysql_dbs[8];
 static int nmysql_dbs;
 
@@ -321,6 +335,26 @@ timing_free(struct timing_sink *t)
     free(t);
 }
 
+/* inner (plain when n == 0, else noting the ack times of n commands; the
+ * batch call only when inner has one). */
+static struct sink *
+timed_sink(struct sink *inner, int n, struct timing_sink **timing)
+{
+    if (n == 0)
+        return inner;
+    struct timing_sink *t = xcalloc(1, sizeof(*t));
+    t->inner = inner;
+    t->n = n;
+    t->ack_us = xcalloc((size_t)n, sizeof(int64_t));
+    t->base = (struct sink){.name = inner->name,
+                            .bit = inner->bit,
+                            .publish = timing_publish,
+                            .publish_batch = inner->publish_batch ? timing_publish_batch : NULL,
+                            .close = timing_close};
+    *timing = t;
+    return &t->base;
+}
+
 /* A bus sink (plain when n == 0, else noting ack times of n commands). */
 static struct sink *
 bus_sink(struct bus *b, int n, struct timing_sink **timing)
@@ -328,19 +362,7 @@ bus_sink(struct bus *b, int n, struct timing_sink **timing)
     struct sink *inner = NULL;
 
     sink_bus_open(&inner, b);
-    if (n == 0)
-        return inner;
-    struct timing_sink *t = xcalloc(1, sizeof(*t));
-    t->inner = inner;
-    t->n = n;
-    t->ack_us = xcalloc((size_t)n, sizeof(int64_t));
-    t->base = (struct sink){.name = "bus",
-                            .bit = SINK_BIT_BUS,
-                            .publish = timing_publish,
-                            .publish_batch = timing_publish_batch,
-                            .close = timing_close};
-    *timing = t;
-    return &t->base;
+    return timed_sink(inner, n, timing);
 }
 
 /* ==== committing rows as the command path does ==== */
@@ -489,6 +511,86 @@ run_raw(void)
 
 /* ==== relay: the claim path drains a backlog ==== */
 
+/* CPU time (us) so far: this process (getrusage), or the process pid
+ * (/proc/PID/stat utime + stime; 0 when it cannot be read). */
+static int64_t
+cpu_us_of(int pid)
+{
+    if (pid == 0) {
+        struct rusage ru;
+
+        getrusage(RUSAGE_SELF, &ru);
+        return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
+               ru.ru_stime.tv_usec;
+    }
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    size_t len = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    unsigned long long ut = 0, st = 0;
+
+    if (f != NULL)
+        fclose(f);
+    buf[len] = 0;
+    char *p = strrchr(buf, ')'); /* the fields after comm: state is field 3, utime 14 */
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (int64_t)(ut + st) * 1000000 / sysconf(_SC_CLK_TCK);
+}
+
+/* BENCH_CPU_PIDS="name=pid,...": the processes beside this one whose CPU
+ * per row the relay prints (run.sh passes the store server and nats-server). */
+#define CPU_PIDS_MAX 4
+struct cpu_mark {
+    int n, pid[CPU_PIDS_MAX];
+    char name[CPU_PIDS_MAX][24];
+    int64_t us[CPU_PIDS_MAX + 1];
+};
+
+static void
+cpu_mark(struct cpu_mark *m)
+{
+    const char *e = getenv("BENCH_CPU_PIDS");
+
+    m->n = 0;
+    for (const char *p = e; p != NULL && *p != 0 && m->n < CPU_PIDS_MAX;) {
+        int pid = 0, used = 0;
+        char name[24] = "";
+
+        if (sscanf(p, "%23[^=]=%d%n", name, &pid, &used) != 2)
+            break;
+        if (pid > 0) {
+            snprintf(m->name[m->n], sizeof(m->name[0]), "%s", name);
+            m->pid[m->n++] = pid;
+        }
+        p += used;
+        p += *p == ',';
+    }
+    for (int i = 0; i < m->n; i++)
+        m->us[i] = cpu_us_of(m->pid[i]);
+    m->us[m->n] = cpu_us_of(0);
+}
+
+/* Prints the CPU per row since a (cpu_mark) of this process and the others. */
+static void
+cpu_report(const struct cpu_mark *a, int rows)
+{
+    struct cpu_mark b = *a;
+    int64_t all;
+
+    for (int i = 0; i < a->n; i++)
+        b.us[i] = cpu_us_of(a->pid[i]);
+    b.us[a->n] = cpu_us_of(0);
+    all = b.us[a->n] - a->us[a->n];
+    printf("         cpu per row: bench_bus (roomd's side) %.1f us", (double)all / rows);
+    for (int i = 0; i < a->n; i++) {
+        printf(", %s %.1f us", a->name[i], (double)(b.us[i] - a->us[i]) / rows);
+        all += b.us[i] - a->us[i];
+    }
+    printf(", all %.1f us\n", (double)all / rows);
+}
+
 static void
 run_relay(double raw)
 {
@@ -498,6 +600,8 @@ run_relay(double raw)
     struct outbox *ob = NULL;
 
     commit_rows(st, NULL, nmsgs, 0, 100, NULL);
+    struct cpu_mark cpu;
+    cpu_mark(&cpu);
     int64_t t = clock_mono_us();
     if (outbox_open(&ob, &conf->outbox_worker, &conf->store, st, "bench", &s, 1) != 0)
         exit(1);
@@ -505,6 +609,7 @@ run_relay(double raw)
     int64_t us = clock_mono_us() - t;
     report("relay", nmsgs, us, raw);
     print_split(ob, us);
+    cpu_report(&cpu, nmsgs);
     outbox_close(ob);
     store_close(st);
     drop_bus(b);
@@ -805,6 +910,161 @@ run_service_paced(double cmd_rate, bool handoff)
     svc_close(&v);
 }
 
+/* ==== drivers: the relay on each broker driver, then half its rate ==== */
+
+/* One broker driver of the outbox's mq sink: opens a fresh sink (and what
+ * it needs), closes what it opened besides the sink. */
+struct driver {
+    const char *name; /* "jetstream" | "rocketmq" */
+    const char *label;
+    struct sink *(*open)(void **state);
+    void (*done)(void *state);
+};
+
+static struct sink *
+js_open_sink(void **state)
+{
+    struct bus *b = fresh_bus("drv");
+    struct sink *s = NULL;
+
+    sink_bus_open(&s, b);
+    *state = b;
+    return s;
+}
+
+static void
+js_done(void *state)
+{
+    drop_bus(state);
+}
+
+static struct rmq_client *rmq; /* BENCH_RMQ_NAMESRV's, opened once */
+
+static struct sink *
+rmq_open_sink(void **state)
+{
+    struct sink *s = NULL;
+
+    *state = NULL;
+    if (sink_rmq_open(&s, rmq, &rmq_conf) != 0) {
+        fprintf(stderr, "rocketmq sink: cannot open\n");
+        exit(1);
+    }
+    return s;
+}
+
+static void
+rmq_done(void *state)
+{
+    (void)state;
+}
+
+/* The relay of n committed rows through d's sink: rows/s. */
+static double
+driver_relay(const struct driver *d, int n)
+{
+    struct store *st = fresh_store("bench_bus_drv_relay.db");
+    void *state = NULL;
+    struct sink *s = d->open(&state);
+    struct outbox *ob = NULL;
+    char what[32];
+
+    commit_rows(st, NULL, n, 0, 100, NULL);
+    int64_t t = clock_mono_us();
+    if (outbox_open(&ob, &conf->outbox_worker, &conf->store, st, "bench", &s, 1) != 0)
+        exit(1);
+    wait_delivered(st, ob, n);
+    int64_t us = clock_mono_us() - t;
+    snprintf(what, sizeof(what), "relay-%s", d->name);
+    double r = report(what, n, us, 0);
+    outbox_close(ob);
+    store_close(st);
+    d->done(state);
+    return r;
+}
+
+/* Single-event commits at r/s for secs through d's sink (hand-off on, as
+ * the command path): commit end -> the broker's answer (PubAck, SEND_OK). */
+static void
+driver_latency(const struct driver *d, int r)
+{
+    struct store *st = fresh_store("bench_bus_drv_latency.db");
+    void *state = NULL;
+    int n = r * secs;
+    struct timing_sink *t = NULL;
+    struct sink *s = timed_sink(d->open(&state), n, &t);
+    struct outbox *ob = NULL;
+    int64_t *commit_end = xcalloc((size_t)n, sizeof(int64_t));
+
+    if (outbox_open(&ob, &conf->outbox_worker, &conf->store, st, "bench", &s, 1) != 0)
+        exit(1);
+    usleep(100 * 1000);
+    int64_t start = clock_mono_us(), step = 1000000 / r;
+    for (int k = 0; k < n; k++) {
+        int64_t due = start + k * step;
+        int64_t now = clock_mono_us();
+        if (due > now)
+            usleep((useconds_t)(due - now));
+        commit_rows(st, ob, 1, k, 1, commit_end);
+    }
+    wait_delivered(st, ob, n);
+    outbox_close(ob);
+    int64_t *lat = xcalloc((size_t)n, sizeof(int64_t));
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (t->ack_us[k] > 0)
+            lat[m++] = t->ack_us[k] - commit_end[k];
+    char what[200];
+    snprintf(what, sizeof(what), "halfload-%s %d commits at %d/s (%s): commit -> %s", d->name, n, r,
+             d->label, strcmp(d->name, "rocketmq") == 0 ? "SEND_OK" : "PubAck");
+    print_pcts(what, lat, m);
+    free(lat);
+    free(commit_end);
+    timing_free(t);
+    store_close(st);
+    d->done(state);
+}
+
+/* BENCH_ONLY=drivers: the relay on JetStream (when the bus answers) and on
+ * RocketMQ (BENCH_RMQ_NAMESRV, host:port of a name server: the stand-in
+ * of tests/standins in make bench), then each at half its rate. */
+static void
+run_drivers(bool with_js)
+{
+    const char *ns = getenv("BENCH_RMQ_NAMESRV");
+    const char *label = getenv("BENCH_RMQ_LABEL");
+    struct driver ds[2];
+    int nd = 0;
+
+    if (with_js)
+        ds[nd++] = (struct driver){"jetstream", "nats-server", js_open_sink, js_done};
+    if (ns && *ns) {
+        char err[256];
+        rmq_conf = conf->rocketmq;
+        rmq_conf.name_servers[0] = (char *)ns;
+        rmq_conf.nname_servers = 1;
+        rmq_conf.namespace_ = NULL;
+        rmq_conf.driver = CONF_MQ_ROCKETMQ;
+        rmq_conf.retry = 2;
+        rmq_conf.room_outbox.topic = "bench_rmq_outbox";
+        if (rmq_client_open(&rmq, &rmq_conf, "bench_bus", rmq_conf.room_outbox.topic, err,
+                            sizeof(err)) != 0) {
+            fprintf(stderr, "rocketmq: %s\n", err);
+            exit(1);
+        }
+        ds[nd++] = (struct driver){"rocketmq", label && *label ? label : "RocketMQ", rmq_open_sink,
+                                   rmq_done};
+    }
+    int n = getenv("BENCH_DRIVERS_N") ? atoi(getenv("BENCH_DRIVERS_N")) : nmsgs;
+    for (int i = 0; i < nd; i++) {
+        double r = driver_relay(&ds[i], n);
+        int half = (int)(r / 2) > 0 ? (int)(r / 2) : 1;
+        driver_latency(&ds[i], half);
+    }
+    rmq_client_close(rmq);
+    rmq = NULL;
+}
+
 /* BENCH_ONLY=relay,latency runs only those parts (raw always runs). */
 static bool
 want(const char *part)
@@ -870,6 +1130,10 @@ main(int argc, char **argv)
     conf->wallet.initial_balance = 1000000000000LL;
     for (int i = 0; i < conf->room.rocket.nthresholds; i++)
         conf->room.rocket.thresholds[i] = 1000000000000LL; /* one event per gift */
+    /* the service part's SendGift names "rose", which no catalog of the fresh
+     * store holds (issue 30's catalog answered 404 to every gift) */
+    free(conf->room.gift_catalog);
+    conf->room.gift_catalog = xstrdup("off");
 
     if (use_mysql)
         printf("== bench_bus: %d messages, MariaDB at 127.0.0.1:%d, %d outbox workers, batch %d, "
@@ -881,7 +1145,16 @@ main(int argc, char **argv)
                "batch %d, claim_batches %d, ordering %s\n",
                nmsgs, dir, conf->outbox_worker.workers, conf->outbox_worker.batch_size,
                conf->outbox_worker.claim_batches, ordering_name());
-    double raw = run_raw();
+    /* BENCH_ONLY=drivers with BENCH_NO_NATS=1: RocketMQ alone (no nats-server) */
+    const char *no_nats = getenv("BENCH_NO_NATS");
+    bool nats = no_nats == NULL || *no_nats == '\0' || strcmp(no_nats, "0") == 0;
+    double raw = nats ? run_raw() : 0;
+    if (getenv("BENCH_ONLY") != NULL && strstr(getenv("BENCH_ONLY"), "drivers") != NULL)
+        run_drivers(nats); /* asked for by name only */
+    if (!nats) {
+        conf_free(conf);
+        return 0;
+    }
     if (want("relay"))
         run_relay(raw);
     if (want("handoff"))

@@ -83,23 +83,41 @@ children_s() { tail -1 "$1" | awk '{split($1, u, "m"); split($2, s, "m"); print 
 machine_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
 # cpu_begin STORE_PIDS BROKER_PID / cpu_end FILE: around a foreground load against roomd ($pid);
 # cpu_end appends to FILE (a bench_commands output, whose ops= it reads, plus $rooms creates)
-#   cpu    per_command_us roomd=R store=S broker=B client=C all=A machine_busy=P%
-# (S and B 0 when not running; C is the load generator's own CPU, waited for).
+#   cpu    per_command_us roomd=R store=S broker=B client=C all=A machine_busy=P% roomd_switches=X
+# (S and B 0 when not running; C is the load generator's own CPU, waited for; X roomd's
+# context switches per command, perf stat, left out without perf).
 cpu_begin() {
     cpu_store=$1 cpu_broker=$2
     cpu_r0=$(cpu_ticks "$pid") cpu_s0=$(cpu_ticks "$cpu_store") cpu_b0=$(cpu_ticks "$cpu_broker")
     times >"$tmp/times"
     cpu_c0=$(children_s "$tmp/times") cpu_m0=$(machine_ticks)
+    # roomd's context switches over the load (issue 32), when perf is there: perf stat on
+    # its threads, the connection threads started later included (inherited)
+    cpu_perf=
+    rm -f "$tmp/cs-stat"
+    if command -v perf >/dev/null 2>&1; then
+        perf stat -e context-switches -p "$pid" -x, -o "$tmp/cs-stat" 2>/dev/null &
+        cpu_perf=$!
+    fi
 }
 cpu_end() {
     times >"$tmp/times"
+    cs=-
+    if [ -n "$cpu_perf" ]; then
+        kill -INT "$cpu_perf" 2>/dev/null
+        wait "$cpu_perf" 2>/dev/null || true
+        cs=$(awk -F, '$3 == "context-switches" { print $1 }' "$tmp/cs-stat" 2>/dev/null)
+        cs=${cs:--}
+    fi
     ops=$(sed -n 's/.* ops=\([0-9]*\) .*/\1/p' "$1" | head -1)
     echo "$(cpu_ticks "$pid") $(cpu_ticks "$cpu_store") $(cpu_ticks "$cpu_broker") $(children_s "$tmp/times") $(machine_ticks)" |
         awk -v r0="$cpu_r0" -v s0="$cpu_s0" -v b0="$cpu_b0" -v c0="$cpu_c0" -v m0="$cpu_m0" \
-            -v n="$((${ops:-0} + rooms))" -v hz="$(getconf CLK_TCK)" '{
+            -v n="$((${ops:-0} + rooms))" -v hz="$(getconf CLK_TCK)" -v cs="$cs" '{
             split(m0, m, " "); t = 1e6 / hz / (n > 0 ? n : 1)
             r = ($1 - r0) * t; s = ($2 - s0) * t; b = ($3 - b0) * t; c = ($4 - c0) * 1e6 / (n > 0 ? n : 1)
-            printf "cpu    per_command_us roomd=%.0f store=%.0f broker=%.0f client=%.0f all=%.0f machine_busy=%.0f%%\n",
+            printf "cpu    per_command_us roomd=%.0f store=%.0f broker=%.0f client=%.0f all=%.0f machine_busy=%.0f%%",
                 r, s, b, c, r + s + b + c, 100 * ($5 - m[1]) / ($6 - m[2])
+            if (cs != "-") printf " roomd_switches=%.2f", cs / (n > 0 ? n : 1)
+            printf "\n"
         }' | tee -a "$1"
 }

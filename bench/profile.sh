@@ -12,7 +12,9 @@
 # On mysql it also prints the server's statements and CPU time per command (Questions, perf
 # stat of the mariadbd listening on the port); on both, the outbox
 # rows handed off at commit against claimed (/metrics). PROFILE_ROOMD picks
-# another roomd binary (an A/B run of two builds with the same bench tools); PROFILE_KEEP=FILE
+# another roomd binary (an A/B run of two builds with the same bench tools); PROFILE_EVENTS
+# replaces perf stat's events (task-clock,context-switches; any other event, e.g.
+# raw_syscalls:sys_enter or syscalls:sys_enter_futex, is printed per command too); PROFILE_KEEP=FILE
 # keeps the perf.data of a record run for further `perf report -i FILE`.
 set -eu
 build=${1:?usage: profile.sh BUILD_DIR sqlite|mysql CLIENTS [record]}
@@ -67,7 +69,7 @@ else
             srvstat=$!
         fi
     fi
-    perf stat -e task-clock,context-switches -p "$pid" -x, -o "$tmp/stat" -- sleep "$((secs - 1))"
+    perf stat -e ${PROFILE_EVENTS:-task-clock,context-switches} -p "$pid" -x, -o "$tmp/stat" -- sleep "$((secs - 1))"
     [ -n "$srvstat" ] && wait "$srvstat"
     [ "$kind" = mysql ] && q1=$(questions)
 fi
@@ -78,8 +80,10 @@ curl -sf "http://127.0.0.1:$admin_port/metrics" 2>/dev/null | awk '
     $1 == "roomd_outbox_handoff_rows_total" { h = $2 } $1 == "roomd_outbox_claimed_rows_total" { c = $2 }
     $1 == "roomd_outbox_order_busy_total" { b = $2 } $1 == "roomd_outbox_order_affine_total" { a = $2 }
     $1 == "roomd_outbox_order_held_total" { held = $2 }
+    $1 == "roomd_group_commit_batches_total" { gb = $2 } $1 == "roomd_group_commit_mutations_total" { gm = $2 }
     $1 == "roomd_outbox_batches_total" { nb = $2 } $1 == "roomd_outbox_completions_total" { nc = $2 }
     END { if (h + c > 0) printf "outbox rows: %d handed off, %d claimed (%.0f%% handed off); commits: %d to the claim (room busy), %d behind their own rows; %d held\n", h, c, 100 * h / (h + c), b, a, held
+          if (gb > 0) printf "group commit: %d batches, %.1f mutations each\n", gb, gm / gb
           if (nb > 0) printf "outbox batches: %d, %.1f rows each; completion transactions: %d\n", nb, (h + c) / nb, nc }' || true
 ops=$(sed -n 's/.* ops=\([0-9]*\) .*/\1/p' "$tmp/load" | head -1)
 if [ -n "$record" ]; then
@@ -89,8 +93,10 @@ else
     awk -F, -v ops="$ops" -v secs="$secs" '
         $3 == "task-clock" { cpu = $1 }            # ms
         $3 == "context-switches" { cs = $1 }
+        $3 != "task-clock" && $3 != "context-switches" && $3 != "" { other[$3] = $1 }
         END { n = ops * (secs - 1) / secs
-              printf "roomd per command: %.0f us CPU, %.1f context switches (%d commands in the window)\n", cpu * 1000 / n, cs / n, n }' "$tmp/stat"
+              printf "roomd per command: %.0f us CPU, %.1f context switches (%d commands in the window)\n", cpu * 1000 / n, cs / n, n
+              for (e in other) printf "roomd per command: %.2f %s\n", other[e] / n, e }' "$tmp/stat"
     if [ "$kind" = mysql ]; then
         awk -v q0="$q0" -v q1="$q1" -v ops="$ops" -v secs="$secs" 'BEGIN {
             n = ops * (secs - 1) / secs

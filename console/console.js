@@ -154,13 +154,15 @@ async function loadDlq() {
   const tb = $('#dlq tbody');
   try {
     const res = await api('GET', '/admin/v1/dlq');
-    $('#dlq-note').textContent = res.note || '';
+    // where they are: JetStream's DLQ stream, or RocketMQ's %DLQ%<group> topics
+    $('#dlq-note').textContent = res.note || (res.driver ? 'on ' + res.driver + ': ' + res.stream : '');
     tb.replaceChildren();
     for (const m of res.messages) {
       const tr = document.createElement('tr');
       tr.dataset.seq = m.seq;
       cell(tr, m.seq); cell(tr, m.group); cell(tr, m.event_id); cell(tr, m.event_type);
-      cell(tr, m.deliveries); cell(tr, m.reason);
+      cell(tr, m.deliveries);
+      cell(tr, m.dead_reason ? m.dead_reason + (m.reason && m.reason !== '-' ? ': ' + m.reason : '') : m.reason);
       const td = cell(tr, '');
       const b = document.createElement('button');
       b.textContent = 'replay into ' + m.group;

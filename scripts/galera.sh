@@ -12,7 +12,8 @@
 #   restart DIR N    starts node N again on its own data (joins the others: IST)
 #   pause DIR N      SIGSTOP node N (the others evict it after the evs timeouts, ~3 s)
 #   resume DIR N     SIGCONT node N
-#   wait DIR [SIZE [S]] waits (S seconds, default 120) until SIZE (default 3) nodes are Synced
+#   wait DIR [SIZE [S]] waits (S seconds, default 120) until SIZE (default 3) nodes are Synced;
+#                    with SIZE 3 a node that exited while (re)joining is started again
 #   port DIR N       prints node N's SQL port
 # Short group timeouts so a lost node is evicted in seconds (evs.* below). Root has no
 # password on 127.0.0.1; the database roomd_test is created on start.
@@ -102,6 +103,25 @@ pid_of() { # n
     cat "$dir/n$1/mysqld.pid" 2>/dev/null || cat "$dir/n$1/launch.pid"
 }
 
+wait_all() { # seconds: waits until the 3 nodes are Synced; a node that exited while joining
+    # (its state transfer failed to start: "Failed to prepare for 'rsync' SST", seen on a busy
+    # machine, its rsync daemon dead at once) is started again, up to 3 times each
+    local deadline=$((SECONDS + $1)) n t tries1=0 tries2=0 tries3=0
+    until wait_cluster 3 5 2>/dev/null; do
+        for n in 1 2 3; do
+            kill -0 "$(pid_of $n)" 2>/dev/null && continue
+            eval t=\$tries$n
+            [ "$t" -ge 3 ] && continue
+            eval tries$n=$((t + 1))
+            echo "galera node $n exited while joining: started again" >&2
+            rm -f "$dir/n$n/mysqld.pid"
+            start_node "$n" 0
+        done
+        if [ $SECONDS -ge $deadline ]; then wait_cluster 3 1; return 1; fi
+    done
+    return 0
+}
+
 case "$cmd" in
 start)
     echo "${ROOMD_GALERA_PORTS:?set ROOMD_GALERA_PORTS (12 ports)}" >"$dir/ports"
@@ -110,12 +130,12 @@ start)
     start_node 1 1
     i=0
     until synced "$m1"; do
-        i=$((i + 1)); [ $i -gt 240 ] && { echo "galera node 1 did not start" >&2; tail "$dir/n1/error.log" >&2; exit 1; }
+        i=$((i + 1)); [ $i -gt 240 ] && { echo "galera node 1 did not start" >&2; tail -n 10 "$dir/n1/error.log" >&2; exit 1; }
         sleep 0.25
     done
     start_node 2 0
     start_node 3 0
-    wait_cluster 3 180 || { tail -20 "$dir"/n*/error.log >&2; exit 1; }
+    wait_all 180 || { tail -n 20 "$dir"/n*/error.log >&2; exit 1; }
     q "$m1" "CREATE DATABASE IF NOT EXISTS roomd_test CHARACTER SET utf8mb4"
     echo "galera: 127.0.0.1:$m1,$m2,$m3 Synced (data in $dir)" ;;
 stop)
@@ -142,7 +162,8 @@ restart)
     start_node "$n" 0 ;;
 pause) kill -STOP "$(pid_of "${3:?N}")" ;;
 resume) kill -CONT "$(pid_of "${3:?N}")" ;;
-wait) wait_cluster "${3:-3}" "${4:-120}" ;;
+wait) # all 3 wanted: a node that exited while rejoining is started again (wait_all)
+    if [ "${3:-3}" = 3 ]; then wait_all "${4:-120}"; else wait_cluster "${3:-3}" "${4:-120}"; fi ;;
 port) sqlport "${3:?N}" ;;
 *) echo "usage: galera.sh start|stop|kill|restart|pause|resume|wait|port DIR [N]" >&2; exit 2 ;;
 esac

@@ -6,7 +6,8 @@
 #   start DIR        needs ROOMD_SENTINEL_PORTS="r1 r2 r3 s1 s2 s3" (redis ports, sentinel
 #                    ports; kept in DIR/ports); waits until both replicas are in sync and every
 #                    sentinel knows the other two and both replicas
-#   stop DIR         stops every server and sentinel
+#   stop DIR         stops every server and sentinel (SIGKILL after 10 s), also those whose
+#                    pid file is missing (by port)
 #   kill DIR N       kill -9 redis N (1..3)
 #   restart DIR N    starts redis N again (as a replica of the current master: the sentinels
 #                    reconfigure it)
@@ -86,8 +87,33 @@ start)
     done
     echo "redis: master 127.0.0.1:$r1, replicas :$r2 :$r3; sentinels :$s1 :$s2 :$s3 ($NAME)" ;;
 stop)
+    # every server and sentinel, even one whose pid file is gone (a failed start, a restart):
+    # SIGTERM by pid file, SHUTDOWN NOSAVE by port, then SIGKILL what still runs after 10 s
+    pids=()
     for f in "$dir"/s*/sentinel.pid "$dir"/r*/redis.pid; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+        [ -f "$f" ] || continue
+        p=$(cat "$f" 2>/dev/null) || continue
+        [ -n "$p" ] && kill "$p" 2>/dev/null && pids+=("$p")
+    done
+    if [ -f "$dir/ports" ]; then # only a process of DIR (the port may be another's by now)
+        ports
+        for p in $r1 $r2 $r3; do
+            case "$(cli "$p" config get dir | tr -d '\r' | tail -1)" in
+            "$dir"/r[123]) cli "$p" shutdown nosave >/dev/null ;;
+            esac
+        done
+        for p in $s1 $s2 $s3; do
+            case "$(cli "$p" info server | tr -d '\r' | sed -n 's/^config_file://p')" in
+            "$dir"/s[123]/sentinel.conf) cli "$p" shutdown >/dev/null ;;
+            esac
+        done
+    fi
+    for p in "${pids[@]}"; do
+        i=0
+        while kill -0 "$p" 2>/dev/null; do
+            i=$((i + 1)); [ $i -gt 100 ] && { kill -9 "$p" 2>/dev/null || true; break; }
+            sleep 0.1
+        done
     done ;;
 kill)
     p=$(cat "$dir/r${3:?N}/redis.pid")

@@ -255,6 +255,250 @@ self_ready(void *srv, char **json)
     return status;
 }
 
+/* Everything a serving node holds: opened by the node_open_* stages in
+ * dependency order (each may need the ones before it), closed by node_close
+ * in reverse. Lives on main's stack for the whole run (health, hd and
+ * rmq_driver are pointed to by what they were handed to). Main thread only. */
+struct node {
+    const struct conf *conf;
+    struct http_server *http;
+    struct rpc_server *rpc;
+    struct store *store;
+    struct group_commit *gc;
+    struct wallet *wallet;
+    struct lease *lease;
+    struct projection *proj;
+    struct bus *bus;        /* the JetStream connection: sinks and consumer groups */
+    struct rmq_client *rmq; /* or RocketMQ's remoting protocol */
+    struct outbox *outbox;
+    struct tim_client *tim; /* CreateRoom's synchronous IM create_group */
+    struct tim_gate *gate;
+    struct cluster_forward *fwd;
+    struct room_service *rooms;
+    struct wallet_reconciler *reconciler;
+    struct consume_roles *consumers;
+    struct consume_driver rmq_driver;
+    struct auth *auth;
+    struct auth_throttle *admin_throttle;
+    struct node_health health;
+    struct http_deps hd;
+    struct admin *admin;
+    struct admin_nodes *nodes;
+    struct metrics_deps *deps;
+    struct reload_ctx rctx;
+};
+
+/* Every listener bound before anything else opens: a port in use stops the
+ * start here, before any worker, consumer or store write (connections wait
+ * in the backlog). Exits on failure. */
+static void
+node_bind(struct node *n)
+{
+    char err[1024];
+
+    or_die(http_server_bind(&n->http, n->conf, err, sizeof(err)), "", err);
+    or_die(rpc_server_bind(&n->rpc, n->conf, err, sizeof(err)), "", err);
+    log_info("main", "listeners bound", "listen=%s admin_listen=%s grpc_listen=%s",
+             n->conf->http.listen, n->conf->admin.listen,
+             n->conf->grpc.listen ? n->conf->grpc.listen : "");
+}
+
+/* The store and what lives beside it: group commit, wallet, lease,
+ * projection, the create limit. Exits on failure. */
+static void
+node_open_state(struct node *n, const sigset_t *sigs)
+{
+    const struct conf *conf = n->conf;
+    char err[1024];
+
+    n->store = open_store(conf, sigs);
+    if (group_commit_open(&n->gc, n->store, conf->store.group_commit_max) != 0)
+        fatalx("store.group_commit_max: cannot start the committer");
+    or_die(wallet_open(&n->wallet, &conf->wallet, n->store, err, sizeof(err)), "", err);
+    or_die(lease_open(&n->lease, conf, err, sizeof(err)), "lease: ", err);
+    or_die(projection_open(&n->proj, conf, err, sizeof(err)), "projection: ", err);
+    or_die(http_create_limit_open(conf, err, sizeof(err)), "", err);
+    /* several nodes need one shared projection (docs/nodes.md) */
+    if (strcmp(conf->lease.driver, "redis") == 0 && strcmp(conf->projection.driver, "memory") == 0)
+        log_warn("main",
+                 "lease.driver redis with projection.driver memory: this node lists only "
+                 "the rooms it saw; use projection.driver redis",
+                 NULL);
+    if (strcmp(conf->lease.driver, "redis") == 0 && conf->http.advertise_addr[0] == '\0')
+        log_warn("main", "http.advertise_addr is empty: not_owner answers name http.listen",
+                 "listen=%s", conf->http.listen);
+}
+
+/* The broker (JetStream or RocketMQ) and the outbox worker with its sinks.
+ * Exits on failure. */
+static void
+node_open_outbox(struct node *n)
+{
+    const struct conf *conf = n->conf;
+    char err[1024];
+
+    if (conf->rocketmq.enabled && conf_rocketmq_driver(&conf->rocketmq) == CONF_MQ_ROCKETMQ) {
+        const char *check =
+            conf->rocketmq.room_outbox.enabled ? conf->rocketmq.room_outbox.topic : NULL;
+        or_die(
+            rmq_client_open(&n->rmq, &conf->rocketmq, conf->app.node_id, check, err, sizeof(err)),
+            "", err);
+    } else if (conf->rocketmq.enabled) {
+        char *name = xasprintf("roomd/%s", conf->app.node_id);
+        or_die(bus_open(&n->bus, &conf->rocketmq, name, err, sizeof(err)), "rocketmq: ", err);
+        free(name);
+    }
+    if (!conf->outbox_worker.enabled)
+        return;
+    struct sink *sinks[MAX_SINKS];
+    size_t nsinks = open_sinks(conf, n->bus, n->rmq, n->wallet, sinks);
+    for (size_t i = 0; i < nsinks; i++)
+        if (sinks[i]->bit == SINK_BIT_LOG)
+            n->rctx.log_sink = sinks[i];
+    if (outbox_open(&n->outbox, &conf->outbox_worker, &conf->store, n->store, conf->app.node_id,
+                    sinks, nsinks) != 0)
+        fatalx("outbox_worker: cannot start the workers");
+}
+
+/* The room service (with its IM create hook and the forwarding to owners),
+ * the remote wallet's reconciler and the consumer groups run inside roomd.
+ * Exits on failure. */
+static void
+node_open_rooms(struct node *n)
+{
+    const struct conf *conf = n->conf;
+    char err[1024];
+    struct room_deps rd = {
+        .conf = conf,
+        .store = n->store,
+        .gc = n->gc,
+        .wallet = n->wallet,
+        .lease = n->lease,
+        .projection = n->proj,
+        .outbox = n->outbox,
+        .rocket_timer =
+            !((n->bus != NULL || n->rmq != NULL) && conf->rocketmq.rocket_launch.enabled),
+        .projection_rebuild = true, /* in the background, docs/nodes.md */
+    };
+
+    if (conf->tencent_im.enabled) {
+        or_die(tim_client_open(&n->tim, &conf->tencent_im, err, sizeof(err)), "tencent_im: ", err);
+        /* behind a circuit: skipped while IM does not answer (issue 26) */
+        n->gate = tim_gate_open(n->tim, conf->outbox_worker.circuit_failures,
+                                conf->outbox_worker.circuit_probe_ms);
+        rd.create_hook = tim_gate_hook;
+        rd.create_hook_arg = n->gate;
+    }
+    /* any node takes any command: forward to the room's owner (docs/cluster.md) */
+    if (conf->cluster.forward && strcmp(conf->lease.driver, "redis") == 0) {
+        or_die(cluster_forward_open(&n->fwd, conf, conf->app.node_id, err, sizeof(err)),
+               "cluster.forward: ", err);
+        rd.forward = cluster_forward_call;
+        rd.forward_arg = n->fwd;
+    }
+    if (room_service_open(&n->rooms, &rd) != 0)
+        fatalx("room: cannot start the room service");
+    /* the remote wallet's holds a crash left behind, settled from the command log */
+    if (wallet_is_grpc(n->wallet) && wallet_reconcile_start(&n->reconciler, n->wallet, n->store,
+                                                            conf->wallet.reconcile_after_ms) != 0)
+        fatalx("wallet.reconcile_after: cannot start the reconciler");
+    /* consumer groups (IM bridge, rocket open, ...) configured to run inside roomd */
+    if (n->bus && consume_roles_start(&n->consumers, conf, n->bus, n->rooms,
+                                      consume_roles_configured(conf), err, sizeof(err)) != 0)
+        fatalx("rocketmq consumers: %s", err);
+    if (n->rmq) { /* the same groups on RocketMQ (docs/rocketmq.md) */
+        rmq_consume_driver(&n->rmq_driver, n->rmq);
+        if (consume_roles_start_on(&n->consumers, conf, &n->rmq_driver, n->rooms,
+                                   consume_roles_configured(conf), err, sizeof(err)) != 0)
+            fatalx("rocketmq consumers: %s", err);
+    }
+}
+
+/* Authentication, readiness, the admin API, then serving on the bound
+ * listeners (HTTP and gRPC: the same router) and the scrape's collectors.
+ * Exits on failure. */
+static void
+node_open_api(struct node *n)
+{
+    const struct conf *conf = n->conf;
+    char err[1024];
+
+    or_die(auth_open(&n->auth, conf, err, sizeof(err)), "", err);
+    n->rctx.auth = n->auth;
+    n->admin_throttle = auth_throttle_open(conf->admin.auth_backoff_ms);
+    n->hd = (struct http_deps){.conf = conf,
+                               .auth = n->auth,
+                               .admin_throttle = n->admin_throttle,
+                               .rooms = n->rooms,
+                               .wallet = n->wallet,
+                               .projection = n->proj,
+                               .store = n->store,
+                               .gc = n->gc};
+    /* /readyz: 503 when this node cannot serve commands, "degraded" for the rest */
+    if (strcmp(conf->lease.driver, "redis") == 0)
+        node_health_add(&n->health, "lease", true, lease_ready, n->lease);
+    if (n->bus != NULL)
+        node_health_add(&n->health, "broker", false, bus_ready, n->bus);
+    if (n->rmq != NULL)
+        node_health_add(&n->health, "broker", false, rmq_ready, n->rmq);
+    if (n->outbox != NULL)
+        node_health_add(&n->health, "sinks", false, outbox_sinks_ready, n->outbox);
+    if (n->consumers != NULL) /* the groups' downstreams (IM of the bridge and notice groups) */
+        node_health_add(&n->health, "consumers", false, consume_roles_ready, n->consumers);
+    n->hd.health = &n->health;
+    /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
+    or_die(admin_open(&n->admin, conf, n->outbox, false, err, sizeof(err)), "admin: ", err);
+    admin_set_bus(n->admin, n->bus);
+    admin_set_rmq(n->admin, n->rmq); /* the %DLQ%<group> topics on the rocketmq driver */
+    admin_resume(n->admin);
+    /* the cluster's nodes for the console and roomctl nodes (admin/nodes.h) */
+    n->nodes = admin_nodes_open(conf, n->lease, n->fwd, n->rooms, self_ready, n->http);
+    admin_set_nodes(n->admin, n->nodes);
+    n->hd.admin = n->admin;
+    or_die(http_server_start(n->http, &n->hd, err, sizeof(err)), "", err);
+    or_die(rpc_server_start(n->rpc, &n->hd, err, sizeof(err)), "", err);
+    static const char *const mode_names[] = {"direct", "mq", "dual"};
+    log_info("main", "roomd started",
+             "listen=%s admin_listen=%s auth=%s store=%s publish_mode=%s node=%s",
+             conf->http.listen, conf->admin.listen, conf->auth.mode, conf->store.driver,
+             mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
+    n->deps = metrics_deps_open(conf, store_up, http_server_ready(n->http), n->bus, n->outbox);
+    if (n->rmq != NULL)
+        metrics_deps_set_broker(n->deps, rmq_ready, n->rmq);
+    if (n->consumers != NULL)
+        metrics_deps_set_consumers(n->deps, consume_roles_downstream_up, n->consumers);
+    metrics_ha_open(n->store);
+}
+
+/* Closes what the stages opened, in reverse order (NULL parts skipped). */
+static void
+node_close(struct node *n)
+{
+    rpc_server_close(n->rpc);
+    http_server_close(n->http);
+    http_create_limit_close();
+    admin_close(n->admin);
+    admin_nodes_close(n->nodes);
+    metrics_deps_close(n->deps);
+    metrics_ha_close(n->store);
+    auth_close(n->auth);
+    auth_throttle_close(n->admin_throttle);
+    consume_roles_stop(n->consumers); /* before the rooms it launches rockets in */
+    wallet_reconcile_stop(n->reconciler);
+    room_service_close(n->rooms);
+    cluster_forward_close(n->fwd);
+    tim_gate_close(n->gate);
+    tim_client_close(n->tim);
+    outbox_close(n->outbox);
+    bus_unref(n->bus); /* after the sinks (outbox_close) dropped theirs */
+    rmq_client_close(n->rmq);
+    projection_close(n->proj);
+    lease_close(n->lease);
+    wallet_close(n->wallet);
+    group_commit_close(n->gc);
+    store_close(n->store);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -303,195 +547,21 @@ main(int argc, char **argv)
     log_info("main", "starting", "version=%s commit=%s config=%s", roomd_version, roomd_commit,
              path);
 
-    /* every listener bound before anything else opens: a port in use stops the start here,
-     * before any worker, consumer or store write (connections wait in the backlog) */
-    struct http_server *http = NULL;
-    or_die(http_server_bind(&http, conf, err, sizeof(err)), "", err);
-    struct rpc_server *rpc = NULL;
-    or_die(rpc_server_bind(&rpc, conf, err, sizeof(err)), "", err);
-    log_info("main", "listeners bound", "listen=%s admin_listen=%s grpc_listen=%s",
-             conf->http.listen, conf->admin.listen, conf->grpc.listen ? conf->grpc.listen : "");
-
-    struct store *store = open_store(conf, &sigs);
-    struct group_commit *gc = NULL;
-    if (group_commit_open(&gc, store, conf->store.group_commit_max) != 0)
-        fatalx("store.group_commit_max: cannot start the committer");
-    struct wallet *wallet = NULL;
-    or_die(wallet_open(&wallet, &conf->wallet, store, err, sizeof(err)), "", err);
-    struct lease *lease = NULL;
-    or_die(lease_open(&lease, conf, err, sizeof(err)), "lease: ", err);
-    struct projection *proj = NULL;
-    or_die(projection_open(&proj, conf, err, sizeof(err)), "projection: ", err);
-    or_die(http_create_limit_open(conf, err, sizeof(err)), "", err);
-    /* several nodes need one shared projection (docs/nodes.md) */
-    if (strcmp(conf->lease.driver, "redis") == 0 && strcmp(conf->projection.driver, "memory") == 0)
-        log_warn("main",
-                 "lease.driver redis with projection.driver memory: this node lists only "
-                 "the rooms it saw; use projection.driver redis",
-                 NULL);
-    if (strcmp(conf->lease.driver, "redis") == 0 && conf->http.advertise_addr[0] == '\0')
-        log_warn("main", "http.advertise_addr is empty: not_owner answers name http.listen",
-                 "listen=%s", conf->http.listen);
-
-    /* the JetStream connection, shared by the bus and rocket sinks and the consumer groups */
-    struct bus *bus = NULL;
-    struct rmq_client *rmq = NULL; /* or RocketMQ's remoting protocol: the sink only */
-    if (conf->rocketmq.enabled && conf_rocketmq_driver(&conf->rocketmq) == CONF_MQ_ROCKETMQ) {
-        const char *check =
-            conf->rocketmq.room_outbox.enabled ? conf->rocketmq.room_outbox.topic : NULL;
-        or_die(rmq_client_open(&rmq, &conf->rocketmq, conf->app.node_id, check, err, sizeof(err)),
-               "", err);
-    } else if (conf->rocketmq.enabled) {
-        char *name = xasprintf("roomd/%s", conf->app.node_id);
-        or_die(bus_open(&bus, &conf->rocketmq, name, err, sizeof(err)), "rocketmq: ", err);
-        free(name);
-    }
-
-    struct outbox *outbox = NULL;
-    struct reload_ctx rctx = {.path = path};
-    if (conf->outbox_worker.enabled) {
-        struct sink *sinks[MAX_SINKS];
-        size_t nsinks = open_sinks(conf, bus, rmq, wallet, sinks);
-        for (size_t i = 0; i < nsinks; i++)
-            if (sinks[i]->bit == SINK_BIT_LOG)
-                rctx.log_sink = sinks[i];
-        if (outbox_open(&outbox, &conf->outbox_worker, &conf->store, store, conf->app.node_id,
-                        sinks, nsinks) != 0)
-            fatalx("outbox_worker: cannot start the workers");
-    }
-
-    struct room_deps rd = {
-        .conf = conf,
-        .store = store,
-        .gc = gc,
-        .wallet = wallet,
-        .lease = lease,
-        .projection = proj,
-        .outbox = outbox,
-        .rocket_timer = !((bus != NULL || rmq != NULL) && conf->rocketmq.rocket_launch.enabled),
-        .projection_rebuild = true, /* in the background, docs/nodes.md */
-    };
-    /* CreateRoom's synchronous IM create_group when tencent_im.enabled */
-    struct tim_client *tim = NULL;
-    struct tim_gate *gate = NULL;
-    if (conf->tencent_im.enabled) {
-        or_die(tim_client_open(&tim, &conf->tencent_im, err, sizeof(err)), "tencent_im: ", err);
-        /* behind a circuit: skipped while IM does not answer (issue 26) */
-        gate = tim_gate_open(tim, conf->outbox_worker.circuit_failures,
-                             conf->outbox_worker.circuit_probe_ms);
-        rd.create_hook = tim_gate_hook;
-        rd.create_hook_arg = gate;
-    }
-    /* any node takes any command: forward to the room's owner (docs/cluster.md) */
-    struct cluster_forward *fwd = NULL;
-    if (conf->cluster.forward && strcmp(conf->lease.driver, "redis") == 0) {
-        or_die(cluster_forward_open(&fwd, conf, conf->app.node_id, err, sizeof(err)),
-               "cluster.forward: ", err);
-        rd.forward = cluster_forward_call;
-        rd.forward_arg = fwd;
-    }
-    struct room_service *rooms = NULL;
-    if (room_service_open(&rooms, &rd) != 0)
-        fatalx("room: cannot start the room service");
-    /* the remote wallet's holds a crash left behind, settled from the command log */
-    struct wallet_reconciler *reconciler = NULL;
-    if (wallet_is_grpc(wallet) &&
-        wallet_reconcile_start(&reconciler, wallet, store, conf->wallet.reconcile_after_ms) != 0)
-        fatalx("wallet.reconcile_after: cannot start the reconciler");
-
-    /* consumer groups (IM bridge, rocket open, ...) configured to run inside roomd */
-    struct consume_roles *consumers = NULL;
-    if (bus && consume_roles_start(&consumers, conf, bus, rooms, consume_roles_configured(conf),
-                                   err, sizeof(err)) != 0)
-        fatalx("rocketmq consumers: %s", err);
-    struct consume_driver rmq_driver; /* the same groups on RocketMQ (docs/rocketmq.md) */
-    if (rmq) {
-        rmq_consume_driver(&rmq_driver, rmq);
-        if (consume_roles_start_on(&consumers, conf, &rmq_driver, rooms,
-                                   consume_roles_configured(conf), err, sizeof(err)) != 0)
-            fatalx("rocketmq consumers: %s", err);
-    }
-
-    struct auth *auth = NULL;
-    or_die(auth_open(&auth, conf, err, sizeof(err)), "", err);
-    rctx.auth = auth;
-    struct auth_throttle *admin_throttle = auth_throttle_open(conf->admin.auth_backoff_ms);
-    struct http_deps hd = {.conf = conf,
-                           .auth = auth,
-                           .admin_throttle = admin_throttle,
-                           .rooms = rooms,
-                           .wallet = wallet,
-                           .projection = proj,
-                           .store = store,
-                           .gc = gc};
-    /* /readyz: 503 when this node cannot serve commands, "degraded" for the rest */
-    struct node_health health = {0};
-    if (strcmp(conf->lease.driver, "redis") == 0)
-        node_health_add(&health, "lease", true, lease_ready, lease);
-    if (bus != NULL)
-        node_health_add(&health, "broker", false, bus_ready, bus);
-    if (rmq != NULL)
-        node_health_add(&health, "broker", false, rmq_ready, rmq);
-    if (outbox != NULL)
-        node_health_add(&health, "sinks", false, outbox_sinks_ready, outbox);
-    if (consumers != NULL) /* the groups' downstreams (IM of the bridge and notice groups) */
-        node_health_add(&health, "consumers", false, consume_roles_ready, consumers);
-    hd.health = &health;
-    /* the admin API and console on admin.listen; a bulk replay a crash cut short resumes */
-    struct admin *admin = NULL;
-    or_die(admin_open(&admin, conf, outbox, false, err, sizeof(err)), "admin: ", err);
-    admin_set_bus(admin, bus);
-    admin_resume(admin);
-    /* the cluster's nodes for the console and roomctl nodes (admin/nodes.h) */
-    struct admin_nodes *nodes = admin_nodes_open(conf, lease, fwd, rooms, self_ready, http);
-    admin_set_nodes(admin, nodes);
-    hd.admin = admin;
-    or_die(http_server_start(http, &hd, err, sizeof(err)), "", err);
-    /* the gRPC API beside it: the same router behind another transport */
-    or_die(rpc_server_start(rpc, &hd, err, sizeof(err)), "", err);
-    static const char *const mode_names[] = {"direct", "mq", "dual"};
-    log_info("main", "roomd started",
-             "listen=%s admin_listen=%s auth=%s store=%s publish_mode=%s node=%s",
-             conf->http.listen, conf->admin.listen, conf->auth.mode, conf->store.driver,
-             mode_names[conf->outbox_worker.publish_mode], conf->app.node_id);
-
-    struct metrics_deps *deps =
-        metrics_deps_open(conf, store_up, http_server_ready(http), bus, outbox);
-    if (rmq != NULL)
-        metrics_deps_set_broker(deps, rmq_ready, rmq);
-    if (consumers != NULL)
-        metrics_deps_set_consumers(deps, consume_roles_downstream_up, consumers);
-    metrics_ha_open(store);
+    struct node n = {.conf = conf, .rctx = {.path = path}};
+    node_bind(&n);
+    node_open_state(&n, &sigs);
+    node_open_outbox(&n);
+    node_open_rooms(&n);
+    node_open_api(&n);
     daemon_ready("serving");
 
-    daemon_wait(&sigs, reload, &rctx);
-    rpc_server_close(rpc);
-    http_server_close(http);
-    http_create_limit_close();
-    admin_close(admin);
-    admin_nodes_close(nodes);
-    metrics_deps_close(deps);
-    metrics_ha_close(store);
-    auth_close(auth);
-    auth_throttle_close(admin_throttle);
-    consume_roles_stop(consumers); /* before the rooms it launches rockets in */
-    wallet_reconcile_stop(reconciler);
-    room_service_close(rooms);
-    cluster_forward_close(fwd);
-    tim_gate_close(gate);
-    tim_client_close(tim);
-    outbox_close(outbox);
-    bus_unref(bus); /* after the sinks (outbox_close) dropped theirs */
-    rmq_client_close(rmq);
-    projection_close(proj);
-    lease_close(lease);
-    wallet_close(wallet);
-    group_commit_close(gc);
-    store_close(store);
+    daemon_wait(&sigs, reload, &n.rctx);
+    bool had_bus = n.bus != NULL;
+    node_close(&n);
     log_info("main", "stopped", NULL);
     log_close();
     conf_free(conf);
-    if (bus)
+    if (had_bus)
         bus_library_shutdown();
     return 0;
 }

@@ -23,6 +23,7 @@
 #include "core/version.h"
 #include "core/xmalloc.h"
 #include "publish/bus.h"
+#include "rocketmq/client.h"
 #include "store/store.h"
 #include "wallet/audit.h"
 #include "wallet/wallet.h"
@@ -73,6 +74,7 @@ struct ctl {
     struct admin *adm;
     struct store *store;
     struct bus *bus;
+    struct rmq_client *rmq; /* the rocketmq driver's dead letters */
     /* the command's options as query keys (filter, after, limit, before) */
     const char *k[MAX_KV], *v[MAX_KV];
     int nkv;
@@ -560,9 +562,21 @@ print_dlq(struct ctl *c, json_t *j)
 
     printf("%-8s %-28s %-36s %-18s %-10s %s\n", "SEQ", "GROUP", "EVENT_ID", "EVENT_TYPE",
            "DELIVERIES", "REASON");
-    json_array_foreach(arr, i, m) printf(
-        "%-8" PRId64 " %-28s %-36s %-18s %-10" PRId64 " %s\n", jint(m, "seq"), jstr(m, "group"),
-        jstr(m, "event_id"), jstr(m, "event_type"), jint(m, "deliveries"), jstr(m, "reason"));
+    json_array_foreach(arr, i, m)
+    {
+        /* the kit's reason (max_reconsume, ...) before the handler's error when both are
+         * known (RocketMQ's %DLQ% messages carry no error text: "-") */
+        const char *why = jstr(m, "reason"), *kind = jstr(m, "dead_reason");
+        char reason[512];
+        bool has_kind = strcmp(kind, "-") != 0 && *kind;
+        if (has_kind && *why && strcmp(why, "-") != 0)
+            snprintf(reason, sizeof(reason), "%s: %s", kind, why);
+        else
+            snprintf(reason, sizeof(reason), "%s", has_kind ? kind : why);
+        printf("%-8" PRId64 " %-28s %-36s %-18s %-10" PRId64 " %s\n", jint(m, "seq"),
+               jstr(m, "group"), jstr(m, "event_id"), jstr(m, "event_type"), jint(m, "deliveries"),
+               reason);
+    }
     if (json_is_integer(json_object_get(j, "next_after")))
         printf("# more: --after %" PRId64 "\n", jint(j, "next_after"));
 }
@@ -1418,7 +1432,15 @@ open_backend(struct ctl *c, const struct ctl_cmd *cmd)
         fprintf(stderr, "roomctl: store: %s\n", err);
         return EXIT_FAILED;
     }
-    if (cmd->need == NEED_BUS && c->conf->rocketmq.enabled) {
+    if (cmd->need == NEED_BUS && c->conf->rocketmq.enabled &&
+        conf_rocketmq_driver(&c->conf->rocketmq) == CONF_MQ_ROCKETMQ) {
+        /* the %DLQ%<group> topics of the rocketmq driver (admin/dlq_rmq.c) */
+        if (rmq_client_open(&c->rmq, &c->conf->rocketmq, "roomctl", NULL, err, sizeof(err)) != 0) {
+            fprintf(stderr, "roomctl: rocketmq: %s\n", err);
+            return EXIT_FAILED;
+        }
+        admin_set_rmq(c->adm, c->rmq);
+    } else if (cmd->need == NEED_BUS && c->conf->rocketmq.enabled) {
         if (bus_open(&c->bus, &c->conf->rocketmq, "roomctl", err, sizeof(err)) != 0 ||
             bus_ensure(c->bus, err, sizeof(err)) != 0) {
             fprintf(stderr, "roomctl: rocketmq: %s\n", err);
@@ -1501,6 +1523,7 @@ main(int argc, char **argv)
         rc = cmd->run(&c, npos, argv + optind);
     admin_close(c.adm);
     bus_unref(c.bus);
+    rmq_client_close(c.rmq);
     store_close(c.store);
     conf_free(c.conf);
     if (c.url != NULL)

@@ -13,8 +13,9 @@
  *                      and resumes after a crash (admin_resume)
  *   admin_audits       the audit log; admin_audit one entry with its rows
  *   admin_dlq_*        the consumer groups' dead letters (JetStream
- *                      <ns>hyapp_dlq): list, show, replay into their group,
- *                      discard one, purge a group's
+ *                      <ns>hyapp_dlq, or RocketMQ's %DLQ%<group> topics:
+ *                      admin/dlq_backend.h): list, show, replay into their
+ *                      group, discard one, purge a group's
  *
  * Bad input answers 400 {"error":{"code":"invalid_argument","field":..}} and
  * changes nothing. Thread: any; calls block on the store.
@@ -80,6 +81,11 @@ void admin_audit(struct admin *a, int64_t id, admin_lookup_fn q, void *ctx, stru
  * must outlive a). Without one the admin_dlq_* calls answer 404. */
 struct bus;
 void admin_set_bus(struct admin *a, struct bus *bus);
+/* The same on the rocketmq driver: the RocketMQ client whose %DLQ%<group>
+ * topics hold the dead letters (admin/dlq_rmq.c; borrowed, it must outlive
+ * a). Set, it is used instead of a bus. Thread: main, before serving. */
+struct rmq_client;
+void admin_set_rmq(struct admin *a, struct rmq_client *c);
 /* Query keys: group, after (a stream sequence), limit. */
 void admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *r);
 void admin_dlq_show(struct admin *a, uint64_t seq, struct admin_reply *r);

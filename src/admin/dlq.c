@@ -1,23 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * admin/dlq.c: the consumer groups' dead letters (docs/bus.md): the messages
- * of the JetStream stream <ns>hyapp_dlq, one subject per group, each the
- * original bytes with the Roomd-* headers the consumer kit set. Listed,
+ * admin/dlq.c: the consumer groups' dead letters (docs/bus.md), on the
+ * broker of the configured driver through its dead-letter backend
+ * (dlq_backend.h: JetStream's stream <ns>hyapp_dlq, dlq_js.c; RocketMQ's
+ * %DLQ%<group> topics, dlq_rmq.c). Listed,
  * shown (the envelope decoded), replayed into their group, discarded, or
  * purged (every dead letter of one group discarded). The group's inbox is
  * reached through the inbox interface (store/inbox.h), opened as the
  * group opens it (consume_group_inbox_open): the MySQL inbox from any node,
  * the SQLite one on the node that holds its file.
  *   replay   the inbox forgets the dead key (inbox_forget_dead), the bytes
- *            go back to their original subject under a new Msg-Id (the
- *            other groups see the event_id done and ack it), the dead
- *            letter is deleted from the DLQ stream; audited dlq_replay
+ *            go back to their group (JetStream: the original subject under
+ *            a new Msg-Id, the other groups see the event_id done and ack
+ *            it; RocketMQ: %RETRY%<group>), the dead letter is removed
+ *            (deleted from the stream; RocketMQ: settled by the audit
+ *            entry); audited dlq_replay
  *   discard  the key stays settled (inbox_dead with the reason: a
  *            redelivery of the original is acked unhandled), the dead
- *            letter is deleted; audited dlq_discard
+ *            letter is removed; audited dlq_discard
  *   purge    discard for every dead letter of one group; audited dlq_purge
  */
 #include "admin/internal.h"
+
+#include "admin/dlq_backend.h"
 
 #include "conf/conf.h"
 #include "consume/roles.h"
@@ -25,7 +30,6 @@
 #include "core/err.h"
 #include "core/xmalloc.h"
 #include "outbox/outbox.h"
-#include "publish/bus.h"
 #include "room_events.pb-c.h"
 #include "store/admin.h"
 #include "store/inbox.h"
@@ -42,26 +46,31 @@ admin_set_bus(struct admin *a, struct bus *bus)
     a->bus = bus;
 }
 
-static const char *
-header(natsMsg *m, const char *name)
+void
+admin_set_rmq(struct admin *a, struct rmq_client *c)
 {
-    const char *v = NULL;
-    return natsMsgHeader_Get(m, name, &v) == NATS_OK && v != NULL ? v : "";
+    a->rmq = c;
+}
+
+const struct dlq_backend *
+admin_dlq_backend(struct admin *a)
+{
+    if (a->rmq != NULL)
+        return &dlq_backend_rocketmq;
+    if (a->bus != NULL)
+        return &dlq_backend_jetstream;
+    return NULL;
 }
 
 /* The message as the API shows it; full adds the decoded event. */
 static json_t *
-message_json(natsMsg *m, uint64_t seq, bool full)
+message_json(const struct dlq_letter *d, bool full)
 {
-    const char *data = natsMsg_GetData(m);
-    int len = natsMsg_GetDataLength(m);
-    json_t *o =
-        json_pack("{s:I, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)seq, "group",
-                  header(m, "Roomd-Group"), "subject", header(m, "Roomd-Subject"), "deliveries",
-                  (json_int_t)strtoll(header(m, "Roomd-Deliveries"), NULL, 10), "reason",
-                  header(m, "Roomd-Error"), "key", header(m, "Roomd-Key"));
-    Roomd__V1__RoomOutboxEvent *ev =
-        roomd__v1__room_outbox_event__unpack(NULL, (size_t)len, (const uint8_t *)data);
+    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:s, s:s, s:s, s:I}", "seq", (json_int_t)d->seq,
+                          "group", d->group, "subject", d->subject, "deliveries",
+                          (json_int_t)d->deliveries, "reason", d->error, "key", d->key,
+                          "dead_reason", d->reason, "stored_at_ms", (json_int_t)d->stored_ms);
+    Roomd__V1__RoomOutboxEvent *ev = roomd__v1__room_outbox_event__unpack(NULL, d->len, d->data);
 
     if (ev == NULL) {
         json_object_set_new(o, "event_id", json_string(""));
@@ -97,127 +106,99 @@ message_json(natsMsg *m, uint64_t seq, bool full)
     return o;
 }
 
-/* False and a 404 in r when the consumer groups' stream is not used here. */
+/* The backend and a scan of it for this request, or false with 404 / 503
+ * in r (no broker for the consumer groups here, or it does not answer). */
 static bool
-have_bus(struct admin *a, struct admin_reply *r)
+scan_open(struct admin *a, const struct dlq_backend **b, struct dlq_scan **s, struct admin_reply *r)
 {
-    if (a->bus != NULL)
-        return true;
-    admin_reply_error(r, 404, "not_found", NULL,
-                      "no consumer dead letters here: rocketmq.enabled is false");
-    return false;
-}
-
-static void
-reply_nats(struct admin_reply *r, const char *what, natsStatus s, jsErrCode jerr)
-{
-    admin_reply_error(r, 503, "unavailable", NULL, "broker: %s: %s (%d)", what,
-                      natsStatus_GetText(s), (int)jerr);
-}
-
-/* Dead letter seq, or NULL with 404 / 503 in r. */
-static natsMsg *
-get_msg(struct admin *a, uint64_t seq, struct admin_reply *r)
-{
-    natsMsg *m = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s =
-        js_GetMsg(&m, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), seq, NULL, &jerr);
-
-    if (s == NATS_OK)
-        return m;
-    if (s == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr)
-        admin_reply_error(r, 404, "not_found", "seq", "no dead letter %" PRIu64, seq);
-    else
-        reply_nats(r, "get", s, jerr);
-    return NULL;
-}
-
-/* The DLQ stream's first and last sequence (0, 0: empty). False with a 503
- * in r. */
-static bool
-dlq_range(struct admin *a, uint64_t *first, uint64_t *last, struct admin_reply *r)
-{
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s =
-        js_GetStreamInfo(&si, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), NULL, &jerr);
-
-    if (s != NATS_OK) {
-        reply_nats(r, "stream info", s, jerr);
+    *s = NULL;
+    if ((*b = admin_dlq_backend(a)) == NULL) {
+        admin_reply_error(r, 404, "not_found", NULL,
+                          "no consumer dead letters here: rocketmq.enabled is false");
         return false;
     }
-    *first = si->State.FirstSeq;
-    *last = si->State.LastSeq;
-    jsStreamInfo_Destroy(si);
-    return true;
+    return (*b)->open(a, s, r) == 0;
 }
 
-/* Dead letter seq when group (NULL or "": any) is its group, else NULL (also
- * when deleted: replayed or discarded). */
-static natsMsg *
-dlq_msg_of(struct admin *a, uint64_t seq, const char *group)
+/* Dead letter seq into *d, or false with 404 / 503 in r. */
+static bool
+get_letter(const struct dlq_backend *b, struct dlq_scan *s, uint64_t seq, struct dlq_letter *d,
+           struct admin_reply *r)
 {
-    natsMsg *m = NULL;
-    jsErrCode jerr = 0;
+    char err[256] = "";
+    int rc = b->get(s, seq, d, err, sizeof(err));
 
-    if (js_GetMsg(&m, bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), seq, NULL, &jerr) !=
-        NATS_OK)
-        return NULL;
-    if (group == NULL || *group == '\0' || strcmp(header(m, "Roomd-Group"), group) == 0)
-        return m;
-    natsMsg_Destroy(m);
-    return NULL;
+    if (rc == 0)
+        return true;
+    if (rc == ROOMD_ENOTFOUND)
+        admin_reply_error(r, 404, "not_found", "seq", "no dead letter %" PRIu64, seq);
+    else
+        admin_reply_error(r, 503, "unavailable", NULL, "broker: %s", err);
+    return false;
 }
 
 void
 admin_dlq_list(struct admin *a, admin_lookup_fn q, void *ctx, struct admin_reply *r)
 {
     int64_t after, limit;
-    uint64_t first, last;
     const char *group = q ? q(ctx, "group") : NULL;
+    const struct dlq_backend *b;
+    struct dlq_scan *s;
 
-    if (!have_bus(a, r) || !admin_query_int(q, ctx, "after", 0, INT64_MAX, 0, &after, r) ||
-        !admin_query_int(q, ctx, "limit", 1, 500, 50, &limit, r) || !dlq_range(a, &first, &last, r))
+    if (!admin_query_int(q, ctx, "after", 0, INT64_MAX, 0, &after, r) ||
+        !admin_query_int(q, ctx, "limit", 1, 500, 50, &limit, r) || !scan_open(a, &b, &s, r))
         return;
     json_t *arr = json_array();
-    uint64_t seq = (uint64_t)after + 1 > first ? (uint64_t)after + 1 : first, next = 0;
-    for (; seq <= last && first > 0; seq++) {
-        natsMsg *m = dlq_msg_of(a, seq, group);
-        if (m == NULL)
-            continue;
-        json_array_append_new(arr, message_json(m, seq, false));
-        natsMsg_Destroy(m);
+    uint64_t seq = (uint64_t)after, next = 0;
+    struct dlq_letter d;
+    int rc;
+    while ((rc = b->next(s, seq, group, &d)) == 0) {
+        seq = d.seq;
+        json_array_append_new(arr, message_json(&d, false));
+        b->letter_free(&d);
         if (json_array_size(arr) == (size_t)limit) {
             next = seq;
             break;
         }
     }
-    json_t *o =
-        json_pack("{s:o, s:s}", "messages", arr, "stream", bus_stream_name(a->bus, BUS_STREAM_DLQ));
-    json_object_set_new(o, "next_after", next ? json_integer((json_int_t)next) : json_null());
-    admin_reply_ok(r, o);
+    if (rc == ROOMD_EUNAVAIL) {
+        json_decref(arr);
+        admin_reply_error(r, 503, "unavailable", NULL, "broker: the dead letters cannot be read");
+    } else {
+        json_t *o =
+            json_pack("{s:o, s:s, s:s}", "messages", arr, "stream", b->where(s), "driver", b->name);
+        json_object_set_new(o, "next_after", next ? json_integer((json_int_t)next) : json_null());
+        admin_reply_ok(r, o);
+    }
+    b->close(s);
 }
 
 void
 admin_dlq_show(struct admin *a, uint64_t seq, struct admin_reply *r)
 {
-    natsMsg *m;
+    const struct dlq_backend *b;
+    struct dlq_scan *s;
+    struct dlq_letter d;
 
-    if (!have_bus(a, r) || (m = get_msg(a, seq, r)) == NULL)
+    if (!scan_open(a, &b, &s, r))
         return;
-    admin_reply_ok(r, message_json(m, seq, true));
-    natsMsg_Destroy(m);
+    if (get_letter(b, s, seq, &d, r)) {
+        admin_reply_ok(r, message_json(&d, true));
+        b->letter_free(&d);
+    }
+    b->close(s);
 }
 
 /* ==== one dead letter: the message, its group and key, its inbox ==== */
 
 struct dead_letter {
+    const struct dlq_backend *b;
+    struct dlq_scan *s;
+    struct dlq_letter l;
     uint64_t seq;
-    natsMsg *m;
-    const char *group, *key, *subject; /* the message's headers ("" when absent) */
-    json_t *shown;                     /* message_json(m, seq, false) */
-    struct consume_inbox *inbox;       /* the group's, opened for the operation */
+    const char *group, *key;     /* of l ("" when absent) */
+    json_t *shown;               /* message_json(l, false) */
+    struct consume_inbox *inbox; /* the group's, opened for the operation */
 };
 
 static void
@@ -225,8 +206,10 @@ dl_free(struct dead_letter *d)
 {
     inbox_close(d->inbox);
     json_decref(d->shown);
-    natsMsg_Destroy(d->m);
-    memset(d, 0, sizeof(*d));
+    if (d->b != NULL && d->l.own != NULL)
+        d->b->letter_free(&d->l);
+    d->inbox = NULL;
+    d->shown = NULL;
 }
 
 /* Opens d->inbox, the inbox of d->group as this config's groups open it,
@@ -248,20 +231,24 @@ dl_inbox(struct admin *a, struct dead_letter *d, struct admin_reply *r)
     return false;
 }
 
-/* Reads dead letter seq with its group's inbox into d. False with the
- * answer in r (d freed). */
+/* Reads dead letter seq of scan s with its group's inbox into d. False
+ * with the answer in r (d freed). */
 static bool
-dl_get(struct admin *a, uint64_t seq, struct dead_letter *d, struct admin_reply *r)
+dl_get(struct admin *a, const struct dlq_backend *b, struct dlq_scan *s, uint64_t seq,
+       struct dead_letter *d, struct admin_reply *r)
 {
     memset(d, 0, sizeof(*d));
+    d->b = b;
+    d->s = s;
     d->seq = seq;
-    if ((d->m = get_msg(a, seq, r)) == NULL)
+    if (!get_letter(b, s, seq, &d->l, r)) {
+        d->b = NULL;
         return false;
-    d->group = header(d->m, "Roomd-Group");
-    d->key = header(d->m, "Roomd-Key");
-    d->subject = header(d->m, "Roomd-Subject");
-    d->shown = message_json(d->m, seq, false);
-    if (*d->key == '\0' || *d->subject == '\0' || *d->group == '\0') {
+    }
+    d->group = d->l.group;
+    d->key = d->l.key;
+    d->shown = message_json(&d->l, false);
+    if (*d->key == '\0' || *d->l.subject == '\0' || *d->group == '\0') {
         admin_reply_error(r, 409, "not_replayable", "seq",
                           "dead letter %" PRIu64 " was undecodable: no group or key", seq);
     } else if (dl_inbox(a, d, r)) {
@@ -281,13 +268,11 @@ reply_inbox(struct admin_reply *r, const struct dead_letter *d, int rc)
                       inbox_errmsg(d->inbox));
 }
 
-/* Deletes d from the DLQ stream; true when it is gone. */
+/* Removes d from the dead letters; true when it is gone. */
 static bool
-dl_delete(struct admin *a, const struct dead_letter *d)
+dl_delete(const struct dead_letter *d)
 {
-    jsErrCode jerr = 0;
-    return js_DeleteMsg(bus_js(a->bus), bus_stream_name(a->bus, BUS_STREAM_DLQ), d->seq, NULL,
-                        &jerr) == NATS_OK;
+    return d->b->remove(d->s, &d->l);
 }
 
 /* Audits action over rows[0..n) of group, done at once, filter
@@ -329,52 +314,54 @@ writable(struct admin *a, struct admin_reply *r)
 
 /* ==== replay ==== */
 
-/* Sends d's bytes back to their original subject under a new Msg-Id. 0 or
- * a 503 in r. */
+/* Sends d's bytes back to their group. 0 or a 503 in r. */
 static int
-republish(struct admin *a, const struct dead_letter *d, struct admin_reply *r)
+republish(const struct dead_letter *d, struct admin_reply *r)
 {
-    char msg_id[128], e[256];
-    natsMsg *out = NULL;
-    const char *rocket = bus_subject_prefix(a->bus, BUS_STREAM_ROCKET);
-    enum bus_stream home = rocket && strncmp(d->subject, rocket, strlen(rocket)) == 0
-                               ? BUS_STREAM_ROCKET
-                               : BUS_STREAM_OUTBOX;
+    char e[256] = "";
+    int rc = d->b->republish(d->s, &d->l, e, sizeof(e));
 
-    snprintf(msg_id, sizeof(msg_id), "replay-%s-%" PRIu64, d->group, d->seq);
-    snprintf(e, sizeof(e), "cannot build the message");
-    int rc =
-        natsMsg_Create(&out, d->subject, NULL, natsMsg_GetData(d->m),
-                       natsMsg_GetDataLength(d->m)) == NATS_OK
-            ? bus_publish_msg(a->bus, home, out, msg_id, clock_mono_ms() + bus_api_wait_ms(a->bus),
-                              NULL, NULL, e, sizeof(e))
-            : ROOMD_ERETRY;
-    natsMsg_Destroy(out);
     if (rc != 0)
         admin_reply_error(r, 503, "unavailable", NULL, "broker: republish: %s", e);
     return rc;
 }
 
+/* The replay of d: the inbox forgets the dead key, the bytes go back, the
+ * dead letter is removed. 0, or an answer in r; *st the key's state before. */
+static int
+replay_one(struct dead_letter *d, enum inbox_state *st, bool *deleted, struct admin_reply *r)
+{
+    int rc;
+
+    /* the inbox forgets the dead key first, so the group handles the
+     * message when it comes back (a key in any other state stays) */
+    if ((rc = inbox_state(d->inbox, d->key, st)) != 0 ||
+        (rc = inbox_forget_dead(d->inbox, d->key, NULL)) != 0) {
+        reply_inbox(r, d, rc);
+        return rc;
+    }
+    if ((rc = republish(d, r)) != 0)
+        return rc;
+    *deleted = dl_delete(d);
+    return 0;
+}
+
 void
 admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r)
 {
+    const struct dlq_backend *b;
+    struct dlq_scan *s;
     struct dead_letter d;
     enum inbox_state st = INBOX_ABSENT;
     int64_t id = 0;
-    int rc;
+    bool deleted = false;
 
-    if (!writable(a, r) || !have_bus(a, r) || !dl_get(a, seq, &d, r))
+    if (!writable(a, r) || !scan_open(a, &b, &s, r))
         return;
-    /* the inbox forgets the dead key first, so the group handles the
-     * message when it comes back (a key in any other state stays) */
-    if ((rc = inbox_state(d.inbox, d.key, &st)) != 0 ||
-        (rc = inbox_forget_dead(d.inbox, d.key, NULL)) != 0) {
-        reply_inbox(r, &d, rc);
+    if (!dl_get(a, b, s, seq, &d, r))
+        goto done;
+    if (replay_one(&d, &st, &deleted, r) != 0)
         goto out;
-    }
-    if (republish(a, &d, r) != 0)
-        goto out;
-    bool deleted = dl_delete(a, &d);
     struct admin_audit_row row;
     audit_row_of(&d, &row);
     if (audit(a, actor, "dlq_replay", d.group, seq, &row, 1, &id, r) != 0)
@@ -386,18 +373,19 @@ admin_dlq_replay(struct admin *a, const char *actor, uint64_t seq, struct admin_
     admin_reply_ok(r, json_incref(d.shown));
 out:
     dl_free(&d);
+done:
+    b->close(s);
 }
 
 /* ==== discard and purge ==== */
 
 /* Discards d: its key stays settled in the inbox (dead, with the reason;
  * a key the group has done since stays done), so a redelivery of the
- * original is acknowledged unhandled; then the dead letter is deleted.
+ * original is acknowledged unhandled; then the dead letter is removed.
  * A key the group is handling again (received / progress: replayed
  * meanwhile) is refused. Returns 0, or an answer in r. */
 static int
-discard_one(struct admin *a, const char *actor, struct dead_letter *d, enum inbox_state *st,
-            struct admin_reply *r)
+discard_one(const char *actor, struct dead_letter *d, enum inbox_state *st, struct admin_reply *r)
 {
     char why[128];
     int rc = inbox_state(d->inbox, d->key, st);
@@ -417,7 +405,7 @@ discard_one(struct admin *a, const char *actor, struct dead_letter *d, enum inbo
         reply_inbox(r, d, rc);
         return rc;
     }
-    if (!dl_delete(a, d)) {
+    if (!dl_delete(d)) {
         admin_reply_error(r, 503, "unavailable", NULL, "broker: cannot delete dead letter %" PRIu64,
                           d->seq);
         return ROOMD_EUNAVAIL;
@@ -428,49 +416,52 @@ discard_one(struct admin *a, const char *actor, struct dead_letter *d, enum inbo
 void
 admin_dlq_discard(struct admin *a, const char *actor, uint64_t seq, struct admin_reply *r)
 {
+    const struct dlq_backend *b;
+    struct dlq_scan *s;
     struct dead_letter d;
     enum inbox_state st;
     struct admin_audit_row row;
     int64_t id = 0;
 
-    if (!writable(a, r) || !have_bus(a, r) || !dl_get(a, seq, &d, r))
+    if (!writable(a, r) || !scan_open(a, &b, &s, r))
         return;
-    audit_row_of(&d, &row);
-    if (discard_one(a, actor, &d, &st, r) == 0 &&
-        audit(a, actor, "dlq_discard", d.group, seq, &row, 1, &id, r) == 0) {
-        json_object_set_new(d.shown, "discarded", json_true());
-        json_object_set_new(d.shown, "inbox", json_string(inbox_state_name(st)));
-        json_object_set_new(d.shown, "audit_id", json_integer(id));
-        admin_reply_ok(r, json_incref(d.shown));
+    if (dl_get(a, b, s, seq, &d, r)) {
+        audit_row_of(&d, &row);
+        if (discard_one(actor, &d, &st, r) == 0 &&
+            audit(a, actor, "dlq_discard", d.group, seq, &row, 1, &id, r) == 0) {
+            json_object_set_new(d.shown, "discarded", json_true());
+            json_object_set_new(d.shown, "inbox", json_string(inbox_state_name(st)));
+            json_object_set_new(d.shown, "audit_id", json_integer(id));
+            admin_reply_ok(r, json_incref(d.shown));
+        }
+        dl_free(&d);
     }
-    dl_free(&d);
+    b->close(s);
 }
 
-/* admin_dlq_purge's walk over the DLQ stream for group. */
+/* admin_dlq_purge's walk over the dead letters of group. */
 static void
-purge_group(struct admin *a, const char *actor, const char *group, struct admin_reply *r)
+purge_group(struct admin *a, const struct dlq_backend *b, struct dlq_scan *s, const char *actor,
+            const char *group, struct admin_reply *r)
 {
     struct admin_audit_row *rows = NULL;
     size_t n = 0, cap = 0;
     int64_t id = 0, skipped = 0;
-    uint64_t first, last;
+    uint64_t seq = 0;
+    struct dlq_letter l;
+    int rc;
 
-    if (!dlq_range(a, &first, &last, r))
-        return;
-    for (uint64_t seq = first; first > 0 && seq <= last; seq++) {
-        natsMsg *m = dlq_msg_of(a, seq, group);
-        if (m == NULL)
-            continue;
-        natsMsg_Destroy(m);
+    while ((rc = b->next(s, seq, group, &l)) == 0) {
+        seq = l.seq;
+        b->letter_free(&l);
         struct dead_letter d;
         enum inbox_state st;
         struct admin_reply one = {0};
-        if (!dl_get(a, seq, &d, &one) || discard_one(a, actor, &d, &st, &one) != 0) {
+        if (!dl_get(a, b, s, seq, &d, &one) || discard_one(actor, &d, &st, &one) != 0) {
             /* an inbox or broker failure stops the purge; a key in flight
              * or an undecodable one is skipped */
             bool stop = one.status >= 500;
-            if (d.m != NULL)
-                dl_free(&d);
+            dl_free(&d);
             if (stop) {
                 free(rows);
                 *r = one;
@@ -485,7 +476,9 @@ purge_group(struct admin *a, const char *actor, const char *group, struct admin_
         audit_row_of(&d, &rows[n++]);
         dl_free(&d);
     }
-    if (audit(a, actor, "dlq_purge", group, 0, rows, n, &id, r) == 0)
+    if (rc == ROOMD_EUNAVAIL)
+        admin_reply_error(r, 503, "unavailable", NULL, "broker: the dead letters cannot be read");
+    else if (audit(a, actor, "dlq_purge", group, 0, rows, n, &id, r) == 0)
         admin_reply_ok(r,
                        json_pack("{s:s, s:I, s:I, s:I}", "group", group, "discarded", (json_int_t)n,
                                  "skipped", (json_int_t)skipped, "audit_id", (json_int_t)id));
@@ -496,54 +489,50 @@ void
 admin_dlq_purge(struct admin *a, const char *actor, const char *body, size_t len,
                 struct admin_reply *r)
 {
-    if (!writable(a, r) || !have_bus(a, r))
+    const struct dlq_backend *b;
+    struct dlq_scan *s;
+
+    if (!writable(a, r))
         return;
     json_t *in = json_loadb(body ? body : "", len, 0, NULL);
     const char *group = json_string_value(json_object_get(in, "group"));
-    if (!json_is_object(in) || group == NULL || *group == '\0') {
+    if (admin_dlq_backend(a) == NULL || !json_is_object(in) || group == NULL || *group == '\0') {
+        if (admin_dlq_backend(a) == NULL)
+            scan_open(a, &b, &s, r); /* the 404 */
+        else
+            admin_reply_error(r, 400, "invalid_argument", "group",
+                              "body: want {\"group\": \"<consumer group>\"}");
         json_decref(in);
-        admin_reply_error(r, 400, "invalid_argument", "group",
-                          "body: want {\"group\": \"<consumer group>\"}");
         return;
     }
-    purge_group(a, actor, group, r);
+    if (scan_open(a, &b, &s, r)) {
+        purge_group(a, b, s, actor, group, r);
+        b->close(s);
+    }
     json_decref(in);
 }
 
 /* ==== for the bulk operations (dlq_bulk.c) ==== */
 
-const char *
-admin_dlq_header(natsMsg *m, const char *name)
-{
-    return header(m, name);
-}
-
 json_t *
-admin_dlq_message_json(natsMsg *m, uint64_t seq, bool full)
+admin_dlq_message_json(const struct dlq_letter *d, bool full)
 {
-    return message_json(m, seq, full);
+    return message_json(d, full);
 }
 
 int
-admin_dlq_act(struct admin *a, const char *actor, uint64_t seq, bool replay, char *why,
-              size_t whylen)
+admin_dlq_act(struct admin *a, const struct dlq_backend *b, struct dlq_scan *s, const char *actor,
+              uint64_t seq, bool replay, char *why, size_t whylen)
 {
     struct admin_reply r = {0};
     struct dead_letter d;
     enum inbox_state st = INBOX_ABSENT;
+    bool deleted = false;
     int rc = ROOMD_EPERM;
 
-    if (!dl_get(a, seq, &d, &r))
+    if (!dl_get(a, b, s, seq, &d, &r))
         goto out;
-    if (replay) {
-        if ((rc = inbox_state(d.inbox, d.key, &st)) != 0 ||
-            (rc = inbox_forget_dead(d.inbox, d.key, NULL)) != 0)
-            reply_inbox(&r, &d, rc);
-        else if ((rc = republish(a, &d, &r)) == 0)
-            dl_delete(a, &d);
-    } else {
-        rc = discard_one(a, actor, &d, &st, &r);
-    }
+    rc = replay ? replay_one(&d, &st, &deleted, &r) : discard_one(actor, &d, &st, &r);
     dl_free(&d);
 out:
     if (rc != 0) {

@@ -3,7 +3,8 @@
  * admin/dlq_bulk.c: the consumer groups' dead letters in bulk (docs/admin.md
  * "Consumer dead letters"): replay or discard every dead letter a filter
  * selects, dry run first (dlq.c's purge takes a whole group). The dead letters are read from the
- * JetStream stream <ns>hyapp_dlq in sequence order, chunk by chunk
+ * driver's dead-letter backend (dlq_backend.h: JetStream's <ns>hyapp_dlq, RocketMQ's
+ * %DLQ%<group> topics) in id order, chunk by chunk
  * (`chunk` messages fetched, matched and acted on, then the next), each
  * replayed or discarded as the single operations of dlq.c do it (through
  * the group's inbox). Each run is one audit entry (action dlq_replay_all /
@@ -17,10 +18,11 @@
  */
 #include "admin/internal.h"
 
+#include "admin/dlq_backend.h"
+
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
-#include "publish/bus.h"
 #include "room_events.pb-c.h"
 #include "store/admin.h"
 
@@ -96,24 +98,20 @@ eq_or_unset(const char *want, const char *got)
     return want == NULL || *want == '\0' || strcmp(want, got ? got : "") == 0;
 }
 
-/* True when dead letter m matches f (event_id into event_id when it does). */
+/* True when dead letter d matches f (event_id into event_id when it does). */
 static bool
-matches(natsMsg *m, const struct dlq_filter *f, char *event_id, size_t idlen)
+matches(const struct dlq_letter *d, const struct dlq_filter *f, char *event_id, size_t idlen)
 {
-    int64_t stored = natsMsg_GetTime(m) / 1000000;
-    const char *err = admin_dlq_header(m, "Roomd-Error");
     Roomd__V1__RoomOutboxEvent *ev = NULL;
     bool ok;
 
     event_id[0] = '\0';
-    if (!eq_or_unset(f->group, admin_dlq_header(m, "Roomd-Group")) ||
-        !eq_or_unset(f->reason, admin_dlq_header(m, "Roomd-Reason")) ||
-        (f->error && *f->error && strstr(err, f->error) == NULL) ||
-        (f->created_after > 0 && stored < f->created_after) ||
-        (f->created_before > 0 && stored >= f->created_before))
+    if (!eq_or_unset(f->group, d->group) || !eq_or_unset(f->reason, d->reason) ||
+        (f->error && *f->error && strstr(d->error, f->error) == NULL) ||
+        (f->created_after > 0 && d->stored_ms < f->created_after) ||
+        (f->created_before > 0 && d->stored_ms >= f->created_before))
         return false;
-    ev = roomd__v1__room_outbox_event__unpack(NULL, (size_t)natsMsg_GetDataLength(m),
-                                              (const uint8_t *)natsMsg_GetData(m));
+    ev = roomd__v1__room_outbox_event__unpack(NULL, d->len, d->data);
     ok = eq_or_unset(f->event_type, ev ? ev->event_type : "") &&
          eq_or_unset(f->room_id, ev ? ev->room_id : "");
     if (ok && ev != NULL)
@@ -131,14 +129,14 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
     json_t *in = json_loadb(body != NULL ? body : "", len, 0, &je);
     struct dlq_filter f;
     bool replay = strcmp(action, "replay") == 0;
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
+    const struct dlq_backend *b = admin_dlq_backend(a);
+    struct dlq_scan *scan = NULL;
     struct admin_audit_row *rows = NULL;
     size_t nrows = 0, cap = 0;
     int64_t matched = 0, failed = 0;
     json_t *sample = json_array(), *errors = json_array();
 
-    if (a->bus == NULL) {
+    if (b == NULL) {
         admin_reply_error(r, 404, "not_found", NULL,
                           "no consumer dead letters here: rocketmq.enabled is false");
         goto out;
@@ -164,32 +162,33 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
         admin_reply_error(r, 405, "read_only", NULL, "this handle is read-only");
         goto out;
     }
-    const char *stream = bus_stream_name(a->bus, BUS_STREAM_DLQ);
-    natsStatus s = js_GetStreamInfo(&si, bus_js(a->bus), stream, NULL, &jerr);
-    if (s != NATS_OK) {
-        admin_reply_error(r, 503, "unavailable", NULL, "broker: stream info: %s (%d)",
-                          natsStatus_GetText(s), (int)jerr);
+    if (b->open(a, &scan, r) != 0)
         goto out;
-    }
-    uint64_t first = si->State.FirstSeq, last = si->State.LastSeq;
-    jsStreamInfo_Destroy(si);
-    /* chunk by chunk in sequence order: read, match, act */
-    for (uint64_t seq = first; first > 0 && seq <= last; seq += (uint64_t)chunk) {
-        for (uint64_t q = seq; q < seq + (uint64_t)chunk && q <= last; q++) {
-            natsMsg *m = NULL;
+    /* chunk by chunk in id order: read, match, act (a replayed or discarded
+     * dead letter is gone from the backend, so the walk goes on after it) */
+    uint64_t after = 0;
+    int nrc = 0;
+    for (bool more = true; more;) {
+        for (int64_t k = 0; k < chunk; k++) {
+            struct dlq_letter d;
             char event_id[40], why[512];
-            if (js_GetMsg(&m, bus_js(a->bus), stream, q, NULL, &jerr) != NATS_OK)
-                continue; /* deleted already */
-            if (!matches(m, &f, event_id, sizeof(event_id))) {
-                natsMsg_Destroy(m);
+            if ((nrc = b->next(scan, after, NULL, &d)) != 0) {
+                more = false;
+                break;
+            }
+            after = d.seq;
+            if (!matches(&d, &f, event_id, sizeof(event_id))) {
+                b->letter_free(&d);
                 continue;
             }
             matched++;
             if (json_array_size(sample) < BULK_SAMPLE)
-                json_array_append_new(sample, admin_dlq_message_json(m, q, false));
+                json_array_append_new(sample, admin_dlq_message_json(&d, false));
+            uint64_t q = d.seq;
+            b->letter_free(&d);
             int rc = 0;
             if (!dry_run)
-                rc = admin_dlq_act(a, actor, q, replay, why, sizeof(why));
+                rc = admin_dlq_act(a, b, scan, actor, q, replay, why, sizeof(why));
             if (rc != 0) {
                 failed++;
                 if (json_array_size(errors) < BULK_SAMPLE)
@@ -202,8 +201,11 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
                 snprintf(rows[nrows].event_id, sizeof(rows[0].event_id), "%s", event_id);
                 nrows++;
             }
-            natsMsg_Destroy(m);
         }
+    }
+    if (nrc == ROOMD_EUNAVAIL && matched == 0) {
+        admin_reply_error(r, 503, "unavailable", NULL, "broker: the dead letters cannot be read");
+        goto out;
     }
     json_t *o = json_pack("{s:s, s:b, s:I, s:I, s:o, s:o}", "action", action, "dry_run", dry_run,
                           "matched", (json_int_t)matched, "failed", (json_int_t)failed, "sample",
@@ -227,6 +229,8 @@ admin_dlq_bulk(struct admin *a, const char *actor, const char *action, const cha
     }
     admin_reply_ok(r, o);
 out:
+    if (scan != NULL)
+        b->close(scan);
     json_decref(sample);
     json_decref(errors);
     json_decref(in);

@@ -18,6 +18,10 @@ struct outbox;
 struct outbox_row;
 struct bus;
 struct admin_nodes;
+struct rmq_client;
+struct dlq_backend;
+struct dlq_scan;
+struct dlq_letter;
 
 struct admin {
     const struct conf *conf;
@@ -26,6 +30,7 @@ struct admin {
     bool readonly;
     uint32_t sinks;            /* SINK_BIT_* of the publish mode's sinks */
     struct bus *bus;           /* the consumer groups' dead letters; NULL: rocketmq off */
+    struct rmq_client *rmq;    /* or those on RocketMQ (dlq_rmq.c); wins over bus */
     struct admin_nodes *nodes; /* the nodes view (admin/nodes.h); NULL: none */
 };
 
@@ -43,16 +48,14 @@ bool admin_query_int(admin_lookup_fn q, void *ctx, const char *key, int64_t lo, 
 /* A row as the API shows it (new reference). */
 json_t *admin_row_json(const struct outbox_row *r);
 
-/* dlq.c, for dlq_bulk.c. A dead letter's header ("" when absent; borrowed
- * from m); the message as the API shows it (new reference; full: the event
- * decoded); replays (replay) or discards dead letter seq as the single
- * operations do, without their audit entry. Returns 0, or an error with why
- * (the single operation's message). Thread: any; blocks on the broker and
- * the group's inbox. */
-typedef struct __natsMsg natsMsg;
-const char *admin_dlq_header(natsMsg *m, const char *name);
-json_t *admin_dlq_message_json(natsMsg *m, uint64_t seq, bool full);
-int admin_dlq_act(struct admin *a, const char *actor, uint64_t seq, bool replay, char *why,
-                  size_t whylen);
+/* dlq.c, for dlq_bulk.c. The dead letter as the API shows it (new
+ * reference; full: the event decoded); replays (replay) or discards dead
+ * letter seq of scan s (dlq_backend.h) as the single operations do,
+ * without their audit entry. Returns 0, or an error with why (the single
+ * operation's message). Thread: any; blocks on the broker and the group's
+ * inbox. */
+json_t *admin_dlq_message_json(const struct dlq_letter *d, bool full);
+int admin_dlq_act(struct admin *a, const struct dlq_backend *b, struct dlq_scan *s,
+                  const char *actor, uint64_t seq, bool replay, char *why, size_t whylen);
 
 #endif

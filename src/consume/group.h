@@ -25,6 +25,10 @@
  * redelivery (inbox_keep_ms). The mark is raised in the transaction that
  * marks the inbox row done.
  *
+ * The rules below are one function for every broker driver
+ * (consume/verdict.h: consume_core_process; JetStream here, RocketMQ in
+ * rocketmq/consumer.c); the Nak/Term/Ack wording is JetStream's.
+ *
  * Per message: the kit claims its key in the inbox.
  *   settled (done|dead)        -> Ack (a redelivery; no second effect)
  *   claimed by another node    -> NakWithDelay until that claim expires

@@ -77,14 +77,7 @@ handle_heartbeat(const struct http_deps *d, const struct http_request *req,
         http_refuse(d, req, ar, resp);
         return;
     }
-    struct room_origin o = {
-        .method = req->method,
-        .path = req->path,
-        .body = req->body,
-        .body_len = req->body_len,
-        .authorization = req->authorization,
-        .forwarded = req->forwarded_by != NULL,
-    };
+    struct room_origin o = http_room_origin(req);
     room_service_heartbeat(d->rooms, app, room_id, uid, &o, &rr);
     body = rr.body;
     rr.body = NULL;

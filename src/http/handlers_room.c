@@ -41,9 +41,8 @@ parse_body(const struct http_request *req, struct http_response *resp)
     return j;
 }
 
-/* The request as the room service forwards it to the room's owner. */
-static struct room_origin
-origin_of(const struct http_request *req)
+struct room_origin
+http_room_origin(const struct http_request *req)
 {
     struct room_origin o = {
         .method = req->method,
@@ -167,7 +166,7 @@ handle_command(const struct http_deps *d, const struct http_request *req,
         http_response_header(resp, "Retry-After", ra);
         goto out;
     }
-    struct room_origin o = origin_of(req);
+    struct room_origin o = http_room_origin(req);
     if (req->idempotency_key != NULL) {
         /* forwarded, the owner reads the command_id from the body */
         forward_body = json_dumps(body, JSON_COMPACT);
@@ -193,7 +192,7 @@ handle_get_room(const struct http_deps *d, const struct http_request *req, const
                 const char *room_id, struct http_response *resp)
 {
     struct room_reply rr;
-    struct room_origin o = origin_of(req);
+    struct room_origin o = http_room_origin(req);
 
     memset(&rr, 0, sizeof(rr));
     room_service_get(d->rooms, app, room_id, &o, &rr);

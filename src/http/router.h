@@ -83,6 +83,7 @@ bool http_decode_path(const char *raw, char *out, size_t outlen);
  * background (ready.c: store_outbox_counts every every_ms on its own
  * thread), so no request scans a table. */
 struct http_ready;
+struct room_origin;
 struct outbox_counts;
 /* Starts the refresh of st's readiness and of health's checks (may be NULL;
  * borrowed). Returns 0 and *out or ROOMD_ENOMEM. Thread: main. */
@@ -131,6 +132,9 @@ bool http_valid_room_id(const char *s);
  * and the refusal counted. */
 void http_refuse(const struct http_deps *d, const struct http_request *req, enum auth_reason r,
                  struct http_response *resp);
+/* The request as the room service forwards it to the room's owner (every
+ * field points into req: valid while req is). */
+struct room_origin http_room_origin(const struct http_request *req);
 /* p: the verified caller; the command's acting uid must be one p may act as. */
 void handle_command(const struct http_deps *d, const struct http_request *req,
                     const struct auth_principal *p, enum room_cmd_type type, const char *app,

@@ -4,9 +4,9 @@
  * the public listener (http.*) and the admin listener (admin.*), each with
  * its own connection limit, so a flood of one cannot lock the other out.
  * One thread per connection (handlers block on their room cell and on group
- * commit), keep-alive, an idle timeout. This file accumulates the body under
- * http.max_body_bytes and hands complete requests to router_handle()
- * (router.c); read that next.
+ * commit), SCHED_BATCH (listener_start), keep-alive, an idle timeout. This file accumulates the
+ * body under http.max_body_bytes and hands complete requests to router_handle() (router.c); read
+ * that next.
  *
  * Hardening done here, before any handler runs:
  *  - repeated or conflicting Content-Length, a Content-Length that is not
@@ -58,6 +58,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -561,7 +562,13 @@ listener_bind(struct http_server *srv, enum http_listener which, const struct li
 }
 
 /* Starts one bound listener's daemon on its socket. Returns 0, or
- * ROOMD_EUNAVAIL with err. */
+ * ROOMD_EUNAVAIL with err. Its threads run SCHED_BATCH (when this thread is
+ * SCHED_OTHER): a thread they wake (a group commit's follower by its leader,
+ * a connection by its client's next request) no longer preempts the one
+ * running, it waits for the tick or for a core to free; fewer involuntary
+ * context switches per command under load, the same 1-client latency
+ * (bench/README.md, issue 32). Threads a handler starts (the admin's peer
+ * queries) inherit it too. */
 static int
 listener_start(struct http_server *srv, enum http_listener which, unsigned int idle_s, char *err,
                size_t errlen)
@@ -583,11 +590,20 @@ listener_start(struct http_server *srv, enum http_listener which, unsigned int i
                                         (intptr_t)lc->max_connections + EVICT_HEADROOM, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_s, NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    /* the daemon's threads (its listener, a thread per connection) inherit the starting
+     * thread's policy: SCHED_BATCH for them, this thread's own policy back afterwards */
+    int policy;
+    struct sched_param sp_saved, sp_batch = {0};
+    bool batch = pthread_getschedparam(pthread_self(), &policy, &sp_saved) == 0 &&
+                 policy == SCHED_OTHER &&
+                 pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp_batch) == 0;
     l->mhd = MHD_start_daemon(flags, 0, hs_on_accept, l, on_request, l, MHD_OPTION_EXTERNAL_LOGGER,
                               on_mhd_log, l, MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
                               MHD_OPTION_NOTIFY_CONNECTION, hs_on_connection, l,
                               MHD_OPTION_URI_LOG_CALLBACK, on_uri, l, MHD_OPTION_ARRAY, opts,
                               MHD_OPTION_END);
+    if (batch)
+        pthread_setschedparam(pthread_self(), policy, &sp_saved);
     if (l->mhd == NULL) {
         snprintf(err, errlen, "%s: %s: libmicrohttpd did not start", listener_keys[l->which].listen,
                  lc->listen);

@@ -123,6 +123,15 @@ sink_outcome(struct outbox *ob, size_t k, struct slot *sl, int prc, const char *
     const struct sink *s = ob->sinks[k];
 
     note_call(sl, s, sink_call_of(prc));
+    if (prc == ROOMD_ELIMIT) {
+        /* throttled (sink.h): the peer's rate limit, not the event's fault
+         * and no outage: retried after a delay, no attempt counted, the
+         * circuit not fed (so a long rate limit never opens it and holds
+         * every room), no poison check (whatever else answered) */
+        outage(sl, s, *serr ? serr : "throttled: the peer's rate limit");
+        sl->throttled = true;
+        return;
+    }
     circuit_note(ob, k, prc != ROOMD_EUNAVAIL);
     if (prc == ROOMD_EUNAVAIL && peer_answers(ob, k, started_ms, peer)) {
         char why[SINK_ERR_LEN + 64];
@@ -284,14 +293,17 @@ finish_row(struct outbox *ob, const struct slot *sl, struct outbox_result *res, 
         return;
     }
     if (!permanent && !sl->counted) {
-        /* Only outages: the event is not at fault. Again after a probe
-         * interval, retry_count unchanged; never failed for this. */
+        /* Only outages or throttling: the event is not at fault. Again
+         * after a probe interval, retry_count unchanged; never failed for
+         * this. */
         *errtext = xstrdup(sl->err);
         res->last_error = *errtext;
         res->status = OUTBOX_RETRYABLE;
         res->next_retry_at_ms = now + cfg->circuit_probe_ms;
-        atomic_fetch_add(&ob->outage_rows, 1);
-        log_debug("outbox", "sink unreachable, no attempt counted",
+        atomic_fetch_add(sl->throttled ? &ob->throttled_rows : &ob->outage_rows, 1);
+        log_debug("outbox",
+                  sl->throttled ? "sink throttled, no attempt counted"
+                                : "sink unreachable, no attempt counted",
                   "id=%lld event_id=%s retry_count=%d err=\"%s\"", (long long)row->id,
                   row->event_id, row->retry_count, sl->err);
         return;

@@ -39,6 +39,7 @@ enum sink_call {
     CALL_UNAVAILABLE, /* ROOMD_EUNAVAIL or another error: no answer */
     CALL_PERMANENT,   /* ROOMD_EPERM: refused for good */
     CALL_TIMEOUT,     /* publish_timeout passed before the call */
+    CALL_THROTTLED,   /* ROOMD_ELIMIT: the peer's rate limit (sink.h), no attempt */
     CALL_COUNT_
 };
 
@@ -118,9 +119,10 @@ struct outbox {
     atomic_bool store_down; /* logged once per state change */
 
     pthread_mutex_t circ_mu;
-    struct sink_circuit *circ;        /* [nsinks] */
-    struct bg_thread prober;          /* circuit.c: probes open circuits without traffic */
-    atomic_uint_fast64_t outage_rows; /* rows handed back by an outage, no attempt counted */
+    struct sink_circuit *circ;           /* [nsinks] */
+    struct bg_thread prober;             /* circuit.c: probes open circuits without traffic */
+    atomic_uint_fast64_t outage_rows;    /* rows handed back by an outage, no attempt counted */
+    atomic_uint_fast64_t throttled_rows; /* rows handed back by a rate limit (ROOMD_ELIMIT) */
     /* ordering per_room: rows of a batch held (not sent) because an earlier
      * row of their room was not delivered; dead letters after which the
      * room's later rows went on (poison policy); commits whose rows went
@@ -239,6 +241,7 @@ struct slot {
     bool counted;           /* a sink answered "not now": the failure costs an attempt;
                              * false with rc ERETRY: only outages (no answer, circuit
                              * open, no time left), which cost none */
+    bool throttled;         /* a sink throttled it (ROOMD_ELIMIT, sink.h): no attempt */
     uint32_t hold;          /* ordering per_room, per sink (sinks_done bits): the sinks
                              * an earlier row of the room did not deliver; they are not
                              * called for this row (held), no attempt counted */

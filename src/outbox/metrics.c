@@ -44,8 +44,8 @@ static const int64_t delivery_le_us[OUTBOX_DELIVERY_BUCKETS] = {
     1000,    2500,    5000,    10000,    25000,    50000,    100000,    250000,    500000,
     1000000, 2500000, 5000000, 10000000, 30000000, 60000000, 120000000, 300000000, 600000000};
 
-static const char *const call_names[CALL_COUNT_] = {"ok", "retry", "unavailable", "permanent",
-                                                    "timeout"};
+static const char *const call_names[CALL_COUNT_] = {"ok",        "retry",   "unavailable",
+                                                    "permanent", "timeout", "throttled"};
 
 /* The sm slot of bit, or NULL (no bit, or beyond OUTBOX_SINK_BITS). */
 static struct sink_metrics *
@@ -80,6 +80,8 @@ sink_call_of(int rc)
         return CALL_RETRY;
     if (rc == ROOMD_EPERM)
         return CALL_PERMANENT;
+    if (rc == ROOMD_ELIMIT)
+        return CALL_THROTTLED;
     return CALL_UNAVAILABLE;
 }
 
@@ -91,7 +93,7 @@ outbox_metrics_attempt(struct outbox *ob, uint32_t bit, enum sink_call outcome)
     if (m == NULL || outcome >= CALL_COUNT_)
         return;
     atomic_fetch_add_explicit(&m->attempts[outcome], 1, memory_order_relaxed);
-    if (outcome != CALL_TIMEOUT)
+    if (outcome != CALL_TIMEOUT && outcome != CALL_THROTTLED) /* a rate limit: as it was */
         atomic_store(&m->up, outcome == CALL_OK || outcome == CALL_PERMANENT);
 }
 
@@ -209,6 +211,10 @@ circuit_metrics(struct outbox *ob, struct metrics_text *t)
     } counters[] = {
         {"roomd_outbox_outage_rows_total",
          "Rows handed back by a sink outage, retry_count unchanged.", &ob->outage_rows},
+        {"roomd_outbox_throttled_rows_total",
+         "Rows handed back because a sink throttled them (its peer's rate limit), "
+         "retry_count unchanged, the sink's circuit not fed.",
+         &ob->throttled_rows},
         {"roomd_outbox_order_held_total",
          "Rows of a batch not sent because an earlier row of their room was not delivered "
          "(ordering per_room; retried after it, no attempt counted).",

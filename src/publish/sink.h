@@ -44,8 +44,13 @@ struct sink {
      * had it), ROOMD_ERETRY (the peer answered "not now": retry with backoff,
      * an attempt), ROOMD_EUNAVAIL (no answer: connection down, timeout; an
      * outage, retried without counting an attempt, and it feeds the sink's
-     * circuit) or ROOMD_EPERM (permanent: the row fails at once). err gets a one-line reason
-     * without secrets, kept in room_outbox.last_error. deadline is clock_mono_ms(). */
+     * circuit), ROOMD_ELIMIT (throttled: the peer answered "too fast", a rate
+     * limit, or a batch's deadline passed before the event's turn, so the
+     * event was not sent; retried after circuit_probe_every,
+     * never an attempt, and it neither opens nor closes the sink's circuit
+     * nor goes through the poison check) or ROOMD_EPERM (permanent: the row
+     * fails at once). err gets a one-line reason without secrets, kept in
+     * room_outbox.last_error. deadline is clock_mono_ms(). */
     int (*publish)(struct sink *s, const struct outbox_event *ev, int64_t deadline_mono_ms,
                    char *err, size_t errlen);
     /* Frees the sink. Called once, after all publish calls returned. */

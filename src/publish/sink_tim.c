@@ -4,10 +4,10 @@
  * tim_client_deliver_event() (tim_events.c), whose 0 / ROOMD_ERETRY /
  * ROOMD_EPERM and "tim <code>: ..." reason go straight to the worker, so a
  * permanent IM error fails the row on its first attempt. IM's rate limit
- * (ROOMD_ELIMIT from the client) goes to the worker as an outage
- * (ROOMD_EUNAVAIL: retried after a delay, no attempt counted), and the
- * sink's probe says "no answer" while IM rate-limits roomd, so the worker's
- * poison check does not count it either (docs/direct.md, "Rate limits").
+ * (ROOMD_ELIMIT from the client) goes to the worker as it is: the sink
+ * interface's "throttled" (sink.h: retried after a delay, no attempt
+ * counted, the circuit not fed), and the sink's probe says "no answer"
+ * while IM rate-limits roomd (docs/direct.md, "Rate limits").
  *
  * With tencent_im.coalesce_after > 0 the sink also takes the worker's
  * batches (publish_batch): per IM group, when the batch's messages plus the
@@ -61,7 +61,8 @@ struct sink_tim {
     bool metrics;
 };
 
-/* ROOMD_ELIMIT (IM's rate limit until the deadline) is an outage to the worker. */
+/* ROOMD_ELIMIT (IM's rate limit until the deadline) is "throttled" to the
+ * worker (sink.h); the reason says so. Returns rc. */
 static int
 outage_of_limit(int rc, char *err, size_t errlen)
 {
@@ -69,8 +70,28 @@ outage_of_limit(int rc, char *err, size_t errlen)
         return rc;
     size_t n = strlen(err);
     if (n + 1 < errlen)
-        snprintf(err + n, errlen - n, "%s", " (IM rate limit: an outage, no attempt)");
-    return ROOMD_EUNAVAIL;
+        snprintf(err + n, errlen - n, "%s", " (IM rate limit: throttled, no attempt)");
+    return ROOMD_ELIMIT;
+}
+
+/* A call begun at started_ms (clock_mono_ms) that ended without an answer
+ * (rc ROOMD_EUNAVAIL) at its deadline while IM rate-limited roomd during
+ * it: the time went waiting the limit out (the last pause left no time for
+ * the send), so it is throttled too: ROOMD_ELIMIT, err noting it; else
+ * rc. Thread: the caller's; never blocks. */
+static int
+limit_of_wait(struct sink_tim *t, int rc, int64_t started_ms, int64_t deadline, char *err,
+              size_t errlen)
+{
+    int64_t now = clock_mono_ms();
+
+    if (rc != ROOMD_EUNAVAIL || now < deadline ||
+        !tim_client_rate_limited(t->client, now - started_ms + 1))
+        return rc;
+    size_t n = strlen(err);
+    if (n + 1 < errlen)
+        snprintf(err + n, errlen - n, "%s", " after IM's rate limit");
+    return ROOMD_ELIMIT;
 }
 
 static int
@@ -78,9 +99,10 @@ tim_publish(struct sink *s, const struct outbox_event *ev, int64_t deadline, cha
             size_t errlen)
 {
     struct sink_tim *t = (struct sink_tim *)s;
+    int64_t started = clock_mono_ms();
+    int rc = tim_client_deliver_event(t->client, ev, deadline, err, errlen);
 
-    return outage_of_limit(tim_client_deliver_event(t->client, ev, deadline, err, errlen), err,
-                           errlen);
+    return outage_of_limit(limit_of_wait(t, rc, started, deadline, err, errlen), err, errlen);
 }
 
 /* ==== coalescing (publish_batch) ==== */
@@ -448,15 +470,17 @@ send_run(struct sink_tim *t, struct item *it, size_t end, bool limited, int64_t 
     snprintf(dedupe, sizeof(dedupe), "coalesced:%s:%s", it[start].env->event_id,
              it[end].env->event_id);
     if (limited) {
-        snprintf(err, sizeof(err), "held: IM rate-limits group %s (an outage, no attempt)",
+        snprintf(err, sizeof(err), "held: IM rate-limits group %s (throttled, no attempt)",
                  it[end].group);
-        raw = rc = ROOMD_EUNAVAIL;
+        raw = rc = ROOMD_ELIMIT;
     } else if ((data = coalesced_json(it, start, end, &priority)) == NULL) {
         snprintf(err, sizeof(err), "tim: cannot build the coalesced message");
         raw = rc = ROOMD_ERETRY;
     } else {
+        int64_t started = clock_mono_ms();
         raw = tim_send_group_custom(t->client, it[end].group, data, "RoomStateCoalesced", dedupe,
                                     priority, deadline, NULL, err, sizeof(err));
+        raw = limit_of_wait(t, raw, started, deadline, err, sizeof(err));
         rc = outage_of_limit(raw, err, sizeof(err));
     }
     free(data);
@@ -489,8 +513,11 @@ send_run(struct sink_tim *t, struct item *it, size_t end, bool limited, int64_t 
  * The batch (sink.h publish_batch): rows in order, each group's coalesced
  * runs as planned (a run's rows all at its last row). A row of a group IM
  * rate-limited until the deadline holds the group's later rows of the
- * batch (not sent, an outage like it). Any other failure leaves the later
- * rows to go on (as the bus sink).
+ * batch (not sent, throttled like it), and once the batch's deadline has
+ * passed (a rate limit waited out, or an earlier row that hung) the rows
+ * not sent yet are throttled too: not a deadline outage the worker's poison
+ * check could count against an innocent row. Any other failure leaves the
+ * later rows to go on (as the bus sink).
  */
 static void
 tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int64_t deadline,
@@ -499,6 +526,7 @@ tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int6
     struct sink_tim *t = (struct sink_tim *)s;
     struct item *it = xcalloc(n > 0 ? n : 1, sizeof(*it));
     bool *limited = xcalloc(n > 0 ? n : 1, sizeof(*limited));
+    bool throttled = false; /* IM rate-limited a call of this batch */
 
     for (size_t i = 0; i < n; i++) {
         item_fill(&it[i], &evs[i]);
@@ -510,21 +538,36 @@ tim_publish_batch(struct sink *s, const struct outbox_event *evs, size_t n, int6
         char *err = errs + i * errlen;
 
         if (it[i].run_end != SIZE_MAX) {
-            if (it[i].run_end == i && send_run(t, it, i, limited[it[i].leader], deadline, rcs, errs,
-                                               errlen) == ROOMD_ELIMIT)
-                limited[it[i].leader] = true;
+            /* held too once the batch's time is spent (earlier rows, a rate limit) */
+            bool held = limited[it[i].leader] || clock_mono_ms() >= deadline;
+            if (it[i].run_end == i &&
+                send_run(t, it, i, held, deadline, rcs, errs, errlen) == ROOMD_ELIMIT)
+                limited[it[i].leader] = throttled = true;
             continue; /* settled with its run's last row */
         }
         if (limited[it[i].leader]) {
             snprintf(err, errlen,
-                     "held: IM rate-limits group %s (an outage, no attempt; retried after it)",
+                     "held: IM rate-limits group %s (throttled, no attempt; retried after it)",
                      it[i].group);
-            rcs[i] = ROOMD_EUNAVAIL;
+            rcs[i] = ROOMD_ELIMIT;
             continue;
         }
+        if (clock_mono_ms() >= deadline) {
+            /* not sent: the batch's time went on earlier rows (one that hung,
+             * or waiting out IM's rate limit), not this event's fault, so no
+             * attempt whatever else IM answered (the poison check would count
+             * a deadline outage of a sink that answers) */
+            snprintf(err, errlen, "held: %s (not sent, no attempt)",
+                     throttled ? "the batch's time went waiting out IM's rate limit"
+                               : "the batch's time went on earlier rows");
+            rcs[i] = ROOMD_ELIMIT;
+            continue;
+        }
+        int64_t started = clock_mono_ms();
         int rc = tim_client_deliver_event(t->client, &evs[i], deadline, err, errlen);
+        rc = limit_of_wait(t, rc, started, deadline, err, errlen);
         if (rc == ROOMD_ELIMIT)
-            limited[it[i].leader] = true;
+            limited[it[i].leader] = throttled = true;
         rcs[i] = outage_of_limit(rc, err, errlen);
     }
     for (size_t i = 0; i < n; i++)

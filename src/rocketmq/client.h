@@ -66,6 +66,8 @@ struct rmq_msg {
     size_t len;
     const char *shard_key; /* queue = Java String.hashCode(shard_key) % writable queues; NULL: 0 */
     int64_t deliver_at_ms; /* > 0: a delayed message (timer, else delay level), epoch ms */
+    const char *retry_topic; /* RETRY_TOPIC (a message sent to %RETRY%<group> by hand: the
+                                topic it came from), or NULL */
 };
 
 struct rmq_send_result {
@@ -140,6 +142,13 @@ int rmq_consumer_ids(struct rmq_client *c, const char *addr, const char *group,
 /* QUERY_CONSUMER_OFFSET: *offset, -1 when the broker has none (22). */
 int rmq_query_offset(struct rmq_client *c, const struct rmq_mq *mq, const char *group,
                      int64_t deadline_mono_ms, int64_t *offset, char *err, size_t errlen);
+/* GET_MAX_OFFSET / GET_MIN_OFFSET of mq: the offset after its last message
+ * and of its first one still stored. Returns 0 and *offset, ROOMD_EUNAVAIL
+ * or ROOMD_ERETRY with err. Thread: any. Blocks until deadline_mono_ms. */
+int rmq_max_offset(struct rmq_client *c, const struct rmq_mq *mq, int64_t deadline_mono_ms,
+                   int64_t *offset, char *err, size_t errlen);
+int rmq_min_offset(struct rmq_client *c, const struct rmq_mq *mq, int64_t deadline_mono_ms,
+                   int64_t *offset, char *err, size_t errlen);
 /* UPDATE_CONSUMER_OFFSET (answered). */
 int rmq_update_offset(struct rmq_client *c, const struct rmq_mq *mq, const char *group,
                       int64_t offset, int64_t deadline_mono_ms, char *err, size_t errlen);
@@ -153,6 +162,8 @@ struct rmq_message_ext {
     int64_t commit_offset;
     int reconsume;
     int sys_flag;
+    int64_t born_ms;  /* BORNTIMESTAMP: when the producer sent it, epoch ms */
+    int64_t store_ms; /* STORETIMESTAMP: when this broker stored it, epoch ms */
     const uint8_t *body;
     size_t len;
     const char *props; /* name 0x01 value 0x02 ... */

@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * consumer.c: a consumer group on RocketMQ (consumer.h). Read top-down:
- * the verdicts of one message (process), rebalancing, the pull loop.
+ * the kit's verdicts (consume/verdict.c) carried out on RocketMQ
+ * (process), rebalancing, the group's position, the pull loop.
  */
 #include "rocketmq/consumer.h"
 
 #include "consume/group.h"
 #include "consume/roles.h"
+#include "consume/verdict.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/thread.h"
 #include "core/xmalloc.h"
 #include "rocketmq/client.h"
-#include "room_events.pb-c.h"
-#include "store/inbox.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -24,11 +24,10 @@
 
 #define REBALANCE_MS 2000
 #define PULL_BATCH 16
-#define IN_PLACE_MAX_MS 1500 /* "later" waits this long at most on the thread */
-#define GAP_HOLDS 8          /* as the kit: a room_seq gap is held this often */
-#define GAP_HOLD_MS 250
+#define IN_PLACE_MAX_MS 1500       /* a holding group's longer holds go through %RETRY% */
 #define BROKER_MAX_RECONSUME 10000 /* the kit decides dead letters, never the broker */
 #define PURGE_EVERY_MS (10LL * 60 * 1000)
+#define POS_EVERY_MS 5000 /* lag, oldest unconsumed, %DLQ% read this often */
 /* Pulls without long polling: an idle group waits 20 ms, doubling to 200 ms,
  * between rounds (at most 5 pulls a second per queue while idle). */
 #define IDLE_MIN_MS 20
@@ -39,20 +38,21 @@ struct assigned {
     int64_t offset;    /* next to pull */
     int64_t committed; /* last committed to the broker */
     int64_t retry_at;  /* mono ms: a message not settled waits until then */
+    /* the message at the head of the queue and how often it was seen again
+     * here without a send-back (held, busy; not outages) */
+    int64_t head_offset;
+    uint64_t head_repeats;
 };
 
 struct rmq_group {
+    struct consume_core k; /* handler, options, inbox, counters, circuit */
     struct rmq_client *c;
-    struct consume_handler h;
-    struct consume_opts o;
-    struct consume_inbox *inbox;
     char *topic;
     char *retry_topic;
+    char *dlq_topic;
     struct bg_thread th;
     struct assigned *as;
     size_t nas, capas;
-    pthread_mutex_t stats_mu;
-    struct consume_stats stats;
     int64_t hold_ms; /* of the last HOLD verdict */
 };
 
@@ -60,174 +60,85 @@ struct rmq_group {
  * others go on); STOP: this queue waits a retry delay for it. */
 enum verdict { SETTLED, HOLD, STOP };
 
-static void
-count(struct rmq_group *g, uint64_t *field)
-{
-    pthread_mutex_lock(&g->stats_mu);
-    (*field)++;
-    pthread_mutex_unlock(&g->stats_mu);
-}
+/* ==== verdicts (consume/verdict.c) carried out on RocketMQ ==== */
 
-/* ==== verdicts ==== */
-
+/* CONSUMER_SEND_MSG_BACK of m at level (-1: %DLQ%); SETTLED, or STOP when
+ * the broker did not take it (the queue sees m again later). */
 static enum verdict
-dead_letter(struct rmq_group *g, struct assigned *a, const struct rmq_message_ext *m,
-            const char *key, const char *why)
+send_back(struct rmq_group *g, struct assigned *a, const struct rmq_message_ext *m, int level,
+          const char *key)
 {
     char e[256];
 
-    if (rmq_send_back(g->c, &a->mq, g->h.group, m, -1, 0, clock_mono_ms() + 3000, e, sizeof(e)) !=
-        0) {
-        log_warn("consume", "dead letter send-back failed, will retry",
-                 "group=%s key=%s error=\"%s\"", g->h.group, key, e);
-        return STOP;
-    }
-    if (*key && inbox_dead(g->inbox, key, why) != 0)
-        log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
-                 inbox_errmsg(g->inbox));
-    count(g, &g->stats.dead);
-    log_warn("consume", "message dead-lettered", "group=%s key=%s dlq=%%DLQ%%%s error=\"%s\"",
-             g->h.group, key, g->h.group, why ? why : "");
-    return SETTLED;
+    if (rmq_send_back(g->c, &a->mq, g->k.h.group, m, level, BROKER_MAX_RECONSUME,
+                      clock_mono_ms() + 3000, e, sizeof(e)) == 0)
+        return SETTLED;
+    log_warn("consume", "send-back failed, the queue waits",
+             "group=%s key=%s level=%d error=\"%s\"", g->k.h.group, key, level, e);
+    return STOP;
 }
 
-/* See m again after delay_ms without a failure: its queue waits when short, else
- * through %RETRY% at the longest delay level not later (then again). */
 static enum verdict
-later(struct rmq_group *g, struct assigned *a, const struct rmq_message_ext *m, int64_t delay_ms,
-      uint64_t *counter)
+hold(struct rmq_group *g, int64_t delay_ms)
 {
-    char e[256];
-
-    count(g, counter);
-    if (delay_ms <= IN_PLACE_MAX_MS) {
-        g->hold_ms = delay_ms > 0 ? delay_ms : 1; /* its queue waits; the others go on */
-        return HOLD;
-    }
-    int level = rmq_delay_level_not_later(delay_ms);
-    if (rmq_send_back(g->c, &a->mq, g->h.group, m, level, BROKER_MAX_RECONSUME,
-                      clock_mono_ms() + 3000, e, sizeof(e)) != 0) {
-        log_warn("consume", "send-back failed, later", "group=%s error=\"%s\"", g->h.group, e);
-        return STOP;
-    }
-    return SETTLED;
+    g->hold_ms = delay_ms > 0 ? delay_ms : 1;
+    return HOLD;
 }
 
 /* Handles one message to its verdict (consume/group.h's rules). */
 static enum verdict
 process(struct rmq_group *g, struct assigned *a, const struct rmq_message_ext *m)
 {
-    char key[CONSUME_KEY_MAX] = "", app[64] = "", room[128] = "";
-    int64_t room_seq = 0;
-    int failures = 0, rc;
     char subject[256];
+    struct consume_verdict v;
 
     snprintf(subject, sizeof(subject), "%s", m->topic);
     if (strncmp(m->topic, "%RETRY%", 7) == 0 &&
         !rmq_prop(m, "RETRY_TOPIC", subject, sizeof(subject)))
         snprintf(subject, sizeof(subject), "%s", m->topic);
-    if (g->h.key) {
-        rc = g->h.key(g->h.arg, m->body, m->len, key, sizeof(key));
-    } else {
-        Roomd__V1__RoomOutboxEvent *ev =
-            roomd__v1__room_outbox_event__unpack(NULL, m->len, m->body);
-        rc = ev && ev->event_id && *ev->event_id ? 0 : ROOMD_EINVAL;
-        if (rc == 0) {
-            snprintf(key, sizeof(key), "%s", ev->event_id);
-            snprintf(app, sizeof(app), "%s", ev->app_code ? ev->app_code : "");
-            snprintf(room, sizeof(room), "%s", ev->room_id ? ev->room_id : "");
-            room_seq = ev->room_seq;
-        }
-        if (ev)
-            roomd__v1__room_outbox_event__free_unpacked(ev, NULL);
+    if (a->head_offset != m->queue_offset) {
+        a->head_offset = m->queue_offset;
+        a->head_repeats = 0;
+        if (m->reconsume > 0)
+            consume_core_count(&g->k, &g->k.stats.redeliveries);
     }
-    if (rc != 0)
-        return dead_letter(g, a, m, "", "undecodable message");
-    bool ordered = g->h.key == NULL && g->o.room_order;
-    if (ordered && room_seq > 0) {
-        for (int i = 0; i < GAP_HOLDS && !bg_thread_stopping(&g->th); i++) {
-            int64_t mark = 0;
-            if (inbox_mark_get(g->inbox, app, room, &mark) != 0 || mark <= 0 ||
-                room_seq <= mark + 1)
-                break;
-            count(g, &g->stats.held);
-            bg_thread_sleep(&g->th, GAP_HOLD_MS);
-        }
-    }
-    enum inbox_claim res = INBOX_CLAIMED;
-    int64_t until = 0;
-    if (inbox_claim(g->inbox, key, app, &res, &failures, &until) != 0) {
-        log_warn("consume", "inbox read failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
-                 inbox_errmsg(g->inbox));
-        return STOP;
-    }
-    if (res == INBOX_SETTLED) {
-        count(g, &g->stats.duplicates);
-        return SETTLED;
-    }
-    if (res == INBOX_BUSY)
-        return later(g, a, m, until - clock_wall_ms() + 100, &g->stats.busy);
-
-    struct consume_msg cm = {
-        .group = g->h.group,
-        .subject = subject,
+    struct consume_delivery d = {
         .data = m->body,
         .len = m->len,
-        .key = key,
-        .stream_seq = (uint64_t)m->queue_offset,
-        .num_delivered = (uint64_t)m->reconsume + 1,
-        .failures = failures,
+        .subject = subject,
+        .seq = (uint64_t)m->queue_offset,
+        /* the broker's count of send-backs (failures only: outages never
+         * send back); this node's repeats of the head without one */
+        .delivered = (uint64_t)m->reconsume + 1,
+        .repeats = a->head_repeats,
         .nmsg = NULL,
-        .inbox = g->inbox,
-        .mark = {.app = app, .room = room, .seq = ordered ? room_seq : 0},
     };
-    rc = g->h.handle(g->h.arg, &cm);
-    if (inbox_in_tx(g->inbox)) {
-        inbox_tx_rollback(g->inbox);
-        if (rc == 0) {
-            rc = ROOMD_EINTERNAL;
-            snprintf(cm.err, sizeof(cm.err), "handler left a transaction open");
-        }
-    }
-    if (rc == ROOMD_ESTALE)
-        return later(g, a, m, g->o.ack_wait_ms, &g->stats.busy);
-    if (rc == 0 && cm.hold_ms > 0) {
-        inbox_release(g->inbox, key);
-        return later(g, a, m, cm.hold_ms, &g->stats.held);
-    }
-    if (rc == 0) {
-        int drc = cm.done ? 0 : inbox_done(g->inbox, key, &cm.mark);
-        if (drc != 0 && drc != ROOMD_ESTALE) {
-            log_warn("consume", "inbox write failed after the effect, again shortly",
-                     "group=%s key=%s error=\"%s\"", g->h.group, key, inbox_errmsg(g->inbox));
+    consume_core_process(&g->k, &d, &v);
+    switch (v.action) {
+    case CONSUME_ACK:
+        return SETTLED;
+    case CONSUME_OUTAGE:
+        /* ordered consumption's rule: suspend the queue and retry locally,
+         * no send-back, so the reconsume count does not grow */
+        return hold(g, v.delay_ms);
+    case CONSUME_LATER:
+        if (g->k.h.holds && v.delay_ms > IN_PLACE_MAX_MS)
+            return send_back(g, a, m, rmq_delay_level_not_later(v.delay_ms), v.key);
+        a->head_repeats++;
+        return hold(g, v.delay_ms);
+    case CONSUME_RETRY:
+        if (send_back(g, a, m, rmq_delay_level_at_least(v.delay_ms), v.key) != SETTLED)
             return STOP;
-        }
-        count(g, &g->stats.handled);
+        log_info("consume", "reconsume later", "group=%s key=%s retry=%%RETRY%%%s", g->k.h.group,
+                 v.key, g->k.h.group);
+        return SETTLED;
+    case CONSUME_DEAD:
+        if (send_back(g, a, m, -1, v.key) != SETTLED)
+            return STOP;
+        consume_core_dead(&g->k, &v, (uint64_t)m->queue_offset, d.delivered);
         return SETTLED;
     }
-    if (!roomd_err_retryable(rc))
-        return dead_letter(g, a, m, key, *cm.err ? cm.err : roomd_strerror(rc));
-    failures = 0;
-    if (inbox_fail(g->inbox, key, cm.err, &failures) != 0)
-        log_warn("consume", "inbox write failed", "group=%s key=%s error=\"%s\"", g->h.group, key,
-                 inbox_errmsg(g->inbox));
-    if (!inbox_shared(g->inbox) && failures < m->reconsume + 1)
-        failures = m->reconsume + 1; /* the broker's count stands in for a node's own */
-    if (failures > g->o.max_reconsume)
-        return dead_letter(g, a, m, key, *cm.err ? cm.err : roomd_strerror(rc));
-    int64_t delay = consume_retry_delay_ms(&g->o, failures);
-    char e[256];
-    if (rmq_send_back(g->c, &a->mq, g->h.group, m, rmq_delay_level_at_least(delay),
-                      BROKER_MAX_RECONSUME, clock_mono_ms() + 3000, e, sizeof(e)) != 0) {
-        log_warn("consume", "send-back failed, later", "group=%s key=%s error=\"%s\"", g->h.group,
-                 key, e);
-        return STOP;
-    }
-    count(g, &g->stats.retried);
-    log_info("consume", "message failed, reconsume later",
-             "group=%s key=%s failures=%d delay_ms=%" PRId64 " retry=%%RETRY%%%s error=\"%s\"",
-             g->h.group, key, failures, delay, g->h.group, cm.err);
-    return SETTLED;
+    return STOP;
 }
 
 /* ==== rebalance (AllocateMessageQueueAveragely) ==== */
@@ -245,7 +156,7 @@ commit(struct rmq_group *g, struct assigned *a)
 
     if (a->offset == a->committed)
         return;
-    if (rmq_update_offset(g->c, &a->mq, g->h.group, a->offset, clock_mono_ms() + 3000, e,
+    if (rmq_update_offset(g->c, &a->mq, g->k.h.group, a->offset, clock_mono_ms() + 3000, e,
                           sizeof(e)) == 0)
         a->committed = a->offset;
 }
@@ -265,7 +176,7 @@ allocate(struct rmq_group *g, const char *topic, struct rmq_mq **want, size_t *n
         free(qs);
         return rc;
     }
-    rc = rmq_consumer_ids(g->c, qs[0].addr, g->h.group, clock_mono_ms() + 3000, &ids, &nid, e,
+    rc = rmq_consumer_ids(g->c, qs[0].addr, g->k.h.group, clock_mono_ms() + 3000, &ids, &nid, e,
                           sizeof(e));
     if (rc == ROOMD_ERETRY)
         rmq_heartbeat_now(g->c); /* "no consumer for this group": not registered yet */
@@ -322,7 +233,7 @@ rebalance(struct rmq_group *g)
             continue;
         }
         commit(g, &g->as[i]);
-        log_info("consume", "queue released", "group=%s topic=%s queue=%s/%d", g->h.group,
+        log_info("consume", "queue released", "group=%s topic=%s queue=%s/%d", g->k.h.group,
                  g->as[i].mq.topic, g->as[i].mq.broker, g->as[i].mq.qid);
         g->as[i] = g->as[--g->nas];
     }
@@ -334,7 +245,7 @@ rebalance(struct rmq_group *g)
             continue;
         int64_t off = -1;
         char e[256];
-        if (rmq_query_offset(g->c, &want[k], g->h.group, clock_mono_ms() + 3000, &off, e,
+        if (rmq_query_offset(g->c, &want[k], g->k.h.group, clock_mono_ms() + 3000, &off, e,
                              sizeof(e)) != 0)
             continue;
         if (off < 0)
@@ -342,12 +253,96 @@ rebalance(struct rmq_group *g)
         g->as = xgrow(g->as, g->nas, &g->capas, sizeof(*g->as));
         g->as[g->nas++] = (struct assigned){.mq = want[k], .offset = off, .committed = off};
         log_info("consume", "queue taken", "group=%s topic=%s queue=%s/%d offset=%" PRId64,
-                 g->h.group, want[k].topic, want[k].broker, want[k].qid, off);
+                 g->k.h.group, want[k].topic, want[k].broker, want[k].qid, off);
     }
     free(want);
-    pthread_mutex_lock(&g->stats_mu);
-    g->stats.bound = g->nas > 0;
-    pthread_mutex_unlock(&g->stats_mu);
+    pthread_mutex_lock(&g->k.mu);
+    g->k.stats.bound = g->nas > 0;
+    pthread_mutex_unlock(&g->k.mu);
+}
+
+/* ==== the group's position: lag, oldest unconsumed, %DLQ% ==== */
+
+/* The store time of the message at offset of mq (0: none or unknown). */
+static int64_t
+stored_at(struct rmq_group *g, const struct rmq_mq *mq, int64_t offset)
+{
+    struct rmq_pulled p;
+    char e[256];
+    int64_t t = 0;
+
+    if (rmq_pull(g->c, mq, g->k.h.group, offset, 1, clock_mono_ms() + 3000, &p, e, sizeof(e)) != 0)
+        return 0;
+    if (p.code == RMQ_SUCCESS && p.n > 0)
+        t = p.msgs[0].store_ms;
+    rmq_pulled_free(&p);
+    return t;
+}
+
+/* Reads the position of this member's queues (lag = the queues' max offset
+ * less the group's offset; the oldest unconsumed message's store time) and
+ * of %DLQ%<group> (messages stored, the oldest one's time) into the stats,
+ * as consume/group.c reads JetStream's. Per node: each member reports its
+ * own queues (the group's lag is the sum over its nodes). */
+static void
+read_position(struct rmq_group *g)
+{
+    uint64_t lag = 0, pending = 0, dlq = 0;
+    int64_t oldest = 0, dlq_first = 0, now = clock_mono_ms();
+    bool ok = true, dlq_ok = true;
+    char e[256];
+
+    for (size_t i = 0; i < g->nas; i++) {
+        struct assigned *a = &g->as[i];
+        int64_t mx = 0;
+        if (rmq_max_offset(g->c, &a->mq, clock_mono_ms() + 3000, &mx, e, sizeof(e)) != 0) {
+            ok = false;
+            continue;
+        }
+        if (mx <= a->offset)
+            continue;
+        lag += (uint64_t)(mx - a->offset);
+        if (a->retry_at > now)
+            pending++; /* its head is in hand: held, suspended or failed */
+        int64_t t = stored_at(g, &a->mq, a->offset);
+        if (t > 0 && (oldest == 0 || t < oldest))
+            oldest = t;
+    }
+    struct rmq_mq *qs = NULL;
+    int nq = 0;
+    int rc = rmq_read_queues(g->c, g->dlq_topic, clock_mono_ms() + 3000, &qs, &nq, e, sizeof(e));
+    if (rc != 0 && rc != ROOMD_ERETRY)
+        dlq_ok = false; /* ERETRY: no such topic, no dead letter yet */
+    for (int i = 0; i < nq; i++) {
+        int64_t lo = 0, hi = 0;
+        if (rmq_min_offset(g->c, &qs[i], clock_mono_ms() + 3000, &lo, e, sizeof(e)) != 0 ||
+            rmq_max_offset(g->c, &qs[i], clock_mono_ms() + 3000, &hi, e, sizeof(e)) != 0) {
+            dlq_ok = false;
+            continue;
+        }
+        if (hi <= lo)
+            continue;
+        dlq += (uint64_t)(hi - lo);
+        int64_t t = stored_at(g, &qs[i], lo);
+        if (t > 0 && (dlq_first == 0 || t < dlq_first))
+            dlq_first = t;
+    }
+    free(qs);
+    pthread_mutex_lock(&g->k.mu);
+    g->k.stats.pos_ok = ok;
+    if (ok) {
+        g->k.stats.lag = lag;
+        g->k.stats.ack_pending = pending;
+        g->k.stats.redelivered_pending = 0;
+        g->k.stats.oldest_unacked_ms = lag > 0 ? oldest : 0;
+    }
+    g->k.stats.dlq_ok = dlq_ok;
+    if (dlq_ok) {
+        g->k.stats.dlq_group_msgs = dlq;
+        g->k.stats.dlq_msgs = dlq; /* one %DLQ% topic per group */
+        g->k.stats.dlq_oldest_ms = dlq_first;
+    }
+    pthread_mutex_unlock(&g->k.mu);
 }
 
 /* ==== the group thread ==== */
@@ -362,9 +357,9 @@ pull_one(struct rmq_group *g, struct assigned *a)
 
     if (clock_mono_ms() < a->retry_at)
         return false;
-    if (rmq_pull(g->c, &a->mq, g->h.group, a->offset, PULL_BATCH, clock_mono_ms() + 3000, &p, e,
+    if (rmq_pull(g->c, &a->mq, g->k.h.group, a->offset, PULL_BATCH, clock_mono_ms() + 3000, &p, e,
                  sizeof(e)) != 0) {
-        count(g, &g->stats.fetch_errors);
+        consume_core_count(&g->k, &g->k.stats.fetch_errors);
         a->retry_at = clock_mono_ms() + 500;
         return false;
     }
@@ -377,7 +372,7 @@ pull_one(struct rmq_group *g, struct assigned *a)
                 break;
             }
             if (v != SETTLED) {
-                a->retry_at = clock_mono_ms() + consume_retry_delay_ms(&g->o, 1);
+                a->retry_at = clock_mono_ms() + consume_retry_delay_ms(&g->k.o, 1);
                 break;
             }
             a->offset = p.msgs[i].queue_offset + 1;
@@ -394,8 +389,7 @@ static void *
 group_main(void *arg)
 {
     struct rmq_group *g = arg;
-    int64_t next_rebalance = 0, next_purge = 0;
-
+    int64_t next_rebalance = 0, next_purge = 0, next_pos = 0;
     int64_t idle_ms = IDLE_MIN_MS;
 
     rmq_heartbeat_now(g->c);
@@ -405,10 +399,14 @@ group_main(void *arg)
             next_rebalance = clock_mono_ms() + REBALANCE_MS;
         }
         if (clock_mono_ms() >= next_purge) {
-            int64_t unsettled = 0;
-            inbox_purge(g->inbox, clock_wall_ms() - g->o.inbox_keep_ms, &unsettled);
+            consume_core_purge(&g->k);
             next_purge = clock_mono_ms() + PURGE_EVERY_MS;
         }
+        if (clock_mono_ms() >= next_pos) {
+            read_position(g);
+            next_pos = clock_mono_ms() + POS_EVERY_MS;
+        }
+        consume_core_probe(&g->k);
         bool got = false;
         for (size_t i = 0; i < g->nas && !bg_thread_stopping(&g->th); i++)
             got = pull_one(g, &g->as[i]) || got;
@@ -431,11 +429,11 @@ group_main(void *arg)
 static void
 group_free(struct rmq_group *g)
 {
-    inbox_close(g->inbox);
+    consume_core_fini(&g->k);
     free(g->as);
     free(g->topic);
     free(g->retry_topic);
-    pthread_mutex_destroy(&g->stats_mu);
+    free(g->dlq_topic);
     free(g);
 }
 
@@ -448,24 +446,16 @@ rmq_group_start(struct rmq_group **out, struct rmq_client *c, const char *topic,
 
     *out = NULL;
     g->c = c;
-    g->h = *h;
-    g->o = *o;
     g->topic = xstrdup(topic);
     g->retry_topic = xasprintf("%%RETRY%%%s", h->group);
-    pthread_mutex_init(&g->stats_mu, NULL);
+    g->dlq_topic = xasprintf("%%DLQ%%%s", h->group);
     bg_thread_init(&g->th);
-    struct inbox_config ic = {
-        .group = h->group,
-        .driver = o->inbox,
-        .store_dir = o->store_dir,
-        .store = o->store,
-        .owner = o->owner,
-        .claim_ms = (h->max_handle_ms > o->ack_wait_ms ? h->max_handle_ms : o->ack_wait_ms) + 1000,
-        .schema = h->schema,
-    };
-    int rc = inbox_open(&g->inbox, &ic, err, errlen);
+    int rc = consume_core_init(&g->k, h, o, err, errlen);
     if (rc != 0) {
-        group_free(g);
+        free(g->topic);
+        free(g->retry_topic);
+        free(g->dlq_topic);
+        free(g);
         return rc;
     }
     rmq_add_consumer(c, h->group, topic);
@@ -475,7 +465,7 @@ rmq_group_start(struct rmq_group **out, struct rmq_client *c, const char *topic,
         return ROOMD_EIO;
     }
     log_info("consume", "group started on rocketmq", "group=%s topic=%s inbox=%s", h->group, topic,
-             inbox_where(g->inbox));
+             inbox_where(g->k.inbox));
     *out = g;
     return 0;
 }
@@ -488,20 +478,16 @@ rmq_group_stop(struct rmq_group *g)
     bg_thread_stop(&g->th);
     log_info("consume", "group stopped",
              "group=%s handled=%" PRIu64 " duplicates=%" PRIu64 " retried=%" PRIu64
-             " dead=%" PRIu64,
-             g->h.group, g->stats.handled, g->stats.duplicates, g->stats.retried, g->stats.dead);
+             " outages=%" PRIu64 " dead=%" PRIu64,
+             g->k.h.group, g->k.stats.handled, g->k.stats.duplicates, g->k.stats.retried,
+             g->k.stats.outages, g->k.stats.dead);
     group_free(g);
 }
 
 void
 rmq_group_stats(struct rmq_group *g, struct consume_stats *out)
 {
-    pthread_mutex_lock(&g->stats_mu);
-    *out = g->stats;
-    pthread_mutex_unlock(&g->stats_mu);
-    /* no downstream health on this driver yet (docs/rocketmq.md): never
-     * reported down, so readiness and the im gauge follow the outbox's sinks */
-    out->downstream_up = true;
+    consume_core_stats(&g->k, out);
 }
 
 /* ==== the driver of consume/roles.h ==== */

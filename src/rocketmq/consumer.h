@@ -11,14 +11,23 @@
  *   - pull (no long polling) per queue, one thread, messages of a queue in
  *     order; the offset committed to the broker (UPDATE_CONSUMER_OFFSET)
  *     after each batch; a message not settled stops its queue until later;
- *   - a failure: CONSUMER_SEND_MSG_BACK with the smallest delay level of at
- *     least the kit's delay (consumer_retry_delays_ms) -> %RETRY%<group>;
- *     after consumer_max_reconsume_times failures (the inbox counts them):
- *     send-back with delay level -1 -> %DLQ%<group>, inbox dead;
- *   - "see it again later" (holds, another node's claim): its queue waits
- *     (pulled again from that message; the group's other queues go on) up
- *     to 1.5 s, else send-back with the longest delay level not later.
- * The same inbox dedupe (event_id) and room_seq rule as on JetStream.
+ *   - the verdicts are the kit's (consume/verdict.c, one copy for both
+ *     drivers), carried out here:
+ *   - a failure of the event: CONSUMER_SEND_MSG_BACK with the smallest
+ *     delay level of at least the kit's delay (consumer_retry_delays_ms) ->
+ *     %RETRY%<group>; after consumer_max_reconsume_times failures (the
+ *     inbox counts them): send-back with delay level -1 -> %DLQ%<group>,
+ *     inbox dead;
+ *   - an outage of the downstream (unreachable, circuit open, its rate
+ *     limit): no send-back; the queue is suspended for the outage delay and
+ *     the message retried locally (RocketMQ's ordered-consumption rule):
+ *     the reconsume count does not grow, no failure is recorded;
+ *   - "see it again later" (a room_seq gap, another node's claim): its
+ *     queue waits (pulled again from that message; the group's other
+ *     queues go on); a holding group's hold longer than 1.5 s: send-back
+ *     with the longest delay level not later.
+ * The same inbox dedupe (event_id), room_seq rule, metrics and readiness
+ * (consume/roles.c) as on JetStream.
  */
 #ifndef ROOMD_RMQ_CONSUMER_H
 #define ROOMD_RMQ_CONSUMER_H

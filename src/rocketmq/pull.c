@@ -158,6 +158,45 @@ rmq_update_offset(struct rmq_client *c, const struct rmq_mq *mq, const char *gro
     return rc;
 }
 
+/* GET_MAX_OFFSET (30) / GET_MIN_OFFSET (31) of mq: *offset. */
+static int
+queue_offset(struct rmq_client *c, int code, const struct rmq_mq *mq, int64_t deadline_mono_ms,
+             int64_t *offset, char *err, size_t errlen)
+{
+    struct rmq_cmd *req = rmq_cmd_new(code), *resp = NULL;
+    int rc;
+
+    rmq_cmd_set(req, "topic", mq->topic);
+    rmq_cmd_set_int(req, "queueId", mq->qid);
+    rc = broker_call(c, mq->addr, req, deadline_mono_ms, &resp, err, errlen);
+    rmq_cmd_free(req);
+    if (rc != 0)
+        return rc;
+    if (resp->code == RMQ_SUCCESS) {
+        *offset = rmq_cmd_int(resp, "offset", 0);
+    } else {
+        snprintf(err, errlen, "%s offset: code %d: %s", code == 30 ? "max" : "min", resp->code,
+                 resp->remark ? resp->remark : "");
+        rc = ROOMD_ERETRY;
+    }
+    rmq_cmd_free(resp);
+    return rc;
+}
+
+int
+rmq_max_offset(struct rmq_client *c, const struct rmq_mq *mq, int64_t deadline_mono_ms,
+               int64_t *offset, char *err, size_t errlen)
+{
+    return queue_offset(c, 30, mq, deadline_mono_ms, offset, err, errlen);
+}
+
+int
+rmq_min_offset(struct rmq_client *c, const struct rmq_mq *mq, int64_t deadline_mono_ms,
+               int64_t *offset, char *err, size_t errlen)
+{
+    return queue_offset(c, 31, mq, deadline_mono_ms, offset, err, errlen);
+}
+
 static uint32_t
 rd32(const uint8_t *p)
 {
@@ -218,8 +257,10 @@ decode_records(const uint8_t *b, size_t len, struct rmq_pulled *out)
         o += 8;
         uint32_t sys = rd32(r + o);
         o += 4;
+        m.born_ms = rd64(r + o);
         o += 8;                         /* born timestamp */
         o += (sys & 0x10 ? 16 : 4) + 4; /* born host */
+        m.store_ms = rd64(r + o);
         o += 8;                         /* store timestamp */
         o += (sys & 0x20 ? 16 : 4) + 4; /* store host */
         if (o + 16 > size)

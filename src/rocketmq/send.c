@@ -107,6 +107,7 @@ rmq_send(struct rmq_client *c, const char *producer_group, const struct rmq_msg 
         props_add(&props, &plen, &pcap, "TAGS", m->tags);
         props_add(&props, &plen, &pcap, "WAIT", "true");
         props_add(&props, &plen, &pcap, "UNIQ_KEY", uk);
+        props_add(&props, &plen, &pcap, "RETRY_TOPIC", m->retry_topic);
         pthread_mutex_lock(&c->mu);
         bool timers = c->broker_version >= V5_0_0 && !c->timers_refused;
         pthread_mutex_unlock(&c->mu);

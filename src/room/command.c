@@ -29,6 +29,7 @@
 #include "core/uuid.h"
 #include "core/xmalloc.h"
 #include "room/text.h"
+#include "store/store.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -38,7 +39,6 @@
 
 #define ROOM_ID_MAX 48 /* Tencent IM GroupId limit */
 #define GIFT_COUNT_MAX 9999
-#define GIFT_PRICE_MAX 1000000000LL
 #define REASON_MAX 255
 
 static const char *const cmd_names[CMD_COUNT_] = {
@@ -258,7 +258,7 @@ parse_fields(json_t *o, struct room_cmd *cmd, struct cmd_error *e)
             (rc = get_int(o, "count", 1, GIFT_COUNT_MAX, 1, &cmd->count, e)) != 0)
             return rc;
         /* optional: the price the client saw (the catalog's must equal it) */
-        if ((rc = get_int(o, "unit_price", 1, GIFT_PRICE_MAX, 0, &cmd->unit_price, e)) < 0)
+        if ((rc = get_int(o, "unit_price", 1, STORE_GIFT_VALUE_MAX, 0, &cmd->unit_price, e)) < 0)
             return rc;
         cmd->price_named = rc == 0;
         cmd->energy_per_unit = cmd->unit_price; /* until the catalog prices it */

@@ -200,6 +200,29 @@ forward_to_owner(struct room_service *svc, const char *app, const struct room_or
     return true;
 }
 
+/* A read's or a heartbeat's turn on room_id's cell (cell_acquire): returns
+ * the cell, or NULL with *reply answered (the owner's answer when
+ * forwarded, else the load's error). The caller releases the cell. */
+static struct cell *
+acquire_or_answer(struct room_service *svc, const char *app, const char *room_id,
+                  const struct room_origin *origin, struct room_reply *reply)
+{
+    struct cell *c = NULL;
+    int64_t lease_us;
+    char msg[160];
+    int rc =
+        cell_acquire(svc->cells, app, room_id, &c, reply->owner, sizeof(reply->owner), &lease_us);
+
+    if (rc == 0)
+        return c;
+    if (rc == ROOMD_ENOTOWNER && forward_to_owner(svc, app, origin, reply, &lease_us))
+        return NULL;
+    snprintf(msg, sizeof(msg), "room load: %s", roomd_strerror(rc));
+    room_reply_error(reply, rc == ROOMD_EINTERNAL ? 500 : 503,
+                     rc == ROOMD_EINTERNAL ? "internal" : roomd_err_code(rc), msg);
+    return NULL;
+}
+
 /* ---- the stages ---------------------------------------------------------------------- */
 
 /* One command on its way through the stages: what each stage leaves the
@@ -687,21 +710,12 @@ void
 room_service_get(struct room_service *svc, const char *app, const char *room_id,
                  const struct room_origin *origin, struct room_reply *reply)
 {
-    struct cell *c = NULL;
-    int64_t lease_us;
+    struct cell *c;
     char msg[160];
-    int rc;
 
     memset(reply, 0, sizeof(*reply));
-    rc = cell_acquire(svc->cells, app, room_id, &c, reply->owner, sizeof(reply->owner), &lease_us);
-    if (rc != 0) {
-        if (rc == ROOMD_ENOTOWNER && forward_to_owner(svc, app, origin, reply, &lease_us))
-            return;
-        snprintf(msg, sizeof(msg), "room load: %s", roomd_strerror(rc));
-        room_reply_error(reply, rc == ROOMD_EINTERNAL ? 500 : 503,
-                         rc == ROOMD_EINTERNAL ? "internal" : roomd_err_code(rc), msg);
+    if ((c = acquire_or_answer(svc, app, room_id, origin, reply)) == NULL)
         return;
-    }
     if (c->state == NULL) {
         snprintf(msg, sizeof(msg), "room %s does not exist", room_id);
         room_reply_error(reply, 404, "not_found", msg);
@@ -717,8 +731,7 @@ static void
 presence_op(struct room_service *svc, const char *app, const char *room_id, int64_t uid,
             int64_t expire_ms, const struct room_origin *origin, struct room_reply *reply)
 {
-    struct cell *c = NULL;
-    int64_t lease_us;
+    struct cell *c;
     char msg[160];
     int rc;
 
@@ -727,16 +740,8 @@ presence_op(struct room_service *svc, const char *app, const char *room_id, int6
     rc = presence_heartbeat_fast(svc->cells, app, room_id, uid, expire_ms);
     if (rc < 0) { /* not known here: the room's turn (lease, load, or the owner) */
         atomic_fetch_add(&svc->heartbeats_slow, 1);
-        rc = cell_acquire(svc->cells, app, room_id, &c, reply->owner, sizeof(reply->owner),
-                          &lease_us);
-        if (rc != 0) {
-            if (rc == ROOMD_ENOTOWNER && forward_to_owner(svc, app, origin, reply, &lease_us))
-                return;
-            snprintf(msg, sizeof(msg), "room load: %s", roomd_strerror(rc));
-            room_reply_error(reply, rc == ROOMD_EINTERNAL ? 500 : 503,
-                             rc == ROOMD_EINTERNAL ? "internal" : roomd_err_code(rc), msg);
+        if ((c = acquire_or_answer(svc, app, room_id, origin, reply)) == NULL)
             return;
-        }
         rc = c->state == NULL ? -1 : presence_touch(svc->cells, c, uid, expire_ms) ? 1 : 0;
         cell_release(svc->cells, c, false);
     }

@@ -66,9 +66,8 @@ struct conf_store;
 struct conf_mysql;
 
 #define STORE_ID_MAX 64 /* app_code, room_id, command_id: at most 63 bytes */
-#define STORE_GIFT_VALUE_MAX                                                                       \
-    1000000000LL /* a gift's unit_price and energy_per_unit: at most 1e9                           \
-                  */
+/* a gift's unit_price and energy_per_unit, in the catalog and in a SendGift: at most 1e9 */
+#define STORE_GIFT_VALUE_MAX 1000000000LL
 
 enum outbox_status {
     OUTBOX_PENDING = 0,

@@ -85,7 +85,7 @@ def all_delivered(cl):
 def round_robin_one_history(cl):
     room = hu.room_name("rr")
     ok(hu.create(cl.nodes[0], room), "create")
-    answered = []
+    answered, repeated = [], None
     for i in range(24):
         rd = cl.nodes[i % 3]
         c = hu.cid("rr")
@@ -96,6 +96,7 @@ def round_robin_one_history(cl):
         answered.append(c)
         # a repeat through another node answers from the log, unchanged
         if i == 5:
+            repeated = c
             st, hd, _ = cl.nodes[(i + 1) % 3].post(f"/v1/rooms/{room}/{verb}", body)
             assert st == 200 and hd.get("Idempotent-Replay") == "true", (st, hd)
     errs = []
@@ -129,6 +130,15 @@ def round_robin_one_history(cl):
     assert all(j["forwarded"] is True for j in fw), fw[:2]
     own = [j for j in cl.nodes[owner].json_log("room_command_timing") if j["room_id"] == room]
     assert own and all(j["forwarded"] is False for j in own), own[:2]
+    # and exactly one forwarded-false line per command over the three nodes (the repeat
+    # through another node is a second call of its command: its replay has a line too)
+    per = {}
+    for n in cl.nodes:
+        for j in n.json_log("room_command_timing"):
+            if j.get("room_id") == room and j.get("forwarded") is False:
+                per[j["command_id"]] = per.get(j["command_id"], 0) + 1
+    twice = {c: per.get(c, 0) for c in answered if c != repeated and per.get(c, 0) != 1}
+    assert not twice, f"commands without exactly one unforwarded line: {list(twice.items())[:3]}"
     print(f"  {len(log)} commands, one history; forward_ms (node{(owner + 1) % 3}) "
           f"median {sorted(j['forward_ms'] for j in fw)[len(fw) // 2]:.2f}")
 

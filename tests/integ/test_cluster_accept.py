@@ -67,6 +67,8 @@ def outage_row(cl, room, stop, start, what):
         for x in rs:
             assert x["status"] in ("retryable", "pending", "delivering"), (what, x)
             assert x["retry_count"] == 0, (what, "an outage costs no attempt", x)
+        # the workers met the outage (else the rows merely waited and this proves nothing)
+        assert any(x["status"] == "retryable" for x in rs), (what, "no row retryable", rs)
     finally:
         start()
     return wait_until(lambda: delivered(cl, room), timeout=40, what=f"delivered after {what}")

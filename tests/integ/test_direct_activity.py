@@ -164,7 +164,7 @@ def test_mq_activity_consumer_calls_service():
     each event_id once; while the service is down room_outbox still goes delivered (the broker
     took the events) and the group's redeliveries reach the service once it is back."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bus_util import Nats, js_delete_stream
+    from bus_util import Nats, envelope, js_all, js_consumer_idle, js_delete_stream, js_publish
     nats_port = rt.env_port("ROOMD_NATS_PORT", 4333)
     rt.need("127.0.0.1", nats_port, "nats-server")
     tmp = tempfile.mkdtemp(prefix="mq-act-")
@@ -188,6 +188,21 @@ def test_mq_activity_consumer_calls_service():
                       what="the activity group called the service")
         for c in act.calls():
             assert c["room_id"] == "m1" and c["payload_len"] > 0, c
+        # idempotent by event_id: the same event on the stream again (a second copy under
+        # another Nats-Msg-Id, as a redelivery after a lost ack brings it) is settled by the
+        # group's inbox without a second call to the service
+        nc = Nats(nats_port)
+        try:
+            subj, hdrs, data = js_all(nc, topic)[0]
+            dup = envelope(data)["event_id"]
+            keep = {k: v for k, v in hdrs.items() if k != "Nats-Msg-Id" and k[0] != ":"}
+            js_publish(nc, subj, data, msg_id=f"dup-{dup}", headers=keep)
+            rt.wait_until(lambda: js_consumer_idle(nc, topic, "hyapp-activity-room-outbox"),
+                          timeout=20, what="the copy consumed")
+        finally:
+            nc.close()
+        calls = [c["event_id"] for c in act.calls()]
+        assert all(calls.count(i) == 1 for i in ids), (dup, calls)
         act.stop()
         cmd(r, "/v1/rooms/m1/join", {"uid": 3})
         rt.wait_until(lambda: all_delivered(r), timeout=15, what="delivered = in the broker")

@@ -17,7 +17,7 @@ import roomd_test as rt  # noqa: E402
 from standins import ImStandin, TEST_SECRET  # noqa: E402
 from http_util import metrics  # noqa: E402
 import http_util as hu  # noqa: E402
-from bus_util import Nats, js_delete_stream  # noqa: E402
+from bus_util import Nats, envelope, js_all, js_delete_stream  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
 
@@ -223,6 +223,49 @@ def test_poison_timeout_fails_alone():
         assert js[0]["retry_count"] == 3, js[0]
         assert "counted" in js[0]["last_error"], js[0]
         assert len(im.messages(js[1]["event_id"])) == 1
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+
+
+
+def test_poison_hang_costs_others_no_attempt():
+    """An event that hangs IM past the batch's deadline (tencent_im.timeout >= publish_timeout)
+    is poison and counted, but the other rooms' rows its batch could not send before the
+    deadline are not its fault: they are retried without an attempt (sink.h ROOMD_ELIMIT), so
+    every row of a busy neighbour room ends delivered with retry_count 0."""
+    tmp = tempfile.mkdtemp(prefix="direct-im-")
+    im = ImStandin(tmp).start()
+    # handoff_queue 0: every row through the claim, so the neighbour's rows share the
+    # poison's batches (the hand-off would send them in batches of their own)
+    r = start(tmp, im, im_timeout="1500ms",
+              outbox={"max_retry_count": 3, "ordering": "per_room", "publish_timeout": "1s",
+                      "initial_backoff": "100ms", "max_backoff": "200ms", "handoff_queue": 0})
+    try:
+        cmd(r, "/v1/rooms", {"room_id": "p1", "owner_uid": 7, "title": "poison"})
+        cmd(r, "/v1/rooms", {"room_id": "n1", "owner_uid": 7, "title": "neighbour"})
+        rt.wait_until(lambda: all_delivered(r), timeout=15, what="RoomCreated delivered")
+        im.control(slow={"api": "send_group_msg", "ms": 3000, "count": 1000, "match": "987654321"})
+        cmd(r, "/v1/rooms/p1/join", {"uid": 987654321})
+        uid = 100
+        t_end = time.monotonic() + 5
+        while time.monotonic() < t_end:  # the neighbour's rows share the poison's batches
+            cmd(r, "/v1/rooms/n1/join", {"uid": uid})
+            uid += 1
+            time.sleep(0.05)
+
+        def settled():
+            js = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"]
+            poison = [x for x in js if x["room_id"] == "p1"]
+            others = [x for x in js if x["room_id"] == "n1"]
+            return poison and poison[0]["status"] == "failed" and \
+                all(x["status"] == "delivered" for x in others) and (poison, others)
+        poison, others = rt.wait_until(settled, timeout=40, what="the poison failed, the rest delivered")
+        assert poison[0]["retry_count"] == 3, poison[0]
+        assert len(others) == uid - 100, (len(others), uid - 100)
+        counted = [x for x in others if x["retry_count"] != 0]
+        assert not counted, counted[:3]
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
@@ -536,6 +579,15 @@ def test_dual_im_refusal_broker_receives():
         assert "80001" in js[0]["last_error"], js[0]
         assert js[1]["sinks_done"] & 8 and js[1]["sinks_done"] & 2, js[1]
         assert len(im.messages(js[1]["event_id"])) == 1
+        assert not im.messages(js[0]["event_id"]), "IM refused it: no message"
+        # the broker itself holds the refused event (not only roomd's sinks_done bit), once
+        nc = Nats(nats_port)
+        try:
+            ids = [envelope(d)["event_id"] for _, _, d in js_all(nc, f"direct_dualp_{port}")]
+        finally:
+            nc.close()
+        assert ids.count(js[0]["event_id"]) == 1, (js[0]["event_id"], ids)
+        assert ids.count(js[1]["event_id"]) == 1, (js[1]["event_id"], ids)
         assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
     finally:
         r.stop()
@@ -548,6 +600,7 @@ def test_dual_im_refusal_broker_receives():
 if __name__ == "__main__":
     rt.run([test_happy_path, test_im_down_then_back, test_im_down_long_no_failed_rows,
             test_retry_makes_no_second_message, test_poison_timeout_fails_alone,
+            test_poison_hang_costs_others_no_attempt,
             test_create_room_im_hanging,
             test_permanent_error_fails_at_once,
             test_public_group_membership, test_im_outage_public_membership_in_order,

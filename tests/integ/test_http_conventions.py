@@ -161,7 +161,10 @@ def test_writes_need_json_content_type():
     hu.expect_ok(rd.post("/v1/rooms", {"command_id": hu.cid(), "room_id": rid, "owner_uid": 1,
                                        "title": "t"}), "create", 201)
     v = hu.version(rd, rid)
-    posts = [(concrete(p, rid), port) for m, p, port in routes() if m == "POST"]
+    # POST /callbacks/tim is not served (404) while tencent_im.callback is off, as here; on,
+    # test_presence.test_im_state_callback drives it
+    posts = [(concrete(p, rid), port) for m, p, port in routes()
+             if m == "POST" and p != "/callbacks/tim"]
     assert posts
     body = json.dumps({"command_id": hu.cid(), "uid": 9})
     for path, port in posts:

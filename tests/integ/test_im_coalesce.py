@@ -12,6 +12,8 @@ against the Tencent IM stand-in (tests/standins/im_standin.py) enforcing Tencent
 2. The stand-in answering IM's group frequency limit (10023) to every send_group_msg, then
    HTTP 429 to every call, each for longer than max_retry_count x max_backoff: no attempt is
    counted (retry_count 0 throughout), 0 failed rows, all delivered once IM admits again.
+   Then 10023 starting in the middle of a batch, after IM answered its first row: the rest of
+   the batch is throttled, retry_count 0 for every row, the IM circuit never opens.
 3. The IM bridge consumer group (publish_mode mq, JetStream) through the same 10023 answers,
    longer than consumer_max_reconsume_times x its retry delays: 0 dead letters, every event
    done in the group's inbox with 0 failures, each join's message in IM.
@@ -245,11 +247,78 @@ def rate_limited_run(script, what):
         im.stop()
 
 
+def sent_with(im, text):
+    """The send_group_msg calls IM got (on arrival) whose body contains text."""
+    return [c for c in im.calls("send_group_msg") if text in json.dumps(c.get("body"))]
+
+
+def rate_limit_mid_batch():
+    """IM's rate limit starting in the middle of a batch, after IM answered its first row: the
+    batch's other rows are throttled (sink.h ROOMD_ELIMIT), not the poison rule's "no answer
+    while the sink answers other calls", so retry_count stays 0 for every row, nothing fails,
+    and the IM circuit never opens though the limit outlasts circuit_failures calls.
+    One worker thread: a slow first join (room mb0) holds it while the joins of mb1..mb5 are
+    committed, so they are taken as one batch; mb1's join is answered slowly, and the rate
+    limit (10023 to every send for 5 s, longer than publish_timeout 3 s, so the batch's
+    deadline passes waiting it out) begins while that answer is on its way."""
+    tmp = tempfile.mkdtemp(prefix="im-limited-mid-")
+    im = ImStandin(tmp).start()
+    r = rt.Roomd({"tencent_im": im.conf(timeout="2s"),
+                  "outbox_worker": {"workers": 1, "max_retry_count": 2,
+                                    "initial_backoff": "100ms", "max_backoff": "200ms",
+                                    "publish_timeout": "3s", "lock_timeout": "10s",
+                                    "circuit_failures": 2, "circuit_probe_every": "300ms"}},
+                 tmp=tmp).start(env=ENV)
+    try:
+        for k in range(6):
+            cmd(r, "/v1/rooms", {"room_id": f"mb{k}", "owner_uid": 7, "title": "mid-batch"})
+        rt.wait_until(lambda: all_delivered(r), timeout=20, what="the rooms' start delivered")
+        im.control(slow={"api": "send_group_msg", "match": "770000", "ms": 1200, "count": 1})
+        im.control(slow={"api": "send_group_msg", "match": "770001", "ms": 1500, "count": 1})
+        cmd(r, "/v1/rooms/mb0/join", {"uid": 770000})
+        rt.wait_until(lambda: sent_with(im, "770000"), timeout=10, what="mb0's join sent")
+        for k in range(1, 6):
+            cmd(r, f"/v1/rooms/mb{k}/join", {"uid": 770000 + k})
+        rt.wait_until(lambda: sent_with(im, "770001"), timeout=10,
+                      what="the batch's first row (mb1's join) sent")
+        im.control(fail={"api": "send_group_msg", "code": 10023, "info": "group freq",
+                         "for_ms": 5000})
+        t0 = time.time()
+        seen = set()
+        while time.time() < t0 + 5.5:
+            for x in rows(r):
+                assert x["status"] != "failed" and x["retry_count"] == 0, x
+                if x["status"] == "retryable":
+                    seen.add(x["event_id"])
+                    assert "rate limit" in (x["last_error"] or ""), x
+            time.sleep(0.1)
+        assert seen, "no row met the rate limit (else this test proves nothing)"
+        joins = [x for x in rows(r) if x["event_type"] == "RoomUserJoined"]
+        first = [x for x in joins if x["room_id"] == "mb1"]
+        assert first and first[0]["event_id"] not in seen, \
+            ("mb1's join was answered before the limit (else the limit did not start mid-batch)",
+             first)
+        rt.wait_until(lambda: all_delivered(r), timeout=30, what="all delivered after it")
+        for x in rows(r):
+            assert x["retry_count"] == 0, x
+            assert len(im.messages(x["event_id"])) == 1, x
+        m = hu.metrics(r)
+        assert m.get('roomd_outbox_sink_circuit_opened_total{sink="tim"}', 0) == 0, m
+        assert m.get('roomd_outbox_attempts_total{sink="tim",outcome="throttled"}', 0) > 0, m
+        print(f"  rate limit mid-batch: {len(seen)} rows throttled after IM answered the "
+              f"batch's first, 0 attempts counted, circuit never opened")
+        assert r.stop() == 0, "roomd exits cleanly (no sanitizer report)"
+    finally:
+        r.stop()
+        im.stop()
+
+
 def test_rate_limit_costs_no_attempt():
     rate_limited_run({"fail": {"api": "send_group_msg", "code": 10023, "info": "group freq",
                                "for_ms": 3000}}, "10023 to send_group_msg")
     rate_limited_run({"http_status": {"api": "*", "status": 429, "for_ms": 3000}},
                      "HTTP 429 to every call")
+    rate_limit_mid_batch()
 
 
 def test_bridge_rate_limit_no_dead_letter():

@@ -13,6 +13,12 @@ the RocketMQ stand-in (never a real broker).
    for a rocket the room never had is consumed, refused by the Room Cell (permanent) and
    dead-lettered to %DLQ%hyapp-room-rocket-open; nothing else launches.
 4. tools/roomd_consumer runs a group on the rocketmq driver.
+5. IM outage (issue 29's rule on this driver, consume/verdict.c): the IM stand-in down ~8 s,
+   more than 10 times max_reconsume x the retry delays: /readyz degraded naming IM and
+   roomd_dependency_up{dependency="im"} 0 during it; after it every event done, 0 failures in
+   the inbox, no send-back to %RETRY% (the queue was suspended and retried locally), nothing in
+   %DLQ%, retried{reason="failure"} 0 and {reason="outage"} > 0, lag 0. Then a poison event
+   (IM answers 502) still goes 2 x %RETRY% then %DLQ% (reason max_reconsume).
 
 Run: python3 tests/integ/test_rocketmq_consumers.py (PYTHONPATH=tests, ROOMD_BUILD_DIR=build)"""
 import os
@@ -184,9 +190,99 @@ def test_roomd_consumer_tool_on_rocketmq():
             b.stop()
 
 
+def test_im_outage_costs_no_reconsume_then_poison_dead():
+    import http_util as hu
+    from standins import ImStandin, TEST_SECRET
+    with tempfile.TemporaryDirectory() as tmp:
+        b = RocketStandin(tmp, topics=[TOPIC]).start()
+        im = ImStandin(tmp).start()
+        cfg = rmq_cfg(b, extra=group_extra(tmp, {
+            "tencent_im": im.conf(timeout="1s"),
+            "rocketmq": {"consumer_circuit_failures": 2, "consumer_circuit_probe_every": "500ms",
+                         "room_outbox": {"tencent_im_consumer_enabled": True}}}))
+        r = Roomd(cfg, tmp=tmp)
+        r.start(env={"TIM_TEST_SECRET": TEST_SECRET})
+        dlq_topic, retry_topic = f"%DLQ%{G_IM}", f"%RETRY%{G_IM}"
+
+        def m(name):
+            return hu.metrics(r).get(name)
+
+        def states():
+            return dict(db_rows(db, "SELECT state, COUNT(*) FROM inbox GROUP BY state"))
+
+        def topic_msgs(t):
+            return b.stats([t])["messages"].get(t, [])
+        try:
+            room = room_name()
+            ev = Events(r)
+            ev.do("/v1/rooms", {"room_id": room, "owner_uid": 1, "title": "outage"})
+            db = group_db(tmp, G_IM)
+            wait_until(lambda: os.path.exists(db) and states() == {"done": 1}, timeout=30,
+                       what="create bridged")
+            assert m('roomd_dependency_up{dependency="im"}') == 1
+            t0 = time.time()
+            im.stop()
+            for uid in range(10, 16):
+                ev.do(f"/v1/rooms/{room}/join", {"uid": uid})
+
+            def degraded():
+                st, _, js = r.admin("GET", "/readyz")
+                c = (js or {}).get("checks", {}).get("consumers", "")
+                return (st == 200 and js.get("status") == "degraded" and "im unreachable" in c
+                        and m('roomd_dependency_up{dependency="im"}') == 0)
+            wait_until(degraded, timeout=20, step=0.3, what="degraded naming IM")
+            time.sleep(max(0.0, 8.0 - (time.time() - t0)))
+            assert degraded()
+            assert states().get("dead", 0) == 0 and topic_msgs(dlq_topic) == []
+            outage_s = time.time() - t0
+            im.start()
+            n = len(ev.ids())
+            wait_until(lambda: states() == {"done": n}, timeout=60, step=0.3,
+                       what="every event done after the outage")
+            fails = db_rows(db, "SELECT key, failures, last_error FROM inbox WHERE failures > 0")
+            assert fails == [], fails
+            assert topic_msgs(retry_topic) == [], "the outage sent messages back to %RETRY%"
+            assert topic_msgs(dlq_topic) == []
+            assert m(f'roomd_consumer_retried_total{{group="{G_IM}",reason="failure"}}') == 0
+            outages = m(f'roomd_consumer_retried_total{{group="{G_IM}",reason="outage"}}')
+            skipped = m(f'roomd_consumer_retried_total{{group="{G_IM}",reason="circuit_open"}}')
+            assert outages > 0
+            assert m(f'roomd_consumer_circuit_opened_total{{group="{G_IM}"}}') >= 1
+            assert sum(m(f'roomd_consumer_dead_letters_total{{group="{G_IM}",reason="{w}"}}')
+                       for w in ("permanent", "max_reconsume", "undecodable", "no_verdict")) == 0
+            wait_until(lambda: m('roomd_dependency_up{dependency="im"}') == 1 and
+                       r.admin("GET", "/readyz")[2].get("status") == "ready", timeout=20,
+                       what="ready again")
+            wait_until(lambda: m(f'roomd_consumer_lag{{group="{G_IM}"}}') == 0 and
+                       m(f'roomd_consumer_oldest_unacked_age_seconds{{group="{G_IM}"}}') == 0,
+                       timeout=20, what="lag 0")
+            print(f"  outage {outage_s:.1f} s (reconsumes allowed: 2 x 200/400 ms): {n} events "
+                  f"done, {outages:.0f} outage retries, {skipped:.0f} skipped by the open "
+                  f"circuit, 0 send-backs, 0 dead letters")
+            # a poison event while IM answers: the event's failure, counted, then %DLQ%
+            im.control(http_status={"api": "*", "status": 502, "count": 100000})
+            ev.do(f"/v1/rooms/{room}/join", {"uid": 99})
+            poison = ev.ids()[-1]
+            dlq = wait_until(lambda: topic_msgs(dlq_topic) or None, timeout=30, what="poison DLQ")
+            im.control(reset=True)
+            assert [x["props"]["KEYS"] for x in dlq] == [poison], dlq
+            assert [x["props"]["KEYS"] for x in topic_msgs(retry_topic)] == [poison] * 2
+            wait_until(lambda: m(f'roomd_consumer_dead_letters_total{{group="{G_IM}",'
+                                 f'reason="max_reconsume"}}') == 1, timeout=10,
+                       what="the dead letter counted")
+            assert m(f'roomd_consumer_retried_total{{group="{G_IM}",reason="failure"}}') == 2
+            wait_until(lambda: m(f'roomd_consumer_dlq_messages{{group="{G_IM}"}}') == 1,
+                       timeout=15, what="the %DLQ% gauge")
+        finally:
+            r.stop()
+            im.stop()
+            b.stop()
+
+
 if __name__ == "__main__":
     if not listing() and not alions_available():
         print("FAIL: ali-ons not installed in tests/standins (npm ci there)")
         sys.exit(1)
     run([test_activity_group_offsets_and_restart, test_im_bridge_retry_then_dlq,
-         test_rocket_open_group_on_time, test_roomd_consumer_tool_on_rocketmq])
+         test_rocket_open_group_on_time, test_roomd_consumer_tool_on_rocketmq,
+         test_im_outage_costs_no_reconsume_then_poison_dead])

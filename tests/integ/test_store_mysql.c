@@ -377,6 +377,34 @@ test_batch_rules_savepoints(void **state)
     store_close(s);
 }
 
+/* A batch rerun after its first COMMIT reached the server (mys_run's rerun
+ * after a lost connection): each mutation already in the log at its room and
+ * version is EREUSED (answered from the log), not fenced nor room_exists; a
+ * new one in the same batch commits. */
+static void
+test_rerun_after_commit_answers_from_log(void **state)
+{
+    struct store *s = open_store(2);
+    struct mut a, b, c;
+    struct mutation *mm[3] = {&a.m, &b.m, &c.m};
+
+    mk(&a, "rr", "r1", 1, 1);
+    mk(&b, "rr", "r2", 2, 1);
+    assert_int_equal(save1(s, &a), 0);
+    assert_int_equal(save1(s, &b), 0);
+    mk(&c, "rs", "r3", 1, 1);
+    assert_int_equal(store_save(s, mm, 3), 0); /* a and b again: the rerun */
+    assert_int_equal(a.m.rc, ROOMD_EREUSED);   /* a create: the room exists */
+    assert_int_equal(b.m.rc, ROOMD_EREUSED);   /* an update: the fence refuses */
+    assert_int_equal(c.m.rc, 0);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_command_log"), 3);
+    assert_int_equal(sql_int(admin, "SELECT COUNT(*) FROM room_outbox"), 3);
+    /* another command at a taken version is still fenced */
+    mk(&b, "rr", "r4", 2, 1);
+    assert_int_equal(save1(s, &b), ROOMD_EFENCED);
+    store_close(s);
+}
+
 static void
 test_injected_failure_rolls_back(void **state)
 {
@@ -1030,6 +1058,7 @@ static const struct CMUnitTest mysql_only[] = {
     cmocka_unit_test_setup(test_save_load_roundtrip, setup),
     cmocka_unit_test_setup(test_snapshots_pruned, setup),
     cmocka_unit_test_setup(test_batch_rules_savepoints, setup),
+    cmocka_unit_test_setup(test_rerun_after_commit_answers_from_log, setup),
     cmocka_unit_test_setup(test_injected_failure_rolls_back, setup),
     cmocka_unit_test_setup(test_claim_complete_fenced, setup),
     cmocka_unit_test_setup(test_concurrent_claims_disjoint, setup),

@@ -109,7 +109,9 @@ struct tsink {
     int single_calls;     /* publish() calls */
     const char *perm_id;  /* this event_id answers ROOMD_EPERM */
     const char *retry_id; /* this one ROOMD_ERETRY */
-    int with_json;        /* events that came with their JSON */
+    int limit_from;       /* calls [limit_from, limit_from + limit_n) answer ROOMD_ELIMIT */
+    int limit_n;
+    int with_json; /* events that came with their JSON */
     /* publish_start/finish (tsink_window_new): batches started, not finished */
     int in_air, max_in_air;
 };
@@ -128,6 +130,8 @@ tsink_record(struct tsink *t, const struct outbox_event *ev)
         return ROOMD_EPERM;
     if (t->retry_id != NULL && strcmp(ev->row->event_id, t->retry_id) == 0)
         return ROOMD_ERETRY;
+    if (k >= t->limit_from && k < t->limit_from + t->limit_n)
+        return ROOMD_ELIMIT; /* throttled: the peer's rate limit */
     return k < t->fail_first ? ROOMD_ERETRY : t->rc;
 }
 
@@ -1193,6 +1197,54 @@ test_deep_claim_split(void **state)
 }
 
 /*
+ * Throttled (sink.h ROOMD_ELIMIT, the peer's rate limit) starting in the
+ * middle of a batch: six rows of six rooms, the batch sink answers the first
+ * call and throttles the next 15 (three rounds, more than circuit_failures):
+ * though the sink answered in the same batch, no attempt is counted for any
+ * row (no poison check), the circuit never opens, and every row is delivered
+ * once the throttling ends, each throttled call retried, nothing else.
+ */
+static void
+test_throttled_costs_no_attempt(void **state)
+{
+    enum { N = 6, LIMITED = 15 };
+    struct conf_outbox *c = &fx.conf->outbox_worker;
+    c->poll_interval_ms = 20;
+    c->batch_size = 10;
+    c->max_retry_count = 2;
+    c->circuit_failures = 2;
+    c->circuit_probe_ms = 50;
+    char ids[N][37];
+    for (int i = 0; i < N; i++)
+        insert_events(1, "RoomGiftSent", NULL, 0, &ids[i]);
+    struct tsink *t = tsink_batch_new("tim", SINK_BIT_TIM, 0);
+    t->limit_from = 1;
+    t->limit_n = LIMITED;
+    struct outbox *ob = open_outbox(&t, 1);
+    int64_t end = clock_mono_ms() + 10000;
+    bool all = false;
+    char why[256];
+
+    while (!all && clock_mono_ms() < end) {
+        assert_int_equal(outbox_sinks_ready(ob, why, sizeof(why)), 0); /* never open */
+        all = true;
+        for (int i = 0; i < N; i++) {
+            struct outbox_row r;
+            get_row(ids[i], &r);
+            assert_int_equal(r.retry_count, 0);
+            assert_int_not_equal(r.status, OUTBOX_FAILED);
+            all = all && r.status == OUTBOX_DELIVERED;
+            row_clear(&r);
+        }
+        usleep(5000);
+    }
+    assert_true(all);
+    outbox_close(ob);
+    assert_int_equal(tsink_calls(t), N + LIMITED);
+    tsink_free(t);
+}
+
+/*
  * The seed's batch_size (每轮最大抢占条数) caps every claim with the default
  * claim_batches 1, also through a deep backlog (issue 26).
  */
@@ -1518,6 +1570,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_batch_sink_row_outcomes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_capped_by_batch_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_throttled_costs_no_attempt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_holds_across_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deep_claim_kill9, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),

@@ -692,6 +692,9 @@ run(struct mstore *s, bool tx, mys_txn_fn fn, void *arg)
         }
         break;
     }
+    if (lost_left < 1) /* rerun after a lost connection: its outcome, for the operator */
+        log_info("store", "mysql rerun after a lost connection", "rc=%s tx=%d err=\"%s\"",
+                 rc == 0 ? "ok" : roomd_strerror(rc), (int)tx, rc == 0 ? "" : c->errmsg);
     pool_put(s, c);
     return rc;
 }

@@ -11,6 +11,8 @@
  *   schema.c   migrations (GET_LOCK)
  *   command.c  find_command, load_room, save (fast bulk path, slow savepoint
  *              path), fence_room
+ *   batch.c    the rules a save's batch checks in its transaction, and its
+ *              COMMIT with the Galera read-back
  *   outbox.c   claim (FOR UPDATE SKIP LOCKED), complete, list, get, replay,
  *              counts, purge
  *   wallet.c   the gifts' debits (inside their save), topup, balance
@@ -84,6 +86,8 @@ enum sid {
     S_ROCKETS,
     S_ROOMS_LIST,
     S_FENCE_ROOM,
+    S_LOG_OWN,
+    S_LOG_OWN_LOCAL,
     S_OUTBOX_IDS,
     S_CLAIM_RUNS,
     S_CLAIM_RUNS_PARKED,
@@ -531,6 +535,23 @@ int mys_server_info(struct store *st, char *host, size_t len, uint64_t *failover
  * docs/migrate.md), on c in autocommit. Returns 0 and *fixed (rows
  * changed) or the failure. Thread: c's holder; blocks on the server. */
 int mys_outbox_reconcile_on(struct conn *c, uint64_t *fixed);
+
+/* batch.c: the save's checks, each inside the open save transaction on c
+ * (the calling save's thread; blocks on the server). Each returns 0 or the
+ * failure (c->err says which; a deadlock reruns the batch in mys_run).
+ * mys_rooms_busy: marks the mutations whose rooms must not hand their rows
+ * off (ordering per_room). mys_claimed_ids: the ids of the outbox rows
+ * inserted already claimed (lone_id > 0: the one row's id, no query).
+ * mys_owner_limit: ROOMD_ELIMIT when a create's owner holds too many open
+ * rooms. mys_save_snapshot: m's snapshot, older ones pruned.
+ * mys_commit_batch: the COMMIT; on Galera the batch's own log rows are read
+ * back before and after it, and a batch the server rolled back without an
+ * error is rerun (issue 28). */
+int mys_rooms_busy(struct conn *c, struct mutation *const *muts, size_t n);
+int mys_claimed_ids(struct conn *c, struct mutation *const *muts, size_t n, int64_t lone_id);
+int mys_owner_limit(struct conn *c, const struct mutation *m);
+int mys_save_snapshot(struct conn *c, const struct mutation *m);
+int mys_commit_batch(struct conn *c, struct mutation *const *muts, size_t n);
 
 /* schema.c */
 int mys_migrate(struct mstore *s, struct conn *c, char *err, size_t errlen);
