@@ -5,10 +5,10 @@
 #include "store_suite.h"
 
 #include "admin/admin.h"
-#include "store/admin.h"
 #include "conf/conf.h"
 #include "core/xmalloc.h"
 #include "publish/sink.h"
+#include "store/admin.h"
 #include "store/store.h"
 
 #include <jansson.h>

@@ -7,10 +7,10 @@
 #include "store_suite.h"
 
 #include "admin/admin.h"
-#include "store/admin.h"
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/xmalloc.h"
+#include "store/admin.h"
 #include "store/store.h"
 
 #include <ftw.h>
