@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import socket
+import sqlite3
 import time
 
 _seq = itertools.count(1)
@@ -209,3 +210,30 @@ def request(c, method, path, body=None, headers=None):
     except ValueError:
         js = text
     return r.status, dict(r.getheaders()), js
+
+
+OUTBOX_COLS = ("id, event_id, event_type, room_id, room_seq, status, retry_count, sinks_done, "
+               "last_error")
+
+
+def outbox_rows(rd):
+    """The room_outbox rows of a roomd on SQLite (store.sqlite.path), in id order, as dicts."""
+    db = sqlite3.connect(rd.cfg["store"]["sqlite"]["path"], timeout=10)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(x) for x in db.execute(f"SELECT {OUTBOX_COLS} FROM room_outbox ORDER BY id")]
+    finally:
+        db.close()
+
+
+def outbox_all_delivered(rd):
+    """True when the SQLite outbox has rows and every one is delivered."""
+    rs = outbox_rows(rd)
+    return bool(rs) and all(x["status"] == "delivered" for x in rs)
+
+
+def post_ok(rd, path, body):
+    """POSTs body with a fresh command_id; asserts 200 or 201 (CreateRoom) and returns the json."""
+    st, _, js = rd.post(path, dict(body, command_id=cid("p")))
+    assert st in (200, 201), (path, st, js)
+    return js

@@ -12,33 +12,14 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standins"))
 import roomd_test as rt  # noqa: E402
+import http_util as hu  # noqa: E402
 from standins import ActivityStandin, ImStandin, TEST_SECRET  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
+rows = hu.outbox_rows
+all_delivered = hu.outbox_all_delivered
+cmd = hu.post_ok
 SINK_TIM, SINK_ACTIVITY = 2, 4
-
-
-def rows(r):
-    db = sqlite3.connect(r.cfg["store"]["sqlite"]["path"], timeout=10)
-    db.row_factory = sqlite3.Row
-    try:
-        return [dict(x) for x in db.execute(
-            "SELECT id, event_id, event_type, status, retry_count, sinks_done, last_error "
-            "FROM room_outbox ORDER BY id")]
-    finally:
-        db.close()
-
-
-def all_delivered(r):
-    rs = rows(r)
-    return rs and all(x["status"] == "delivered" for x in rs)
-
-
-def cmd(r, path, body, n=[0]):
-    n[0] += 1
-    st, _, js = r.post(path, dict(body, command_id=f"a{n[0]}-{time.time_ns()}"))
-    assert st in (200, 201), (path, st, js)  # CreateRoom: 201
-    return js
 
 
 def start(tmp, act, im=None, outbox=None):

@@ -20,26 +20,13 @@ import http_util as hu  # noqa: E402
 from bus_util import Nats, envelope, js_all, js_delete_stream  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
-
-
-def rows(r):
-    db = sqlite3.connect(r.cfg["store"]["sqlite"]["path"], timeout=10)
-    db.row_factory = sqlite3.Row
-    try:
-        return [dict(x) for x in db.execute(
-            "SELECT id, event_id, event_type, room_id, status, retry_count, sinks_done, "
-            "last_error FROM room_outbox ORDER BY id")]
-    finally:
-        db.close()
+rows = hu.outbox_rows
+all_delivered = hu.outbox_all_delivered
+cmd = hu.post_ok
 
 
 def statuses(r):
     return sorted({x["status"] for x in rows(r)})
-
-
-def all_delivered(r):
-    rs = rows(r)
-    return rs and all(x["status"] == "delivered" for x in rs)
 
 
 def start(tmp, im, group_type="AVChatRoom", outbox=None, im_timeout="3500ms", im_extra=None):
@@ -52,14 +39,6 @@ def start(tmp, im, group_type="AVChatRoom", outbox=None, im_timeout="3500ms", im
     tim.update(im_extra or {})
     r = rt.Roomd({"tencent_im": tim, "outbox_worker": ob}, tmp=tmp)
     return r.start(env=ENV)
-
-
-def cmd(r, path, body, n=[0]):
-    n[0] += 1
-    body = dict(body, command_id=f"c{n[0]}-{time.time_ns()}")
-    st, _, js = r.post(path, body)
-    assert st in (200, 201), (path, st, js)  # CreateRoom: 201
-    return js
 
 
 def timing(r, command):
@@ -227,7 +206,6 @@ def test_poison_timeout_fails_alone():
     finally:
         r.stop()
         im.stop()
-
 
 
 def test_poison_hang_costs_others_no_attempt():

@@ -28,10 +28,12 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standins"))
 import roomd_test as rt  # noqa: E402
+import http_util as hu  # noqa: E402
 from standins import ImStandin, TEST_SECRET  # noqa: E402
 from bus_util import Nats, NatsServer, envelope, js_all  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
+cmd = hu.post_ok
 MYSQL_PORT = rt.env_port("ROOMD_MYSQL_PORT", 3417)
 ROOMS = ("ds1", "ds2", "ds3")
 OUTAGE_S = 10.0
@@ -86,14 +88,6 @@ class Mysql:
 
     def close(self):
         rt.mysql_query(f"DROP DATABASE IF EXISTS {self.db}")
-
-
-def cmd(r, path, body, n=[0]):
-    n[0] += 1
-    body = dict(body, command_id=f"ds{n[0]}-{time.time_ns()}")
-    st, _, js = r.post(path, body)
-    assert st in (200, 201), (path, st, js)
-    return js
 
 
 def run_commands(r, seconds, uid0):

@@ -34,30 +34,9 @@ import http_util as hu  # noqa: E402
 from standins import ImStandin, TEST_SECRET  # noqa: E402
 
 ENV = {"TIM_TEST_SECRET": TEST_SECRET}
-
-
-def rows(r):
-    db = sqlite3.connect(r.cfg["store"]["sqlite"]["path"], timeout=10)
-    db.row_factory = sqlite3.Row
-    try:
-        return [dict(x) for x in db.execute(
-            "SELECT id, event_id, event_type, room_id, room_seq, status, retry_count, "
-            "last_error FROM room_outbox ORDER BY id")]
-    finally:
-        db.close()
-
-
-def all_delivered(r):
-    rs = rows(r)
-    return rs and all(x["status"] == "delivered" for x in rs)
-
-
-def cmd(r, path, body, n=[0]):
-    n[0] += 1
-    body = dict(body, command_id=f"c{n[0]}-{time.time_ns()}")
-    st, _, js = r.post(path, body)
-    assert st in (200, 201), (path, st, js)
-    return js
+rows = hu.outbox_rows
+all_delivered = hu.outbox_all_delivered
+cmd = hu.post_ok
 
 
 def group_messages(im, group):
