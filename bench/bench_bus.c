@@ -650,6 +650,36 @@ run_handoff(double raw)
     drop_bus(b);
 }
 
+/* n single-row commits at per_s/s (commit_end[k]: each one's end), then
+ * waits until the outbox delivered them all. */
+static void
+paced_commits(struct store *st, struct outbox *ob, int n, int per_s, int64_t *commit_end)
+{
+    usleep(100 * 1000);
+    int64_t start = clock_mono_us(), step = 1000000 / per_s;
+    for (int k = 0; k < n; k++) {
+        int64_t due = start + k * step;
+        int64_t now = clock_mono_us();
+        if (due > now)
+            usleep((useconds_t)(due - now));
+        commit_rows(st, ob, 1, k, 1, commit_end);
+    }
+    wait_delivered(st, ob, n);
+}
+
+/* Into lat: commit end -> the broker's answer of every row t saw answered.
+ * Returns how many. */
+static int
+ack_latencies(const struct timing_sink *t, const int64_t *commit_end, int n, int64_t *lat)
+{
+    int m = 0;
+
+    for (int k = 0; k < n; k++)
+        if (t->ack_us[k] > 0)
+            lat[m++] = t->ack_us[k] - commit_end[k];
+    return m;
+}
+
 /* ==== latency: commit end -> PubAck at a fixed rate ==== */
 
 static void
@@ -667,23 +697,11 @@ run_latency(bool handoff)
         exit(1);
     if (!handoff)
         outbox_handoff_set_capacity(ob, 0);
-    usleep(100 * 1000);
-    int64_t start = clock_mono_us(), step = 1000000 / rate;
-    for (int k = 0; k < n; k++) {
-        int64_t due = start + k * step;
-        int64_t now = clock_mono_us();
-        if (due > now)
-            usleep((useconds_t)(due - now));
-        commit_rows(st, ob, 1, k, 1, commit_end);
-    }
-    wait_delivered(st, ob, n);
+    paced_commits(st, ob, n, rate, commit_end);
     print_handoff_latency(ob);
     outbox_close(ob);
     int64_t *lat = xcalloc((size_t)n, sizeof(int64_t));
-    int m = 0;
-    for (int k = 0; k < n; k++)
-        if (t->ack_us[k] > 0)
-            lat[m++] = t->ack_us[k] - commit_end[k];
+    int m = ack_latencies(t, commit_end, n, lat);
     char what[160];
     snprintf(what, sizeof(what), "latency  %d commits at %d/s, hand-off %s: commit -> PubAck", n,
              rate, handoff ? "on " : "off");
@@ -998,22 +1016,10 @@ driver_latency(const struct driver *d, int r)
 
     if (outbox_open(&ob, &conf->outbox_worker, &conf->store, st, "bench", &s, 1) != 0)
         exit(1);
-    usleep(100 * 1000);
-    int64_t start = clock_mono_us(), step = 1000000 / r;
-    for (int k = 0; k < n; k++) {
-        int64_t due = start + k * step;
-        int64_t now = clock_mono_us();
-        if (due > now)
-            usleep((useconds_t)(due - now));
-        commit_rows(st, ob, 1, k, 1, commit_end);
-    }
-    wait_delivered(st, ob, n);
+    paced_commits(st, ob, n, r, commit_end);
     outbox_close(ob);
     int64_t *lat = xcalloc((size_t)n, sizeof(int64_t));
-    int m = 0;
-    for (int k = 0; k < n; k++)
-        if (t->ack_us[k] > 0)
-            lat[m++] = t->ack_us[k] - commit_end[k];
+    int m = ack_latencies(t, commit_end, n, lat);
     char what[200];
     snprintf(what, sizeof(what), "halfload-%s %d commits at %d/s (%s): commit -> %s", d->name, n, r,
              d->label, strcmp(d->name, "rocketmq") == 0 ? "SEND_OK" : "PubAck");
