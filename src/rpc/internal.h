@@ -104,4 +104,18 @@ struct watch_call {
  * stream's life. */
 bool rpc_watch(const struct watch_call *w, struct answer *a);
 
+/* now + ms on the monotonic clock (a call's or a wait's deadline). */
+static inline gpr_timespec
+rpc_after_ms(int64_t ms)
+{
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* The earlier of a and b (both monotonic). */
+static inline gpr_timespec
+rpc_earlier(gpr_timespec a, gpr_timespec b)
+{
+    return gpr_time_cmp(a, b) <= 0 ? a : b;
+}
+
 #endif

@@ -151,20 +151,6 @@ deadline_passed(gpr_timespec deadline)
     return gpr_time_cmp(gpr_now(deadline.clock_type), deadline) >= 0;
 }
 
-/* now + ms on the monotonic clock. */
-static gpr_timespec
-after_ms(int64_t ms)
-{
-    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
-}
-
-/* The earlier of a and b (both monotonic). */
-static gpr_timespec
-earlier(gpr_timespec a, gpr_timespec b)
-{
-    return gpr_time_cmp(a, b) <= 0 ? a : b;
-}
-
 static const struct method *
 find_method(grpc_slice path)
 {
@@ -430,8 +416,8 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
     struct rpc_server *s = w->s;
     grpc_completion_queue *cq = w->cq;
     const struct method *m = find_method(cd->method);
-    gpr_timespec dl = earlier(gpr_convert_clock_type(cd->deadline, GPR_CLOCK_MONOTONIC),
-                              after_ms(s->call_timeout_ms));
+    gpr_timespec dl = rpc_earlier(gpr_convert_clock_type(cd->deadline, GPR_CLOCK_MONOTONIC),
+                                  rpc_after_ms(s->call_timeout_ms));
     struct answer a;
     struct built b;
     struct http_response resp;
@@ -462,7 +448,7 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
     } else if (watch && !watch_admit(s, &watching)) {
         rpc_set_error(&a, GRPC_STATUS_RESOURCE_EXHAUSTED, 429, "rate_limited", NULL,
                       "too many WatchRoom streams open on this node (grpc.watch.max_streams)");
-    } else if ((data = receive(call, cq, &len, earlier(dl, after_ms(s->receive_timeout_ms)),
+    } else if ((data = receive(call, cq, &len, rpc_earlier(dl, rpc_after_ms(s->receive_timeout_ms)),
                                &late)) == NULL) {
         if (late)
             rpc_set_error(&a, GRPC_STATUS_DEADLINE_EXCEEDED, 504, "deadline_exceeded", NULL,
@@ -504,9 +490,9 @@ serve(struct worker *w, grpc_call *call, const grpc_call_details *cd, const grpc
     if (!late) {
         answering(w);
         send_answer(call, cq, &a,
-                    gpr_time_cmp(dl, after_ms(s->receive_timeout_ms)) > 0
+                    gpr_time_cmp(dl, rpc_after_ms(s->receive_timeout_ms)) > 0
                         ? dl
-                        : after_ms(s->receive_timeout_ms));
+                        : rpc_after_ms(s->receive_timeout_ms));
     }
     leave(w);
     if ((unsigned)a.status < NCODES)

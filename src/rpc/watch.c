@@ -48,18 +48,6 @@ struct stream {
     bool sent_initial;
 };
 
-static gpr_timespec
-in_ms(int64_t ms)
-{
-    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
-}
-
-static gpr_timespec
-min_time(gpr_timespec a, gpr_timespec b)
-{
-    return gpr_time_cmp(a, b) <= 0 ? a : b;
-}
-
 /* Waits on the call's queue until the batch of tag completes (true when it
  * succeeded) or until deadline (tag NULL: only waits, for the close);
  * notes the close batch's completion on the way. Past deadline with tag
@@ -111,7 +99,7 @@ send_message(struct stream *st, const uint8_t *p, size_t n, int64_t timeout_ms)
     ops[nops].op = GRPC_OP_SEND_MESSAGE;
     ops[nops++].data.send_message.send_message = bb;
     ok = grpc_call_start_batch(st->call, ops, nops, &st->tag_send, NULL) == GRPC_CALL_OK &&
-         wait_for(st, &st->tag_send, in_ms(timeout_ms));
+         wait_for(st, &st->tag_send, rpc_after_ms(timeout_ms));
     grpc_byte_buffer_destroy(bb);
     return ok && !st->closed;
 }
@@ -151,7 +139,7 @@ send_status(struct stream *st, const struct answer *a, int64_t oldest, int64_t t
     ops[nops].data.send_status_from_server.trailing_metadata_count = ntrailing;
     ops[nops++].data.send_status_from_server.trailing_metadata = trailing;
     if (grpc_call_start_batch(st->call, ops, nops, &st->tag_status, NULL) == GRPC_CALL_OK)
-        wait_for(st, &st->tag_status, in_ms(timeout_ms));
+        wait_for(st, &st->tag_status, rpc_after_ms(timeout_ms));
     for (size_t i = 0; i < ntrailing; i++)
         grpc_slice_unref(trailing[i].value);
     grpc_slice_unref(details);
@@ -288,14 +276,14 @@ rpc_watch(const struct watch_call *w, struct answer *a)
         if (!ok)
             break;
         if (!more) /* caught up: wait for the next poll, or the client's going */
-            wait_for(&st, NULL, min_time(in_ms(w->poll_ms), w->deadline));
+            wait_for(&st, NULL, rpc_earlier(rpc_after_ms(w->poll_ms), w->deadline));
     }
     if (!st.closed) {
         if (a->status == GRPC_STATUS_OK && a->message[0] == '\0')
             snprintf(a->message, sizeof(a->message), "stream ended");
         send_status(&st, a, oldest, w->send_timeout_ms);
         if (!st.closed)
-            wait_for(&st, &st.tag_close, in_ms(w->send_timeout_ms));
+            wait_for(&st, &st.tag_close, rpc_after_ms(w->send_timeout_ms));
     } else if (a->status == GRPC_STATUS_OK) {
         a->status = GRPC_STATUS_CANCELLED; /* the client went away (or its deadline passed) */
     }
