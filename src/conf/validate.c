@@ -552,6 +552,8 @@ validate_cross(const struct conf *c, struct vctx *v)
         conf_empty(im->callback_token_file))
         bad(v, "tencent_im.callback.token_env",
             "tencent_im.callback.enabled needs callback.token_env or callback.token_file");
+    if (im->callback_max_skew_ms < 1000) /* RequestTime is in seconds */
+        bad(v, "tencent_im.callback.max_skew", "must be at least 1s (RequestTime is in seconds)");
 
     for (int i = 0; i < c->http.ntrusted_proxies; i++) {
         struct conf_cidr cidr;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* tim_callback.c: the State.StateChange callback's signature and body (see tim_callback.h). */
 #include "http/tim_callback.h"
+#include "core/hex.h"
 
 #include <jansson.h>
 #include <openssl/crypto.h>
@@ -32,7 +33,6 @@ int
 tim_callback_verify(const char *token, const char *request_time, const char *sign, int64_t now_s,
                     int64_t max_skew_s, char *why, size_t whylen)
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char md[SHA256_DIGEST_LENGTH];
     char want[2 * SHA256_DIGEST_LENGTH + 1], got[2 * SHA256_DIGEST_LENGTH + 1];
     int64_t t;
@@ -76,11 +76,7 @@ tim_callback_verify(const char *token, const char *request_time, const char *sig
     SHA256((const unsigned char *)buf, tl + rl, md);
     OPENSSL_cleanse(buf, tl + rl);
     free(buf);
-    for (size_t i = 0; i < sizeof(md); i++) {
-        want[2 * i] = hex[md[i] >> 4];
-        want[2 * i + 1] = hex[md[i] & 15];
-    }
-    want[2 * SHA256_DIGEST_LENGTH] = '\0';
+    hex_lower(md, sizeof(md), want);
     OPENSSL_cleanse(md, sizeof(md));
     if (CRYPTO_memcmp(want, got, 2 * SHA256_DIGEST_LENGTH) != 0) {
         snprintf(why, whylen, "Sign: does not match");

@@ -17,6 +17,7 @@
 
 #include "auth/throttle.h"
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -324,10 +325,7 @@ enter(struct worker *w, grpc_call *call, const char *addr, bool *per_address)
     struct timespec until;
     bool ok;
 
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += ENTER_WAIT_MS * 1000000L;
-    until.tv_sec += until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
+    clock_mono_deadline(&until, ENTER_WAIT_MS);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         int n = 0, na = 0, soon = 0, soon_a = 0;
@@ -655,13 +653,7 @@ rpc_server_bind(struct rpc_server **out, const struct conf *conf, char *err, siz
         conf->grpc.watch_max_streams < s->nworkers ? conf->grpc.watch_max_streams : s->nworkers - 1;
     s->max_per_address = conf->grpc.max_calls_per_address;
     pthread_mutex_init(&s->mu, NULL);
-    {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->left, &ca);
-        pthread_condattr_destroy(&ca);
-    }
+    clock_cond_init(&s->left);
     s->workers = xcalloc((size_t)s->nworkers, sizeof(*s->workers));
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;

@@ -100,6 +100,13 @@ def test_json_bad_value_refused():
     path = write("harness-bad.yaml", json.dumps(cfg, indent=1))
     rc, out = check(path)
     assert rc == 1 and "outbox_worker.batch_size: must be > 0" in out, out
+    # RequestTime is in seconds: an IM callback skew under 1 s would accept no callback at all
+    cfg = merge(base_config(TMP, free_port()),
+                {"tencent_im": {"callback": {"enabled": True, "token_env": "TIM_CB_TOKEN",
+                                             "max_skew": "500ms"}}})
+    path = write("harness-skew.yaml", json.dumps(cfg, indent=1))
+    rc, out = check(path, env={"TIM_CB_TOKEN": "t" * 32})
+    assert rc == 1 and "tencent_im.callback.max_skew: must be at least 1s" in out, out
 
 
 # The seed's configuration block, verbatim (seed 配置, room-outbox-worker.zh.md).
